@@ -1,0 +1,89 @@
+"""The services activities need, as protocols.
+
+The orchestrator hands concrete implementations (the sqlmodel store, the model catalogue)
+to the activity classes' constructors, so activity code never imports the orchestrator and
+a test can hand in anything with the same methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from sdk import AgentSpec, Message, TaskState
+from sdk.contracts import CheckpointRef
+
+
+@dataclass(frozen=True)
+class CheckpointContent:
+    """A checkpoint read back whole: the conversation up to it and the side state beside it."""
+
+    ref: CheckpointRef
+    task_id: str
+    messages: list[Message]
+    scratch: dict
+    state: dict
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One LLM call's cost, keyed (task, step, attempt) so a retried write counts once."""
+
+    task_id: str
+    step: int
+    attempt: int
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    ttft_s: float
+    duration_s: float
+    served_by: str
+    kind: str = "settled"  # "settled": the engine reported usage; "lost": tokens of an attempt that died
+
+
+@dataclass(frozen=True)
+class ModelRoute:
+    """How litellm reaches a model: its route string, base URL and key, and what it costs."""
+
+    name: str
+    litellm_model: str
+    api_base: str | None
+    api_key: str | None
+    usd_per_1m_prompt: float | None
+    usd_per_1m_completion: float | None
+    served_by: str
+
+
+class CheckpointStore(Protocol):
+    def write_root(self, task_id: str, messages: list[Message], state: dict) -> CheckpointRef: ...
+
+    def append(
+        self, task_id: str, parent: CheckpointRef, step: int, new_messages: list[Message], scratch: dict, state: dict
+    ) -> CheckpointRef: ...
+
+    def read(self, checkpoint_id: int) -> CheckpointContent: ...
+
+    def find(self, task_id: str, seq: int) -> CheckpointRef | None: ...
+
+    def latest(self, task_id: str) -> CheckpointRef | None: ...
+
+
+class TokenLedger(Protocol):
+    def record(self, entry: LedgerEntry) -> bool: ...
+
+
+class TaskRegistry(Protocol):
+    def save_state(self, state: TaskState, spec_json: str | None = None) -> None: ...
+
+
+class EventLog(Protocol):
+    def append(self, task_id: str, kind: str, data: dict) -> int: ...
+
+
+class AgentCatalogue(Protocol):
+    def get(self, name: str) -> AgentSpec | None: ...
+
+
+class ModelRouter(Protocol):
+    def route(self, model: str) -> ModelRoute: ...

@@ -1,0 +1,44 @@
+"""Prompt token counting, the one function reservations and the simulated engine agree on.
+
+litellm is imported here lazily: importing it costs seconds and it must never reach
+workflow code. Counting uses the gpt-4o tokenizer (tiktoken o200k, shipped inside litellm,
+so no download) for every model: self-hosted engines report their own counts, which the
+ledger records, and the reservation margin below covers the difference.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+COUNTING_MODEL = "gpt-4o"
+
+
+def _litellm() -> Any:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import litellm
+
+    return litellm
+
+
+def count_prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
+    """Tokens of a chat request as OpenAI counts them (messages, role overhead and tool schemas)."""
+    return int(_litellm().token_counter(model=COUNTING_MODEL, messages=messages, tools=tools or None))
+
+
+def count_text_tokens(text: str) -> int:
+    return int(_litellm().token_counter(model=COUNTING_MODEL, text=text, count_response_tokens=True))
+
+
+def encode(text: str) -> list[int]:
+    return list(_litellm().encode(model=COUNTING_MODEL, text=text))
+
+
+def decode(tokens: list[int]) -> str:
+    return str(_litellm().decode(model=COUNTING_MODEL, tokens=tokens))
+
+
+def reservation_margin(counted_prompt_tokens: int) -> int:
+    """Slack for engines whose chat template counts a little more than OpenAI's formula (≈2% + 8)."""
+    return counted_prompt_tokens // 50 + 8

@@ -1,0 +1,66 @@
+"""Berth's settings: one object, from defaults, then `BERTH_*` environment variables, then flags.
+
+Every process (server, worker, engine, `berth up`) reads the same object so that a port
+changed in one place is seen by all of them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+ENV_PREFIX = "BERTH_"
+
+
+class BerthConfig(BaseModel):
+    data_dir: Path = Field(default=Path(".berth"), description="SQLite files, Temporal's database, logs")
+    host: str = "127.0.0.1"
+    api_port: int = Field(default=8080, ge=0, le=65535)
+    temporal_port: int = Field(default=7233, ge=0, le=65535)
+    temporal_ui_port: int = Field(default=8233, ge=0, le=65535)
+    engine_port: int = Field(default=8090, ge=0, le=65535)
+    temporal_address: str | None = Field(default=None, description="host:port of an existing Temporal frontend")
+    temporal_namespace: str = "default"
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; SQLite under data_dir by default")
+    engine_url: str | None = Field(default=None, description="base URL of the simulated engine (…/v1)")
+    api_url: str | None = Field(default=None, description="where clients and tool workers reach the API")
+    budget_grace_s: float = Field(default=3600.0, gt=0, description="how long a task waits in awaiting_budget")
+    engine_latency_scale: float = Field(default=1.0, ge=0, description="multiplies the simulated TTFT and per-token time")
+
+    @property
+    def resolved_temporal_address(self) -> str:
+        return self.temporal_address or f"{self.host}:{self.temporal_port}"
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'berth.db').resolve()}"
+
+    @property
+    def resolved_engine_url(self) -> str:
+        return self.engine_url or f"http://{self.host}:{self.engine_port}/v1"
+
+    @property
+    def resolved_api_url(self) -> str:
+        return self.api_url or f"http://{self.host}:{self.api_port}"
+
+    @classmethod
+    def load(cls, **overrides: object) -> "BerthConfig":
+        """Defaults < environment < explicit overrides (flags); `None` overrides are ignored."""
+        values: dict[str, object] = {}
+        for name in cls.model_fields:
+            env = os.environ.get(ENV_PREFIX + name.upper())
+            if env is not None and env != "":
+                values[name] = env
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that hands this configuration to a child process."""
+        env = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if value is not None:
+                env[ENV_PREFIX + name.upper()] = str(value)
+        return env

@@ -1,0 +1,46 @@
+"""Berth's SDK: declare agents and tools, submit tasks under budgets, follow and steer them.
+
+    from sdk import Agent, tool, Budget, Client
+"""
+
+from ._budget import Budget
+from ._errors import (
+    BerthError,
+    BudgetExhausted,
+    Conflict,
+    InvalidSpec,
+    NotFound,
+    TaskCancelled,
+    TaskEnded,
+    TaskFailed,
+    Unauthorized,
+)
+from ._messages import Message, ToolCall
+from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskRun, TaskSpec, ToolSpec
+from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
+
+__all__ = [
+    "AgentSpec",
+    "BerthError",
+    "Budget",
+    "BudgetExhausted",
+    "CheckpointRef",
+    "Conflict",
+    "FINAL_STATUSES",
+    "ForkSource",
+    "InvalidSpec",
+    "Message",
+    "NotFound",
+    "Spend",
+    "TaskCancelled",
+    "TaskEnded",
+    "TaskEvent",
+    "TaskFailed",
+    "TaskRun",
+    "TaskSpec",
+    "TaskState",
+    "TaskStatus",
+    "ToolCall",
+    "ToolSpec",
+    "Unauthorized",
+]

@@ -1,0 +1,40 @@
+"""The limits a task runs under."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ._limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET
+
+
+class Budget(BaseModel):
+    """A hard ceiling on what a task (its sub-agents included) may spend.
+
+    `tokens` is always enforced. `usd` is enforced from litellm's price map or the model
+    catalogue's per-token price. `deadline` is a wall-clock instant; a timedelta is taken as
+    "from now" when the budget is made, so a budget can be built before submitting.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: int = Field(gt=0, le=MAX_TOKEN_BUDGET, description="token limit, prompt and completion together")
+    usd: float | None = Field(default=None, gt=0, le=MAX_USD_BUDGET, description="spend limit in US dollars")
+    deadline: datetime | None = Field(default=None, description="instant after which no new step starts")
+
+    def __init__(self, tokens: int | None = None, **data: object) -> None:
+        if tokens is not None:
+            data["tokens"] = tokens
+        super().__init__(**data)
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _deadline_from_timedelta(cls, value: object) -> object:
+        if isinstance(value, timedelta):
+            if value <= timedelta(0):
+                raise ValueError("a relative deadline must be in the future")
+            return datetime.now(timezone.utc) + value
+        if isinstance(value, datetime) and value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value

@@ -1,0 +1,49 @@
+"""Typed exceptions that carry the server's reason, so callers can branch on them."""
+
+from __future__ import annotations
+
+
+class BerthError(Exception):
+    """Base of every error the SDK raises."""
+
+    def __init__(self, message: str, *, field: str | None = None, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.status_code = status_code
+
+
+class InvalidSpec(BerthError):
+    """The server (or the SDK, before sending) refused a spec; `field` names what was wrong."""
+
+
+class NotFound(BerthError):
+    """The task, agent or checkpoint does not exist (or is not visible to this caller)."""
+
+
+class Conflict(BerthError):
+    """The request contradicts the current state (e.g. a reused task id with another spec)."""
+
+
+class Unauthorized(BerthError):
+    """The API key is missing, unknown or lacks the role the call needs."""
+
+
+class TaskEnded(BerthError):
+    """A task ended without a result; subclasses say how. `state` is the final TaskState."""
+
+    def __init__(self, message: str, *, state: object = None) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class BudgetExhausted(TaskEnded):
+    """The task ran out of tokens, dollars or time; `state.result` holds its partial answer."""
+
+
+class TaskFailed(TaskEnded):
+    """The task failed (or hit max_steps) with an error it could not recover from."""
+
+
+class TaskCancelled(TaskEnded):
+    """The task was cancelled before it finished."""

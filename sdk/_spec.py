@@ -1,0 +1,151 @@
+"""What an agent is and what a task asks for: the contracts the API, workflow and SDK share."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ._budget import Budget
+from ._limits import (
+    MAX_INPUT_CHARS,
+    MAX_STEPS,
+    MAX_TOKENS_PER_STEP,
+    NAME_PATTERN,
+    TASK_ID_PATTERN,
+)
+
+SPAWN_AGENT_TOOL = "spawn_agent"
+ASK_HUMAN_TOOL = "ask_human"
+BUILTIN_TOOLS = (SPAWN_AGENT_TOOL, ASK_HUMAN_TOOL)
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model sees it (name, description, JSON schema) plus how it is run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    timeout_s: float = Field(default=60.0, gt=0, le=24 * 3600)
+    max_attempts: int = Field(default=3, ge=1, le=100)
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+class AgentSpec(BaseModel):
+    """A registered agent: everything a task needs to run it, versioned by content."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    version: str = Field(default="", description="content hash, filled in on registration")
+    model: str = Field(min_length=1, max_length=200)
+    instructions: str = Field(default="", max_length=MAX_INPUT_CHARS)
+    tools: list[ToolSpec] = Field(default_factory=list)
+    max_steps: int = Field(default=50, ge=1, le=MAX_STEPS)
+    max_tokens_per_step: int = Field(default=1024, ge=16, le=MAX_TOKENS_PER_STEP)
+    allow_spawn: bool = False
+    allow_ask_human: bool = False
+    ask_human_timeout_s: float = Field(default=3600.0, gt=0)
+
+    @property
+    def task_queue(self) -> str:
+        """Tools run on the author's own process, which polls this queue."""
+        return f"agent/{self.name}"
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tool_names(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
+        names = [t.name for t in tools]
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise ValueError(f"duplicate tool names: {', '.join(duplicated)}")
+        reserved = sorted(set(names) & set(BUILTIN_TOOLS))
+        if reserved:
+            raise ValueError(f"tool names reserved for built-ins: {', '.join(reserved)}")
+        return tools
+
+    def content_version(self) -> str:
+        """A short hash of the spec without its version, so re-registering the same code is a no-op."""
+        import hashlib
+
+        body = self.model_dump_json(exclude={"version"})
+        return hashlib.sha256(body.encode()).hexdigest()[:12]
+
+
+class CheckpointRef(BaseModel):
+    """What the workflow keeps of its reasoning state: an id to find it and a hash to trust it."""
+
+    id: int
+    seq: int
+    step: int
+    hash: str
+
+
+class ForkSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    checkpoint_seq: int = Field(ge=0)
+
+
+class TaskSpec(BaseModel):
+    """A submission: which agent, what input, under what budget, for whom."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str | None = Field(default=None, pattern=TASK_ID_PATTERN)
+    agent: str = Field(pattern=NAME_PATTERN, description="registered agent name")
+    input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
+    budget: Budget
+    tenant: str = Field(default="default", pattern=NAME_PATTERN)
+    priority: int = Field(default=0, ge=0, le=9)
+    model: str | None = Field(default=None, description="override the agent's model (e.g. for a fork)")
+    max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
+    budget_grace_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
+
+    @field_validator("input")
+    @classmethod
+    def _input_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("input is blank")
+        return value
+
+
+class TaskRun(BaseModel):
+    """The workflow's input: a validated spec with its agent resolved, plus where to resume from.
+
+    Continue-as-new and forks pass `resume_from`; the conversation itself stays in the
+    checkpoint store and only its reference travels through Temporal history.
+    """
+
+    task_id: str
+    spec: TaskSpec
+    agent: AgentSpec
+    parent_task_id: str | None = None
+    submitted_at: datetime
+    budget_grace_s: float = 3600.0
+    resume_from: CheckpointRef | None = None
+    carried: "CarriedProgress | None" = None
+    fork_of: ForkSource | None = None
+
+
+class CarriedProgress(BaseModel):
+    """Counters that survive continue-as-new (everything else is rebuilt from the checkpoint)."""
+
+    tokens_used: int = 0
+    usd_used: float = 0.0
+    steps_done: int = 0
+    children: list[str] = Field(default_factory=list)
+    token_limit: int = 0
+    usd_limit: float | None = None
+
+
+TaskRun.model_rebuild()

@@ -34,6 +34,7 @@ class LlmStepInput(BaseModel):
     max_tokens: int
     token_allowance: int = Field(description="tokens this call may use at most, prompt included")
     usd_allowance: float | None = None
+    tools: list[dict] = Field(default_factory=list, description="OpenAI tool schemas offered to the model")
     tenant: str = "default"
 
 
@@ -91,6 +92,7 @@ class CheckpointInput(BaseModel):
 class RecordStateInput(BaseModel):
     state: TaskState
     event: str = "state"
+    spec_json: str | None = Field(default=None, description="given when the task's row may not exist yet (sub-agents)")
 
 
 class ResolveAgentInput(BaseModel):

@@ -1,0 +1,49 @@
+"""`Agent`: what an author declares; its spec is what the control plane registers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import ValidationError
+
+from ._errors import InvalidSpec
+from ._spec import AgentSpec
+from ._tool import Tool
+
+
+class Agent:
+    """An agent: a model, instructions and the tools it may call.
+
+    Validation happens here, at declaration, so a mistake is reported where it was made
+    and not when the first task runs.
+    """
+
+    def __init__(self, name: str, model: str, instructions: str = "", tools: Iterable[Tool] = (),
+                 *, max_steps: int = 50, max_tokens_per_step: int = 1024, allow_spawn: bool = False,
+                 allow_ask_human: bool = False, ask_human_timeout_s: float = 3600.0) -> None:
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            if not isinstance(t, Tool):
+                raise InvalidSpec(f"{t!r} is not a tool; decorate it with @tool", field="tools")
+            self.tools[t.name] = t
+        try:
+            self._spec = AgentSpec(
+                name=name, model=model, instructions=instructions, tools=[t.spec for t in self.tools.values()],
+                max_steps=max_steps, max_tokens_per_step=max_tokens_per_step, allow_spawn=allow_spawn,
+                allow_ask_human=allow_ask_human, ask_human_timeout_s=ask_human_timeout_s,
+            )
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "agent"
+            raise InvalidSpec(f"{field}: {err['msg']}", field=field) from exc
+        self._spec = self._spec.model_copy(update={"version": self._spec.content_version()})
+
+    @property
+    def name(self) -> str:
+        return self._spec.name
+
+    def spec(self) -> AgentSpec:
+        return self._spec.model_copy(deep=True)
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, model={self._spec.model!r}, tools={list(self.tools)})"

@@ -1,0 +1,201 @@
+"""The LLM call of a step: reserve within the allowance, generate, settle the ledger.
+
+All of a step's model-side bookkeeping happens inside this one activity (one Temporal
+round trip): counting the prompt, shrinking `max_tokens` to what the budget can pay for,
+streaming the reply with heartbeats, and writing the ledger row under its idempotency key.
+A retried attempt first books the tokens its dead predecessor generated (known from the
+heartbeat details) as lost, so nothing is hidden and the budget still holds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from sdk import Message, ToolCall
+from sdk._limits import MIN_ANSWER_TOKENS
+from sdk.contracts import LlmStepInput, LlmStepResult
+
+from .ports import CheckpointStore, EventLog, LedgerEntry, ModelRoute, ModelRouter, TokenLedger
+from .tokens import _litellm, count_prompt_tokens, count_text_tokens, reservation_margin
+
+HEARTBEAT_EVERY_S = 1.0
+
+
+@dataclass
+class _Progress:
+    """What an attempt has generated so far; sent as heartbeat details so the next attempt knows."""
+
+    attempt: int
+    generated: int = 0
+    lost_before: int = 0
+
+    def details(self) -> dict[str, int]:
+        return {"attempt": self.attempt, "generated": self.generated, "lost_before": self.lost_before}
+
+
+class LlmStepActivities:
+    def __init__(self, checkpoints: CheckpointStore, ledger: TokenLedger, events: EventLog, router: ModelRouter) -> None:
+        self.checkpoints = checkpoints
+        self.ledger = ledger
+        self.events = events
+        self.router = router
+
+    @activity.defn(name="berth.generate")
+    async def generate(self, inp: LlmStepInput) -> LlmStepResult:
+        info = activity.info()
+        progress = _Progress(attempt=info.attempt, lost_before=self._book_lost_attempts(inp, info.heartbeat_details))
+        activity.heartbeat(progress.details())
+        allowance = inp.token_allowance - progress.lost_before
+
+        route = self._route(inp.model)
+        conversation = self.checkpoints.read(inp.checkpoint.id)
+        messages = [m.to_openai() for m in conversation.messages]
+        tools = inp.tools or None
+        prompt_estimate = count_prompt_tokens(messages, tools)
+        reserve = prompt_estimate + reservation_margin(prompt_estimate)
+        max_tokens = min(inp.max_tokens, allowance - reserve)
+        usd_prices = _prices(route)
+        if inp.usd_allowance is not None and usd_prices is not None:
+            max_tokens = min(max_tokens, _affordable_completion(inp.usd_allowance, prompt_estimate, *usd_prices))
+        if max_tokens < MIN_ANSWER_TOKENS:
+            return LlmStepResult(
+                shortfall_tokens=max(1, reserve + MIN_ANSWER_TOKENS - allowance),
+                lost_tokens=progress.lost_before,
+                attempt=info.attempt,
+            )
+
+        started = time.monotonic()
+        ttft: float | None = None
+        chunks: list[Any] = []
+        last_beat = started
+        stream = await _litellm().acompletion(
+            model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=messages,
+            tools=tools, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
+            extra_headers={"X-Berth-Task": inp.task_id}, timeout=600,
+        )
+        try:
+            async for chunk in stream:
+                chunks.append(chunk)
+                delta_tokens = _delta_tokens(chunk)
+                if delta_tokens and ttft is None:
+                    ttft = time.monotonic() - started
+                progress.generated += delta_tokens
+                if time.monotonic() - last_beat >= HEARTBEAT_EVERY_S:
+                    activity.heartbeat(progress.details())
+                    last_beat = time.monotonic()
+        except Exception as exc:
+            activity.heartbeat(progress.details())
+            raise _classify(exc) from exc
+        duration = time.monotonic() - started
+
+        response = _litellm().stream_chunk_builder(chunks, messages=messages)
+        usage = getattr(response, "usage", None)
+        if usage is None:
+            raise ApplicationError(f"{route.served_by} returned no usage for {inp.model}")
+        prompt_tokens, completion_tokens = int(usage.prompt_tokens), int(usage.completion_tokens)
+        choice = response.choices[0]
+        message = _assistant_message(choice.message)
+        cost = _cost(usd_prices, prompt_tokens, completion_tokens)
+
+        self.ledger.record(LedgerEntry(
+            task_id=inp.task_id, step=inp.step, attempt=info.attempt, model=inp.model,
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
+            ttft_s=ttft or duration, duration_s=duration, served_by=route.served_by,
+        ))
+        self.events.append(inp.task_id, "llm_call", {
+            "step": inp.step, "attempt": info.attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before, "cost_usd": cost,
+            "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),
+            "tokens_per_s": round(completion_tokens / duration, 1) if duration > 0 else None,
+            "served_by": route.served_by, "finish_reason": choice.finish_reason,
+            "tool_calls": [c.name for c in message.tool_calls or []],
+        })
+        return LlmStepResult(
+            message=message, finish_reason=choice.finish_reason, prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens, lost_tokens=progress.lost_before, cost_usd=cost,
+            ttft_s=ttft or duration, duration_s=duration, attempt=info.attempt, served_by=route.served_by,
+        )
+
+    def _route(self, model: str) -> ModelRoute:
+        try:
+            return self.router.route(model)
+        except ValueError as exc:
+            raise ApplicationError(str(exc), type="UnknownModel", non_retryable=True) from exc
+
+    def _book_lost_attempts(self, inp: LlmStepInput, details: Any) -> int:
+        """Record what earlier attempts generated before dying; return the tokens lost so far."""
+        if not details:
+            return 0
+        last = details[0] if isinstance(details, (list, tuple)) else details
+        if not isinstance(last, dict):
+            return 0
+        lost = int(last.get("lost_before", 0))
+        if int(last.get("attempt", 0)) != activity.info().attempt and int(last.get("generated", 0)) > 0:
+            generated = int(last["generated"])
+            self.ledger.record(LedgerEntry(
+                task_id=inp.task_id, step=inp.step, attempt=int(last["attempt"]), model=inp.model,
+                prompt_tokens=0, completion_tokens=generated, cost_usd=0.0, ttft_s=0.0, duration_s=0.0,
+                served_by="", kind="lost",
+            ))
+            lost += generated
+        return lost
+
+
+def _delta_tokens(chunk: Any) -> int:
+    """Tokens in one streamed chunk, for heartbeat progress (the ledger uses the engine's usage)."""
+    if not chunk.choices:
+        return 0
+    delta = chunk.choices[0].delta
+    text = getattr(delta, "content", None) or ""
+    for call in getattr(delta, "tool_calls", None) or []:
+        fn = getattr(call, "function", None)
+        text += (getattr(fn, "name", None) or "") + (getattr(fn, "arguments", None) or "")
+    return count_text_tokens(text) if text else 0
+
+
+def _assistant_message(raw: Any) -> Message:
+    calls = [
+        ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
+        for c in (getattr(raw, "tool_calls", None) or [])
+    ]
+    return Message(role="assistant", content=getattr(raw, "content", None), tool_calls=calls or None)
+
+
+def _prices(route: ModelRoute) -> tuple[float, float] | None:
+    """USD per token (prompt, completion): the catalogue's for self-hosted, litellm's map for hosted."""
+    if route.usd_per_1m_prompt is not None and route.usd_per_1m_completion is not None:
+        return route.usd_per_1m_prompt / 1e6, route.usd_per_1m_completion / 1e6
+    try:
+        info = _litellm().get_model_info(route.litellm_model)
+    except Exception:
+        return None
+    prompt, completion = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+    return (float(prompt), float(completion)) if prompt is not None and completion is not None else None
+
+
+def _affordable_completion(usd_allowance: float, prompt_tokens: int, prompt_price: float, completion_price: float) -> int:
+    left = usd_allowance - prompt_tokens * prompt_price
+    if completion_price <= 0:
+        return 1 << 30
+    return max(0, int(left / completion_price))
+
+
+def _cost(prices: tuple[float, float] | None, prompt_tokens: int, completion_tokens: int) -> float:
+    if prices is None:
+        return 0.0
+    return prompt_tokens * prices[0] + completion_tokens * prices[1]
+
+
+def _classify(exc: Exception) -> Exception:
+    """Errors that a retry cannot fix (a bad request, e.g. over the context window) stop the retries."""
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
+        return ApplicationError(f"{type(exc).__name__}: {exc}", type="ModelRequestRejected", non_retryable=True)
+    return ApplicationError(f"{type(exc).__name__}: {exc}", type="ModelCallFailed")
+
+

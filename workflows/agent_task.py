@@ -1,0 +1,339 @@
+"""AgentTaskWorkflow: one agent task, step by step, under a hard budget.
+
+Each step reads as DESIGN.md's loop: reserve and generate (one activity that counts the
+prompt, shrinks max_tokens to the allowance and settles the ledger), run the tool calls
+(on the author's own queue, or built-ins here), then checkpoint. The conversation itself
+never enters Temporal history: it lives in the checkpoint store and the workflow keeps the
+checkpoint's id and hash, so history stays small and continue-as-new restarts from an id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.bookkeeping import TaskBookkeeping
+    from activities.llm_step import LlmStepActivities
+    from pydantic import ValidationError
+    from sdk import CheckpointRef, Message, Spend, TaskRun, TaskState, TaskStatus, ToolCall
+    from sdk._builtins import AskHumanArgs, SpawnAgentArgs, tools_offered
+    from sdk._limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS
+    from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL, CarriedProgress, TaskSpec
+    from sdk.contracts import (
+        ANSWER_UPDATE,
+        CANCEL_SIGNAL,
+        RAISE_BUDGET_UPDATE,
+        STATE_QUERY,
+        TOOL_ACTIVITY,
+        WORKFLOW_NAME,
+        BeginTaskInput,
+        CancelRequest,
+        CheckpointInput,
+        HumanAnswer,
+        LlmStepInput,
+        LlmStepResult,
+        RaiseBudget,
+        RecordStateInput,
+        ResolveAgentInput,
+        ToolCallInput,
+        ToolCallResult,
+    )
+
+    from .budget import BudgetViolation, TokenBudget
+
+# Bookkeeping is a local SQLite write: seconds are plenty, and a few retries ride out a busy lock.
+BOOKKEEPING = dict(start_to_close_timeout=timedelta(seconds=30), retry_policy=RetryPolicy(maximum_attempts=10))
+# A generation heartbeats every second; 20 s of silence means its worker or engine is gone.
+GENERATE_HEARTBEAT = timedelta(seconds=20)
+GENERATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
+                             maximum_attempts=6)
+# A tool worker may be restarting: wait this long for one before the call is reported as failed.
+TOOL_WORKER_WAIT = timedelta(minutes=10)
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class AgentTaskWorkflow:
+    @workflow.init
+    def __init__(self, run: TaskRun) -> None:
+        self.run_input = run
+        self.agent = run.agent
+        carried = run.carried
+        self.budget = TokenBudget(
+            token_limit=carried.token_limit if carried else run.spec.budget.tokens,
+            usd_limit=carried.usd_limit if carried else run.spec.budget.usd,
+            tokens_used=carried.tokens_used if carried else 0,
+            usd_used=carried.usd_used if carried else 0.0,
+        )
+        self.status = TaskStatus.queued
+        self.steps_done = carried.steps_done if carried else 0
+        self.children: list[str] = list(carried.children) if carried else []
+        self.checkpoint: CheckpointRef | None = run.resume_from
+        self.result: str | None = None
+        self.error: str | None = None
+        self.waiting_for: str | None = None
+        self.question: str | None = None
+        self.answer_text: str | None = None
+        self.cancel_reason: str | None = None
+        self.budget_raised = False
+
+    # ----- the step loop -------------------------------------------------------------------
+    @workflow.run
+    async def run(self, run: TaskRun) -> TaskState:
+        if self.checkpoint is None:
+            begun = await workflow.execute_local_activity_method(
+                TaskBookkeeping.begin_task, BeginTaskInput(run=run), **BOOKKEEPING)
+            self.checkpoint, self.steps_done = begun.checkpoint, begun.step
+        await self._set_status(TaskStatus.running, spec_json=run.spec.model_dump_json())
+        while True:
+            ending = self._reason_to_stop()
+            if ending is not None:
+                return await self._finish(*ending)
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._continuation())
+            step = self.steps_done + 1
+            try:
+                reply = await self._generate(step)
+            except ActivityError as err:
+                return await self._finish(TaskStatus.failed, error=f"step {step}: model call failed: {_cause(err)}")
+            if reply.shortfall_tokens is not None:
+                self.budget.charge(reply.lost_tokens, lost=reply.lost_tokens)
+                if not await self._await_budget(reply.shortfall_tokens):
+                    return await self._finish(TaskStatus.out_of_budget,
+                                              error=f"needed {reply.shortfall_tokens} more tokens")
+                continue
+            try:
+                self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            except BudgetViolation as violation:
+                self.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+                return await self._finish(TaskStatus.failed, error=f"step {step}: {violation}")
+            assert reply.message is not None
+            new_messages = [reply.message]
+            if not reply.tool_calls:
+                self.result = reply.message.content or ""
+                await self._checkpoint(step, new_messages)
+                return await self._finish(TaskStatus.completed)
+            new_messages += await asyncio.gather(*(self._run_tool(step, call) for call in reply.tool_calls))
+            self.result = reply.message.content or self.result
+            await self._checkpoint(step, new_messages)
+
+    def _reason_to_stop(self) -> tuple[TaskStatus, str | None] | None:
+        if self.cancel_reason is not None:
+            return TaskStatus.cancelled, self.cancel_reason
+        if self.steps_done >= self.agent.max_steps:
+            return TaskStatus.max_steps, f"reached max_steps={self.agent.max_steps}"
+        deadline = self.run_input.spec.budget.deadline
+        if deadline is not None and workflow.now() >= deadline:
+            return TaskStatus.out_of_budget, "deadline passed"
+        return None
+
+    async def _generate(self, step: int) -> LlmStepResult:
+        assert self.checkpoint is not None
+        return await workflow.execute_activity_method(
+            LlmStepActivities.generate,
+            LlmStepInput(
+                task_id=self.run_input.task_id, step=step, checkpoint=self.checkpoint, model=self.agent.model,
+                max_tokens=self.agent.max_tokens_per_step, token_allowance=self.budget.token_allowance,
+                usd_allowance=self.budget.usd_allowance, tenant=self.run_input.spec.tenant,
+                tools=[t.to_openai() for t in tools_offered(self.agent)],
+            ),
+            start_to_close_timeout=timedelta(minutes=10),
+            heartbeat_timeout=GENERATE_HEARTBEAT,
+            retry_policy=GENERATE_RETRY,
+        )
+
+    async def _checkpoint(self, step: int, new_messages: list[Message]) -> None:
+        assert self.checkpoint is not None
+        self.steps_done = step
+        self.checkpoint = await workflow.execute_local_activity_method(
+            TaskBookkeeping.checkpoint,
+            CheckpointInput(task_id=self.run_input.task_id, parent=self.checkpoint, step=step,
+                            new_messages=new_messages, state=self._state()),
+            **BOOKKEEPING,
+        )
+
+    async def _await_budget(self, missing: int) -> bool:
+        """Wait (durably) for raise_budget; False when the grace period ends first."""
+        self.budget_raised = False
+        self.waiting_for = f"budget: {missing} more tokens needed for the next step"
+        await self._set_status(TaskStatus.awaiting_budget)
+        grace = self.run_input.budget_grace_s
+        try:
+            await workflow.wait_condition(lambda: self.budget_raised or self.cancel_reason is not None,
+                                          timeout=timedelta(seconds=grace) if grace > 0 else timedelta(microseconds=1))
+        except asyncio.TimeoutError:
+            return False
+        self.waiting_for = None
+        if self.cancel_reason is None:
+            await self._set_status(TaskStatus.running)
+        return True
+
+    # ----- tools ----------------------------------------------------------------------------
+    async def _run_tool(self, step: int, call: ToolCall) -> Message:
+        if call.name == SPAWN_AGENT_TOOL and self.agent.allow_spawn:
+            content = await self._spawn_agent(step, call)
+        elif call.name == ASK_HUMAN_TOOL and self.agent.allow_ask_human:
+            content = await self._ask_human(call)
+        else:
+            content = await self._call_author_tool(step, call)
+        if len(content) > MAX_TOOL_RESULT_CHARS:
+            content = content[:MAX_TOOL_RESULT_CHARS]
+        return Message(role="tool", tool_call_id=call.id, name=call.name, content=content)
+
+    async def _call_author_tool(self, step: int, call: ToolCall) -> str:
+        spec = next((t for t in self.agent.tools if t.name == call.name), None)
+        if spec is None:
+            available = ", ".join(t.name for t in tools_offered(self.agent)) or "none"
+            return f"tool error: unknown tool {call.name!r}; available: {available}"
+        try:
+            result: ToolCallResult = await workflow.execute_activity(
+                TOOL_ACTIVITY,
+                ToolCallInput(task_id=self.run_input.task_id, step=step, call_id=call.id, name=call.name,
+                              arguments=call.arguments),
+                task_queue=self.agent.task_queue,
+                result_type=ToolCallResult,
+                start_to_close_timeout=timedelta(seconds=spec.timeout_s),
+                schedule_to_close_timeout=timedelta(seconds=spec.timeout_s * spec.max_attempts) + TOOL_WORKER_WAIT,
+                retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, initial_interval=timedelta(seconds=1)),
+            )
+        except ActivityError as err:
+            return f"tool error: {call.name} failed after {spec.max_attempts} attempt(s): {_cause(err)}"
+        return result.content
+
+    async def _spawn_agent(self, step: int, call: ToolCall) -> str:
+        try:
+            args = SpawnAgentArgs.model_validate_json(call.arguments or "{}")
+        except ValidationError as exc:
+            return f"tool error: bad arguments for spawn_agent: {_first_error(exc)}"
+        resolved = await workflow.execute_local_activity_method(
+            TaskBookkeeping.resolve_agent, ResolveAgentInput(name=args.agent), **BOOKKEEPING)
+        if resolved.agent is None:
+            return f"tool error: {resolved.error}"
+        if self.budget.token_allowance <= 0 or (self.budget.usd_allowance is not None
+                                                 and self.budget.usd_allowance <= 0):
+            return "tool error: no budget left to give a sub-agent"
+        granted, usd_granted = self.budget.carve(args.tokens)
+        if granted < 2 * MIN_ANSWER_TOKENS:
+            self.budget.settle_child(granted, usd_granted, 0)
+            return f"tool error: only {granted} tokens left, too few for a sub-agent"
+        child_id = f"{self.run_input.task_id}.s{step}.{len(self.children) + 1}"
+        self.children.append(child_id)
+        spec = TaskSpec(task_id=child_id, agent=args.agent, input=args.input,
+                        budget={"tokens": granted, "usd": usd_granted or None}, tenant=self.run_input.spec.tenant,
+                        priority=self.run_input.spec.priority)
+        child_run = TaskRun(task_id=child_id, spec=spec, agent=resolved.agent, parent_task_id=self.run_input.task_id,
+                            submitted_at=workflow.now(), budget_grace_s=0)
+        try:
+            child: TaskState = await workflow.execute_child_workflow(
+                AgentTaskWorkflow.run, child_run, id=child_id, task_queue=workflow.info().task_queue)
+        except ChildWorkflowError as err:
+            # A child that failed outright spent an unknown part of its carve: charge all of it.
+            self.budget.settle_child(granted, usd_granted, granted, usd_granted or 0.0)
+            return f"tool error: sub-agent {args.agent} failed: {_cause(err)}"
+        self.budget.settle_child(granted, usd_granted, child.spend.tokens_used, child.spend.usd_used)
+        return json.dumps({"task_id": child_id, "status": child.status.value, "answer": child.result,
+                           "error": child.error, "tokens_used": child.spend.tokens_used})
+
+    async def _ask_human(self, call: ToolCall) -> str:
+        try:
+            args = AskHumanArgs.model_validate_json(call.arguments or "{}")
+        except ValidationError as exc:
+            return f"tool error: bad arguments for ask_human: {_first_error(exc)}"
+        self.answer_text, self.question = None, args.question
+        self.waiting_for = "input: a human answer"
+        await self._set_status(TaskStatus.awaiting_input)
+        try:
+            await workflow.wait_condition(lambda: self.answer_text is not None or self.cancel_reason is not None,
+                                          timeout=timedelta(seconds=self.agent.ask_human_timeout_s))
+        except asyncio.TimeoutError:
+            self.answer_text = None
+        answer, self.question, self.waiting_for = self.answer_text, None, None
+        if self.cancel_reason is None:
+            await self._set_status(TaskStatus.running)
+        if answer is None:
+            return "tool error: no human answer arrived in time"
+        return answer
+
+    # ----- messages from outside ---------------------------------------------------------
+    @workflow.query(name=STATE_QUERY)
+    def state_query(self) -> TaskState:
+        return self._state()
+
+    @workflow.update(name=RAISE_BUDGET_UPDATE)
+    def raise_budget(self, req: RaiseBudget) -> Spend:
+        self.budget.raise_limit(req.tokens, req.usd)
+        self.budget_raised = True
+        return self.budget.spend()
+
+    @raise_budget.validator
+    def _check_raise(self, req: RaiseBudget) -> None:
+        if self.status.is_final:
+            raise ApplicationError(f"task is {self.status.value}; its budget can no longer change")
+        if req.tokens <= 0 and req.usd <= 0:
+            raise ApplicationError("tokens: raise by at least one token (or usd by more than 0)")
+        if req.usd > 0 and self.budget.usd_limit is None:
+            raise ApplicationError("usd: this task has no dollar limit to raise")
+
+    @workflow.update(name=ANSWER_UPDATE)
+    def answer(self, req: HumanAnswer) -> None:
+        self.answer_text = req.text
+
+    @answer.validator
+    def _check_answer(self, req: HumanAnswer) -> None:
+        if self.status != TaskStatus.awaiting_input:
+            raise ApplicationError(f"task is {self.status.value}, not awaiting_input; nothing to answer")
+
+    @workflow.signal(name=CANCEL_SIGNAL)
+    def cancel(self, req: CancelRequest) -> None:
+        if self.cancel_reason is None:
+            self.cancel_reason = req.reason or "cancelled"
+
+    # ----- state ----------------------------------------------------------------------------
+    def _state(self) -> TaskState:
+        run = self.run_input
+        return TaskState(
+            task_id=run.task_id, agent=self.agent.name, agent_version=self.agent.version, model=self.agent.model,
+            tenant=run.spec.tenant, status=self.status, step=self.steps_done, max_steps=self.agent.max_steps,
+            spend=self.budget.spend(), checkpoint_seq=self.checkpoint.seq if self.checkpoint else None,
+            result=self.result, error=self.error, waiting_for=self.waiting_for, question=self.question,
+            parent_task_id=run.parent_task_id, children=list(self.children), started_at=run.submitted_at,
+            updated_at=workflow.now(),
+        )
+
+    async def _set_status(self, status: TaskStatus, spec_json: str | None = None) -> None:
+        self.status = status
+        await workflow.execute_local_activity_method(
+            TaskBookkeeping.record_state, RecordStateInput(state=self._state(), spec_json=spec_json), **BOOKKEEPING)
+
+    async def _finish(self, status: TaskStatus, error: str | None = None) -> TaskState:
+        self.waiting_for = None
+        if status != TaskStatus.completed:
+            self.error = error
+        await self._set_status(status)
+        return self._state()
+
+    def _continuation(self) -> TaskRun:
+        """The input of the next run: the same task, resumed from its last checkpoint."""
+        b = self.budget
+        return self.run_input.model_copy(update={
+            "resume_from": self.checkpoint, "fork_of": None,
+            "carried": CarriedProgress(tokens_used=b.tokens_used, usd_used=b.usd_used, steps_done=self.steps_done,
+                                       children=self.children, token_limit=b.token_limit, usd_limit=b.usd_limit),
+        })
+
+
+def _cause(err: BaseException) -> str:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return str(err) or type(err).__name__
+
+
+def _first_error(exc: ValidationError) -> str:
+    e = exc.errors()[0]
+    return f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"

@@ -25,6 +25,8 @@ class Agent:
         for t in tools:
             if not isinstance(t, Tool):
                 raise InvalidSpec(f"{t!r} is not a tool; decorate it with @tool", field="tools")
+            if t.name in self.tools:
+                raise InvalidSpec(f"two tools are named {t.name!r}", field=f"tools.{t.name}")
             self.tools[t.name] = t
         try:
             self._spec = AgentSpec(

@@ -1,0 +1,113 @@
+"""Agents, tools and specs refuse bad input at declaration, naming the field."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from sdk import Agent, Budget, InvalidSpec, TaskSpec, tool
+from sdk._tool import ToolArgumentError, ToolCallContext
+
+
+@tool
+def search(query: str, limit: int = 3) -> str:
+    """Search the knowledge base."""
+    return f"{query}:{limit}"
+
+
+def test_tool_schema_comes_from_the_signature() -> None:
+    assert search.spec.description == "Search the knowledge base."
+    assert search.spec.parameters["required"] == ["query"]
+    assert search.spec.parameters["properties"]["limit"]["type"] == "integer"
+    assert search("x") == "x:3"
+
+
+def test_tool_arguments_are_validated() -> None:
+    assert search.parse_arguments('{"query": "a"}') == {"query": "a", "limit": 3}
+    for bad, reason in [('{"limit": 2}', "query"), ("not json", "JSON"), ('{"query": "a", "x": 1}', "x"),
+                        ("[1]", "object")]:
+        with pytest.raises(ToolArgumentError, match=reason):
+            search.parse_arguments(bad)
+
+
+def test_async_and_sync_tools_run_with_their_context() -> None:
+    from sdk import tool_context
+
+    @tool
+    async def whoami() -> dict:
+        """Returns the idempotency key."""
+        return {"key": tool_context().idempotency_key}
+
+    out = asyncio.run(whoami.invoke("{}", ToolCallContext("t1", 3, "c9", 1)))
+    assert out == '{"key": "t1/3/c9"}'
+    assert asyncio.run(search.invoke('{"query": "q"}', ToolCallContext("t", 1, "c", 1))) == "q:3"
+
+
+def test_a_tool_schema_that_cannot_be_built_is_refused() -> None:
+    with pytest.raises(InvalidSpec) as no_annotation:
+        @tool
+        def f(x) -> str:  # type: ignore[no-untyped-def]
+            return ""
+    assert no_annotation.value.field == "tools.f.x"
+
+    with pytest.raises(InvalidSpec):
+        @tool
+        def g(*items: str) -> str:
+            return ""
+
+    class NotAModel:
+        pass
+
+    with pytest.raises(InvalidSpec):
+        @tool
+        def h(x: NotAModel) -> str:
+            return ""
+
+
+def test_agent_validation_names_the_field() -> None:
+    with pytest.raises(InvalidSpec) as bad_name:
+        Agent("Bad Name!", "llama-3.1-8b")
+    assert bad_name.value.field == "name"
+    with pytest.raises(InvalidSpec) as bad_steps:
+        Agent("ok", "llama-3.1-8b", max_steps=0)
+    assert bad_steps.value.field == "max_steps"
+    with pytest.raises(InvalidSpec):
+        Agent("ok", "llama-3.1-8b", tools=[search, search])
+    with pytest.raises(InvalidSpec):
+        Agent("ok", "llama-3.1-8b", tools=[lambda: 1])  # type: ignore[list-item]
+
+
+def test_agent_version_is_a_content_hash() -> None:
+    a, b = Agent("a", "llama-3.1-8b", "x", [search]), Agent("a", "llama-3.1-8b", "x", [search])
+    c = Agent("a", "llama-3.1-8b", "y", [search])
+    assert a.spec().version == b.spec().version != c.spec().version
+
+
+@pytest.mark.parametrize("fields, where", [
+    ({"budget": {"tokens": 0}}, "budget.tokens"),
+    ({"budget": {"tokens": 10**12}}, "budget.tokens"),
+    ({"budget": {"tokens": 10, "usd": -1}}, "budget.usd"),
+    ({"input": ""}, "input"),
+    ({"input": "   "}, "input"),
+    ({"input": "x" * 300_000}, "input"),
+    ({"agent": "Not/Valid"}, "agent"),
+    ({"task_id": "has space"}, "task_id"),
+    ({"surprise": 1}, "surprise"),
+])
+def test_task_spec_refusals_name_the_field(fields: dict, where: str) -> None:
+    body = {"agent": "research", "input": "hello", "budget": {"tokens": 100}} | fields
+    with pytest.raises(ValidationError) as refused:
+        TaskSpec.model_validate(body)
+    locs = {".".join(map(str, e["loc"])) for e in refused.value.errors()}
+    assert where in locs
+
+
+def test_budget_accepts_a_relative_deadline() -> None:
+    budget = Budget(100, deadline=timedelta(minutes=5))
+    assert budget.deadline is not None and budget.deadline.tzinfo is not None
+    with pytest.raises(ValidationError):
+        Budget(100, deadline=timedelta(seconds=-1))
+    assert isinstance(budget, BaseModel)

@@ -1,0 +1,80 @@
+"""The control-plane store: tasks, agents, checkpoints, the token ledger and task events.
+
+One SQL database behind five small classes, each over the same engine. SQLite by default
+(one file that the API server and the worker share), any SQLAlchemy URL at scale:
+
+    store = Store.open("sqlite:///.berth/berth.db")
+    ref = store.checkpoints.write_root(task_id, messages, state={})
+
+Every method is synchronous and opens its own short transaction; async callers (FastAPI)
+run them in a thread pool, Temporal runs them as local activities in threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from .agents import SqlAgentRegistry
+from .checkpoints import (
+    CheckpointConflict,
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    CheckpointSummary,
+    SqlCheckpointStore,
+)
+from .database import open_database
+from .events import SqlEventLog
+from .ledger import LedgerTotals, SqlTokenLedger
+from .tasks import SqlTaskRegistry, TaskConflict, TaskRecord
+
+
+@dataclass(frozen=True)
+class Store:
+    """The five stores of one database."""
+
+    engine: Engine
+    checkpoints: SqlCheckpointStore
+    ledger: SqlTokenLedger
+    tasks: SqlTaskRegistry
+    agents: SqlAgentRegistry
+    events: SqlEventLog
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        """Open (and create if needed) the database at `url`."""
+        return cls.from_engine(open_database(url))
+
+    @classmethod
+    def from_engine(cls, engine: Engine) -> Store:
+        return cls(
+            engine=engine,
+            checkpoints=SqlCheckpointStore(engine),
+            ledger=SqlTokenLedger(engine),
+            tasks=SqlTaskRegistry(engine),
+            agents=SqlAgentRegistry(engine),
+            events=SqlEventLog(engine),
+        )
+
+    def close(self) -> None:
+        """Close the engine's pooled connections (tests, and processes shutting down)."""
+        self.engine.dispose()
+
+
+__all__ = [
+    "CheckpointConflict",
+    "CheckpointCorrupt",
+    "CheckpointNotFound",
+    "CheckpointSummary",
+    "LedgerTotals",
+    "SqlAgentRegistry",
+    "SqlCheckpointStore",
+    "SqlEventLog",
+    "SqlTaskRegistry",
+    "SqlTokenLedger",
+    "Store",
+    "TaskConflict",
+    "TaskRecord",
+    "open_database",
+]

@@ -1,0 +1,101 @@
+"""The agent registry: every version of every agent, and which one new tasks get.
+
+A version is the hash of the agent's content (AgentSpec.content_version), so an author's
+process that registers its agent on every start is a no-op until the code changes. Old
+versions are kept: a task that started on one keeps its spec in its TaskRun, and the UI
+can show what changed. The current version is the one activated last, kept as a timestamp
+rather than a flag, so two registrations racing can never leave two current versions.
+"""
+
+from __future__ import annotations
+
+import builtins
+from datetime import timedelta
+
+from sqlalchemy import Engine, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from sdk import AgentSpec
+
+from .tables import AgentRow, utcnow
+
+
+class SqlAgentRegistry:
+    """Agents on the control-plane database (activities.ports.AgentCatalogue and the API)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def register(self, spec: AgentSpec) -> AgentSpec:
+        """Store `spec` under its content version and make that version current.
+
+        Registering the current content again changes nothing; registering an older
+        version's content makes that version current again (the author rolled back).
+        """
+        version = spec.content_version()
+        stored = spec.model_copy(update={"version": version})
+        with Session(self._engine) as session:
+            current = self._current_row(session, spec.name)
+        if current is not None and current.version == version:
+            return stored
+        now = utcnow()
+        if current is not None and now <= current.activated_at:  # a clock step back must not hide the new version
+            now = current.activated_at + timedelta(microseconds=1)
+        # A write transaction of its own that starts with a write: SQLite then waits for the lock
+        # (busy_timeout) instead of failing to upgrade a read transaction another writer overtook.
+        with Session(self._engine) as session:
+            activate = (
+                update(AgentRow)
+                .where(col(AgentRow.name) == spec.name, col(AgentRow.version) == version)
+                .values(activated_at=now)
+                .execution_options(synchronize_session=False)
+            )
+            if session.exec(activate).rowcount:
+                session.commit()
+                return stored
+            session.add(
+                AgentRow(name=spec.name, version=version, spec_json=stored.model_dump_json(), registered_at=now, activated_at=now)
+            )
+            try:
+                session.commit()
+            except IntegrityError:
+                session.rollback()  # registered concurrently by another process: the same content, so done
+        return stored
+
+    def get(self, name: str, version: str | None = None) -> AgentSpec | None:
+        """The current version of `name`, or the given version."""
+        with Session(self._engine) as session:
+            if version is None:
+                row = self._current_row(session, name)
+            else:
+                row = session.exec(select(AgentRow).where(AgentRow.name == name, AgentRow.version == version)).first()
+        return AgentSpec.model_validate_json(row.spec_json) if row is not None else None
+
+    def list(self) -> builtins.list[AgentSpec]:
+        """The current version of every agent, by name."""
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(AgentRow).order_by(col(AgentRow.name), col(AgentRow.activated_at).desc(), col(AgentRow.id).desc())
+            ).all()
+        current: dict[str, AgentRow] = {}
+        for row in rows:
+            current.setdefault(row.name, row)
+        return [AgentSpec.model_validate_json(row.spec_json) for row in current.values()]
+
+    def versions(self, name: str) -> builtins.list[str]:
+        """Every version of `name`, oldest registration first."""
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(AgentRow.version).where(AgentRow.name == name).order_by(col(AgentRow.registered_at), col(AgentRow.id))
+            ).all()
+        return builtins.list(rows)
+
+    @staticmethod
+    def _current_row(session: Session, name: str) -> AgentRow | None:
+        return session.exec(
+            select(AgentRow)
+            .where(AgentRow.name == name)
+            .order_by(col(AgentRow.activated_at).desc(), col(AgentRow.id).desc())
+            .limit(1)
+        ).first()

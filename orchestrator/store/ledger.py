@@ -1,0 +1,136 @@
+"""The token ledger: what every LLM call of a task really cost, written once per attempt.
+
+A Temporal activity may run twice (a retry after the worker died between the write and
+the reply), so each row is keyed (task, step, attempt, kind) under a unique constraint: a
+second write of the same key is refused by the database, not by a read-then-write check
+that two processes could both pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, func
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from activities.ports import LedgerEntry
+
+from .tables import LedgerRow
+
+LOST = "lost"
+# Stay well under SQLite's bound-parameter limit (32766 since 3.32, 999 before).
+_IN_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class LedgerTotals:
+    """A task's spend. Prompt and completion count answered calls; lost counts attempts that died."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    lost_tokens: int = 0  # completion tokens of "lost" rows: generated, paid for, never delivered
+    cost_usd: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        """Everything charged against the budget, as LlmStepResult.tokens_charged counts it."""
+        return self.prompt_tokens + self.completion_tokens + self.lost_tokens
+
+
+class SqlTokenLedger:
+    """activities.ports.TokenLedger on the control-plane database."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def record(self, entry: LedgerEntry) -> bool:
+        """Write one entry; False (and nothing changed) if its key is already recorded."""
+        row = LedgerRow(
+            task_id=entry.task_id, step=entry.step, attempt=entry.attempt, kind=entry.kind, model=entry.model,
+            prompt_tokens=entry.prompt_tokens, completion_tokens=entry.completion_tokens, cost_usd=entry.cost_usd,
+            ttft_s=entry.ttft_s, duration_s=entry.duration_s, served_by=entry.served_by,
+        )  # fmt: skip
+        with Session(self._engine) as session:
+            session.add(row)
+            try:
+                session.commit()
+                return True
+            except IntegrityError:
+                session.rollback()
+                if self._exists(session, entry):
+                    return False
+                raise
+
+    @staticmethod
+    def _exists(session: Session, entry: LedgerEntry) -> bool:
+        found = session.exec(
+            select(LedgerRow.id).where(
+                LedgerRow.task_id == entry.task_id,
+                LedgerRow.step == entry.step,
+                LedgerRow.attempt == entry.attempt,
+                LedgerRow.kind == entry.kind,
+            )
+        ).first()
+        return found is not None
+
+    def entries(self, task_id: str) -> list[LedgerEntry]:
+        """A task's entries by step, then attempt, then write order."""
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(LedgerRow)
+                .where(LedgerRow.task_id == task_id)
+                .order_by(col(LedgerRow.step), col(LedgerRow.attempt), col(LedgerRow.id))
+            ).all()
+        return [
+            LedgerEntry(
+                task_id=r.task_id, step=r.step, attempt=r.attempt, model=r.model, prompt_tokens=r.prompt_tokens,
+                completion_tokens=r.completion_tokens, cost_usd=r.cost_usd, ttft_s=r.ttft_s, duration_s=r.duration_s,
+                served_by=r.served_by, kind=r.kind,
+            )  # fmt: skip
+            for r in rows
+        ]
+
+    def totals(self, task_id: str) -> LedgerTotals:
+        return self.totals_by_tasks([task_id])[task_id]
+
+    def totals_by_tasks(self, task_ids: Iterable[str]) -> dict[str, LedgerTotals]:
+        """Totals for each id asked for (zeros for a task with no entries), summed in the database."""
+        wanted = list(dict.fromkeys(task_ids))
+        sums: dict[str, dict[str, float]] = {t: {} for t in wanted}
+        with Session(self._engine) as session:
+            for start in range(0, len(wanted), _IN_CHUNK):
+                chunk = wanted[start : start + _IN_CHUNK]
+                rows = session.exec(
+                    select(
+                        LedgerRow.task_id,
+                        LedgerRow.kind,
+                        func.count(),
+                        func.coalesce(func.sum(LedgerRow.prompt_tokens), 0),
+                        func.coalesce(func.sum(LedgerRow.completion_tokens), 0),
+                        func.coalesce(func.sum(LedgerRow.cost_usd), 0.0),
+                    )
+                    .where(col(LedgerRow.task_id).in_(chunk))
+                    .group_by(col(LedgerRow.task_id), col(LedgerRow.kind))
+                ).all()
+                for task_id, kind, count, prompt, completion, cost in rows:
+                    acc = sums[task_id]
+                    if kind == LOST:
+                        acc["lost"] = acc.get("lost", 0) + completion
+                    else:
+                        acc["calls"] = acc.get("calls", 0) + count
+                        acc["prompt"] = acc.get("prompt", 0) + prompt
+                        acc["completion"] = acc.get("completion", 0) + completion
+                    acc["cost"] = acc.get("cost", 0.0) + cost
+        return {
+            task_id: LedgerTotals(
+                calls=int(acc.get("calls", 0)),
+                prompt_tokens=int(acc.get("prompt", 0)),
+                completion_tokens=int(acc.get("completion", 0)),
+                lost_tokens=int(acc.get("lost", 0)),
+                cost_usd=float(acc.get("cost", 0.0)),
+            )
+            for task_id, acc in sums.items()
+        }

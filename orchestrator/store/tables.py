@@ -1,0 +1,157 @@
+"""The control plane's tables, one row type per record the store keeps.
+
+Each table carries the indexes its queries need and nothing else: the store is written on
+every step of every task, so an unused index is a cost paid for nothing. Rows hold plain
+columns for what is filtered or sorted on and JSON text for the rest, so a new field of a
+pydantic contract never needs a migration.
+
+Table names are explicit (not sqlmodel's lower-cased class names) because the pool's tables
+share the same `SQLModel.metadata` and the same database.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import DateTime, Index, LargeBinary, Text, UniqueConstraint
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp that is always timezone-aware UTC when read back.
+
+    SQLite has no timezone type and returns naive datetimes; PostgreSQL's timestamptz
+    returns aware ones in the session's zone. Storing UTC and re-attaching UTC on the way
+    out gives both the same behaviour, and keeps SQLite's text timestamps sortable.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:  # pydantic parses ISO strings without an offset as naive: take them as UTC
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class TaskRow(SQLModel, table=True):
+    """A task's latest state; the columns the task list filters on are copied out of the JSON."""
+
+    __tablename__ = "tasks"
+    __table_args__ = (
+        # The task list filters on one of these and pages newest first.
+        Index("ix_tasks_created", "created_at"),
+        Index("ix_tasks_updated", "updated_at"),
+        Index("ix_tasks_tenant_created", "tenant", "created_at"),
+        Index("ix_tasks_status_created", "status", "created_at"),
+        Index("ix_tasks_agent_created", "agent", "created_at"),
+        Index("ix_tasks_parent_created", "parent_task_id", "created_at"),
+    )
+
+    task_id: str = Field(primary_key=True)
+    status: str
+    tenant: str
+    agent: str
+    parent_task_id: str | None = None
+    spec_json: str | None = Field(default=None, sa_type=Text)
+    state_json: str = Field(sa_type=Text)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class AgentRow(SQLModel, table=True):
+    """One version of an agent. The current version is the one activated last."""
+
+    __tablename__ = "agents"
+    __table_args__ = (
+        UniqueConstraint("name", "version", name="uq_agents_name_version"),
+        Index("ix_agents_name_activated", "name", "activated_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    version: str
+    spec_json: str = Field(sa_type=Text)
+    registered_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    activated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class CheckpointRow(SQLModel, table=True):
+    """One checkpoint: the delta since its parent (seq - 1), chained to it by hash.
+
+    `delta` is the canonical JSON of {step, messages, scratch, state}, zlib-compressed when
+    that saves space (`encoding` says which). `message_count` is the whole conversation's
+    length at this seq, so listing checkpoints never has to decode a delta.
+    """
+
+    __tablename__ = "checkpoints"
+    __table_args__ = (
+        # Also the index of every chain read: WHERE task_id = ? AND seq BETWEEN ? AND ?.
+        UniqueConstraint("task_id", "seq", name="uq_checkpoints_task_seq"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: str
+    seq: int
+    step: int
+    parent_hash: str
+    hash: str
+    message_count: int
+    encoding: str
+    delta: bytes = Field(sa_type=LargeBinary)
+    delta_bytes: int
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class LedgerRow(SQLModel, table=True):
+    """One LLM call's (or one lost attempt's) tokens and cost; the unique key makes retried writes count once."""
+
+    __tablename__ = "token_ledger"
+    __table_args__ = (UniqueConstraint("task_id", "step", "attempt", "kind", name="uq_ledger_call"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    task_id: str
+    step: int
+    attempt: int
+    kind: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    ttft_s: float
+    duration_s: float
+    served_by: str
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class EventRow(SQLModel, table=True):
+    """One entry of a task's event stream; `seq` is global so a reader can resume after the last it saw."""
+
+    __tablename__ = "task_events"
+    __table_args__ = (
+        Index("ix_task_events_task_seq", "task_id", "seq"),
+        # AUTOINCREMENT: SQLite may otherwise reuse a deleted top rowid, and a reader's cursor would skip it.
+        {"sqlite_autoincrement": True},
+    )
+
+    seq: int | None = Field(default=None, primary_key=True)
+    task_id: str
+    kind: str
+    at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    data_json: str = Field(sa_type=Text)

@@ -1,0 +1,162 @@
+"""The task registry: every task's spec and latest state, for the API, the CLI and the UI.
+
+The workflow is the source of truth while a task runs; this table is its published copy,
+written on every state change so that listing tasks never has to query Temporal. Writes
+arrive from several processes and may arrive late (an activity retried after the task
+ended), so a final state is never replaced by a non-final one. That rule is enforced inside
+the UPDATE's WHERE clause, not by a read-then-write that two writers could interleave.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine, delete, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from sdk import FINAL_STATUSES, Conflict, TaskState
+
+from .tables import TaskRow, utcnow
+
+_FINAL_VALUES = sorted(s.value for s in FINAL_STATUSES)
+
+
+class TaskConflict(Conflict):
+    """A task id is taken by a task with another spec."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(
+            f"task id {task_id!r} is already used by a task with a different spec", field="task_id", status_code=409
+        )
+        self.task_id = task_id
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    state: TaskState
+    spec_json: str | None  # None for a task known only from its state (never created through `create`)
+    created_at: datetime
+
+
+def _same_spec(a: str | None, b: str | None) -> bool:
+    """Specs are compared as JSON values, so key order or spacing is not a difference."""
+    if a == b:
+        return True
+    if a is None or b is None:
+        return False
+    try:
+        return bool(json.loads(a) == json.loads(b))
+    except ValueError:
+        return False
+
+
+def _columns(state: TaskState) -> dict[str, Any]:
+    return {
+        "status": state.status.value,
+        "tenant": state.tenant,
+        "agent": state.agent,
+        "parent_task_id": state.parent_task_id,
+        "updated_at": state.updated_at or utcnow(),
+        "state_json": state.model_dump_json(),
+    }
+
+
+class SqlTaskRegistry:
+    """Tasks on the control-plane database (activities.ports.TaskRegistry and the API's reads)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def create(self, task_id: str, spec_json: str, state: TaskState) -> bool:
+        """Record a submitted task. False if it already exists with this spec (an idempotent resubmit).
+
+        Raises TaskConflict if the id exists with another spec.
+        """
+        if state.task_id != task_id:
+            raise ValueError(f"state is of task {state.task_id!r}, not {task_id!r}")
+        with Session(self._engine) as session:
+            session.add(TaskRow(task_id=task_id, spec_json=spec_json, **_columns(state)))
+            try:
+                session.commit()
+                return True
+            except IntegrityError:
+                session.rollback()
+                existing = session.get(TaskRow, task_id)
+                if existing is None:
+                    raise
+                if _same_spec(existing.spec_json, spec_json):
+                    return False
+                raise TaskConflict(task_id) from None
+
+    def delete(self, task_id: str) -> bool:
+        """Remove a task's row (undoes a `create` whose workflow failed to start). True if one was removed."""
+        with Session(self._engine) as session:
+            result = session.exec(delete(TaskRow).where(col(TaskRow.task_id) == task_id))
+            session.commit()
+            return bool(result.rowcount)
+
+    def save_state(self, state: TaskState, spec_json: str | None = None) -> None:
+        """Upsert a task's latest state; a late non-final state never replaces a final one."""
+        values = _columns(state)
+        if spec_json is not None:
+            values["spec_json"] = spec_json
+        with Session(self._engine) as session:
+            if self._update(session, state, values):
+                return
+            session.add(TaskRow(task_id=state.task_id, **values))
+            try:
+                session.commit()
+            except IntegrityError:
+                # The row exists after all (created concurrently, or final and so not updated above).
+                session.rollback()
+                self._update(session, state, values)
+
+    @staticmethod
+    def _update(session: Session, state: TaskState, values: dict[str, Any]) -> bool:
+        statement = update(TaskRow).where(col(TaskRow.task_id) == state.task_id)
+        if not state.status.is_final:
+            statement = statement.where(col(TaskRow.status).not_in(_FINAL_VALUES))
+        result = session.exec(statement.values(**values).execution_options(synchronize_session=False))
+        session.commit()
+        return bool(result.rowcount)
+
+    def get(self, task_id: str) -> TaskRecord | None:
+        with Session(self._engine) as session:
+            row = session.get(TaskRow, task_id)
+        if row is None:
+            return None
+        return TaskRecord(
+            state=TaskState.model_validate_json(row.state_json), spec_json=row.spec_json, created_at=row.created_at
+        )
+
+    def list(
+        self,
+        *,
+        tenant: str | None = None,
+        status: str | None = None,
+        agent: str | None = None,
+        parent_task_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> builtins.list[TaskState]:
+        """Tasks matching every filter given, newest first (by creation, so pages do not shift as tasks run)."""
+        if limit < 0 or offset < 0:
+            raise ValueError(f"limit and offset must not be negative (limit={limit}, offset={offset})")
+        statement = select(TaskRow.state_json)
+        if tenant is not None:
+            statement = statement.where(TaskRow.tenant == tenant)
+        if status is not None:
+            statement = statement.where(TaskRow.status == getattr(status, "value", status))
+        if agent is not None:
+            statement = statement.where(TaskRow.agent == agent)
+        if parent_task_id is not None:
+            statement = statement.where(TaskRow.parent_task_id == parent_task_id)
+        statement = statement.order_by(col(TaskRow.created_at).desc(), col(TaskRow.task_id).desc())
+        with Session(self._engine) as session:
+            rows = session.exec(statement.limit(limit).offset(offset)).all()
+        return [TaskState.model_validate_json(r) for r in rows]

@@ -93,13 +93,11 @@ class LlmStepActivities:
             raise _classify(exc) from exc
         duration = time.monotonic() - started
 
-        response = _litellm().stream_chunk_builder(chunks, messages=messages)
-        usage = getattr(response, "usage", None)
-        if usage is None:
+        reply = _assemble(chunks)
+        if reply.usage is None:
             raise ApplicationError(f"{route.served_by} returned no usage for {inp.model}")
-        prompt_tokens, completion_tokens = int(usage.prompt_tokens), int(usage.completion_tokens)
-        choice = response.choices[0]
-        message = _assistant_message(choice.message)
+        prompt_tokens, completion_tokens = reply.usage
+        message = reply.message
         cost = _cost(usd_prices, prompt_tokens, completion_tokens)
 
         self.ledger.record(LedgerEntry(
@@ -112,11 +110,11 @@ class LlmStepActivities:
             "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before, "cost_usd": cost,
             "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),
             "tokens_per_s": round(completion_tokens / duration, 1) if duration > 0 else None,
-            "served_by": route.served_by, "finish_reason": choice.finish_reason,
+            "served_by": route.served_by, "finish_reason": reply.finish_reason,
             "tool_calls": [c.name for c in message.tool_calls or []],
         })
         return LlmStepResult(
-            message=message, finish_reason=choice.finish_reason, prompt_tokens=prompt_tokens,
+            message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens, lost_tokens=progress.lost_before, cost_usd=cost,
             ttft_s=ttft or duration, duration_s=duration, attempt=info.attempt, served_by=route.served_by,
         )
@@ -158,12 +156,45 @@ def _delta_tokens(chunk: Any) -> int:
     return count_text_tokens(text) if text else 0
 
 
-def _assistant_message(raw: Any) -> Message:
-    calls = [
-        ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
-        for c in (getattr(raw, "tool_calls", None) or [])
-    ]
-    return Message(role="assistant", content=getattr(raw, "content", None), tool_calls=calls or None)
+@dataclass
+class _Reply:
+    message: Message
+    finish_reason: str | None
+    usage: tuple[int, int] | None
+
+
+def _assemble(chunks: list[Any]) -> _Reply:
+    """Join streamed deltas into one assistant message; usage comes from the final chunk.
+
+    Done here rather than with litellm's chunk builder, which recounts tokens with a
+    tokenizer it may try to download for self-hosted model names.
+    """
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    finish_reason: str | None = None
+    usage: tuple[int, int] | None = None
+    for chunk in chunks:
+        raw_usage = getattr(chunk, "usage", None)
+        if raw_usage is not None and getattr(raw_usage, "prompt_tokens", None) is not None:
+            usage = (int(raw_usage.prompt_tokens), int(raw_usage.completion_tokens or 0))
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        finish_reason = choice.finish_reason or finish_reason
+        delta = choice.delta
+        if getattr(delta, "content", None):
+            text.append(delta.content)
+        for call in getattr(delta, "tool_calls", None) or []:
+            slot = calls.setdefault(call.index or 0, {"id": "", "name": "", "arguments": ""})
+            slot["id"] = call.id or slot["id"]
+            fn = call.function
+            if fn is not None:
+                slot["name"] += fn.name or ""
+                slot["arguments"] += fn.arguments or ""
+    tool_calls = [ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}")
+                  for _, c in sorted(calls.items())]
+    message = Message(role="assistant", content="".join(text) or None, tool_calls=tool_calls or None)
+    return _Reply(message, finish_reason, usage)
 
 
 def _prices(route: ModelRoute) -> tuple[float, float] | None:

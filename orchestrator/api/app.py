@@ -1,0 +1,53 @@
+"""The control-plane HTTP app: routes under /v1, health probes, one error shape."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from ..catalogue import ModelCatalogue
+from ..config import BerthConfig
+from ..store import Store
+from . import agents, checkpoints, errors, events, health, tasks
+from .limits import BodySizeLimit
+from .services import Services
+from .temporal_gateway import TemporalGateway, TemporalUnavailable
+
+log = logging.getLogger("berth.api")
+
+
+def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> FastAPI:
+    """The app over an open store and a (possibly not yet connected) Temporal gateway."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Connect early so the first request does not pay for it, but start regardless:
+        # /readyz reports Temporal down until it answers, and every call retries.
+        try:
+            await temporal.client()
+        except TemporalUnavailable as exc:
+            log.warning("starting without Temporal: %s", exc)
+        yield
+
+    app = FastAPI(
+        title="Berth",
+        version="0.1.0",
+        description="Durable AI-agent tasks with hard token budgets and checkpoints.",
+        lifespan=lifespan,
+    )
+    app.state.services = Services(config=config, store=store, temporal=temporal, catalogue=ModelCatalogue(config))
+    errors.install(app)
+    app.add_middleware(BodySizeLimit)
+    for module in (health, agents, tasks, checkpoints, events):
+        app.include_router(module.router)
+    return app
+
+
+def build_app(config: BerthConfig) -> FastAPI:
+    """The app as `berth server` runs it: the store at the configured URL, Temporal at its address."""
+    store = Store.open(config.resolved_database_url)
+    temporal = TemporalGateway(config.resolved_temporal_address, config.temporal_namespace)
+    return create_app(config, store, temporal)

@@ -1,0 +1,89 @@
+"""A task's history: its checkpoints, forking a new task from one, and its token ledger."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Response, status
+from pydantic import ValidationError
+
+from sdk import ForkSource, TaskSpec, TaskState
+from sdk._resources import CheckpointDetail, CheckpointSummary, ForkRequest, Ledger, LedgerEntry, LedgerTotals
+
+from ..store import CheckpointCorrupt, CheckpointNotFound
+from .errors import ERROR_RESPONSES, ApiError, field_of, invalid, not_found
+from .services import Services, services
+from .submission import submit_task
+
+router = APIRouter(prefix="/v1/tasks/{task_id}", tags=["tasks"], responses=ERROR_RESPONSES)
+Svc = Annotated[Services, Depends(services)]
+
+
+@router.get("/checkpoints", response_model=list[CheckpointSummary])
+async def list_checkpoints(task_id: str, svc: Svc) -> list[CheckpointSummary]:
+    await svc.task_record(task_id)
+    rows = await svc.db(svc.store.checkpoints.list, task_id)
+    return [CheckpointSummary.model_validate(r) for r in rows]
+
+
+@router.get("/checkpoints/{seq}", response_model=CheckpointDetail)
+async def read_checkpoint(task_id: str, seq: int, svc: Svc) -> CheckpointDetail:
+    """One checkpoint whole: the conversation up to it, its scratch and the task state it saved."""
+    await svc.task_record(task_id)
+    ref = await svc.db(svc.store.checkpoints.find, task_id, seq)
+    if ref is None:
+        raise _no_checkpoint(task_id, seq)
+    try:
+        content = await svc.db(svc.store.checkpoints.read, ref.id)
+    except CheckpointNotFound:
+        raise _no_checkpoint(task_id, seq) from None
+    except CheckpointCorrupt as exc:
+        raise ApiError(500, f"checkpoint {seq} of task {task_id} failed verification: {exc}", code="corrupt") from None
+    return CheckpointDetail.model_validate(content)
+
+
+@router.post("/fork", status_code=status.HTTP_201_CREATED, response_model=TaskState)
+async def fork(task_id: str, request: ForkRequest, response: Response, svc: Svc) -> TaskState:
+    """Start a new task from one of this task's checkpoints, with the source's spec and any overrides.
+
+    The workflow of the new task copies the checkpoint as its starting conversation.
+    """
+    record = await svc.task_record(task_id)
+    if record.spec_json is None:
+        raise invalid("task_id", f"task {task_id} has no stored spec to fork from")
+    if await svc.db(svc.store.checkpoints.find, task_id, request.checkpoint_seq) is None:
+        raise _no_checkpoint(task_id, request.checkpoint_seq)
+
+    source = TaskSpec.model_validate_json(record.spec_json)
+    overrides = request.model_dump(exclude={"checkpoint_seq"}, exclude_none=True)
+    if "budget" in overrides:
+        overrides["budget"] = request.budget  # keep the Budget object (an absolute deadline stays as is)
+    try:
+        spec = TaskSpec.model_validate({**source.model_dump(), "task_id": None, **overrides})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise invalid(field_of(first["loc"]), first["msg"]) from None
+    submitted = await submit_task(
+        svc, spec, fork_of=ForkSource(task_id=task_id, checkpoint_seq=request.checkpoint_seq),
+        agent_version=record.state.agent_version,
+    )
+    if not submitted.created:
+        response.status_code = status.HTTP_200_OK
+    return submitted.state
+
+
+@router.get("/ledger", response_model=Ledger)
+async def ledger(task_id: str, svc: Svc) -> Ledger:
+    """Every LLM call the task paid for, with where it ran, and the totals."""
+    await svc.task_record(task_id)
+    entries = await svc.db(svc.store.ledger.entries, task_id)
+    totals = await svc.db(svc.store.ledger.totals, task_id)
+    return Ledger(
+        task_id=task_id,
+        entries=[LedgerEntry.model_validate(e) for e in entries],
+        totals=LedgerTotals.model_validate(totals),
+    )
+
+
+def _no_checkpoint(task_id: str, seq: int) -> ApiError:
+    return not_found(f"task {task_id} has no checkpoint {seq}", field="checkpoint_seq")

@@ -1,0 +1,116 @@
+"""One error shape for every refusal: `{"error": {"code", "message", "field"}}`.
+
+Routes raise `ApiError`; FastAPI's own refusals (validation, unknown route, wrong method)
+and anything unexpected are turned into the same shape here, so a client parses one thing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sdk._resources import ErrorBody
+
+log = logging.getLogger("berth.api")
+
+_CODES = {
+    400: "invalid",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    422: "invalid",
+    500: "internal",
+    503: "unavailable",
+    504: "unavailable",
+}
+
+# Documents the shape in OpenAPI for the statuses routes can answer with.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": code} for status, code in
+    ((404, "not_found"), (409, "conflict"), (422, "invalid"), (503, "unavailable"))
+}
+
+
+class ApiError(Exception):
+    """A refusal with its HTTP status, a stable code, a reason and (when one is to blame) a field."""
+
+    def __init__(self, status: int, message: str, *, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code or _CODES.get(status, "error")
+        self.message = message
+        self.field = field
+
+
+def invalid(field: str | None, message: str) -> ApiError:
+    return ApiError(422, message, field=field)
+
+
+def not_found(message: str, field: str | None = None) -> ApiError:
+    return ApiError(404, message, field=field)
+
+
+def conflict(message: str, field: str | None = None) -> ApiError:
+    return ApiError(409, message, field=field)
+
+
+def unavailable(message: str) -> ApiError:
+    return ApiError(503, message)
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field}}
+
+
+def error_response(status: int, message: str, *, field: str | None = None, code: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(code or _CODES.get(status, "error"), message, field), status_code=status,
+                        headers=headers)
+
+
+def field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
+    """`("body", "budget", "tokens")` -> "budget.tokens"; where the input came from is dropped."""
+    parts = list(loc)
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
+        parts = parts[1:]
+    # A JSON syntax error is located by character offset, which names no field.
+    if parts and isinstance(parts[-1], int) and len(parts) == 1:
+        return None
+    return ".".join(str(p) for p in parts) or None
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.message, field=exc.field, code=exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if not errors:
+            return error_response(422, "the request is not valid")
+        first = errors[0]
+        field = field_of(first.get("loc", ()))
+        message = str(first.get("msg", "invalid value"))
+        if first.get("type") == "missing" and field is None:
+            message = "a JSON request body is required"
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+        return error_response(422, message, field=field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, f"internal error ({type(exc).__name__}); see the server log")

@@ -1,0 +1,80 @@
+"""A task's event log as Server-Sent Events.
+
+The workflow's activities append events to the store; this route tails that log. Polling the
+store (in the thread pool) every 0.3 s keeps the server stateless: any replica can serve any
+stream, a reconnect resumes from `Last-Event-ID`, and nothing has to fan events out between
+processes. The stream ends once the task is final and its log is drained, with an `end`
+message so that clients (and browsers' EventSource) know not to reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from sdk._events import END_EVENT
+
+from .errors import ERROR_RESPONSES
+from .services import Services, services
+
+POLL_INTERVAL_S = 0.3
+READ_BATCH = 500
+# The workflow may write its last event just after its final state; after seeing the task
+# final with nothing left to read, look this many more times before ending the stream.
+FINAL_QUIET_POLLS = 2
+PING_INTERVAL_S = 15
+
+router = APIRouter(tags=["tasks"], responses=ERROR_RESPONSES)
+Svc = Annotated[Services, Depends(services)]
+
+
+@router.get(
+    "/v1/tasks/{task_id}/events",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "event: <kind>, id: <seq>, data: TaskEvent"}},
+)
+async def stream_events(
+    task_id: str,
+    svc: Svc,
+    after: Annotated[int, Query(ge=0, description="only events with a larger seq")] = 0,
+    last_event_id: Annotated[str | None, Header(description="set by reconnecting SSE clients")] = None,
+) -> EventSourceResponse:
+    await svc.task_record(task_id)
+    start = max(after, _seq(last_event_id))
+    return EventSourceResponse(tail(svc, task_id, start), ping=PING_INTERVAL_S)
+
+
+async def tail(svc: Services, task_id: str, after: int) -> AsyncIterator[ServerSentEvent]:
+    quiet_polls = 0
+    while True:
+        # Read the status before the events: a final status seen here means every event
+        # written before it is in the read below.
+        record = await svc.db(svc.store.tasks.get, task_id)
+        final = record is None or record.state.status.is_final
+        events = await svc.db(svc.store.events.read, task_id, after, READ_BATCH)
+        for event in events:
+            after = event.seq
+            yield ServerSentEvent(data=event.model_dump_json(), event=event.kind, id=str(event.seq))
+        if len(events) == READ_BATCH:
+            continue
+        if final and not events:
+            quiet_polls += 1
+            if quiet_polls > FINAL_QUIET_POLLS:
+                status = record.state.status.value if record else "deleted"
+                yield ServerSentEvent(data=json.dumps({"task_id": task_id, "status": status}), event=END_EVENT)
+                return
+        else:
+            quiet_polls = 0
+        await asyncio.sleep(POLL_INTERVAL_S)
+
+
+def _seq(value: str | None) -> int:
+    try:
+        return max(0, int(value)) if value else 0
+    except ValueError:
+        return 0

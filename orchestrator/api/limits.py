@@ -1,0 +1,66 @@
+"""A ceiling on request bodies, checked before anything parses them.
+
+The largest legitimate body is an agent spec whose instructions are at their limit
+(200 k characters, up to 4 bytes each in UTF-8) plus tool schemas, well under 2 MiB; a body
+far above that is a mistake or an attack and is refused before it is read into memory.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+class BodySizeLimit:
+    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                too_large = int(length) > self.max_bytes
+            except ValueError:
+                too_large = False
+            if too_large:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)
+            return
+        # No length given (chunked): read up to the limit, then replay what was read.
+        buffered: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            buffered.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await self._refuse(send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps({"error": {
+            "code": "too_large",
+            "message": f"the request body is larger than {self.max_bytes} bytes",
+            "field": None,
+        }}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,113 @@
+"""Turning a TaskSpec into a running task: validate, record, start — all or nothing.
+
+The row is written before the workflow starts, so a task is listed the moment its submit
+returns and the workflow's first state save finds its row. If the start then fails, the row
+is removed again: a client sees either a task that runs or a refusal, never a task stuck in
+`queued` with nothing behind it. The id is the workflow id, which is what makes a resubmit
+idempotent end to end (the store compares specs, Temporal keeps one run per id).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sdk import AgentSpec, ForkSource, Spend, TaskRun, TaskSpec, TaskState, TaskStatus
+
+from ..catalogue import UnknownModel
+from ..store import TaskConflict
+from .errors import conflict, invalid, unavailable
+from .services import Services
+from .temporal_gateway import TemporalUnavailable
+
+
+def new_task_id() -> str:
+    return "t-" + secrets.token_hex(6)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    state: TaskState
+    created: bool  # False: the same task was submitted before, and this is its state
+
+
+async def resolve_agent(services: Services, name: str, version: str | None = None) -> AgentSpec:
+    """The registered agent (a given version when it still exists, else the current one)."""
+    agent = None
+    if version:
+        agent = await services.db(services.store.agents.get, name, version)
+    if agent is None:
+        agent = await services.db(services.store.agents.get, name)
+    if agent is None:
+        raise invalid("agent", f"agent {name!r} is not registered; register it first (POST /v1/agents)")
+    return agent
+
+
+def check_model(services: Services, model: str) -> None:
+    try:
+        services.catalogue.check(model)
+    except UnknownModel as exc:
+        raise invalid("model", str(exc)) from None
+
+
+def initial_state(run: TaskRun) -> TaskState:
+    spec = run.spec
+    return TaskState(
+        task_id=run.task_id,
+        agent=run.agent.name,
+        agent_version=run.agent.version,
+        model=run.agent.model,
+        tenant=spec.tenant,
+        status=TaskStatus.queued,
+        step=0,
+        max_steps=run.agent.max_steps,
+        spend=Spend(token_limit=spec.budget.tokens, usd_limit=spec.budget.usd),
+        parent_task_id=run.parent_task_id,
+        updated_at=run.submitted_at,
+    )
+
+
+async def submit_task(
+    services: Services, spec: TaskSpec, *, fork_of: ForkSource | None = None, agent_version: str | None = None
+) -> Submitted:
+    agent = await resolve_agent(services, spec.agent, agent_version)
+    model = spec.model or agent.model
+    check_model(services, model)
+
+    spec = spec.model_copy(update={"task_id": spec.task_id or new_task_id()})
+    task_id = spec.task_id
+    assert task_id is not None
+    run = TaskRun(
+        task_id=task_id,
+        spec=spec,
+        agent=agent.model_copy(update={"model": model, "max_steps": spec.max_steps or agent.max_steps}),
+        submitted_at=datetime.now(timezone.utc),
+        budget_grace_s=spec.budget_grace_s or services.config.budget_grace_s,
+        fork_of=fork_of,
+    )
+    state = initial_state(run)
+    try:
+        created = await services.db(services.store.tasks.create, task_id, spec.model_dump_json(), state)
+    except TaskConflict as exc:
+        raise conflict(exc.message, field="task_id") from None
+
+    if not created:
+        record = await services.task_record(task_id)
+        if record.state.status == TaskStatus.queued:
+            # The first submit may have died between writing the row and starting the
+            # workflow; starting again is harmless (USE_EXISTING) and heals that gap.
+            try:
+                await services.temporal.start_task(run)
+            except TemporalUnavailable as exc:
+                raise unavailable(f"task {task_id} exists but its workflow could not be started: {exc}") from None
+        return Submitted(record.state, created=False)
+
+    try:
+        await services.temporal.start_task(run)
+    except BaseException as exc:
+        await services.db(services.store.tasks.delete, task_id)
+        if isinstance(exc, TemporalUnavailable):
+            raise unavailable(f"task not submitted: {exc}") from None
+        raise
+    return Submitted(state, created=True)

@@ -1,0 +1,131 @@
+"""Task routes: submit, list, read, and steer (cancel, raise budget, answer)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Query, Response, status
+from pydantic import ConfigDict
+
+from sdk import Spend, TaskSpec, TaskState, TaskStatus
+from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget
+
+from ..store import TaskRecord
+from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, unavailable
+from .services import Services, services
+from .submission import submit_task
+from .temporal_gateway import TemporalUnavailable, UpdateRejected, WorkflowGone
+
+MAX_PAGE = 500
+
+
+# The contracts accept unknown fields (they travel through Temporal and may grow); a client
+# request must not, so that a typo ("token": 100) is refused instead of silently ignored.
+class RaiseBudgetRequest(RaiseBudget):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AnswerRequest(HumanAnswer):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CancelBody(CancelRequest):
+    model_config = ConfigDict(extra="forbid")
+
+
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"], responses=ERROR_RESPONSES)
+Svc = Annotated[Services, Depends(services)]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=TaskState,
+             responses={200: {"model": TaskState, "description": "the same task was submitted before"}})
+async def submit(spec: TaskSpec, response: Response, svc: Svc) -> TaskState:
+    """Submit a task. Resubmitting an id with the same spec returns it (200); another spec is a 409."""
+    submitted = await submit_task(svc, spec)
+    if not submitted.created:
+        response.status_code = status.HTTP_200_OK
+    return submitted.state
+
+
+@router.get("", response_model=list[TaskState])
+async def list_tasks(
+    svc: Svc,
+    status_: Annotated[TaskStatus | None, Query(alias="status")] = None,
+    agent: str | None = None,
+    tenant: str | None = None,
+    parent: Annotated[str | None, Query(description="only sub-agents of this task")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[TaskState]:
+    """Tasks, newest first, as last stored (listing never waits on Temporal)."""
+    return await svc.db(
+        svc.store.tasks.list, tenant=tenant, status=status_.value if status_ else None, agent=agent,
+        parent_task_id=parent, limit=limit, offset=offset,
+    )
+
+
+@router.get("/{task_id}", response_model=TaskState)
+async def get_task(task_id: str, svc: Svc) -> TaskState:
+    """The task's live state when its workflow answers, else the state it last stored."""
+    return await current_state(svc, await svc.task_record(task_id))
+
+
+@router.post("/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=TaskState)
+async def cancel(task_id: str, svc: Svc, request: Annotated[CancelBody | None, Body()] = None) -> TaskState:
+    """Ask the task to stop; it ends `cancelled` after its current step is settled (hence 202)."""
+    record = await svc.task_record(task_id)
+    require_running(record)
+    try:
+        await svc.temporal.cancel(task_id, CancelRequest(reason=request.reason) if request else CancelRequest())
+    except (TemporalUnavailable, WorkflowGone) as exc:
+        raise _refusal(exc) from None
+    return await current_state(svc, record)
+
+
+@router.post("/{task_id}/raise-budget", response_model=Spend)
+async def raise_budget(task_id: str, request: RaiseBudgetRequest, svc: Svc) -> Spend:
+    """Add tokens and/or dollars to the task's budget; a task in awaiting_budget resumes."""
+    if request.tokens <= 0 and request.usd <= 0:
+        raise invalid("tokens", "raise at least one of tokens or usd by more than 0")
+    require_running(await svc.task_record(task_id))
+    try:
+        return await svc.temporal.raise_budget(task_id, RaiseBudget(tokens=request.tokens, usd=request.usd))
+    except (TemporalUnavailable, WorkflowGone, UpdateRejected) as exc:
+        raise _refusal(exc) from None
+
+
+@router.post("/{task_id}/answer", response_model=TaskState)
+async def answer(task_id: str, request: AnswerRequest, svc: Svc) -> TaskState:
+    """Answer the question of a task in awaiting_input."""
+    record = await svc.task_record(task_id)
+    require_running(record)
+    if record.state.status == TaskStatus.queued:
+        raise conflict(f"task {task_id} is not awaiting input (it has not started)")
+    try:
+        await svc.temporal.answer(task_id, HumanAnswer(text=request.text))
+    except (TemporalUnavailable, WorkflowGone, UpdateRejected) as exc:
+        raise _refusal(exc) from None
+    return await current_state(svc, record)
+
+
+async def current_state(svc: Services, record: TaskRecord) -> TaskState:
+    stored = record.state
+    # A queued row means the workflow has not run its first task yet, so no worker could
+    # answer a query; the store is as fresh as anything Temporal would say.
+    if stored.status.is_final or stored.status == TaskStatus.queued:
+        return stored
+    live = await svc.temporal.query_state(stored.task_id)
+    return live or stored
+
+
+def require_running(record: TaskRecord) -> None:
+    state = record.state
+    if state.status.is_final:
+        reason = f": {state.error}" if state.error else ""
+        raise conflict(f"task {state.task_id} has already ended ({state.status.value}{reason})")
+
+
+def _refusal(exc: Exception) -> ApiError:
+    if isinstance(exc, TemporalUnavailable):
+        return unavailable(str(exc))
+    return conflict(str(exc))

@@ -1,0 +1,190 @@
+"""The API's one door to Temporal: start a task's workflow, query it, update it, signal it.
+
+The server must start (and answer /healthz, list tasks, read checkpoints) while Temporal
+is down or still starting under `berth up`, so the gateway connects on first use and tries
+again on the next call after a failure, instead of failing at startup. Temporal's errors
+become three domain errors the routes can answer precisely:
+
+- `TemporalUnavailable`: the frontend cannot be reached, or the workflow did not answer in
+  time (no worker polling) -> 503;
+- `WorkflowGone`: the task's workflow is not running (finished, or never started) -> 409;
+- `UpdateRejected`: the workflow refused the update (e.g. an answer while not awaiting input) -> 409.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+from temporalio.client import (
+    Client,
+    RPCTimeoutOrCancelledError,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
+
+from sdk import Spend, TaskRun, TaskState
+from sdk.contracts import (
+    ANSWER_UPDATE,
+    CANCEL_SIGNAL,
+    CONTROL_TASK_QUEUE,
+    RAISE_BUDGET_UPDATE,
+    STATE_QUERY,
+    WORKFLOW_NAME,
+    CancelRequest,
+    HumanAnswer,
+    RaiseBudget,
+)
+
+log = logging.getLogger("berth.api.temporal")
+
+CONNECT_TIMEOUT_S = 5.0
+# A query is answered by a worker; a live state that takes longer than this is worth less
+# than the stored one, which the workflow writes on every change anyway.
+QUERY_TIMEOUT_S = 2.0
+# An update waits for a worker to run the handler; long enough for a busy worker, short
+# enough that a caller without any worker hears about it.
+UPDATE_TIMEOUT_S = 15.0
+HEALTH_TIMEOUT_S = 3.0
+
+
+class TemporalUnavailable(Exception):
+    """Temporal (or a worker behind it) did not answer."""
+
+
+class WorkflowGone(Exception):
+    """The task's workflow is not running: it finished, or it was never started."""
+
+
+class UpdateRejected(Exception):
+    """The workflow's validator or handler refused the update; the message says why."""
+
+
+class TemporalGateway:
+    """Starts and steers AgentTaskWorkflow runs by name, through a lazily connected client."""
+
+    def __init__(
+        self,
+        address: str,
+        namespace: str = "default",
+        *,
+        client: Client | None = None,
+        query_timeout_s: float = QUERY_TIMEOUT_S,
+        update_timeout_s: float = UPDATE_TIMEOUT_S,
+    ) -> None:
+        self.address = address
+        self.namespace = namespace
+        self.query_timeout = timedelta(seconds=query_timeout_s)
+        self.update_timeout = timedelta(seconds=update_timeout_s)
+        self._client = client
+        self._lock: asyncio.Lock | None = None
+
+    @classmethod
+    async def connect(cls, address: str, namespace: str = "default") -> "TemporalGateway":
+        """A gateway that has tried to connect once; it never raises, a later call retries."""
+        gateway = cls(address, namespace)
+        try:
+            await gateway.client()
+        except TemporalUnavailable as exc:
+            log.warning("Temporal is not reachable yet (%s); will retry on first use", exc)
+        return gateway
+
+    @classmethod
+    def from_client(cls, client: Client) -> "TemporalGateway":
+        """Wrap a connected client; it must use `pydantic_data_converter`."""
+        return cls(client.service_client.config.target_host, client.namespace, client=client)
+
+    async def client(self) -> Client:
+        if self._client is not None:
+            return self._client
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._client is None:
+                try:
+                    self._client = await asyncio.wait_for(
+                        Client.connect(self.address, namespace=self.namespace, data_converter=pydantic_data_converter),
+                        CONNECT_TIMEOUT_S,
+                    )
+                except (RuntimeError, OSError, asyncio.TimeoutError, RPCError) as exc:
+                    raise TemporalUnavailable(f"Temporal at {self.address} is unreachable: {exc}") from exc
+        return self._client
+
+    async def check(self) -> None:
+        """Raise TemporalUnavailable unless the frontend answers for our namespace."""
+        client = await self.client()
+        try:
+            await client.workflow_service.describe_namespace(
+                DescribeNamespaceRequest(namespace=self.namespace), timeout=timedelta(seconds=HEALTH_TIMEOUT_S)
+            )
+        except (RPCError, RuntimeError) as exc:
+            raise TemporalUnavailable(f"Temporal at {self.address} did not answer: {exc}") from exc
+
+    async def start_task(self, run: TaskRun) -> None:
+        """Start the task's workflow; starting one that already runs is a no-op (idempotent submit)."""
+        client = await self.client()
+        try:
+            await client.start_workflow(
+                WORKFLOW_NAME,
+                run,
+                id=run.task_id,
+                task_queue=CONTROL_TASK_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S),
+            )
+        except (RPCError, RuntimeError) as exc:
+            raise TemporalUnavailable(f"could not start the workflow of task {run.task_id}: {exc}") from exc
+
+    async def query_state(self, task_id: str) -> TaskState | None:
+        """The workflow's live state, or None when it cannot answer right now (best effort)."""
+        try:
+            client = await self.client()
+            handle = client.get_workflow_handle(task_id)
+            return await handle.query(STATE_QUERY, result_type=TaskState, rpc_timeout=self.query_timeout)
+        except (TemporalUnavailable, RPCError, RuntimeError, WorkflowQueryFailedError,
+                WorkflowQueryRejectedError, RPCTimeoutOrCancelledError) as exc:
+            log.debug("state query of %s failed: %s", task_id, exc)
+            return None
+
+    async def raise_budget(self, task_id: str, request: RaiseBudget) -> Spend:
+        return await self._update(task_id, RAISE_BUDGET_UPDATE, request, Spend)
+
+    async def answer(self, task_id: str, answer: HumanAnswer) -> None:
+        await self._update(task_id, ANSWER_UPDATE, answer, None)
+
+    async def cancel(self, task_id: str, request: CancelRequest) -> None:
+        client = await self.client()
+        try:
+            await client.get_workflow_handle(task_id).signal(
+                CANCEL_SIGNAL, request, rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S)
+            )
+        except RPCError as exc:
+            raise _rpc_error(task_id, exc) from exc
+
+    async def _update(self, task_id: str, name: str, arg: object, result_type: type | None) -> object:
+        client = await self.client()
+        handle = client.get_workflow_handle(task_id)
+        try:
+            return await handle.execute_update(name, arg, result_type=result_type, rpc_timeout=self.update_timeout)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            raise UpdateRejected(getattr(cause, "message", None) or str(cause)) from exc
+        except RPCTimeoutOrCancelledError as exc:
+            raise TemporalUnavailable(
+                f"the workflow of task {task_id} did not answer within {self.update_timeout.total_seconds():g} s;"
+                " is a Berth worker running?"
+            ) from exc
+        except RPCError as exc:
+            raise _rpc_error(task_id, exc) from exc
+
+
+def _rpc_error(task_id: str, exc: RPCError) -> Exception:
+    if exc.status == RPCStatusCode.NOT_FOUND:
+        return WorkflowGone(f"task {task_id} is not running: {exc.message}")
+    return TemporalUnavailable(f"Temporal refused a call for task {task_id}: {exc.message}")

@@ -1,0 +1,41 @@
+"""Helpers for the API tests (a module of its own: conftest files are not for importing)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+
+import httpx
+
+from orchestrator.store import Store
+from sdk import AgentSpec, Spend, TaskSpec, TaskState, TaskStatus
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def task_body(agent: AgentSpec, **fields: object) -> dict:
+    body: dict = {"agent": agent.name, "input": "Summarise the report.", "budget": {"tokens": 5000}}
+    body.update(fields)
+    return body
+
+
+def put_task(store: Store, agent: AgentSpec, status: TaskStatus = TaskStatus.running, **fields: object) -> TaskState:
+    """A task row as the workflow leaves it, written straight into the store."""
+    task_id = unique("t")
+    spec = TaskSpec(task_id=task_id, agent=agent.name, input="Summarise the report.", budget={"tokens": 5000})
+    state = TaskState(
+        task_id=task_id, agent=agent.name, agent_version=agent.version, model=agent.model, tenant="default",
+        status=status, max_steps=agent.max_steps, spend=Spend(token_limit=5000),
+        updated_at=datetime.now(timezone.utc), **fields,
+    )
+    assert store.tasks.create(task_id, spec.model_dump_json(), state)
+    return state
+
+
+def error_of(response: httpx.Response) -> dict:
+    body = response.json()
+    assert set(body) >= {"error"}, body
+    assert set(body["error"]) == {"code", "message", "field"}, body
+    return body["error"]

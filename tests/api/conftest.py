@@ -1,0 +1,79 @@
+"""API tests: the real app in-process over a real SQLite store and a real Temporal dev server.
+
+No worker polls the control queue here, so workflows the API starts stay at their first
+workflow task; tests look at what the API did (rows, started workflows, signals) and read
+task progress from rows they write into the store themselves, as the workflow would.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.client import Client as TemporalClient
+from temporalio.service import RPCError
+
+from orchestrator.api import TemporalGateway, create_app
+from orchestrator.config import BerthConfig
+from orchestrator.store import Store
+from sdk import AgentSpec, ToolSpec
+
+from api_helpers import unique
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> BerthConfig:
+    return BerthConfig(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path}/berth.db")
+
+
+@pytest.fixture
+def store(config: BerthConfig) -> Iterator[Store]:
+    store = Store.open(config.resolved_database_url)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+async def gateway(temporal_client: TemporalClient, store: Store) -> AsyncIterator[TemporalGateway]:
+    yield TemporalGateway.from_client(temporal_client)
+    # No worker will ever run these: end them so that no later test's worker on the
+    # control queue picks up a task whose agent its own store does not know.
+    for state in store.tasks.list(limit=500):
+        try:
+            await temporal_client.get_workflow_handle(state.task_id).terminate("API test over")
+        except RPCError:
+            pass
+
+
+@pytest.fixture
+def app(config: BerthConfig, store: Store, gateway: TemporalGateway):
+    return create_app(config, store, gateway)
+
+
+@pytest.fixture
+async def api(app) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as client:
+        yield client
+
+
+@pytest.fixture
+def agent(store: Store) -> AgentSpec:
+    """A registered agent on a self-hosted model, with one tool."""
+    spec = AgentSpec(
+        name=unique("writer"), model="llama-3.1-8b", instructions="Write briefly.", max_steps=7,
+        tools=[ToolSpec(name="lookup", description="Look a word up.")],
+    )
+    return store.agents.register(spec)
+
+
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,394 @@
+"""The simulated engine's HTTP face: the slice of vLLM's OpenAI-compatible API that Berth uses.
+
+Agents reach this server only through litellm's `hosted_vllm/` route, exactly as they
+reach vLLM, so everything litellm relies on is real: SSE framing, streamed tool-call
+deltas, the trailing usage chunk, OpenAI-style errors, and time spent waiting for the
+first token and for each token after it (`asyncio.sleep`, so requests overlap freely).
+Prompt tokens are counted with `activities.tokens`, the counter Berth reserves budget
+with, so a step's reservation and the engine's usage agree exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from activities import tokens
+
+from .models import DEFAULT_MODELS, SimulatedModel
+from .policy import PlannedCall, Reply, reply
+from .usage import UsageTally
+
+TASK_HEADER = "X-Berth-Task"
+CHUNK_TOKENS = 4  # tokens per streamed chunk: smooth enough for a UI, a quarter of the wake-ups
+BIG_BODY_BYTES = 64_000  # above this, counting the prompt (~ms per 10 k tokens) moves off the event loop
+
+
+class _Function(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1)
+    parameters: dict[str, Any] | None = None
+
+
+class _Tool(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["function"] = "function"
+    function: _Function
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(BaseModel):
+    """The fields of POST /v1/chat/completions the engine reads; any other field is ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(min_length=1)
+    messages: list[_Message] = Field(min_length=1)
+    tools: list[_Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)  # accepted; replies are deterministic anyway
+    seed: int | None = None
+
+
+@dataclass
+class _Generation:
+    """A reply cut to max_tokens and split into streamable deltas, each with its token count."""
+
+    deltas: list[tuple[dict[str, Any], int]]
+    message: dict[str, Any]
+    finish_reason: str
+    completion_tokens: int
+
+
+@dataclass
+class _StreamProgress:
+    sent_tokens: int = 0
+    completed: bool = False
+
+
+@dataclass
+class _Call:
+    """One accepted request: what the tallies and the chunks need to know about it."""
+
+    id: str
+    model: SimulatedModel
+    task: str | None
+    prompt_tokens: int
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+def create_app(
+    models: Sequence[SimulatedModel] = DEFAULT_MODELS, latency_scale: float = 1.0, tally: UsageTally | None = None
+) -> FastAPI:
+    """The engine as an ASGI app; `latency_scale` multiplies every wait (0 = answer at once)."""
+    if latency_scale < 0:
+        raise ValueError(f"latency_scale: must be >= 0, got {latency_scale}")
+    served = {m.name: m for m in models}
+    usage = tally or UsageTally()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Importing litellm (for its tokenizer) takes seconds: pay it before /health answers,
+        # not inside the first request's time to first token.
+        await asyncio.to_thread(tokens.count_prompt_tokens, [{"role": "user", "content": "warm up"}], None)
+        await asyncio.to_thread(tokens.encode, "warm up")
+        yield
+
+    app = FastAPI(title="Berth simulated inference engine", lifespan=lifespan)
+    app.state.tally = usage
+    app.state.models = served
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [
+            {"id": m.name, "object": "model", "created": 0, "owned_by": "berth-simulated", "max_model_len": m.context_window}
+            for m in served.values()
+        ]}
+
+    @app.get("/sim/usage")
+    async def get_usage() -> dict[str, object]:
+        return usage.snapshot()
+
+    @app.post("/sim/usage/reset")
+    async def reset_usage() -> dict[str, object]:
+        usage.reset()
+        return usage.snapshot()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                return _error(400, "body: expected a JSON object", "BadRequestError", "body")
+            chat = ChatRequest.model_validate(body)
+        except ValueError as exc:  # json.JSONDecodeError and pydantic.ValidationError are both ValueErrors
+            return _error(400, *_describe_invalid(exc))
+        model = served.get(chat.model)
+        if model is None:
+            return _error(404, f"The model `{chat.model}` does not exist.", "NotFoundError", "model")
+        messages, tool_defs = body["messages"], body.get("tools") or None
+        try:
+            if len(raw) > BIG_BODY_BYTES:
+                prompt_tokens = await asyncio.to_thread(tokens.count_prompt_tokens, messages, tool_defs)
+            else:
+                prompt_tokens = tokens.count_prompt_tokens(messages, tool_defs)
+        except Exception as exc:  # litellm's counter raises assorted types on shapes it cannot read
+            return _error(400, f"messages: cannot count the prompt's tokens ({exc})", "BadRequestError", "messages")
+        max_tokens = chat.max_completion_tokens or chat.max_tokens or max(model.context_window - prompt_tokens, 0)
+        if prompt_tokens + max_tokens > model.context_window or max_tokens < 1:
+            return _error(400, (
+                f"This model's maximum context length is {model.context_window} tokens. However, you requested "
+                f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion."
+            ), "BadRequestError", "messages")
+        call = _Call(f"chatcmpl-{uuid.uuid4().hex}", model, request.headers.get(TASK_HEADER), prompt_tokens)
+        generation = _render(reply(model.name, messages, _tools_for(chat.tool_choice, tool_defs)), max_tokens)
+        if chat.stream:
+            progress = _StreamProgress()
+            return _TalliedStream(
+                _stream(call, generation, latency_scale, usage, progress),
+                on_close=lambda: None if progress.completed else usage.aborted(
+                    model.name, call.task, prompt_tokens, progress.sent_tokens),
+            )
+        delay = (model.ttft_s + generation.completion_tokens / model.tokens_per_s) * latency_scale
+        if delay > 0 and await _client_left(request, delay):
+            usage.aborted(model.name, call.task, prompt_tokens, 0)
+            return Response(status_code=499)
+        usage.completed(model.name, call.task, prompt_tokens, generation.completion_tokens)
+        return JSONResponse({
+            "id": call.id, "object": "chat.completion", "created": call.created, "model": model.name,
+            "choices": [{"index": 0, "message": generation.message, "logprobs": None,
+                         "finish_reason": generation.finish_reason}],
+            "usage": _usage(call, generation),
+        })
+
+    return app
+
+
+async def _stream(
+    call: _Call, generation: _Generation, latency_scale: float, usage: UsageTally, progress: _StreamProgress
+) -> AsyncIterator[str]:
+    """SSE events at the model's pace: role after TTFT, then deltas, then finish, usage and [DONE]."""
+    model = call.model
+    if model.ttft_s * latency_scale > 0:
+        await asyncio.sleep(model.ttft_s * latency_scale)
+    yield _event(call, {"role": "assistant", "content": ""})
+    for delta, n_tokens in generation.deltas:
+        if latency_scale > 0:
+            await asyncio.sleep(n_tokens / model.tokens_per_s * latency_scale)
+        yield _event(call, delta)
+        progress.sent_tokens += n_tokens  # counted once the chunk is handed to the transport
+    # Tally before the last write: a client that reads [DONE] and asks /sim/usage at once must
+    # already find this request there.
+    usage.completed(model.name, call.task, call.prompt_tokens, generation.completion_tokens)
+    progress.completed = True
+    yield (
+        _event(call, {}, generation.finish_reason)
+        + _sse({"id": call.id, "object": "chat.completion.chunk", "created": call.created, "model": model.name,
+                "choices": [], "usage": _usage(call, generation)})
+        + "data: [DONE]\n\n"
+    )
+
+
+class _TalliedStream(StreamingResponse):
+    """A stream that reports how it ended: Starlette ends a stream silently when the client leaves."""
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._on_close = on_close
+        self._content = content
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+            await self._content.aclose()  # type: ignore[attr-defined]
+
+
+def _render(answer: Reply, max_tokens: int) -> _Generation:
+    """Cut the reply to max_tokens; a tool call that does not fit becomes truncated text, as a real model's would."""
+    calls = list(answer.tool_calls)
+    call_tokens = sum(len(tokens.encode(c.name)) + len(tokens.encode(c.arguments)) for c in calls)
+    if calls and call_tokens <= max_tokens:
+        deltas: list[tuple[dict[str, Any], int]] = []
+        for index, c in enumerate(calls):
+            head = {"index": index, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
+            deltas.append(({"tool_calls": [head]}, len(tokens.encode(c.name))))
+            deltas.extend(
+                ({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, n)
+                for piece, n in _pieces(tokens.encode(c.arguments))
+            )
+        message = {"role": "assistant", "content": None, "tool_calls": [_openai_call(c) for c in calls]}
+        return _Generation(deltas, message, "tool_calls", call_tokens)
+    text = answer.content if not calls else "\n".join(_as_text(c) for c in calls)
+    ids = tokens.encode(text or "")
+    finish = "length" if len(ids) > max_tokens else "stop"
+    pieces = _pieces(ids[:max_tokens])
+    content = "".join(piece for piece, _ in pieces)
+    return _Generation([({"content": p}, n) for p, n in pieces], {"role": "assistant", "content": content},
+                       finish, min(len(ids), max_tokens))
+
+
+def _pieces(ids: list[int]) -> list[tuple[str, int]]:
+    """Token ids as text pieces of about CHUNK_TOKENS tokens each.
+
+    A piece grows until it decodes to whole characters and re-encodes to exactly its own
+    tokens, so whoever counts the streamed text piece by piece (Berth's heartbeats do)
+    arrives at the same total as the usage the engine reports.
+    """
+    out: list[tuple[str, int]] = []
+    start = 0
+    while start < len(ids):
+        end = min(start + CHUNK_TOKENS, len(ids))
+        text = tokens.decode(ids[start:end])
+        while end < len(ids) and (text.endswith("\ufffd") or len(tokens.encode(text)) != end - start):
+            end += 1
+            text = tokens.decode(ids[start:end])
+        out.append((text, end - start))
+        start = end
+    return out
+
+
+def _tools_for(tool_choice: Any, tool_defs: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """The tools the policy may call: none for "none", only the named one for a forced choice."""
+    if not tool_defs or tool_choice == "none":
+        return None
+    if isinstance(tool_choice, dict):
+        forced = tool_choice.get("function")
+        name = forced.get("name") if isinstance(forced, dict) else None
+        return [t for t in tool_defs if t["function"]["name"] == name] or None
+    return tool_defs
+
+
+async def _client_left(request: Request, seconds: float) -> bool:
+    """Wait `seconds`; True if the client hung up meanwhile (its request is then aborted)."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({watcher}, timeout=seconds)
+        return bool(done)
+    finally:
+        watcher.cancel()
+
+
+def _usage(call: _Call, generation: _Generation) -> dict[str, int]:
+    return {"prompt_tokens": call.prompt_tokens, "completion_tokens": generation.completion_tokens,
+            "total_tokens": call.prompt_tokens + generation.completion_tokens}
+
+
+def _event(call: _Call, delta: dict[str, Any], finish_reason: str | None = None) -> str:
+    return _sse({"id": call.id, "object": "chat.completion.chunk", "created": call.created, "model": call.model.name,
+                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]})
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def _openai_call(call: PlannedCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def _as_text(call: PlannedCall) -> str:
+    """How a Hermes-style model writes a tool call before the server parses it."""
+    return f'<tool_call>\n{{"name": "{call.name}", "arguments": {call.arguments}}}\n</tool_call>'
+
+
+def _describe_invalid(exc: ValueError) -> tuple[str, str, str]:
+    """(message naming the field, error type, the field) for a body that cannot be read."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        return f"{where}: {first['msg']}", "BadRequestError", where
+    return f"body: not valid JSON ({exc})", "BadRequestError", "body"
+
+
+def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}}, status)
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8090,
+    latency_scale: float = 1.0,
+    models: Sequence[SimulatedModel] = DEFAULT_MODELS,
+    log_level: str = "warning",
+) -> None:
+    """Run the engine until interrupted. Port 0 picks a free port; the line printed first names it."""
+    import uvicorn
+
+    sock = socket.create_server((host, port))
+    bound = sock.getsockname()[1]
+    print(f"berth simulated engine: http://{host}:{bound}/v1 (latency x{latency_scale})", flush=True)
+    config = uvicorn.Config(create_app(models, latency_scale), log_level=log_level, timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+class EngineThread:
+    """The engine on a free loopback port in a background thread, for tests and benchmarks in one process.
+
+        with EngineThread(latency_scale=0) as engine:
+            litellm.completion(model="hosted_vllm/llama-3.1-8b", api_base=engine.base_url, ...)
+    """
+
+    def __init__(self, latency_scale: float = 1.0, models: Sequence[SimulatedModel] = DEFAULT_MODELS,
+                 host: str = "127.0.0.1") -> None:
+        import uvicorn
+
+        self.app = create_app(models, latency_scale)
+        self.tally: UsageTally = self.app.state.tally
+        self._sock = socket.create_server((host, 0))
+        self.port: int = self._sock.getsockname()[1]
+        self.base_url = f"http://{host}:{self.port}/v1"
+        self._server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=1))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def start(self, timeout_s: float = 60.0) -> "EngineThread":
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the simulated engine did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._sock.close()
+
+    def __enter__(self) -> "EngineThread":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import httpx
 
 from orchestrator.store import Store
-from sdk import AgentSpec, Spend, TaskSpec, TaskState, TaskStatus
+from sdk import AgentSpec, Message, Spend, TaskSpec, TaskState, TaskStatus, ToolCall
 
 
 def unique(prefix: str) -> str:
@@ -39,3 +39,16 @@ def error_of(response: httpx.Response) -> dict:
     assert set(body) >= {"error"}, body
     assert set(body["error"]) == {"code", "message", "field"}, body
     return body["error"]
+
+
+def write_checkpoints(store: Store, task_id: str) -> None:
+    """Seq 0 (the prompt) and seq 1 (one step with a tool call), as the workflow writes them."""
+    root = store.checkpoints.write_root(
+        task_id, [Message(role="system", content="Write briefly."), Message(role="user", content="Summarise.")], {}
+    )
+    store.checkpoints.append(
+        task_id, root, 1,
+        [Message(role="assistant", tool_calls=[ToolCall(id="c1", name="lookup", arguments='{"word": "berth"}')]),
+         Message(role="tool", tool_call_id="c1", name="lookup", content="a ship's place at a wharf")],
+        {"notes": ["looked up berth"]}, {"step": 1},
+    )

@@ -9,22 +9,9 @@ import httpx
 from temporalio.client import Client as TemporalClient
 
 from activities.ports import LedgerEntry
-from api_helpers import error_of, put_task, task_body, unique
+from api_helpers import error_of, put_task, unique, write_checkpoints
 from orchestrator.store import Store
-from sdk import AgentSpec, Message, TaskRun, TaskStatus, ToolCall
-
-
-def write_checkpoints(store: Store, task_id: str) -> None:
-    """Seq 0 (the prompt) and seq 1 (one step with a tool call), as the workflow writes them."""
-    root = store.checkpoints.write_root(
-        task_id, [Message(role="system", content="Write briefly."), Message(role="user", content="Summarise.")], {}
-    )
-    store.checkpoints.append(
-        task_id, root, 1,
-        [Message(role="assistant", tool_calls=[ToolCall(id="c1", name="lookup", arguments='{"word": "berth"}')]),
-         Message(role="tool", tool_call_id="c1", name="lookup", content="a ship's place at a wharf")],
-        {"notes": ["looked up berth"]}, {"step": 1},
-    )
+from sdk import AgentSpec, TaskRun, TaskStatus
 
 
 def parse_sse(text: str) -> list[dict]:

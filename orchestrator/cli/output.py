@@ -1,0 +1,289 @@
+"""How `berth` commands show things: rich tables, a live progress line, one-line errors.
+
+Errors are printed plainly (not through rich) so that a refusal is always exactly one line,
+`error: <field>: <reason>`, whatever the terminal width; scripts can grep it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from sdk import (
+    AgentSpec,
+    ApiUnreachable,
+    BerthError,
+    CheckpointSummary,
+    Client,
+    Conflict,
+    InvalidSpec,
+    Ledger,
+    NotFound,
+    TaskEvent,
+    TaskState,
+    TaskStatus,
+    Unauthorized,
+)
+
+from ..config import BerthConfig
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the task did not complete, or the API could not be reached
+EXIT_REFUSED = 2  # the request was invalid or refused (the same code argparse uses for bad usage)
+
+_STATUS_STYLE = {
+    TaskStatus.queued: "dim",
+    TaskStatus.running: "cyan",
+    TaskStatus.awaiting_budget: "yellow",
+    TaskStatus.awaiting_input: "yellow",
+    TaskStatus.completed: "green",
+    TaskStatus.failed: "red",
+    TaskStatus.cancelled: "magenta",
+    TaskStatus.out_of_budget: "red",
+    TaskStatus.max_steps: "red",
+}
+
+
+# Piped output (grep, CI logs) is not cut to 80 columns: a task id must survive whole.
+_PIPE_WIDTH = 1000
+
+
+def _console(stream: TextIO) -> Console:
+    # Made per call: rich binds the stream when the Console is created, and tests (or a
+    # caller) may have swapped sys.stdout since import.
+    width = None if stream.isatty() else _PIPE_WIDTH
+    return Console(file=stream, highlight=False, soft_wrap=True, width=width)
+
+
+def stdout() -> Console:
+    return _console(sys.stdout)
+
+
+def stderr() -> Console:
+    return _console(sys.stderr)
+
+
+def add_api_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api", metavar="URL", help="Berth API base URL (env BERTH_API_URL, default http://127.0.0.1:8080)")
+    parser.add_argument("--api-key", metavar="KEY", help="API key (env BERTH_API_KEY)")
+
+
+def api_url(args: argparse.Namespace) -> str:
+    return getattr(args, "api", None) or BerthConfig.load().resolved_api_url
+
+
+def error_line(message: str, field: str | None = None) -> str:
+    text = " ".join(str(message).split())  # one line, whatever the server's message holds
+    return f"error: {field}: {text}" if field else f"error: {text}"
+
+
+def fail(message: str, field: str | None = None, code: int = EXIT_REFUSED) -> int:
+    print(error_line(message, field), file=sys.stderr)
+    return code
+
+
+def run_with_client(args: argparse.Namespace, command: Callable[[Client], Awaitable[int]]) -> int:
+    """Run one command against the API and turn the SDK's exceptions into one line and an exit code."""
+
+    async def main() -> int:
+        key = getattr(args, "api_key", None) or os.environ.get("BERTH_API_KEY")
+        async with Client(api_url(args), api_key=key) as client:
+            return await command(client)
+
+    try:
+        return asyncio.run(main())
+    except ApiUnreachable as exc:
+        return fail(exc.message, code=EXIT_FAILED)
+    except (InvalidSpec, NotFound, Conflict, Unauthorized) as exc:
+        return fail(exc.message, exc.field)
+    except BerthError as exc:
+        return fail(exc.message, exc.field, code=EXIT_FAILED)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+# -- tables ------------------------------------------------------------------------------
+
+
+def status_text(status: TaskStatus) -> Text:
+    return Text(status.value, style=_STATUS_STYLE.get(status, ""))
+
+
+def tokens_text(state: TaskState) -> str:
+    return f"{state.spend.tokens_used:,}/{state.spend.token_limit:,}"
+
+
+def tasks_table(states: list[TaskState]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("TASK", "AGENT", "STATUS", "STEP", "TOKENS", "USD", "TENANT", "UPDATED"):
+        table.add_column(column, no_wrap=True)
+    for s in states:
+        table.add_row(
+            s.task_id, s.agent, status_text(s.status), f"{s.step}/{s.max_steps}", tokens_text(s),
+            f"{s.spend.usd_used:.4f}", s.tenant, s.updated_at.strftime("%Y-%m-%d %H:%M:%S") if s.updated_at else "",
+        )
+    return table
+
+
+def task_panel(state: TaskState, ledger: Ledger | None, checkpoints: int | None) -> Table:
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    spend = state.spend
+    rows: list[tuple[str, Any]] = [
+        ("task", state.task_id),
+        ("status", status_text(state.status)),
+        ("agent", f"{state.agent} ({state.agent_version or '-'})"),
+        ("model", state.model),
+        ("tenant", state.tenant),
+        ("step", f"{state.step}/{state.max_steps}"),
+        ("tokens", f"{tokens_text(state)} (remaining {spend.tokens_remaining:,}, lost {spend.tokens_lost:,})"),
+        ("usd", f"{spend.usd_used:.4f}" + (f"/{spend.usd_limit:.2f}" if spend.usd_limit is not None else "")),
+    ]
+    if state.waiting_for:
+        rows.append(("waiting for", state.waiting_for))
+    if state.question:
+        rows.append(("question", state.question))
+    if state.parent_task_id:
+        rows.append(("parent", state.parent_task_id))
+    if state.children:
+        rows.append(("children", ", ".join(state.children)))
+    if checkpoints is not None:
+        rows.append(("checkpoints", str(checkpoints)))
+    if ledger is not None:
+        t = ledger.totals
+        rows.append(("ledger", f"{t.calls} calls, {t.prompt_tokens:,} prompt + {t.completion_tokens:,} completion"
+                               f" + {t.lost_tokens:,} lost tokens, ${t.cost_usd:.4f}"))
+    if state.error:
+        rows.append(("error", Text(state.error, style="red")))
+    if state.result is not None:
+        rows.append(("result", state.result))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def agents_table(agents: list[AgentSpec]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("AGENT", "VERSION", "MODEL", "TOOLS", "MAX STEPS"):
+        table.add_column(column, no_wrap=True)
+    for a in agents:
+        table.add_row(a.name, a.version, a.model, ", ".join(t.name for t in a.tools) or "-", str(a.max_steps))
+    return table
+
+
+def agent_panel(agent: AgentSpec) -> Table:
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    table.add_row("agent", agent.name)
+    table.add_row("version", agent.version)
+    table.add_row("model", agent.model)
+    table.add_row("max steps", str(agent.max_steps))
+    table.add_row("max tokens/step", str(agent.max_tokens_per_step))
+    table.add_row("spawns sub-agents", "yes" if agent.allow_spawn else "no")
+    table.add_row("asks a human", "yes" if agent.allow_ask_human else "no")
+    for tool in agent.tools:
+        table.add_row("tool", f"{tool.name}: {tool.description}" if tool.description else tool.name)
+    if agent.instructions:
+        table.add_row("instructions", agent.instructions)
+    return table
+
+
+def checkpoints_table(checkpoints: list[CheckpointSummary]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("SEQ", "STEP", "MESSAGES", "BYTES", "HASH", "CREATED"):
+        table.add_column(column, no_wrap=True)
+    for c in checkpoints:
+        table.add_row(str(c.seq), str(c.step), str(c.message_count), f"{c.delta_bytes:,}", c.hash,
+                      c.created_at.strftime("%Y-%m-%d %H:%M:%S") if c.created_at else "")
+    return table
+
+
+def event_line(event: TaskEvent) -> str:
+    details = " ".join(f"{k}={v}" for k, v in event.data.items() if v is not None and k != "result")
+    return f"{event.seq:>6}  {event.at.strftime('%H:%M:%S')}  {event.kind:<10} {details}"
+
+
+# -- live progress -----------------------------------------------------------------------
+
+
+class TaskProgress:
+    """Step, tokens used against the limit and status of one task, redrawn from its events.
+
+    On a terminal it is one live line; elsewhere (a pipe, CI) it prints a line per change.
+    """
+
+    def __init__(self, state: TaskState, console: Console | None = None) -> None:
+        self.console = console or stderr()
+        self.task_id = state.task_id
+        self.status = state.status.value
+        self.step = state.step
+        self.max_steps = state.max_steps
+        self.tokens_used = state.spend.tokens_used
+        self.token_limit = state.spend.token_limit
+        self._live: Live | None = None
+        self._last_line = ""
+
+    def __enter__(self) -> "TaskProgress":
+        if self.console.is_terminal:
+            self._live = Live(self._render(), console=self.console, refresh_per_second=8, transient=False)
+            self._live.__enter__()
+        else:
+            self._print()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.update(self._render())
+            self._live.__exit__(None, None, None)
+
+    def update(self, event: TaskEvent) -> None:
+        data = event.data
+        self.status = str(data.get("status", self.status))
+        self.step = int(data.get("step", self.step) or 0)
+        self.tokens_used = int(data.get("tokens_used", self.tokens_used) or 0)
+        self.token_limit = int(data.get("token_limit", self.token_limit) or self.token_limit)
+        if self._live is not None:
+            self._live.update(self._render())
+        else:
+            self._print()
+
+    def _line(self) -> str:
+        return (f"{self.task_id}  step {self.step}/{self.max_steps}  "
+                f"tokens {self.tokens_used:,}/{self.token_limit:,}  {self.status}")
+
+    def _print(self) -> None:
+        line = self._line()
+        if line != self._last_line:
+            self._last_line = line
+            print(line, file=self.console.file, flush=True)
+
+    def _render(self) -> Table:
+        table = Table.grid(padding=(0, 2))
+        table.add_row(
+            Text(self.task_id, style="bold"),
+            f"step {self.step}/{self.max_steps}",
+            ProgressBar(total=max(self.token_limit, 1), completed=min(self.tokens_used, self.token_limit), width=30),
+            f"{self.tokens_used:,}/{self.token_limit:,} tokens",
+            Text(self.status, style=_STATUS_STYLE.get(_status(self.status), "")),
+        )
+        return table
+
+
+def _status(value: str) -> TaskStatus | None:
+    try:
+        return TaskStatus(value)
+    except ValueError:
+        return None

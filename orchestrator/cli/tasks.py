@@ -1,0 +1,226 @@
+"""`berth submit` and `berth tasks …`: submit, inspect and steer tasks through the API."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from sdk import Budget, Client, TaskHandle, TaskState, TaskStatus
+from sdk._client import invalid_from_validation
+
+from . import output
+from .output import EXIT_FAILED, EXIT_OK, add_api_flag, fail, run_with_client
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("submit", help="submit a task to a registered agent")
+    p.add_argument("agent", help="registered agent name")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", help="the task's input text")
+    source.add_argument("--input-file", metavar="FILE", help="read the input from FILE ('-' for stdin)")
+    p.add_argument("--budget", type=int, required=True, metavar="TOKENS", help="token limit, sub-agents included")
+    p.add_argument("--usd", type=float, help="dollar limit")
+    p.add_argument("--task-id", help="your own id (resubmitting the same id and spec is a no-op)")
+    p.add_argument("--tenant", default="default")
+    p.add_argument("--priority", type=int, default=0, help="0 (default) to 9")
+    p.add_argument("--model", help="use this model instead of the agent's")
+    p.add_argument("--max-steps", type=int, help="override the agent's step limit")
+    p.add_argument("--wait", action="store_true", help="follow the task live; exit 0 only if it completes")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_submit)
+
+    tasks = subparsers.add_parser("tasks", help="list, inspect and steer tasks")
+    sub = tasks.add_subparsers(dest="tasks_command", required=True)
+
+    p = sub.add_parser("list", help="tasks, newest first")
+    p.add_argument("--status", help=f"one of: {', '.join(s.value for s in TaskStatus)}")
+    p.add_argument("--agent")
+    p.add_argument("--tenant")
+    p.add_argument("--parent", help="only sub-agents of this task")
+    p.add_argument("--limit", type=int, default=50)
+    add_api_flag(p)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="a task's state, spend, result, ledger and checkpoints")
+    p.add_argument("task_id")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("cancel", help="stop a task after its current step")
+    p.add_argument("task_id")
+    p.add_argument("--reason", default="cancelled from the CLI")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("raise-budget", help="add tokens (and dollars) to a task's budget")
+    p.add_argument("task_id")
+    p.add_argument("tokens", type=int)
+    p.add_argument("--usd", type=float, default=0.0)
+    add_api_flag(p)
+    p.set_defaults(func=cmd_raise_budget)
+
+    p = sub.add_parser("answer", help="answer the question of a task awaiting input")
+    p.add_argument("task_id")
+    p.add_argument("text")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_answer)
+
+    p = sub.add_parser("fork", help="start a new task from one of a task's checkpoints")
+    p.add_argument("task_id")
+    p.add_argument("--checkpoint", type=int, required=True, metavar="SEQ")
+    p.add_argument("--budget", type=int, metavar="TOKENS", help="token limit of the new task (default: the source's)")
+    p.add_argument("--model")
+    p.add_argument("--task-id", dest="new_task_id", metavar="ID", help="id of the new task")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_fork)
+
+    p = sub.add_parser("checkpoints", help="a task's checkpoints")
+    p.add_argument("task_id")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_checkpoints)
+
+    p = sub.add_parser("events", help="follow a task's events until it ends")
+    p.add_argument("task_id")
+    p.add_argument("--after", type=int, default=0, metavar="SEQ", help="start after this event")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_events)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    if args.input_file is not None:
+        try:
+            text = sys.stdin.read() if args.input_file == "-" else Path(args.input_file).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            return fail(f"cannot read {args.input_file}: {exc.strerror if isinstance(exc, OSError) else exc}",
+                        "input-file")
+    else:
+        text = args.input
+
+    try:
+        budget = Budget(tokens=args.budget, usd=args.usd)
+    except ValidationError as exc:
+        refusal = invalid_from_validation(exc)
+        return fail(refusal.message, f"budget.{refusal.field}")
+
+    async def command(client: Client) -> int:
+        handle = await client.submit(
+            args.agent, text, budget, task_id=args.task_id,
+            tenant=args.tenant, priority=args.priority, model=args.model, max_steps=args.max_steps,
+        )
+        print(handle.task_id, flush=True)
+        if not args.wait:
+            return EXIT_OK
+        return await follow_to_end(handle)
+
+    return run_with_client(args, command)
+
+
+async def follow_to_end(handle: TaskHandle) -> int:
+    """Show live progress until the task is final; print its result; 0 only if it completed."""
+    state = await handle.status()
+    after = 0
+    with output.TaskProgress(state) as progress:
+        while not state.status.is_final:
+            async for event in handle.events(after=after):
+                after = event.seq
+                progress.update(event)
+            state = await handle.status()
+    return print_outcome(state)
+
+
+def print_outcome(state: TaskState) -> int:
+    if state.status == TaskStatus.completed:
+        print(state.result or "")
+        return EXIT_OK
+    reason = f": {state.error}" if state.error else ""
+    print(f"task {state.task_id} ended {state.status.value}{reason}", file=sys.stderr)
+    if state.result:
+        print(state.result)
+    return EXIT_FAILED
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        states = await client.tasks(args.status, args.agent, args.limit, tenant=args.tenant, parent=args.parent)
+        if not states:
+            print("no tasks")
+        else:
+            output.stdout().print(output.tasks_table(states))
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        handle = client.task(args.task_id)
+        state = await handle.status()
+        ledger = await handle.ledger()
+        checkpoints = await handle.checkpoints()
+        output.stdout().print(output.task_panel(state, ledger, len(checkpoints)))
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        state = await client.task(args.task_id).cancel(args.reason)
+        print(f"cancel requested for {state.task_id} (status {state.status.value})")
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_raise_budget(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        spend = await client.task(args.task_id).raise_budget(args.tokens, args.usd)
+        usd = f", usd limit {spend.usd_limit:.2f}" if spend.usd_limit is not None else ""
+        print(f"{args.task_id}: token limit {spend.token_limit:,} (used {spend.tokens_used:,}){usd}")
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        state = await client.task(args.task_id).answer(args.text)
+        print(f"answered {state.task_id} (status {state.status.value})")
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        forked = await client.task(args.task_id).fork(
+            args.checkpoint, budget=args.budget, model=args.model, task_id=args.new_task_id
+        )
+        print(forked.task_id)
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        checkpoints = await client.task(args.task_id).checkpoints()
+        if not checkpoints:
+            print("no checkpoints")
+        else:
+            output.stdout().print(output.checkpoints_table(checkpoints))
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        async for event in client.task(args.task_id).events(after=args.after):
+            print(output.event_line(event), flush=True)
+        return EXIT_OK
+
+    return run_with_client(args, command)

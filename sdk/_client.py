@@ -1,0 +1,356 @@
+"""The Berth API client: register agents, submit tasks, follow and steer them.
+
+    async with Client("http://127.0.0.1:8080") as client:
+        await client.register(agent)
+        task = await client.submit(agent, "summarise the report", budget=Budget(tokens=20_000))
+        print(await task.result())
+
+`Client` is async-first. `SyncClient` (in `_sync.py`) mirrors it method by method for scripts.
+Every refusal from the server arrives as a typed exception from `sdk._errors` carrying the
+server's message and the offending field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import httpx
+from pydantic import ValidationError
+
+from ._budget import Budget
+from ._errors import (
+    BerthError,
+    BudgetExhausted,
+    Conflict,
+    InvalidSpec,
+    NotFound,
+    TaskCancelled,
+    TaskFailed,
+    Unauthorized,
+)
+from ._events import END_EVENT, SseParser
+from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
+from ._spec import AgentSpec, TaskSpec
+from ._state import Spend, TaskEvent, TaskState, TaskStatus
+
+DEFAULT_API_URL = "http://127.0.0.1:8080"
+
+# The server pings an idle event stream every 15 s; four missed pings mean the connection is
+# dead even if TCP has not noticed, so the client reconnects.
+EVENT_STREAM_READ_TIMEOUT_S = 60.0
+# Reconnect backoff 0.25, 0.5, 1, 2, 4, 5, 5 ... s; this many cuts in a row without a single
+# event in between means the server is gone, not blinking.
+EVENT_STREAM_MAX_RECONNECTS = 8
+
+_STATUS_ERRORS: dict[int, type[BerthError]] = {
+    400: InvalidSpec,
+    401: Unauthorized,
+    403: Unauthorized,
+    404: NotFound,
+    409: Conflict,
+    413: InvalidSpec,
+    422: InvalidSpec,
+}
+
+
+class ApiUnreachable(BerthError):
+    """The API could not be reached at all (connection refused, DNS, timeout)."""
+
+
+class _HasSpec(Protocol):
+    def spec(self) -> AgentSpec: ...
+
+
+class _HasName(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+def error_from_response(response: httpx.Response) -> BerthError:
+    """The typed exception for an error response, with the server's message and field."""
+    message, field = None, None
+    try:
+        detail = ErrorBody.model_validate(response.json()).error
+        message, field = detail.message, detail.field
+    except (ValueError, ValidationError):
+        message = response.text[:500] or response.reason_phrase
+    cls = _STATUS_ERRORS.get(response.status_code, BerthError)
+    return cls(message or f"HTTP {response.status_code}", field=field, status_code=response.status_code)
+
+
+def invalid_from_validation(exc: ValidationError) -> InvalidSpec:
+    """A local pydantic refusal, worded like the server's (first problem, dotted field)."""
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or None
+    return InvalidSpec(first["msg"], field=field)
+
+
+def outcome(state: TaskState) -> str:
+    """The result of a final task, or the exception that says how it ended without one."""
+    reason = state.error or state.status.value
+    if state.status == TaskStatus.completed:
+        return state.result or ""
+    if state.status == TaskStatus.out_of_budget:
+        raise BudgetExhausted(f"task {state.task_id} ran out of budget: {reason}", state=state)
+    if state.status == TaskStatus.cancelled:
+        raise TaskCancelled(f"task {state.task_id} was cancelled: {reason}", state=state)
+    if state.status in (TaskStatus.failed, TaskStatus.max_steps):
+        raise TaskFailed(f"task {state.task_id} ended {state.status.value}: {reason}", state=state)
+    raise BerthError(f"task {state.task_id} has not finished (status {state.status.value})")
+
+
+def as_budget(value: Budget | int | None) -> Budget | None:
+    """A Budget from a Budget or a plain token count; a bad count is InvalidSpec on budget.tokens."""
+    if value is None or isinstance(value, Budget):
+        return value
+    try:
+        return Budget(tokens=value)
+    except ValidationError as exc:
+        refusal = invalid_from_validation(exc)
+        raise InvalidSpec(refusal.message, field=f"budget.{refusal.field}") from None
+
+
+def _path(*parts: str) -> str:
+    return "/" + "/".join(quote(p, safe="") for p in parts)
+
+
+class Client:
+    """An async client of the Berth HTTP API.
+
+    Args:
+        url: the API's base URL (`berth server` listens on http://127.0.0.1:8080 by default).
+        api_key: sent as `Authorization: Bearer <key>` when given.
+        timeout: seconds for each request (event streams wait longer between messages).
+        transport: an httpx transport to use instead of the network, e.g.
+            `httpx.ASGITransport(app)` to talk to an app in the same process.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_API_URL,
+        api_key: str | None = None,
+        timeout: float = 30,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"user-agent": "berth-sdk"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- agents -------------------------------------------------------------------------
+
+    async def register(self, agent: AgentSpec | _HasSpec) -> AgentSpec:
+        """Register an agent (an `AgentSpec`, or an `Agent` whose `.spec()` gives one); returns it versioned."""
+        spec = agent if isinstance(agent, AgentSpec) else agent.spec()
+        body = await self._request("POST", "/v1/agents", json=spec.model_dump(mode="json"))
+        return AgentSpec.model_validate(body)
+
+    async def agents(self) -> list[AgentSpec]:
+        return [AgentSpec.model_validate(a) for a in await self._request("GET", "/v1/agents")]
+
+    async def agent(self, name: str) -> AgentSpec:
+        return AgentSpec.model_validate(await self._request("GET", _path("v1", "agents", name)))
+
+    # -- tasks --------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        agent: str | _HasName,
+        input: str,
+        budget: Budget | int,
+        task_id: str | None = None,
+        tenant: str = "default",
+        priority: int = 0,
+        model: str | None = None,
+        max_steps: int | None = None,
+        budget_grace_s: float | None = None,
+    ) -> "TaskHandle":
+        """Submit a task and return its handle at once (the task runs on the server).
+
+        `budget` is a `Budget` or a plain token count. Resubmitting the same `task_id` with
+        the same spec returns the existing task; with another spec it raises `Conflict`.
+        """
+        name = agent if isinstance(agent, str) else agent.name
+        try:
+            spec = TaskSpec(
+                task_id=task_id,
+                agent=name,
+                input=input,
+                budget=as_budget(budget),
+                tenant=tenant,
+                priority=priority,
+                model=model,
+                max_steps=max_steps,
+                budget_grace_s=budget_grace_s,
+            )
+        except ValidationError as exc:
+            raise invalid_from_validation(exc) from None
+        body = await self._request("POST", "/v1/tasks", json=spec.model_dump(mode="json", exclude_none=True))
+        return TaskHandle(self, TaskState.model_validate(body).task_id)
+
+    def task(self, task_id: str) -> "TaskHandle":
+        """A handle on an existing task (no request is made until you use it)."""
+        return TaskHandle(self, task_id)
+
+    async def tasks(
+        self,
+        status: TaskStatus | str | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+        *,
+        tenant: str | None = None,
+        parent: str | None = None,
+        offset: int = 0,
+    ) -> list[TaskState]:
+        params = {"status": status.value if isinstance(status, TaskStatus) else status, "agent": agent, "tenant": tenant,
+                  "parent": parent, "limit": limit, "offset": offset}
+        body = await self._request("GET", "/v1/tasks", params={k: v for k, v in params.items() if v is not None})
+        return [TaskState.model_validate(s) for s in body]
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    async def _request(
+        self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None
+    ) -> Any:
+        try:
+            response = await self._http.request(method, path, json=json, params=params)
+        except httpx.TransportError as exc:
+            raise ApiUnreachable(f"cannot reach the Berth API at {self.url}: {exc or type(exc).__name__}") from exc
+        if response.status_code >= 400:
+            raise error_from_response(response)
+        return response.json() if response.content else None
+
+    async def _stream_events(self, task_id: str, after: int) -> AsyncIterator[TaskEvent]:
+        """Follow a task's events from `after`, reconnecting with Last-Event-ID when cut."""
+        cuts = 0
+        timeout = httpx.Timeout(self.timeout, read=max(EVENT_STREAM_READ_TIMEOUT_S, self.timeout))
+        while True:
+            headers = {"last-event-id": str(after)} if after else {}
+            try:
+                async with self._http.stream(
+                    "GET", _path("v1", "tasks", task_id, "events"), params={"after": after}, headers=headers,
+                    timeout=timeout,
+                ) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise error_from_response(response)
+                    parser = SseParser()
+                    async for line in response.aiter_lines():
+                        message = parser.feed(line)
+                        if message is None:
+                            continue
+                        if message.event == END_EVENT:
+                            return
+                        event = TaskEvent.model_validate_json(message.data)
+                        after, cuts = event.seq, 0
+                        yield event
+                error: BaseException | None = None
+            except httpx.TransportError as exc:
+                error = exc
+            # The stream closed without the end marker: the connection was cut (proxy, restart).
+            cuts += 1
+            if cuts > EVENT_STREAM_MAX_RECONNECTS:
+                raise ApiUnreachable(f"lost the event stream of task {task_id} at {self.url}: {error}")
+            await asyncio.sleep(min(0.25 * 2 ** (cuts - 1), 5.0))
+
+
+class TaskHandle:
+    """One task on the server; every method makes a request (nothing is cached)."""
+
+    def __init__(self, client: Client, task_id: str) -> None:
+        self._client = client
+        self.task_id = task_id
+
+    def __repr__(self) -> str:
+        return f"TaskHandle({self.task_id!r})"
+
+    async def status(self) -> TaskState:
+        return TaskState.model_validate(await self._client._request("GET", self._path()))
+
+    async def result(self, timeout: float | None = None) -> str:
+        """Wait until the task is final and return its result.
+
+        Waits on the event stream (no polling). Raises `BudgetExhausted` (out_of_budget),
+        `TaskFailed` (failed, max_steps) or `TaskCancelled`, each carrying the final state,
+        and `TimeoutError` when `timeout` seconds pass first.
+        """
+        async with asyncio.timeout(timeout):
+            state = await self.status()
+            after = 0
+            while not state.status.is_final:
+                async for event in self.events(after=after):
+                    after = event.seq
+                state = await self.status()
+                if not state.status.is_final:
+                    # The stream only ends on a final task, so the store and the live state
+                    # disagree for a moment; look again shortly rather than spin.
+                    await asyncio.sleep(0.5)
+        return outcome(state)
+
+    def events(self, after: int = 0) -> AsyncIterator[TaskEvent]:
+        """The task's events with `seq > after`, live, until the task is final and drained."""
+        return self._client._stream_events(self.task_id, after)
+
+    async def cancel(self, reason: str = "cancelled by request") -> TaskState:
+        body = await self._client._request("POST", self._path("cancel"), json={"reason": reason})
+        return TaskState.model_validate(body)
+
+    async def raise_budget(self, tokens: int, usd: float = 0.0) -> Spend:
+        """Add tokens (and dollars) to the budget; a task in awaiting_budget resumes."""
+        body = await self._client._request("POST", self._path("raise-budget"), json={"tokens": tokens, "usd": usd})
+        return Spend.model_validate(body)
+
+    async def answer(self, text: str) -> TaskState:
+        """Answer the question of a task in awaiting_input (`Conflict` otherwise)."""
+        return TaskState.model_validate(await self._client._request("POST", self._path("answer"), json={"text": text}))
+
+    async def checkpoints(self) -> list[CheckpointSummary]:
+        return [CheckpointSummary.model_validate(c) for c in await self._client._request("GET", self._path("checkpoints"))]
+
+    async def checkpoint(self, seq: int) -> CheckpointDetail:
+        return CheckpointDetail.model_validate(await self._client._request("GET", self._path("checkpoints", str(seq))))
+
+    async def fork(
+        self,
+        checkpoint_seq: int,
+        budget: Budget | int | None = None,
+        model: str | None = None,
+        task_id: str | None = None,
+        max_steps: int | None = None,
+        input: str | None = None,
+    ) -> "TaskHandle":
+        """Start a new task from one of this task's checkpoints; returns the new task's handle."""
+        try:
+            request = ForkRequest(
+                checkpoint_seq=checkpoint_seq,
+                task_id=task_id,
+                budget=as_budget(budget),
+                model=model,
+                max_steps=max_steps,
+                input=input,
+            )
+        except ValidationError as exc:
+            raise invalid_from_validation(exc) from None
+        body = await self._client._request("POST", self._path("fork"), json=request.model_dump(mode="json", exclude_none=True))
+        return TaskHandle(self._client, TaskState.model_validate(body).task_id)
+
+    async def ledger(self) -> Ledger:
+        return Ledger.model_validate(await self._client._request("GET", self._path("ledger")))
+
+    def _path(self, *rest: str) -> str:
+        return _path("v1", "tasks", self.task_id, *rest)

@@ -1,0 +1,187 @@
+"""Blocking twins of `Client` and `TaskHandle`, for scripts and notebooks.
+
+    from sdk import SyncClient, Budget
+
+    with SyncClient() as client:
+        task = client.submit("researcher", "find three sources", budget=Budget(tokens=20_000))
+        for event in task.events():
+            print(event.kind, event.data)
+        print(task.result())
+
+`SyncClient` mirrors every `Client` method with the same arguments and return types (a
+`SyncTaskHandle` where the async client returns a `TaskHandle`). Each call runs the async
+method on a private event loop in a background thread, so the blocking API also works where
+an event loop is already running (Jupyter), and there is one implementation of the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+import httpx
+
+from ._budget import Budget
+from ._client import DEFAULT_API_URL, Client, TaskHandle
+from ._resources import CheckpointDetail, CheckpointSummary, Ledger
+from ._spec import AgentSpec
+from ._state import Spend, TaskEvent, TaskState, TaskStatus
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread; `run` blocks on one coroutine."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="berth-sdk-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            # Ctrl-C in the caller must not leave the request running on in the background.
+            future.cancel()
+            raise
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+
+class SyncClient:
+    """A blocking Berth API client; same arguments as `Client`. Close it (or use `with`)."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_API_URL,
+        api_key: str | None = None,
+        timeout: float = 30,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._loop = _LoopThread()
+        self._client = Client(url, api_key, timeout, transport=transport)
+
+    @property
+    def url(self) -> str:
+        return self._client.url
+
+    def __enter__(self) -> "SyncClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not self._loop._loop.is_closed():
+            self._loop.run(self._client.aclose())
+        self._loop.close()
+
+    def register(self, agent: Any) -> AgentSpec:
+        return self._loop.run(self._client.register(agent))
+
+    def agents(self) -> list[AgentSpec]:
+        return self._loop.run(self._client.agents())
+
+    def agent(self, name: str) -> AgentSpec:
+        return self._loop.run(self._client.agent(name))
+
+    def submit(
+        self,
+        agent: Any,
+        input: str,
+        budget: Budget | int,
+        task_id: str | None = None,
+        tenant: str = "default",
+        priority: int = 0,
+        model: str | None = None,
+        max_steps: int | None = None,
+        budget_grace_s: float | None = None,
+    ) -> "SyncTaskHandle":
+        handle = self._loop.run(
+            self._client.submit(agent, input, budget, task_id, tenant, priority, model, max_steps, budget_grace_s)
+        )
+        return SyncTaskHandle(self._loop, handle)
+
+    def task(self, task_id: str) -> "SyncTaskHandle":
+        return SyncTaskHandle(self._loop, self._client.task(task_id))
+
+    def tasks(
+        self,
+        status: TaskStatus | str | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+        *,
+        tenant: str | None = None,
+        parent: str | None = None,
+        offset: int = 0,
+    ) -> list[TaskState]:
+        return self._loop.run(self._client.tasks(status, agent, limit, tenant=tenant, parent=parent, offset=offset))
+
+
+class SyncTaskHandle:
+    """The blocking twin of `TaskHandle`; see there for what each method does."""
+
+    def __init__(self, loop: _LoopThread, handle: TaskHandle) -> None:
+        self._loop = loop
+        self._handle = handle
+        self.task_id = handle.task_id
+
+    def __repr__(self) -> str:
+        return f"SyncTaskHandle({self.task_id!r})"
+
+    def status(self) -> TaskState:
+        return self._loop.run(self._handle.status())
+
+    def result(self, timeout: float | None = None) -> str:
+        return self._loop.run(self._handle.result(timeout))
+
+    def events(self, after: int = 0) -> Iterator[TaskEvent]:
+        stream = self._handle.events(after)
+        try:
+            while True:
+                try:
+                    yield self._loop.run(stream.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._loop.run(stream.aclose())
+
+    def cancel(self, reason: str = "cancelled by request") -> TaskState:
+        return self._loop.run(self._handle.cancel(reason))
+
+    def raise_budget(self, tokens: int, usd: float = 0.0) -> Spend:
+        return self._loop.run(self._handle.raise_budget(tokens, usd))
+
+    def answer(self, text: str) -> TaskState:
+        return self._loop.run(self._handle.answer(text))
+
+    def checkpoints(self) -> list[CheckpointSummary]:
+        return self._loop.run(self._handle.checkpoints())
+
+    def checkpoint(self, seq: int) -> CheckpointDetail:
+        return self._loop.run(self._handle.checkpoint(seq))
+
+    def fork(
+        self,
+        checkpoint_seq: int,
+        budget: Budget | int | None = None,
+        model: str | None = None,
+        task_id: str | None = None,
+        max_steps: int | None = None,
+        input: str | None = None,
+    ) -> "SyncTaskHandle":
+        forked = self._loop.run(self._handle.fork(checkpoint_seq, budget, model, task_id, max_steps, input))
+        return SyncTaskHandle(self._loop, forked)
+
+    def ledger(self) -> Ledger:
+        return self._loop.run(self._handle.ledger())

@@ -1,0 +1,264 @@
+"""`berth` task and agent commands against a real uvicorn server of the app on a loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import uvicorn
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from api_helpers import put_task, unique, write_checkpoints
+from orchestrator.api import TemporalGateway, create_app
+from orchestrator.cli.main import main
+from orchestrator.config import BerthConfig
+from orchestrator.store import Store
+from sdk import AgentSpec, Budget, SyncClient, TaskCancelled, TaskStatus, ToolSpec
+
+
+@dataclass
+class Server:
+    url: str
+    store: Store
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+async def server(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Server]:
+    data = tmp_path_factory.mktemp("cli")
+    config = BerthConfig(data_dir=data, database_url=f"sqlite:///{data}/berth.db")
+    store = Store.open(config.resolved_database_url)
+    # The gateway connects from the server's own event loop (lazily), not from the tests' loop.
+    gateway = TemporalGateway(temporal_env.client.service_client.config.target_host, temporal_env.client.namespace)
+    port = _free_port()
+    uv = uvicorn.Server(uvicorn.Config(create_app(config, store, gateway), host="127.0.0.1", port=port,
+                                       log_level="warning"))
+    thread = threading.Thread(target=uv.run, name="berth-api-under-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
+        await asyncio.sleep(0.05)
+    try:
+        yield Server(f"http://127.0.0.1:{port}", store)
+    finally:
+        uv.should_exit = True
+        await asyncio.to_thread(thread.join, 30)
+        for state in store.tasks.list(limit=500):
+            try:
+                await temporal_env.client.get_workflow_handle(state.task_id).terminate("CLI test over")
+            except RPCError:
+                pass
+        store.close()
+
+
+@pytest.fixture
+def agent(server: Server) -> AgentSpec:
+    return server.store.agents.register(AgentSpec(
+        name=unique("clerk"), model="llama-3.1-8b", max_steps=9, tools=[ToolSpec(name="file", description="File it.")]))
+
+
+def berth(server: Server, *argv: str) -> int:
+    return main([*argv, "--api", server.url])
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_submit_prints_the_task_id_and_starts_it(server: Server, agent: AgentSpec, capsys) -> None:
+    task_id = unique("t")
+    code = berth(server, "submit", agent.name, "--input", "File the report.", "--budget", "4000",
+                 "--usd", "1.5", "--task-id", task_id, "--tenant", "acme")
+
+    out = capsys.readouterr().out
+    assert code == 0 and out.strip() == task_id
+    record = server.store.tasks.get(task_id)
+    assert record is not None and record.state.tenant == "acme" and record.state.spend.usd_limit == 1.5
+
+
+def test_submit_reads_the_input_from_a_file(server: Server, agent: AgentSpec, tmp_path: Path, capsys) -> None:
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Summarise the attached minutes.")
+
+    assert berth(server, "submit", agent.name, "--input-file", str(prompt), "--budget", "500") == 0
+    task_id = capsys.readouterr().out.strip()
+    assert "attached minutes" in (server.store.tasks.get(task_id).spec_json or "")
+
+
+@pytest.mark.parametrize(("argv", "field"), [
+    (["--input", "hi", "--budget", "0"], "budget.tokens"),
+    (["--input", "hi", "--budget", "10", "--usd", "-1"], "budget.usd"),
+    (["--input", " ", "--budget", "10"], "input"),
+    (["--input", "hi", "--budget", "10", "--model", "gpt-17"], "model"),
+    (["--input", "hi", "--budget", "10", "--priority", "11"], "priority"),
+    (["--input-file", "/nonexistent/prompt.txt", "--budget", "10"], "input-file"),
+], ids=["zero-budget", "negative-usd", "blank-input", "unknown-model", "priority", "missing-file"])
+def test_bad_submissions_print_one_line_and_exit_2(
+    server: Server, agent: AgentSpec, capsys, argv: list[str], field: str
+) -> None:
+    before = len(server.store.tasks.list(agent=agent.name))
+
+    code = berth(server, "submit", agent.name, *argv)
+
+    captured = capsys.readouterr()
+    assert code == 2
+    assert one_error_line(captured.err).startswith(f"error: {field}: ")
+    assert captured.out == ""
+    assert len(server.store.tasks.list(agent=agent.name)) == before
+
+
+def test_submitting_to_an_unregistered_agent_names_the_agent(server: Server, capsys) -> None:
+    assert berth(server, "submit", unique("nobody"), "--input", "hi", "--budget", "10") == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("error: agent: ") and "not registered" in line
+
+
+def test_refusals_of_task_commands_exit_2(server: Server, agent: AgentSpec, capsys) -> None:
+    done = put_task(server.store, agent, TaskStatus.completed, result="filed")
+    for argv, prefix in [
+        (["tasks", "show", unique("missing")], "error: task_id: "),
+        (["tasks", "raise-budget", done.task_id, "0"], "error: tokens: "),
+        (["tasks", "cancel", done.task_id], "error: task "),
+        (["tasks", "list", "--status", "sleeping"], "error: status: "),
+        (["tasks", "fork", done.task_id, "--checkpoint", "4"], "error: checkpoint_seq: "),
+        (["agents", "show", unique("ghost")], "error: name: "),
+    ]:
+        code = berth(server, *argv)
+        assert code == 2, argv
+        assert one_error_line(capsys.readouterr().err).startswith(prefix), argv
+
+
+def test_an_unreachable_api_is_one_line_and_exit_1(capsys) -> None:
+    port = _free_port()
+    assert main(["tasks", "list", "--api", f"http://127.0.0.1:{port}"]) == 1
+    assert "cannot reach the Berth API" in one_error_line(capsys.readouterr().err)
+
+
+def test_list_show_checkpoints_and_events(server: Server, agent: AgentSpec, capsys) -> None:
+    done = put_task(server.store, agent, TaskStatus.completed, result="the filing is done", step=1)
+    write_checkpoints(server.store, done.task_id)
+    server.store.events.append(done.task_id, "step", {"step": 1, "tokens_used": 120})
+
+    assert berth(server, "tasks", "list", "--agent", agent.name) == 0
+    assert done.task_id in capsys.readouterr().out
+
+    assert berth(server, "tasks", "show", done.task_id) == 0
+    shown = capsys.readouterr().out
+    assert "completed" in shown and "the filing is done" in shown and "checkpoints  2" in shown
+    assert "0 calls" in shown
+
+    assert berth(server, "tasks", "checkpoints", done.task_id) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[0] for r in rows] == ["0", "1"]
+
+    assert berth(server, "tasks", "events", done.task_id) == 0
+    assert "tokens_used=120" in capsys.readouterr().out
+
+
+def test_agents_list_and_show(server: Server, agent: AgentSpec, capsys) -> None:
+    assert berth(server, "agents", "list") == 0
+    assert agent.name in capsys.readouterr().out
+    assert berth(server, "agents", "show", agent.name) == 0
+    shown = capsys.readouterr().out
+    assert agent.version in shown and "file: File it." in shown
+
+
+def test_fork_prints_the_new_task(server: Server, agent: AgentSpec, capsys) -> None:
+    source = put_task(server.store, agent, TaskStatus.out_of_budget)
+    write_checkpoints(server.store, source.task_id)
+
+    assert berth(server, "tasks", "fork", source.task_id, "--checkpoint", "1", "--budget", "7000") == 0
+    forked = capsys.readouterr().out.strip()
+    assert server.store.tasks.get(forked).state.spend.token_limit == 7000
+
+
+def test_cancel_a_queued_task(server: Server, agent: AgentSpec, capsys) -> None:
+    assert berth(server, "submit", agent.name, "--input", "Wait.", "--budget", "100") == 0
+    task_id = capsys.readouterr().out.strip()
+    assert berth(server, "tasks", "cancel", task_id) == 0
+    assert f"cancel requested for {task_id}" in capsys.readouterr().out
+
+
+@pytest.fixture
+def finisher(server: Server) -> Iterator:
+    """Plays the workflow's part for one task id: once its row exists, steps it to a final state."""
+    threads: list[threading.Thread] = []
+
+    def start(task_id: str, status: TaskStatus, result: str | None, error: str | None = None) -> None:
+        def run() -> None:
+            deadline = time.monotonic() + 30
+            while (record := server.store.tasks.get(task_id)) is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert record is not None
+            running = record.state.model_copy(update={"status": TaskStatus.running})
+            server.store.tasks.save_state(running)
+            server.store.events.append(task_id, "state", {"status": "running", "step": 0, "tokens_used": 0})
+            server.store.events.append(task_id, "step", {"step": 1, "tokens_used": 640, "token_limit": 1000})
+            final = running.model_copy(update={"status": status, "result": result, "error": error, "step": 1})
+            server.store.tasks.save_state(final)
+            server.store.events.append(task_id, "state", {"status": status.value, "step": 1, "tokens_used": 640})
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    yield start
+    for thread in threads:
+        thread.join(30)
+
+
+def test_submit_wait_follows_progress_and_prints_the_result(server: Server, agent: AgentSpec, finisher, capsys) -> None:
+    task_id = unique("t")
+    finisher(task_id, TaskStatus.completed, "report filed under F")
+
+    code = berth(server, "submit", agent.name, "--input", "File it.", "--budget", "1000", "--task-id", task_id, "--wait")
+
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out.splitlines() == [task_id, "report filed under F"]
+    assert "tokens 640/1,000" in captured.err and "completed" in captured.err
+
+
+def test_submit_wait_exits_1_when_the_task_does_not_complete(
+    server: Server, agent: AgentSpec, finisher, capsys
+) -> None:
+    task_id = unique("t")
+    finisher(task_id, TaskStatus.out_of_budget, "half a report", "token budget exhausted")
+
+    code = berth(server, "submit", agent.name, "--input", "File it.", "--budget", "1000", "--task-id", task_id, "--wait")
+
+    captured = capsys.readouterr()
+    assert code == 1
+    assert f"task {task_id} ended out_of_budget: token budget exhausted" in captured.err
+    assert captured.out.splitlines() == [task_id, "half a report"]
+
+
+def test_sync_client_mirrors_the_async_one(server: Server, agent: AgentSpec) -> None:
+    cancelled = put_task(server.store, agent, TaskStatus.cancelled, error="by request")
+    server.store.events.append(cancelled.task_id, "state", {"status": "cancelled"})
+
+    with SyncClient(server.url) as client:
+        handle = client.submit(agent.name, "Sort the mail.", Budget(tokens=800))
+        assert handle.status().status == TaskStatus.queued
+        assert handle.task_id in [s.task_id for s in client.tasks(agent=agent.name)]
+        assert agent.name in [a.name for a in client.agents()]
+        ended = client.task(cancelled.task_id)
+        assert [e.kind for e in ended.events()] == ["state"]
+        with pytest.raises(TaskCancelled):
+            ended.result(timeout=30)

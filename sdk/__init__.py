@@ -4,6 +4,7 @@
 """
 
 from ._budget import Budget
+from ._client import ApiUnreachable, Client, TaskHandle
 from ._errors import (
     BerthError,
     BudgetExhausted,
@@ -16,10 +17,20 @@ from ._errors import (
     Unauthorized,
 )
 from ._messages import Message, ToolCall
+from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskRun, TaskSpec, ToolSpec
+from ._sync import SyncClient, SyncTaskHandle
 from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
 
 __all__ = [
+    "ApiUnreachable",
+    "CheckpointDetail",
+    "CheckpointSummary",
+    "Client",
+    "Ledger",
+    "SyncClient",
+    "SyncTaskHandle",
+    "TaskHandle",
     "AgentSpec",
     "BerthError",
     "Budget",

@@ -8,6 +8,7 @@ ledger records, and the reservation margin below covers the difference.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -19,6 +20,12 @@ def _litellm() -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import litellm
 
+    if not getattr(litellm, "_berth_quiet", False):
+        # litellm prices every response itself and, for self-hosted names it has no tokenizer
+        # for, logs a fallback warning each minute; Berth prices calls from its catalogue.
+        litellm.suppress_debug_info = True
+        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
+        litellm._berth_quiet = True
     return litellm
 
 

@@ -75,11 +75,13 @@ class TemporalGateway:
         namespace: str = "default",
         *,
         client: Client | None = None,
+        task_queue: str = CONTROL_TASK_QUEUE,
         query_timeout_s: float = QUERY_TIMEOUT_S,
         update_timeout_s: float = UPDATE_TIMEOUT_S,
     ) -> None:
         self.address = address
         self.namespace = namespace
+        self.task_queue = task_queue
         self.query_timeout = timedelta(seconds=query_timeout_s)
         self.update_timeout = timedelta(seconds=update_timeout_s)
         self._client = client
@@ -96,9 +98,9 @@ class TemporalGateway:
         return gateway
 
     @classmethod
-    def from_client(cls, client: Client) -> "TemporalGateway":
+    def from_client(cls, client: Client, task_queue: str = CONTROL_TASK_QUEUE) -> "TemporalGateway":
         """Wrap a connected client; it must use `pydantic_data_converter`."""
-        return cls(client.service_client.config.target_host, client.namespace, client=client)
+        return cls(client.service_client.config.target_host, client.namespace, client=client, task_queue=task_queue)
 
     async def client(self) -> Client:
         if self._client is not None:
@@ -134,7 +136,7 @@ class TemporalGateway:
                 WORKFLOW_NAME,
                 run,
                 id=run.task_id,
-                task_queue=CONTROL_TASK_QUEUE,
+                task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S),
             )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -94,6 +95,10 @@ def fail(message: str, field: str | None = None, code: int = EXIT_REFUSED) -> in
 
 def run_with_client(args: argparse.Namespace, command: Callable[[Client], Awaitable[int]]) -> int:
     """Run one command against the API and turn the SDK's exceptions into one line and an exit code."""
+    # `berth` logs at INFO for its long-running processes; a client command's stderr is for
+    # its progress and its one error line, not for a log line per HTTP request.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
     async def main() -> int:
         key = getattr(args, "api_key", None) or os.environ.get("BERTH_API_KEY")

@@ -262,3 +262,15 @@ def test_sync_client_mirrors_the_async_one(server: Server, agent: AgentSpec) -> 
         assert [e.kind for e in ended.events()] == ["state"]
         with pytest.raises(TaskCancelled):
             ended.result(timeout=30)
+
+
+def test_the_installed_berth_command_prints_only_the_error_line(server: Server) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", unique("missing"), "--api", server.url],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 2
+    assert one_error_line(done.stderr).startswith("error: task_id: ")

@@ -197,7 +197,10 @@ def test_cancel_a_queued_task(server: Server, agent: AgentSpec, capsys) -> None:
 
 @pytest.fixture
 def finisher(server: Server) -> Iterator:
-    """Plays the workflow's part for one task id: once its row exists, steps it to a final state."""
+    """Plays the workflow's part for one task id: once its row exists, steps it to a final state.
+
+    It may finish before or while `--wait` follows; either way the progress shows the final spend.
+    """
     threads: list[threading.Thread] = []
 
     def start(task_id: str, status: TaskStatus, result: str | None, error: str | None = None) -> None:
@@ -210,7 +213,9 @@ def finisher(server: Server) -> Iterator:
             server.store.tasks.save_state(running)
             server.store.events.append(task_id, "state", {"status": "running", "step": 0, "tokens_used": 0})
             server.store.events.append(task_id, "step", {"step": 1, "tokens_used": 640, "token_limit": 1000})
-            final = running.model_copy(update={"status": status, "result": result, "error": error, "step": 1})
+            spend = running.spend.model_copy(update={"tokens_used": 640})
+            final = running.model_copy(update={"status": status, "result": result, "error": error, "step": 1,
+                                               "spend": spend})
             server.store.tasks.save_state(final)
             server.store.events.append(task_id, "state", {"status": status.value, "step": 1, "tokens_used": 640})
 

@@ -19,6 +19,7 @@ from sdk.contracts import (
     ResolveAgentResult,
 )
 
+from .checkpointing import record_step
 from .ports import AgentCatalogue, CheckpointStore, EventLog, TaskRegistry
 
 
@@ -52,18 +53,8 @@ class TaskBookkeeping:
 
     @activity.defn(name="berth.checkpoint")
     def checkpoint(self, inp: CheckpointInput) -> CheckpointRef:
-        ref = self.checkpoints.append(
-            inp.task_id, inp.parent, inp.step, inp.new_messages, inp.scratch,
-            {"spend": inp.state.spend.model_dump(), "step": inp.step},
-        )
-        state = inp.state.model_copy(update={"checkpoint_seq": ref.seq})
-        self.tasks.save_state(state)
-        self.events.append(inp.task_id, "step", {
-            "step": inp.step, "checkpoint_seq": ref.seq, "tokens_used": state.spend.tokens_used,
-            "token_limit": state.spend.token_limit, "usd_used": state.spend.usd_used,
-            "tool_calls": [c.name for m in inp.new_messages for c in (m.tool_calls or [])],
-        })
-        return ref
+        """Flush a pending step when no LLM call follows it (the task ends or continues as new)."""
+        return record_step(self.checkpoints, self.tasks, self.events, inp.task_id, inp.parent, inp.pending)
 
     @activity.defn(name="berth.record_state")
     def record_state(self, inp: RecordStateInput) -> None:

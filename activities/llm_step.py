@@ -9,6 +9,7 @@ heartbeat details) as lost, so nothing is hidden and the budget still holds.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +21,9 @@ from sdk import Message, ToolCall
 from sdk._limits import MIN_ANSWER_TOKENS
 from sdk.contracts import LlmStepInput, LlmStepResult
 
-from .ports import CheckpointStore, EventLog, LedgerEntry, ModelRoute, ModelRouter, TokenLedger
-from .tokens import _litellm, count_prompt_tokens, count_text_tokens, reservation_margin
+from .checkpointing import record_step
+from .ports import CheckpointStore, EventLog, LedgerEntry, ModelRoute, ModelRouter, TaskRegistry, TokenLedger
+from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
 HEARTBEAT_EVERY_S = 1.0
 
@@ -39,8 +41,10 @@ class _Progress:
 
 
 class LlmStepActivities:
-    def __init__(self, checkpoints: CheckpointStore, ledger: TokenLedger, events: EventLog, router: ModelRouter) -> None:
+    def __init__(self, checkpoints: CheckpointStore, ledger: TokenLedger, events: EventLog, router: ModelRouter,
+                 tasks: TaskRegistry) -> None:
         self.checkpoints = checkpoints
+        self.tasks = tasks
         self.ledger = ledger
         self.events = events
         self.router = router
@@ -53,9 +57,13 @@ class LlmStepActivities:
         allowance = inp.token_allowance - progress.lost_before
 
         route = self._route(inp.model)
-        conversation = self.checkpoints.read(inp.checkpoint.id)
+        checkpoint = inp.checkpoint
+        if inp.pending is not None:
+            checkpoint = await asyncio.to_thread(record_step, self.checkpoints, self.tasks, self.events, inp.task_id,
+                                                 inp.checkpoint, inp.pending)
+        conversation = await asyncio.to_thread(self.checkpoints.read, checkpoint.id)
         messages = [m.to_openai() for m in conversation.messages]
-        tools = inp.tools or None
+        tools = sendable_tools(inp.tools) or None
         prompt_estimate = count_prompt_tokens(messages, tools)
         reserve = prompt_estimate + reservation_margin(prompt_estimate)
         max_tokens = min(inp.max_tokens, allowance - reserve)
@@ -67,6 +75,7 @@ class LlmStepActivities:
                 shortfall_tokens=max(1, reserve + MIN_ANSWER_TOKENS - allowance),
                 lost_tokens=progress.lost_before,
                 attempt=info.attempt,
+                checkpoint=checkpoint,
             )
 
         started = time.monotonic()
@@ -77,6 +86,9 @@ class LlmStepActivities:
             model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=messages,
             tools=tools, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
             extra_headers={"X-Berth-Task": inp.task_id}, timeout=600,
+            # Berth books usage and cost itself (ledger, catalogue prices); litellm's own success
+            # logging would recount and reprice every reply, about 10 ms per call.
+            **{"no-log": True},
         )
         try:
             async for chunk in stream:
@@ -100,12 +112,11 @@ class LlmStepActivities:
         message = reply.message
         cost = _cost(usd_prices, prompt_tokens, completion_tokens)
 
-        self.ledger.record(LedgerEntry(
+        await asyncio.to_thread(self._settle, inp, LedgerEntry(
             task_id=inp.task_id, step=inp.step, attempt=info.attempt, model=inp.model,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
             ttft_s=ttft or duration, duration_s=duration, served_by=route.served_by,
-        ))
-        self.events.append(inp.task_id, "llm_call", {
+        ), {
             "step": inp.step, "attempt": info.attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before, "cost_usd": cost,
             "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),
@@ -117,7 +128,13 @@ class LlmStepActivities:
             message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens, lost_tokens=progress.lost_before, cost_usd=cost,
             ttft_s=ttft or duration, duration_s=duration, attempt=info.attempt, served_by=route.served_by,
+            checkpoint=checkpoint,
         )
+
+    def _settle(self, inp: LlmStepInput, entry: LedgerEntry, event: dict) -> None:
+        """Book the call under its idempotency key; a retried settle neither re-books nor re-announces."""
+        if self.ledger.record(entry):
+            self.events.append(inp.task_id, "llm_call", event)
 
     def _route(self, model: str) -> ModelRoute:
         try:
@@ -153,7 +170,7 @@ def _delta_tokens(chunk: Any) -> int:
     for call in getattr(delta, "tool_calls", None) or []:
         fn = getattr(call, "function", None)
         text += (getattr(fn, "name", None) or "") + (getattr(fn, "arguments", None) or "")
-    return count_text_tokens(text) if text else 0
+    return len(encode(text)) if text else 0
 
 
 @dataclass

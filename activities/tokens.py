@@ -8,6 +8,8 @@ ledger records, and the reservation margin below covers the difference.
 
 from __future__ import annotations
 
+import copy
+import functools
 import logging
 import os
 from typing import Any
@@ -38,12 +40,33 @@ def count_text_tokens(text: str) -> int:
     return int(_litellm().token_counter(model=COUNTING_MODEL, text=text, count_response_tokens=True))
 
 
+@functools.lru_cache(maxsize=1)
+def _encoding() -> Any:
+    """gpt-4o's encoding (o200k), the one token_counter uses; litellm ships it, so no download."""
+    _litellm()
+    import litellm.litellm_core_utils.default_encoding  # noqa: F401  points tiktoken at litellm's bundled files
+    import tiktoken
+
+    return tiktoken.encoding_for_model(COUNTING_MODEL)
+
+
 def encode(text: str) -> list[int]:
-    return list(_litellm().encode(model=COUNTING_MODEL, text=text))
+    return list(_encoding().encode(text, disallowed_special=()))
 
 
 def decode(tokens: list[int]) -> str:
-    return str(_litellm().decode(model=COUNTING_MODEL, tokens=tokens))
+    return str(_encoding().decode(tokens))
+
+
+def sendable_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool schemas as litellm will send them to an OpenAI-compatible server.
+
+    litellm drops `additionalProperties: false` and `strict` on the way out for some routes;
+    dropping them before counting keeps Berth's count equal to the engine's.
+    """
+    from litellm.utils import remove_additional_properties, remove_strict_from_schema
+
+    return remove_strict_from_schema(remove_additional_properties(copy.deepcopy(tools)))
 
 
 def reservation_margin(counted_prompt_tokens: int) -> int:

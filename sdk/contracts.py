@@ -26,10 +26,24 @@ class BeginTaskResult(BaseModel):
     step: int
 
 
+class PendingStep(BaseModel):
+    """A finished step not yet in the checkpoint store.
+
+    The next activity of the task writes it before anything else (the next LLM call, or the
+    final flush), so a step costs one Temporal round trip instead of two; until then its
+    messages are safe in workflow history.
+    """
+
+    step: int
+    new_messages: list[Message]
+    state: TaskState
+
+
 class LlmStepInput(BaseModel):
     task_id: str
     step: int
     checkpoint: CheckpointRef
+    pending: PendingStep | None = None
     model: str
     max_tokens: int
     token_allowance: int = Field(description="tokens this call may use at most, prompt included")
@@ -52,6 +66,7 @@ class LlmStepResult(BaseModel):
     duration_s: float = 0.0
     attempt: int = 1
     served_by: str = ""
+    checkpoint: CheckpointRef | None = Field(default=None, description="after writing the input's pending step")
 
     @property
     def tokens_charged(self) -> int:
@@ -83,10 +98,7 @@ class ToolCallResult(BaseModel):
 class CheckpointInput(BaseModel):
     task_id: str
     parent: CheckpointRef
-    step: int
-    new_messages: list[Message]
-    scratch: dict = Field(default_factory=dict)
-    state: TaskState
+    pending: PendingStep
 
 
 class RecordStateInput(BaseModel):

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         HumanAnswer,
         LlmStepInput,
         LlmStepResult,
+        PendingStep,
         RaiseBudget,
         RecordStateInput,
         ResolveAgentInput,
@@ -74,6 +75,7 @@ class AgentTaskWorkflow:
         self.steps_done = carried.steps_done if carried else 0
         self.children: list[str] = list(carried.children) if carried else []
         self.checkpoint: CheckpointRef | None = run.resume_from
+        self.pending: PendingStep | None = None  # the last finished step, until the next activity writes it
         self.result: str | None = None
         self.error: str | None = None
         self.waiting_for: str | None = None
@@ -96,12 +98,15 @@ class AgentTaskWorkflow:
                 return await self._finish(*ending)
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                await self._flush_pending()
                 workflow.continue_as_new(self._continuation())
             step = self.steps_done + 1
             try:
                 reply = await self._generate(step)
             except ActivityError as err:
                 return await self._finish(TaskStatus.failed, error=f"step {step}: model call failed: {_cause(err)}")
+            if reply.checkpoint is not None:
+                self.checkpoint, self.pending = reply.checkpoint, None
             if reply.shortfall_tokens is not None:
                 self.budget.charge(reply.lost_tokens, lost=reply.lost_tokens)
                 if not await self._await_budget(reply.shortfall_tokens):
@@ -117,11 +122,11 @@ class AgentTaskWorkflow:
             new_messages = [reply.message]
             if not reply.tool_calls:
                 self.result = reply.message.content or ""
-                await self._checkpoint(step, new_messages)
+                self._step_done(step, new_messages)
                 return await self._finish(TaskStatus.completed)
             new_messages += await asyncio.gather(*(self._run_tool(step, call) for call in reply.tool_calls))
             self.result = reply.message.content or self.result
-            await self._checkpoint(step, new_messages)
+            self._step_done(step, new_messages)
 
     def _reason_to_stop(self) -> tuple[TaskStatus, str | None] | None:
         if self.cancel_reason is not None:
@@ -138,7 +143,8 @@ class AgentTaskWorkflow:
         return await workflow.execute_activity_method(
             LlmStepActivities.generate,
             LlmStepInput(
-                task_id=self.run_input.task_id, step=step, checkpoint=self.checkpoint, model=self.agent.model,
+                task_id=self.run_input.task_id, step=step, checkpoint=self.checkpoint, pending=self.pending,
+                model=self.agent.model,
                 max_tokens=self.agent.max_tokens_per_step, token_allowance=self.budget.token_allowance,
                 usd_allowance=self.budget.usd_allowance, tenant=self.run_input.spec.tenant,
                 tools=[t.to_openai() for t in tools_offered(self.agent)],
@@ -148,15 +154,20 @@ class AgentTaskWorkflow:
             retry_policy=GENERATE_RETRY,
         )
 
-    async def _checkpoint(self, step: int, new_messages: list[Message]) -> None:
-        assert self.checkpoint is not None
+    def _step_done(self, step: int, new_messages: list[Message]) -> None:
         self.steps_done = step
+        self.pending = PendingStep(step=step, new_messages=new_messages, state=self._state())
+
+    async def _flush_pending(self) -> None:
+        """Write the last step's checkpoint when no LLM call is coming to carry it."""
+        if self.pending is None or self.checkpoint is None:
+            return
         self.checkpoint = await workflow.execute_local_activity_method(
             TaskBookkeeping.checkpoint,
-            CheckpointInput(task_id=self.run_input.task_id, parent=self.checkpoint, step=step,
-                            new_messages=new_messages, state=self._state()),
+            CheckpointInput(task_id=self.run_input.task_id, parent=self.checkpoint, pending=self.pending),
             **BOOKKEEPING,
         )
+        self.pending = None
 
     async def _await_budget(self, missing: int) -> bool:
         """Wait (durably) for raise_budget; False when the grace period ends first."""
@@ -313,6 +324,7 @@ class AgentTaskWorkflow:
 
     async def _finish(self, status: TaskStatus, error: str | None = None) -> TaskState:
         self.waiting_for = None
+        await self._flush_pending()
         if status != TaskStatus.completed:
             self.error = error
         await self._set_status(status)

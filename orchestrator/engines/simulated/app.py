@@ -347,11 +347,23 @@ def serve(
     """Run the engine until interrupted. Port 0 picks a free port; the line printed first names it."""
     import uvicorn
 
-    sock = socket.create_server((host, port))
+    sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     print(f"berth simulated engine: http://{host}:{bound}/v1 (latency x{latency_scale})", flush=True)
     config = uvicorn.Config(create_app(models, latency_scale), log_level=log_level, timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound listener whose accepted connections have Nagle's algorithm off.
+
+    uvicorn does not set TCP_NODELAY on connections from a socket it is handed; without it a
+    kept-alive client waits out a 40 ms delayed ACK on every response. Linux copies the
+    option from the listener to each accepted socket.
+    """
+    sock = socket.create_server((host, port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 class EngineThread:
@@ -367,7 +379,7 @@ class EngineThread:
 
         self.app = create_app(models, latency_scale)
         self.tally: UsageTally = self.app.state.tally
-        self._sock = socket.create_server((host, 0))
+        self._sock = listening_socket(host, 0)
         self.port: int = self._sock.getsockname()[1]
         self.base_url = f"http://{host}:{self.port}/v1"
         self._server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=1))

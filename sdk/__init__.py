@@ -3,6 +3,7 @@
     from sdk import Agent, tool, Budget, Client
 """
 
+from ._agent import Agent
 from ._budget import Budget
 from ._client import ApiUnreachable, Client, TaskHandle
 from ._errors import (
@@ -19,8 +20,10 @@ from ._errors import (
 from ._messages import Message, ToolCall
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskRun, TaskSpec, ToolSpec
+from ._serve import serve, serve_blocking
 from ._sync import SyncClient, SyncTaskHandle
 from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
+from ._tool import Tool, ToolCallContext, tool, tool_context
 
 __all__ = [
     "ApiUnreachable",
@@ -31,6 +34,13 @@ __all__ = [
     "SyncClient",
     "SyncTaskHandle",
     "TaskHandle",
+    "Agent",
+    "Tool",
+    "ToolCallContext",
+    "serve",
+    "serve_blocking",
+    "tool",
+    "tool_context",
     "AgentSpec",
     "BerthError",
     "Budget",

@@ -1,0 +1,65 @@
+"""`berth worker --agents module:attr`: serve the tools of agents defined in Python modules."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+from collections.abc import Awaitable, Callable
+
+from sdk import Agent, BerthError, serve
+
+from ..config import BerthConfig
+
+
+class AgentRefError(ValueError):
+    """A malformed or unresolvable `module:attr` reference."""
+
+
+def load_agents(ref: str) -> list[Agent]:
+    """`pkg.module:attr` where attr is an Agent or a list of Agents."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise AgentRefError(f"agents: {ref!r} is not of the form module:attr")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AgentRefError(f"agents: cannot import {module_name!r}: {exc}") from exc
+    value = getattr(module, attr, None)
+    if value is None:
+        raise AgentRefError(f"agents: {module_name!r} has no attribute {attr!r}")
+    found = value if isinstance(value, (list, tuple)) else [value]
+    if not found or not all(isinstance(a, Agent) for a in found):
+        raise AgentRefError(f"agents: {ref!r} is not an Agent or a list of Agents")
+    return list(found)
+
+
+def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
+    try:
+        agents = [agent for ref in refs for agent in load_agents(ref)]
+    except AgentRefError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def start() -> Awaitable[None]:
+        return serve(*agents, temporal_address=config.resolved_temporal_address,
+                     namespace=config.temporal_namespace, api_url=config.resolved_api_url)
+
+    try:
+        asyncio.run(_with_retry(start))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def _with_retry(start: Callable[[], Awaitable[None]], attempts: int = 60) -> None:
+    """The control plane may still be starting under `berth up`: retry registration for a while."""
+    for attempt in range(attempts):
+        try:
+            await start()
+            return
+        except (ConnectionError, OSError, RuntimeError, BerthError) as exc:
+            if attempt == attempts - 1:
+                raise
+            print(f"waiting for the control plane ({exc})", file=sys.stderr)
+            await asyncio.sleep(1)

@@ -1,0 +1,111 @@
+"""The demo workload: three tasks that show Berth's contract, followed live in the terminal.
+
+- a tool-using research task;
+- a coordinator that spawns two research sub-agents with slices of its budget;
+- a research task whose budget is too small: it stops in `awaiting_budget`, the demo tops it
+  up (as an operator would with `berth tasks raise-budget`) and it finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable, Protocol
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from sdk import BerthError, Budget, Client, TaskHandle, TaskState, TaskStatus
+
+from ..config import BerthConfig
+
+DEMO_TASKS = [
+    ("research", "H100 memory bandwidth; A100 memory bandwidth; decode speed for an 8b model", 20_000),
+    ("coordinator", "Should we serve our 8B model on spot GPUs?\n"
+                    "delegate to research: spot GPU pricing and preemption (budget 6000)\n"
+                    "delegate to research: 8b model memory on l4 and h100 (budget 6000)", 40_000),
+    ("research", "kv cache size for 8b; 70b tensor parallel needs", 900),
+]
+TOP_UP_TOKENS = 10_000
+
+
+class _Stop(Protocol):
+    requested: bool
+
+
+def run_demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop) -> list[TaskState]:
+    return asyncio.run(_demo(config, tick, stop))
+
+
+async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop) -> list[TaskState]:
+    console = Console()
+    client = Client(config.resolved_api_url)
+    await _wait_for_agents(client, {"research", "coordinator"})
+    stamp = time.strftime("%H%M%S")
+    handles = [
+        await _submit(client, agent, text, tokens, f"demo-{stamp}-{i}")
+        for i, (agent, text, tokens) in enumerate(DEMO_TASKS, 1)
+    ]
+    topped_up: set[str] = set()
+    states: list[TaskState] = []
+    with Live(console=console, refresh_per_second=4) as live:
+        while not stop.requested:
+            tick()
+            states = [await h.status() for h in handles]
+            for state in states:
+                if state.status == TaskStatus.awaiting_budget and state.task_id not in topped_up:
+                    topped_up.add(state.task_id)
+                    await client.task(state.task_id).raise_budget(TOP_UP_TOKENS)
+            live.update(_table(states, topped_up))
+            if all(s.status.is_final for s in states):
+                break
+            await asyncio.sleep(0.5)
+    console.print(_summary(states))
+    return states
+
+
+async def _submit(client: Client, agent: str, text: str, tokens: int, task_id: str, attempts: int = 30) -> TaskHandle:
+    """Submit, retrying while a just-started Temporal is still unavailable (safe: the task id makes it idempotent)."""
+    for attempt in range(attempts):
+        try:
+            return await client.submit(agent, text, budget=Budget(tokens), task_id=task_id)
+        except BerthError as exc:
+            if exc.status_code != 503 or attempt == attempts - 1:
+                raise
+            await asyncio.sleep(1)
+    raise AssertionError("unreachable")
+
+
+async def _wait_for_agents(client: Client, names: set[str], timeout_s: float = 60) -> None:
+    """The tool worker registers the sample agents when it starts; wait for it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if names <= {a.name for a in await client.agents()}:
+            return
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"agents {sorted(names)} were not registered within {timeout_s:.0f}s")
+
+
+def _table(states: list[TaskState], topped_up: set[str]) -> Table:
+    table = Table(title="Berth demo — live")
+    for col in ("task", "agent", "status", "step", "tokens used / limit", "note"):
+        table.add_column(col)
+    for s in states:
+        note = s.waiting_for or ("budget topped up" if s.task_id in topped_up else "")
+        if s.children:
+            note = f"{len(s.children)} sub-agents " + note
+        table.add_row(s.task_id, s.agent, s.status.value, str(s.step),
+                      f"{s.spend.tokens_used:,} / {s.spend.token_limit:,}", note)
+    return table
+
+
+def _summary(states: list[TaskState]) -> Table:
+    table = Table(title="Demo summary")
+    for col in ("task", "agent", "status", "steps", "tokens", "usd", "answer"):
+        table.add_column(col)
+    for s in states:
+        answer = (s.result or s.error or "").replace("\n", " ")
+        table.add_row(s.task_id, s.agent, s.status.value, str(s.step), f"{s.spend.tokens_used:,}",
+                      f"${s.spend.usd_used:.6f}", answer[:80] + ("…" if len(answer) > 80 else ""))
+    return table

@@ -1,0 +1,102 @@
+"""A small process supervisor: start children, restart the ones that die, stop all cleanly.
+
+A child that exits while the stack is up is reported and restarted (with a growing pause,
+so a child that crashes at once does not spin); on shutdown, children stop in reverse
+start order — SIGTERM, then SIGKILL after a grace period — so workers drain before the
+Temporal server they talk to goes away.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+STOP_GRACE_S = 10.0
+
+
+@dataclass
+class ChildSpec:
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Child:
+    spec: ChildSpec
+    process: subprocess.Popen | None = None
+    restarts: int = 0
+    next_start_at: float = 0.0
+
+
+class Supervisor:
+    def __init__(self, log_dir: Path, pid_dir: Path, report: Callable[[str], None] = print) -> None:
+        self.log_dir = log_dir
+        self.pid_dir = pid_dir
+        self.report = report
+        self.children: list[_Child] = []
+        self.stopping = False
+        log_dir.mkdir(parents=True, exist_ok=True)
+        pid_dir.mkdir(parents=True, exist_ok=True)
+
+    def start(self, spec: ChildSpec) -> None:
+        child = _Child(spec)
+        self.children.append(child)
+        self._launch(child)
+
+    def pid(self, name: str) -> int | None:
+        for child in self.children:
+            if child.spec.name == name and child.process is not None:
+                return child.process.pid
+        return None
+
+    def check(self) -> None:
+        """Restart children that died; call this regularly from the main loop."""
+        now = time.monotonic()
+        for child in self.children:
+            proc = child.process
+            if proc is not None and proc.poll() is not None:
+                delay = RESTART_BACKOFF_S[min(child.restarts, len(RESTART_BACKOFF_S) - 1)]
+                self.report(f"! {child.spec.name} exited with code {proc.returncode}; restarting in {delay:.0f}s "
+                            f"(log: {self._log_path(child.spec)})")
+                child.process = None
+                child.restarts += 1
+                child.next_start_at = now + delay
+            if child.process is None and now >= child.next_start_at and not self.stopping:
+                self._launch(child)
+
+    def stop(self) -> None:
+        self.stopping = True
+        for child in reversed(self.children):
+            if child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signal.SIGTERM)
+                try:
+                    child.process.wait(STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    child.process.kill()
+                    child.process.wait()
+
+    def _launch(self, child: _Child) -> None:
+        log = open(self._log_path(child.spec), "ab")
+        env = {**os.environ, **child.spec.env, "PYTHONUNBUFFERED": "1"}
+        # Own process group: Ctrl-C in the terminal reaches the supervisor only, which then
+        # stops children in order instead of all of them dying at once.
+        child.process = subprocess.Popen(child.spec.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        log.close()
+        # Operators (and the failure tests) find a child to signal here: <data>/run/<name>.pid.
+        (self.pid_dir / f"{child.spec.name}.pid").write_text(f"{child.process.pid}\n")
+
+    def _log_path(self, spec: ChildSpec) -> Path:
+        return self.log_dir / f"{spec.name}.log"
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]

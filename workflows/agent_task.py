@@ -50,8 +50,8 @@ with workflow.unsafe.imports_passed_through():
 
 # Bookkeeping is a local SQLite write: seconds are plenty, and a few retries ride out a busy lock.
 BOOKKEEPING = dict(start_to_close_timeout=timedelta(seconds=30), retry_policy=RetryPolicy(maximum_attempts=10))
-# A generation heartbeats every second; 20 s of silence means its worker or engine is gone.
-GENERATE_HEARTBEAT = timedelta(seconds=20)
+# A generation heartbeats every second; 10 s of silence means its worker or engine is gone.
+GENERATE_HEARTBEAT = timedelta(seconds=10)
 GENERATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
                              maximum_attempts=6)
 # A tool worker may be restarting: wait this long for one before the call is reported as failed.

@@ -45,7 +45,8 @@ def stack_children(config: BerthConfig, tool_agents: list[str]) -> list[ChildSpe
         ], env),
         ChildSpec("engine", python_module("orchestrator.engines.simulated", "--host", config.host,
                                           "--port", str(config.engine_port),
-                                          "--latency-scale", str(config.engine_latency_scale)), env),
+                                          "--latency-scale", str(config.engine_latency_scale),
+                                          "--usage-journal", str(data / "engine-usage.jsonl")), env),
         ChildSpec("server", python_module("orchestrator.cli.main", "server"), env),
         ChildSpec("worker", python_module("orchestrator.cli.main", "worker"), env),
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from orchestrator.config import BerthConfig
 
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="serve only these: a default name or name:ttft_s:tokens_per_s[:context] (repeatable); "
                              f"default: {', '.join(m.name for m in DEFAULT_MODELS)}")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--usage-journal", type=Path, default=None,
+                        help="append every request's usage to this file and replay it at start")
     args = parser.parse_args(argv)
     if args.latency_scale < 0:
         parser.error(f"--latency-scale: must be >= 0, got {args.latency_scale}")
@@ -33,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         models = tuple(parse_model(spec) for spec in args.models) if args.models else DEFAULT_MODELS
     except ValueError as exc:
         parser.error(f"--model: {exc}")
-    serve(args.host, args.port, args.latency_scale, models, args.log_level)
+    serve(args.host, args.port, args.latency_scale, models, args.log_level, usage_journal=args.usage_journal)
     return 0
 
 

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -343,6 +344,7 @@ def serve(
     latency_scale: float = 1.0,
     models: Sequence[SimulatedModel] = DEFAULT_MODELS,
     log_level: str = "warning",
+    usage_journal: Path | None = None,
 ) -> None:
     """Run the engine until interrupted. Port 0 picks a free port; the line printed first names it."""
     import uvicorn
@@ -350,7 +352,8 @@ def serve(
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     print(f"berth simulated engine: http://{host}:{bound}/v1 (latency x{latency_scale})", flush=True)
-    config = uvicorn.Config(create_app(models, latency_scale), log_level=log_level, timeout_graceful_shutdown=5)
+    app = create_app(models, latency_scale, tally=UsageTally(journal=usage_journal))
+    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])
 
 

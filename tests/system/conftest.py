@@ -1,0 +1,106 @@
+"""System tests: `berth up` as a real process tree on free loopback ports in a temp dir."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, free_port
+
+AGENTS = "orchestrator.demo.sample_agents:ALL"
+
+
+@dataclass
+class Stack:
+    """One `berth up` with its data dir, ports and the tool journal the sample agents write."""
+
+    data_dir: Path
+    env: dict[str, str]
+    process: subprocess.Popen | None = None
+
+    @classmethod
+    def create(cls, tmp: Path, latency_scale: float = 0.3) -> "Stack":
+        ports = {name: free_port() for name in ("API", "TEMPORAL", "TEMPORAL_UI", "ENGINE")}
+        env = {**os.environ, "BERTH_DATA_DIR": str(tmp / "berth"), "BERTH_TOOL_JOURNAL": str(tmp / "journal.txt"),
+               "BERTH_ENGINE_LATENCY_SCALE": str(latency_scale), "PYTHONUNBUFFERED": "1",
+               **{f"BERTH_{name}_PORT": str(port) for name, port in ports.items()}}
+        env["BERTH_API_URL"] = f"http://127.0.0.1:{ports['API']}"
+        return cls(tmp / "berth", env)
+
+    @property
+    def api(self) -> str:
+        return self.env["BERTH_API_URL"]
+
+    @property
+    def engine(self) -> str:
+        return f"http://127.0.0.1:{self.env['BERTH_ENGINE_PORT']}"
+
+    def start(self, timeout_s: float = 120) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.data_dir.parent / "up.log", "ab")
+        self.process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "up", "--agents", AGENTS],
+                                        env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"berth up exited: {self.log_tail()}"
+            try:
+                names = {a["name"] for a in httpx.get(f"{self.api}/v1/agents", timeout=2).json()}
+                if {"research", "coordinator"} <= names and httpx.get(f"{self.api}/readyz").status_code == 200:
+                    return
+            except (httpx.HTTPError, ValueError, TypeError):
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"stack not ready: {self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def child_pid(self, name: str) -> int:
+        return int((self.data_dir / "run" / f"{name}.pid").read_text())
+
+    def log_tail(self, name: str = "up") -> str:
+        path = self.data_dir.parent / "up.log" if name == "up" else self.data_dir / "logs" / f"{name}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def tool_runs(self) -> Counter:
+        journal = Path(self.env["BERTH_TOOL_JOURNAL"])
+        lines = journal.read_text().splitlines() if journal.exists() else []
+        return Counter(line.split()[0] for line in lines)
+
+    def engine_usage(self, task_id: str) -> dict:
+        return httpx.get(f"{self.engine}/sim/usage").json()["by_task"].get(task_id, {})
+
+    def wait_for_step(self, task_id: str, step: int, timeout_s: float = 60) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = httpx.get(f"{self.api}/v1/tasks/{task_id}").json()
+            if state.get("step", 0) >= step:
+                return state
+            time.sleep(0.2)
+        raise TimeoutError(f"task {task_id} never reached step {step}")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack.create(tmp_path_factory.mktemp("stack"))
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()

@@ -35,6 +35,7 @@ from ._events import END_EVENT, SseParser
 from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
 from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
+from .contracts import SpawnedChild
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 
@@ -314,6 +315,14 @@ class TaskHandle:
         """Add tokens (and dollars) to the budget; a task in awaiting_budget resumes."""
         body = await self._client._request("POST", self._path("raise-budget"), json={"tokens": tokens, "usd": usd})
         return Spend.model_validate(body)
+
+    async def spawn(self, agent: str, input: str, tokens: int | None = None) -> "TaskHandle":
+        """Start a sub-agent paid from this task's budget (`tokens`, or half of what remains)."""
+        body: dict[str, object] = {"agent": agent, "input": input}
+        if tokens is not None:
+            body["tokens"] = tokens
+        child = SpawnedChild.model_validate(await self._client._request("POST", self._path("spawn"), json=body))
+        return self._client.task(child.task_id)
 
     async def answer(self, text: str) -> TaskState:
         """Answer the question of a task in awaiting_input (`Conflict` otherwise)."""

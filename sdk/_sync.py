@@ -162,6 +162,9 @@ class SyncTaskHandle:
     def raise_budget(self, tokens: int, usd: float = 0.0) -> Spend:
         return self._loop.run(self._handle.raise_budget(tokens, usd))
 
+    def spawn(self, agent: str, input: str, tokens: int | None = None) -> "SyncTaskHandle":
+        return SyncTaskHandle(self._loop, self._loop.run(self._handle.spawn(agent, input, tokens)))
+
     def answer(self, text: str) -> TaskState:
         return self._loop.run(self._handle.answer(text))
 

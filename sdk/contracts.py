@@ -134,5 +134,16 @@ class HumanAnswer(BaseModel):
     text: str = Field(min_length=1, max_length=200_000)
 
 
+SPAWN_UPDATE = "spawn"
+
+
+class SpawnedChild(BaseModel):
+    """A sub-agent started through the spawn update: its task id and the budget carved for it."""
+
+    task_id: str
+    tokens: int
+    usd: float | None = None
+
+
 class CancelRequest(BaseModel):
     reason: str = "cancelled by request"

@@ -10,12 +10,11 @@ checkpoint's id and hash, so history stays small and continue-as-new restarts fr
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.bookkeeping import TaskBookkeeping
@@ -23,12 +22,13 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
     from sdk import CheckpointRef, Message, Spend, TaskRun, TaskState, TaskStatus, ToolCall
     from sdk._builtins import AskHumanArgs, SpawnAgentArgs, tools_offered
-    from sdk._limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS
-    from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL, CarriedProgress, TaskSpec
+    from sdk._limits import MAX_TOOL_RESULT_CHARS
+    from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL, CarriedProgress
     from sdk.contracts import (
         ANSWER_UPDATE,
         CANCEL_SIGNAL,
         RAISE_BUDGET_UPDATE,
+        SPAWN_UPDATE,
         STATE_QUERY,
         TOOL_ACTIVITY,
         WORKFLOW_NAME,
@@ -41,15 +41,15 @@ with workflow.unsafe.imports_passed_through():
         PendingStep,
         RaiseBudget,
         RecordStateInput,
-        ResolveAgentInput,
+        SpawnedChild,
         ToolCallInput,
         ToolCallResult,
     )
 
     from .budget import BudgetViolation, TokenBudget
+    from .options import BOOKKEEPING
+    from .sub_agents import SubAgents
 
-# Bookkeeping is a local SQLite write: seconds are plenty, and a few retries ride out a busy lock.
-BOOKKEEPING = dict(start_to_close_timeout=timedelta(seconds=30), retry_policy=RetryPolicy(maximum_attempts=10))
 # A generation heartbeats every second; 10 s of silence means its worker or engine is gone.
 GENERATE_HEARTBEAT = timedelta(seconds=10)
 GENERATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
@@ -74,6 +74,7 @@ class AgentTaskWorkflow:
         self.status = TaskStatus.queued
         self.steps_done = carried.steps_done if carried else 0
         self.children: list[str] = list(carried.children) if carried else []
+        self.sub_agents = SubAgents(run, self.budget, self.children)
         self.checkpoint: CheckpointRef | None = run.resume_from
         self.pending: PendingStep | None = None  # the last finished step, until the next activity writes it
         self.result: str | None = None
@@ -96,7 +97,7 @@ class AgentTaskWorkflow:
             ending = self._reason_to_stop()
             if ending is not None:
                 return await self._finish(*ending)
-            if workflow.info().is_continue_as_new_suggested():
+            if workflow.info().is_continue_as_new_suggested() and not self.sub_agents.running:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 await self._flush_pending()
                 workflow.continue_as_new(self._continuation())
@@ -196,7 +197,7 @@ class AgentTaskWorkflow:
     # ----- tools ----------------------------------------------------------------------------
     async def _run_tool(self, step: int, call: ToolCall) -> Message:
         if call.name == SPAWN_AGENT_TOOL and self.agent.allow_spawn:
-            content = await self._spawn_agent(step, call)
+            content = await self.sub_agents.run_tool(step, call.arguments)
         elif call.name == ASK_HUMAN_TOOL and self.agent.allow_ask_human:
             content = await self._ask_human(call)
         else:
@@ -224,40 +225,6 @@ class AgentTaskWorkflow:
         except ActivityError as err:
             return f"tool error: {call.name} failed after {spec.max_attempts} attempt(s): {_cause(err)}"
         return result.content
-
-    async def _spawn_agent(self, step: int, call: ToolCall) -> str:
-        try:
-            args = SpawnAgentArgs.model_validate_json(call.arguments or "{}")
-        except ValidationError as exc:
-            return f"tool error: bad arguments for spawn_agent: {_first_error(exc)}"
-        resolved = await workflow.execute_local_activity_method(
-            TaskBookkeeping.resolve_agent, ResolveAgentInput(name=args.agent), **BOOKKEEPING)
-        if resolved.agent is None:
-            return f"tool error: {resolved.error}"
-        if self.budget.token_allowance <= 0 or (self.budget.usd_allowance is not None
-                                                 and self.budget.usd_allowance <= 0):
-            return "tool error: no budget left to give a sub-agent"
-        granted, usd_granted = self.budget.carve(args.tokens)
-        if granted < 2 * MIN_ANSWER_TOKENS:
-            self.budget.settle_child(granted, usd_granted, 0)
-            return f"tool error: only {granted} tokens left, too few for a sub-agent"
-        child_id = f"{self.run_input.task_id}.s{step}.{len(self.children) + 1}"
-        self.children.append(child_id)
-        spec = TaskSpec(task_id=child_id, agent=args.agent, input=args.input,
-                        budget={"tokens": granted, "usd": usd_granted or None}, tenant=self.run_input.spec.tenant,
-                        priority=self.run_input.spec.priority)
-        child_run = TaskRun(task_id=child_id, spec=spec, agent=resolved.agent, parent_task_id=self.run_input.task_id,
-                            submitted_at=workflow.now(), budget_grace_s=0)
-        try:
-            child: TaskState = await workflow.execute_child_workflow(
-                AgentTaskWorkflow.run, child_run, id=child_id, task_queue=workflow.info().task_queue)
-        except ChildWorkflowError as err:
-            # A child that failed outright spent an unknown part of its carve: charge all of it.
-            self.budget.settle_child(granted, usd_granted, granted, usd_granted or 0.0)
-            return f"tool error: sub-agent {args.agent} failed: {_cause(err)}"
-        self.budget.settle_child(granted, usd_granted, child.spend.tokens_used, child.spend.usd_used)
-        return json.dumps({"task_id": child_id, "status": child.status.value, "answer": child.result,
-                           "error": child.error, "tokens_used": child.spend.tokens_used})
 
     async def _ask_human(self, call: ToolCall) -> str:
         try:
@@ -308,6 +275,16 @@ class AgentTaskWorkflow:
         if self.status != TaskStatus.awaiting_input:
             raise ApplicationError(f"task is {self.status.value}, not awaiting_input; nothing to answer")
 
+    @workflow.update(name=SPAWN_UPDATE)
+    async def spawn(self, req: SpawnAgentArgs) -> SpawnedChild:
+        """Start a sub-agent on behalf of a client (SDK, API, MCP), paid from this task's budget."""
+        return await self.sub_agents.spawn(req)
+
+    @spawn.validator
+    def _check_spawn(self, req: SpawnAgentArgs) -> None:
+        if self.status.is_final or self.cancel_reason is not None:
+            raise ApplicationError(f"task is {self.status.value}; it can no longer start sub-agents")
+
     @workflow.signal(name=CANCEL_SIGNAL)
     def cancel(self, req: CancelRequest) -> None:
         if self.cancel_reason is None:
@@ -333,6 +310,13 @@ class AgentTaskWorkflow:
     async def _finish(self, status: TaskStatus, error: str | None = None) -> TaskState:
         self.waiting_for = None
         await self._flush_pending()
+        if self.sub_agents.running:
+            # Sub-agents started from outside still run on this task's budget: settle them first.
+            if status == TaskStatus.cancelled:
+                await self.sub_agents.cancel_all(f"parent {self.run_input.task_id} was cancelled")
+            self.waiting_for = "sub-agents to finish"
+            await self.sub_agents.wait_all()
+            self.waiting_for = None
         if status != TaskStatus.completed:
             self.error = error
         await self._set_status(status)

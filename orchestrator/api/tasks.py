@@ -8,7 +8,8 @@ from fastapi import APIRouter, Body, Depends, Query, Response, status
 from pydantic import ConfigDict
 
 from sdk import Spend, TaskSpec, TaskState, TaskStatus
-from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget
+from sdk._builtins import SpawnAgentArgs
+from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget, SpawnedChild
 
 from ..store import TaskRecord
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, unavailable
@@ -30,6 +31,10 @@ class AnswerRequest(HumanAnswer):
 
 
 class CancelBody(CancelRequest):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SpawnRequest(SpawnAgentArgs):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -90,6 +95,19 @@ async def raise_budget(task_id: str, request: RaiseBudgetRequest, svc: Svc) -> S
     require_running(await svc.task_record(task_id))
     try:
         return await svc.temporal.raise_budget(task_id, RaiseBudget(tokens=request.tokens, usd=request.usd))
+    except (TemporalUnavailable, WorkflowGone, UpdateRejected) as exc:
+        raise _refusal(exc) from None
+
+
+@router.post("/{task_id}/spawn", status_code=status.HTTP_201_CREATED, response_model=SpawnedChild)
+async def spawn(task_id: str, request: SpawnRequest, svc: Svc) -> SpawnedChild:
+    """Start a sub-agent whose budget is carved from this task's remainder (returned when it ends)."""
+    record = await svc.task_record(task_id)
+    require_running(record)
+    if await svc.db(svc.store.agents.get, request.agent) is None:
+        raise invalid("agent", f"no agent named {request.agent!r} is registered")
+    try:
+        return await svc.temporal.spawn(task_id, SpawnAgentArgs.model_validate(request.model_dump()))
     except (TemporalUnavailable, WorkflowGone, UpdateRejected) as exc:
         raise _refusal(exc) from None
 

@@ -30,16 +30,19 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from sdk import Spend, TaskRun, TaskState
+from sdk._builtins import SpawnAgentArgs
 from sdk.contracts import (
     ANSWER_UPDATE,
     CANCEL_SIGNAL,
     CONTROL_TASK_QUEUE,
     RAISE_BUDGET_UPDATE,
+    SPAWN_UPDATE,
     STATE_QUERY,
     WORKFLOW_NAME,
     CancelRequest,
     HumanAnswer,
     RaiseBudget,
+    SpawnedChild,
 )
 
 log = logging.getLogger("berth.api.temporal")
@@ -156,6 +159,9 @@ class TemporalGateway:
 
     async def raise_budget(self, task_id: str, request: RaiseBudget) -> Spend:
         return await self._update(task_id, RAISE_BUDGET_UPDATE, request, Spend)
+
+    async def spawn(self, task_id: str, request: SpawnAgentArgs) -> SpawnedChild:
+        return await self._update(task_id, SPAWN_UPDATE, request, SpawnedChild)
 
     async def answer(self, task_id: str, answer: HumanAnswer) -> None:
         await self._update(task_id, ANSWER_UPDATE, answer, None)

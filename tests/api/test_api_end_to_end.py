@@ -81,3 +81,30 @@ async def test_a_task_short_of_budget_waits_and_resumes_when_raised(stack: Stack
     assert spend.token_limit == 20_040
     assert await task.result(timeout=120)
     assert (await task.status()).spend.tokens_used <= 20_040
+
+
+async def test_the_sdk_spawns_a_sub_agent_on_a_running_task(stack: Stack) -> None:
+    from sdk import InvalidSpec
+
+    helper = Agent(unique("helper"), "llama-3.2-1b", "Answer briefly.")
+    lead = Agent(unique("lead"), "llama-3.2-1b", "Ask first.", allow_ask_human=True)
+    await stack.client.register(helper)
+    await stack.client.register(lead)
+    task = await stack.client.submit(lead, "ask: shall I start?", budget=Budget(tokens=20_000))
+    for _ in range(200):
+        if (await task.status()).status == TaskStatus.awaiting_input:
+            break
+        await asyncio.sleep(0.1)
+
+    child = await task.spawn(helper.name, "Summarise GPU pricing", tokens=5_000)
+    with pytest.raises(InvalidSpec) as refused:
+        await task.spawn("nobody-registered", "x")
+    assert refused.value.field == "agent"
+    await task.answer("yes")
+    await task.result(timeout=120)
+    await child.result(timeout=120)
+
+    parent, sub = await task.status(), await child.status()
+    assert sub.parent_task_id == task.task_id and sub.spend.token_limit == 5_000
+    assert parent.children == [child.task_id]
+    assert parent.spend.tokens_used <= 20_000 and parent.spend.reserved_for_children == 0

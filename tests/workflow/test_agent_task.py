@@ -200,3 +200,29 @@ async def test_fork_from_a_checkpoint_reruns_from_there(berth) -> None:
     forked = berth.store.checkpoints.read(berth.store.checkpoints.latest(state.task_id).id)
     original = berth.store.checkpoints.read(berth.store.checkpoints.latest(source.task_id).id)
     assert [m.content for m in forked.messages] == [m.content for m in original.messages]
+
+
+async def test_a_client_can_spawn_a_sub_agent_paid_from_the_task(berth) -> None:
+    from sdk._builtins import SpawnAgentArgs
+    from sdk.contracts import SpawnedChild
+
+    research = berth.research_agent()
+    await berth.serve(research)
+    parent_agent = berth.research_agent("lead", allow_ask_human=True)
+    handle = await berth.start(parent_agent, "ask: go on?", 20_000)
+    await wait_status(handle, TaskStatus.awaiting_input)
+
+    spawned = await handle.execute_update("spawn", SpawnAgentArgs(agent=research.name, input="H100 bandwidth",
+                                                                  tokens=6_000), result_type=SpawnedChild)
+    assert spawned.tokens == 6_000
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update("spawn", SpawnAgentArgs(agent="nobody-here", input="x"))
+    await handle.execute_update("answer", HumanAnswer(text="yes"))
+    state = await handle.result()
+
+    assert state.status == TaskStatus.completed, state.error
+    child = berth.store.tasks.get(spawned.task_id).state
+    assert child.status == TaskStatus.completed and child.parent_task_id == state.task_id
+    own = berth.store.ledger.totals(state.task_id)
+    assert state.spend.tokens_used == own.prompt_tokens + own.completion_tokens + child.spend.tokens_used
+    assert state.spend.reserved_for_children == 0 and state.children == [spawned.task_id]

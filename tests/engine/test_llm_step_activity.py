@@ -1,0 +1,76 @@
+"""The LLM step activity against a real engine: reservation, shortfall, and a retried attempt
+that books what its dead predecessor generated as lost tokens, paid from the same allowance."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.llm_step import LlmStepActivities
+from orchestrator.catalogue import ModelCatalogue
+from orchestrator.config import BerthConfig
+from orchestrator.engines.simulated import EngineThread
+from orchestrator.store import Store
+from sdk import Message
+from sdk.contracts import LlmStepInput
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[EngineThread]:
+    with EngineThread(latency_scale=0) as e:
+        yield e
+
+
+@pytest.fixture
+def step(engine: EngineThread, tmp_path: Path) -> tuple[LlmStepActivities, Store, LlmStepInput]:
+    store = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
+    root = store.checkpoints.write_root("t1", [Message(role="user", content="Explain KV caches")], {})
+    acts = LlmStepActivities(store.checkpoints, store.ledger, store.events,
+                             ModelCatalogue(BerthConfig(engine_url=engine.base_url)), store.tasks)
+    inp = LlmStepInput(task_id="t1", step=1, checkpoint=root, model="llama-3.2-1b", max_tokens=200,
+                       token_allowance=10_000)
+    return acts, store, inp
+
+
+async def test_a_call_books_exactly_what_the_engine_reports(step, engine: EngineThread) -> None:
+    acts, store, inp = step
+    result = await ActivityEnvironment().run(acts.generate, inp)
+    usage = engine.tally.snapshot()["by_task"]["t1"]
+    assert (result.prompt_tokens, result.completion_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
+    totals = store.ledger.totals("t1")
+    assert (totals.prompt_tokens, totals.completion_tokens, totals.calls) == (result.prompt_tokens,
+                                                                             result.completion_tokens, 1)
+    assert result.cost_usd > 0 and result.message.content
+
+
+async def test_an_allowance_too_small_for_the_prompt_is_a_shortfall_not_a_call(step, engine: EngineThread) -> None:
+    acts, store, inp = step
+    before = engine.tally.snapshot()["total"]["requests"]
+    result = await ActivityEnvironment().run(acts.generate, inp.model_copy(update={"token_allowance": 20}))
+    assert result.shortfall_tokens and result.shortfall_tokens > 0 and result.message is None
+    assert engine.tally.snapshot()["total"]["requests"] == before
+    assert store.ledger.totals("t1").calls == 0
+
+
+async def test_max_tokens_shrinks_to_the_allowance(step) -> None:
+    acts, _, inp = step
+    result = await ActivityEnvironment().run(acts.generate, inp.model_copy(update={"token_allowance": 60}))
+    assert result.prompt_tokens + result.completion_tokens <= 60
+    assert result.budget_limited
+
+
+async def test_a_retry_books_the_dead_attempts_tokens_as_lost(step) -> None:
+    acts, store, inp = step
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=3,
+                                   heartbeat_details=[{"attempt": 2, "generated": 40, "lost_before": 25}])
+    result = await env.run(acts.generate, inp.model_copy(update={"token_allowance": 200}))
+    assert result.lost_tokens == 65
+    assert result.tokens_charged <= 200  # the lost tokens came out of the same allowance
+    lost = [e for e in store.ledger.entries("t1") if e.kind == "lost"]
+    assert [(e.attempt, e.completion_tokens) for e in lost] == [(2, 40)]
+    assert store.ledger.totals("t1").lost_tokens == 40  # attempt 1's 25 were booked by attempt 2

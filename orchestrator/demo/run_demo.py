@@ -25,7 +25,7 @@ DEMO_TASKS = [
     ("coordinator", "Should we serve our 8B model on spot GPUs?\n"
                     "delegate to research: spot GPU pricing and preemption (budget 6000)\n"
                     "delegate to research: 8b model memory on l4 and h100 (budget 6000)", 40_000),
-    ("research", "kv cache size for 8b; 70b tensor parallel needs", 900),
+    ("research", "kv cache size for 8b; 70b memory needs; spot GPU pricing", 700),
 ]
 TOP_UP_TOKENS = 10_000
 

@@ -7,7 +7,6 @@ import random
 import string
 import threading
 import uuid
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,18 +15,6 @@ from sqlalchemy import text
 
 from orchestrator.store import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, Store
 from sdk import Message, NotFound, ToolCall
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'berth.db'}"
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = Store.open(db_url)
-    yield s
-    s.close()
 
 
 def _opening() -> list[Message]:

@@ -3,24 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from pathlib import Path
 
-import pytest
 
 from orchestrator.store import Store
 from sdk import TaskStatus
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'berth.db'}"
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = Store.open(db_url)
-    yield s
-    s.close()
 
 
 def test_events_come_back_in_order_per_task(store: Store, db_url: str) -> None:

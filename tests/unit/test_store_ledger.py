@@ -3,24 +3,11 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 
 from activities.ports import LedgerEntry
 from orchestrator.store import LedgerTotals, Store
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'berth.db'}"
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = Store.open(db_url)
-    yield s
-    s.close()
 
 
 def _entry(task_id: str = "t", step: int = 1, attempt: int = 1, *, prompt: int = 100, completion: int = 20,

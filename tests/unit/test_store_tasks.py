@@ -4,24 +4,11 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
 from orchestrator.store import Store, TaskConflict
 from sdk import Conflict, Spend, TaskState, TaskStatus
-
-
-@pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'berth.db'}"
-
-
-@pytest.fixture
-def store(db_url: str) -> Store:
-    s = Store.open(db_url)
-    yield s
-    s.close()
 
 
 def _state(task_id: str, status: TaskStatus = TaskStatus.queued, *, tenant: str = "acme", agent: str = "writer",

@@ -55,7 +55,8 @@ class LlmStepInput(BaseModel):
 class LlmStepResult(BaseModel):
     """A model reply with its real usage, or a shortfall when the allowance cannot pay for a call."""
 
-    shortfall_tokens: int | None = Field(default=None, description="tokens needed when the call was not made")
+    shortfall_tokens: int | None = Field(default=None, description="tokens missing when the call was not made")
+    shortfall_usd: float | None = Field(default=None, description="dollars missing, when dollars were the limit")
     message: Message | None = None
     finish_reason: str | None = None
     prompt_tokens: int = 0

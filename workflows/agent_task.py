@@ -110,9 +110,9 @@ class AgentTaskWorkflow:
                 self.checkpoint, self.pending = reply.checkpoint, None
             if reply.shortfall_tokens is not None:
                 self.budget.charge(reply.lost_tokens, lost=reply.lost_tokens)
-                if not await self._await_budget(reply.shortfall_tokens):
-                    return await self._finish(TaskStatus.out_of_budget,
-                                              error=f"needed {reply.shortfall_tokens} more tokens")
+                missing = _missing(reply)
+                if not await self._await_budget(missing):
+                    return await self._finish(TaskStatus.out_of_budget, error=f"needed {missing}")
                 continue
             try:
                 self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
@@ -126,7 +126,7 @@ class AgentTaskWorkflow:
                 # result and wait for more budget rather than calling a truncated reply done.
                 self.result = reply.message.content or self.result
                 self._step_done(step, new_messages)
-                if not await self._await_budget(self.agent.max_tokens_per_step):
+                if not await self._await_budget(f"{self.agent.max_tokens_per_step} more tokens to finish the answer"):
                     return await self._finish(TaskStatus.out_of_budget, error="the answer was cut short by the budget")
                 continue
             if not reply.tool_calls:
@@ -163,6 +163,14 @@ class AgentTaskWorkflow:
             retry_policy=GENERATE_RETRY,
         )
 
+    def _until_deadline(self, wait_s: float) -> timedelta:
+        """A wait of `wait_s`, cut short by the task's deadline (Temporal needs a positive timeout)."""
+        wait = timedelta(seconds=wait_s)
+        deadline = self.run_input.spec.budget.deadline
+        if deadline is not None:
+            wait = min(wait, deadline - workflow.now())
+        return max(wait, timedelta(milliseconds=1))
+
     def _step_done(self, step: int, new_messages: list[Message]) -> None:
         self.steps_done = step
         self.pending = PendingStep(step=step, new_messages=new_messages, state=self._state())
@@ -178,15 +186,14 @@ class AgentTaskWorkflow:
         )
         self.pending = None
 
-    async def _await_budget(self, missing: int) -> bool:
-        """Wait (durably) for raise_budget; False when the grace period ends first."""
+    async def _await_budget(self, missing: str) -> bool:
+        """Wait (durably) for raise_budget; False when the grace period (or the deadline) ends first."""
         self.budget_raised = False
-        self.waiting_for = f"budget: {missing} more tokens needed for the next step"
+        self.waiting_for = f"budget: {missing}"
         await self._set_status(TaskStatus.awaiting_budget)
-        grace = self.run_input.budget_grace_s
         try:
             await workflow.wait_condition(lambda: self.budget_raised or self.cancel_reason is not None,
-                                          timeout=timedelta(seconds=grace) if grace > 0 else timedelta(microseconds=1))
+                                          timeout=self._until_deadline(self.run_input.budget_grace_s))
         except asyncio.TimeoutError:
             return False
         self.waiting_for = None
@@ -236,7 +243,7 @@ class AgentTaskWorkflow:
         await self._set_status(TaskStatus.awaiting_input)
         try:
             await workflow.wait_condition(lambda: self.answer_text is not None or self.cancel_reason is not None,
-                                          timeout=timedelta(seconds=self.agent.ask_human_timeout_s))
+                                          timeout=self._until_deadline(self.agent.ask_human_timeout_s))
         except asyncio.TimeoutError:
             self.answer_text = None
         answer, self.question, self.waiting_for = self.answer_text, None, None
@@ -330,6 +337,12 @@ class AgentTaskWorkflow:
             "carried": CarriedProgress(tokens_used=b.tokens_used, usd_used=b.usd_used, steps_done=self.steps_done,
                                        children=self.children, token_limit=b.token_limit, usd_limit=b.usd_limit),
         })
+
+
+def _missing(reply: LlmStepResult) -> str:
+    if reply.shortfall_usd is not None:
+        return f"${reply.shortfall_usd:.6f} more for the next step"
+    return f"{reply.shortfall_tokens} more tokens for the next step"
 
 
 def _cause(err: BaseException) -> str:

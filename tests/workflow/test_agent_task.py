@@ -226,3 +226,35 @@ async def test_a_client_can_spawn_a_sub_agent_paid_from_the_task(berth) -> None:
     own = berth.store.ledger.totals(state.task_id)
     assert state.spend.tokens_used == own.prompt_tokens + own.completion_tokens + child.spend.tokens_used
     assert state.spend.reserved_for_children == 0 and state.children == [spawned.task_id]
+
+
+async def test_a_dollar_limit_is_enforced_and_can_be_raised(berth) -> None:
+    agent = berth.research_agent(max_tokens_per_step=300)
+    # llama-3.1-8b costs $0.20 / $0.30 per 1M tokens: $0.0001 pays for a few hundred tokens.
+    handle = await berth.start(agent, "H100 bandwidth; A100 bandwidth; L4 bandwidth", 100_000, usd=0.0001)
+    waiting = await wait_status(handle, TaskStatus.awaiting_budget)
+    assert waiting.waiting_for.startswith("budget: $")
+    assert waiting.spend.usd_used <= 0.0001
+    await handle.execute_update("raise_budget", RaiseBudget(usd=0.01), result_type=Spend)
+    state = await handle.result()
+    assert state.status == TaskStatus.completed, state.error
+    assert state.spend.usd_used <= 0.0101
+    assert abs(berth.store.ledger.totals(state.task_id).cost_usd - state.spend.usd_used) < 1e-9
+
+
+async def test_the_deadline_ends_a_task_that_is_waiting(berth) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from sdk import Budget, TaskRun, TaskSpec
+
+    agent = berth.research_agent(allow_ask_human=True)
+    await berth.serve(agent)
+    task_id = berth.unique("t")
+    spec = TaskSpec(task_id=task_id, agent=agent.name, input="ask: anyone there?",
+                    budget=Budget(20_000, deadline=timedelta(seconds=3)))
+    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name),
+                  submitted_at=datetime.now(timezone.utc))
+    state = await berth.client.execute_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=berth.queue,
+                                                result_type=TaskState)
+    assert state.status == TaskStatus.out_of_budget
+    assert state.error == "deadline passed"

@@ -68,11 +68,15 @@ class LlmStepActivities:
         reserve = prompt_estimate + reservation_margin(prompt_estimate)
         max_tokens = min(inp.max_tokens, allowance - reserve)
         usd_prices = _prices(route)
+        shortfall_usd = None
         if inp.usd_allowance is not None and usd_prices is not None:
-            max_tokens = min(max_tokens, _affordable_completion(inp.usd_allowance, prompt_estimate, *usd_prices))
+            max_tokens = min(max_tokens, _affordable_completion(inp.usd_allowance, reserve, *usd_prices))
+            needed_usd = reserve * usd_prices[0] + MIN_ANSWER_TOKENS * usd_prices[1]
+            shortfall_usd = needed_usd - inp.usd_allowance if needed_usd > inp.usd_allowance else None
         if max_tokens < MIN_ANSWER_TOKENS:
             return LlmStepResult(
-                shortfall_tokens=max(1, reserve + MIN_ANSWER_TOKENS - allowance),
+                shortfall_tokens=max(0, reserve + MIN_ANSWER_TOKENS - allowance),
+                shortfall_usd=shortfall_usd,
                 lost_tokens=progress.lost_before,
                 attempt=info.attempt,
                 checkpoint=checkpoint,
@@ -93,6 +97,12 @@ class LlmStepActivities:
         try:
             async for chunk in stream:
                 chunks.append(chunk)
+                if _is_closing_usage(chunk):
+                    # litellm sends the usage last, once the engine's stream has ended. Asking it
+                    # for one more chunk would only run its end-of-stream success logging, which
+                    # ignores no-log and reprices and recounts the whole conversation (~15 ms of
+                    # CPU per call); Berth books usage and cost itself.
+                    break
                 delta_tokens = _delta_tokens(chunk)
                 if delta_tokens and ttft is None:
                     ttft = time.monotonic() - started
@@ -103,6 +113,8 @@ class LlmStepActivities:
         except Exception as exc:
             activity.heartbeat(progress.details())
             raise _classify(exc) from exc
+        finally:
+            await stream.aclose()  # releases the engine connection; a no-op when litellm closed it already
         duration = time.monotonic() - started
 
         reply = _assemble(chunks)
@@ -159,6 +171,12 @@ class LlmStepActivities:
             ))
             lost += generated
         return lost
+
+
+def _is_closing_usage(chunk: Any) -> bool:
+    """litellm's final chunk: no choices, only the request's usage (usage on earlier chunks is stripped)."""
+    usage = getattr(chunk, "usage", None)
+    return not chunk.choices and usage is not None and getattr(usage, "prompt_tokens", None) is not None
 
 
 def _delta_tokens(chunk: Any) -> int:

@@ -227,3 +227,49 @@ def test_content_parts_and_later_user_messages() -> None:
     # The task input is the FIRST user message; a later one does not change the plan.
     later = _user("rust; go") + [{"role": "user", "content": "hurry up"}]
     assert reply(MODEL, later, [SEARCH]) == reply(MODEL, _user("rust; go"), [SEARCH])
+
+
+def test_a_remembered_plan_gives_the_replies_a_fresh_plan_gives():
+    from orchestrator.engines.simulated import policy
+
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}, "required": ["query"]}}}]
+    messages = [{"role": "user", "content": "a; b; c"}]
+    for _ in range(4):
+        fresh_task = policy.parse_input("a; b; c")
+        fresh = policy._plan(fresh_task, policy._offered(tools))
+        task, _, remembered = policy._planned("a; b; c", tools)
+        assert task == fresh_task
+        assert [(s.group, s.name, s.args, s.key, s.canonical, s.results) for s in remembered] == \
+               [(s.group, s.name, s.args, s.key, s.canonical, s.results) for s in fresh]
+        answer = reply("m", messages, tools)
+        assert answer == policy.Reply(**vars(_uncached_reply(policy, messages, tools)))
+        if not answer.tool_calls:
+            break
+        call = answer.tool_calls[0]
+        messages = messages + [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]},
+            {"role": "tool", "tool_call_id": call.id, "content": f"result {len(messages)}"},
+        ]
+    # Tools that JSON would blur (a tuple where a list was meant) are planned without the cache.
+    blurred = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"query": {"type": "string"}}, "required": ("query",)}}}]
+    plain = json.loads(json.dumps(blurred))
+    assert reply("m", [{"role": "user", "content": "a"}], blurred) == \
+        _uncached_reply(policy, [{"role": "user", "content": "a"}], blurred)
+    assert reply("m", [{"role": "user", "content": "a"}], plain) == \
+        _uncached_reply(policy, [{"role": "user", "content": "a"}], plain)
+
+
+def _uncached_reply(policy, messages, tools):
+    """reply() as it was before plans were remembered: plan afresh on every call."""
+    task = policy.parse_input(policy._first_user_text(messages))
+    offered = policy._offered(tools)
+    steps = policy._plan(task, offered)
+    results, last_tool_text = policy._results(messages)
+    pending = policy._attach_results(steps, results)
+    if pending:
+        batch = [s for s in pending if s.group == pending[0].group] if task.parallel else pending[:1]
+        return policy.Reply(tool_calls=tuple(policy._call(steps.index(s), s) for s in batch))
+    return policy.Reply(content=policy._answer("m", task, steps, offered, last_tool_text))

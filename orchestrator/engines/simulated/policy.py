@@ -14,6 +14,7 @@ has no result yet; when none is left, it writes a final answer from the results.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -69,13 +70,15 @@ class _Step:
     args: dict[str, Any]
     key: str  # whose result this is, for the answer: "s:<subject>", "a:<agent>" or "h" (the human)
     results: list[str] = field(default_factory=list)
+    canonical: str = ""  # _canonical(args), what a result's call is matched on
+
+    def __post_init__(self) -> None:
+        self.canonical = self.canonical or _canonical(self.args)
 
 
 def reply(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Reply:
     """The model's next message for this conversation and these offered tools."""
-    task = parse_input(_first_user_text(messages))
-    offered = _offered(tools)
-    steps = _plan(task, offered)
+    task, offered, steps = _planned(_first_user_text(messages), tools)
     results, last_tool_text = _results(messages)
     pending = _attach_results(steps, results)
     if pending:
@@ -204,6 +207,32 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _planned(text: str, tools: list[dict[str, Any]] | None) -> tuple[TaskInput, dict[str, dict[str, Any]], list[_Step]]:
+    """The task, the offered tools and a fresh plan (steps without results) for this input.
+
+    Every turn of a task re-reads the same input and tools, so the plan is made once and
+    copied: a 100-step task otherwise re-plans all its steps on each of its 100 requests.
+    The cache key is the input and the tools as sent (order kept: it shapes the arguments).
+    """
+    try:
+        tools_key = json.dumps(tools, ensure_ascii=False)
+        cacheable = json.loads(tools_key) == tools  # no tuples or other types that JSON would blur
+    except (TypeError, ValueError):
+        cacheable = False
+    if not cacheable:  # a caller in-process with values that are not plain JSON: plan without the cache
+        task, offered = parse_input(text), _offered(tools)
+        return task, offered, _plan(task, offered)
+    task, offered, template = _cached_plan(text, tools_key)
+    return task, offered, [_Step(s.group, s.name, s.args, s.key, canonical=s.canonical) for s in template]
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_plan(text: str, tools_key: str) -> tuple[TaskInput, dict[str, dict[str, Any]], tuple[_Step, ...]]:
+    task = parse_input(text)
+    offered = _offered(json.loads(tools_key))
+    return task, offered, tuple(_plan(task, offered))
+
+
 def _plan(task: TaskInput, offered: dict[str, dict[str, Any]]) -> list[_Step]:
     steps = [
         _Step(0, name, args, f"a:{args['agent']}" if name == SPAWN_AGENT else "h")
@@ -240,7 +269,7 @@ def _attach_results(steps: list[_Step], results: dict[tuple[str, str], list[str]
     available = {key: list(texts) for key, texts in results.items()}
     pending = []
     for step in steps:
-        texts = available.get((step.name, _canonical(step.args)))
+        texts = available.get((step.name, step.canonical))
         if texts:
             step.results.append(texts.pop(0))
         else:
@@ -334,6 +363,18 @@ def _text(content: Any) -> str:
 
 def _canonical(arguments: Any) -> str:
     """Arguments compared by meaning, so re-serialised JSON (key order, spaces) still matches."""
+    if type(arguments) is str:
+        return _canonical_text(arguments)
+    return _canonical_value(arguments)
+
+
+@functools.lru_cache(maxsize=65536)
+def _canonical_text(arguments: str) -> str:
+    # A conversation's earlier calls come back on every turn: each is parsed once.
+    return _canonical_value(arguments)
+
+
+def _canonical_value(arguments: Any) -> str:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)

@@ -3,8 +3,10 @@
 All of a step's model-side bookkeeping happens inside this one activity (one Temporal
 round trip): counting the prompt, shrinking `max_tokens` to what the budget can pay for,
 streaming the reply with heartbeats, and writing the ledger row under its idempotency key.
-A retried attempt first books the tokens its dead predecessor generated (known from the
-heartbeat details) as lost, so nothing is hidden and the budget still holds.
+The engine is asked to treat the step as idempotent (one key per task step), so a retry
+whose predecessor's reply had already finished receives that reply instead of paying for a
+new one; what a dead attempt generated and nobody receives is booked as lost (activities/
+attempts.py), so nothing is hidden and the budget still holds.
 """
 
 from __future__ import annotations
@@ -21,23 +23,13 @@ from sdk import Message, ToolCall
 from sdk._limits import MIN_ANSWER_TOKENS
 from sdk.contracts import LlmStepInput, LlmStepResult
 
+from .attempts import Attempts, DeadAttempt
 from .checkpointing import record_step
 from .ports import CheckpointStore, EventLog, LedgerEntry, ModelRoute, ModelRouter, TaskRegistry, TokenLedger
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
 HEARTBEAT_EVERY_S = 1.0
-
-
-@dataclass
-class _Progress:
-    """What an attempt has generated so far; sent as heartbeat details so the next attempt knows."""
-
-    attempt: int
-    generated: int = 0
-    lost_before: int = 0
-
-    def details(self) -> dict[str, int]:
-        return {"attempt": self.attempt, "generated": self.generated, "lost_before": self.lost_before}
+IDEMPOTENCY_HEADER = "Idempotency-Key"  # one key per task step: a retry gets a finished reply back
 
 
 class LlmStepActivities:
@@ -52,9 +44,9 @@ class LlmStepActivities:
     @activity.defn(name="berth.generate")
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
         info = activity.info()
-        progress = _Progress(attempt=info.attempt, lost_before=self._book_lost_attempts(inp, info.heartbeat_details))
+        progress = Attempts.resume(info.attempt, info.heartbeat_details)
         activity.heartbeat(progress.details())
-        allowance = inp.token_allowance - progress.lost_before
+        allowance = inp.token_allowance - progress.held_back
 
         route = self._route(inp.model)
         checkpoint = inp.checkpoint
@@ -74,6 +66,7 @@ class LlmStepActivities:
             needed_usd = reserve * usd_prices[0] + MIN_ANSWER_TOKENS * usd_prices[1]
             shortfall_usd = needed_usd - inp.usd_allowance if needed_usd > inp.usd_allowance else None
         if max_tokens < MIN_ANSWER_TOKENS:
+            await asyncio.to_thread(self._book_lost, inp, progress.resolve(None))
             return LlmStepResult(
                 shortfall_tokens=max(0, reserve + MIN_ANSWER_TOKENS - allowance),
                 shortfall_usd=shortfall_usd,
@@ -89,7 +82,8 @@ class LlmStepActivities:
         stream = await _litellm().acompletion(
             model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=messages,
             tools=tools, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
-            extra_headers={"X-Berth-Task": inp.task_id}, timeout=600,
+            extra_headers={"X-Berth-Task": inp.task_id, IDEMPOTENCY_HEADER: f"{inp.task_id}/{inp.step}"},
+            timeout=600,
             # Berth books usage and cost itself (ledger, catalogue prices); litellm's own success
             # logging would recount and reprice every reply, about 10 ms per call.
             **{"no-log": True},
@@ -97,6 +91,10 @@ class LlmStepActivities:
         try:
             async for chunk in stream:
                 chunks.append(chunk)
+                if progress.response_id is None and getattr(chunk, "id", None):
+                    if dead := progress.resolve(chunk.id):
+                        await asyncio.to_thread(self._book_lost, inp, dead)
+                    activity.heartbeat(progress.details())
                 if _is_closing_usage(chunk):
                     # litellm sends the usage last, once the engine's stream has ended. Asking it
                     # for one more chunk would only run its end-of-stream success logging, which
@@ -154,23 +152,13 @@ class LlmStepActivities:
         except ValueError as exc:
             raise ApplicationError(str(exc), type="UnknownModel", non_retryable=True) from exc
 
-    def _book_lost_attempts(self, inp: LlmStepInput, details: Any) -> int:
-        """Record what earlier attempts generated before dying; return the tokens lost so far."""
-        if not details:
-            return 0
-        last = details[0] if isinstance(details, (list, tuple)) else details
-        if not isinstance(last, dict):
-            return 0
-        lost = int(last.get("lost_before", 0))
-        if int(last.get("attempt", 0)) != activity.info().attempt and int(last.get("generated", 0)) > 0:
-            generated = int(last["generated"])
+    def _book_lost(self, inp: LlmStepInput, dead: list[DeadAttempt]) -> None:
+        for attempt in dead:
             self.ledger.record(LedgerEntry(
-                task_id=inp.task_id, step=inp.step, attempt=int(last["attempt"]), model=inp.model,
-                prompt_tokens=0, completion_tokens=generated, cost_usd=0.0, ttft_s=0.0, duration_s=0.0,
-                served_by="", kind="lost",
+                task_id=inp.task_id, step=inp.step, attempt=attempt.attempt, model=inp.model, prompt_tokens=0,
+                completion_tokens=attempt.generated, cost_usd=0.0, ttft_s=0.0, duration_s=0.0, served_by="",
+                kind="lost",
             ))
-            lost += generated
-        return lost
 
 
 def _is_closing_usage(chunk: Any) -> bool:

@@ -74,3 +74,27 @@ async def test_a_retry_books_the_dead_attempts_tokens_as_lost(step) -> None:
     lost = [e for e in store.ledger.entries("t1") if e.kind == "lost"]
     assert [(e.attempt, e.completion_tokens) for e in lost] == [(2, 40)]
     assert store.ledger.totals("t1").lost_tokens == 40  # attempt 1's 25 were booked by attempt 2
+
+
+async def test_a_retry_after_a_finished_reply_gets_it_back_instead_of_paying_twice(step, engine: EngineThread) -> None:
+    import httpx
+
+    acts, store, inp = step
+    inp = inp.model_copy(update={"task_id": "t-replay"})
+    store.checkpoints.write_root("t-replay", [Message(role="user", content="Explain KV caches")], {})
+    inp = inp.model_copy(update={"checkpoint": store.checkpoints.latest("t-replay")})
+    # Attempt 1 got its whole reply from the engine, then its worker died before booking it.
+    body = {"model": "llama-3.2-1b", "messages": [{"role": "user", "content": "Explain KV caches"}],
+            "max_tokens": 200}
+    headers = {"Idempotency-Key": "t-replay/1", "X-Berth-Task": "t-replay"}
+    first = httpx.post(f"{engine.base_url}/chat/completions", json=body, headers=headers).json()
+
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=2, heartbeat_details=[
+        {"attempt": 1, "generated": 12, "response_id": first["id"], "lost_before": 0, "unresolved": []}])
+    result = await env.run(acts.generate, inp)
+
+    assert result.lost_tokens == 0
+    assert result.completion_tokens == first["usage"]["completion_tokens"]
+    assert [(e.attempt, e.kind) for e in store.ledger.entries("t-replay")] == [(2, "settled")]
+    assert engine.tally.snapshot()["by_task"]["t-replay"]["requests"] == 1  # generated and counted once

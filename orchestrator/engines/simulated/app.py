@@ -30,6 +30,7 @@ from activities import tokens
 
 from .models import DEFAULT_MODELS, SimulatedModel
 from .policy import PlannedCall, Reply, reply
+from .replay import IDEMPOTENCY_HEADER, FinishedReplies, fingerprint
 from .usage import UsageTally
 
 TASK_HEADER = "X-Berth-Task"
@@ -106,6 +107,7 @@ def create_app(
         raise ValueError(f"latency_scale: must be >= 0, got {latency_scale}")
     served = {m.name: m for m in models}
     usage = tally or UsageTally()
+    finished: FinishedReplies[tuple[_Call, _Generation]] = FinishedReplies()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -167,12 +169,25 @@ def create_app(
                 f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
                 "completion). Please reduce the length of the messages or completion."
             ), "BadRequestError", "messages")
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        same_request = fingerprint(model.name, messages, tool_defs) if key else ""
+        earlier = finished.get(key, same_request, max_tokens)
+        if earlier is not None:  # the same step again: hand back the finished reply, generate nothing
+            call, generation = earlier
+            if chat.stream:
+                return _TalliedStream(_stream(call, generation, 0.0, _StreamProgress(), lambda: None), lambda: None)
+            return _completion(call, generation)
         call = _Call(f"chatcmpl-{uuid.uuid4().hex}", model, request.headers.get(TASK_HEADER), prompt_tokens)
         generation = _render(reply(model.name, messages, _tools_for(chat.tool_choice, tool_defs)), max_tokens)
+
+        def done() -> None:
+            usage.completed(model.name, call.task, prompt_tokens, generation.completion_tokens)
+            finished.remember(key, same_request, generation.completion_tokens, (call, generation))
+
         if chat.stream:
             progress = _StreamProgress()
             return _TalliedStream(
-                _stream(call, generation, latency_scale, usage, progress),
+                _stream(call, generation, latency_scale, progress, done),
                 on_close=lambda: None if progress.completed else usage.aborted(
                     model.name, call.task, prompt_tokens, progress.sent_tokens),
             )
@@ -180,19 +195,24 @@ def create_app(
         if delay > 0 and await _client_left(request, delay):
             usage.aborted(model.name, call.task, prompt_tokens, 0)
             return Response(status_code=499)
-        usage.completed(model.name, call.task, prompt_tokens, generation.completion_tokens)
-        return JSONResponse({
-            "id": call.id, "object": "chat.completion", "created": call.created, "model": model.name,
-            "choices": [{"index": 0, "message": generation.message, "logprobs": None,
-                         "finish_reason": generation.finish_reason}],
-            "usage": _usage(call, generation),
-        })
+        done()
+        return _completion(call, generation)
 
     return app
 
 
+def _completion(call: _Call, generation: _Generation) -> JSONResponse:
+    return JSONResponse({
+        "id": call.id, "object": "chat.completion", "created": call.created, "model": call.model.name,
+        "choices": [{"index": 0, "message": generation.message, "logprobs": None,
+                     "finish_reason": generation.finish_reason}],
+        "usage": _usage(call, generation),
+    })
+
+
 async def _stream(
-    call: _Call, generation: _Generation, latency_scale: float, usage: UsageTally, progress: _StreamProgress
+    call: _Call, generation: _Generation, latency_scale: float, progress: _StreamProgress,
+    on_complete: Callable[[], None],
 ) -> AsyncIterator[str]:
     """SSE events at the model's pace: role after TTFT, then deltas, then finish, usage and [DONE]."""
     model = call.model
@@ -206,7 +226,7 @@ async def _stream(
         progress.sent_tokens += n_tokens  # counted once the chunk is handed to the transport
     # Tally before the last write: a client that reads [DONE] and asks /sim/usage at once must
     # already find this request there.
-    usage.completed(model.name, call.task, call.prompt_tokens, generation.completion_tokens)
+    on_complete()
     progress.completed = True
     yield (
         _event(call, {}, generation.finish_reason)

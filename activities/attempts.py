@@ -7,6 +7,11 @@ or, when the engine replays the finished reply under the step's idempotency key,
 at all: the retry receives them. Which one is only known once the retry sees the reply's
 id, so a dead attempt stays `unresolved` until then, and its tokens are held back from the
 allowance meanwhile so the budget holds either way.
+
+An attempt can also die after booking its reply in the ledger but before Temporal heard of
+it. The retry finds that `booked` row: the same reply id again means the replay of a reply
+already booked (book nothing more); another id means the booked reply was real spend the
+workflow never saw, so it is reported for the workflow to charge.
 """
 
 from __future__ import annotations
@@ -22,6 +27,14 @@ class DeadAttempt:
     response_id: str | None
 
 
+@dataclass(frozen=True)
+class BookedAttempt:
+    attempt: int
+    tokens: int
+    usd: float
+    response_id: str
+
+
 @dataclass
 class Attempts:
     attempt: int
@@ -29,6 +42,10 @@ class Attempts:
     response_id: str | None = None
     lost_before: int = 0
     unresolved: list[DeadAttempt] = field(default_factory=list)
+    booked: list[BookedAttempt] = field(default_factory=list)
+    replayed: bool = False  # this attempt's reply is one an earlier attempt already booked
+    unreported_tokens: int = 0
+    unreported_usd: float = 0.0
 
     @classmethod
     def resume(cls, attempt: int, heartbeat_details: Any) -> "Attempts":
@@ -45,7 +62,7 @@ class Attempts:
     @property
     def held_back(self) -> int:
         """Tokens the allowance must not give to this attempt: lost, or possibly lost."""
-        return self.lost_before + sum(u.generated for u in self.unresolved)
+        return self.lost_before + sum(u.generated for u in self.unresolved) + sum(b.tokens for b in self.booked)
 
     def resolve(self, response_id: str | None) -> list[DeadAttempt]:
         """Settle the dead attempts once this attempt's reply id is known (None: no reply will come).
@@ -56,6 +73,11 @@ class Attempts:
         lost = [u for u in self.unresolved if response_id is None or u.response_id != response_id]
         self.lost_before += sum(u.generated for u in lost)
         self.unresolved = []
+        self.replayed = response_id is not None and any(b.response_id == response_id for b in self.booked)
+        unreported = [b for b in self.booked if response_id is None or b.response_id != response_id]
+        self.unreported_tokens = sum(b.tokens for b in unreported)
+        self.unreported_usd = sum(b.usd for b in unreported)
+        self.booked = []
         self.response_id = response_id
         return lost
 

@@ -23,7 +23,7 @@ from sdk import Message, ToolCall
 from sdk._limits import MIN_ANSWER_TOKENS
 from sdk.contracts import LlmStepInput, LlmStepResult
 
-from .attempts import Attempts, DeadAttempt
+from .attempts import Attempts, BookedAttempt, DeadAttempt
 from .checkpointing import record_step
 from .ports import CheckpointStore, EventLog, LedgerEntry, ModelRoute, ModelRouter, TaskRegistry, TokenLedger
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
@@ -45,6 +45,8 @@ class LlmStepActivities:
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
         info = activity.info()
         progress = Attempts.resume(info.attempt, info.heartbeat_details)
+        if info.attempt > 1:
+            progress.booked = await asyncio.to_thread(self._booked_earlier, inp, info.attempt)
         activity.heartbeat(progress.details())
         allowance = inp.token_allowance - progress.held_back
 
@@ -70,7 +72,8 @@ class LlmStepActivities:
             return LlmStepResult(
                 shortfall_tokens=max(0, reserve + MIN_ANSWER_TOKENS - allowance),
                 shortfall_usd=shortfall_usd,
-                lost_tokens=progress.lost_before,
+                lost_tokens=progress.lost_before + progress.unreported_tokens,
+                cost_usd=progress.unreported_usd,
                 attempt=info.attempt,
                 checkpoint=checkpoint,
             )
@@ -122,10 +125,11 @@ class LlmStepActivities:
         message = reply.message
         cost = _cost(usd_prices, prompt_tokens, completion_tokens)
 
-        await asyncio.to_thread(self._settle, inp, LedgerEntry(
+        await asyncio.to_thread(self._settle, inp, progress.replayed, LedgerEntry(
             task_id=inp.task_id, step=inp.step, attempt=info.attempt, model=inp.model,
             prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
             ttft_s=ttft or duration, duration_s=duration, served_by=route.served_by,
+            response_id=progress.response_id or "",
         ), {
             "step": inp.step, "attempt": info.attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before, "cost_usd": cost,
@@ -136,15 +140,23 @@ class LlmStepActivities:
         })
         return LlmStepResult(
             message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens, lost_tokens=progress.lost_before, cost_usd=cost,
+            completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
+            cost_usd=cost + progress.unreported_usd,
             ttft_s=ttft or duration, duration_s=duration, attempt=info.attempt, served_by=route.served_by,
             checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens,
         )
 
-    def _settle(self, inp: LlmStepInput, entry: LedgerEntry, event: dict) -> None:
-        """Book the call under its idempotency key; a retried settle neither re-books nor re-announces."""
-        if self.ledger.record(entry):
+    def _settle(self, inp: LlmStepInput, replayed: bool, entry: LedgerEntry, event: dict) -> None:
+        """Book the call under its idempotency key; a retried settle neither re-books nor re-announces,
+        and a reply an earlier attempt already booked is not booked again."""
+        if not replayed and self.ledger.record(entry):
             self.events.append(inp.task_id, "llm_call", event)
+
+    def _booked_earlier(self, inp: LlmStepInput, attempt: int) -> list[BookedAttempt]:
+        """Replies earlier attempts of this step booked before dying unheard (rare: retries only)."""
+        return [BookedAttempt(e.attempt, e.prompt_tokens + e.completion_tokens, e.cost_usd, e.response_id)
+                for e in self.ledger.entries(inp.task_id)
+                if e.step == inp.step and e.kind == "settled" and e.attempt < attempt]
 
     def _route(self, model: str) -> ModelRoute:
         try:

@@ -40,6 +40,7 @@ class LedgerEntry:
     duration_s: float
     served_by: str
     kind: str = "settled"  # "settled": the engine reported usage; "lost": tokens of an attempt that died
+    response_id: str = ""  # the engine's reply id, so a retry can tell a replay of a booked reply
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class CheckpointStore(Protocol):
 
 class TokenLedger(Protocol):
     def record(self, entry: LedgerEntry) -> bool: ...
+
+    def entries(self, task_id: str) -> list[LedgerEntry]: ...
 
 
 class TaskRegistry(Protocol):

@@ -51,7 +51,7 @@ class SqlTokenLedger:
         row = LedgerRow(
             task_id=entry.task_id, step=entry.step, attempt=entry.attempt, kind=entry.kind, model=entry.model,
             prompt_tokens=entry.prompt_tokens, completion_tokens=entry.completion_tokens, cost_usd=entry.cost_usd,
-            ttft_s=entry.ttft_s, duration_s=entry.duration_s, served_by=entry.served_by,
+            ttft_s=entry.ttft_s, duration_s=entry.duration_s, served_by=entry.served_by, response_id=entry.response_id,
         )  # fmt: skip
         with Session(self._engine) as session:
             session.add(row)
@@ -88,7 +88,7 @@ class SqlTokenLedger:
             LedgerEntry(
                 task_id=r.task_id, step=r.step, attempt=r.attempt, model=r.model, prompt_tokens=r.prompt_tokens,
                 completion_tokens=r.completion_tokens, cost_usd=r.cost_usd, ttft_s=r.ttft_s, duration_s=r.duration_s,
-                served_by=r.served_by, kind=r.kind,
+                served_by=r.served_by, kind=r.kind, response_id=r.response_id,
             )  # fmt: skip
             for r in rows
         ]

@@ -137,6 +137,7 @@ class LedgerRow(SQLModel, table=True):
     ttft_s: float
     duration_s: float
     served_by: str
+    response_id: str = ""  # the engine's reply id: tells a replayed reply from a new one on retry
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 
 

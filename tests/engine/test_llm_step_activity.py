@@ -98,3 +98,38 @@ async def test_a_retry_after_a_finished_reply_gets_it_back_instead_of_paying_twi
     assert result.completion_tokens == first["usage"]["completion_tokens"]
     assert [(e.attempt, e.kind) for e in store.ledger.entries("t-replay")] == [(2, "settled")]
     assert engine.tally.snapshot()["by_task"]["t-replay"]["requests"] == 1  # generated and counted once
+
+
+async def test_a_retry_after_a_booked_reply_books_nothing_twice(step, engine: EngineThread) -> None:
+    acts, store, inp = step
+    inp = inp.model_copy(update={"task_id": "t-booked"})
+    store.checkpoints.write_root("t-booked", [Message(role="user", content="Explain KV caches")], {})
+    inp = inp.model_copy(update={"checkpoint": store.checkpoints.latest("t-booked")})
+    first = await ActivityEnvironment().run(acts.generate, inp)  # booked, then "died" before Temporal heard
+
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=2)
+    again = await env.run(acts.generate, inp)
+
+    assert (again.prompt_tokens, again.completion_tokens, again.lost_tokens) == (
+        first.prompt_tokens, first.completion_tokens, 0)
+    assert [(e.attempt, e.kind) for e in store.ledger.entries("t-booked")] == [(1, "settled")]
+    assert engine.tally.snapshot()["by_task"]["t-booked"]["requests"] == 1
+
+
+async def test_a_booked_reply_the_engine_cannot_replay_is_charged_not_hidden(step) -> None:
+    from activities.ports import LedgerEntry
+
+    acts, store, inp = step
+    inp = inp.model_copy(update={"task_id": "t-gone"})
+    store.checkpoints.write_root("t-gone", [Message(role="user", content="Explain KV caches")], {})
+    inp = inp.model_copy(update={"checkpoint": store.checkpoints.latest("t-gone")})
+    store.ledger.record(LedgerEntry("t-gone", 1, 1, "llama-3.2-1b", 30, 20, 0.001, 0.1, 0.2, "elsewhere",
+                                    response_id="chatcmpl-from-an-engine-that-forgot"))
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, attempt=2)
+    result = await env.run(acts.generate, inp)
+    assert result.lost_tokens == 50  # the earlier booked reply: real spend the workflow never saw
+    assert result.tokens_charged == 50 + result.prompt_tokens + result.completion_tokens
+    totals = store.ledger.totals("t-gone")
+    assert totals.prompt_tokens + totals.completion_tokens + totals.lost_tokens == result.tokens_charged

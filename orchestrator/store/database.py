@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.pool import StaticPool
@@ -78,7 +78,31 @@ def _create_tables(engine: Engine) -> None:
     for attempt in range(1, _CREATE_ATTEMPTS + 1):
         try:
             SQLModel.metadata.create_all(engine)
+            _add_missing_columns(engine)
             return
         except DatabaseError:
             if attempt == _CREATE_ATTEMPTS:
                 raise
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Columns added to a table since its database was created, added in place.
+
+    create_all makes missing tables, never missing columns; a data dir from an earlier
+    version must still open, since `berth up` resumes the tasks it holds. Only additive,
+    defaulted columns are ever introduced, so ADD COLUMN is the whole migration.
+    """
+    found = inspect(engine)
+    for table in SQLModel.metadata.sorted_tables:
+        if not found.has_table(table.name):
+            continue
+        present = {c["name"] for c in found.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            kind = column.type.compile(dialect=engine.dialect)
+            default = column.default.arg if column.default is not None and column.default.is_scalar else None
+            clause = f" DEFAULT '{default}'" if isinstance(default, str) else (
+                f" DEFAULT {default}" if isinstance(default, (int, float)) else "")
+            with engine.begin() as conn:
+                conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}{clause}'))

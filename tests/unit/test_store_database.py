@@ -29,3 +29,27 @@ def test_an_in_memory_database_is_shared_by_the_stores_of_one_engine() -> None:
     store.events.append("t", "state", {})
     assert len(store.events.read("t")) == 1
     store.close()
+
+
+def test_a_database_from_an_earlier_version_gains_new_columns(tmp_path) -> None:
+    import sqlite3
+
+    from activities.ports import LedgerEntry
+    from orchestrator.store import Store
+
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE token_ledger (id INTEGER PRIMARY KEY, task_id VARCHAR NOT NULL, step INTEGER NOT NULL,"
+                " attempt INTEGER NOT NULL, kind VARCHAR NOT NULL, model VARCHAR NOT NULL, prompt_tokens INTEGER NOT"
+                " NULL, completion_tokens INTEGER NOT NULL, cost_usd FLOAT NOT NULL, ttft_s FLOAT NOT NULL, duration_s"
+                " FLOAT NOT NULL, served_by VARCHAR NOT NULL, created_at DATETIME)")
+    con.execute("INSERT INTO token_ledger (task_id, step, attempt, kind, model, prompt_tokens, completion_tokens,"
+                " cost_usd, ttft_s, duration_s, served_by) VALUES ('old', 1, 1, 'settled', 'm', 1, 2, 0, 0, 0, 'x')")
+    con.commit()
+    con.close()
+
+    store = Store.open(f"sqlite:///{db}")
+    assert store.ledger.record(LedgerEntry("new", 1, 1, "m", 3, 4, 0.0, 0.0, 0.0, "x", response_id="r1"))
+    assert [e.response_id for e in store.ledger.entries("old")] == [""]
+    assert [e.response_id for e in store.ledger.entries("new")] == ["r1"]
+    Store.open(f"sqlite:///{db}")  # opening again changes nothing

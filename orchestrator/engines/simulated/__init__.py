@@ -7,9 +7,10 @@ with deterministic replies that make agents call tools, spawn sub-agents and fin
     python -m orchestrator.engines.simulated --port 8090 --latency-scale 1.0
 """
 
-from .app import EngineThread, create_app, serve
+from .app import create_app
 from .models import DEFAULT_MODELS, SimulatedModel
 from .policy import PlannedCall, Reply, reply
+from .server import EngineThread, serve
 from .usage import UsageCounts, UsageTally
 
 __all__ = [

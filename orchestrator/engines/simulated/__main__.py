@@ -12,7 +12,7 @@ from pathlib import Path
 
 from orchestrator.config import BerthConfig
 
-from .app import serve
+from .server import serve
 from .models import DEFAULT_MODELS, parse_model
 
 

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -356,74 +353,3 @@ def _describe_invalid(exc: ValueError) -> tuple[str, str, str]:
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}}, status)
-
-
-def serve(
-    host: str = "127.0.0.1",
-    port: int = 8090,
-    latency_scale: float = 1.0,
-    models: Sequence[SimulatedModel] = DEFAULT_MODELS,
-    log_level: str = "warning",
-    usage_journal: Path | None = None,
-) -> None:
-    """Run the engine until interrupted. Port 0 picks a free port; the line printed first names it."""
-    import uvicorn
-
-    sock = listening_socket(host, port)
-    bound = sock.getsockname()[1]
-    print(f"berth simulated engine: http://{host}:{bound}/v1 (latency x{latency_scale})", flush=True)
-    app = create_app(models, latency_scale, tally=UsageTally(journal=usage_journal))
-    config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound listener whose accepted connections have Nagle's algorithm off.
-
-    uvicorn does not set TCP_NODELAY on connections from a socket it is handed; without it a
-    kept-alive client waits out a 40 ms delayed ACK on every response. Linux copies the
-    option from the listener to each accepted socket.
-    """
-    sock = socket.create_server((host, port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-class EngineThread:
-    """The engine on a free loopback port in a background thread, for tests and benchmarks in one process.
-
-        with EngineThread(latency_scale=0) as engine:
-            litellm.completion(model="hosted_vllm/llama-3.1-8b", api_base=engine.base_url, ...)
-    """
-
-    def __init__(self, latency_scale: float = 1.0, models: Sequence[SimulatedModel] = DEFAULT_MODELS,
-                 host: str = "127.0.0.1") -> None:
-        import uvicorn
-
-        self.app = create_app(models, latency_scale)
-        self.tally: UsageTally = self.app.state.tally
-        self._sock = listening_socket(host, 0)
-        self.port: int = self._sock.getsockname()[1]
-        self.base_url = f"http://{host}:{self.port}/v1"
-        self._server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=1))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
-
-    def start(self, timeout_s: float = 60.0) -> "EngineThread":
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the simulated engine did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self._sock.close()
-
-    def __enter__(self) -> "EngineThread":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

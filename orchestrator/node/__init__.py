@@ -14,18 +14,23 @@ from .discovery import (
     SimulatedDiscovery,
 )
 from .gpu_types import GPU_TYPES, GpuType, MigProfile, get_gpu_type, match_device, parse_simulate
+from .weights_cache import CachedWeights, LoadPlan, WeightsCache, WeightsCacheError
 
 __all__ = [
     "GPU_TYPES",
+    "CachedWeights",
     "GpuDiscovery",
     "GpuInfo",
     "GpuMetrics",
     "GpuType",
+    "LoadPlan",
     "MigDevice",
     "MigProfile",
     "NvmlDiscovery",
     "NvmlUnavailable",
     "SimulatedDiscovery",
+    "WeightsCache",
+    "WeightsCacheError",
     "get_gpu_type",
     "match_device",
     "parse_simulate",

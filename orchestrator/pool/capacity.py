@@ -1,0 +1,113 @@
+"""An index of free GPU capacity, so a cold placement never scans 80,000 GPUs.
+
+For every schedulable, undedicated node it records, per GPU type and free-memory bucket, how
+many devices have at least that much free; the node id sits in one sorted list per
+(datacenter, type, capacity class, bucket, device count). A query for "d devices with ≥ n GiB"
+reads the lists of the largest bucket ≤ n with count ≥ d: a superset of the nodes that fit
+(some devices there have between the bucket and n free), which the caller checks exactly.
+Lists are kept sorted by node id so iteration, and with it every decision, depends only on
+the fleet's contents, never on the order it was built in. Updates are incremental: one
+node's devices change, only that node's entries move.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+# Free-memory thresholds in GiB. Consecutive buckets differ by ≤ 1.5× above 4 GiB, so a query
+# reads at most ~50% more memory range than it needs; ~20 buckets × 8 devices bound the work
+# of re-indexing one node after a placement.
+MEMORY_BUCKETS: tuple[float, ...] = (0, 1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160)
+
+
+def bucket_below(gib: float) -> int:
+    """Index of the largest bucket ≤ gib (0 for anything below 1 GiB)."""
+    return max(bisect_right(MEMORY_BUCKETS, gib) - 1, 0)
+
+
+@dataclass(frozen=True)
+class DeviceFree:
+    """What the index needs from one device: its type and free memory."""
+
+    type_name: str
+    free_gib: float
+
+
+GroupKey = tuple[str, str, str]  # (datacenter, GPU type, capacity class)
+
+
+class FreeCapacityIndex:
+    """Sorted node-id lists keyed by (datacenter, type, capacity class, bucket, device count)."""
+
+    def __init__(self) -> None:
+        self._lists: dict[tuple[str, str, str, int, int], list[str]] = {}
+        # node id → (group keys it sits in, {(type, bucket): count}); what to remove on update.
+        self._entries: dict[str, tuple[str, str, dict[tuple[str, int], int]]] = {}
+        self._max_count: dict[GroupKey, int] = {}
+        self._groups: list[GroupKey] | None = None  # sorted cache of _max_count's keys
+
+    def update(self, node_id: str, datacenter: str, capacity: str, devices: list[DeviceFree] | None) -> None:
+        """(Re)index one node; `devices=None` takes it out (unhealthy, draining, dedicated, gone)."""
+        new: dict[tuple[str, int], int] = {}
+        if devices is not None:
+            for dev in devices:
+                top = bucket_below(dev.free_gib) if dev.free_gib > 0 else -1
+                for b in range(top + 1):
+                    new[(dev.type_name, b)] = new.get((dev.type_name, b), 0) + 1
+        old = self._entries.get(node_id)
+        old_counts = old[2] if old else {}
+        if old and (old[0], old[1]) != (datacenter, capacity):
+            self._remove_all(node_id, old[0], old[1], old_counts)
+            old_counts = {}
+        for key, count in old_counts.items():
+            if new.get(key) != count:
+                self._drop(node_id, (old[0], key[0], old[1], key[1], count))  # type: ignore[index]
+        for key, count in new.items():
+            if old_counts.get(key) != count:
+                insort(self._lists.setdefault((datacenter, key[0], capacity, key[1], count), []), node_id)
+                group = (datacenter, key[0], capacity)
+                if group not in self._max_count:
+                    self._groups = None
+                self._max_count[group] = max(self._max_count.get(group, 0), count)
+        if new:
+            self._entries[node_id] = (datacenter, capacity, new)
+        else:
+            self._entries.pop(node_id, None)
+
+    def groups(self) -> list[GroupKey]:
+        """Every (datacenter, type, capacity class) seen, sorted: the query's outer loop."""
+        if self._groups is None:
+            self._groups = sorted(self._max_count)
+        return self._groups
+
+    def may_fit(self, node_id: str, need_gib: float, count: int) -> bool:
+        """A cheap necessary condition for `count` devices with ≥ need_gib free on this node."""
+        entry = self._entries.get(node_id)
+        if entry is None:
+            return False
+        b = bucket_below(need_gib)
+        return any(c >= count for (_, bucket), c in entry[2].items() if bucket == b)
+
+    def nodes(self, group: GroupKey, need_gib: float, count: int) -> Iterator[str]:
+        """Node ids that may have `count` devices of the group's type with ≥ need_gib free.
+
+        Fewest qualifying devices first (a gang that fills a node exactly fragments least),
+        then by node id. A superset: the caller checks each node exactly.
+        """
+        dc, type_name, capacity = group
+        b = bucket_below(need_gib)
+        for c in range(count, self._max_count.get(group, 0) + 1):
+            yield from self._lists.get((dc, type_name, capacity, b, c), ())
+
+    def _drop(self, node_id: str, key: tuple[str, str, str, int, int]) -> None:
+        lst = self._lists.get(key)
+        if lst:
+            i = bisect_left(lst, node_id)
+            if i < len(lst) and lst[i] == node_id:
+                del lst[i]
+
+    def _remove_all(self, node_id: str, dc: str, capacity: str, counts: dict[tuple[str, int], int]) -> None:
+        for (type_name, b), count in counts.items():
+            self._drop(node_id, (dc, type_name, capacity, b, count))

@@ -1,0 +1,316 @@
+"""The in-memory fleet: nodes, GPU devices, models, replicas, weight caches, tenants.
+
+This is the state `place()` reads and `FleetState.apply()` / `release()` change. It is fed by
+the store and the node agents' heartbeats (elsewhere); it does no I/O itself. Every mutation
+keeps the indexes placement relies on up to date at once, so a placement booked here counts
+as load for the very next decision (no thundering herd), and no decision scans the fleet.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from .capacity import DeviceFree, FreeCapacityIndex
+
+if TYPE_CHECKING:
+    from .placement import Decision
+
+CapacityClass = Literal["spot", "on-demand"]
+Trust = Literal["shared", "isolated", "dedicated"]
+ReplicaState = Literal["loading", "warm", "draining"]
+
+# Memory comparisons allow this much float error (GiB): 1 MiB, far below any real allocation.
+EPSILON_GIB = 1 / 1024
+
+
+@dataclass
+class Device:
+    """One schedulable GPU device: a whole GPU, or one MIG instance with its own memory."""
+
+    index: int
+    uuid: str
+    type_name: str  # the physical GPU type, e.g. "H100-80GB"; MIG instances keep their parent's
+    memory_gib: float
+    speed: float = 1.0  # relative to an H100 = 1.0
+    mig_profile: str | None = None  # e.g. "3g.40gb"; MIG instances never join a tensor-parallel gang
+    reserved_gib: float = 0.0
+    owner: str | None = None  # the isolated/dedicated tenant whose replica holds it, if any
+    replicas: int = 0
+
+    @property
+    def free_gib(self) -> float:
+        return self.memory_gib - self.reserved_gib
+
+
+@dataclass
+class Node:
+    id: str
+    datacenter: str
+    zone: str
+    capacity: CapacityClass
+    usd_per_hour: float
+    devices: list[Device]
+    disk_gib_per_s: float = 2.0  # local NVMe read, the disk tier's bandwidth
+    healthy: bool = True
+    draining: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    preemption_risk: float | None = None  # measured for this node; None → the config's default for spot
+
+    @property
+    def dedicated_to(self) -> str | None:
+        return self.labels.get("dedicated")
+
+    @property
+    def schedulable(self) -> bool:
+        return self.healthy and not self.draining
+
+    def device(self, index: int) -> Device:
+        for dev in self.devices:
+            if dev.index == index:
+                return dev
+        raise KeyError(f"node {self.id} has no device {index}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A catalogue entry as placement sees it."""
+
+    name: str
+    weights_gib: float
+    kv_headroom_gib: float
+    tensor_parallel: tuple[int, ...] = (1,)  # allowed degrees
+    usd_per_1m_tokens: float = 0.0
+    tokens_per_s: float = 2500.0  # one replica's batch throughput on a speed-1.0 GPU
+    concurrency: int = 32  # leases one replica serves at once (continuous batching)
+
+    @property
+    def memory_gib(self) -> float:
+        return self.weights_gib + self.kv_headroom_gib
+
+
+@dataclass
+class Replica:
+    id: str
+    model: str
+    node_id: str
+    devices: tuple[int, ...]
+    per_device_gib: float
+    state: ReplicaState
+    concurrency: int
+    tenant: str | None = None  # who started it
+    isolated: bool = False  # holds its devices for `tenant` alone
+    outstanding_tokens: int = 0
+    active_leases: int = 0
+    load_s: float = 0.0  # the load estimate when it was placed; a loading replica's queue starts after it
+
+
+@dataclass(frozen=True)
+class Tenant:
+    id: str
+    trust: Trust = "shared"
+    gpu_quota: int | None = None  # devices its replicas may hold at once; None = unlimited
+
+
+@dataclass(frozen=True)
+class Booking:
+    """What `apply` booked, so `release` can undo exactly that."""
+
+    lease_id: str
+    replica_id: str
+    tokens: int
+    created_replica: bool
+
+
+class StaleDecision(ValueError):
+    """The fleet changed between place() and apply(): the decision no longer fits; place again."""
+
+
+class FleetState:
+    """Nodes, models, replicas and caches, with the indexes placement reads."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.models: dict[str, ModelSpec] = {}
+        self.tenants: dict[str, Tenant] = {}
+        self.replicas: dict[str, Replica] = {}
+        self.replicas_by_model: dict[str, dict[str, None]] = {}  # insertion-ordered set; callers sort
+        self.cached: dict[str, set[str]] = {}  # model → node ids with its weights on local disk
+        self.cached_sorted: dict[str, list[str]] = {}
+        self.weights_in_dc: dict[str, Counter[str]] = {}  # model → datacenter → nodes caching it
+        self.dedicated_nodes: dict[str, list[str]] = {}  # tenant → its labelled node ids, sorted
+        self.tenant_devices: Counter[str] = Counter()  # tenant → devices its replicas hold
+        self.shapes: Counter[tuple[tuple[str, float, bool], ...]] = Counter()  # node hardware shapes
+        self.free_index = FreeCapacityIndex()
+        self._next_replica = 0
+        self._next_lease = 0
+
+    # --- inventory -------------------------------------------------------------------------
+
+    def add_node(self, node: Node) -> None:
+        if node.id in self.nodes:
+            raise ValueError(f"node {node.id!r} is already in the fleet")
+        self.nodes[node.id] = node
+        self.shapes[_shape(node)] += 1
+        if node.dedicated_to:
+            lst = self.dedicated_nodes.setdefault(node.dedicated_to, [])
+            lst.append(node.id)
+            lst.sort()
+        self._reindex(node)
+
+    def add_model(self, model: ModelSpec) -> None:
+        self.models[model.name] = model
+
+    def add_tenant(self, tenant: Tenant) -> None:
+        self.tenants[tenant.id] = tenant
+
+    def trust_of(self, tenant: str | None) -> Trust:
+        t = self.tenants.get(tenant or "")
+        return t.trust if t else "shared"
+
+    def set_health(self, node_id: str, healthy: bool) -> None:
+        self.nodes[node_id].healthy = healthy
+        self._reindex(self.nodes[node_id])
+
+    def set_draining(self, node_id: str, draining: bool) -> None:
+        self.nodes[node_id].draining = draining
+        self._reindex(self.nodes[node_id])
+
+    def cache_weights(self, node_id: str, model: str) -> None:
+        nodes = self.cached.setdefault(model, set())
+        if node_id in nodes:
+            return
+        nodes.add(node_id)
+        self.cached_sorted[model] = sorted(nodes)
+        self.weights_in_dc.setdefault(model, Counter())[self.nodes[node_id].datacenter] += 1
+
+    def evict_weights(self, node_id: str, model: str) -> None:
+        nodes = self.cached.get(model, set())
+        if node_id not in nodes:
+            return
+        nodes.discard(node_id)
+        self.cached_sorted[model] = sorted(nodes)
+        dcs = self.weights_in_dc[model]
+        dcs[self.nodes[node_id].datacenter] -= 1
+        if dcs[self.nodes[node_id].datacenter] <= 0:
+            del dcs[self.nodes[node_id].datacenter]
+
+    # --- replicas --------------------------------------------------------------------------
+
+    def add_replica(
+        self,
+        model: str,
+        node_id: str,
+        devices: tuple[int, ...],
+        *,
+        state: ReplicaState = "warm",
+        tenant: str | None = None,
+        load_s: float = 0.0,
+    ) -> Replica:
+        """Put a replica on devices (a node agent reports one, or apply() starts one)."""
+        spec = self.models[model]
+        node = self.nodes[node_id]
+        if len(set(devices)) != len(devices) or not devices:
+            raise ValueError(f"replica devices must be distinct and non-empty, got {devices}")
+        per_device = spec.memory_gib / len(devices)
+        isolated = self.trust_of(tenant) != "shared"
+        for i in devices:
+            dev = node.device(i)
+            if dev.free_gib + EPSILON_GIB < per_device:
+                raise StaleDecision(f"{node_id} device {i} has {dev.free_gib:.1f} GiB free, {model} needs {per_device:.1f}")
+            if dev.replicas and dev.owner != (tenant if isolated else None):
+                raise StaleDecision(f"{node_id} device {i} is held across a tenant boundary")
+        self._next_replica += 1
+        replica = Replica(
+            id=f"r-{self._next_replica}",
+            model=model,
+            node_id=node_id,
+            devices=tuple(devices),
+            per_device_gib=per_device,
+            state=state,
+            concurrency=spec.concurrency,
+            tenant=tenant,
+            isolated=isolated,
+            load_s=load_s,
+        )
+        for i in devices:
+            dev = node.device(i)
+            dev.reserved_gib += per_device
+            dev.replicas += 1
+            dev.owner = tenant if isolated else None
+        if tenant:
+            self.tenant_devices[tenant] += len(devices)
+        self.replicas[replica.id] = replica
+        self.replicas_by_model.setdefault(model, {})[replica.id] = None
+        self._reindex(node)
+        return replica
+
+    def mark_warm(self, replica_id: str) -> None:
+        self.replicas[replica_id].state = "warm"
+
+    def unload(self, replica_id: str) -> None:
+        """Take a replica off its GPUs (scale-down, failed load); its weights stay on disk."""
+        replica = self.replicas.pop(replica_id)
+        del self.replicas_by_model[replica.model][replica_id]
+        node = self.nodes[replica.node_id]
+        for i in replica.devices:
+            dev = node.device(i)
+            dev.reserved_gib = max(dev.reserved_gib - replica.per_device_gib, 0.0)
+            dev.replicas -= 1
+            if dev.replicas == 0:
+                dev.reserved_gib = 0.0  # drop accumulated float error with the last tenant
+                dev.owner = None
+        if replica.tenant:
+            self.tenant_devices[replica.tenant] -= len(replica.devices)
+        self._reindex(node)
+
+    # --- bookings --------------------------------------------------------------------------
+
+    def apply(self, decision: Decision, tokens: int) -> Booking:
+        """Book a placed decision at once: its tokens as load, a new replica's memory as reserved."""
+        choice = decision.chosen
+        if choice is None:
+            raise ValueError(f"nothing to apply: the decision is {decision.outcome} ({decision.reason})")
+        cand = choice.candidate
+        created = cand.replica_id is None
+        if created:
+            replica = self.add_replica(
+                decision.request.model,
+                cand.node_id,
+                cand.devices,
+                state="loading",
+                tenant=decision.request.tenant,
+                load_s=choice.terms.get("ttft", 0.0),
+            )
+        else:
+            replica = self.replicas.get(cand.replica_id)  # type: ignore[arg-type]
+            if replica is None or replica.state == "draining" or replica.active_leases >= replica.concurrency:
+                raise StaleDecision(f"replica {cand.replica_id} can no longer take a lease")
+        replica.outstanding_tokens += tokens
+        replica.active_leases += 1
+        self._next_lease += 1
+        return Booking(f"l-{self._next_lease}", replica.id, tokens, created)
+
+    def release(self, booking: Booking) -> None:
+        """Undo a booking: its load goes; a replica it started that never got past loading goes too."""
+        replica = self.replicas.get(booking.replica_id)
+        if replica is None:
+            return  # already unloaded (node lost): nothing left to undo
+        replica.outstanding_tokens = max(replica.outstanding_tokens - booking.tokens, 0)
+        replica.active_leases = max(replica.active_leases - 1, 0)
+        if booking.created_replica and replica.state == "loading" and replica.active_leases == 0:
+            self.unload(replica.id)
+
+    # --- index upkeep ----------------------------------------------------------------------
+
+    def _reindex(self, node: Node) -> None:
+        devices = None
+        if node.schedulable and not node.dedicated_to:
+            devices = [DeviceFree(d.type_name, d.free_gib) for d in node.devices]
+        self.free_index.update(node.id, node.datacenter, node.capacity, devices)
+
+
+def _shape(node: Node) -> tuple[tuple[str, float, bool], ...]:
+    """The hardware a node has, whatever its state: what "could this fleet EVER serve it" reads."""
+    return tuple(sorted((d.type_name, d.memory_gib, d.mig_profile is not None) for d in node.devices))

@@ -1,0 +1,125 @@
+"""Scorers: small pure functions of (request, candidate, fleet, config), lower is better.
+
+Each returns a raw value in its own unit; `ScorerWeights` turns it into seconds of expected
+time-to-first-token so the terms add, and a Decision can name the one that decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .decision import Candidate, PlacementRequest
+from .fleet import FleetState, Node, Replica
+from .weights import PlacementConfig
+
+Scorer = Callable[[PlacementRequest, Candidate, FleetState, PlacementConfig], float]
+
+
+def replica_throughput(fleet: FleetState, replica: Replica) -> float:
+    """Tokens/s the replica's batch produces: the catalogue's rate on its slowest device."""
+    node = fleet.nodes[replica.node_id]
+    speed = min(node.device(i).speed for i in replica.devices)
+    return fleet.models[replica.model].tokens_per_s * speed
+
+
+def load_seconds(fleet: FleetState, model: str, node: Node, tier: str, config: PlacementConfig) -> float:
+    """How long a new replica takes to be ready, from where its weights are.
+
+    Weights always land in the node's disk cache first (so an unload keeps them), then load
+    from it: a copy from the same datacenter or from origin adds its transfer to the disk read.
+    """
+    weights = fleet.models[model].weights_gib
+    seconds = weights / node.disk_gib_per_s + config.engine_start_s
+    if tier == "datacenter":
+        seconds += weights / config.intra_dc_gib_per_s
+    elif tier == "origin":
+        seconds += weights / config.wan_gib_per_s
+    return seconds
+
+
+def queue_wait(fleet: FleetState, replica: Replica) -> float:
+    """Outstanding reserved tokens over throughput: tokens, not requests, since a step costs 1–100k of them."""
+    return replica.outstanding_tokens / replica_throughput(fleet, replica)
+
+
+def ttft(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
+    """Expected seconds to first token, from the candidate's locality tier."""
+    if cand.replica_id is not None:
+        replica = fleet.replicas[cand.replica_id]
+        wait = queue_wait(fleet, replica)
+        return wait + replica.load_s if cand.tier == "loading" else wait
+    return load_seconds(fleet, request.model, fleet.nodes[cand.node_id], cand.tier, config)
+
+
+def cost(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
+    """Dollars: the node's price for the devices used × the time they are held, spot grossed up by its risk.
+
+    A lease on an existing replica holds its share for the wait and the generation; a new
+    replica also for its load and the idle window after, which is what scale-up really costs.
+    """
+    node = fleet.nodes[cand.node_id]
+    share = node.usd_per_hour * len(cand.devices) / max(len(node.devices), 1)
+    speed = min(node.device(i).speed for i in cand.devices)
+    generate_s = request.tokens / (fleet.models[request.model].tokens_per_s * speed)
+    held_s = ttft(request, cand, fleet, config) + generate_s
+    if cand.replica_id is None:
+        held_s += config.replica_min_hold_s  # a new replica keeps its GPUs for the idle window
+    usd = share * held_s / 3600
+    if node.capacity == "spot":
+        # A reclaimed step is paid again: spot's discount only counts net of its preemption risk.
+        risk = node.preemption_risk if node.preemption_risk is not None else config.spot_preemption_risk
+        usd *= 1 + risk
+    return usd
+
+
+def fragmentation(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
+    """Capacity a new replica strands: leftover fraction of each device it takes, +1 for breaking a whole free node.
+
+    Taking 16 GiB of an empty 80 GiB GPU leaves 0.8 of it for models that may not fit there;
+    the same replica on a 24 GiB GPU leaves 0.33. A warm replica strands nothing new.
+    """
+    if cand.replica_id is not None:
+        return 0.0
+    node = fleet.nodes[cand.node_id]
+    need = fleet.models[request.model].memory_gib / len(cand.devices)
+    leftover = 0.0
+    for i in cand.devices:
+        dev = node.device(i)
+        leftover += max(dev.free_gib - need, 0.0) / dev.memory_gib
+    whole_node_free = all(d.replicas == 0 for d in node.devices)
+    breaks_node = whole_node_free and len(cand.devices) < len(node.devices)
+    return leftover + (1.0 if breaks_node else 0.0)
+
+
+def affinity(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
+    """Minus the prefill seconds saved on the replica that served the previous step (its KV cache has the prefix)."""
+    if cand.replica_id is None or cand.replica_id != request.previous_replica:
+        return 0.0
+    replica = fleet.replicas[cand.replica_id]
+    if queue_wait(fleet, replica) > config.affinity_max_queue_s:
+        return 0.0  # overloaded: a prefix hit is not worth the queue
+    prefill_rate = replica_throughput(fleet, replica) * config.prefill_speedup
+    return -(request.prompt_tokens * config.prefix_cacheable_fraction) / prefill_rate
+
+
+def capacity_class(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
+    """1 when the node's class is the wrong one: interactive on spot, or new on-demand capacity for batch.
+
+    A preemption costs an interactive user a cold start; batch and low_priority work only loses
+    time, so it should not start replicas on on-demand GPUs, but a warm on-demand replica with a
+    free slot is already paid for and may serve it.
+    """
+    spot = fleet.nodes[cand.node_id].capacity == "spot"
+    if request.priority == "interactive":
+        return 1.0 if spot else 0.0
+    return 0.0 if spot or cand.replica_id is not None else 1.0
+
+
+# Name → scorer; the names are the ScorerWeights fields and the keys of a Decision's terms.
+SCORERS: dict[str, Scorer] = {
+    "ttft": ttft,
+    "cost": cost,
+    "fragmentation": fragmentation,
+    "affinity": affinity,
+    "capacity_class": capacity_class,
+}

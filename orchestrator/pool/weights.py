@@ -1,0 +1,61 @@
+"""Scorer weights and the physical constants the scorers need, in one frozen config.
+
+Every scorer returns a raw value in its own unit (seconds, dollars, a fraction); the weight
+turns it into seconds of expected time-to-first-token, so the terms add up and a Decision can
+say which one decided. Operators tune these through config; the defaults are derived below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ScorerWeights:
+    """Seconds of TTFT that one unit of each scorer's raw value is worth."""
+
+    ttft: float = 1.0  # already in seconds
+    # $1 of GPU time is worth a minute of waiting: a new replica on one H100 ($2.5/h) held for
+    # its load and idle window (~6 min) costs ~$0.25 ≈ 15 s, so a 3× cheaper node wins ~10 s
+    # among new replicas, yet never outweighs a ~30 s cold start against a warm replica.
+    cost: float = 60.0
+    # One whole large GPU stranded (raw 1.0) costs about a future 8B cold start from disk:
+    # 16 GiB / 2 GiB/s + 20 s engine start ≈ 28 s, rounded down to 20 s since it may never be needed.
+    fragmentation: float = 20.0
+    affinity: float = 1.0  # raw value is already the prefill seconds saved (negative)
+    # Wrong capacity class: a preempted interactive step waits for a cold start elsewhere,
+    # ~30 s for an 8B model from disk (16 GiB / 2 GiB/s + 20 s); batch work placed on new
+    # on-demand capacity wastes about as much spot price, so the same 30 s either way.
+    capacity_class: float = 30.0
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    weights: ScorerWeights = field(default_factory=ScorerWeights)
+    # vLLM start, CUDA graph capture and health wait on a loaded disk: 15–30 s measured; take 20.
+    engine_start_s: float = 20.0
+    # 100 Gbit/s inside a datacenter ≈ 12.5 GB/s raw; ~10 GiB/s after protocol overhead, halved
+    # because the source node serves other copies and its own engines: 5 GiB/s.
+    intra_dc_gib_per_s: float = 5.0
+    # Origin (object store across a WAN): a few Gbit/s per stream in practice ≈ 0.5 GiB/s.
+    wan_gib_per_s: float = 0.5
+    # A spot node without its own measured risk: ~15% chance that work on it is reclaimed and
+    # redone (public spot interruption rates of 5–20% per day of instance life, work-weighted).
+    spot_preemption_risk: float = 0.15
+    # Coding-agent traces show ~86% of a step's prompt tokens are the previous step's prefix.
+    prefix_cacheable_fraction: float = 0.86
+    # Prefill runs ~4× faster per token than decode on the same GPU (compute- vs memory-bound).
+    prefill_speedup: float = 4.0
+    # Affinity is dropped once the previous replica's queue is longer than this: a prefix hit
+    # saves seconds of prefill, never worth queueing longer than that.
+    affinity_max_queue_s: float = 10.0
+    # A new replica holds its GPUs at least this long after its last lease (the scale-to-zero
+    # idle window, 5 minutes by default), so its cost counts that hold too. This is what makes a
+    # burst join the replica already loading instead of starting one replica per request.
+    replica_min_hold_s: float = 300.0
+    # New-replica candidates kept per (locality tier, capacity class): the best fits from the
+    # index; 8 × 3 tiers × 2 classes ≈ 48 scored candidates keeps a decision well under 1 ms.
+    candidates_per_tier: int = 8
+
+
+DEFAULT_CONFIG = PlacementConfig()

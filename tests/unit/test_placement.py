@@ -1,0 +1,338 @@
+"""Placement: each hard filter, each scorer, the why-not reasons, and apply/release bookkeeping."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.pool import (
+    DEFAULT_CONFIG,
+    Device,
+    FleetState,
+    ModelSpec,
+    Node,
+    PlacementRequest,
+    StaleDecision,
+    Tenant,
+    place,
+)
+from orchestrator.pool.decision import Candidate
+from orchestrator.pool.scorers import affinity, capacity_class, cost, fragmentation, ttft
+
+SMALL = ModelSpec("llama-3.1-8b", weights_gib=16, kv_headroom_gib=4, usd_per_1m_tokens=0.3)
+BIG = ModelSpec("llama-3.1-70b", weights_gib=140, kv_headroom_gib=10, tensor_parallel=(2, 4))
+BIG_TP1 = ModelSpec("llama-3.1-70b-tp1", weights_gib=140, kv_headroom_gib=10, tensor_parallel=(1,))
+
+
+def gpus(n: int, type_name: str = "H100-80GB", memory: float = 80, speed: float = 1.0, prefix: str = "") -> list[Device]:
+    return [Device(i, f"{prefix}{type_name}-{i}", type_name, memory, speed) for i in range(n)]
+
+
+def node(
+    node_id: str,
+    devices: list[Device] | None = None,
+    dc: str = "dc1",
+    zone: str = "z1",
+    capacity: str = "on-demand",
+    price: float = 20.0,
+    **kw: object,
+) -> Node:
+    return Node(node_id, dc, zone, capacity, price, devices if devices is not None else gpus(8, prefix=node_id), **kw)  # type: ignore[arg-type]
+
+
+def fleet(*nodes: Node, models: tuple[ModelSpec, ...] = (SMALL, BIG, BIG_TP1), tenants: tuple[Tenant, ...] = ()) -> FleetState:
+    f = FleetState()
+    for n in nodes:
+        f.add_node(n)
+    for m in models:
+        f.add_model(m)
+    for t in tenants:
+        f.add_tenant(t)
+    return f
+
+
+def req(model: str = "llama-3.1-8b", **kw: object) -> PlacementRequest:
+    return PlacementRequest(model=model, tokens=kw.pop("tokens", 4000), **kw)  # type: ignore[arg-type]
+
+
+# --- hard filters ---------------------------------------------------------------------------
+
+
+def test_unhealthy_and_draining_nodes_are_never_chosen() -> None:
+    f = fleet(node("a"), node("b"), node("c"))
+    f.set_health("a", False)
+    f.set_draining("b", True)
+    d = place(f, req())
+    assert d.chosen is not None and d.chosen.candidate.node_id == "c"
+    f.set_health("c", False)
+    d = place(f, req())
+    assert d.outcome == "wait" and d.wait_reason == "no_capacity"
+
+
+def test_warm_replica_on_a_draining_node_is_not_leased() -> None:
+    f = fleet(node("a"), node("b"))
+    r = f.add_replica("llama-3.1-8b", "a", (0,))
+    f.set_draining("a", True)
+    d = place(f, req())
+    assert d.chosen is not None and d.chosen.candidate.replica_id != r.id
+    assert d.rejections.get("draining") == 1
+
+
+def test_memory_must_fit_with_headroom() -> None:
+    # 20 GiB need (16 weights + 4 KV): a 16 GiB device is too small even though the weights fit.
+    f = fleet(node("a", gpus(1, "T4-16GB", 16)), node("b", gpus(1, "L4-24GB", 24)))
+    d = place(f, req())
+    assert d.chosen is not None and d.chosen.candidate.node_id == "b"
+
+
+def test_gpu_type_restriction() -> None:
+    f = fleet(node("a", gpus(8, "L4-24GB", 24)), node("b", gpus(8)))
+    d = place(f, req(gpu_types=frozenset({"H100-80GB"})))
+    assert d.chosen is not None and d.chosen.candidate.node_id == "b"
+
+
+def test_tensor_parallel_gang_never_spans_nodes() -> None:
+    a, b = node("a", gpus(2)), node("b", gpus(2))
+    f = fleet(a, b)
+    f.add_replica("llama-3.1-8b", "a", (0,))
+    f.add_replica("llama-3.1-8b", "b", (0,))
+    # 150 GiB at TP 2 needs 75 GiB on each of two devices: each node has only one free device.
+    d = place(f, req("llama-3.1-70b"))
+    assert d.outcome == "wait" and d.wait_reason == "no_capacity"
+    f.unload(next(iter(f.replicas)))
+    d = place(f, req("llama-3.1-70b"))
+    assert d.chosen is not None and d.chosen.candidate.node_id == "a" and d.chosen.candidate.devices == (0, 1)
+
+
+def test_mig_instances_are_devices_of_their_own_but_never_ganged() -> None:
+    migs = [Device(i, f"mig-{i}", "A100-80GB", 40, mig_profile="4g.40gb") for i in range(2)]
+    f = fleet(node("a", migs), models=(SMALL, ModelSpec("m60", 50, 10, tensor_parallel=(2,))))
+    d = place(f, req())
+    assert d.chosen is not None and d.chosen.candidate.devices in ((0,), (1,))
+    assert place(f, req("m60")).outcome == "never"
+
+
+def test_isolated_tenant_never_joins_a_shared_gpu_and_nobody_joins_its_own() -> None:
+    # 24 GiB devices: one 20 GiB replica leaves too little for a second, so packing cannot hide the boundary.
+    f = fleet(node("a", gpus(2, "L4-24GB", 24)), tenants=(Tenant("acme", "isolated"),))
+    shared = f.add_replica("llama-3.1-8b", "a", (0,))
+    f.replicas[shared.id].active_leases = shared.concurrency  # full: acme could not use it anyway
+    d = place(f, req(tenant="acme"))
+    assert d.chosen is not None and d.chosen.candidate.devices == (1,)
+    f.apply(d, 4000)
+    # A shared tenant may not lease acme's replica nor load onto acme's device.
+    f.replicas[shared.id].active_leases = 0
+    d2 = place(f, req(tenant="other"))
+    assert d2.chosen is not None and d2.chosen.candidate.replica_id == shared.id
+    f.replicas[shared.id].active_leases = shared.concurrency
+    d3 = place(f, req(tenant="other"))
+    assert d3.outcome == "wait"
+    assert d3.rejections.get("tenant_boundary", 0) >= 1
+
+
+def test_isolated_tenant_does_not_lease_another_tenants_warm_replica() -> None:
+    f = fleet(node("a", gpus(1)), node("b", gpus(1)), tenants=(Tenant("acme", "isolated"), Tenant("beta", "isolated")))
+    theirs = f.add_replica("llama-3.1-8b", "a", (0,), tenant="beta")
+    d = place(f, req(tenant="acme"))
+    assert d.chosen is not None and d.chosen.candidate.replica_id is None and d.chosen.candidate.node_id == "b"
+    assert place(f, req(tenant="beta")).chosen.candidate.replica_id == theirs.id  # type: ignore[union-attr]
+
+
+def test_dedicated_tenant_only_on_its_labelled_nodes_and_others_stay_off_them() -> None:
+    f = fleet(
+        node("a"),
+        node("z-ded", labels={"dedicated": "bank"}),
+        tenants=(Tenant("bank", "dedicated"),),
+    )
+    assert place(f, req(tenant="bank")).chosen.candidate.node_id == "z-ded"  # type: ignore[union-attr]
+    assert place(f, req(tenant="shop")).chosen.candidate.node_id == "a"  # type: ignore[union-attr]
+    f.set_health("a", False)
+    assert place(f, req(tenant="shop")).outcome == "wait"
+
+
+def test_exclusions_by_node_and_zone() -> None:
+    f = fleet(node("a", zone="z1"), node("b", zone="z2"), node("c", zone="z3"))
+    d = place(f, req(exclude_nodes=frozenset({"a"}), exclude_zones=frozenset({"z2"})))
+    assert d.chosen is not None and d.chosen.candidate.node_id == "c"
+
+
+# --- scorers --------------------------------------------------------------------------------
+
+
+def test_locality_tiers_order_warm_disk_datacenter_origin() -> None:
+    f = fleet(node("a"), node("b"), node("c"), node("d", dc="dc2"), node("e", dc="dc2"))
+    f.cache_weights("b", "llama-3.1-8b")
+    f.cache_weights("c", "llama-3.1-8b")
+    r = f.add_replica("llama-3.1-8b", "a", (0,))
+    f.replicas[r.id].outstanding_tokens = 1000
+    request = req()
+    cands = {
+        "warm": Candidate("warm", "a", (0,), r.id),
+        "disk": Candidate("disk", "b", (0,)),
+        "datacenter": Candidate("datacenter", "d", (0,)),
+        "origin": Candidate("origin", "e", (0,)),
+    }
+    values = [ttft(request, c, f, DEFAULT_CONFIG) for c in cands.values()]
+    assert values == sorted(values) and len(set(values)) == 4
+    assert place(f, request).chosen.candidate.tier == "warm"  # type: ignore[union-attr]
+    f.unload(r.id)
+    assert place(f, request).chosen.candidate.tier == "disk"  # type: ignore[union-attr]
+    f.evict_weights("b", "llama-3.1-8b")
+    f.set_health("c", False)
+    assert place(f, request).chosen.candidate.tier == "datacenter"  # type: ignore[union-attr]
+
+
+def test_queue_wait_counts_tokens_not_requests() -> None:
+    f = fleet(node("a"), node("b"))
+    many_small = f.add_replica("llama-3.1-8b", "a", (0,))
+    few_large = f.add_replica("llama-3.1-8b", "b", (0,))
+    f.replicas[many_small.id].active_leases, f.replicas[many_small.id].outstanding_tokens = 10, 5_000
+    f.replicas[few_large.id].active_leases, f.replicas[few_large.id].outstanding_tokens = 2, 100_000
+    d = place(f, req())
+    assert d.chosen is not None and d.chosen.candidate.replica_id == many_small.id
+    assert d.decided_by == "ttft"
+
+
+def test_cost_grosses_up_spot_by_its_risk() -> None:
+    f = fleet(node("a", capacity="spot", price=20.0), node("b", price=20.0))
+    request = req()
+    spot = cost(request, Candidate("origin", "a", (0,)), f, DEFAULT_CONFIG)
+    on_demand = cost(request, Candidate("origin", "b", (0,)), f, DEFAULT_CONFIG)
+    assert spot == pytest.approx(on_demand * (1 + DEFAULT_CONFIG.spot_preemption_risk))
+
+
+def test_fragmentation_prefers_the_smaller_gpu_and_the_partly_used_node() -> None:
+    f = fleet(node("a", gpus(1, "H100-80GB", 80)), node("b", gpus(1, "L4-24GB", 24)), node("c", gpus(2)))
+    request = req()
+    big = fragmentation(request, Candidate("origin", "a", (0,)), f, DEFAULT_CONFIG)
+    small = fragmentation(request, Candidate("origin", "b", (0,)), f, DEFAULT_CONFIG)
+    whole = fragmentation(request, Candidate("origin", "c", (0,)), f, DEFAULT_CONFIG)
+    assert small < big < whole  # c: breaking a whole free node costs a further 1.0
+    f.add_replica("llama-3.1-8b", "c", (0,))
+    assert fragmentation(request, Candidate("origin", "c", (1,)), f, DEFAULT_CONFIG) == pytest.approx(big)
+    # Best fit inside a node: the device with the least free memory that still fits.
+    f2 = fleet(node("x", gpus(2)))
+    f2.add_replica("llama-3.1-8b", "x", (1,))
+    assert place(f2, req()).chosen is not None
+    f2.replicas[next(iter(f2.replicas))].active_leases = 32
+    assert place(f2, req()).chosen.candidate.devices == (1,)  # type: ignore[union-attr]
+
+
+def test_affinity_prefers_the_previous_replica_unless_overloaded() -> None:
+    f = fleet(node("a"), node("b"))
+    prev = f.add_replica("llama-3.1-8b", "a", (0,))
+    other = f.add_replica("llama-3.1-8b", "b", (0,))
+    f.replicas[prev.id].outstanding_tokens = 8_000  # 3.2 s of queue
+    f.replicas[other.id].outstanding_tokens = 2_000
+    request = req(previous_replica=prev.id, prompt_tokens=60_000)
+    assert affinity(request, Candidate("warm", "a", (0,), prev.id), f, DEFAULT_CONFIG) < -4
+    d = place(f, request)
+    assert d.chosen.candidate.replica_id == prev.id and d.decided_by == "affinity"  # type: ignore[union-attr]
+    f.replicas[prev.id].outstanding_tokens = 100_000  # 40 s: overloaded
+    assert affinity(request, Candidate("warm", "a", (0,), prev.id), f, DEFAULT_CONFIG) == 0
+    assert place(f, request).chosen.candidate.replica_id == other.id  # type: ignore[union-attr]
+
+
+def test_capacity_class_interactive_on_demand_batch_spot() -> None:
+    f = fleet(node("a", capacity="spot", price=8.0), node("b", price=20.0))
+    assert capacity_class(req(), Candidate("origin", "a", (0,)), f, DEFAULT_CONFIG) == 1
+    assert place(f, req()).chosen.candidate.node_id == "b"  # type: ignore[union-attr]
+    assert place(f, req(priority="batch")).chosen.candidate.node_id == "a"  # type: ignore[union-attr]
+
+
+def test_decision_records_every_term_and_the_deciding_one() -> None:
+    f = fleet(node("a"), node("b"))
+    f.cache_weights("b", "llama-3.1-8b")
+    d = place(f, req())
+    assert d.chosen is not None and d.runner_up is not None
+    assert set(d.chosen.terms) == {"ttft", "cost", "fragmentation", "affinity", "capacity_class"}
+    assert d.chosen.candidate.node_id == "b" and d.decided_by == "ttft"
+    assert d.chosen.total == pytest.approx(sum(d.chosen.contributions.values()))
+
+
+# --- why not --------------------------------------------------------------------------------
+
+
+def test_never_possible_names_the_sizes_and_the_fix() -> None:
+    f = fleet(node("a"))
+    d = place(f, req("llama-3.1-70b-tp1"))
+    assert d.outcome == "never"
+    assert d.reason == "llama-3.1-70b-tp1 needs 150 GiB; the largest GPU has 80 GiB; allow tensor_parallel ≥ 2"
+
+
+def test_never_possible_without_enough_gpus_per_node() -> None:
+    f = fleet(node("a", gpus(1)), node("b", gpus(1)))
+    d = place(f, req("llama-3.1-70b"))
+    assert d.outcome == "never" and "no node has enough GPUs" in (d.reason or "")
+
+
+def test_never_for_missing_type_unknown_model_and_unlabelled_dedicated() -> None:
+    f = fleet(node("a"), tenants=(Tenant("bank", "dedicated"),))
+    assert "no GPU of type B200" in (place(f, req(gpu_types=frozenset({"B200"}))).reason or "")
+    assert place(f, req("nope")).outcome == "never"
+    assert "no node is labelled dedicated=bank" in (place(f, req(tenant="bank")).reason or "")
+
+
+def test_busy_is_wait_not_never() -> None:
+    f = fleet(node("a", gpus(1, "L4-24GB", 24)))
+    r = f.add_replica("llama-3.1-8b", "a", (0,))
+    f.replicas[r.id].active_leases = r.concurrency
+    f.add_model(ModelSpec("big-one", 15, 5))
+    d = place(f, req("big-one"))
+    assert d.outcome == "wait" and d.wait_reason == "no_capacity"
+    d = place(f, req())
+    assert d.outcome == "wait" and d.wait_reason == "busy"
+    f.set_health("a", False)
+    assert place(f, req()).outcome == "wait"  # an unhealthy node may come back
+
+
+# --- bookings -------------------------------------------------------------------------------
+
+
+def test_apply_counts_at_once_and_release_reverses() -> None:
+    f = fleet(node("a", gpus(1)))
+    d = place(f, req())
+    booking = f.apply(d, 4000)
+    assert booking.created_replica
+    replica = f.replicas[booking.replica_id]
+    assert replica.state == "loading" and replica.outstanding_tokens == 4000
+    assert f.nodes["a"].devices[0].reserved_gib == SMALL.memory_gib
+    # The next request joins the loading replica instead of loading another one.
+    d2 = place(f, req())
+    assert d2.chosen is not None and d2.chosen.candidate.replica_id == replica.id and d2.chosen.candidate.tier == "loading"
+    b2 = f.apply(d2, 1000)
+    assert replica.outstanding_tokens == 5000 and replica.active_leases == 2
+    f.release(b2)
+    f.release(booking)
+    assert not f.replicas and f.nodes["a"].devices[0].reserved_gib == 0
+
+
+def test_release_keeps_a_warm_replica() -> None:
+    f = fleet(node("a", gpus(1)))
+    booking = f.apply(place(f, req()), 4000)
+    f.mark_warm(booking.replica_id)
+    f.release(booking)
+    assert f.replicas[booking.replica_id].active_leases == 0
+
+
+def test_stale_decision_is_refused() -> None:
+    f = fleet(node("a", gpus(1, "L4-24GB", 24)))
+    d = place(f, req())
+    f.apply(d, 10)
+    with pytest.raises(StaleDecision):
+        f.apply(d, 10)  # the same new-replica decision again: the device is taken now
+
+
+def test_low_priority_never_scales_up() -> None:
+    f = fleet(node("a"))
+    d = place(f, req(priority="low_priority"))
+    assert d.outcome == "wait" and d.wait_reason == "low_priority"
+    r = f.add_replica("llama-3.1-8b", "a", (0,))
+    assert place(f, req(priority="low_priority")).chosen.candidate.replica_id == r.id  # type: ignore[union-attr]
+
+
+def test_tenant_quota_blocks_scale_up() -> None:
+    f = fleet(node("a"), tenants=(Tenant("acme", gpu_quota=1),))
+    f.apply(place(f, req(tenant="acme")), 10)
+    f.replicas["r-1"].active_leases = 32
+    d = place(f, req(tenant="acme"))
+    assert d.outcome == "wait" and d.wait_reason == "tenant_quota"

@@ -1,0 +1,161 @@
+"""Placement invariants over random fleets and random sequences of place / apply / release.
+
+GPU memory is never overcommitted; an isolated tenant never shares a GPU; tensor-parallel
+replicas sit on one node's whole GPUs; a warm replica with capacity beats a cold load when
+both fit; the same fleet and request give the same decision, however the fleet was built.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.pool import DEFAULT_CONFIG, Booking, Device, FleetState, ModelSpec, Node, PlacementRequest, Tenant, place
+from orchestrator.pool.fleet import EPSILON_GIB, StaleDecision
+
+MODELS = (
+    ModelSpec("tiny", 2, 2),
+    ModelSpec("small", 16, 4),
+    ModelSpec("mid", 40, 10, tensor_parallel=(1, 2)),
+    ModelSpec("big", 140, 10, tensor_parallel=(2, 4)),
+)
+TENANTS = (Tenant("s1"), Tenant("s2"), Tenant("i1", "isolated"), Tenant("i2", "isolated"))
+DEVICE_KINDS = (("H100-80GB", 80.0, None), ("L4-24GB", 24.0, None), ("A100-80GB", 40.0, "4g.40gb"))
+
+node_specs = st.lists(
+    st.tuples(
+        st.sampled_from(DEVICE_KINDS),
+        st.integers(1, 4),  # devices
+        st.sampled_from(["dc1", "dc2"]),
+        st.sampled_from(["spot", "on-demand"]),
+        st.sets(st.sampled_from([m.name for m in MODELS]), max_size=2),  # weights on disk
+    ),
+    min_size=1,
+    max_size=4,
+)
+requests = st.builds(
+    PlacementRequest,
+    model=st.sampled_from([m.name for m in MODELS]),
+    tokens=st.integers(1, 20_000),
+    prompt_tokens=st.integers(0, 20_000),
+    tenant=st.sampled_from([t.id for t in TENANTS]),
+    priority=st.sampled_from(["interactive", "batch", "low_priority"]),
+)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("place"), requests),
+        st.tuples(st.just("release"), st.integers(0, 50)),
+        st.tuples(st.just("warm"), st.integers(0, 50)),
+        st.tuples(st.just("unload"), st.integers(0, 50)),
+        st.tuples(st.just("health"), st.integers(0, 3), st.booleans()),
+    ),
+    max_size=40,
+)
+
+
+def build(specs: list, reverse: bool = False) -> FleetState:
+    fleet = FleetState()
+    for m in MODELS:
+        fleet.add_model(m)
+    for t in TENANTS:
+        fleet.add_tenant(t)
+    order = list(enumerate(specs))
+    for i, ((type_name, memory, mig), n, dc, capacity, cached) in reversed(order) if reverse else order:
+        devices = [Device(j, f"n{i}-{j}", type_name, memory, mig_profile=mig) for j in range(n)]
+        fleet.add_node(Node(f"n{i}", dc, f"{dc}-z{i % 2}", capacity, 2.5 * n, devices))
+        for model in sorted(cached):
+            fleet.cache_weights(f"n{i}", model)
+    return fleet
+
+
+def check_invariants(fleet: FleetState) -> None:
+    on_device: dict[tuple[str, int], list] = {}
+    for r in fleet.replicas.values():
+        node = fleet.nodes[r.node_id]
+        degree = len(r.devices)
+        assert degree in fleet.models[r.model].tensor_parallel, "a replica uses an allowed TP degree"
+        assert len(set(r.devices)) == degree, "a gang's devices are distinct"
+        for i in r.devices:
+            dev = node.device(i)  # raises if the device is not on the replica's node
+            assert degree == 1 or dev.mig_profile is None, "no TP gang over MIG instances"
+            on_device.setdefault((node.id, i), []).append(r)
+    for node in fleet.nodes.values():
+        for dev in node.devices:
+            replicas = on_device.get((node.id, dev.index), [])
+            booked = sum(r.per_device_gib for r in replicas)
+            assert booked <= dev.memory_gib + EPSILON_GIB * max(len(replicas), 1), "GPU memory overcommitted"
+            assert abs(dev.reserved_gib - booked) < 1e-6
+            owners = {r.tenant if r.isolated else None for r in replicas}
+            assert len(owners) <= 1, f"a GPU shared across a tenant boundary: {owners}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(specs=node_specs, ops=operations)
+def test_any_sequence_keeps_memory_isolation_and_gangs(specs: list, ops: list) -> None:
+    fleet = build(specs)
+    bookings: list[Booking] = []
+    for op in ops:
+        if op[0] == "place":
+            decision = place(fleet, op[1])
+            if decision.placed:
+                assert decision.chosen is not None
+                if op[1].priority == "low_priority":
+                    assert decision.chosen.candidate.replica_id is not None, "low_priority never scales up"
+                bookings.append(fleet.apply(decision, op[1].tokens))
+        elif op[0] == "release" and bookings:
+            fleet.release(bookings.pop(op[1] % len(bookings)))
+        elif op[0] == "warm" and fleet.replicas:
+            fleet.mark_warm(sorted(fleet.replicas)[op[1] % len(fleet.replicas)])
+        elif op[0] == "unload" and fleet.replicas:
+            fleet.unload(sorted(fleet.replicas)[op[1] % len(fleet.replicas)])
+        elif op[0] == "health":
+            fleet.set_health(f"n{op[1] % len(specs)}", op[2])
+        check_invariants(fleet)
+    for booking in bookings:
+        fleet.release(booking)
+    check_invariants(fleet)
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs=node_specs, ops=st.lists(requests, max_size=12), probe=requests)
+def test_same_state_same_decision_however_built(specs: list, ops: list, probe: PlacementRequest) -> None:
+    fleets = [build(specs), build(specs, reverse=True)]
+    for request in ops:
+        decisions = [place(f, request) for f in fleets]
+        assert decisions[0] == decisions[1]
+        if decisions[0].placed:
+            for f, d in zip(fleets, decisions):
+                f.apply(d, request.tokens)
+    first = place(fleets[0], probe)
+    assert place(fleets[0], probe) == first
+    assert place(fleets[1], probe) == first
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    specs=node_specs,
+    node_pick=st.integers(0, 3),
+    model=st.sampled_from(["tiny", "small"]),
+    queue_s=st.floats(0, 5),
+    leases=st.integers(0, 31),
+    request=requests,
+)
+def test_warm_replica_with_capacity_beats_a_cold_load(
+    specs: list, node_pick: int, model: str, queue_s: float, leases: int, request: PlacementRequest
+) -> None:
+    """A warm replica whose queue is shorter than any cold start (engine start alone is 20 s) wins."""
+    fleet = build(specs)
+    node = fleet.nodes[f"n{node_pick % len(specs)}"]
+    try:
+        replica = fleet.add_replica(model, node.id, (0,), tenant=request.tenant)
+    except StaleDecision:
+        return
+    spec = fleet.models[model]
+    replica.active_leases = leases
+    replica.outstanding_tokens = int(queue_s * spec.tokens_per_s * node.devices[0].speed)
+    priority = "batch" if node.capacity == "spot" and request.priority == "interactive" else request.priority
+    probe = PlacementRequest(model, request.tokens, tenant=request.tenant, priority=priority)
+    decision = place(fleet, probe)
+    assert decision.chosen is not None
+    assert decision.chosen.candidate.replica_id == replica.id, decision.chosen.candidate
+    assert DEFAULT_CONFIG.engine_start_s > 5

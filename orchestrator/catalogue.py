@@ -3,87 +3,113 @@
 Self-hosted models are served by Berth's engines (the simulated engine by default, vLLM at
 scale) and priced per token from the catalogue, since no public price map knows a private
 deployment. Hosted models go to their provider through litellm with the user's key and are
-priced from litellm's cost map.
+priced from litellm's cost map. The catalogue lives in the store, seeded with the entries
+below and editable through the API and CLI; without a store (tests, tools) the seed is used.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
+from typing import Protocol
 
 from activities.ports import ModelRoute
+from sdk._catalogue import CatalogueModel, ModelEntry
 
 from .config import BerthConfig
+
+# How long a process trusts its copy of an entry: an operator's edit reaches every worker
+# within this, and a step's routing costs a dictionary look-up instead of a query.
+ENTRY_TTL_S = 2.0
 
 
 class UnknownModel(ValueError):
     """A model name the catalogue cannot serve; the message says why and what exists."""
 
 
-@dataclass(frozen=True)
-class CatalogueModel:
-    name: str
-    provider: str  # "self-hosted" (Berth's engines) or "hosted" (a provider through litellm)
-    usd_per_1m_prompt: float | None
-    usd_per_1m_completion: float | None
-    api_key_env: str | None = None
-    context_window: int = 131_072
-
-
+# fp16 weights = parameters × 2 bytes (1.24 B → 2.3 GiB; 8.03 B → 15.0 GiB; 7.6 B → 14.2 GiB;
+# 70.6 B → 131.5 GiB). KV headroom is what vLLM needs for a useful batch at 8 k context.
 # Self-hosted prices: an H100 at ~$2.5/h serving an 8B model at ~2,500 tokens/s of batch
 # throughput costs ≈ $0.28 per 1M tokens; 1B and 70B scale with their throughput.
-SEED_MODELS: tuple[CatalogueModel, ...] = (
-    CatalogueModel("llama-3.2-1b", "self-hosted", 0.05, 0.10),
-    CatalogueModel("llama-3.1-8b", "self-hosted", 0.20, 0.30),
-    CatalogueModel("qwen2.5-7b", "self-hosted", 0.20, 0.30),
-    CatalogueModel("llama-3.1-70b", "self-hosted", 0.90, 1.20),
-    CatalogueModel("openai/gpt-4o-mini", "hosted", None, None, api_key_env="OPENAI_API_KEY"),
-    CatalogueModel("openai/gpt-4o", "hosted", None, None, api_key_env="OPENAI_API_KEY"),
-    CatalogueModel("anthropic/claude-3-5-haiku-latest", "hosted", None, None, api_key_env="ANTHROPIC_API_KEY"),
+SEED_MODELS: tuple[ModelEntry, ...] = (
+    ModelEntry(name="llama-3.2-1b", weights_gib=2.3, kv_headroom_gib=2.0, tensor_parallel=[1],
+               usd_per_1m_prompt=0.05, usd_per_1m_completion=0.10),
+    ModelEntry(name="llama-3.1-8b", weights_gib=15.0, kv_headroom_gib=8.0, tensor_parallel=[1, 2],
+               usd_per_1m_prompt=0.20, usd_per_1m_completion=0.30),
+    ModelEntry(name="qwen2.5-7b", weights_gib=14.2, kv_headroom_gib=8.0, tensor_parallel=[1, 2],
+               usd_per_1m_prompt=0.20, usd_per_1m_completion=0.30, context_window=32_768),
+    ModelEntry(name="llama-3.1-70b", weights_gib=131.5, kv_headroom_gib=20.0, tensor_parallel=[2, 4, 8],
+               usd_per_1m_prompt=0.90, usd_per_1m_completion=1.20),
+    ModelEntry(name="openai/gpt-4o-mini", provider="hosted", api_key_env="OPENAI_API_KEY", engine="openai-compatible"),
+    ModelEntry(name="openai/gpt-4o", provider="hosted", api_key_env="OPENAI_API_KEY", engine="openai-compatible"),
+    ModelEntry(name="anthropic/claude-3-5-haiku-latest", provider="hosted", api_key_env="ANTHROPIC_API_KEY",
+               engine="openai-compatible"),
 )
+
+
+class CatalogueStore(Protocol):
+    def seed(self, entries: tuple[ModelEntry, ...]) -> None: ...
+
+    def list(self) -> list[CatalogueModel]: ...
+
+    def get(self, name: str) -> CatalogueModel | None: ...
 
 
 class ModelCatalogue:
     """Resolves model names to litellm routes; implements activities.ports.ModelRouter."""
 
-    def __init__(self, config: BerthConfig, models: tuple[CatalogueModel, ...] = SEED_MODELS) -> None:
+    def __init__(self, config: BerthConfig, store: CatalogueStore | None = None) -> None:
         self._config = config
-        self._models = {m.name: m for m in models}
+        self._store = store
+        self._cache: dict[str, tuple[float, ModelEntry | None]] = {}
+        if store is not None:
+            store.seed(SEED_MODELS)
 
     def names(self) -> list[str]:
-        return list(self._models)
+        if self._store is None:
+            return [m.name for m in SEED_MODELS]
+        return [m.entry.name for m in self._store.list()]
 
-    def get(self, name: str) -> CatalogueModel | None:
-        return self._models.get(name)
+    def get(self, name: str) -> ModelEntry | None:
+        if self._store is None:
+            return next((m for m in SEED_MODELS if m.name == name), None)
+        cached = self._cache.get(name)
+        if cached is not None and time.monotonic() - cached[0] < ENTRY_TTL_S:
+            return cached[1]
+        found = self._store.get(name)
+        entry = found.entry if found is not None else None
+        self._cache[name] = (time.monotonic(), entry)
+        return entry
+
+    def forget(self, name: str) -> None:
+        """Drop this process's copy of an entry (after this process edited it)."""
+        self._cache.pop(name, None)
 
     def check(self, name: str) -> None:
         """Raise UnknownModel when `name` cannot be served right now (unknown, or its key is unset)."""
         self.route(name)
 
     def route(self, model: str) -> ModelRoute:
-        entry = self._models.get(model)
+        entry = self.get(model)
         if entry is None:
-            known = ", ".join(sorted(self._models))
+            known = ", ".join(sorted(self.names()))
             raise UnknownModel(f"unknown model {model!r}; the catalogue has: {known}")
         if entry.provider == "hosted":
             key = os.environ.get(entry.api_key_env or "")
             if not key:
                 raise UnknownModel(f"model {model!r} is hosted and needs {entry.api_key_env} to be set")
-            return ModelRoute(
-                name=model,
-                litellm_model=model,
-                api_base=None,
-                api_key=key,
-                usd_per_1m_prompt=None,
-                usd_per_1m_completion=None,
-                served_by=model.split("/", 1)[0],
-            )
+            return ModelRoute(name=model, litellm_model=entry.litellm_route or model, api_base=None, api_key=key,
+                              usd_per_1m_prompt=entry.usd_per_1m_prompt,
+                              usd_per_1m_completion=entry.usd_per_1m_completion,
+                              served_by=model.split("/", 1)[0])
         return ModelRoute(
             name=model,
-            litellm_model=f"hosted_vllm/{model}",
+            litellm_model=entry.litellm_route or f"hosted_vllm/{model}",
             api_base=self._config.resolved_engine_url,
             api_key="berth-simulated",
             usd_per_1m_prompt=entry.usd_per_1m_prompt,
             usd_per_1m_completion=entry.usd_per_1m_completion,
             served_by=f"engine@{self._config.resolved_engine_url}",
         )
+
+

@@ -29,7 +29,7 @@ log = logging.getLogger("berth.worker")
 
 
 def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) -> Worker:
-    llm = LlmStepActivities(store.checkpoints, store.ledger, store.events, ModelCatalogue(config), store.tasks)
+    llm = LlmStepActivities(store.checkpoints, store.ledger, store.events, ModelCatalogue(config, store.models), store.tasks)
     books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents)
     return Worker(
         client,

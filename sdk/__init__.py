@@ -5,6 +5,7 @@
 
 from ._agent import Agent
 from ._budget import Budget
+from ._catalogue import CatalogueModel, ModelEntry, ScalingPolicy
 from ._client import ApiUnreachable, Client, TaskHandle
 from ._errors import (
     BerthError,
@@ -26,6 +27,9 @@ from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
 from ._tool import Tool, ToolCallContext, tool, tool_context
 
 __all__ = [
+    "CatalogueModel",
+    "ModelEntry",
+    "ScalingPolicy",
     "ApiUnreachable",
     "CheckpointDetail",
     "CheckpointSummary",

@@ -21,6 +21,7 @@ import httpx
 from pydantic import ValidationError
 
 from ._budget import Budget
+from ._catalogue import CatalogueModel, ModelEntry, ScalingPolicy
 from ._errors import (
     BerthError,
     BudgetExhausted,
@@ -166,6 +167,23 @@ class Client:
 
     async def agent(self, name: str) -> AgentSpec:
         return AgentSpec.model_validate(await self._request("GET", _path("v1", "agents", name)))
+
+    # -- models -------------------------------------------------------------------------
+
+    async def models(self) -> list[CatalogueModel]:
+        return [CatalogueModel.model_validate(m) for m in await self._request("GET", "/v1/models")]
+
+    async def model(self, name: str) -> CatalogueModel:
+        return CatalogueModel.model_validate(await self._request("GET", f"/v1/models/{quote(name)}"))
+
+    async def put_model(self, entry: ModelEntry) -> CatalogueModel:
+        """Add a model to the catalogue or replace its entry (its scaling policy is kept)."""
+        body = entry.model_dump(mode="json")
+        return CatalogueModel.model_validate(await self._request("PUT", f"/v1/models/{quote(entry.name)}", json=body))
+
+    async def set_policy(self, name: str, policy: ScalingPolicy) -> CatalogueModel:
+        body = policy.model_dump(mode="json")
+        return CatalogueModel.model_validate(await self._request("PUT", f"/v1/models/{quote(name)}/policy", json=body))
 
     # -- tasks --------------------------------------------------------------------------
 

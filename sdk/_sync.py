@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import httpx
 
 from ._budget import Budget
+from ._catalogue import CatalogueModel, ModelEntry, ScalingPolicy
 from ._client import DEFAULT_API_URL, Client, TaskHandle
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._spec import AgentSpec
@@ -94,6 +95,18 @@ class SyncClient:
 
     def agent(self, name: str) -> AgentSpec:
         return self._loop.run(self._client.agent(name))
+
+    def models(self) -> list[CatalogueModel]:
+        return self._loop.run(self._client.models())
+
+    def model(self, name: str) -> CatalogueModel:
+        return self._loop.run(self._client.model(name))
+
+    def put_model(self, entry: ModelEntry) -> CatalogueModel:
+        return self._loop.run(self._client.put_model(entry))
+
+    def set_policy(self, name: str, policy: ScalingPolicy) -> CatalogueModel:
+        return self._loop.run(self._client.set_policy(name, policy))
 
     def submit(
         self,

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
 from ..store import Store
-from . import agents, checkpoints, errors, events, health, tasks
+from . import agents, checkpoints, errors, events, health, models, tasks
 from .limits import BodySizeLimit
 from .services import Services
 from .temporal_gateway import TemporalGateway, TemporalUnavailable
@@ -38,10 +38,11 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
         description="Durable AI-agent tasks with hard token budgets and checkpoints.",
         lifespan=lifespan,
     )
-    app.state.services = Services(config=config, store=store, temporal=temporal, catalogue=ModelCatalogue(config))
+    catalogue = ModelCatalogue(config, store.models)
+    app.state.services = Services(config=config, store=store, temporal=temporal, catalogue=catalogue)
     errors.install(app)
     app.add_middleware(BodySizeLimit)
-    for module in (health, agents, tasks, checkpoints, events):
+    for module in (health, agents, models, tasks, checkpoints, events):
         app.include_router(module.router)
     return app
 

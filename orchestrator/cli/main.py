@@ -90,10 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_flags(p)
     p.set_defaults(func=cmd_engine)
 
-    from . import agents, tasks
+    from . import agents, models, tasks
 
     tasks.register(sub)
     agents.register(sub)
+    models.register(sub)
     return parser
 
 

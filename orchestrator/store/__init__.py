@@ -1,6 +1,7 @@
-"""The control-plane store: tasks, agents, checkpoints, the token ledger and task events.
+"""The control-plane store: tasks, agents, checkpoints, the token ledger, task events and
+the model catalogue.
 
-One SQL database behind five small classes, each over the same engine. SQLite by default
+One SQL database behind six small classes, each over the same engine. SQLite by default
 (one file that the API server and the worker share), any SQLAlchemy URL at scale:
 
     store = Store.open("sqlite:///.berth/berth.db")
@@ -27,12 +28,13 @@ from .checkpoints import (
 from .database import open_database
 from .events import SqlEventLog
 from .ledger import LedgerTotals, SqlTokenLedger
+from .models import SqlModelCatalogue
 from .tasks import SqlTaskRegistry, TaskConflict, TaskRecord
 
 
 @dataclass(frozen=True)
 class Store:
-    """The five stores of one database."""
+    """The six stores of one database."""
 
     engine: Engine
     checkpoints: SqlCheckpointStore
@@ -40,6 +42,7 @@ class Store:
     tasks: SqlTaskRegistry
     agents: SqlAgentRegistry
     events: SqlEventLog
+    models: SqlModelCatalogue
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -55,6 +58,7 @@ class Store:
             tasks=SqlTaskRegistry(engine),
             agents=SqlAgentRegistry(engine),
             events=SqlEventLog(engine),
+            models=SqlModelCatalogue(engine),
         )
 
     def close(self) -> None:
@@ -71,6 +75,7 @@ __all__ = [
     "SqlAgentRegistry",
     "SqlCheckpointStore",
     "SqlEventLog",
+    "SqlModelCatalogue",
     "SqlTaskRegistry",
     "SqlTokenLedger",
     "Store",

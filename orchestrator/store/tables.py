@@ -141,6 +141,17 @@ class LedgerRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 
 
+class ModelRow(SQLModel, table=True):
+    """One catalogue entry and its scaling policy, as JSON: both are validated pydantic models."""
+
+    __tablename__ = "models"
+
+    name: str = Field(primary_key=True)
+    entry_json: str = Field(sa_type=Text)
+    policy_json: str = Field(sa_type=Text)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
 class EventRow(SQLModel, table=True):
     """One entry of a task's event stream; `seq` is global so a reader can resume after the last it saw."""
 

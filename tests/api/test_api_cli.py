@@ -279,3 +279,17 @@ def test_the_installed_berth_command_prints_only_the_error_line(server: Server) 
     )
     assert done.returncode == 2
     assert one_error_line(done.stderr).startswith("error: task_id: ")
+
+
+def test_models_list_show_and_policy(server: Server, capsys) -> None:
+    assert berth(server, "models", "list") == 0
+    listed = capsys.readouterr().out
+    assert "llama-3.1-70b" in listed and "131.5 GiB" in listed
+    assert berth(server, "models", "show", "openai/gpt-4o-mini") == 0
+    assert '"provider": "hosted"' in capsys.readouterr().out
+    assert berth(server, "models", "policy", "qwen2.5-7b", "--min", "1", "--max", "2") == 0
+    assert '"max_replicas": 2' in capsys.readouterr().out
+    assert berth(server, "models", "policy", "qwen2.5-7b", "--min", "5") == 2
+    assert "above max_replicas" in one_error_line(capsys.readouterr().err)
+    assert berth(server, "models", "show", "no-such-model") == 2
+    assert "no-such-model" in one_error_line(capsys.readouterr().err)

@@ -1,0 +1,79 @@
+"""The model catalogue and per-model scaling policy, as the API, CLI and SDK exchange them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+TENSOR_PARALLEL_DEGREES = (1, 2, 4, 8)  # what vLLM shards across on one node's NVLink domain
+
+
+class ModelEntry(BaseModel):
+    """A model a task may name: how big it is, how it is served and routed, what it costs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
+    provider: Literal["self-hosted", "hosted"] = "self-hosted"
+    weights_gib: float = Field(default=0.0, ge=0, le=4096, description="weights on disk and in GPU memory")
+    kv_headroom_gib: float = Field(default=0.0, ge=0, le=4096, description="GPU memory kept for the KV cache")
+    tensor_parallel: list[int] = Field(default_factory=lambda: [1], description="allowed degrees")
+    engine: Literal["simulated", "vllm", "openai-compatible"] = "simulated"
+    engine_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    litellm_route: str | None = Field(default=None, description="litellm model string; derived when absent")
+    usd_per_1m_prompt: float | None = Field(default=None, ge=0)
+    usd_per_1m_completion: float | None = Field(default=None, ge=0)
+    context_window: int = Field(default=131_072, ge=256, le=10_000_000)
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$")
+
+    @property
+    def memory_need_gib(self) -> float:
+        return self.weights_gib + self.kv_headroom_gib
+
+    @field_validator("tensor_parallel")
+    @classmethod
+    def _known_degrees(cls, degrees: list[int]) -> list[int]:
+        if not degrees:
+            raise ValueError("allow at least one tensor-parallel degree")
+        bad = [d for d in degrees if d not in TENSOR_PARALLEL_DEGREES]
+        if bad:
+            raise ValueError(f"degrees {bad} are not among {list(TENSOR_PARALLEL_DEGREES)}")
+        return sorted(set(degrees))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ModelEntry":
+        if self.provider == "self-hosted" and self.weights_gib <= 0:
+            raise ValueError("weights_gib: a self-hosted model needs its weights size (> 0)")
+        if self.provider == "hosted" and not self.api_key_env:
+            raise ValueError("api_key_env: a hosted model needs the variable holding its provider key")
+        return self
+
+
+class ScalingPolicy(BaseModel):
+    """How many replicas of a model to keep, and when to add or remove one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_replicas: int = Field(default=0, ge=0, le=1000, description="0 = scale to zero when idle")
+    max_replicas: int = Field(default=4, ge=1, le=1000)
+    idle_timeout_s: float = Field(default=300.0, gt=0, le=7 * 24 * 3600, description="scale-down window")
+    scaler: Literal["queue_delay", "request_count"] = "queue_delay"
+    target: float = Field(default=2.0, gt=0, description="seconds of queue delay, or leases per replica")
+    warm_buffer: int = Field(default=0, ge=0, le=100, description="extra idle replicas kept ready")
+
+    @model_validator(mode="after")
+    def _min_not_above_max(self) -> "ScalingPolicy":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})")
+        return self
+
+
+class CatalogueModel(BaseModel):
+    """A catalogue entry with its scaling policy, as listed by the API."""
+
+    entry: ModelEntry
+    policy: ScalingPolicy
+
+

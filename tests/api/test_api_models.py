@@ -1,0 +1,75 @@
+"""The model catalogue through the API: seeded, editable, validated, and used by submit."""
+
+from __future__ import annotations
+
+import pytest
+
+from api_helpers import error_of, unique
+
+
+async def test_the_catalogue_is_seeded_with_realistic_models(api) -> None:
+    models = {m["entry"]["name"]: m for m in (await api.get("/v1/models")).json()}
+    assert {"llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"} <= set(models)
+    seventy = models["llama-3.1-70b"]["entry"]
+    assert seventy["weights_gib"] > 120 and 1 not in seventy["tensor_parallel"]
+    assert models["llama-3.1-8b"]["policy"]["min_replicas"] == 0  # scale to zero by default
+    hosted = (await api.get("/v1/models/openai/gpt-4o-mini")).json()["entry"]
+    assert hosted["provider"] == "hosted" and hosted["api_key_env"] == "OPENAI_API_KEY"
+
+
+async def test_a_model_can_be_added_edited_and_used(api) -> None:
+    name = unique("mistral-7b")
+    entry = {"name": name, "weights_gib": 13.5, "kv_headroom_gib": 6, "tensor_parallel": [1, 2],
+             "usd_per_1m_prompt": 0.2, "usd_per_1m_completion": 0.25}
+    created = await api.put(f"/v1/models/{name}", json=entry)
+    assert created.status_code == 201
+    edited = await api.put(f"/v1/models/{name}", json={**entry, "usd_per_1m_prompt": 0.1})
+    assert edited.status_code == 200 and edited.json()["entry"]["usd_per_1m_prompt"] == 0.1
+    agent = {"name": unique("uses-new-model"), "model": name}
+    assert (await api.post("/v1/agents", json=agent)).status_code == 201
+
+
+async def test_scaling_policies_are_validated(api) -> None:
+    ok = await api.put("/v1/models/llama-3.1-8b/policy",
+                       json={"min_replicas": 1, "max_replicas": 3, "idle_timeout_s": 120, "scaler": "request_count",
+                             "target": 8, "warm_buffer": 1})
+    assert ok.status_code == 200 and ok.json()["policy"]["max_replicas"] == 3
+    assert (await api.get("/v1/models/llama-3.1-8b/policy")).json()["min_replicas"] == 1
+
+
+@pytest.mark.parametrize("policy, field", [
+    ({"min_replicas": 3, "max_replicas": 2}, None),
+    ({"idle_timeout_s": -1}, "idle_timeout_s"),
+    ({"scaler": "vibes"}, "scaler"),
+    ({"max_replicas": 0}, "max_replicas"),
+])
+async def test_bad_policies_are_refused_and_change_nothing(api, policy: dict, field: str | None) -> None:
+    before = (await api.get("/v1/models/llama-3.2-1b/policy")).json()
+    refused = await api.put("/v1/models/llama-3.2-1b/policy", json=policy)
+    assert refused.status_code == 422
+    error = error_of(refused)
+    if field:
+        assert error["field"] == field
+    else:
+        assert "above max_replicas" in error["message"]
+    assert (await api.get("/v1/models/llama-3.2-1b/policy")).json() == before
+
+
+@pytest.mark.parametrize("entry, field", [
+    ({"weights_gib": 0}, None),
+    ({"weights_gib": 10, "tensor_parallel": [3]}, "tensor_parallel"),
+    ({"weights_gib": 10, "usd_per_1m_prompt": -1}, "usd_per_1m_prompt"),
+    ({"provider": "hosted"}, None),
+])
+async def test_bad_models_are_refused(api, entry: dict, field: str | None) -> None:
+    name = unique("bad-model")
+    refused = await api.put(f"/v1/models/{name}", json={"name": name, **entry})
+    assert refused.status_code == 422
+    if field:
+        assert error_of(refused)["field"] == field
+    assert (await api.get(f"/v1/models/{name}")).status_code == 404
+
+
+async def test_path_and_body_must_name_the_same_model(api) -> None:
+    refused = await api.put("/v1/models/one-name", json={"name": "other-name", "weights_gib": 1})
+    assert refused.status_code == 422 and error_of(refused)["field"] == "name"

@@ -27,6 +27,7 @@ class BerthConfig(BaseModel):
     engine_url: str | None = Field(default=None, description="base URL of the simulated engine (…/v1)")
     api_url: str | None = Field(default=None, description="where clients and tool workers reach the API")
     budget_grace_s: float = Field(default=3600.0, gt=0, description="how long a task waits in awaiting_budget")
+    join_token: str | None = Field(default=None, description="the secret a GPU node presents to join the fleet")
     engine_latency_scale: float = Field(default=1.0, ge=0, description="multiplies the simulated TTFT and per-token time")
 
     @property

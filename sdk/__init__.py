@@ -6,6 +6,20 @@
 from ._agent import Agent
 from ._budget import Budget
 from ._catalogue import CatalogueModel, ModelEntry, ScalingPolicy
+from ._fleet import (
+    CachedModelWeights,
+    GpuDescription,
+    GpuHealth,
+    GpuView,
+    MigDeviceDescription,
+    NodeHeartbeat,
+    NodeRegistered,
+    NodeRegistration,
+    NodeSpec,
+    NodeView,
+    ReplicaReport,
+    ReplicaView,
+)
 from ._client import ApiUnreachable, Client, TaskHandle
 from ._errors import (
     BerthError,
@@ -27,6 +41,18 @@ from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
 from ._tool import Tool, ToolCallContext, tool, tool_context
 
 __all__ = [
+    "CachedModelWeights",
+    "GpuDescription",
+    "GpuHealth",
+    "GpuView",
+    "MigDeviceDescription",
+    "NodeHeartbeat",
+    "NodeRegistered",
+    "NodeRegistration",
+    "NodeSpec",
+    "NodeView",
+    "ReplicaReport",
+    "ReplicaView",
     "CatalogueModel",
     "ModelEntry",
     "ScalingPolicy",

@@ -33,6 +33,7 @@ from ._errors import (
     Unauthorized,
 )
 from ._events import END_EVENT, SseParser
+from ._fleet import NodeView, ReplicaView
 from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
 from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
@@ -184,6 +185,27 @@ class Client:
     async def set_policy(self, name: str, policy: ScalingPolicy) -> CatalogueModel:
         body = policy.model_dump(mode="json")
         return CatalogueModel.model_validate(await self._request("PUT", f"/v1/models/{quote(name)}/policy", json=body))
+
+    # -- fleet --------------------------------------------------------------------------
+
+    async def nodes(self, status: str | None = None, datacenter: str | None = None) -> list[NodeView]:
+        """The GPU nodes that joined the fleet, by id (optionally one status or one datacenter)."""
+        params = {k: v for k, v in (("status", status), ("datacenter", datacenter)) if v is not None}
+        return [NodeView.model_validate(n) for n in await self._request("GET", "/v1/nodes", params=params)]
+
+    async def node(self, node_id: str) -> NodeView:
+        return NodeView.model_validate(await self._request("GET", _path("v1", "nodes", node_id)))
+
+    async def drain(self, node_id: str) -> NodeView:
+        """Stop placing new work on a node; what it runs finishes."""
+        return NodeView.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "drain")))
+
+    async def undrain(self, node_id: str) -> NodeView:
+        return NodeView.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "undrain")))
+
+    async def replicas(self, model: str | None = None) -> list[ReplicaView]:
+        params = {"model": model} if model is not None else None
+        return [ReplicaView.model_validate(r) for r in await self._request("GET", "/v1/replicas", params=params)]
 
     # -- tasks --------------------------------------------------------------------------
 

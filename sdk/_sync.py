@@ -25,6 +25,7 @@ import httpx
 
 from ._budget import Budget
 from ._catalogue import CatalogueModel, ModelEntry, ScalingPolicy
+from ._fleet import NodeView, ReplicaView
 from ._client import DEFAULT_API_URL, Client, TaskHandle
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._spec import AgentSpec
@@ -107,6 +108,21 @@ class SyncClient:
 
     def set_policy(self, name: str, policy: ScalingPolicy) -> CatalogueModel:
         return self._loop.run(self._client.set_policy(name, policy))
+
+    def nodes(self, status: str | None = None, datacenter: str | None = None) -> list[NodeView]:
+        return self._loop.run(self._client.nodes(status, datacenter))
+
+    def node(self, node_id: str) -> NodeView:
+        return self._loop.run(self._client.node(node_id))
+
+    def drain(self, node_id: str) -> NodeView:
+        return self._loop.run(self._client.drain(node_id))
+
+    def undrain(self, node_id: str) -> NodeView:
+        return self._loop.run(self._client.undrain(node_id))
+
+    def replicas(self, model: str | None = None) -> list[ReplicaView]:
+        return self._loop.run(self._client.replicas(model))
 
     def submit(
         self,

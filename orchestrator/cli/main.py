@@ -90,11 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_flags(p)
     p.set_defaults(func=cmd_engine)
 
-    from . import agents, models, tasks
+    from . import agents, models, nodes, tasks
 
     tasks.register(sub)
     agents.register(sub)
     models.register(sub)
+    nodes.register(sub)
     return parser
 
 

@@ -1,5 +1,5 @@
-"""The control-plane store: tasks, agents, checkpoints, the token ledger, task events and
-the model catalogue.
+"""The control-plane store: tasks, agents, checkpoints, the token ledger, task events,
+the model catalogue and the GPU fleet.
 
 One SQL database behind six small classes, each over the same engine. SQLite by default
 (one file that the API server and the worker share), any SQLAlchemy URL at scale:
@@ -27,6 +27,7 @@ from .checkpoints import (
 )
 from .database import open_database
 from .events import SqlEventLog
+from .fleet import NodeConflict, NodeNotFound, NodeSecretRefused, SqlFleet
 from .ledger import LedgerTotals, SqlTokenLedger
 from .models import SqlModelCatalogue
 from .tasks import SqlTaskRegistry, TaskConflict, TaskRecord
@@ -43,6 +44,7 @@ class Store:
     agents: SqlAgentRegistry
     events: SqlEventLog
     models: SqlModelCatalogue
+    fleet: SqlFleet
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -59,6 +61,7 @@ class Store:
             agents=SqlAgentRegistry(engine),
             events=SqlEventLog(engine),
             models=SqlModelCatalogue(engine),
+            fleet=SqlFleet(engine),
         )
 
     def close(self) -> None:
@@ -72,6 +75,10 @@ __all__ = [
     "CheckpointNotFound",
     "CheckpointSummary",
     "LedgerTotals",
+    "NodeConflict",
+    "NodeNotFound",
+    "NodeSecretRefused",
+    "SqlFleet",
     "SqlAgentRegistry",
     "SqlCheckpointStore",
     "SqlEventLog",

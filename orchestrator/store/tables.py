@@ -167,3 +167,79 @@ class EventRow(SQLModel, table=True):
     kind: str
     at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     data_json: str = Field(sa_type=Text)
+
+
+class NodeRow(SQLModel, table=True):
+    """A registered node: its spec as JSON, and the columns the fleet is filtered on.
+
+    `status` is derived from the flags (lost > draining > unhealthy > healthy) on every write,
+    so a list by status is one indexed read. `seen_at` is the last contact of any kind
+    (registration or heartbeat): the reaper's clock, indexed because it scans by it.
+    """
+
+    __tablename__ = "nodes"
+    __table_args__ = (
+        Index("ix_nodes_status", "status"),
+        Index("ix_nodes_datacenter", "datacenter"),
+        Index("ix_nodes_seen", "seen_at"),
+    )
+
+    node_id: str = Field(primary_key=True)
+    status: str
+    datacenter: str
+    spec_json: str = Field(sa_type=Text)
+    secret_sha256: str
+    draining: bool = False
+    lost: bool = False
+    registered_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    seen_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    last_heartbeat_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+
+
+class NodeGpuRow(SQLModel, table=True):
+    """One GPU of a node and its latest metrics; the description columns come from registration."""
+
+    __tablename__ = "node_gpus"
+    __table_args__ = (UniqueConstraint("node_id", "gpu_index", name="uq_node_gpus_node_index"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    node_id: str
+    gpu_index: int
+    type_name: str
+    description_json: str = Field(sa_type=Text)
+    memory_used_mib: int | None = None
+    utilization_pct: int | None = None
+    ecc_errors: int | None = None
+    healthy: bool = True
+    reason: str | None = None
+
+
+class ReplicaRow(SQLModel, table=True):
+    """A replica a node reports running; the node's heartbeat replaces its whole set."""
+
+    __tablename__ = "replicas"
+    __table_args__ = (Index("ix_replicas_model", "model"), Index("ix_replicas_node", "node_id"))
+
+    id: int | None = Field(default=None, primary_key=True)
+    node_id: str
+    model: str
+    gpu_indexes_json: str
+    state: str
+    outstanding_tokens: int = 0
+    active_leases: int = 0
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class NodeWeightsRow(SQLModel, table=True):
+    """A model's weights on a node's local disk, as its last heartbeat reported."""
+
+    __tablename__ = "node_weights"
+    __table_args__ = (
+        UniqueConstraint("node_id", "model", name="uq_node_weights_node_model"),
+        Index("ix_node_weights_model", "model"),  # "which nodes hold these weights" is the disk tier's question
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    node_id: str
+    model: str
+    size_bytes: int

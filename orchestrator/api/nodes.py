@@ -1,0 +1,128 @@
+"""Fleet routes: nodes join and heartbeat; operators list, inspect, drain and undrain them.
+
+Two secrets guard the writes from nodes. The cluster's join token (config `join_token`) lets
+a machine join at all; the answer to a registration carries a node secret of its own, which
+every heartbeat (and any re-registration of the same id) must present in the
+`X-Berth-Node-Secret` header. So one leaked join token cannot be used to impersonate a node
+that already joined, and a second machine started with a copy-pasted node id is refused
+instead of silently taking over the first one's GPUs.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Response, status
+
+from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
+from sdk._fleet import (
+    NODE_SECRET_HEADER,
+    UNKNOWN_GPU_TYPE,
+    NodeHeartbeat,
+    NodeRegistered,
+    NodeRegistration,
+    NodeStatus,
+    NodeView,
+    ReplicaView,
+)
+
+from ..node.gpu_types import GPU_TYPES, known_types
+from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
+from .services import Services, services
+
+router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
+Svc = Annotated[Services, Depends(services)]
+NodeSecret = Annotated[str | None, Header(alias=NODE_SECRET_HEADER)]
+
+_NODE_SECRET_BYTES = 32  # 256 bits, as urlsafe base64
+
+
+@router.post("/v1/nodes/register", status_code=status.HTTP_201_CREATED, response_model=NodeRegistered,
+             responses={200: {"model": NodeRegistered, "description": "the node was already registered"},
+                        401: {"description": "the join token is wrong"}})
+async def register(reg: NodeRegistration, response: Response, svc: Svc,
+                   node_secret: NodeSecret = None) -> NodeRegistered:
+    """Join the fleet (201), or re-register a node that presents its node secret (200)."""
+    _check_join_token(svc, reg.join_token)
+    _check_gpu_types(reg)
+    secret = node_secret or secrets.token_urlsafe(_NODE_SECRET_BYTES)
+    existed = await svc.db(svc.store.fleet.get, reg.node_id) is not None
+    node = await _call(svc, svc.store.fleet.register, reg.spec(), secret)
+    if existed:
+        response.status_code = status.HTTP_200_OK
+    return NodeRegistered(node=node, node_secret=secret)
+
+
+@router.post("/v1/nodes/{node_id}/heartbeat", response_model=NodeView,
+             responses={401: {"description": "the node secret is missing or wrong"}})
+async def heartbeat(node_id: str, hb: NodeHeartbeat, svc: Svc, node_secret: NodeSecret = None) -> NodeView:
+    """A node's metrics, cached weights and replicas, replacing the previous report."""
+    if hb.node_id != node_id:
+        raise invalid("node_id", f"the body names node {hb.node_id!r} but the path names {node_id!r}")
+    return await _call(svc, svc.store.fleet.heartbeat, hb, node_secret)
+
+
+@router.get("/v1/nodes", response_model=list[NodeView])
+async def list_nodes(svc: Svc, status: Annotated[NodeStatus | None, Query()] = None,
+                     datacenter: Annotated[str | None, Query(max_length=63)] = None) -> list[NodeView]:
+    return await svc.db(svc.store.fleet.list, status, datacenter)
+
+
+@router.get("/v1/nodes/{node_id}", response_model=NodeView)
+async def get_node(node_id: str, svc: Svc) -> NodeView:
+    node = await svc.db(svc.store.fleet.get, node_id)
+    if node is None:
+        raise not_found(f"node {node_id!r} is not registered", field="node_id")
+    return node
+
+
+@router.post("/v1/nodes/{node_id}/drain", response_model=NodeView)
+async def drain(node_id: str, svc: Svc) -> NodeView:
+    """No new placements on the node; its replicas finish what they serve."""
+    return await _call(svc, svc.store.fleet.drain, node_id)
+
+
+@router.post("/v1/nodes/{node_id}/undrain", response_model=NodeView)
+async def undrain(node_id: str, svc: Svc) -> NodeView:
+    return await _call(svc, svc.store.fleet.undrain, node_id)
+
+
+@router.get("/v1/replicas", response_model=list[ReplicaView])
+async def list_replicas(svc: Svc, model: Annotated[str | None, Query(max_length=128)] = None) -> list[ReplicaView]:
+    return await svc.db(svc.store.fleet.replicas, model)
+
+
+def _check_join_token(svc: Services, presented: str) -> None:
+    expected = svc.config.join_token
+    if not expected:
+        raise ApiError(401, "this control plane has no join token configured (BERTH_JOIN_TOKEN); no node can join",
+                       field="join_token")
+    # compare_digest: the time a wrong token takes to refuse must not tell how much of it was right.
+    if not hmac.compare_digest(presented.encode(), expected.encode()):
+        raise ApiError(401, "the join token is wrong; use the one in the control plane's <data_dir>/join-token",
+                       field="join_token")
+
+
+def _check_gpu_types(reg: NodeRegistration) -> None:
+    """A GPU type the catalogue does not know could not be priced or sped; refuse it by name."""
+    for i, gpu in enumerate(reg.gpus):
+        if gpu.type_name != UNKNOWN_GPU_TYPE and gpu.type_name not in GPU_TYPES:
+            raise invalid(f"gpus.{i}.type_name",
+                          f"unknown GPU type {gpu.type_name!r}; known: {known_types()}, or {UNKNOWN_GPU_TYPE!r}")
+
+
+async def _call(svc: Services, fn: Callable[..., NodeView], *args: object) -> NodeView:
+    """A fleet store call, its refusals turned into the API's error shape."""
+    try:
+        return await svc.db(fn, *args)
+    except NotFound as exc:
+        raise not_found(exc.message, field=exc.field) from None
+    except Conflict as exc:
+        raise conflict(exc.message, field=exc.field) from None
+    except Unauthorized as exc:
+        raise ApiError(401, exc.message, field=exc.field) from None
+    except InvalidSpec as exc:
+        raise invalid(exc.field, exc.message) from None

@@ -1,0 +1,103 @@
+"""`berth nodes …`: the GPU fleet as the control plane sees it, and draining nodes for maintenance."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from datetime import datetime, timezone
+
+from rich.table import Table
+from rich.text import Text
+
+from sdk import Client, NodeView
+
+from . import output
+from .output import EXIT_OK, add_api_flag, run_with_client
+
+_STATUS_STYLE = {"healthy": "green", "unhealthy": "red", "draining": "yellow", "lost": "magenta"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    nodes = subparsers.add_parser("nodes", help="the GPU nodes of the fleet")
+    sub = nodes.add_subparsers(dest="nodes_command", required=True)
+
+    p = sub.add_parser("list", help="every node: place, capacity, GPUs, status, last heartbeat, replicas")
+    p.add_argument("--status", choices=sorted(_STATUS_STYLE), help="only nodes with this status")
+    p.add_argument("--datacenter", help="only nodes in this datacenter")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="one node: its spec, GPU metrics, cached weights and replicas")
+    p.add_argument("node_id")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_show)
+
+    for name, text in (("drain", "stop placing new work on a node (what it runs finishes)"),
+                       ("undrain", "let a drained node take new work again")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("node_id")
+        add_api_flag(p)
+        p.set_defaults(func=cmd_drain, undrain=name == "undrain")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        output.stdout().print(nodes_table(await client.nodes(args.status, args.datacenter)))
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        output.stdout().print_json((await client.node(args.node_id)).model_dump_json())
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        node = await (client.undrain if args.undrain else client.drain)(args.node_id)
+        print(f"{node.node_id} is {node.status}")
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def nodes_table(nodes: list[NodeView], now: datetime | None = None) -> Table:
+    now = now or datetime.now(timezone.utc)
+    table = Table(box=None, header_style="bold")
+    for column in ("NODE", "DATACENTER/ZONE", "CAPACITY", "GPUS", "STATUS", "HEARTBEAT", "REPLICAS"):
+        table.add_column(column, no_wrap=True)
+    for n in nodes:
+        table.add_row(n.node_id, f"{n.datacenter}/{n.zone}", n.capacity, gpus_text(n),
+                      Text(n.status, style=_STATUS_STYLE.get(n.status, "")),
+                      age_text(n.last_heartbeat_at, now), replicas_text(n))
+    return table
+
+
+def gpus_text(node: NodeView) -> str:
+    """ "2×H100-80GB", or "1×H100-80GB, 1×L4-24GB" for a mixed node; "-" for none."""
+    counts = Counter(g.type_name for g in node.gpus)
+    return ", ".join(f"{k}×{t}" for t, k in sorted(counts.items())) or "-"
+
+
+def age_text(at: datetime | None, now: datetime) -> str:
+    if at is None:
+        return "never"
+    seconds = max(0, int((now - at).total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s ago"
+    if seconds < 7200:
+        return f"{seconds // 60}m ago"
+    return f"{seconds // 3600}h ago"
+
+
+def replicas_text(node: NodeView) -> str:
+    """ "2 (1 warm, 1 loading)": how many, and in which states."""
+    if not node.replicas:
+        return "-"
+    states = Counter(r.state for r in node.replicas)
+    warm_first = sorted(states.items(), key=lambda item: (item[0] != "warm", item[0]))
+    return f"{len(node.replicas)} ({', '.join(f'{k} {s}' for s, k in warm_first)})"

@@ -1,0 +1,280 @@
+"""The fleet's state: registered nodes, their GPUs, the replicas they run and the weights they cache.
+
+Node agents are the authority on what runs on their node, so a heartbeat *replaces* the
+node's GPU metrics, cached weights and replicas rather than patching them: a replica the
+node stopped reporting is gone, whatever message was lost in between. The control plane is
+the authority on two things only: whether an operator drained the node, and whether the
+node has gone silent for too long (lost), in which case its replicas are removed at once so
+that no placement is sent to a GPU nobody answers for.
+
+A node proves it is the node that registered an id with a per-node secret; only its sha256
+is stored, so a copy of the database lets nobody heartbeat for a node.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, delete
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
+from sdk._fleet import (
+    CachedModelWeights,
+    GpuView,
+    NodeHeartbeat,
+    NodeSpec,
+    NodeStatus,
+    NodeView,
+    ReplicaView,
+)
+
+from .tables import NodeGpuRow, NodeRow, NodeWeightsRow, ReplicaRow, utcnow
+
+
+class NodeNotFound(NotFound):
+    def __init__(self, node_id: str) -> None:
+        super().__init__(f"node {node_id!r} is not registered", field="node_id", status_code=404)
+
+
+class NodeConflict(Conflict):
+    """The node id is registered by a node that holds another secret."""
+
+    def __init__(self, node_id: str) -> None:
+        super().__init__(
+            f"node id {node_id!r} is already registered by another node;"
+            " re-register with its node secret or pick another id",
+            field="node_id", status_code=409,
+        )
+
+
+class NodeSecretRefused(Unauthorized):
+    def __init__(self, node_id: str) -> None:
+        super().__init__(f"the node secret of {node_id!r} is missing or wrong", field="node_id", status_code=401)
+
+
+def secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def node_status(*, lost: bool, draining: bool, gpus_healthy: bool) -> NodeStatus:
+    """Lost outranks draining (a silent node serves nothing either way), draining outranks health."""
+    if lost:
+        return "lost"
+    if draining:
+        return "draining"
+    # One GPU with uncorrected ECC errors or an XID usually means the whole node needs a reset;
+    # the view keeps per-GPU health for a scheduler that wants to use the healthy ones.
+    return "healthy" if gpus_healthy else "unhealthy"
+
+
+class SqlFleet:
+    """Nodes, GPUs, replicas and weight caches on the control-plane database."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    # -- writes from node agents ------------------------------------------------------------
+
+    def register(self, spec: NodeSpec, node_secret: str) -> NodeView:
+        """Register a node, or re-register it (idempotent) when `node_secret` is the one it registered with.
+
+        A re-registration replaces the spec (the node may have a new GPU or a new price) and
+        keeps the metrics of GPUs still present; a reused id with another secret is refused.
+        """
+        now = utcnow()
+        with Session(self._engine) as session:
+            row = session.get(NodeRow, spec.node_id)
+            if row is not None and not hmac.compare_digest(row.secret_sha256, secret_hash(node_secret)):
+                raise NodeConflict(spec.node_id)
+            if row is None:
+                row = NodeRow(node_id=spec.node_id, status="healthy", datacenter=spec.datacenter,
+                              spec_json="", secret_sha256=secret_hash(node_secret), registered_at=now)
+            row.spec_json = spec.model_dump_json(exclude={"gpus"})
+            row.datacenter = spec.datacenter
+            row.seen_at = now
+            old = {g.gpu_index: g for g in session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == spec.node_id))}
+            kept: builtins.list[NodeGpuRow] = []
+            for gpu in spec.gpus:
+                gpu_row = old.pop(gpu.index, None) or NodeGpuRow(
+                    node_id=spec.node_id, gpu_index=gpu.index, type_name="", description_json="")
+                gpu_row.type_name = gpu.type_name
+                gpu_row.description_json = gpu.model_dump_json()
+                session.add(gpu_row)
+                kept.append(gpu_row)
+            for gone in old.values():
+                session.delete(gone)
+            if old:  # a GPU left the node: replicas on it are gone; the next heartbeat reports the rest
+                session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id) == spec.node_id))
+            row.lost = False  # a node that registers is alive, whatever the reaper concluded
+            row.status = node_status(lost=False, draining=row.draining, gpus_healthy=all(g.healthy for g in kept))
+            session.add(row)
+            try:
+                session.commit()
+            except IntegrityError:  # the same new id registered concurrently, so with another fresh secret
+                raise NodeConflict(spec.node_id) from None
+            return self._view(session, row)
+
+    def heartbeat(self, hb: NodeHeartbeat, node_secret: str | None) -> NodeView:
+        """Record a heartbeat: metrics, cached weights and replicas replace the previous ones.
+
+        A lost node that heartbeats again is back (its replicas come back with this report).
+        Refuses, changing nothing: an unknown node, a wrong secret, a GPU index the node did
+        not register.
+        """
+        now = utcnow()
+        with Session(self._engine) as session:
+            row = self._authenticated(session, hb.node_id, node_secret)
+            gpus = {g.gpu_index: g for g in session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == hb.node_id))}
+            _check_indexes(hb, set(gpus))
+            for metrics in hb.gpus:
+                gpu = gpus[metrics.index]
+                gpu.memory_used_mib, gpu.utilization_pct = metrics.memory_used_mib, metrics.utilization_pct
+                gpu.ecc_errors, gpu.healthy, gpu.reason = metrics.ecc_errors, metrics.healthy, metrics.reason
+                session.add(gpu)
+            session.exec(delete(NodeWeightsRow).where(col(NodeWeightsRow.node_id) == hb.node_id))
+            session.add_all(NodeWeightsRow(node_id=hb.node_id, model=w.model, size_bytes=w.size_bytes)
+                            for w in _last_per_model(hb.cached_weights))
+            session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id) == hb.node_id))
+            session.add_all(ReplicaRow(node_id=hb.node_id, model=r.model, state=r.state,
+                                       gpu_indexes_json=json.dumps(sorted(r.gpu_indexes)), outstanding_tokens=r.outstanding_tokens,
+                                       active_leases=r.active_leases, updated_at=now) for r in hb.replicas)
+            row.lost = False
+            row.seen_at = row.last_heartbeat_at = now
+            row.status = node_status(lost=False, draining=row.draining,
+                                     gpus_healthy=all(g.healthy for g in gpus.values()))
+            session.add(row)
+            session.commit()
+            return self._view(session, row)
+
+    # -- writes from the control plane ------------------------------------------------------
+
+    def mark_lost_after(self, seconds: float, now: datetime | None = None) -> builtins.list[str]:
+        """Mark lost every node not heard from for `seconds`, remove its replicas; returns their ids.
+
+        Weights on the node's disk are kept: if the node comes back, its cache is still there.
+        """
+        cutoff = (now or utcnow()) - timedelta(seconds=seconds)
+        with Session(self._engine) as session:
+            silent = select(NodeRow).where(col(NodeRow.seen_at) < cutoff, col(NodeRow.lost).is_(False))
+            rows = session.exec(silent).all()
+            ids = sorted(r.node_id for r in rows)
+            if not ids:
+                return []
+            for row in rows:
+                row.lost, row.status = True, "lost"
+                session.add(row)
+            session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id).in_(ids)))
+            session.commit()
+        return ids
+
+    def drain(self, node_id: str) -> NodeView:
+        """Stop placing new work on the node; what runs there finishes (the node drains its replicas)."""
+        return self._set_draining(node_id, True)
+
+    def undrain(self, node_id: str) -> NodeView:
+        return self._set_draining(node_id, False)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def get(self, node_id: str) -> NodeView | None:
+        with Session(self._engine) as session:
+            row = session.get(NodeRow, node_id)
+            return self._view(session, row) if row is not None else None
+
+    def list(self, status: str | None = None, datacenter: str | None = None) -> builtins.list[NodeView]:
+        """Every node by id, optionally only those with one status or in one datacenter."""
+        query = select(NodeRow).order_by(col(NodeRow.node_id))
+        if status is not None:
+            query = query.where(NodeRow.status == status)
+        if datacenter is not None:
+            query = query.where(NodeRow.datacenter == datacenter)
+        with Session(self._engine) as session:
+            return [self._view(session, row) for row in session.exec(query).all()]
+
+    def replicas(self, model: str | None = None) -> builtins.list[ReplicaView]:
+        """Every replica on the fleet (of one model when given), by node then model."""
+        query = select(ReplicaRow, NodeRow).where(ReplicaRow.node_id == NodeRow.node_id)
+        if model is not None:
+            query = query.where(ReplicaRow.model == model)
+        query = query.order_by(col(ReplicaRow.node_id), col(ReplicaRow.model), col(ReplicaRow.id))
+        with Session(self._engine) as session:
+            return [_replica_view(r, _spec(n)) for r, n in session.exec(query).all()]
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _set_draining(self, node_id: str, draining: bool) -> NodeView:
+        with Session(self._engine) as session:
+            row = session.get(NodeRow, node_id)
+            if row is None:
+                raise NodeNotFound(node_id)
+            gpus = session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == node_id)).all()
+            row.draining = draining
+            row.status = node_status(lost=row.lost, draining=draining, gpus_healthy=all(g.healthy for g in gpus))
+            session.add(row)
+            session.commit()
+            return self._view(session, row)
+
+    @staticmethod
+    def _authenticated(session: Session, node_id: str, node_secret: str | None) -> NodeRow:
+        row = session.get(NodeRow, node_id)
+        if row is None:
+            raise NodeNotFound(node_id)
+        if not node_secret or not hmac.compare_digest(row.secret_sha256, secret_hash(node_secret)):
+            raise NodeSecretRefused(node_id)
+        return row
+
+    @staticmethod
+    def _view(session: Session, row: NodeRow) -> NodeView:
+        spec = _spec(row)
+        gpus = session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == row.node_id)
+                            .order_by(col(NodeGpuRow.gpu_index))).all()
+        weights = session.exec(select(NodeWeightsRow).where(NodeWeightsRow.node_id == row.node_id)
+                               .order_by(col(NodeWeightsRow.model))).all()
+        replicas = session.exec(select(ReplicaRow).where(ReplicaRow.node_id == row.node_id)
+                                .order_by(col(ReplicaRow.model), col(ReplicaRow.id))).all()
+        return NodeView(
+            **spec.model_dump(exclude={"gpus"}),
+            gpus=[GpuView.model_validate({**json.loads(g.description_json), "memory_used_mib": g.memory_used_mib,
+                                          "utilization_pct": g.utilization_pct, "ecc_errors": g.ecc_errors,
+                                          "healthy": g.healthy, "reason": g.reason}) for g in gpus],
+            cached_weights=[CachedModelWeights(model=w.model, size_bytes=w.size_bytes) for w in weights],
+            replicas=[_replica_view(r, spec) for r in replicas],
+            status=row.status,  # type: ignore[arg-type]  (written only by node_status)
+            registered_at=row.registered_at,
+            last_heartbeat_at=row.last_heartbeat_at,
+        )
+
+
+def _spec(row: NodeRow) -> NodeSpec:
+    return NodeSpec.model_validate_json(row.spec_json)
+
+
+def _replica_view(row: ReplicaRow, spec: NodeSpec) -> ReplicaView:
+    return ReplicaView(node_id=row.node_id, datacenter=spec.datacenter, zone=spec.zone, model=row.model,
+                       gpu_indexes=json.loads(row.gpu_indexes_json), state=row.state,  # type: ignore[arg-type]
+                       outstanding_tokens=row.outstanding_tokens, active_leases=row.active_leases,
+                       updated_at=row.updated_at)
+
+
+def _check_indexes(hb: NodeHeartbeat, registered: set[int]) -> None:
+    """Every GPU index a heartbeat names must be one the node registered (else nothing is written)."""
+    for i, metrics in enumerate(hb.gpus):
+        if metrics.index not in registered:
+            raise InvalidSpec(f"GPU {metrics.index} was not registered by node {hb.node_id!r}", field=f"gpus.{i}.index")
+    for i, replica in enumerate(hb.replicas):
+        unknown = sorted(set(replica.gpu_indexes) - registered)
+        if unknown:
+            raise InvalidSpec(f"GPU {unknown[0]} was not registered by node {hb.node_id!r}",
+                              field=f"replicas.{i}.gpu_indexes")
+
+
+def _last_per_model(weights: Iterable[CachedModelWeights]) -> builtins.list[CachedModelWeights]:
+    """One entry per model (the unique key): a repeated model in one report keeps its last size."""
+    return builtins.list({w.model: w for w in weights}.values())

@@ -1,0 +1,193 @@
+"""The GPU fleet as the control plane, the node agents and the CLI exchange it.
+
+A node agent sends a `NodeRegistration` once when it starts (what it *is*: place, price,
+GPUs) and a `NodeHeartbeat` every few seconds (what it is *doing*: GPU metrics, cached
+weights, replicas). The two are separate so that the frequent message stays small and the
+registration can be validated once against the GPU catalogue. Everything a node sends is
+checked strictly (`extra="forbid"`): a misspelt field from a node agent of another version
+must fail loudly at registration, not silently drop a GPU from scheduling.
+
+Reads come back as `NodeView` and `ReplicaView`, which add what only the control plane
+knows: the node's status and when it was last heard from.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ._limits import NAME_PATTERN
+
+NODE_ID_PATTERN = NAME_PATTERN  # a node id is typed and grepped like an agent name
+PLACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"  # datacenter and zone names, e.g. "us-east-1a"
+NODE_SECRET_HEADER = "X-Berth-Node-Secret"
+UNKNOWN_GPU_TYPE = "unknown"  # what discovery reports for a device not in the GPU type catalogue
+
+Capacity = Literal["spot", "on-demand"]
+ReplicaState = Literal["loading", "warm", "draining"]
+NodeStatus = Literal["healthy", "unhealthy", "draining", "lost"]
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+class MigDeviceDescription(BaseModel):
+    """One MIG instance of a GPU; the pool schedules it as a device of its own."""
+
+    model_config = _STRICT
+
+    uuid: str = Field(min_length=1, max_length=128)
+    profile: str | None = Field(default=None, max_length=32, description='e.g. "1g.10gb"')
+    memory_total_mib: int | None = Field(default=None, ge=0)
+
+
+class GpuDescription(BaseModel):
+    """A GPU as discovery found it (`orchestrator.node.discovery.GpuInfo`, minus the live metrics)."""
+
+    model_config = _STRICT
+
+    index: int = Field(ge=0, le=1023)
+    uuid: str | None = Field(default=None, max_length=128)
+    type_name: str = Field(min_length=1, max_length=64,
+                           description='GPU type catalogue key, e.g. "H100-80GB", or "unknown"')
+    memory_total_mib: int | None = Field(default=None, ge=0)
+    mig_mode: bool = False
+    mig_devices: list[MigDeviceDescription] = Field(default_factory=list, max_length=7)  # 7 compute slices per GPU
+
+
+class NodeSpec(BaseModel):
+    """What a node is: where it runs, what it costs, what it holds. Changes only on re-registration."""
+
+    model_config = _STRICT
+
+    node_id: str = Field(pattern=NODE_ID_PATTERN)
+    datacenter: str = Field(pattern=PLACE_PATTERN)
+    zone: str = Field(pattern=PLACE_PATTERN)
+    capacity: Capacity = "on-demand"
+    usd_per_hour: float = Field(default=0.0, ge=0, le=10_000, description="the whole node's price")
+    labels: dict[str, str] = Field(default_factory=dict, description='e.g. {"dedicated": "tenant-a"}')
+    # Gigabytes (not gigabits) per second: the pool's disk tier divides weight bytes by it.
+    disk_bandwidth_gbps: float = Field(default=2.0, gt=0, le=1000, description="local disk read, GB/s")
+    gpus: list[GpuDescription] = Field(default_factory=list, max_length=64)
+    weights_cache_capacity_bytes: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _distinct_gpu_indexes(self) -> NodeSpec:
+        repeated = [i for i, n in Counter(g.index for g in self.gpus).items() if n > 1]
+        if repeated:
+            raise ValueError(f"gpus: index {repeated[0]} is listed more than once")
+        return self
+
+
+class NodeRegistration(NodeSpec):
+    """A node asking to join: its spec and the cluster's join token (never stored, never shown)."""
+
+    join_token: str = Field(min_length=1, max_length=512)
+
+    def spec(self) -> NodeSpec:
+        return NodeSpec.model_validate(self.model_dump(exclude={"join_token"}))
+
+
+class GpuHealth(BaseModel):
+    """One GPU's live metrics (`orchestrator.node.discovery.GpuMetrics`)."""
+
+    model_config = _STRICT
+
+    index: int = Field(ge=0, le=1023)
+    memory_used_mib: int | None = Field(default=None, ge=0)
+    utilization_pct: int | None = Field(default=None, ge=0, le=100)
+    ecc_errors: int | None = Field(default=None, ge=0)
+    healthy: bool = True
+    reason: str | None = Field(default=None, max_length=500, description="why it is unhealthy")
+
+
+class CachedModelWeights(BaseModel):
+    """A model's weights on the node's local disk (`orchestrator.node.weights_cache.CachedWeights`)."""
+
+    model_config = _STRICT
+
+    model: str = Field(min_length=1, max_length=128)
+    size_bytes: int = Field(ge=0)
+
+
+class ReplicaReport(BaseModel):
+    """A model loaded on some of the node's GPUs, as the node reports it."""
+
+    model_config = _STRICT
+
+    model: str = Field(min_length=1, max_length=128)
+    gpu_indexes: list[int] = Field(min_length=1, max_length=8)  # one tensor-parallel gang, on one node
+    state: ReplicaState
+    # Queue wait is measured in tokens still to generate, not requests: one long answer
+    # outweighs many short ones.
+    outstanding_tokens: int = Field(default=0, ge=0)
+    active_leases: int = Field(default=0, ge=0)
+
+
+class NodeHeartbeat(BaseModel):
+    """What a node is doing now; each heartbeat replaces the previous one's metrics, caches and replicas."""
+
+    model_config = _STRICT
+
+    node_id: str = Field(pattern=NODE_ID_PATTERN)
+    gpus: list[GpuHealth] = Field(default_factory=list, max_length=64)
+    cached_weights: list[CachedModelWeights] = Field(default_factory=list, max_length=10_000)
+    replicas: list[ReplicaReport] = Field(default_factory=list, max_length=512)
+
+
+class GpuView(GpuDescription):
+    """A GPU with its latest metrics (none until the first heartbeat)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    memory_used_mib: int | None = None
+    utilization_pct: int | None = None
+    ecc_errors: int | None = None
+    healthy: bool = True
+    reason: str | None = None
+
+
+class ReplicaView(BaseModel):
+    """A replica on the fleet, with where it runs."""
+
+    node_id: str
+    datacenter: str
+    zone: str
+    model: str
+    gpu_indexes: list[int]
+    state: ReplicaState
+    outstanding_tokens: int = 0
+    active_leases: int = 0
+    updated_at: datetime | None = None
+
+
+class NodeView(BaseModel):
+    """A node as the control plane knows it: its spec, its latest heartbeat, its status."""
+
+    node_id: str
+    datacenter: str
+    zone: str
+    capacity: Capacity
+    usd_per_hour: float
+    labels: dict[str, str] = Field(default_factory=dict)
+    disk_bandwidth_gbps: float
+    weights_cache_capacity_bytes: int = 0
+    gpus: list[GpuView] = Field(default_factory=list)
+    cached_weights: list[CachedModelWeights] = Field(default_factory=list)
+    replicas: list[ReplicaView] = Field(default_factory=list)
+    status: NodeStatus
+    registered_at: datetime
+    last_heartbeat_at: datetime | None = None
+
+
+class NodeRegistered(BaseModel):
+    """The answer to a registration: the node, and the secret its heartbeats must carry.
+
+    Only a hash of the secret is stored, so this is the one time it is shown; a node that
+    re-registers sends it back (header `X-Berth-Node-Secret`) to prove it is the same node.
+    """
+
+    node: NodeView
+    node_secret: str

@@ -29,14 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="warning")
     parser.add_argument("--usage-journal", type=Path, default=None,
                         help="append every request's usage to this file and replay it at start")
+    parser.add_argument("--load-delay", type=float, default=0.0, metavar="SECONDS",
+                        help="wait this long, as if loading weights, before answering anything (a replica's load)")
     args = parser.parse_args(argv)
     if args.latency_scale < 0:
         parser.error(f"--latency-scale: must be >= 0, got {args.latency_scale}")
+    if args.load_delay < 0:
+        parser.error(f"--load-delay: must be >= 0, got {args.load_delay}")
     try:
         models = tuple(parse_model(spec) for spec in args.models) if args.models else DEFAULT_MODELS
     except ValueError as exc:
         parser.error(f"--model: {exc}")
-    serve(args.host, args.port, args.latency_scale, models, args.log_level, usage_journal=args.usage_journal)
+    serve(args.host, args.port, args.latency_scale, models, args.log_level, usage_journal=args.usage_journal,
+          load_delay_s=args.load_delay)
     return 0
 
 

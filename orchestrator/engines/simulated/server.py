@@ -20,26 +20,40 @@ def serve(
     models: Sequence[SimulatedModel] = DEFAULT_MODELS,
     log_level: str = "warning",
     usage_journal: Path | None = None,
+    load_delay_s: float = 0.0,
 ) -> None:
-    """Run the engine until interrupted. Port 0 picks a free port; the line printed first names it."""
+    """Run the engine until interrupted. Port 0 picks a free port; the line printed first names it.
+
+    `load_delay_s` plays a replica loading its weights: the port is bound at once (a clash fails
+    now, not after the wait) but nothing listens until the delay has passed and the app has
+    started, so a connection is refused and readiness probes are honest, as with a loading vLLM.
+    """
     import uvicorn
 
-    sock = listening_socket(host, port)
+    sock = listening_socket(host, port, listen=load_delay_s <= 0)
     bound = sock.getsockname()[1]
+    if load_delay_s > 0:
+        print(f"berth simulated engine: loading weights for {load_delay_s:.1f}s on port {bound}", flush=True)
+        time.sleep(load_delay_s)  # uvicorn calls listen() on the socket once the app has started
     print(f"berth simulated engine: http://{host}:{bound}/v1 (latency x{latency_scale})", flush=True)
     app = create_app(models, latency_scale, tally=UsageTally(journal=usage_journal))
     config = uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound listener whose accepted connections have Nagle's algorithm off.
+def listening_socket(host: str, port: int, listen: bool = True) -> socket.socket:
+    """A bound listener whose accepted connections have Nagle's algorithm off (`listen=False`: bound only).
 
     uvicorn does not set TCP_NODELAY on connections from a socket it is handed; without it a
     kept-alive client waits out a 40 ms delayed ACK on every response. Linux copies the
     option from the listener to each accepted socket.
     """
-    sock = socket.create_server((host, port))
+    if listen:
+        sock = socket.create_server((host, port))
+    else:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as create_server does on POSIX
+        sock.bind((host, port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 

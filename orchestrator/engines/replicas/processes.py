@@ -1,0 +1,111 @@
+"""Child processes for replicas: launch in their own session, check, and stop the whole group.
+
+Each replica runs in a new session (its own process group) because vLLM with tensor
+parallelism forks one worker per GPU: stopping only the parent would leave workers holding
+GPU memory. Signals therefore go to the group, and stopping waits in a thread (`Popen.wait`)
+rather than sleep-polling the node agent's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from .protocol import ReplicaStartError
+
+_ports_lock = threading.Lock()
+_ports_handed_out: set[int] = set()  # picked for a replica that has not been stopped yet
+
+
+def pick_free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now and that this process has not given to another live replica.
+
+    The kernel may hand a just-closed port out again, so two replicas started back to back could
+    get the same one; remembering ports until `release_port` closes that window within a node.
+    """
+    with _ports_lock:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
+            if port not in _ports_handed_out:
+                _ports_handed_out.add(port)
+                return port
+    raise ReplicaStartError(f"no free port on {host} after 100 tries")
+
+
+def release_port(port: int) -> None:
+    with _ports_lock:
+        _ports_handed_out.discard(port)
+
+
+def launch(argv: Sequence[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start `argv` in its own session with `env`, its stdout and stderr appended to `log_path`.
+
+    Output goes to a file, not a pipe: nobody reads a replica's pipe, and a full pipe would
+    stall the engine mid-load.
+    """
+    executable = argv[0]
+    if shutil.which(executable, path=env.get("PATH")) is None:
+        raise ReplicaStartError(f"cannot start replica: executable {executable!r} not found on PATH")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        try:
+            return subprocess.Popen(list(argv), env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            raise ReplicaStartError(f"cannot start replica: {executable!r}: {exc}") from exc
+
+
+def running(process: subprocess.Popen[bytes]) -> bool:
+    return process.poll() is None
+
+
+async def terminate(process: subprocess.Popen[bytes], grace_s: float) -> int:
+    """SIGTERM the process group, SIGKILL it after `grace_s`; returns the exit status."""
+    _signal_group(process, signal.SIGTERM)
+    try:
+        code = await asyncio.to_thread(process.wait, max(grace_s, 0.0))
+    except subprocess.TimeoutExpired:
+        _signal_group(process, signal.SIGKILL)
+        code = await asyncio.to_thread(process.wait)
+    # A worker that outlived its parent (a TP rank stuck in NCCL) still holds GPU memory.
+    _signal_group(process, signal.SIGKILL)
+    return code
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, sig)  # the child leads its own session, so its pgid is its pid
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone
+
+
+def log_tail(path: Path | None, max_bytes: int = 2000) -> str:
+    """The end of a replica's log, to say why it died."""
+    if path is None or not path.exists():
+        return ""
+    with open(path, "rb") as log:
+        log.seek(max(path.stat().st_size - max_bytes, 0))
+        return log.read().decode(errors="replace")
+
+
+def replica_env(gpu_indexes: Sequence[int], additions: dict[str, str],
+                base: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: the node's, the spec's additions, then the GPUs placement chose.
+
+    CUDA_VISIBLE_DEVICES comes last so no addition can move a replica onto GPUs another replica
+    was given; inside the child its GPUs are then numbered 0..n-1, which is what vLLM expects.
+    """
+    env = dict(os.environ if base is None else base)
+    env.update(additions)
+    if gpu_indexes:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indexes)
+    return env

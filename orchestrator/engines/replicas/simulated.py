@@ -1,0 +1,154 @@
+"""Replicas of the built-in simulated engine: real child processes that load as slowly as real ones.
+
+The load wait runs inside the child (`--load-delay`): the node agent's loop is never blocked,
+and the child neither listens nor answers /health or /v1/models until the wait is over, so the
+agent's readiness probe sees what it would see with vLLM. The wait is derived from the
+weights' size and the tier they load from, then scaled by `load_time_scale` so demos and tests
+stay short while keeping the tiers' proportions.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import quote
+
+from orchestrator.engines.simulated.models import DEFAULT_MODELS
+
+from . import probe
+from .processes import launch, pick_free_port, release_port, replica_env, running, terminate
+from .protocol import ReplicaHandle, ReplicaSpec, ReplicaStartError
+
+# Local NVMe read, sustained: ~2 GB/s for one PCIe 4.0 x4 drive reading large files
+# (the pool's fleet model uses the same disk_gib_per_s = 2 by default).
+DISK_BYTES_PER_S = 2e9
+# Another node in the same datacenter over a 10 Gbit/s link: 10e9 / 8 = 1.25 GB/s.
+DATACENTER_BYTES_PER_S = 10e9 / 8
+# The model's origin (an object store or hub) across a 1 Gbit/s WAN path: 1e9 / 8 = 0.125 GB/s.
+ORIGIN_BYTES_PER_S = 1e9 / 8
+# vLLM's start once weights are read: CUDA context, memory profiling and CUDA graph capture
+# for the batch sizes it serves, ~10 s for a 7–8B model on one H100.
+ENGINE_START_S = 10.0
+
+_FETCH_BYTES_PER_S = {"datacenter": DATACENTER_BYTES_PER_S, "origin": ORIGIN_BYTES_PER_S}
+
+# For a model the simulator has no defaults for, timings follow its size. Decode is memory-bound:
+# each token reads every weight once, and H100 HBM3 (3.35 TB/s) achieves ~57% of that in vLLM,
+# 1.9e12 B/s: 16 GB of 8B bf16 weights → ~120 tokens/s, the default llama-3.1-8b's figure.
+DECODE_BYTES_PER_S = 1.9e12
+# A short prompt's TTFT grows with size (prefill computes over every weight): the default 8B's
+# 0.15 s for 16 GB, i.e. 0.15 / 16e9 s per byte, and never under 0.05 s of scheduling.
+TTFT_S_PER_WEIGHT_BYTE = 0.15 / 16e9
+MIN_TTFT_S = 0.05
+
+_REPO_ROOT = Path(__file__).resolve().parents[3]  # so `python -m orchestrator...` imports from any cwd
+
+
+def planned_load_delay_s(spec: ReplicaSpec, load_time_scale: float = 1.0) -> float:
+    """Seconds a replica of `spec` takes to become ready, before scaling: fetch + disk read + engine start.
+
+    "warm" weights are already in host memory, so only the engine starts. Fetched bytes are
+    written to the disk cache as they arrive and stay in the page cache, so only the bytes not
+    fetched are read from disk.
+    """
+    if load_time_scale < 0:
+        raise ValueError(f"load_time_scale: must be >= 0, got {load_time_scale}")
+    if spec.load_tier == "warm":
+        seconds = ENGINE_START_S
+    else:
+        fetch_s = spec.bytes_to_fetch / _FETCH_BYTES_PER_S[spec.load_tier] if spec.bytes_to_fetch else 0.0
+        read_s = (spec.weights_bytes - spec.bytes_to_fetch) / DISK_BYTES_PER_S
+        seconds = fetch_s + read_s + ENGINE_START_S
+    return seconds * load_time_scale
+
+
+def simulated_model_arg(spec: ReplicaSpec) -> str:
+    """The engine's `--model` value: the spec's timings, a default's name, or timings from the weights' size.
+
+    engine_args `ttft_s`, `tokens_per_s` (and optionally `context_window`) set the timings
+    outright; otherwise a default model keeps its own; otherwise they follow the weights' size.
+    """
+    if ":" in spec.model:
+        raise ReplicaStartError(f"model {spec.model!r}: the simulated engine's --model cannot carry a ':' in a name")
+    args = spec.engine_args
+    defaults = {m.name: m for m in DEFAULT_MODELS}
+    if "ttft_s" in args or "tokens_per_s" in args:
+        base = defaults.get(spec.model)
+        ttft = float(args.get("ttft_s", base.ttft_s if base else _ttft_for(spec)))
+        tps = float(args.get("tokens_per_s", base.tokens_per_s if base else _tokens_per_s_for(spec)))
+        context = args.get("context_window", base.context_window if base else None)
+        return f"{spec.model}:{ttft}:{tps}" + (f":{int(context)}" if context is not None else "")
+    if spec.model in defaults:
+        return spec.model
+    return f"{spec.model}:{_ttft_for(spec)}:{_tokens_per_s_for(spec)}"
+
+
+def _ttft_for(spec: ReplicaSpec) -> float:
+    _need_weights(spec)
+    return max(MIN_TTFT_S, spec.weights_bytes * TTFT_S_PER_WEIGHT_BYTE)
+
+
+def _tokens_per_s_for(spec: ReplicaSpec) -> float:
+    _need_weights(spec)
+    return DECODE_BYTES_PER_S / spec.weights_bytes
+
+
+def _need_weights(spec: ReplicaSpec) -> None:
+    if spec.weights_bytes <= 0:
+        raise ReplicaStartError(f"model {spec.model!r}: not a default simulated model; give its weights_bytes "
+                                "or engine_args ttft_s and tokens_per_s")
+
+
+class SimulatedReplicaEngine:
+    """Replicas as `python -m orchestrator.engines.simulated` processes, one per replica.
+
+    `load_time_scale` multiplies the planned load wait (0.01 turns a 40 s disk load into 0.4 s);
+    `latency_scale` is the engine's own (TTFT and per-token time) and 0 answers at once.
+    """
+
+    def __init__(self, load_time_scale: float = 1.0, latency_scale: float = 1.0, host: str = "127.0.0.1",
+                 log_dir: Path | None = None, python: str = sys.executable) -> None:
+        if load_time_scale < 0:
+            raise ValueError(f"load_time_scale: must be >= 0, got {load_time_scale}")
+        if latency_scale < 0:
+            raise ValueError(f"latency_scale: must be >= 0, got {latency_scale}")
+        self.load_time_scale = load_time_scale
+        self.latency_scale = latency_scale
+        self.host = host
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="berth-replicas-"))
+        self.python = python
+
+    def command(self, spec: ReplicaSpec, port: int) -> list[str]:
+        return [self.python, "-m", "orchestrator.engines.simulated", "--host", self.host, "--port", str(port),
+                "--latency-scale", repr(self.latency_scale), "--model", simulated_model_arg(spec),
+                "--load-delay", repr(planned_load_delay_s(spec, self.load_time_scale))]
+
+    async def start(self, spec: ReplicaSpec) -> ReplicaHandle:
+        port = spec.port or pick_free_port(self.host)
+        load_delay_s = planned_load_delay_s(spec, self.load_time_scale)
+        try:
+            argv = self.command(spec, port)
+            env = replica_env(spec.gpu_indexes, spec.env)
+            env["PYTHONPATH"] = f"{_REPO_ROOT}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(_REPO_ROOT)
+            log_path = self.log_dir / f"{quote(spec.replica_id, safe='')}.log"
+            process = launch(argv, env, log_path)
+        except BaseException:
+            release_port(port)
+            raise
+        return ReplicaHandle(spec=spec, base_url=f"http://{self.host}:{port}/v1", port=port, process=process,
+                             log_path=log_path, load_delay_s=load_delay_s)
+
+    async def ready(self, handle: ReplicaHandle) -> bool:
+        return await self.alive(handle) and await probe.serves_model(handle.base_url, handle.spec.model)
+
+    async def alive(self, handle: ReplicaHandle) -> bool:
+        return handle.process is not None and running(handle.process)
+
+    async def stop(self, handle: ReplicaHandle, grace_s: float = 10.0) -> None:
+        if handle.process is not None:
+            await terminate(handle.process, grace_s)
+        release_port(handle.port)
+
+    def base_url(self, handle: ReplicaHandle) -> str:
+        return handle.base_url

@@ -1,0 +1,96 @@
+"""Replicas served by vLLM (`vllm serve`), the engine Berth runs on real GPU nodes.
+
+Only the command line and environment are Berth's concern: vLLM reads the weights, shards
+them over the GPUs named in CUDA_VISIBLE_DEVICES, captures CUDA graphs, and then lists the
+model on /v1/models, which is the readiness signal. Nothing here runs in CI (vLLM needs a GPU);
+the command it builds is tested instead.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from urllib.parse import quote
+
+from . import probe
+from .processes import launch, pick_free_port, release_port, replica_env, running, terminate
+from .protocol import EngineArg, ReplicaHandle, ReplicaSpec, ReplicaStartError
+
+# vLLM's own default: 90% of each GPU for weights, activations and KV cache, the rest for the
+# CUDA context and NCCL buffers. Placement already refused GPUs too small for weights + KV headroom.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
+# Flags that come from the spec or the node, not from a catalogue entry's engine_args: letting
+# engine_args set them would serve the replica where the node does not look for it.
+_RESERVED_FLAGS = frozenset({"host", "port", "served-model-name", "tensor-parallel-size"})
+
+
+class VllmReplicaEngine:
+    """Replicas as `vllm serve` processes, one per replica, on the GPUs placement chose.
+
+    engine_args become flags (`max_model_len=8192` → `--max-model-len 8192`; True → `--flag`,
+    False → `--no-flag`); `model` in engine_args names the weights' source (a Hugging Face id
+    or a local path) when it differs from the catalogue name, which the replica serves under.
+    """
+
+    def __init__(self, executable: str = "vllm", host: str = "127.0.0.1", log_dir: Path | None = None,
+                 gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> None:
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization: must be within (0, 1], got {gpu_memory_utilization}")
+        self.executable = executable
+        self.host = host
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="berth-replicas-"))
+        self.gpu_memory_utilization = gpu_memory_utilization
+
+    def command(self, spec: ReplicaSpec, port: int) -> list[str]:
+        """The `vllm serve` argv for `spec` listening on `port`."""
+        args = {key.replace("_", "-"): value for key, value in spec.engine_args.items()}
+        reserved = sorted(_RESERVED_FLAGS & args.keys())
+        if reserved:
+            raise ReplicaStartError(f"engine_args: {', '.join(reserved)} come from the replica spec, not engine_args")
+        source = str(args.pop("model", spec.model))
+        utilization = args.pop("gpu-memory-utilization", self.gpu_memory_utilization)
+        argv = [self.executable, "serve", source, "--host", self.host, "--port", str(port),
+                "--served-model-name", spec.model, "--tensor-parallel-size", str(spec.tensor_parallel),
+                "--gpu-memory-utilization", str(utilization)]
+        for flag, value in args.items():
+            argv.extend(_flag(flag, value))
+        return argv
+
+    def environment(self, spec: ReplicaSpec) -> dict[str, str]:
+        """The child's environment: the node's, the spec's additions, and CUDA_VISIBLE_DEVICES."""
+        return replica_env(spec.gpu_indexes, spec.env)
+
+    async def start(self, spec: ReplicaSpec) -> ReplicaHandle:
+        port = spec.port or pick_free_port(self.host)
+        try:
+            log_path = self.log_dir / f"{quote(spec.replica_id, safe='')}.log"
+            process = launch(self.command(spec, port), self.environment(spec), log_path)
+        except BaseException:
+            release_port(port)
+            raise
+        return ReplicaHandle(spec=spec, base_url=f"http://{self.host}:{port}/v1", port=port,
+                             process=process, log_path=log_path)
+
+    async def ready(self, handle: ReplicaHandle) -> bool:
+        return await self.alive(handle) and await probe.serves_model(handle.base_url, handle.spec.model)
+
+    async def alive(self, handle: ReplicaHandle) -> bool:
+        return handle.process is not None and running(handle.process)
+
+    async def stop(self, handle: ReplicaHandle, grace_s: float = 10.0) -> None:
+        if handle.process is not None:
+            await terminate(handle.process, grace_s)
+        release_port(handle.port)
+
+    def base_url(self, handle: ReplicaHandle) -> str:
+        return handle.base_url
+
+
+def _flag(name: str, value: EngineArg) -> list[str]:
+    # vLLM's boolean options are argparse BooleanOptionalAction: --x turns on, --no-x turns off
+    # (needed for options on by default, such as prefix caching).
+    if value is True:
+        return [f"--{name}"]
+    if value is False:
+        return [f"--no-{name}"]
+    return [f"--{name}", str(value)]

@@ -7,6 +7,7 @@ that were in flight when it stopped.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import signal
 import sys
@@ -74,8 +75,22 @@ def wait_ready(config: BerthConfig, supervisor: Supervisor, stop: "_StopFlag",
     raise TimeoutError(f"the stack was not ready after {timeout_s:.0f}s; see the logs in {supervisor.log_dir}")
 
 
+def cluster_join_token(config: BerthConfig) -> str:
+    """The token GPU nodes join with: configured, or made once and kept in <data_dir>/join-token."""
+    if config.join_token:
+        return config.join_token
+    path = config.data_dir / "join-token"
+    if path.exists():
+        return path.read_text().strip()
+    token = secrets.token_urlsafe(32)
+    path.touch(mode=0o600)
+    path.write_text(token + "\n")
+    return token
+
+
 def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | None = None) -> int:
     config.data_dir.mkdir(parents=True, exist_ok=True)
+    config = config.model_copy(update={"join_token": cluster_join_token(config)})
     agents = list(tool_agents or [])
     if demo and DEMO_AGENTS not in agents:
         agents.append(DEMO_AGENTS)

@@ -18,7 +18,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from .protocol import ReplicaStartError
+from . import probe
+from .protocol import ReplicaHandle, ReplicaStartError
 
 _ports_lock = threading.Lock()
 _ports_handed_out: set[int] = set()  # picked for a replica that has not been stopped yet
@@ -109,3 +110,25 @@ def replica_env(gpu_indexes: Sequence[int], additions: dict[str, str],
     if gpu_indexes:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indexes)
     return env
+
+
+class ChildProcessEngine:
+    """What every engine that runs a replica as a child process does the same way.
+
+    Readiness is the server listing the model; liveness is only the process existing, so a
+    replica still loading its weights is alive and never killed for being slow.
+    """
+
+    async def ready(self, handle: ReplicaHandle) -> bool:
+        return await self.alive(handle) and await probe.serves_model(handle.base_url, handle.spec.model)
+
+    async def alive(self, handle: ReplicaHandle) -> bool:
+        return handle.process is not None and running(handle.process)
+
+    async def stop(self, handle: ReplicaHandle, grace_s: float = 10.0) -> None:
+        if handle.process is not None:
+            await terminate(handle.process, grace_s)
+        release_port(handle.port)
+
+    def base_url(self, handle: ReplicaHandle) -> str:
+        return handle.base_url

@@ -16,8 +16,7 @@ from urllib.parse import quote
 
 from orchestrator.engines.simulated.models import DEFAULT_MODELS
 
-from . import probe
-from .processes import launch, pick_free_port, release_port, replica_env, running, terminate
+from .processes import ChildProcessEngine, launch, pick_free_port, release_port, replica_env
 from .protocol import ReplicaHandle, ReplicaSpec, ReplicaStartError
 
 # Local NVMe read, sustained: ~2 GB/s for one PCIe 4.0 x4 drive reading large files
@@ -100,7 +99,7 @@ def _need_weights(spec: ReplicaSpec) -> None:
                                 "or engine_args ttft_s and tokens_per_s")
 
 
-class SimulatedReplicaEngine:
+class SimulatedReplicaEngine(ChildProcessEngine):
     """Replicas as `python -m orchestrator.engines.simulated` processes, one per replica.
 
     `load_time_scale` multiplies the planned load wait (0.01 turns a 40 s disk load into 0.4 s);
@@ -138,17 +137,3 @@ class SimulatedReplicaEngine:
             raise
         return ReplicaHandle(spec=spec, base_url=f"http://{self.host}:{port}/v1", port=port, process=process,
                              log_path=log_path, load_delay_s=load_delay_s)
-
-    async def ready(self, handle: ReplicaHandle) -> bool:
-        return await self.alive(handle) and await probe.serves_model(handle.base_url, handle.spec.model)
-
-    async def alive(self, handle: ReplicaHandle) -> bool:
-        return handle.process is not None and running(handle.process)
-
-    async def stop(self, handle: ReplicaHandle, grace_s: float = 10.0) -> None:
-        if handle.process is not None:
-            await terminate(handle.process, grace_s)
-        release_port(handle.port)
-
-    def base_url(self, handle: ReplicaHandle) -> str:
-        return handle.base_url

@@ -12,8 +12,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from . import probe
-from .processes import launch, pick_free_port, release_port, replica_env, running, terminate
+from .processes import ChildProcessEngine, launch, pick_free_port, release_port, replica_env
 from .protocol import EngineArg, ReplicaHandle, ReplicaSpec, ReplicaStartError
 
 # vLLM's own default: 90% of each GPU for weights, activations and KV cache, the rest for the
@@ -24,7 +23,7 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 _RESERVED_FLAGS = frozenset({"host", "port", "served-model-name", "tensor-parallel-size"})
 
 
-class VllmReplicaEngine:
+class VllmReplicaEngine(ChildProcessEngine):
     """Replicas as `vllm serve` processes, one per replica, on the GPUs placement chose.
 
     engine_args become flags (`max_model_len=8192` → `--max-model-len 8192`; True → `--flag`,
@@ -70,20 +69,6 @@ class VllmReplicaEngine:
             raise
         return ReplicaHandle(spec=spec, base_url=f"http://{self.host}:{port}/v1", port=port,
                              process=process, log_path=log_path)
-
-    async def ready(self, handle: ReplicaHandle) -> bool:
-        return await self.alive(handle) and await probe.serves_model(handle.base_url, handle.spec.model)
-
-    async def alive(self, handle: ReplicaHandle) -> bool:
-        return handle.process is not None and running(handle.process)
-
-    async def stop(self, handle: ReplicaHandle, grace_s: float = 10.0) -> None:
-        if handle.process is not None:
-            await terminate(handle.process, grace_s)
-        release_port(handle.port)
-
-    def base_url(self, handle: ReplicaHandle) -> str:
-        return handle.base_url
 
 
 def _flag(name: str, value: EngineArg) -> list[str]:

@@ -47,6 +47,7 @@ class FreeCapacityIndex:
         self._entries: dict[str, tuple[str, str, dict[tuple[str, int], int]]] = {}
         self._max_count: dict[GroupKey, int] = {}
         self._groups: list[GroupKey] | None = None  # sorted cache of _max_count's keys
+        self._best: dict[str, dict[int, int]] = {}  # node id → bucket → most devices of one type there
 
     def update(self, node_id: str, datacenter: str, capacity: str, devices: list[DeviceFree] | None) -> None:
         """(Re)index one node; `devices=None` takes it out (unhealthy, draining, dedicated, gone)."""
@@ -73,8 +74,13 @@ class FreeCapacityIndex:
                 self._max_count[group] = max(self._max_count.get(group, 0), count)
         if new:
             self._entries[node_id] = (datacenter, capacity, new)
+            best: dict[int, int] = {}
+            for (_, b), c in new.items():
+                best[b] = max(best.get(b, 0), c)
+            self._best[node_id] = best
         else:
             self._entries.pop(node_id, None)
+            self._best.pop(node_id, None)
 
     def groups(self) -> list[GroupKey]:
         """Every (datacenter, type, capacity class) seen, sorted: the query's outer loop."""
@@ -84,11 +90,8 @@ class FreeCapacityIndex:
 
     def may_fit(self, node_id: str, need_gib: float, count: int) -> bool:
         """A cheap necessary condition for `count` devices with ≥ need_gib free on this node."""
-        entry = self._entries.get(node_id)
-        if entry is None:
-            return False
-        b = bucket_below(need_gib)
-        return any(c >= count for (_, bucket), c in entry[2].items() if bucket == b)
+        best = self._best.get(node_id)
+        return best is not None and best.get(bucket_below(need_gib), 0) >= count
 
     def nodes(self, group: GroupKey, need_gib: float, count: int) -> Iterator[str]:
         """Node ids that may have `count` devices of the group's type with ≥ need_gib free.

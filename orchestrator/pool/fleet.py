@@ -8,6 +8,7 @@ as load for the very next decision (no thundering herd), and no decision scans t
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -57,6 +58,7 @@ class Node:
     draining: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     preemption_risk: float | None = None  # measured for this node; None → the config's default for spot
+    _by_index: dict[int, Device] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def dedicated_to(self) -> str | None:
@@ -67,10 +69,12 @@ class Node:
         return self.healthy and not self.draining
 
     def device(self, index: int) -> Device:
-        for dev in self.devices:
-            if dev.index == index:
-                return dev
-        raise KeyError(f"node {self.id} has no device {index}")
+        if len(self._by_index) != len(self.devices):
+            self._by_index = {d.index: d for d in self.devices}
+        try:
+            return self._by_index[index]
+        except KeyError:
+            raise KeyError(f"node {self.id} has no device {index}") from None
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,20 @@ class Replica:
     outstanding_tokens: int = 0
     active_leases: int = 0
     load_s: float = 0.0  # the load estimate when it was placed; a loading replica's queue starts after it
+    tokens_per_s: float = 1.0  # batch throughput: the catalogue's rate on its slowest device
+
+    @property
+    def queue_s(self) -> float:
+        """Seconds of queue: outstanding reserved tokens over throughput (tokens, not requests)."""
+        return self.outstanding_tokens / self.tokens_per_s
+
+    @property
+    def boundary(self) -> str | None:
+        return self.tenant if self.isolated else None
+
+    @property
+    def has_slot(self) -> bool:
+        return self.state != "draining" and self.active_leases < self.concurrency
 
 
 @dataclass(frozen=True)
@@ -136,6 +154,9 @@ class FleetState:
         self.tenants: dict[str, Tenant] = {}
         self.replicas: dict[str, Replica] = {}
         self.replicas_by_model: dict[str, dict[str, None]] = {}  # insertion-ordered set; callers sort
+        # (model, boundary owner) → [(queue seconds, replica id)] of replicas with a free slot,
+        # sorted: the shortest queues are read first and a decision never scans all replicas.
+        self.spare: dict[tuple[str, str | None], list[tuple[float, str]]] = {}
         self.cached: dict[str, set[str]] = {}  # model → node ids with its weights on local disk
         self.cached_sorted: dict[str, list[str]] = {}
         self.weights_in_dc: dict[str, Counter[str]] = {}  # model → datacenter → nodes caching it
@@ -233,6 +254,7 @@ class FleetState:
             tenant=tenant,
             isolated=isolated,
             load_s=load_s,
+            tokens_per_s=spec.tokens_per_s * min(node.device(i).speed for i in devices),
         )
         for i in devices:
             dev = node.device(i)
@@ -243,15 +265,33 @@ class FleetState:
             self.tenant_devices[tenant] += len(devices)
         self.replicas[replica.id] = replica
         self.replicas_by_model.setdefault(model, {})[replica.id] = None
+        self._index_replica(replica)
         self._reindex(node)
         return replica
 
+    def set_load(self, replica_id: str, *, outstanding_tokens: int | None = None, active_leases: int | None = None) -> None:
+        """A heartbeat's measured load for a replica (the only way to change it outside apply/release)."""
+        replica = self.replicas[replica_id]
+        self._unindex_replica(replica)
+        if outstanding_tokens is not None:
+            replica.outstanding_tokens = outstanding_tokens
+        if active_leases is not None:
+            replica.active_leases = active_leases
+        self._index_replica(replica)
+
+    def set_replica_state(self, replica_id: str, state: ReplicaState) -> None:
+        replica = self.replicas[replica_id]
+        self._unindex_replica(replica)
+        replica.state = state
+        self._index_replica(replica)
+
     def mark_warm(self, replica_id: str) -> None:
-        self.replicas[replica_id].state = "warm"
+        self.set_replica_state(replica_id, "warm")
 
     def unload(self, replica_id: str) -> None:
         """Take a replica off its GPUs (scale-down, failed load); its weights stay on disk."""
         replica = self.replicas.pop(replica_id)
+        self._unindex_replica(replica)
         del self.replicas_by_model[replica.model][replica_id]
         node = self.nodes[replica.node_id]
         for i in replica.devices:
@@ -285,10 +325,9 @@ class FleetState:
             )
         else:
             replica = self.replicas.get(cand.replica_id)  # type: ignore[arg-type]
-            if replica is None or replica.state == "draining" or replica.active_leases >= replica.concurrency:
+            if replica is None or not replica.has_slot:
                 raise StaleDecision(f"replica {cand.replica_id} can no longer take a lease")
-        replica.outstanding_tokens += tokens
-        replica.active_leases += 1
+        self.set_load(replica.id, outstanding_tokens=replica.outstanding_tokens + tokens, active_leases=replica.active_leases + 1)
         self._next_lease += 1
         return Booking(f"l-{self._next_lease}", replica.id, tokens, created)
 
@@ -297,12 +336,27 @@ class FleetState:
         replica = self.replicas.get(booking.replica_id)
         if replica is None:
             return  # already unloaded (node lost): nothing left to undo
-        replica.outstanding_tokens = max(replica.outstanding_tokens - booking.tokens, 0)
-        replica.active_leases = max(replica.active_leases - 1, 0)
+        self.set_load(
+            replica.id,
+            outstanding_tokens=max(replica.outstanding_tokens - booking.tokens, 0),
+            active_leases=max(replica.active_leases - 1, 0),
+        )
         if booking.created_replica and replica.state == "loading" and replica.active_leases == 0:
             self.unload(replica.id)
 
     # --- index upkeep ----------------------------------------------------------------------
+
+    def _index_replica(self, replica: Replica) -> None:
+        if replica.has_slot:
+            insort(self.spare.setdefault((replica.model, replica.boundary), []), (replica.queue_s, replica.id))
+
+    def _unindex_replica(self, replica: Replica) -> None:
+        lst = self.spare.get((replica.model, replica.boundary))
+        if lst:
+            entry = (replica.queue_s, replica.id)
+            i = bisect_left(lst, entry)
+            if i < len(lst) and lst[i] == entry:
+                del lst[i]
 
     def _reindex(self, node: Node) -> None:
         devices = None

@@ -13,10 +13,14 @@ from dataclasses import fields
 
 from .decision import Candidate, Decision, PlacementRequest, ScoredCandidate, Tier
 from .filters import boundary_owner, gang_fit, node_filter, replica_filter
-from .fleet import FleetState, ModelSpec, Node, Trust
+from .fleet import FleetState, ModelSpec, Node, Replica, Trust
 from .reasons import never_possible
 from .scorers import SCORERS
 from .weights import DEFAULT_CONFIG, PlacementConfig
+
+# Nodes caching a model's weights examined per decision: a popular model sits in thousands of
+# caches; 512 cheap index checks (~0.1 ms) find the few with room, in node-id order.
+DISK_SCAN_LIMIT = 512
 
 
 def place(fleet: FleetState, request: PlacementRequest, config: PlacementConfig = DEFAULT_CONFIG) -> Decision:
@@ -30,29 +34,32 @@ def place(fleet: FleetState, request: PlacementRequest, config: PlacementConfig 
         return Decision(request, "never", reason=never)
 
     rejections: dict[str, int] = {}
-    candidates = _replica_candidates(fleet, request, trust, rejections)
+    candidates = _replica_candidates(fleet, request, trust, config, rejections)
     quota_blocked = False
     if request.priority != "low_priority":  # low priority never scales up: warm replicas or wait
         degrees = _degrees_within_quota(fleet, request, model)
         quota_blocked = not degrees
+        found: dict[tuple[str, str], int] = {}  # shared across degrees: the smallest gang that fits fills it first
         for degree in degrees:
-            candidates.extend(_new_replica_candidates(fleet, request, model, trust, degree, config, rejections))
+            candidates.extend(_new_replica_candidates(fleet, request, model, trust, degree, config, found, rejections))
     if not candidates:
         return _waiting(fleet, request, model, quota_blocked, rejections)
 
-    scored = sorted(
-        (_score(fleet, request, c, config) for c in candidates),
-        key=lambda s: (s.total, s.candidate.sort_key),
+    # Totals first (cheap); the full per-term record only for the winner and the runner-up.
+    weighted = [(getattr(config.weights, name), scorer) for name, scorer in SCORERS.items()]
+    ranked = sorted(
+        ((sum(w * scorer(request, c, fleet, config) for w, scorer in weighted), c.sort_key, c) for c in candidates),
+        key=lambda t: (t[0], t[1]),
     )
-    chosen = scored[0]
-    runner_up = scored[1] if len(scored) > 1 else None
+    chosen = _score(fleet, request, ranked[0][2], config)
+    runner_up = _score(fleet, request, ranked[1][2], config) if len(ranked) > 1 else None
     return Decision(
         request,
         "placed",
         chosen=chosen,
         runner_up=runner_up,
         decided_by=_decided_by(chosen, runner_up),
-        considered=len(scored),
+        considered=len(ranked),
         rejections=rejections,
     )
 
@@ -75,17 +82,35 @@ def _decided_by(chosen: ScoredCandidate, runner_up: ScoredCandidate | None) -> s
 
 
 def _replica_candidates(
-    fleet: FleetState, request: PlacementRequest, trust: Trust, rejections: dict[str, int]
+    fleet: FleetState, request: PlacementRequest, trust: Trust, config: PlacementConfig, rejections: dict[str, int]
 ) -> list[Candidate]:
+    """The shortest-queue replicas with a free slot on this request's side of the tenant boundary.
+
+    At most `candidates_per_tier` per capacity class, read in queue order from the spare index,
+    plus the replica that served the previous step (prefix affinity) wherever it stands.
+    """
     out: list[Candidate] = []
-    for rid in fleet.replicas_by_model.get(request.model, ()):
-        replica = fleet.replicas[rid]
-        why = replica_filter(request, replica, fleet.nodes[replica.node_id], trust)
+    found: dict[str, int] = {}
+    k = config.candidates_per_tier
+
+    def consider(replica: Replica) -> None:
+        node = fleet.nodes[replica.node_id]
+        why = replica_filter(request, replica, node, trust)
         if why is not None:
             rejections[why] = rejections.get(why, 0) + 1
-            continue
+            return
         tier: Tier = "warm" if replica.state == "warm" else "loading"
-        out.append(Candidate(tier, replica.node_id, replica.devices, rid))
+        out.append(Candidate(tier, replica.node_id, replica.devices, replica.id))
+        found[node.capacity] = found.get(node.capacity, 0) + 1
+
+    for _, rid in fleet.spare.get((request.model, boundary_owner(request, trust)), ()):
+        if found.get("spot", 0) >= k and found.get("on-demand", 0) >= k:
+            break
+        if rid != request.previous_replica:
+            consider(fleet.replicas[rid])
+    previous = fleet.replicas.get(request.previous_replica or "")
+    if previous is not None and previous.model == request.model:
+        consider(previous)
     return out
 
 
@@ -105,14 +130,18 @@ def _new_replica_candidates(
     trust: Trust,
     degree: int,
     config: PlacementConfig,
+    found: dict[tuple[str, str], int],
     rejections: dict[str, int],
 ) -> list[Candidate]:
-    """The best few nodes per (tier, capacity class) to start a replica on `degree` devices."""
+    """The best few nodes per (tier, capacity class) to start a replica on `degree` devices.
+
+    `found` counts candidates per (tier, capacity class) across calls: degrees are tried from
+    the smallest, so fewer GPUs per replica (less price, less fragmentation) fill the budget first.
+    """
     need = model.memory_gib / degree
     owner = boundary_owner(request, trust)
     cached = fleet.cached.get(request.model, set())
     dcs_with_weights = fleet.weights_in_dc.get(request.model, {})
-    found: dict[tuple[str, str], int] = {}
     out: list[Candidate] = []
     k = config.candidates_per_tier
 
@@ -138,7 +167,9 @@ def _new_replica_candidates(
             consider(node, tier)
         return out
 
-    for node_id in fleet.cached_sorted.get(request.model, ()):
+    for examined, node_id in enumerate(fleet.cached_sorted.get(request.model, ())):
+        if examined >= DISK_SCAN_LIMIT or (found.get(("disk", "spot"), 0) >= k and found.get(("disk", "on-demand"), 0) >= k):
+            break
         if fleet.free_index.may_fit(node_id, need, degree):
             consider(fleet.nodes[node_id], "disk")
     for group in fleet.free_index.groups():
@@ -146,8 +177,10 @@ def _new_replica_candidates(
         if request.gpu_types is not None and type_name not in request.gpu_types:
             continue
         tier = "datacenter" if dc in dcs_with_weights else "origin"
-        if tier == "origin" and found.get(("datacenter", capacity), 0) >= k:
-            continue  # the same DC already offers enough; a WAN copy would not win
+        if found.get((tier, capacity), 0) >= k:
+            continue
+        if tier == "origin" and max(found.get(("disk", capacity), 0), found.get(("datacenter", capacity), 0)) >= k:
+            continue  # nearer copies already offer enough; a WAN copy would not win
         for node_id in fleet.free_index.nodes(group, need, degree):
             if found.get((tier, capacity), 0) >= k:
                 break
@@ -162,10 +195,11 @@ def _waiting(
     """Nothing fits now: say which wait it is, for the task's `waiting_for_gpu` status."""
     stopped = ", ".join(f"{name}: {n}" for name, n in sorted(rejections.items(), key=lambda kv: (-kv[1], kv[0])))
     detail = f" (ruled out: {stopped})" if stopped else ""
-    loading_full = any(
-        fleet.replicas[r].state == "loading" and fleet.replicas[r].active_leases >= fleet.replicas[r].concurrency
-        for r in fleet.replicas_by_model.get(request.model, ())
-    )
+    # Only on the waiting path: the model's replicas on this side of the boundary, all full.
+    owner = boundary_owner(request, fleet.trust_of(request.tenant))
+    mine = [fleet.replicas[r] for r in fleet.replicas_by_model.get(request.model, ())]
+    mine = [r for r in mine if r.boundary == owner and r.state != "draining"]
+    loading_full = any(r.state == "loading" and not r.has_slot for r in mine)
     if request.priority == "low_priority":
         reason = f"low_priority never starts a replica; no warm replica of {model.name} has a free slot{detail}"
         return Decision(request, "wait", reason=reason, wait_reason="low_priority", rejections=rejections)
@@ -179,7 +213,7 @@ def _waiting(
     if loading_full:
         reason = f"a replica of {model.name} is loading and already has all the leases it can take{detail}"
         return Decision(request, "wait", reason=reason, wait_reason="cold_start", rejections=rejections)
-    if rejections.get("replica_full"):
+    if mine:
         reason = f"every replica of {model.name} is at its concurrency and no free GPUs fit a new one{detail}"
         return Decision(request, "wait", reason=reason, wait_reason="busy", rejections=rejections)
     degrees = request.tensor_parallel or model.tensor_parallel

@@ -17,9 +17,7 @@ Scorer = Callable[[PlacementRequest, Candidate, FleetState, PlacementConfig], fl
 
 def replica_throughput(fleet: FleetState, replica: Replica) -> float:
     """Tokens/s the replica's batch produces: the catalogue's rate on its slowest device."""
-    node = fleet.nodes[replica.node_id]
-    speed = min(node.device(i).speed for i in replica.devices)
-    return fleet.models[replica.model].tokens_per_s * speed
+    return replica.tokens_per_s
 
 
 def load_seconds(fleet: FleetState, model: str, node: Node, tier: str, config: PlacementConfig) -> float:
@@ -39,7 +37,7 @@ def load_seconds(fleet: FleetState, model: str, node: Node, tier: str, config: P
 
 def queue_wait(fleet: FleetState, replica: Replica) -> float:
     """Outstanding reserved tokens over throughput: tokens, not requests, since a step costs 1–100k of them."""
-    return replica.outstanding_tokens / replica_throughput(fleet, replica)
+    return replica.queue_s
 
 
 def ttft(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:

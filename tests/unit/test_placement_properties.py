@@ -151,8 +151,7 @@ def test_warm_replica_with_capacity_beats_a_cold_load(
     except StaleDecision:
         return
     spec = fleet.models[model]
-    replica.active_leases = leases
-    replica.outstanding_tokens = int(queue_s * spec.tokens_per_s * node.devices[0].speed)
+    fleet.set_load(replica.id, active_leases=leases, outstanding_tokens=int(queue_s * spec.tokens_per_s * node.devices[0].speed))
     priority = "batch" if node.capacity == "spot" and request.priority == "interactive" else request.priority
     probe = PlacementRequest(model, request.tokens, tenant=request.tenant, priority=priority)
     decision = place(fleet, probe)

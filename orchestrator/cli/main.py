@@ -90,12 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_flags(p)
     p.set_defaults(func=cmd_engine)
 
-    from . import agents, models, nodes, tasks
+    from . import agents, models, node, nodes, tasks
 
     tasks.register(sub)
     agents.register(sub)
     models.register(sub)
     nodes.register(sub)
+    node.register(sub)
     return parser
 
 

@@ -1,0 +1,136 @@
+"""`berth node`: run this machine as a GPU node of the fleet (see `orchestrator.node.agent`).
+
+Bad flags, a refused join token and an unreachable control plane end the command with one
+`error: …` line and exit status 2, like every other `berth` refusal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from ..config import BerthConfig
+
+DEFAULT_CACHE_GIB = 200.0  # room for a 70B model's bf16 weights (~140 GB) plus a few small ones
+
+
+class NodeSetupError(Exception):
+    """A flag or the environment makes the node impossible to start; the message is the error line."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("node", help="the GPU node agent: join the fleet and run model replicas")
+    p.add_argument("--node-id", required=True, help="this node's name in the fleet (letters, digits, - _ .)")
+    p.add_argument("--simulate", help='simulated GPUs instead of NVML, e.g. "2xH100-80GB,1xA100-40GB"')
+    p.add_argument("--datacenter", default="local")
+    p.add_argument("--zone", default="local-1")
+    p.add_argument("--capacity", choices=["spot", "on-demand"], default="on-demand")
+    p.add_argument("--usd-per-hour", type=float, default=0.0, help="the whole node's price")
+    p.add_argument("--label", action="append", default=[], metavar="K=V", help="a node label (repeatable)")
+    p.add_argument("--cache-dir", help="weights cache and node secret (default <data-dir>/node/<node-id>)")
+    p.add_argument("--cache-gib", type=float, default=DEFAULT_CACHE_GIB, help="weights cache size in GiB")
+    p.add_argument("--join-token", help="the cluster join token (env BERTH_JOIN_TOKEN)")
+    p.add_argument("--api", help="the control plane's URL (env BERTH_API_URL, default http://127.0.0.1:8080)")
+    p.add_argument("--data-dir", help="state directory (env BERTH_DATA_DIR, default ./.berth)")
+    p.add_argument("--load-time-scale", type=float, default=1.0,
+                   help="multiplies simulated replicas' load time (0.01 turns 40 s into 0.4 s)")
+    p.add_argument("--heartbeat-s", type=float, default=5.0, help="seconds between heartbeats")
+    p.add_argument("--external-url", help="an OpenAI-compatible server that serves 'openai-compatible' models")
+    p.set_defaults(func=cmd_node)
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise NodeSetupError(f"label: expected K=V, got {pair!r}")
+        labels[key] = value
+    return labels
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_run(args))
+    except NodeSetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from ..engines.replicas import ExternalReplicaEngine, SimulatedReplicaEngine, VllmReplicaEngine
+    from ..engines.replicas.simulated import DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S
+    from ..node import GpuDiscovery, NvmlDiscovery, NvmlUnavailable, SimulatedDiscovery, WeightsCache, parse_simulate
+    from ..node.agent import NodeAgent, NodeOptions
+    from ..node.control_plane import ControlPlane, ControlPlaneError
+    from ..node.replicas import ReplicaManager
+    from ..temporal import connect_temporal
+
+    config = BerthConfig.load(data_dir=args.data_dir, join_token=args.join_token, api_url=args.api)
+    if not config.join_token:
+        raise NodeSetupError("join-token: give --join-token or set BERTH_JOIN_TOKEN "
+                             "(the control plane's <data_dir>/join-token)")
+    if args.heartbeat_s <= 0:
+        raise NodeSetupError(f"heartbeat-s: must be > 0, got {args.heartbeat_s}")
+    if args.load_time_scale < 0:
+        raise NodeSetupError(f"load-time-scale: must be >= 0, got {args.load_time_scale}")
+    if args.cache_gib <= 0:
+        raise NodeSetupError(f"cache-gib: must be > 0, got {args.cache_gib}")
+    discovery: GpuDiscovery
+    if args.simulate:
+        try:
+            discovery = SimulatedDiscovery(parse_simulate(args.simulate), args.node_id)
+        except ValueError as exc:
+            raise NodeSetupError(f"simulate: {exc}") from None
+    else:
+        discovery = NvmlDiscovery()
+    try:
+        discovery.discover()
+    except NvmlUnavailable as exc:
+        raise NodeSetupError(str(exc)) from None
+
+    cache_dir = Path(args.cache_dir) if args.cache_dir else config.data_dir / "node" / args.node_id
+    cache = WeightsCache(cache_dir / "cache", round(args.cache_gib * 2**30))
+    log_dir = cache_dir / "replica-logs"
+    engines = {"simulated": SimulatedReplicaEngine(load_time_scale=args.load_time_scale,
+                                                   latency_scale=config.engine_latency_scale, log_dir=log_dir),
+               "vllm": VllmReplicaEngine(log_dir=log_dir)}
+    if args.external_url:
+        try:
+            engines["openai-compatible"] = ExternalReplicaEngine(args.external_url)
+        except ValueError as exc:
+            raise NodeSetupError(f"external-{exc}") from None
+    rates = {"datacenter": DATACENTER_BYTES_PER_S, "origin": ORIGIN_BYTES_PER_S}
+    replicas = ReplicaManager(cache, engines, gpu_indexes={g.index for g in discovery.discover()},
+                              fetch_delay_s=lambda tier, size: size / rates[tier] * args.load_time_scale)
+    try:
+        options = NodeOptions(node_id=args.node_id, join_token=config.join_token, cache_dir=cache_dir,
+                              datacenter=args.datacenter, zone=args.zone, capacity=args.capacity,
+                              usd_per_hour=args.usd_per_hour, labels=_labels(args.label),
+                              heartbeat_s=args.heartbeat_s)
+        async with ControlPlane(config.resolved_api_url) as control_plane:
+            agent = NodeAgent(options, discovery, control_plane, replicas)
+            agent.install_signal_handlers()
+            try:
+                await agent.join()
+            except ControlPlaneError as exc:
+                raise NodeSetupError(str(exc)) from None
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise NodeSetupError(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+            try:
+                await agent.serve(lambda: connect_temporal(config))
+            except ConnectionError as exc:  # Temporal never answered
+                print(f"error: temporal: {exc}", file=sys.stderr)
+                return 1
+    finally:
+        close = getattr(discovery, "close", None)
+        if close is not None:
+            close()
+    return 0

@@ -1,0 +1,206 @@
+"""`berth node`: one GPU machine in the fleet — join, heartbeat, and run replicas on request.
+
+The agent does three things side by side on one event loop:
+- it tells the control plane what the node *is* once (`register`) and what it is *doing* every
+  few seconds (`heartbeat`: GPU metrics, cached weights, replicas);
+- it polls its own Temporal task queue `node/<node_id>`, where the pool sends it the loads
+  and unloads of replicas (`orchestrator.node.activities`);
+- on SIGTERM/SIGINT it stops taking work, stops its replicas and says so in a last heartbeat,
+  so the pool stops routing to them at once instead of when the node is reaped as lost.
+
+The node secret the control plane hands out is kept in `<cache-dir>/node-secret`, so a
+restarted agent rejoins as the same node rather than being refused as an impostor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from sdk._fleet import (Capacity, CachedModelWeights, GpuDescription, GpuHealth, MigDeviceDescription, NodeHeartbeat,
+                        NodeRegistration)
+from sdk._node_io import node_task_queue
+
+from .activities import NodeActivities
+from .control_plane import ControlPlane, ControlPlaneError, NodeUnknown
+from .discovery import GpuDiscovery, GpuInfo, SimulatedDiscovery
+from .replicas import ReplicaManager
+
+log = logging.getLogger("berth.node")
+
+SECRET_FILE = "node-secret"
+# In-flight loads get this long to finish once the node is told to stop; then they are
+# cancelled (their replicas stopped) and the pool retries them on another node.
+GRACEFUL_SHUTDOWN_S = 10.0
+
+
+@dataclass
+class NodeOptions:
+    """Who and where the node is, and how it behaves; the CLI's flags land here."""
+
+    node_id: str
+    join_token: str
+    cache_dir: Path
+    datacenter: str = "local"
+    zone: str = "local-1"
+    capacity: Capacity = "on-demand"
+    usd_per_hour: float = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+    disk_bandwidth_gbps: float = 2.0
+    heartbeat_s: float = 5.0
+    register_wait_s: float = 60.0
+    replica_grace_s: float = 10.0
+
+
+def registration(options: NodeOptions, gpus: list[GpuInfo], cache_capacity_bytes: int) -> NodeRegistration:
+    return NodeRegistration(
+        node_id=options.node_id, join_token=options.join_token, datacenter=options.datacenter, zone=options.zone,
+        capacity=options.capacity, usd_per_hour=options.usd_per_hour, labels=options.labels,
+        disk_bandwidth_gbps=options.disk_bandwidth_gbps, weights_cache_capacity_bytes=cache_capacity_bytes,
+        gpus=[GpuDescription(index=g.index, uuid=g.uuid, type_name=g.type_name, memory_total_mib=g.memory_total_mib,
+                             mig_mode=g.mig_mode,
+                             mig_devices=[MigDeviceDescription(uuid=m.uuid, profile=m.profile,
+                                                               memory_total_mib=m.memory_total_mib)
+                                          for m in g.mig_devices]) for g in gpus],
+    )
+
+
+class NodeAgent:
+    """Joins the fleet, heartbeats, and serves the node's activities until told to stop."""
+
+    def __init__(self, options: NodeOptions, discovery: GpuDiscovery, control_plane: ControlPlane,
+                 replicas: ReplicaManager) -> None:
+        self.options = options
+        self.discovery = discovery
+        self.control_plane = control_plane
+        self.replicas = replicas
+        self.node_secret: str | None = None
+        self.stopping = asyncio.Event()
+        self._gpus: list[GpuInfo] = []
+
+    @property
+    def secret_path(self) -> Path:
+        return self.options.cache_dir / SECRET_FILE
+
+    async def join(self) -> None:
+        """Register (again); raises `JoinRefused`/`ControlPlaneUnreachable` for the caller to report."""
+        if not self._gpus:
+            self._gpus = self.discovery.discover()
+        remembered = self.node_secret or self._read_secret()
+        reg = registration(self.options, self._gpus, self.replicas.cache.capacity_bytes)
+        joined = await self.control_plane.register(reg, remembered, wait_s=self.options.register_wait_s)
+        self.node_secret = joined.node_secret
+        self._write_secret(joined.node_secret)
+        log.info("node %s joined the fleet at %s with %d GPU(s)", self.options.node_id, self.control_plane.api_url,
+                 len(self._gpus))
+
+    def heartbeat_body(self) -> NodeHeartbeat:
+        self._simulate_gpu_use()
+        return NodeHeartbeat(
+            node_id=self.options.node_id,
+            gpus=[GpuHealth(index=m.index, memory_used_mib=m.memory_used_mib, utilization_pct=m.utilization_pct,
+                            ecc_errors=m.ecc_errors, healthy=m.healthy, reason=m.unhealthy_reason)
+                  for m in self.discovery.sample()],
+            cached_weights=[CachedModelWeights(model=w.model, size_bytes=w.size_bytes)
+                            for w in self.replicas.cache.contents()],
+            replicas=self.replicas.reports(),
+        )
+
+    async def heartbeat(self) -> None:
+        """One heartbeat; a control plane that forgot the node gets a registration first."""
+        assert self.node_secret is not None, "join() before heartbeat()"
+        beat = self.heartbeat_body()
+        try:
+            await self.control_plane.heartbeat(beat, self.node_secret)
+        except NodeUnknown as exc:
+            log.warning("%s; registering again", exc)
+            await self.join()
+            await self.control_plane.heartbeat(beat, self.node_secret)
+
+    async def heartbeat_loop(self) -> None:
+        """Beat every `heartbeat_s` until stopping; a failed beat is logged and the next one tried."""
+        while not self.stopping.is_set():
+            try:
+                await self.heartbeat()
+            except (ControlPlaneError, httpx.HTTPError) as exc:
+                log.warning("heartbeat failed: %s", exc)
+            try:
+                await asyncio.wait_for(self.stopping.wait(), self.options.heartbeat_s)
+            except TimeoutError:
+                pass
+
+    def worker(self, client: Client) -> Worker:
+        return Worker(client, task_queue=node_task_queue(self.options.node_id),
+                      activities=NodeActivities(self.replicas).all(),
+                      graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S))
+
+    async def serve(self, connect: Callable[[], Awaitable[Client]]) -> None:
+        """Heartbeat and run the worker until `stopping` is set, then shut down in order. Call `join` first."""
+        beats = asyncio.create_task(self.heartbeat_loop())
+        try:
+            worker = self.worker(await connect())
+        except BaseException:
+            self.stopping.set()  # no worker, no node: stop beating so the pool sees it go
+            await beats
+            raise
+        running = asyncio.create_task(worker.run())
+        log.info("node %s polling %s", self.options.node_id, node_task_queue(self.options.node_id))
+        stop = asyncio.create_task(self.stopping.wait())
+        await asyncio.wait([running, stop], return_when=asyncio.FIRST_COMPLETED)
+        self.stopping.set()
+        try:
+            if not running.done():
+                await worker.shutdown()  # no new activities; in-flight ones get GRACEFUL_SHUTDOWN_S
+            await running
+        finally:
+            await beats
+            await self.replicas.stop_all(self.options.replica_grace_s)
+            try:
+                await self.heartbeat()  # the replicas are gone: say so before going quiet
+            except (ControlPlaneError, httpx.HTTPError) as exc:
+                log.warning("last heartbeat failed: %s", exc)
+            log.info("node %s stopped", self.options.node_id)
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+
+    def _read_secret(self) -> str | None:
+        try:
+            return self.secret_path.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def _write_secret(self, secret: str) -> None:
+        self.options.cache_dir.mkdir(parents=True, exist_ok=True)
+        # Created owner-only: the secret is what lets anyone heartbeat as this node.
+        fd = os.open(self.secret_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret)
+
+    def _simulate_gpu_use(self) -> None:
+        """Simulated GPUs show the memory their replicas hold, as NVML would for real ones."""
+        if not isinstance(self.discovery, SimulatedDiscovery):
+            return
+        used: dict[int, int] = {g.index: 0 for g in self._gpus}
+        for replica in self.replicas.replicas():
+            if replica.state == "warm":
+                per_gpu = replica.entry.memory_need_gib * 1024 / max(len(replica.gpu_indexes), 1)
+                for index in replica.gpu_indexes:
+                    used[index] = used.get(index, 0) + round(per_gpu)
+        for index, mib in used.items():
+            try:
+                self.discovery.set_load(index, 0.0, mib)
+            except ValueError:
+                pass  # a replica on a GPU index the node does not have was refused at load already

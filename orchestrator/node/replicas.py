@@ -1,0 +1,222 @@
+"""The node's replicas: start them through the right engine, wait for readiness, stop them, report them.
+
+A replica is loading from `start` until the engine says it serves the model, warm after, and
+draining while it stops. Readiness and liveness stay separate (see
+`orchestrator.engines.replicas.protocol`): a loading replica is never stopped for being slow,
+only for dying, and then the load fails with the end of its log so the caller sees why.
+
+The weights cache is told at each step: `ensure` before the start (the load's tier and room on
+disk), `record_loaded` + `pin` once the replica serves (the weights are on disk now and must
+not be evicted under it), `unpin` when it stops (they stay on disk for the next load).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from orchestrator.engines.replicas import ReplicaEngine, ReplicaHandle, ReplicaStartError, replica_spec
+from orchestrator.engines.replicas.processes import log_tail
+from sdk._catalogue import ModelEntry
+from sdk._fleet import ReplicaReport, ReplicaState
+from sdk._node_io import FetchSource, LoadedTier
+
+from .weights_cache import WeightsCache
+
+log = logging.getLogger("berth.node.replicas")
+
+# How often a loading replica is probed: /v1/models answers in milliseconds once up, and a
+# 0.25 s probe costs nothing next to a load of seconds to minutes.
+READY_PROBE_S = 0.25
+
+
+class ReplicaLoadError(RuntimeError):
+    """A replica could not be started or died before it served; the message carries its log tail."""
+
+
+@dataclass
+class Replica:
+    """One replica as the node tracks it (the heartbeat's `ReplicaReport` plus what the node needs)."""
+
+    replica_id: str
+    entry: ModelEntry
+    gpu_indexes: tuple[int, ...]
+    state: ReplicaState
+    tier: LoadedTier
+    handle: ReplicaHandle | None = None
+    started_at: float = 0.0
+    load_seconds: float = 0.0
+    outstanding_tokens: int = 0  # filled in once generation runs on the node
+    active_leases: int = 0
+    ready: asyncio.Event | None = None
+    error: str | None = None
+
+    def report(self) -> ReplicaReport:
+        return ReplicaReport(model=self.entry.name, gpu_indexes=list(self.gpu_indexes), state=self.state,
+                             outstanding_tokens=self.outstanding_tokens, active_leases=self.active_leases)
+
+
+EngineFactory = Callable[[ModelEntry], ReplicaEngine]
+
+
+class ReplicaManager:
+    """Loads, tracks and stops this node's replicas.
+
+    `engines` maps a catalogue engine kind ("simulated", "vllm", "openai-compatible") to the
+    adapter serving it; a kind without one is refused by name. `fetch_delay_s` says how long
+    putting `bytes` on disk from a tier takes (the simulated node sleeps it, scaled; a real
+    downloader would replace it).
+    """
+
+    def __init__(self, cache: WeightsCache, engines: Mapping[str, ReplicaEngine],
+                 gpu_indexes: set[int] | None = None,
+                 fetch_delay_s: Callable[[FetchSource, int], float] = lambda tier, size: 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cache = cache
+        self.engines = dict(engines)
+        self.gpu_indexes = gpu_indexes  # the node's GPUs; None accepts any index
+        self._fetch_delay_s = fetch_delay_s
+        self._clock = clock
+        self._replicas: dict[str, Replica] = {}
+
+    def replicas(self) -> list[Replica]:
+        return list(self._replicas.values())
+
+    def get(self, replica_id: str) -> Replica | None:
+        return self._replicas.get(replica_id)
+
+    def reports(self) -> list[ReplicaReport]:
+        return [r.report() for r in self._replicas.values()]
+
+    def engine_for(self, entry: ModelEntry) -> ReplicaEngine:
+        if entry.provider != "self-hosted":
+            raise ReplicaLoadError(f"model {entry.name!r} is hosted by a provider; nodes load only self-hosted models")
+        engine = self.engines.get(entry.engine)
+        if engine is None:
+            hint = " (start the node with --external-url for an OpenAI-compatible server)" \
+                if entry.engine == "openai-compatible" else ""
+            raise ReplicaLoadError(f"model {entry.name!r}: this node has no {entry.engine!r} engine{hint}")
+        return engine
+
+    async def load(self, entry: ModelEntry, gpu_indexes: tuple[int, ...], replica_id: str,
+                   source: FetchSource = "origin", on_progress: Callable[[Replica], None] | None = None) -> Replica:
+        """Start replica `replica_id` and return it once it serves; idempotent for a retried load.
+
+        `on_progress` is called at every readiness probe (the activity heartbeats there). A
+        cancelled load (the activity was cancelled or timed out) stops the replica it started.
+        """
+        existing = self._replicas.get(replica_id)
+        if existing is not None:
+            return await self._await_existing(existing, entry, gpu_indexes, on_progress)
+        engine = self.engine_for(entry)
+        self._check_gpus(entry, gpu_indexes)
+        size = round(entry.weights_gib * 2**30)
+        plan = self.cache.ensure(entry.name, size, source)
+        spec = replica_spec(entry, replica_id, gpu_indexes, plan)
+        replica = Replica(replica_id, entry, tuple(gpu_indexes), "loading", plan.tier, started_at=self._clock(),
+                          ready=asyncio.Event())
+        self._replicas[replica_id] = replica
+        try:
+            replica.handle = await engine.start(spec)
+            log.info("replica %s of %s loading on GPUs %s from %s", replica_id, entry.name, list(gpu_indexes),
+                     plan.tier)
+            await self._wait_ready(engine, replica, on_progress)
+        except BaseException as exc:
+            replica.error = str(exc) or type(exc).__name__
+            self.cache.release(entry.name)
+            self._replicas.pop(replica_id, None)
+            if replica.handle is not None:
+                await asyncio.shield(engine.stop(replica.handle, grace_s=2.0))
+            replica.ready.set()
+            if isinstance(exc, ReplicaStartError):
+                raise ReplicaLoadError(str(exc)) from exc
+            raise
+        self.cache.record_loaded(entry.name, size)
+        self.cache.pin(entry.name)
+        replica.state = "warm"
+        replica.load_seconds = self._clock() - replica.started_at
+        replica.ready.set()
+        log.info("replica %s of %s warm after %.2fs", replica_id, entry.name, replica.load_seconds)
+        return replica
+
+    def _check_gpus(self, entry: ModelEntry, gpu_indexes: tuple[int, ...]) -> None:
+        missing = sorted(set(gpu_indexes) - self.gpu_indexes) if self.gpu_indexes is not None else []
+        if missing:
+            raise ReplicaLoadError(f"gpu_indexes: this node has no GPU {missing[0]} (it has {sorted(self.gpu_indexes or [])})")
+        if len(gpu_indexes) not in entry.tensor_parallel:
+            raise ReplicaLoadError(f"gpu_indexes: {entry.name} runs on {entry.tensor_parallel} GPU(s), "
+                                   f"got {len(gpu_indexes)}")
+
+    async def _await_existing(self, replica: Replica, entry: ModelEntry, gpu_indexes: tuple[int, ...],
+                              on_progress: Callable[[Replica], None] | None) -> Replica:
+        if replica.entry.name != entry.name or replica.gpu_indexes != tuple(gpu_indexes):
+            raise ReplicaLoadError(f"replica_id {replica.replica_id!r} already runs {replica.entry.name} on GPUs "
+                                   f"{list(replica.gpu_indexes)}")
+        assert replica.ready is not None
+        while not replica.ready.is_set():
+            if on_progress is not None:
+                on_progress(replica)
+            try:
+                await asyncio.wait_for(replica.ready.wait(), READY_PROBE_S * 4)
+            except TimeoutError:
+                pass
+        if replica.error is not None or replica.state == "draining":
+            raise ReplicaLoadError(f"replica {replica.replica_id!r} did not load: {replica.error or 'it is stopping'}")
+        return replica
+
+    async def _wait_ready(self, engine: ReplicaEngine, replica: Replica,
+                          on_progress: Callable[[Replica], None] | None) -> None:
+        assert replica.handle is not None
+        while not await engine.ready(replica.handle):
+            if not await engine.alive(replica.handle):
+                tail = log_tail(replica.handle.log_path).strip()
+                raise ReplicaLoadError(f"replica {replica.replica_id} of {replica.entry.name} died while loading"
+                                       + (f"; log tail:\n{tail}" if tail else ""))
+            if on_progress is not None:
+                on_progress(replica)
+            await asyncio.sleep(READY_PROBE_S)
+
+    async def unload(self, replica_id: str, grace_s: float = 10.0) -> bool:
+        """Stop a replica (SIGTERM, then SIGKILL after `grace_s`); False if the node has no such replica.
+
+        Its weights stay on disk, unpinned, so the next load of the model is a disk load.
+        """
+        replica = self._replicas.get(replica_id)
+        if replica is None:
+            return False
+        if replica.state == "loading":
+            # The load activity owns a loading replica; cancelling it there stops the process.
+            replica.state = "draining"
+            replica.error = "unloaded while loading"
+        was_warm = replica.state == "warm"
+        replica.state = "draining"
+        try:
+            if replica.handle is not None:
+                await self.engine_for(replica.entry).stop(replica.handle, grace_s)
+        finally:
+            self._replicas.pop(replica_id, None)
+            if was_warm:
+                self.cache.unpin(replica.entry.name)
+        log.info("replica %s of %s stopped", replica_id, replica.entry.name)
+        return True
+
+    async def stop_all(self, grace_s: float = 10.0) -> None:
+        """Stop every replica at once (the node is shutting down)."""
+        await asyncio.gather(*(self.unload(r, grace_s) for r in list(self._replicas)), return_exceptions=True)
+
+    async def prewarm(self, entry: ModelEntry, size_bytes: int | None = None, source: FetchSource = "origin") -> str:
+        """Put `entry`'s weights on disk without loading them; the tier they came from ("disk" if already there)."""
+        size = size_bytes or round(entry.weights_gib * 2**30)
+        plan = self.cache.ensure(entry.name, size, source)
+        if plan.tier == "disk":
+            return "disk"
+        try:
+            await asyncio.sleep(self._fetch_delay_s(source, plan.bytes_to_fetch))
+        except BaseException:
+            self.cache.release(entry.name)
+            raise
+        self.cache.record_loaded(entry.name, size)
+        return plan.tier

@@ -1,0 +1,134 @@
+"""The node agent's control-plane client and its join/heartbeat logic, against the real API app in-process.
+
+The app runs over httpx's ASGI transport on a real SQLite store; its Temporal gateway points
+at a closed port, since fleet routes never reach Temporal.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+
+from orchestrator.api import TemporalGateway, create_app
+from orchestrator.catalogue import SEED_MODELS
+from orchestrator.config import BerthConfig
+from orchestrator.engines.replicas import SimulatedReplicaEngine
+from orchestrator.node import SimulatedDiscovery, WeightsCache, parse_simulate
+from orchestrator.node.agent import NodeAgent, NodeOptions, registration
+from orchestrator.node.control_plane import ControlPlane, ControlPlaneUnreachable, JoinRefused, NodeUnknown
+from orchestrator.node.replicas import ReplicaManager
+from orchestrator.store import Store
+from sdk import NodeHeartbeat
+
+JOIN_TOKEN = "join-me-unit"
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_app(tmp: Path, name: str = "berth"):
+    config = BerthConfig(data_dir=tmp, database_url=f"sqlite:///{tmp}/{name}.db", join_token=JOIN_TOKEN)
+    store = Store.open(config.resolved_database_url)
+    return create_app(config, store, TemporalGateway(f"127.0.0.1:{closed_port()}")), store
+
+
+@pytest.fixture
+def app(tmp_path: Path):
+    app, store = make_app(tmp_path)
+    yield app
+    store.close()
+
+
+def plane(app) -> ControlPlane:
+    return ControlPlane("http://berth", transport=httpx.ASGITransport(app))
+
+
+def options(tmp_path: Path, **fields: object) -> NodeOptions:
+    return NodeOptions(**{"node_id": "gpu-a", "join_token": JOIN_TOKEN, "cache_dir": tmp_path / "node",
+                          "zone": "z1", **fields})  # type: ignore[arg-type]
+
+
+def agent_for(app, tmp_path: Path, simulate: str = "2xH100-80GB", **fields: object) -> NodeAgent:
+    opts = options(tmp_path, **fields)
+    discovery = SimulatedDiscovery(parse_simulate(simulate), opts.node_id)
+    cache = WeightsCache(opts.cache_dir / "cache", 50 * 2**30)
+    engine = SimulatedReplicaEngine(load_time_scale=0.001, latency_scale=0, log_dir=tmp_path / "logs")
+    return NodeAgent(opts, discovery, plane(app), ReplicaManager(cache, {"simulated": engine}))
+
+
+async def test_register_then_heartbeat(app, tmp_path: Path) -> None:
+    gpus = SimulatedDiscovery(parse_simulate("1xH100-80GB"), "gpu-a").discover()
+    async with plane(app) as cp:
+        joined = await cp.register(registration(options(tmp_path), gpus, 10 * 2**30))
+        assert joined.node.node_id == "gpu-a" and joined.node.gpus[0].type_name == "H100-80GB"
+        view = await cp.heartbeat(NodeHeartbeat(node_id="gpu-a"), joined.node_secret)
+        assert view.last_heartbeat_at is not None and view.status == "healthy"
+        with pytest.raises(NodeUnknown, match="ghost"):
+            await cp.heartbeat(NodeHeartbeat(node_id="ghost"), joined.node_secret)
+
+
+async def test_a_wrong_join_token_is_refused_with_the_reason(app, tmp_path: Path) -> None:
+    async with plane(app) as cp:
+        with pytest.raises(JoinRefused, match="join token is wrong"):
+            await cp.register(registration(options(tmp_path, join_token="guess"), [], 2**30))
+
+
+async def test_a_taken_node_id_is_refused(app, tmp_path: Path) -> None:
+    async with plane(app) as cp:
+        await cp.register(registration(options(tmp_path), [], 2**30))
+        with pytest.raises(JoinRefused, match="is taken"):
+            await cp.register(registration(options(tmp_path), [], 2**30), node_secret="someone-else")
+
+
+async def test_an_unreachable_control_plane_is_retried_then_reported(tmp_path: Path) -> None:
+    async with ControlPlane(f"http://127.0.0.1:{closed_port()}") as cp:
+        with pytest.raises(ControlPlaneUnreachable, match="did not answer within"):
+            await cp.register(registration(options(tmp_path), [], 2**30), wait_s=0.5, retry_every_s=0.1)
+
+
+async def test_the_agent_keeps_its_secret_and_rejoins_as_itself_after_a_restart(app, tmp_path: Path) -> None:
+    first = agent_for(app, tmp_path)
+    await first.join()
+    assert (tmp_path / "node" / "node-secret").read_text() == first.node_secret
+    assert (tmp_path / "node" / "node-secret").stat().st_mode & 0o777 == 0o600
+    restarted = agent_for(app, tmp_path)
+    await restarted.join()  # same id, same secret from the file: not refused as an impostor
+    assert restarted.node_secret == first.node_secret
+    await restarted.heartbeat()
+
+
+async def test_a_heartbeat_carries_gpus_cache_and_replicas(app, tmp_path: Path) -> None:
+    agent = agent_for(app, tmp_path)
+    await agent.join()
+    small = next(m for m in SEED_MODELS if m.name == "llama-3.2-1b")
+    try:
+        await agent.replicas.load(small, (1,), "r1")
+        await agent.heartbeat()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as api:
+            node = (await api.get("/v1/nodes/gpu-a")).json()
+        assert [(r["model"], r["gpu_indexes"], r["state"]) for r in node["replicas"]] == [("llama-3.2-1b", [1], "warm")]
+        assert [w["model"] for w in node["cached_weights"]] == ["llama-3.2-1b"]
+        assert node["gpus"][1]["memory_used_mib"] == round(small.memory_need_gib * 1024)
+        assert node["gpus"][0]["memory_used_mib"] == 0
+    finally:
+        await agent.replicas.stop_all(grace_s=2)
+
+
+async def test_a_control_plane_that_lost_the_node_gets_a_registration(app, tmp_path: Path) -> None:
+    agent = agent_for(app, tmp_path)
+    await agent.join()
+    fresh, store = make_app(tmp_path, "fresh")  # the control plane came back with an empty database
+    try:
+        agent.control_plane = plane(fresh)
+        await agent.heartbeat()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(fresh), base_url="http://berth") as api:
+            node = (await api.get("/v1/nodes/gpu-a")).json()
+        assert node["status"] == "healthy" and node["last_heartbeat_at"] is not None
+    finally:
+        store.close()

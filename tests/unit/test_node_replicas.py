@@ -1,0 +1,103 @@
+"""The node's replica manager: real simulated replicas load, serve, are reported and stop; the cache follows.
+
+Replicas are real child processes (the simulated engine) on free loopback ports; a replica
+that dies while loading is a real executable that prints an error and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from orchestrator.catalogue import SEED_MODELS
+from orchestrator.engines.replicas import SimulatedReplicaEngine, VllmReplicaEngine
+from orchestrator.node.replicas import ReplicaLoadError, ReplicaManager
+from orchestrator.node.weights_cache import WeightsCache
+from sdk import ModelEntry
+
+SMALL = next(m for m in SEED_MODELS if m.name == "llama-3.2-1b")
+GIB = 2**30
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> WeightsCache:
+    return WeightsCache(tmp_path / "cache", 20 * GIB)
+
+
+@pytest.fixture
+async def manager(cache: WeightsCache, tmp_path: Path):
+    engine = SimulatedReplicaEngine(load_time_scale=0.001, latency_scale=0, log_dir=tmp_path / "logs")
+    m = ReplicaManager(cache, {"simulated": engine}, gpu_indexes={0, 1})
+    yield m
+    await m.stop_all(grace_s=2)  # never leave a child behind
+
+
+async def test_a_replica_loads_serves_is_reported_and_unloads_keeping_its_weights(
+        manager: ReplicaManager, cache: WeightsCache) -> None:
+    seen: list[str] = []
+    replica = await manager.load(SMALL, (0,), "r1", "origin", on_progress=lambda r: seen.append(r.state))
+    assert replica.state == "warm" and replica.tier == "origin" and replica.load_seconds > 0
+    assert set(seen) <= {"loading"}
+    assert [(r.model, r.gpu_indexes, r.state) for r in manager.reports()] == [("llama-3.2-1b", [0], "warm")]
+    assert replica.handle is not None
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = await http.post(f"{replica.handle.base_url}/chat/completions", json={
+            "model": "llama-3.2-1b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
+    assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"]
+    [cached] = cache.contents()
+    assert cached.model == "llama-3.2-1b" and cached.pinned
+
+    assert await manager.unload("r1", grace_s=2)
+    assert manager.reports() == [] and replica.handle.process is not None and replica.handle.process.poll() is not None
+    [cached] = cache.contents()
+    assert not cached.pinned  # on disk still, evictable again
+    assert not await manager.unload("r1")  # a retried unload is done already
+
+
+async def test_a_second_load_of_cached_weights_is_a_disk_load(manager: ReplicaManager) -> None:
+    await manager.load(SMALL, (0,), "r1", "origin")
+    await manager.unload("r1", grace_s=2)
+    again = await manager.load(SMALL, (1,), "r2", "origin")
+    assert again.tier == "disk"
+
+
+async def test_a_retried_load_returns_the_same_replica(manager: ReplicaManager) -> None:
+    first, second = await asyncio.gather(manager.load(SMALL, (0,), "r1"), manager.load(SMALL, (0,), "r1"))
+    assert first is second and len(manager.replicas()) == 1
+    with pytest.raises(ReplicaLoadError, match="already runs"):
+        await manager.load(SMALL, (1,), "r1")
+
+
+async def test_a_replica_that_dies_while_loading_fails_with_its_log_tail(cache: WeightsCache, tmp_path: Path) -> None:
+    crashing = tmp_path / "vllm"
+    crashing.write_text("#!/bin/sh\necho 'torch.OutOfMemoryError: CUDA out of memory'\nexit 1\n")
+    crashing.chmod(0o755)
+    manager = ReplicaManager(cache, {"vllm": VllmReplicaEngine(executable=str(crashing), log_dir=tmp_path)})
+    entry = SMALL.model_copy(update={"engine": "vllm"})
+    with pytest.raises(ReplicaLoadError, match="died while loading(.|\n)*CUDA out of memory"):
+        await manager.load(entry, (0,), "r1")
+    assert manager.replicas() == [] and cache.contents() == []
+    assert cache.free_bytes() == cache.capacity_bytes  # the room reserved for the fetch is given back
+
+
+@pytest.mark.parametrize("change, gpus, reason", [
+    ({"engine": "openai-compatible"}, (0,), "no 'openai-compatible' engine.*--external-url"),
+    ({"engine": "vllm"}, (0,), "no 'vllm' engine"),
+    ({}, (7,), "gpu_indexes: this node has no GPU 7"),
+    ({}, (0, 1), r"gpu_indexes: llama-3.2-1b runs on \[1\] GPU"),
+])
+async def test_loads_the_node_cannot_serve_are_refused_by_name(manager: ReplicaManager, change: dict,
+                                                               gpus: tuple[int, ...], reason: str) -> None:
+    entry = ModelEntry.model_validate({**SMALL.model_dump(), **change})
+    with pytest.raises(ReplicaLoadError, match=reason):
+        await manager.load(entry, gpus, "r1")
+    assert manager.replicas() == []
+
+
+async def test_prewarm_puts_weights_on_disk_only(manager: ReplicaManager, cache: WeightsCache) -> None:
+    assert await manager.prewarm(SMALL, source="datacenter") == "datacenter"
+    assert await manager.prewarm(SMALL) == "disk"
+    assert [w.model for w in cache.contents()] == ["llama-3.2-1b"] and manager.replicas() == []

@@ -154,9 +154,9 @@ class FleetState:
         self.tenants: dict[str, Tenant] = {}
         self.replicas: dict[str, Replica] = {}
         self.replicas_by_model: dict[str, dict[str, None]] = {}  # insertion-ordered set; callers sort
-        # (model, boundary owner) → [(queue seconds, replica id)] of replicas with a free slot,
-        # sorted: the shortest queues are read first and a decision never scans all replicas.
-        self.spare: dict[tuple[str, str | None], list[tuple[float, str]]] = {}
+        # (model, boundary owner, capacity class) → [(queue seconds, replica id)] of replicas with
+        # a free slot, sorted: the shortest queues are read first, a decision never scans them all.
+        self.spare: dict[tuple[str, str | None, str], list[tuple[float, str]]] = {}
         self.cached: dict[str, set[str]] = {}  # model → node ids with its weights on local disk
         self.cached_sorted: dict[str, list[str]] = {}
         self.weights_in_dc: dict[str, Counter[str]] = {}  # model → datacenter → nodes caching it
@@ -348,10 +348,11 @@ class FleetState:
 
     def _index_replica(self, replica: Replica) -> None:
         if replica.has_slot:
-            insort(self.spare.setdefault((replica.model, replica.boundary), []), (replica.queue_s, replica.id))
+            key = (replica.model, replica.boundary, self.nodes[replica.node_id].capacity)
+            insort(self.spare.setdefault(key, []), (replica.queue_s, replica.id))
 
     def _unindex_replica(self, replica: Replica) -> None:
-        lst = self.spare.get((replica.model, replica.boundary))
+        lst = self.spare.get((replica.model, replica.boundary, self.nodes[replica.node_id].capacity))
         if lst:
             entry = (replica.queue_s, replica.id)
             i = bisect_left(lst, entry)

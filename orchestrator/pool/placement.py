@@ -103,11 +103,13 @@ def _replica_candidates(
         out.append(Candidate(tier, replica.node_id, replica.devices, replica.id))
         found[node.capacity] = found.get(node.capacity, 0) + 1
 
-    for _, rid in fleet.spare.get((request.model, boundary_owner(request, trust)), ()):
-        if found.get("spot", 0) >= k and found.get("on-demand", 0) >= k:
-            break
-        if rid != request.previous_replica:
-            consider(fleet.replicas[rid])
+    owner = boundary_owner(request, trust)
+    for capacity in ("on-demand", "spot"):
+        for _, rid in fleet.spare.get((request.model, owner, capacity), ()):
+            if found.get(capacity, 0) >= k:
+                break
+            if rid != request.previous_replica:
+                consider(fleet.replicas[rid])
     previous = fleet.replicas.get(request.previous_replica or "")
     if previous is not None and previous.model == request.model:
         consider(previous)

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from ..weights_transfer import DISK_BYTES_PER_S, GIB
 from .capacity import DeviceFree, FreeCapacityIndex
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class Node:
     capacity: CapacityClass
     usd_per_hour: float
     devices: list[Device]
-    disk_gib_per_s: float = 2.0  # local NVMe read, the disk tier's bandwidth
+    disk_gib_per_s: float = DISK_BYTES_PER_S / GIB  # local NVMe read, the disk tier's bandwidth
     healthy: bool = True
     draining: bool = False
     labels: dict[str, str] = field(default_factory=dict)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..weights_transfer import DATACENTER_BYTES_PER_S, ENGINE_START_S, GIB, ORIGIN_BYTES_PER_S
+
 
 @dataclass(frozen=True)
 class ScorerWeights:
@@ -32,13 +34,10 @@ class ScorerWeights:
 @dataclass(frozen=True)
 class PlacementConfig:
     weights: ScorerWeights = field(default_factory=ScorerWeights)
-    # vLLM start, CUDA graph capture and health wait on a loaded disk: 15–30 s measured; take 20.
-    engine_start_s: float = 20.0
-    # 100 Gbit/s inside a datacenter ≈ 12.5 GB/s raw; ~10 GiB/s after protocol overhead, halved
-    # because the source node serves other copies and its own engines: 5 GiB/s.
-    intra_dc_gib_per_s: float = 5.0
-    # Origin (object store across a WAN): a few Gbit/s per stream in practice ≈ 0.5 GiB/s.
-    wan_gib_per_s: float = 0.5
+    # Load-time figures shared with the simulated replicas (orchestrator/weights_transfer.py).
+    engine_start_s: float = ENGINE_START_S
+    intra_dc_gib_per_s: float = DATACENTER_BYTES_PER_S / GIB
+    wan_gib_per_s: float = ORIGIN_BYTES_PER_S / GIB
     # A spot node without its own measured risk: ~15% chance that work on it is reclaimed and
     # redone (public spot interruption rates of 5–20% per day of instance life, work-weighted).
     spot_preemption_risk: float = 0.15

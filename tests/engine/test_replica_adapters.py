@@ -184,15 +184,15 @@ def test_load_delay_grows_with_the_tier_the_weights_come_from() -> None:
     assert delays == sorted(delays) and len(set(delays)) == 4
     warm, disk, datacenter, origin = delays
     assert warm == ENGINE_START_S
-    assert disk == pytest.approx(8 + ENGINE_START_S)  # 16 GB at 2 GB/s
-    assert datacenter == pytest.approx(12.8 + ENGINE_START_S)  # 16 GB at 1.25 GB/s (10 Gbit/s)
-    assert origin == pytest.approx(128 + ENGINE_START_S)  # 16 GB at 0.125 GB/s (1 Gbit/s)
-    assert (DISK_BYTES_PER_S, DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S) == (2e9, 1.25e9, 0.125e9)
+    assert disk == pytest.approx(16 / 6 + ENGINE_START_S)  # 16 GB at 6 GB/s
+    assert datacenter == pytest.approx(16e9 / (2.5 * 2**30) + ENGINE_START_S)  # 16 GB at 2.5 GiB/s
+    assert origin == pytest.approx(16e9 / (0.5 * 2**30) + ENGINE_START_S)  # 16 GB at 0.5 GiB/s
+    assert (DISK_BYTES_PER_S, DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S) == (6e9, 2.5 * 2**30, 0.5 * 2**30)
 
 
 def test_load_delay_scales_and_reads_unfetched_bytes_from_disk() -> None:
     partial = spec(weights_bytes=16 * GB, load_tier="datacenter", bytes_to_fetch=4 * GB)
-    assert planned_load_delay_s(partial) == pytest.approx(4 / 1.25 + 12 / 2 + ENGINE_START_S)
+    assert planned_load_delay_s(partial) == pytest.approx(4e9 / DATACENTER_BYTES_PER_S + 12 / 6 + ENGINE_START_S)
     assert planned_load_delay_s(partial, 0.01) == pytest.approx(planned_load_delay_s(partial) * 0.01)
     assert planned_load_delay_s(partial, 0) == 0
     with pytest.raises(ValueError, match="load_time_scale"):

@@ -16,19 +16,15 @@ from urllib.parse import quote
 
 from orchestrator.engines.simulated.models import DEFAULT_MODELS
 
+from orchestrator.weights_transfer import (
+    DATACENTER_BYTES_PER_S,
+    DISK_BYTES_PER_S,
+    ENGINE_START_S,
+    ORIGIN_BYTES_PER_S,
+)
+
 from .processes import ChildProcessEngine, launch, pick_free_port, release_port, replica_env
 from .protocol import ReplicaHandle, ReplicaSpec, ReplicaStartError
-
-# Local NVMe read, sustained: ~2 GB/s for one PCIe 4.0 x4 drive reading large files
-# (the pool's fleet model uses the same disk_gib_per_s = 2 by default).
-DISK_BYTES_PER_S = 2e9
-# Another node in the same datacenter over a 10 Gbit/s link: 10e9 / 8 = 1.25 GB/s.
-DATACENTER_BYTES_PER_S = 10e9 / 8
-# The model's origin (an object store or hub) across a 1 Gbit/s WAN path: 1e9 / 8 = 0.125 GB/s.
-ORIGIN_BYTES_PER_S = 1e9 / 8
-# vLLM's start once weights are read: CUDA context, memory profiling and CUDA graph capture
-# for the batch sizes it serves, ~10 s for a 7–8B model on one H100.
-ENGINE_START_S = 10.0
 
 _FETCH_BYTES_PER_S = {"datacenter": DATACENTER_BYTES_PER_S, "origin": ORIGIN_BYTES_PER_S}
 

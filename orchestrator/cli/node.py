@@ -118,7 +118,8 @@ async def _run(args: argparse.Namespace) -> int:
             agent = NodeAgent(options, discovery, control_plane, replicas)
             agent.install_signal_handlers()
             try:
-                await agent.join()
+                if not await agent.join_unless_stopped():
+                    return 0  # told to stop before the control plane answered
             except ControlPlaneError as exc:
                 raise NodeSetupError(str(exc)) from None
             except ValidationError as exc:

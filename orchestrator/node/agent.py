@@ -104,6 +104,18 @@ class NodeAgent:
         log.info("node %s joined the fleet at %s with %d GPU(s)", self.options.node_id, self.control_plane.api_url,
                  len(self._gpus))
 
+    async def join_unless_stopped(self) -> bool:
+        """`join`, unless SIGTERM comes first (the control plane may be down for a minute): False then."""
+        joining = asyncio.create_task(self.join())
+        stop = asyncio.create_task(self.stopping.wait())
+        await asyncio.wait([joining, stop], return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not joining.done():
+            joining.cancel()
+            return False
+        joining.result()  # the refusal, if any
+        return True
+
     def heartbeat_body(self) -> NodeHeartbeat:
         self._simulate_gpu_use()
         return NodeHeartbeat(

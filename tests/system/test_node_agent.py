@@ -129,7 +129,9 @@ async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
             ready = await client.execute_workflow(CallNode.run, load, id=f"load-{queue}", task_queue=queue)
             assert ready["replica_id"] == "sys-r1" and ready["tier"] == "origin" and ready["load_seconds"] > 0
 
-            warm = wait_until(lambda: node_view(api)["replicas"], what="the replica in a heartbeat")
+            # A heartbeat sent while it loaded may still be the latest; the next ones say warm.
+            warm = wait_until(lambda: (r := node_view(api)["replicas"]) and r[0]["state"] == "warm" and r,
+                              what="the warm replica in a heartbeat")
             assert [(r["model"], r["gpu_indexes"], r["state"]) for r in warm] == [("llama-3.2-1b", [0], "warm")]
             chat = httpx.post(f"{ready['base_url']}/chat/completions", timeout=30, json={
                 "model": "llama-3.2-1b", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8})
@@ -137,14 +139,21 @@ async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
 
             unload = NodeCall(activity=UNLOAD_REPLICA, queue=node_task_queue(NODE_ID), arg={"replica_id": "sys-r1"})
             await client.execute_workflow(CallNode.run, unload, id=f"unload-{queue}", task_queue=queue)
-        wait_until(lambda: node_view(api)["replicas"] == [], what="the replica gone from heartbeats")
-        assert [w["model"] for w in node_view(api)["cached_weights"]] == ["llama-3.2-1b"]  # weights stay on disk
-        with pytest.raises(httpx.HTTPError):
-            httpx.get(f"{ready['base_url']}/models", timeout=2)
+            wait_until(lambda: node_view(api)["replicas"] == [], what="the replica gone from heartbeats")
+            assert [w["model"] for w in node_view(api)["cached_weights"]] == ["llama-3.2-1b"]  # weights stay on disk
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(f"{ready['base_url']}/models", timeout=2)
+
+            load.arg["replica_id"] = "sys-r2"  # from the disk cache this time; left running for SIGTERM
+            again = await client.execute_workflow(CallNode.run, load, id=f"reload-{queue}", task_queue=queue)
+            assert again["tier"] == "disk"
 
         node.send_signal(signal.SIGTERM)
         assert node.wait(30) == 0
         assert f"node {NODE_ID} stopped" in (node.stdout.read() if node.stdout else "")
+        assert node_view(api)["replicas"] == []  # the last heartbeat said its replicas are gone
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{again['base_url']}/models", timeout=2)
     finally:
         stop(node)
 
@@ -154,3 +163,13 @@ def test_a_wrong_join_token_ends_the_node_with_one_error_line(env: dict[str, str
     out, _ = node.communicate(timeout=60)
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert node.returncode == 2 and len(errors) == 1 and "join token is wrong" in errors[0], out
+
+
+def test_sigterm_while_the_control_plane_is_still_down_exits_at_once(env: dict[str, str]) -> None:
+    node = start_node(env, f"http://127.0.0.1:{free_port()}", "--node-id", "sys-early")
+    assert node.stdout is not None
+    for line in node.stdout:  # the agent keeps retrying the join: the control plane may be starting
+        if "not reachable yet" in line:
+            break
+    node.send_signal(signal.SIGTERM)
+    assert node.wait(15) == 0

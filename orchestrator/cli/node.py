@@ -65,7 +65,7 @@ async def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from ..engines.replicas import ExternalReplicaEngine, SimulatedReplicaEngine, VllmReplicaEngine
-    from ..engines.replicas.simulated import DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S
+    from ..weights_transfer import DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S
     from ..node import GpuDiscovery, NvmlDiscovery, NvmlUnavailable, SimulatedDiscovery, WeightsCache, parse_simulate
     from ..node.agent import NodeAgent, NodeOptions
     from ..node.control_plane import ControlPlane, ControlPlaneError

@@ -48,7 +48,8 @@ class NodeActivities:
     @activity.defn(name=PREWARM)
     async def prewarm(self, req: Prewarm) -> str:
         try:
-            return await self.replicas.prewarm(req.model, req.size_bytes, req.tier)
+            return await self.replicas.prewarm(req.model, req.size_bytes, req.tier,
+                                               on_progress=lambda: activity.heartbeat({"model": req.model.name}))
         except (WeightsCacheError, ValueError) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 

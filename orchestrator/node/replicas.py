@@ -207,14 +207,23 @@ class ReplicaManager:
         """Stop every replica at once (the node is shutting down)."""
         await asyncio.gather(*(self.unload(r, grace_s) for r in list(self._replicas)), return_exceptions=True)
 
-    async def prewarm(self, entry: ModelEntry, size_bytes: int | None = None, source: FetchSource = "origin") -> str:
-        """Put `entry`'s weights on disk without loading them; the tier they came from ("disk" if already there)."""
+    async def prewarm(self, entry: ModelEntry, size_bytes: int | None = None, source: FetchSource = "origin",
+                      on_progress: Callable[[], None] | None = None) -> str:
+        """Put `entry`'s weights on disk without loading them; the tier they came from ("disk" if already there).
+
+        `on_progress` is called about once a second while the weights arrive (a 70B fetch from
+        origin takes minutes; the activity heartbeats there).
+        """
         size = size_bytes or round(entry.weights_gib * 2**30)
         plan = self.cache.ensure(entry.name, size, source)
         if plan.tier == "disk":
             return "disk"
         try:
-            await asyncio.sleep(self._fetch_delay_s(source, plan.bytes_to_fetch))
+            deadline = self._clock() + self._fetch_delay_s(source, plan.bytes_to_fetch)
+            while (left := deadline - self._clock()) > 0:
+                if on_progress is not None:
+                    on_progress()
+                await asyncio.sleep(min(left, 1.0))
         except BaseException:
             self.cache.release(entry.name)
             raise

@@ -27,7 +27,7 @@ from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from sdk._node_io import LOAD_REPLICA, UNLOAD_REPLICA, node_task_queue
+from sdk._node_io import LOAD_REPLICA, PREWARM, UNLOAD_REPLICA, node_task_queue
 from tests.conftest import ROOT, free_port, wait_http
 
 pytestmark = pytest.mark.system
@@ -143,6 +143,12 @@ async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
             assert [w["model"] for w in node_view(api)["cached_weights"]] == ["llama-3.2-1b"]  # weights stay on disk
             with pytest.raises(httpx.HTTPError):
                 httpx.get(f"{ready['base_url']}/models", timeout=2)
+
+            big = httpx.get(f"{api}/v1/models/llama-3.1-8b").json()["entry"]
+            prewarm = NodeCall(activity=PREWARM, queue=node_task_queue(NODE_ID), arg={"model": big})
+            assert await client.execute_workflow(CallNode.run, prewarm, id=f"prewarm-{queue}", task_queue=queue) \
+                == "origin"
+            wait_until(lambda: len(node_view(api)["cached_weights"]) == 2, what="prewarmed weights in a heartbeat")
 
             load.arg["replica_id"] = "sys-r2"  # from the disk cache this time; left running for SIGTERM
             again = await client.execute_workflow(CallNode.run, load, id=f"reload-{queue}", task_queue=queue)

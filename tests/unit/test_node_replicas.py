@@ -101,3 +101,10 @@ async def test_prewarm_puts_weights_on_disk_only(manager: ReplicaManager, cache:
     assert await manager.prewarm(SMALL, source="datacenter") == "datacenter"
     assert await manager.prewarm(SMALL) == "disk"
     assert [w.model for w in cache.contents()] == ["llama-3.2-1b"] and manager.replicas() == []
+
+
+async def test_prewarm_reports_progress_while_the_weights_arrive(cache: WeightsCache) -> None:
+    manager = ReplicaManager(cache, {}, fetch_delay_s=lambda tier, size: 0.3 if tier == "origin" else 0.0)
+    beats: list[int] = []
+    assert await manager.prewarm(SMALL, on_progress=lambda: beats.append(1)) == "origin"
+    assert beats and cache.has("llama-3.2-1b")

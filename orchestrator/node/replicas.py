@@ -124,6 +124,8 @@ class ReplicaManager:
             log.info("replica %s of %s loading on GPUs %s from %s", replica_id, entry.name, list(gpu_indexes),
                      plan.tier)
             await self._wait_ready(engine, replica, on_progress)
+            if replica.state == "draining":  # unloaded between the last probe and now
+                raise ReplicaLoadError(f"replica {replica_id} was unloaded while it loaded")
         except BaseException as exc:
             replica.error = str(exc) or type(exc).__name__
             self.cache.release(entry.name)

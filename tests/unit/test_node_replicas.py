@@ -108,3 +108,16 @@ async def test_prewarm_reports_progress_while_the_weights_arrive(cache: WeightsC
     beats: list[int] = []
     assert await manager.prewarm(SMALL, on_progress=lambda: beats.append(1)) == "origin"
     assert beats and cache.has("llama-3.2-1b")
+
+
+async def test_unloading_a_loading_replica_fails_its_load_and_frees_its_room(cache: WeightsCache, tmp_path: Path) -> None:
+    slow = SimulatedReplicaEngine(load_time_scale=1.0, latency_scale=0, log_dir=tmp_path)  # ~30 s from origin
+    manager = ReplicaManager(cache, {"simulated": slow})
+    loading = asyncio.create_task(manager.load(SMALL, (0,), "r1"))
+    while not manager.replicas() or manager.replicas()[0].handle is None:
+        await asyncio.sleep(0.05)
+    assert [r.state for r in manager.reports()] == ["loading"]
+    assert await manager.unload("r1", grace_s=2)
+    with pytest.raises(ReplicaLoadError, match="r1"):
+        await loading
+    assert manager.replicas() == [] and cache.contents() == [] and cache.free_bytes() == cache.capacity_bytes

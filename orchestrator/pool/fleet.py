@@ -23,6 +23,10 @@ CapacityClass = Literal["spot", "on-demand"]
 Trust = Literal["shared", "isolated", "dedicated"]
 ReplicaState = Literal["loading", "warm", "draining"]
 
+# Spot risk assumed when ordering the spare index (PlacementConfig.spot_preemption_risk's default;
+# ordering only: the score itself uses the config's value).
+SPOT_RISK_FOR_ORDER = 0.15
+
 # Memory comparisons allow this much float error (GiB): 1 MiB, far below any real allocation.
 EPSILON_GIB = 1 / 1024
 
@@ -110,6 +114,8 @@ class Replica:
     active_leases: int = 0
     load_s: float = 0.0  # the load estimate when it was placed; a loading replica's queue starts after it
     tokens_per_s: float = 1.0  # batch throughput: the catalogue's rate on its slowest device
+    # Its entry in FleetState.spare while it has a free slot (so removal finds the same key).
+    spare_entry: tuple[float, float, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def queue_s(self) -> float:
@@ -155,9 +161,12 @@ class FleetState:
         self.tenants: dict[str, Tenant] = {}
         self.replicas: dict[str, Replica] = {}
         self.replicas_by_model: dict[str, dict[str, None]] = {}  # insertion-ordered set; callers sort
-        # (model, boundary owner, capacity class) → [(queue seconds, replica id)] of replicas with
+        # (model, boundary owner, capacity class) → [(queue seconds, $ per token, replica id)] of replicas with
         # a free slot, sorted: the shortest queues are read first, a decision never scans them all.
         self.spare: dict[tuple[str, str | None, str], list[tuple[float, str]]] = {}
+        # (model, boundary owner) → [replicas not draining, loading replicas with no free slot]:
+        # the waiting path tells busy from cold start from these, never by scanning replicas.
+        self.replica_counts: dict[tuple[str, str | None], list[int]] = {}
         self.cached: dict[str, set[str]] = {}  # model → node ids with its weights on local disk
         self.cached_sorted: dict[str, list[str]] = {}
         self.weights_in_dc: dict[str, Counter[str]] = {}  # model → datacenter → nodes caching it
@@ -347,15 +356,36 @@ class FleetState:
 
     # --- index upkeep ----------------------------------------------------------------------
 
+    def _count_replica(self, replica: Replica, sign: int) -> None:
+        if replica.state == "draining":
+            return
+        counts = self.replica_counts.setdefault((replica.model, replica.boundary), [0, 0])
+        counts[0] += sign
+        if replica.state == "loading" and not replica.has_slot:
+            counts[1] += sign
+
     def _index_replica(self, replica: Replica) -> None:
+        self._count_replica(replica, 1)
         if replica.has_slot:
-            key = (replica.model, replica.boundary, self.nodes[replica.node_id].capacity)
-            insort(self.spare.setdefault(key, []), (replica.queue_s, replica.id))
+            node = self.nodes[replica.node_id]
+            key = (replica.model, replica.boundary, node.capacity)
+            # Queue first; among equal queues (most often none at all), the cheapest per token
+            # generated: the cost term's rate, so the shortlist holds the replicas the full score ranks first.
+            risk = node.preemption_risk if node.preemption_risk is not None else SPOT_RISK_FOR_ORDER
+            rate = node.usd_per_hour * len(replica.devices) / max(len(node.devices), 1) / replica.tokens_per_s
+            if node.capacity == "spot":
+                rate *= 1 + risk
+            replica.spare_entry = (replica.queue_s, rate, replica.id)
+            insort(self.spare.setdefault(key, []), replica.spare_entry)
 
     def _unindex_replica(self, replica: Replica) -> None:
+        self._count_replica(replica, -1)
+        entry = replica.spare_entry
+        if entry is None:
+            return
+        replica.spare_entry = None
         lst = self.spare.get((replica.model, replica.boundary, self.nodes[replica.node_id].capacity))
         if lst:
-            entry = (replica.queue_s, replica.id)
             i = bisect_left(lst, entry)
             if i < len(lst) and lst[i] == entry:
                 del lst[i]

@@ -15,7 +15,7 @@ from .decision import Candidate, Decision, PlacementRequest, ScoredCandidate, Ti
 from .filters import boundary_owner, gang_fit, node_filter, replica_filter
 from .fleet import FleetState, ModelSpec, Node, Replica, Trust
 from .reasons import never_possible
-from .scorers import SCORERS
+from .scorers import SCORERS, weighted_total
 from .weights import DEFAULT_CONFIG, PlacementConfig
 
 # Nodes caching a model's weights examined per decision: a popular model sits in thousands of
@@ -46,9 +46,8 @@ def place(fleet: FleetState, request: PlacementRequest, config: PlacementConfig 
         return _waiting(fleet, request, model, quota_blocked, rejections)
 
     # Totals first (cheap); the full per-term record only for the winner and the runner-up.
-    weighted = [(getattr(config.weights, name), scorer) for name, scorer in SCORERS.items()]
     ranked = sorted(
-        ((sum(w * scorer(request, c, fleet, config) for w, scorer in weighted), c.sort_key, c) for c in candidates),
+        ((weighted_total(request, c, fleet, config), c.sort_key, c) for c in candidates),
         key=lambda t: (t[0], t[1]),
     )
     chosen = _score(fleet, request, ranked[0][2], config)
@@ -105,7 +104,7 @@ def _replica_candidates(
 
     owner = boundary_owner(request, trust)
     for capacity in ("on-demand", "spot"):
-        for _, rid in fleet.spare.get((request.model, owner, capacity), ()):
+        for _, _, rid in fleet.spare.get((request.model, owner, capacity), ()):
             if found.get(capacity, 0) >= k:
                 break
             if rid != request.previous_replica:
@@ -197,11 +196,9 @@ def _waiting(
     """Nothing fits now: say which wait it is, for the task's `waiting_for_gpu` status."""
     stopped = ", ".join(f"{name}: {n}" for name, n in sorted(rejections.items(), key=lambda kv: (-kv[1], kv[0])))
     detail = f" (ruled out: {stopped})" if stopped else ""
-    # Only on the waiting path: the model's replicas on this side of the boundary, all full.
+    # Per-(model, boundary) counters kept by FleetState: no scan of a popular model's replicas.
     owner = boundary_owner(request, fleet.trust_of(request.tenant))
-    mine = [fleet.replicas[r] for r in fleet.replicas_by_model.get(request.model, ())]
-    mine = [r for r in mine if r.boundary == owner and r.state != "draining"]
-    loading_full = any(r.state == "loading" and not r.has_slot for r in mine)
+    mine, loading_full = fleet.replica_counts.get((request.model, owner), (0, 0))
     if request.priority == "low_priority":
         reason = f"low_priority never starts a replica; no warm replica of {model.name} has a free slot{detail}"
         return Decision(request, "wait", reason=reason, wait_reason="low_priority", rejections=rejections)

@@ -121,3 +121,43 @@ SCORERS: dict[str, Scorer] = {
     "affinity": affinity,
     "capacity_class": capacity_class,
 }
+
+
+_BUILTIN = (ttft, cost, fragmentation, affinity, capacity_class)
+
+
+def weighted_total(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
+    """sum(weight × scorer) over SCORERS, bit for bit, with the shared lookups done once.
+
+    The ranking loop scores every candidate; this computes ttft once (cost reuses it) and reads
+    the node and model once. Same terms, same order of addition as the generic sum, so totals
+    and ties are identical. Falls back to the generic sum if SCORERS was changed.
+    """
+    w = config.weights
+    if tuple(SCORERS.values()) != _BUILTIN:
+        return sum(getattr(w, name) * scorer(request, cand, fleet, config) for name, scorer in SCORERS.items())
+    node = fleet.nodes[cand.node_id]
+    rid = cand.replica_id
+    if rid is not None:
+        replica = fleet.replicas[rid]
+        wait = replica.queue_s
+        t = wait + replica.load_s if cand.tier == "loading" else wait
+    else:
+        t = load_seconds(fleet, request.model, node, cand.tier, config)
+    share = node.usd_per_hour * len(cand.devices) / max(len(node.devices), 1)
+    speed = min(node.device(i).speed for i in cand.devices)
+    held_s = t + request.tokens / (fleet.models[request.model].tokens_per_s * speed)
+    if rid is None:
+        held_s += config.replica_min_hold_s
+    usd = share * held_s / 3600
+    spot = node.capacity == "spot"
+    if spot:
+        risk = node.preemption_risk if node.preemption_risk is not None else config.spot_preemption_risk
+        usd *= 1 + risk
+    frag = fragmentation(request, cand, fleet, config) if rid is None else 0.0
+    aff = affinity(request, cand, fleet, config) if rid is not None and rid == request.previous_replica else 0.0
+    if request.priority == "interactive":
+        cc = 1.0 if spot else 0.0
+    else:
+        cc = 0.0 if spot or rid is not None else 1.0
+    return sum((w.ttft * t, w.cost * usd, w.fragmentation * frag, w.affinity * aff, w.capacity_class * cc))

@@ -158,3 +158,36 @@ def test_warm_replica_with_capacity_beats_a_cold_load(
     assert decision.chosen is not None
     assert decision.chosen.candidate.replica_id == replica.id, decision.chosen.candidate
     assert DEFAULT_CONFIG.engine_start_s > 5
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs=node_specs, ops=st.lists(st.tuples(requests, st.integers(0, 3)), max_size=16), probe=requests)
+def test_fast_ranking_and_wait_counters_match_a_scan(specs: list, ops: list, probe: PlacementRequest) -> None:
+    """The ranking's one-pass total equals the per-term sum, and the waiting path's per-model
+    replica counters equal a scan of the replicas, after any sequence of bookings and changes."""
+    from orchestrator.pool.scorers import SCORERS, weighted_total
+
+    fleet = build(specs)
+    bookings: list[Booking] = []
+    for request, action in ops:
+        decision = place(fleet, request)
+        if decision.placed:
+            bookings.append(fleet.apply(decision, request.tokens))
+        if action == 1 and bookings:
+            fleet.release(bookings.pop(0))
+        elif action == 2 and bookings and bookings[-1].replica_id in fleet.replicas:
+            fleet.mark_warm(bookings[-1].replica_id)
+        elif action == 3 and bookings and bookings[0].replica_id in fleet.replicas:
+            fleet.set_replica_state(bookings[0].replica_id, "draining")
+    decision = place(fleet, probe)
+    for scored in (decision.chosen, decision.runner_up):
+        if scored is not None:
+            generic = sum(getattr(DEFAULT_CONFIG.weights, n) * s(probe, scored.candidate, fleet, DEFAULT_CONFIG) for n, s in SCORERS.items())
+            assert weighted_total(probe, scored.candidate, fleet, DEFAULT_CONFIG) == generic == scored.total
+    expected: dict = {}
+    for r in fleet.replicas.values():
+        if r.state != "draining":
+            c = expected.setdefault((r.model, r.boundary), [0, 0])
+            c[0] += 1
+            c[1] += r.state == "loading" and not r.has_slot
+    assert {k: v for k, v in fleet.replica_counts.items() if v != [0, 0]} == expected

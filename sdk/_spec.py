@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ._budget import Budget
+from ._lease import ServiceClass
 from ._limits import (
     MAX_INPUT_CHARS,
     MAX_STEPS,
@@ -106,7 +107,11 @@ class TaskSpec(BaseModel):
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     budget: Budget
     tenant: str = Field(default="default", pattern=NAME_PATTERN)
-    priority: int = Field(default=0, ge=0, le=9)
+    priority: int = Field(default=0, ge=0, le=9, description="higher is served first when GPUs are short")
+    service_class: ServiceClass = Field(
+        default="interactive",
+        description="interactive prefers on-demand GPUs; batch and low_priority prefer spot; low_priority never"
+                    " starts a replica")
     model: str | None = Field(default=None, description="override the agent's model (e.g. for a fork)")
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
     budget_grace_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)

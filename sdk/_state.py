@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 class TaskStatus(str, Enum):
     queued = "queued"
     running = "running"
+    waiting_for_gpu = "waiting_for_gpu"
     awaiting_budget = "awaiting_budget"
     awaiting_input = "awaiting_input"
     completed = "completed"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from ._lease import StepPlacement
 from ._messages import Message, ToolCall
 from ._spec import AgentSpec, CheckpointRef, TaskRun
 from ._state import TaskState
@@ -50,6 +51,7 @@ class LlmStepInput(BaseModel):
     usd_allowance: float | None = None
     tools: list[dict] = Field(default_factory=list, description="OpenAI tool schemas offered to the model")
     tenant: str = "default"
+    placement: StepPlacement | None = Field(default=None, description="the leased replica, when the fleet serves it")
 
 
 class LlmStepResult(BaseModel):
@@ -69,6 +71,7 @@ class LlmStepResult(BaseModel):
     served_by: str = ""
     checkpoint: CheckpointRef | None = Field(default=None, description="after writing the input's pending step")
     budget_limited: bool = Field(default=False, description="max_tokens was shrunk to fit the allowance")
+    placement: StepPlacement | None = None
 
     @property
     def tokens_charged(self) -> int:

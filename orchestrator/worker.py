@@ -19,6 +19,7 @@ from activities.bookkeeping import TaskBookkeeping
 from activities.llm_step import LlmStepActivities
 from sdk.contracts import CONTROL_TASK_QUEUE
 from workflows.agent_task import AgentTaskWorkflow
+from workflows.fleet_ops import PrewarmWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow
 
 from .catalogue import ModelCatalogue
 from .config import BerthConfig
@@ -34,7 +35,7 @@ def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: 
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[AgentTaskWorkflow],
+        workflows=[AgentTaskWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow, PrewarmWorkflow],
         activities=[llm.generate, books.begin_task, books.checkpoint, books.record_state, books.resolve_agent],
         activity_executor=ThreadPoolExecutor(max_workers=200),
         max_concurrent_activities=200,

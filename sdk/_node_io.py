@@ -68,3 +68,38 @@ class Prewarm(BaseModel):
     model: ModelEntry
     size_bytes: int | None = Field(default=None, gt=0, description="the weights' size; from the entry by default")
     tier: FetchSource = "origin"
+
+
+# The control plane's workflows that run one node activity each (workflows/fleet_ops.py). A
+# workflow, not a bare activity call, so a load outlives the API request or scaler tick that
+# asked for it and its outcome stays in history.
+LOAD_WORKFLOW = "berth.fleet.load"
+UNLOAD_WORKFLOW = "berth.fleet.unload"
+PREWARM_WORKFLOW = "berth.fleet.prewarm"
+
+
+class LoadOnNode(BaseModel):
+    """Load a replica on one node: the node to run it on, and what to load."""
+
+    model_config = _STRICT
+
+    node_id: str = Field(min_length=1, max_length=128)
+    request: LoadReplica
+
+
+class UnloadOnNode(BaseModel):
+    """Unload a replica from the node that runs it."""
+
+    model_config = _STRICT
+
+    node_id: str = Field(min_length=1, max_length=128)
+    request: UnloadReplica
+
+
+class PrewarmOnNode(BaseModel):
+    """Put a model's weights on one node's disk."""
+
+    model_config = _STRICT
+
+    node_id: str = Field(min_length=1, max_length=128)
+    request: Prewarm

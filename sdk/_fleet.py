@@ -117,6 +117,7 @@ class ReplicaReport(BaseModel):
 
     model_config = _STRICT
 
+    replica_id: str = Field(min_length=1, max_length=128, description="the id the pool gave it when it was placed")
     model: str = Field(min_length=1, max_length=128)
     gpu_indexes: list[int] = Field(min_length=1, max_length=8)  # one tensor-parallel gang, on one node
     state: ReplicaState
@@ -152,6 +153,7 @@ class GpuView(GpuDescription):
 class ReplicaView(BaseModel):
     """A replica on the fleet, with where it runs."""
 
+    replica_id: str
     node_id: str
     datacenter: str
     zone: str

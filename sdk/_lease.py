@@ -64,6 +64,7 @@ class LeaseGrant(BaseModel):
 
 class ReleaseLease(BaseModel):
     lease_id: str
+    replica_warm: bool = Field(default=False, description="the step was served: the replica is warm now")
 
 
 class StepPlacement(BaseModel):

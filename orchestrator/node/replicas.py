@@ -55,7 +55,7 @@ class Replica:
     error: str | None = None
 
     def report(self) -> ReplicaReport:
-        return ReplicaReport(model=self.entry.name, gpu_indexes=list(self.gpu_indexes), state=self.state,
+        return ReplicaReport(replica_id=self.replica_id, model=self.entry.name, gpu_indexes=list(self.gpu_indexes), state=self.state,
                              outstanding_tokens=self.outstanding_tokens, active_leases=self.active_leases)
 
 

@@ -155,7 +155,10 @@ class StaleDecision(ValueError):
 class FleetState:
     """Nodes, models, replicas and caches, with the indexes placement reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, replica_prefix: str = "r-") -> None:
+        # New replica ids are prefix + counter; a pool process gives its own prefix so ids from
+        # an earlier run (still reported by the nodes) never collide with new ones.
+        self.replica_prefix = replica_prefix
         self.nodes: dict[str, Node] = {}
         self.models: dict[str, ModelSpec] = {}
         self.tenants: dict[str, Tenant] = {}
@@ -238,8 +241,12 @@ class FleetState:
         state: ReplicaState = "warm",
         tenant: str | None = None,
         load_s: float = 0.0,
+        replica_id: str | None = None,
     ) -> Replica:
-        """Put a replica on devices (a node agent reports one, or apply() starts one)."""
+        """Put a replica on devices (a node agent reports one, or apply() starts one).
+
+        `replica_id` is the one a node reported; a replica placed here gets a fresh id.
+        """
         spec = self.models[model]
         node = self.nodes[node_id]
         if len(set(devices)) != len(devices) or not devices:
@@ -252,9 +259,13 @@ class FleetState:
                 raise StaleDecision(f"{node_id} device {i} has {dev.free_gib:.1f} GiB free, {model} needs {per_device:.1f}")
             if dev.replicas and dev.owner != (tenant if isolated else None):
                 raise StaleDecision(f"{node_id} device {i} is held across a tenant boundary")
-        self._next_replica += 1
+        if replica_id is None:
+            self._next_replica += 1
+            replica_id = f"{self.replica_prefix}{self._next_replica}"
+        if replica_id in self.replicas:
+            raise ValueError(f"replica {replica_id!r} is already in the fleet")
         replica = Replica(
-            id=f"r-{self._next_replica}",
+            id=replica_id,
             model=model,
             node_id=node_id,
             devices=tuple(devices),

@@ -1,7 +1,7 @@
 """The control-plane store: tasks, agents, checkpoints, the token ledger, task events,
-the model catalogue and the GPU fleet.
+the model catalogue, the GPU fleet and the pool's leases.
 
-One SQL database behind six small classes, each over the same engine. SQLite by default
+One SQL database behind small classes, each over the same engine. SQLite by default
 (one file that the API server and the worker share), any SQLAlchemy URL at scale:
 
     store = Store.open("sqlite:///.berth/berth.db")
@@ -27,6 +27,7 @@ from .checkpoints import (
 )
 from .database import open_database
 from .events import SqlEventLog
+from .leases import LeaseRecord, SqlLeases
 from .fleet import NodeConflict, NodeNotFound, NodeSecretRefused, SqlFleet
 from .ledger import LedgerTotals, SqlTokenLedger
 from .models import SqlModelCatalogue
@@ -35,7 +36,7 @@ from .tasks import SqlTaskRegistry, TaskConflict, TaskRecord
 
 @dataclass(frozen=True)
 class Store:
-    """The six stores of one database."""
+    """The stores of one database."""
 
     engine: Engine
     checkpoints: SqlCheckpointStore
@@ -45,6 +46,7 @@ class Store:
     events: SqlEventLog
     models: SqlModelCatalogue
     fleet: SqlFleet
+    leases: SqlLeases
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -62,6 +64,7 @@ class Store:
             events=SqlEventLog(engine),
             models=SqlModelCatalogue(engine),
             fleet=SqlFleet(engine),
+            leases=SqlLeases(engine),
         )
 
     def close(self) -> None:
@@ -74,11 +77,13 @@ __all__ = [
     "CheckpointCorrupt",
     "CheckpointNotFound",
     "CheckpointSummary",
+    "LeaseRecord",
     "LedgerTotals",
     "NodeConflict",
     "NodeNotFound",
     "NodeSecretRefused",
     "SqlFleet",
+    "SqlLeases",
     "SqlAgentRegistry",
     "SqlCheckpointStore",
     "SqlEventLog",

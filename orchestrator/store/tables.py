@@ -222,6 +222,7 @@ class ReplicaRow(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     node_id: str
+    replica_id: str = ""
     model: str
     gpu_indexes_json: str
     state: str
@@ -243,3 +244,28 @@ class NodeWeightsRow(SQLModel, table=True):
     node_id: str
     model: str
     size_bytes: int
+
+
+class LeaseRow(SQLModel, table=True):
+    """A worker lease a step holds on a replica: the pool's bookings, kept so a restarted pool counts them.
+
+    One lease per (task, step): an acquire retried by Temporal finds the lease it already made.
+    Released leases are deleted, so the table holds only what is in flight.
+    """
+
+    __tablename__ = "leases"
+    __table_args__ = (
+        UniqueConstraint("task_id", "step", name="uq_leases_task_step"),
+        Index("ix_leases_node", "node_id"),
+    )
+
+    lease_id: str = Field(primary_key=True)
+    task_id: str
+    step: int
+    model: str
+    node_id: str
+    replica_id: str
+    tokens: int
+    tenant: str
+    created_replica: bool = False
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)

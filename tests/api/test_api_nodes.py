@@ -53,7 +53,7 @@ def heartbeat(node_id: str = "gpu-1", **fields: object) -> dict:
         "node_id": node_id,
         "gpus": [{"index": 0, "memory_used_mib": 42_000, "utilization_pct": 88, "ecc_errors": 0, "healthy": True}],
         "cached_weights": [{"model": "llama-3.1-8b", "size_bytes": 16 * 2**30}],
-        "replicas": [{"model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm", "outstanding_tokens": 900,
+        "replicas": [{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm", "outstanding_tokens": 900,
                       "active_leases": 2}],
         **fields,
     }
@@ -149,7 +149,7 @@ async def test_heartbeats_from_strangers_are_refused(api: httpx.AsyncClient) -> 
     mismatch = await api.post("/v1/nodes/gpu-1/heartbeat", json=heartbeat("gpu-2"), headers={SECRET_HEADER: secret})
     assert mismatch.status_code == 422 and error_of(mismatch)["field"] == "node_id"
     bad_gpu = await api.post("/v1/nodes/gpu-1/heartbeat", headers={SECRET_HEADER: secret},
-                             json=heartbeat(replicas=[{"model": "m", "gpu_indexes": [5], "state": "warm"}]))
+                             json=heartbeat(replicas=[{"replica_id": "r-9", "model": "m", "gpu_indexes": [5], "state": "warm"}]))
     assert bad_gpu.status_code == 422 and error_of(bad_gpu)["field"] == "replicas.0.gpu_indexes"
     node = (await api.get("/v1/nodes/gpu-1")).json()
     assert node["last_heartbeat_at"] is None and node["replicas"] == []

@@ -1,0 +1,268 @@
+"""The pool service: leases over the in-memory fleet, kept in step with the store.
+
+It runs in the orchestrator worker, behind the `berth.pool.acquire` / `berth.pool.release`
+local activities, so a lease costs a dictionary update and one SQLite write instead of a
+Temporal round trip. The fleet it places on is rebuilt from what node agents report
+(`sync`, at most every `sync_every_s`); what only the pool knows is layered on top:
+- bookings: a lease counts as load on its replica from the moment it is granted;
+- replicas it placed that no node reports yet (their load is still being scheduled);
+- the wait queue and each replica's idle clock (the scaler reads both).
+
+Locking: acquire and release run in the activity thread pool, the scaler on the event
+loop's executor; one lock guards the fleet, and decisions take well under a millisecond.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sdk._catalogue import ModelEntry, ScalingPolicy
+from sdk._fleet import NodeView
+from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease
+from sdk._node_io import FetchSource, LoadReplica
+
+from ..store import LeaseRecord, Store
+from .decision import Decision, PlacementRequest
+from .fleet import Booking, FleetState, StaleDecision
+from .inventory import model_spec, node_from_view
+from .placement import place
+from .queue import WaitQueue
+from .weights import DEFAULT_CONFIG, PlacementConfig
+
+log = logging.getLogger("berth.pool")
+
+# A replica the pool placed is reported by its node once the load activity starts there:
+# within a heartbeat or two. Past this, an unreported placement is taken to have failed.
+UNREPORTED_LOAD_GRACE_S = 60.0
+
+
+class CatalogueReader(Protocol):
+    """What the pool needs of the model catalogue (orchestrator.catalogue.ModelCatalogue)."""
+
+    def get(self, name: str) -> ModelEntry | None: ...
+
+
+@dataclass
+class _Lease:
+    record: LeaseRecord
+    booking: Booking
+    grant: LeaseGrant
+
+
+class PoolService:
+    def __init__(self, store: Store, catalogue: CatalogueReader, config: PlacementConfig = DEFAULT_CONFIG,
+                 *, sync_every_s: float = 1.0, node_lost_after_s: float = 20.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.catalogue = catalogue
+        self.config = config
+        self.sync_every_s = sync_every_s
+        self.node_lost_after_s = node_lost_after_s
+        self.clock = clock
+        self.fleet = FleetState(replica_prefix=f"r-{uuid.uuid4().hex[:6]}-")
+        self.queue = WaitQueue()
+        self.policies: dict[str, ScalingPolicy] = {}
+        self.idle_since: dict[str, float] = {}
+        self._lock = threading.RLock()
+        self._leases: dict[str, _Lease] = {}
+        self._by_step: dict[tuple[str, int], str] = {}
+        self._unreported: dict[str, float] = {}  # replica id → when the pool placed it
+        self._unloading: set[str] = set()
+        self._synced_at = float("-inf")
+        self._restored = False
+
+    # --- leases ----------------------------------------------------------------------------
+
+    def acquire(self, req: LeaseRequest) -> LeaseGrant:
+        entry = self.catalogue.get(req.model)
+        if entry is None:
+            return LeaseGrant(outcome="never", reason=f"unknown model {req.model!r}")
+        if entry.provider == "hosted":
+            return LeaseGrant(outcome="direct", reason=f"{req.model} is served by its provider")
+        now = self.clock()
+        with self._lock:
+            self.sync()
+            held = self._by_step.get((req.task_id, req.step))
+            if held is not None:  # a retried acquire: the lease it already made
+                return self._leases[held].grant
+            self.fleet.add_model(model_spec(entry))
+            if not self.fleet.nodes:
+                self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
+                return LeaseGrant(outcome="wait", wait_reason="no_capacity", queue_position=1,
+                                  reason="no GPU node has joined the fleet yet")
+            ahead = self.queue.ahead_of(req.task_id, req.model, req.priority, now)
+            decision = place(self.fleet, _placement_request(req), self.config)
+            if decision.outcome == "never":
+                self.queue.leave(req.task_id)
+                return LeaseGrant(outcome="never", reason=decision.reason)
+            if decision.outcome == "placed" and ahead == 0:
+                try:
+                    return self._grant(req, entry, decision, now)
+                except StaleDecision as exc:  # cannot happen under the lock; kept as a wait, not a crash
+                    log.warning("placement went stale: %s", exc)
+            self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
+            position = self.queue.ahead_of(req.task_id, req.model, req.priority, now) + 1
+            if decision.outcome == "placed":
+                return LeaseGrant(outcome="wait", wait_reason="queued", queue_position=position,
+                                  reason=f"{position - 1} earlier step(s) for {req.model} go first")
+            return LeaseGrant(outcome="wait", wait_reason=decision.wait_reason, queue_position=position,
+                              reason=decision.reason)
+
+    def release(self, req: ReleaseLease) -> None:
+        """End a lease; idempotent. `replica_warm` says the step was served, so the replica serves."""
+        with self._lock:
+            lease = self._leases.pop(req.lease_id, None)
+            if lease is not None:
+                self._by_step.pop((lease.record.task_id, lease.record.step), None)
+                replica = self.fleet.replicas.get(lease.booking.replica_id)
+                if replica is not None and req.replica_warm and replica.state == "loading":
+                    self.fleet.mark_warm(replica.id)
+                    self._unreported.pop(replica.id, None)
+                self.fleet.release(lease.booking)
+                replica = self.fleet.replicas.get(lease.booking.replica_id)
+                if replica is not None and replica.active_leases == 0:
+                    self.idle_since[replica.id] = self.clock()
+        self.store.leases.release(req.lease_id)
+
+    def _grant(self, req: LeaseRequest, entry: ModelEntry, decision: Decision, now: float) -> LeaseGrant:
+        booking = self.fleet.apply(decision, req.tokens)
+        chosen = decision.chosen
+        assert chosen is not None
+        replica = self.fleet.replicas[booking.replica_id]
+        node = self.fleet.nodes[replica.node_id]
+        if booking.created_replica:
+            self._unreported[replica.id] = now
+        self.idle_since.pop(replica.id, None)
+        self.queue.leave(req.task_id)
+        record = LeaseRecord(lease_id=f"lease-{uuid.uuid4().hex[:12]}", task_id=req.task_id, step=req.step,
+                             model=req.model, node_id=node.id, replica_id=replica.id, tokens=req.tokens,
+                             tenant=req.tenant, created_replica=booking.created_replica)
+        load = None
+        if replica.state == "loading":
+            source: FetchSource = "datacenter" if chosen.candidate.tier == "datacenter" else "origin"
+            load = LoadReplica(model=entry, gpu_indexes=list(replica.devices), replica_id=replica.id, tier=source)
+        grant = LeaseGrant(
+            outcome="placed", lease_id=record.lease_id, node_id=node.id, replica_id=replica.id,
+            gpu_indexes=list(replica.devices), gpu_type=node.device(replica.devices[0]).type_name,
+            tier=chosen.candidate.tier, load=load, usd_per_1m_prompt=entry.usd_per_1m_prompt,
+            usd_per_1m_completion=entry.usd_per_1m_completion, expected_ttft_s=round(chosen.terms["ttft"], 3),
+            decided_by=decision.decided_by,
+        )
+        self._leases[record.lease_id] = _Lease(record, booking, grant)
+        self._by_step[(req.task_id, req.step)] = record.lease_id
+        self.store.leases.add(record)
+        return grant
+
+    # --- state from the store --------------------------------------------------------------
+
+    def sync(self, force: bool = False) -> None:
+        """Fold the nodes' latest reports into the fleet (at most every `sync_every_s` unless forced)."""
+        now = self.clock()
+        with self._lock:
+            if not force and now - self._synced_at < self.sync_every_s:
+                return
+            self._synced_at = now
+            for node_id in self.store.fleet.mark_lost_after(self.node_lost_after_s):
+                log.warning("node %s is lost: no heartbeat for %.0fs", node_id, self.node_lost_after_s)
+            for model in self.store.models.list():
+                if model.entry.provider == "self-hosted":
+                    self.fleet.add_model(model_spec(model.entry))
+                self.policies[model.entry.name] = model.policy
+            for view in self.store.fleet.list():
+                self._sync_node(view, now)
+            if not self._restored:
+                self._restore_leases()
+
+    def _sync_node(self, view: NodeView, now: float) -> None:
+        fleet = self.fleet
+        if view.node_id not in fleet.nodes:
+            fleet.add_node(node_from_view(view))
+        node = fleet.nodes[view.node_id]
+        healthy = view.status in ("healthy", "draining")
+        if node.healthy != healthy:
+            fleet.set_health(node.id, healthy)
+        if node.draining != (view.status == "draining"):
+            fleet.set_draining(node.id, view.status == "draining")
+        cached = {w.model for w in view.cached_weights}
+        for model in list(fleet.cached):
+            if node.id in fleet.cached[model] and model not in cached:
+                fleet.evict_weights(node.id, model)
+        for model in cached:
+            fleet.cache_weights(node.id, model)
+        reported = {r.replica_id: r for r in view.replicas}
+        for replica in [r for r in fleet.replicas.values() if r.node_id == node.id]:
+            report = reported.pop(replica.id, None)
+            if report is not None:
+                self._unreported.pop(replica.id, None)
+                if report.state != replica.state:
+                    fleet.set_replica_state(replica.id, report.state)
+                continue
+            placed_at = self._unreported.get(replica.id)
+            if view.status != "lost" and placed_at is not None and now - placed_at < UNREPORTED_LOAD_GRACE_S:
+                continue  # its load has not reached the node yet
+            self._forget_replica(replica.id)
+        for report in reported.values():
+            if report.model not in fleet.models:
+                continue  # a model taken out of the catalogue: it serves nothing new and will be reaped
+            try:
+                fleet.add_replica(report.model, node.id, tuple(report.gpu_indexes), state=report.state,
+                                  replica_id=report.replica_id)
+            except (StaleDecision, ValueError, KeyError) as exc:
+                log.warning("node %s reports replica %s that does not fit the fleet: %s", node.id, report.replica_id, exc)
+                continue
+            self.idle_since.setdefault(report.replica_id, now)
+        if view.status == "lost":
+            for record in self.store.leases.release_node(node.id):
+                self._drop_lease(record.lease_id)
+
+    def _forget_replica(self, replica_id: str) -> None:
+        self.fleet.unload(replica_id)
+        self._unreported.pop(replica_id, None)
+        self._unloading.discard(replica_id)
+        self.idle_since.pop(replica_id, None)
+
+    def _drop_lease(self, lease_id: str) -> None:
+        lease = self._leases.pop(lease_id, None)
+        if lease is not None:
+            self._by_step.pop((lease.record.task_id, lease.record.step), None)
+            self.fleet.release(lease.booking)
+
+    def _restore_leases(self) -> None:
+        """After a restart: the leases still held count as load again on the replicas nodes report."""
+        self._restored = True
+        for record in self.store.leases.list():
+            replica = self.fleet.replicas.get(record.replica_id)
+            if replica is None:
+                self.store.leases.release(record.lease_id)
+                continue
+            self.fleet.set_load(replica.id, outstanding_tokens=replica.outstanding_tokens + record.tokens,
+                                active_leases=replica.active_leases + 1)
+            booking = Booking(record.lease_id, replica.id, record.tokens, record.created_replica)
+            grant = LeaseGrant(outcome="placed", lease_id=record.lease_id, node_id=record.node_id,
+                               replica_id=replica.id, gpu_indexes=list(replica.devices), tier="warm")
+            self._leases[record.lease_id] = _Lease(record, booking, grant)
+            self._by_step[(record.task_id, record.step)] = record.lease_id
+            self.idle_since.pop(replica.id, None)
+
+    # --- for the scaler --------------------------------------------------------------------
+
+    def begin_unload(self, replica_id: str) -> bool:
+        """Take an idle replica out of placement before its node is told to stop it; False if it is busy."""
+        with self._lock:
+            replica = self.fleet.replicas.get(replica_id)
+            if replica is None or replica.active_leases or replica.state != "warm" or replica_id in self._unloading:
+                return False
+            self.fleet.set_replica_state(replica_id, "draining")
+            self._unloading.add(replica_id)
+            return True
+
+
+def _placement_request(req: LeaseRequest) -> PlacementRequest:
+    return PlacementRequest(model=req.model, tokens=req.tokens, tenant=req.tenant, priority=req.service_class,
+                            exclude_nodes=frozenset(req.exclude_nodes), previous_replica=req.previous_replica)

@@ -1,0 +1,89 @@
+"""The pool's leases, written through so a restarted pool still counts the load in flight.
+
+The pool books a lease in memory first (placement must see it at once) and then here; a
+lease is deleted when its step releases it, or with its node when the node is lost.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, delete
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from .tables import LeaseRow
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    lease_id: str
+    task_id: str
+    step: int
+    model: str
+    node_id: str
+    replica_id: str
+    tokens: int
+    tenant: str
+    created_replica: bool = False
+
+
+class SqlLeases:
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def add(self, lease: LeaseRecord) -> LeaseRecord:
+        """Record a lease; when (task, step) already holds one, that one is returned instead."""
+        with Session(self._engine) as session:
+            session.add(LeaseRow(**lease.__dict__))
+            try:
+                session.commit()
+                return lease
+            except IntegrityError:
+                session.rollback()
+        existing = self.for_step(lease.task_id, lease.step)
+        if existing is None:  # released between the two statements: record it again
+            return self.add(lease)
+        return existing
+
+    def for_step(self, task_id: str, step: int) -> LeaseRecord | None:
+        with Session(self._engine) as session:
+            row = session.exec(select(LeaseRow).where(LeaseRow.task_id == task_id, LeaseRow.step == step)).first()
+            return _record(row) if row is not None else None
+
+    def release(self, lease_id: str) -> LeaseRecord | None:
+        """Delete a lease; the record it was, or None when it was released already (a retried release)."""
+        with Session(self._engine) as session:
+            row = session.get(LeaseRow, lease_id)
+            if row is None:
+                return None
+            record = _record(row)
+            session.delete(row)
+            session.commit()
+            return record
+
+    def release_node(self, node_id: str) -> builtins.list[LeaseRecord]:
+        """Delete every lease on a node (it was lost); the records deleted."""
+        with Session(self._engine) as session:
+            rows = session.exec(select(LeaseRow).where(LeaseRow.node_id == node_id)).all()
+            records = [_record(r) for r in rows]
+            session.exec(delete(LeaseRow).where(col(LeaseRow.node_id) == node_id))
+            session.commit()
+            return records
+
+    def list(self) -> builtins.list[LeaseRecord]:
+        with Session(self._engine) as session:
+            return [_record(r) for r in session.exec(select(LeaseRow).order_by(col(LeaseRow.created_at)))]
+
+    def node_holds(self, node_id: str, task_id: str) -> bool:
+        """Does `node_id` hold a lease for `task_id`? (A node may read only the tasks it serves.)"""
+        with Session(self._engine) as session:
+            query = select(LeaseRow.lease_id).where(LeaseRow.node_id == node_id, LeaseRow.task_id == task_id)
+            return session.exec(query).first() is not None
+
+
+def _record(row: LeaseRow) -> LeaseRecord:
+    return LeaseRecord(lease_id=row.lease_id, task_id=row.task_id, step=row.step, model=row.model,
+                       node_id=row.node_id, replica_id=row.replica_id, tokens=row.tokens, tenant=row.tenant,
+                       created_replica=row.created_replica)

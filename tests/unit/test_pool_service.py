@@ -1,0 +1,156 @@
+"""The pool service over a real SQLite store: leases, the wait queue, and sync with node reports."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from orchestrator.catalogue import ModelCatalogue
+from orchestrator.config import BerthConfig
+from orchestrator.pool.service import UNREPORTED_LOAD_GRACE_S, PoolService
+from orchestrator.store import Store
+from sdk import ModelEntry
+from sdk._fleet import NodeHeartbeat, NodeSpec
+from sdk._lease import LeaseRequest, ReleaseLease
+
+SECRET = "node-secret"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def join(store: Store, node_id: str, gpus: str = "H100-80GB", count: int = 1, datacenter: str = "east",
+         capacity: str = "on-demand", cached: tuple[str, ...] = (), replicas: list[dict] | None = None) -> None:
+    memory = {"H100-80GB": 81559, "L4-24GB": 23034, "A100-40GB": 40960}[gpus]
+    store.fleet.register(NodeSpec.model_validate({
+        "node_id": node_id, "datacenter": datacenter, "zone": f"{datacenter}-1", "capacity": capacity,
+        "usd_per_hour": 3.0 * count, "gpus": [{"index": i, "type_name": gpus, "memory_total_mib": memory}
+                                               for i in range(count)],
+        "weights_cache_capacity_bytes": 500 * 2**30}), SECRET)
+    store.fleet.heartbeat(NodeHeartbeat.model_validate({
+        "node_id": node_id, "cached_weights": [{"model": m, "size_bytes": 2**30} for m in cached],
+        "replicas": replicas or []}), SECRET)
+
+
+def req(task: str, step: int = 1, model: str = "llama-3.1-8b", **fields: object) -> LeaseRequest:
+    return LeaseRequest(task_id=task, step=step, model=model, tokens=500, **fields)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def pool(store: Store, clock: Clock) -> PoolService:
+    return PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0, clock=clock)
+
+
+def test_without_nodes_a_step_waits_for_capacity(pool: PoolService) -> None:
+    grant = pool.acquire(req("t1"))
+    assert grant.outcome == "wait" and grant.wait_reason == "no_capacity" and "no GPU node" in grant.reason
+
+
+def test_hosted_models_go_direct_and_unknown_ones_never_place(pool: PoolService) -> None:
+    assert pool.acquire(req("t1", model="openai/gpt-4o")).outcome == "direct"
+    never = pool.acquire(req("t1", model="no-such-model"))
+    assert never.outcome == "never" and "no-such-model" in never.reason
+
+
+def test_a_model_no_node_could_ever_hold_fails_at_once_with_the_way_out(store: Store, pool: PoolService) -> None:
+    join(store, "small", "L4-24GB", count=1)
+    grant = pool.acquire(req("t1", model="llama-3.1-70b"))
+    assert grant.outcome == "never"
+    assert "151.5 GiB" in grant.reason and "largest GPU" in grant.reason
+
+
+def test_a_cold_placement_books_a_lease_that_loads_a_replica_and_is_idempotent(store: Store, pool: PoolService) -> None:
+    join(store, "gpu-a")
+    grant = pool.acquire(req("t1"))
+    assert grant.outcome == "placed" and grant.node_id == "gpu-a" and grant.tier == "origin"
+    assert grant.load is not None and grant.load.replica_id == grant.replica_id and grant.load.gpu_indexes == [0]
+    assert grant.usd_per_1m_completion == 0.30 and grant.decided_by
+    assert store.leases.for_step("t1", 1).lease_id == grant.lease_id
+    again = pool.acquire(req("t1"))  # a retried local activity
+    assert again.lease_id == grant.lease_id and len(store.leases.list()) == 1
+    # A second step joins the loading replica instead of starting another (no thundering herd).
+    second = pool.acquire(req("t2"))
+    assert second.replica_id == grant.replica_id and second.tier == "loading" and second.load is not None
+
+
+def test_a_warm_replica_beats_a_cold_load_and_release_starts_its_idle_clock(store: Store, pool: PoolService,
+                                                                            clock: Clock) -> None:
+    join(store, "gpu-a", cached=("llama-3.1-8b",))
+    join(store, "gpu-b", replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0],
+                                   "state": "warm"}])
+    grant = pool.acquire(req("t1"))
+    assert (grant.node_id, grant.replica_id, grant.tier, grant.load) == ("gpu-b", "r-warm", "warm", None)
+    assert "r-warm" not in pool.idle_since
+    clock.now += 5
+    pool.release(ReleaseLease(lease_id=grant.lease_id, replica_warm=True))
+    pool.release(ReleaseLease(lease_id=grant.lease_id, replica_warm=True))  # idempotent
+    assert store.leases.list() == [] and pool.idle_since["r-warm"] == clock.now
+    assert pool.fleet.replicas["r-warm"].active_leases == 0
+
+
+def test_steps_wait_in_priority_then_age_order_and_newcomers_queue_behind(store: Store, pool: PoolService) -> None:
+    store.models.put(ModelEntry(name="solo", weights_gib=10, kv_headroom_gib=2, engine_args={"max_num_seqs": 1}))
+    join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "solo", "gpu_indexes": [0], "state": "warm"}])
+    first = pool.acquire(req("busy", model="solo", service_class="low_priority"))
+    assert first.outcome == "placed"
+    early = pool.acquire(req("early", model="solo", service_class="low_priority"))
+    urgent = pool.acquire(req("urgent", model="solo", priority=5, service_class="low_priority"))
+    assert early.outcome == urgent.outcome == "wait" and early.wait_reason == "low_priority"
+    assert urgent.queue_position == 1 and pool.acquire(req("early", model="solo", service_class="low_priority"))\
+        .queue_position == 2
+    pool.release(ReleaseLease(lease_id=first.lease_id))
+    # The slot is free, but "early" waits behind "urgent"; a newcomer waits behind both.
+    assert pool.acquire(req("early", model="solo", service_class="low_priority")).wait_reason == "queued"
+    assert pool.acquire(req("new", model="solo", service_class="low_priority")).queue_position == 3
+    assert pool.acquire(req("urgent", model="solo", priority=5, service_class="low_priority")).outcome == "placed"
+
+
+def test_a_lost_node_takes_its_replicas_and_leases_with_it(store: Store, clock: Clock) -> None:
+    pool = PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0, node_lost_after_s=0.05,
+                       clock=clock)
+    join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}])
+    grant = pool.acquire(req("t1"))
+    assert grant.replica_id == "r-1"
+    time.sleep(0.1)
+    pool.sync(force=True)
+    assert "r-1" not in pool.fleet.replicas and store.leases.list() == []
+    assert pool.acquire(req("t1", step=2)).outcome == "wait"
+    pool.release(ReleaseLease(lease_id=grant.lease_id))  # the step's late release changes nothing
+
+
+def test_a_placed_replica_no_node_reports_is_forgotten_after_the_grace(store: Store, pool: PoolService,
+                                                                       clock: Clock) -> None:
+    join(store, "gpu-a")
+    grant = pool.acquire(req("t1"))
+    pool.release(ReleaseLease(lease_id=grant.lease_id))
+    assert grant.replica_id not in pool.fleet.replicas  # released while loading: the booking undoes it
+    grant = pool.acquire(req("t2"))
+    clock.now += UNREPORTED_LOAD_GRACE_S / 2
+    pool.sync(force=True)
+    assert grant.replica_id in pool.fleet.replicas
+    clock.now += UNREPORTED_LOAD_GRACE_S
+    pool.sync(force=True)
+    assert grant.replica_id not in pool.fleet.replicas
+
+
+def test_a_restarted_pool_counts_the_leases_still_held(store: Store, pool: PoolService, clock: Clock) -> None:
+    store.models.put(ModelEntry(name="solo", weights_gib=10, kv_headroom_gib=2, engine_args={"max_num_seqs": 1}))
+    join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "solo", "gpu_indexes": [0], "state": "warm"}])
+    held = pool.acquire(req("t1", model="solo", service_class="low_priority"))
+    assert held.outcome == "placed"
+    restarted = PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0, clock=clock)
+    assert restarted.acquire(req("t2", model="solo", service_class="low_priority")).outcome == "wait"
+    assert restarted.acquire(req("t1", model="solo")).lease_id == held.lease_id
+    restarted.release(ReleaseLease(lease_id=held.lease_id))
+    assert restarted.acquire(req("t2", model="solo", service_class="low_priority")).outcome == "placed"

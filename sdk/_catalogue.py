@@ -77,3 +77,26 @@ class CatalogueModel(BaseModel):
     policy: ScalingPolicy
 
 
+
+
+class PrewarmRequest(BaseModel):
+    """Put a model's weights on the disks of the nodes that could serve it, ahead of demand."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    datacenter: str | None = Field(default=None, description="only nodes in this datacenter; all when absent")
+
+
+class PrewarmTarget(BaseModel):
+    """One node a prewarm started on, where it fetches the weights from, and the workflow doing it."""
+
+    node_id: str
+    source: Literal["datacenter", "origin"]  # sdk._node_io.FetchSource (that module imports this one)
+    workflow_id: str
+
+
+class PrewarmStarted(BaseModel):
+    """The prewarms started for a model, one per node; empty when every fitting node has the weights."""
+
+    model: str
+    nodes: list[PrewarmTarget] = Field(default_factory=list)

@@ -21,7 +21,7 @@ import httpx
 from pydantic import ValidationError
 
 from ._budget import Budget
-from ._catalogue import CatalogueModel, ModelEntry, ScalingPolicy
+from ._catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, ScalingPolicy
 from ._errors import (
     BerthError,
     BudgetExhausted,
@@ -185,6 +185,11 @@ class Client:
     async def set_policy(self, name: str, policy: ScalingPolicy) -> CatalogueModel:
         body = policy.model_dump(mode="json")
         return CatalogueModel.model_validate(await self._request("PUT", f"/v1/models/{quote(name)}/policy", json=body))
+
+    async def prewarm(self, model: str, datacenter: str | None = None) -> PrewarmStarted:
+        """Start putting `model`'s weights on the disks of the nodes that could serve it (one datacenter's, or all)."""
+        body = PrewarmRequest(datacenter=datacenter).model_dump(mode="json")
+        return PrewarmStarted.model_validate(await self._request("POST", f"/v1/models/{quote(model)}/prewarm", json=body))
 
     # -- fleet --------------------------------------------------------------------------
 

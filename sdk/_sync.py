@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import httpx
 
 from ._budget import Budget
-from ._catalogue import CatalogueModel, ModelEntry, ScalingPolicy
+from ._catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
 from ._fleet import NodeView, ReplicaView
 from ._client import DEFAULT_API_URL, Client, TaskHandle
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
@@ -108,6 +108,9 @@ class SyncClient:
 
     def set_policy(self, name: str, policy: ScalingPolicy) -> CatalogueModel:
         return self._loop.run(self._client.set_policy(name, policy))
+
+    def prewarm(self, model: str, datacenter: str | None = None) -> PrewarmStarted:
+        return self._loop.run(self._client.prewarm(model, datacenter))
 
     def nodes(self, status: str | None = None, datacenter: str | None = None) -> list[NodeView]:
         return self._loop.run(self._client.nodes(status, datacenter))

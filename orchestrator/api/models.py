@@ -1,15 +1,21 @@
-"""Model catalogue routes: list and read models, add or edit one, set its scaling policy."""
+"""Model catalogue routes: list and read models, add or edit one, set its scaling policy, prewarm it."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response, status
+from fastapi import APIRouter, Body, Depends, Response, status
+from temporalio.service import RPCError
 
-from sdk._catalogue import CatalogueModel, ModelEntry, ScalingPolicy
+from sdk._catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
+from sdk._node_io import PREWARM_WORKFLOW, Prewarm, PrewarmOnNode
 
-from .errors import ERROR_RESPONSES, invalid, not_found
+from ..pool.prewarm import PrewarmRefused, prewarm_targets, weights_bytes
+from .errors import ERROR_RESPONSES, invalid, not_found, unavailable
 from .services import Services, services
+from .temporal_gateway import CONNECT_TIMEOUT_S, TemporalUnavailable
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=ERROR_RESPONSES)
 Svc = Annotated[Services, Depends(services)]
@@ -32,6 +38,38 @@ async def set_policy(name: str, policy: ScalingPolicy, svc: Svc) -> CatalogueMod
     updated = await svc.db(svc.store.models.set_policy, name, policy)
     assert updated is not None  # checked just above; models are never deleted
     return updated
+
+
+@router.post("/{name:path}/prewarm", response_model=PrewarmStarted, status_code=status.HTTP_202_ACCEPTED)
+async def prewarm(name: str, svc: Svc, request: Annotated[PrewarmRequest | None, Body()] = None) -> PrewarmStarted:
+    """Start putting the model's weights on the disk of every healthy node that could serve it.
+
+    One PrewarmWorkflow per node, so each transfer retries and reports on its own; the answer
+    says which nodes fetch from a peer in their datacenter and which from origin. Nodes that
+    already cache the weights, or could never load the model, are left out.
+    """
+    entry = (await _existing(svc, name)).entry
+    nodes = await svc.db(svc.store.fleet.list)
+    try:
+        targets = prewarm_targets(nodes, entry, request.datacenter if request else None)
+    except PrewarmRefused as exc:
+        raise invalid(exc.field, exc.message) from None
+    started: list[PrewarmTarget] = []
+    if not targets:
+        return PrewarmStarted(model=name, nodes=started)
+    try:
+        client = await svc.temporal.client()
+        for node_id, source in targets:
+            workflow_id = f"prewarm-{name}-{node_id}-{uuid.uuid4().hex[:8]}"
+            order = PrewarmOnNode(node_id=node_id, request=Prewarm(model=entry, size_bytes=weights_bytes(entry),
+                                                                    tier=source))
+            await client.start_workflow(PREWARM_WORKFLOW, order, id=workflow_id, task_queue=svc.temporal.task_queue,
+                                        rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
+            started.append(PrewarmTarget(node_id=node_id, source=source, workflow_id=workflow_id))
+    except (TemporalUnavailable, RPCError, RuntimeError) as exc:
+        done = f" (started on {', '.join(t.node_id for t in started)})" if started else ""
+        raise unavailable(f"could not start prewarming {name!r}{done}: {exc}") from None
+    return PrewarmStarted(model=name, nodes=started)
 
 
 @router.get("/{name:path}", response_model=CatalogueModel)

@@ -1,4 +1,4 @@
-"""`berth models …`: the model catalogue and each model's scaling policy."""
+"""`berth models …`: the model catalogue, each model's scaling policy, and prewarming its weights."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from sdk import CatalogueModel, Client, InvalidSpec, ScalingPolicy
+from sdk._catalogue import PrewarmStarted
 
 from . import output
 from .output import EXIT_OK, add_api_flag, run_with_client
@@ -41,6 +42,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument(flag, dest=field, type=kind, help=help_text)
     add_api_flag(p)
     p.set_defaults(func=cmd_policy)
+
+    p = sub.add_parser("prewarm", help="put a model's weights on the disks of the nodes that could serve it")
+    p.add_argument("name")
+    p.add_argument("--datacenter", help="only nodes in this datacenter (default: every datacenter)")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_prewarm)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -76,6 +83,29 @@ def cmd_policy(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return run_with_client(args, command)
+
+
+def cmd_prewarm(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        started = await client.prewarm(args.name, args.datacenter)
+        if not started.nodes:
+            where = f" in {args.datacenter}" if args.datacenter else ""
+            output.stdout().print(f"nothing to prewarm: every healthy node{where} that fits {started.model} has its weights")
+        else:
+            output.stdout().print(_prewarm_table(started))
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def _prewarm_table(started: PrewarmStarted) -> Table:
+    """One line per node: where it fetches from ("datacenter": a peer there has the weights) and its workflow."""
+    table = Table(box=None, header_style="bold")
+    for column in ("NODE", "FETCHES FROM", "WORKFLOW"):
+        table.add_column(column, no_wrap=True)
+    for target in started.nodes:
+        table.add_row(target.node_id, target.source, target.workflow_id)
+    return table
 
 
 def _table(models: list[CatalogueModel]) -> Table:

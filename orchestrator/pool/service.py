@@ -25,7 +25,7 @@ from typing import Protocol
 from sdk._catalogue import ModelEntry, ScalingPolicy
 from sdk._fleet import NodeView
 from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease
-from sdk._node_io import FetchSource, LoadReplica
+from sdk._node_io import FetchSource, LoadOnNode, LoadReplica
 
 from ..store import LeaseRecord, Store
 from .decision import Decision, PlacementRequest
@@ -33,6 +33,7 @@ from .fleet import Booking, FleetState, StaleDecision
 from .inventory import model_spec, node_from_view
 from .placement import place
 from .queue import WaitQueue
+from .scaler import ModelDemand, ScaleDown, ScaleUp, plan_scaling
 from .weights import DEFAULT_CONFIG, PlacementConfig
 
 log = logging.getLogger("berth.pool")
@@ -200,8 +201,10 @@ class PoolService:
             report = reported.pop(replica.id, None)
             if report is not None:
                 self._unreported.pop(replica.id, None)
-                if report.state != replica.state:
+                if report.state != replica.state and replica.id not in self._unloading:
                     fleet.set_replica_state(replica.id, report.state)
+                    if report.state == "warm" and replica.active_leases == 0:
+                        self.idle_since[replica.id] = now  # idle from when it could first serve
                 continue
             placed_at = self._unreported.get(replica.id)
             if view.status != "lost" and placed_at is not None and now - placed_at < UNREPORTED_LOAD_GRACE_S:
@@ -251,6 +254,36 @@ class PoolService:
             self.idle_since.pop(replica.id, None)
 
     # --- for the scaler --------------------------------------------------------------------
+
+    def plan_scaling(self) -> list[ScaleUp | ScaleDown]:
+        """The scaler's plan for the fleet as it is now (see orchestrator.pool.scaler)."""
+        now = self.clock()
+        with self._lock:
+            self.sync()
+            demand = {model: ModelDemand(waiting=n) for model, n in self.queue.demand(now).items()}
+            return plan_scaling(self.fleet, self.policies, self.idle_since, now, demand)
+
+    def start_replica(self, model: str) -> LoadOnNode | None:
+        """Place a replica for the scaler (batch class: spot first) and count it as loading; None if nothing fits."""
+        entry = self.catalogue.get(model)
+        if entry is None or entry.provider != "self-hosted":
+            return None
+        with self._lock:
+            self.fleet.add_model(model_spec(entry))
+            decision = place(self.fleet, PlacementRequest(model=model, tokens=1, priority="batch"), self.config)
+            chosen = decision.chosen
+            if chosen is None or chosen.candidate.replica_id is not None:
+                return None  # no room, or placement would join an existing replica (demand is met)
+            booking = self.fleet.apply(decision, 1)
+            replica = self.fleet.replicas[booking.replica_id]
+            # Undo the booking's load but keep the replica: nobody holds a lease on it yet.
+            self.fleet.set_load(replica.id, outstanding_tokens=0, active_leases=0)
+            now = self.clock()
+            self._unreported[replica.id] = now
+            self.idle_since[replica.id] = now
+        source: FetchSource = "datacenter" if chosen.candidate.tier == "datacenter" else "origin"
+        return LoadOnNode(node_id=replica.node_id, request=LoadReplica(
+            model=entry, gpu_indexes=list(replica.devices), replica_id=replica.id, tier=source))
 
     def begin_unload(self, replica_id: str) -> bool:
         """Take an idle replica out of placement before its node is told to stop it; False if it is busy."""

@@ -8,9 +8,10 @@ import pytest
 
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
+from orchestrator.pool.scaler import ScaleDown, ScaleUp
 from orchestrator.pool.service import UNREPORTED_LOAD_GRACE_S, PoolService
 from orchestrator.store import Store
-from sdk import ModelEntry
+from sdk import ModelEntry, ScalingPolicy
 from sdk._fleet import NodeHeartbeat, NodeSpec
 from sdk._lease import LeaseRequest, ReleaseLease
 
@@ -154,3 +155,31 @@ def test_a_restarted_pool_counts_the_leases_still_held(store: Store, pool: PoolS
     assert restarted.acquire(req("t1", model="solo")).lease_id == held.lease_id
     restarted.release(ReleaseLease(lease_id=held.lease_id))
     assert restarted.acquire(req("t2", model="solo", service_class="low_priority")).outcome == "placed"
+
+
+def test_an_idle_replica_is_planned_down_and_leaves_placement_before_its_node_stops_it(
+        store: Store, pool: PoolService, clock: Clock) -> None:
+    store.models.set_policy("llama-3.1-8b", ScalingPolicy(idle_timeout_s=60))
+    join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}])
+    grant = pool.acquire(req("t1"))
+    assert [a for a in pool.plan_scaling() if isinstance(a, ScaleDown)] == []  # busy
+    pool.release(ReleaseLease(lease_id=grant.lease_id))
+    clock.now += 59
+    assert [a for a in pool.plan_scaling() if isinstance(a, ScaleDown)] == []  # not idle long enough
+    clock.now += 2
+    [down] = [a for a in pool.plan_scaling() if isinstance(a, ScaleDown)]
+    assert (down.replica_id, down.node_id) == ("r-1", "gpu-a")
+    assert pool.begin_unload("r-1") and not pool.begin_unload("r-1")
+    assert pool.acquire(req("t2")).replica_id != "r-1"  # a draining replica takes no lease
+
+
+def test_min_replicas_loads_one_through_placement_and_counts_it_while_it_loads(store: Store, pool: PoolService) -> None:
+    store.models.set_policy("llama-3.2-1b", ScalingPolicy(min_replicas=1))
+    join(store, "gpu-a", cached=("llama-3.2-1b",))
+    [up] = [a for a in pool.plan_scaling() if isinstance(a, ScaleUp) and a.model == "llama-3.2-1b"]
+    order = pool.start_replica(up.model)
+    assert order is not None and order.node_id == "gpu-a" and order.request.model.name == "llama-3.2-1b"
+    assert pool.fleet.replicas[order.request.replica_id].state == "loading"
+    assert not [a for a in pool.plan_scaling() if isinstance(a, ScaleUp) and a.model == "llama-3.2-1b"]
+    grant = pool.acquire(req("t1", model="llama-3.2-1b"))
+    assert grant.replica_id == order.request.replica_id and grant.load is not None  # joins the load

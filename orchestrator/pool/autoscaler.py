@@ -1,0 +1,79 @@
+"""The scaler's loop: every few seconds, plan (orchestrator.pool.scaler) and carry the plan out.
+
+Loads and unloads run as small workflows (workflows/fleet_ops.py) on the control queue, each
+driving one activity on the node's own queue: they survive this process restarting, and a
+workflow id per replica makes a repeated order a no-op. A replica is taken out of placement
+(`begin_unload`) before its node is told to stop it, so no lease lands on a replica being
+unloaded; its weights stay in the node's disk cache for the next load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from sdk._node_io import LOAD_WORKFLOW, UNLOAD_WORKFLOW, UnloadOnNode, UnloadReplica
+from sdk.contracts import CONTROL_TASK_QUEUE
+
+from .scaler import ScaleDown, ScaleUp
+from .service import PoolService
+
+log = logging.getLogger("berth.pool.autoscaler")
+
+TICK_S = 2.0
+
+
+class Autoscaler:
+    def __init__(self, pool: PoolService, client: Client, task_queue: str = CONTROL_TASK_QUEUE,
+                 tick_s: float = TICK_S) -> None:
+        self.pool = pool
+        self.client = client
+        self.task_queue = task_queue
+        self.tick_s = tick_s
+
+    async def run(self) -> None:
+        """Tick until cancelled; a failed tick is logged and the next one tried."""
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scaler tick failed")
+            await asyncio.sleep(self.tick_s)
+
+    async def tick(self) -> list[ScaleUp | ScaleDown]:
+        """Plan once and start what the plan says; returns the plan (for tests and logs)."""
+        plan = await asyncio.to_thread(self.pool.plan_scaling)
+        for action in plan:
+            if isinstance(action, ScaleDown):
+                await self._unload(action)
+            else:
+                await self._load(action)
+        return plan
+
+    async def _unload(self, action: ScaleDown) -> None:
+        if not await asyncio.to_thread(self.pool.begin_unload, action.replica_id):
+            return  # took a lease since the plan was made
+        log.info("unloading %s of %s on %s: %s", action.replica_id, action.model, action.node_id, action.reason)
+        order = UnloadOnNode(node_id=action.node_id, request=UnloadReplica(replica_id=action.replica_id))
+        await self._start(UNLOAD_WORKFLOW, order, f"unload-{action.replica_id}")
+
+    async def _load(self, action: ScaleUp) -> None:
+        order = await asyncio.to_thread(self.pool.start_replica, action.model)
+        if order is None:
+            log.info("cannot add a replica of %s now (%s): nothing fits", action.model, action.reason)
+            return
+        log.info("loading %s of %s on %s: %s", order.request.replica_id, action.model, order.node_id, action.reason)
+        await self._start(LOAD_WORKFLOW, order, f"load-{order.request.replica_id}")
+
+    async def _start(self, workflow: str, order: object, workflow_id: str) -> None:
+        try:
+            await self.client.start_workflow(workflow, order, id=workflow_id, task_queue=self.task_queue,
+                                             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
+        except WorkflowAlreadyStartedError:
+            pass  # the same order, given before: nothing to add

@@ -20,7 +20,7 @@ Svc = Annotated[Services, Depends(services)]
              responses={200: {"model": AgentSpec, "description": "this content was already the current version"}})
 async def register(spec: AgentSpec, response: Response, svc: Svc) -> AgentSpec:
     """Register an agent; its version is the hash of its content, so re-registering is a no-op (200)."""
-    check_model(svc, spec.model)
+    await check_model(svc, spec.model)
     current = await svc.db(svc.store.agents.get, spec.name)
     stored = await svc.db(svc.store.agents.register, spec)
     if current is not None and current.version == stored.version:

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from sdk import AgentSpec, ForkSource, Spend, TaskRun, TaskSpec, TaskState, TaskStatus
 
 from ..catalogue import UnknownModel
+from ..pool.feasibility import never_reason
 from ..store import TaskConflict
 from .errors import conflict, invalid, unavailable
 from .services import Services
@@ -44,11 +45,17 @@ async def resolve_agent(services: Services, name: str, version: str | None = Non
     return agent
 
 
-def check_model(services: Services, model: str) -> None:
+async def check_model(services: Services, model: str) -> None:
+    """Refuse a model the catalogue cannot serve, or that no node of the fleet could ever hold."""
     try:
         services.catalogue.check(model)
     except UnknownModel as exc:
         raise invalid("model", str(exc)) from None
+    entry = services.catalogue.get(model)
+    if services.config.fleet and entry is not None and entry.provider == "self-hosted":
+        reason = never_reason(await services.db(services.store.fleet.list), entry)
+        if reason is not None:
+            raise invalid("model", reason)
 
 
 def initial_state(run: TaskRun) -> TaskState:
@@ -73,7 +80,7 @@ async def submit_task(
 ) -> Submitted:
     agent = await resolve_agent(services, spec.agent, agent_version)
     model = spec.model or agent.model
-    check_model(services, model)
+    await check_model(services, model)
 
     spec = spec.model_copy(update={"task_id": spec.task_id or new_task_id()})
     task_id = spec.task_id

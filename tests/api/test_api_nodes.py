@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api_helpers import error_of
+from api_helpers import error_of, task_body
 from orchestrator.api import TemporalGateway
 from orchestrator.cli import output
 from orchestrator.cli.main import main
@@ -224,3 +224,12 @@ def _spec(node_id: str, gpus: list[str], **fields: object) -> NodeSpec:
     body = registration(node_id, gpus=gpus, **fields)
     body.pop("join_token")
     return NodeSpec.model_validate(body)
+
+
+async def test_a_task_no_node_could_ever_serve_is_refused_at_submission(api: httpx.AsyncClient, agent) -> None:
+    await join(api, gpus=["H100-80GB"])
+    refused = await api.post("/v1/tasks", json=task_body(agent, model="llama-3.1-70b"))
+    assert refused.status_code == 422 and error_of(refused)["field"] == "model"
+    assert "llama-3.1-70b needs 151.5 GiB" in error_of(refused)["message"]
+    assert "largest GPU has" in error_of(refused)["message"]
+    assert (await api.get("/v1/tasks")).json() == []

@@ -19,8 +19,8 @@ from sdk.contracts import (
     ResolveAgentResult,
 )
 
-from .checkpointing import record_step
 from .ports import AgentCatalogue, CheckpointStore, EventLog, TaskRegistry
+from .step_books import record_step
 
 
 class TaskBookkeeping:

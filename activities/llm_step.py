@@ -24,21 +24,22 @@ from sdk._limits import MIN_ANSWER_TOKENS
 from sdk.contracts import LlmStepInput, LlmStepResult
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt
-from .checkpointing import record_step
-from .ports import CheckpointStore, EventLog, LedgerEntry, ModelRoute, ModelRouter, TaskRegistry, TokenLedger
+from .ports import LedgerEntry, ModelRoute, ModelRouter, StepBooks
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
 HEARTBEAT_EVERY_S = 1.0
 IDEMPOTENCY_HEADER = "Idempotency-Key"  # one key per task step: a retry gets a finished reply back
+# What the "llm_call" event records of where the step ran (DESIGN.md: every step records where it ran).
+PLACEMENT_EVENT_KEYS = ("node_id", "replica_id", "gpu_indexes", "gpu_type", "tier", "decided_by", "queue_wait_s",
+                        "load_s")
 
 
 class LlmStepActivities:
-    def __init__(self, checkpoints: CheckpointStore, ledger: TokenLedger, events: EventLog, router: ModelRouter,
-                 tasks: TaskRegistry) -> None:
-        self.checkpoints = checkpoints
-        self.tasks = tasks
-        self.ledger = ledger
-        self.events = events
+    """`books` is the store beside the control queue's worker, or the control plane's API on a GPU
+    node; either way a normal step costs two bookkeeping calls (prepare, settle)."""
+
+    def __init__(self, books: StepBooks, router: ModelRouter) -> None:
+        self.books = books
         self.router = router
 
     @activity.defn(name="berth.generate")
@@ -50,13 +51,10 @@ class LlmStepActivities:
         activity.heartbeat(progress.details())
         allowance = inp.token_allowance - progress.held_back
 
-        route = self._route(inp.model)
-        checkpoint = inp.checkpoint
-        if inp.pending is not None:
-            checkpoint = await asyncio.to_thread(record_step, self.checkpoints, self.tasks, self.events, inp.task_id,
-                                                 inp.checkpoint, inp.pending)
-        conversation = await asyncio.to_thread(self.checkpoints.read, checkpoint.id)
-        messages = [m.to_openai() for m in conversation.messages]
+        route = self._route(inp)
+        prepared = await asyncio.to_thread(self.books.prepare, inp.task_id, inp.checkpoint, inp.pending)
+        checkpoint = prepared.checkpoint
+        messages = [m.to_openai() for m in prepared.messages]
         tools = sendable_tools(inp.tools) or None
         prompt_estimate = count_prompt_tokens(messages, tools)
         reserve = prompt_estimate + reservation_margin(prompt_estimate)
@@ -68,7 +66,8 @@ class LlmStepActivities:
             needed_usd = reserve * usd_prices[0] + MIN_ANSWER_TOKENS * usd_prices[1]
             shortfall_usd = needed_usd - inp.usd_allowance if needed_usd > inp.usd_allowance else None
         if max_tokens < MIN_ANSWER_TOKENS:
-            await asyncio.to_thread(self._book_lost, inp, progress.resolve(None))
+            if dead := progress.resolve(None):
+                await asyncio.to_thread(self._book_lost, inp, dead)
             return LlmStepResult(
                 shortfall_tokens=max(0, reserve + MIN_ANSWER_TOKENS - allowance),
                 shortfall_usd=shortfall_usd,
@@ -76,6 +75,7 @@ class LlmStepActivities:
                 cost_usd=progress.unreported_usd,
                 attempt=info.attempt,
                 checkpoint=checkpoint,
+                placement=inp.placement,
             )
 
         started = time.monotonic()
@@ -125,52 +125,49 @@ class LlmStepActivities:
         message = reply.message
         cost = _cost(usd_prices, prompt_tokens, completion_tokens)
 
-        await asyncio.to_thread(self._settle, inp, progress.replayed, LedgerEntry(
-            task_id=inp.task_id, step=inp.step, attempt=info.attempt, model=inp.model,
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
-            ttft_s=ttft or duration, duration_s=duration, served_by=route.served_by,
-            response_id=progress.response_id or "",
-        ), {
-            "step": inp.step, "attempt": info.attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before, "cost_usd": cost,
-            "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),
-            "tokens_per_s": round(completion_tokens / duration, 1) if duration > 0 else None,
-            "served_by": route.served_by, "finish_reason": reply.finish_reason,
-            "tool_calls": [c.name for c in message.tool_calls or []],
-        })
+        # A reply an earlier attempt already booked is not booked (nor announced) again.
+        if not progress.replayed:
+            event = {
+                "step": inp.step, "attempt": info.attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before, "cost_usd": cost,
+                "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),
+                "tokens_per_s": round(completion_tokens / duration, 1) if duration > 0 else None,
+                "served_by": route.served_by, "finish_reason": reply.finish_reason,
+                "tool_calls": [c.name for c in message.tool_calls or []],
+            }
+            if inp.placement is not None:
+                event.update(inp.placement.model_dump(mode="json", include=set(PLACEMENT_EVENT_KEYS)))
+            await asyncio.to_thread(self.books.settle, LedgerEntry(
+                task_id=inp.task_id, step=inp.step, attempt=info.attempt, model=inp.model,
+                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
+                ttft_s=ttft or duration, duration_s=duration, served_by=route.served_by,
+                response_id=progress.response_id or "",
+            ), event)
         return LlmStepResult(
             message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
             cost_usd=cost + progress.unreported_usd,
             ttft_s=ttft or duration, duration_s=duration, attempt=info.attempt, served_by=route.served_by,
-            checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens,
+            checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens, placement=inp.placement,
         )
-
-    def _settle(self, inp: LlmStepInput, replayed: bool, entry: LedgerEntry, event: dict) -> None:
-        """Book the call under its idempotency key; a retried settle neither re-books nor re-announces,
-        and a reply an earlier attempt already booked is not booked again."""
-        if not replayed and self.ledger.record(entry):
-            self.events.append(inp.task_id, "llm_call", event)
 
     def _booked_earlier(self, inp: LlmStepInput, attempt: int) -> list[BookedAttempt]:
         """Replies earlier attempts of this step booked before dying unheard (rare: retries only)."""
         return [BookedAttempt(e.attempt, e.prompt_tokens + e.completion_tokens, e.cost_usd, e.response_id)
-                for e in self.ledger.entries(inp.task_id)
-                if e.step == inp.step and e.kind == "settled" and e.attempt < attempt]
+                for e in self.books.booked(inp.task_id, inp.step, attempt)]
 
-    def _route(self, model: str) -> ModelRoute:
+    def _route(self, inp: LlmStepInput) -> ModelRoute:
         try:
-            return self.router.route(model)
+            return self.router.route(inp.model, inp.placement)
         except ValueError as exc:
             raise ApplicationError(str(exc), type="UnknownModel", non_retryable=True) from exc
 
     def _book_lost(self, inp: LlmStepInput, dead: list[DeadAttempt]) -> None:
-        for attempt in dead:
-            self.ledger.record(LedgerEntry(
-                task_id=inp.task_id, step=inp.step, attempt=attempt.attempt, model=inp.model, prompt_tokens=0,
-                completion_tokens=attempt.generated, cost_usd=0.0, ttft_s=0.0, duration_s=0.0, served_by="",
-                kind="lost",
-            ))
+        self.books.book_lost([LedgerEntry(
+            task_id=inp.task_id, step=inp.step, attempt=attempt.attempt, model=inp.model, prompt_tokens=0,
+            completion_tokens=attempt.generated, cost_usd=0.0, ttft_s=0.0, duration_s=0.0, served_by="",
+            kind="lost",
+        ) for attempt in dead])
 
 
 def _is_closing_usage(chunk: Any) -> bool:

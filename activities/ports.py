@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sdk import AgentSpec, Message, TaskState
-from sdk.contracts import CheckpointRef
+from sdk._lease import StepPlacement
+from sdk.contracts import CheckpointRef, PendingStep
 
 
 @dataclass(frozen=True)
@@ -91,4 +92,39 @@ class AgentCatalogue(Protocol):
 
 
 class ModelRouter(Protocol):
-    def route(self, model: str) -> ModelRoute: ...
+    def route(self, model: str, placement: StepPlacement | None) -> ModelRoute:
+        """How to reach `model`; `placement` is the leased replica when the fleet serves the step."""
+        ...
+
+
+@dataclass(frozen=True)
+class PreparedStep:
+    """What a step starts from: the checkpoint after its pending step, and the conversation up to it."""
+
+    checkpoint: CheckpointRef
+    messages: list[Message]
+
+
+class StepBooks(Protocol):
+    """The LLM step's bookkeeping, in calls coarse enough to cross a network.
+
+    On the control plane these are store calls (activities/step_books.py); on a GPU node,
+    which has no database, they are HTTP calls to the control plane, so each method is one
+    round trip and a normal step costs two (prepare, settle).
+    """
+
+    def prepare(self, task_id: str, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
+        """Write `pending` (checkpoint, task state, step event) when given, then read the conversation."""
+        ...
+
+    def settle(self, entry: LedgerEntry, event: dict) -> bool:
+        """Book a call under its idempotency key and announce it once ("llm_call"); True when newly booked."""
+        ...
+
+    def booked(self, task_id: str, step: int, before_attempt: int) -> list[LedgerEntry]:
+        """The settled entries of the step's attempts before `before_attempt`."""
+        ...
+
+    def book_lost(self, entries: list[LedgerEntry]) -> None:
+        """Book tokens of attempts that died unheard (entries of kind "lost")."""
+        ...

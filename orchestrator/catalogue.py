@@ -15,6 +15,7 @@ from typing import Protocol
 
 from activities.ports import ModelRoute
 from sdk._catalogue import CatalogueModel, ModelEntry
+from sdk._lease import StepPlacement
 
 from .config import BerthConfig
 
@@ -89,7 +90,9 @@ class ModelCatalogue:
         """Raise UnknownModel when `name` cannot be served right now (unknown, or its key is unset)."""
         self.route(name)
 
-    def route(self, model: str) -> ModelRoute:
+    def route(self, model: str, placement: StepPlacement | None = None) -> ModelRoute:
+        """Routes without a fleet: `placement` (the leased replica) is ignored, every self-hosted
+        model goes to the configured engine."""
         entry = self.get(model)
         if entry is None:
             known = ", ".join(sorted(self.names()))

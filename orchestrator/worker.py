@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 
 from activities.bookkeeping import TaskBookkeeping
 from activities.llm_step import LlmStepActivities
+from activities.step_books import StoreStepBooks
 from sdk.contracts import CONTROL_TASK_QUEUE
 from workflows.agent_task import AgentTaskWorkflow
 from workflows.fleet_ops import PrewarmWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow
@@ -30,7 +31,8 @@ log = logging.getLogger("berth.worker")
 
 
 def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) -> Worker:
-    llm = LlmStepActivities(store.checkpoints, store.ledger, store.events, ModelCatalogue(config, store.models), store.tasks)
+    llm = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger),
+                            ModelCatalogue(config, store.models))
     books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents)
     return Worker(
         client,

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
 from ..store import Store
-from . import agents, checkpoints, errors, events, health, models, nodes, tasks
+from . import agents, checkpoints, errors, events, health, models, nodes, steps, tasks
 from .limits import BodySizeLimit
 from .services import Services
 from .temporal_gateway import TemporalGateway, TemporalUnavailable
@@ -42,7 +42,7 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
     app.state.services = Services(config=config, store=store, temporal=temporal, catalogue=catalogue)
     errors.install(app)
     app.add_middleware(BodySizeLimit)
-    for module in (health, agents, models, tasks, checkpoints, events, nodes):
+    for module in (health, agents, models, tasks, checkpoints, events, nodes, steps):
         app.include_router(module.router)
     return app
 

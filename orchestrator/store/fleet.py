@@ -181,6 +181,14 @@ class SqlFleet:
     def undrain(self, node_id: str) -> NodeView:
         return self._set_draining(node_id, False)
 
+    def authenticate(self, node_id: str, node_secret: str | None) -> None:
+        """Check a node's secret before it writes through the control plane (its steps' bookkeeping).
+
+        Raises NodeNotFound for an id never registered, NodeSecretRefused for a missing or wrong secret.
+        """
+        with Session(self._engine) as session:
+            self._authenticated(session, node_id, node_secret)
+
     # -- reads --------------------------------------------------------------------------------
 
     def get(self, node_id: str) -> NodeView | None:

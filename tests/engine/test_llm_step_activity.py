@@ -11,6 +11,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.llm_step import LlmStepActivities
+from activities.step_books import StoreStepBooks
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
 from orchestrator.engines.simulated import EngineThread
@@ -29,8 +30,8 @@ def engine() -> Iterator[EngineThread]:
 def step(engine: EngineThread, tmp_path: Path) -> tuple[LlmStepActivities, Store, LlmStepInput]:
     store = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
     root = store.checkpoints.write_root("t1", [Message(role="user", content="Explain KV caches")], {})
-    acts = LlmStepActivities(store.checkpoints, store.ledger, store.events,
-                             ModelCatalogue(BerthConfig(engine_url=engine.base_url)), store.tasks)
+    acts = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger),
+                             ModelCatalogue(BerthConfig(engine_url=engine.base_url)))
     inp = LlmStepInput(task_id="t1", step=1, checkpoint=root, model="llama-3.2-1b", max_tokens=200,
                        token_allowance=10_000)
     return acts, store, inp
@@ -133,3 +134,21 @@ async def test_a_booked_reply_the_engine_cannot_replay_is_charged_not_hidden(ste
     assert result.tokens_charged == 50 + result.prompt_tokens + result.completion_tokens
     totals = store.ledger.totals("t-gone")
     assert totals.prompt_tokens + totals.completion_tokens + totals.lost_tokens == result.tokens_charged
+
+
+async def test_a_leased_step_records_where_it_ran(step) -> None:
+    from sdk._lease import StepPlacement
+
+    acts, store, inp = step
+    placement = StepPlacement(node_id="gpu-a", replica_id="r-7", gpu_indexes=[0, 1], gpu_type="H100-80GB",
+                              tier="warm", decided_by="queue", queue_wait_s=0.4, load_s=0.0)
+    result = await ActivityEnvironment().run(acts.generate, inp.model_copy(update={"placement": placement}))
+    assert result.placement == placement
+    [call] = [e for e in store.events.read("t1") if e.kind == "llm_call"]
+    assert {k: call.data[k] for k in ("node_id", "replica_id", "gpu_indexes", "gpu_type", "tier", "decided_by",
+                                      "queue_wait_s", "load_s")} == placement.model_dump()
+    assert call.data["completion_tokens"] == result.completion_tokens
+
+    short = await ActivityEnvironment().run(acts.generate, inp.model_copy(update={"placement": placement,
+                                                                                  "token_allowance": 20}))
+    assert short.shortfall_tokens and short.placement == placement

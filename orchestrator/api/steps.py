@@ -1,0 +1,94 @@
+"""Node-agent routes: the bookkeeping of LLM steps that run on a GPU node.
+
+A node has no database, so the LLM step activity running there does its bookkeeping
+(activities/ports.py `StepBooks`) through these routes: `prepare` before the model call and
+`settle` after it, two round trips per step; `booked` and `lost` serve retried attempts only.
+They write exactly what a step on the control queue writes (activities/step_books.py), and
+only for a node that presents its node secret, like its heartbeats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Annotated, TypeVar
+
+from fastapi import APIRouter, Depends, Header
+
+from activities.ports import LedgerEntry
+from activities.step_books import StoreStepBooks
+from sdk import NotFound, Unauthorized
+from sdk._fleet import NODE_SECRET_HEADER
+from sdk._step_books import (
+    BookedRequest,
+    BookLostRequest,
+    LedgerEntryBody,
+    PreparedStepBody,
+    PrepareStepRequest,
+    SettleStepRequest,
+    SettleStepResult,
+)
+
+from ..store.checkpoints import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
+from .errors import ERROR_RESPONSES, ApiError, conflict, not_found
+from .services import Services, services
+
+router = APIRouter(prefix="/v1/nodes/{node_id}/steps", tags=["fleet"], responses={
+    **ERROR_RESPONSES, 401: {"description": "the node secret is missing or wrong"},
+})
+Svc = Annotated[Services, Depends(services)]
+NodeSecret = Annotated[str | None, Header(alias=NODE_SECRET_HEADER)]
+T = TypeVar("T")
+
+
+@router.post("/prepare", response_model=PreparedStepBody)
+async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: NodeSecret = None) -> PreparedStepBody:
+    """Node agents only: write the step's pending predecessor (when given), return the conversation to send."""
+    prepared = await _call(svc, node_id, node_secret, lambda books: books.prepare(req.task_id, req.checkpoint,
+                                                                                    req.pending))
+    return PreparedStepBody(checkpoint=prepared.checkpoint, messages=prepared.messages)
+
+
+@router.post("/settle", response_model=SettleStepResult)
+async def settle(node_id: str, req: SettleStepRequest, svc: Svc, node_secret: NodeSecret = None) -> SettleStepResult:
+    """Node agents only: book a model call under its (task, step, attempt) key and announce it once."""
+    recorded = await _call(svc, node_id, node_secret, lambda books: books.settle(_entry(req.entry), req.event))
+    return SettleStepResult(recorded=recorded)
+
+
+@router.post("/booked", response_model=list[LedgerEntryBody])
+async def booked(node_id: str, req: BookedRequest, svc: Svc, node_secret: NodeSecret = None) -> list[LedgerEntryBody]:
+    """Node agents only: what earlier attempts of a step booked (a retried attempt asks)."""
+    entries = await _call(svc, node_id, node_secret, lambda books: books.booked(req.task_id, req.step,
+                                                                                  req.before_attempt))
+    return [LedgerEntryBody(**dataclasses.asdict(e)) for e in entries]
+
+
+@router.post("/lost", status_code=204, response_model=None)
+async def book_lost(node_id: str, req: BookLostRequest, svc: Svc, node_secret: NodeSecret = None) -> None:
+    """Node agents only: book the tokens of attempts that died unheard."""
+    await _call(svc, node_id, node_secret, lambda books: books.book_lost([_entry(e) for e in req.entries]))
+
+
+def _entry(body: LedgerEntryBody) -> LedgerEntry:
+    return LedgerEntry(**body.model_dump())
+
+
+async def _call(svc: Services, node_id: str, node_secret: str | None, fn: Callable[[StoreStepBooks], T]) -> T:
+    """Authenticate the node, then run `fn` over the store's books: one thread hop; refusals in the API's shape."""
+    store = svc.store
+
+    def run() -> T:
+        store.fleet.authenticate(node_id, node_secret)
+        return fn(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger))
+
+    try:
+        return await svc.db(run)
+    except CheckpointNotFound as exc:
+        raise not_found(exc.message, field="checkpoint") from None
+    except NotFound as exc:
+        raise not_found(exc.message, field=exc.field or "node_id") from None
+    except Unauthorized as exc:
+        raise ApiError(401, exc.message, field=exc.field) from None
+    except (CheckpointConflict, CheckpointCorrupt) as exc:
+        raise conflict(str(exc), field="checkpoint") from None

@@ -1,0 +1,62 @@
+"""What a GPU node's LLM step sends the control plane to do its bookkeeping, and what comes back.
+
+A node agent has no database, so the step's bookkeeping (activities/ports.py `StepBooks`)
+crosses HTTP: `prepare` writes the pending step and returns the conversation, `settle` books
+the call; `booked` and `book_lost` serve retries only. Each is one POST under
+`/v1/nodes/{node_id}/steps/`, authenticated by the node's secret.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from ._messages import Message
+from ._spec import CheckpointRef
+from .contracts import PendingStep
+
+
+class PrepareStepRequest(BaseModel):
+    task_id: str
+    checkpoint: CheckpointRef
+    pending: PendingStep | None = Field(default=None, description="the previous step, written before the read")
+
+
+class PreparedStepBody(BaseModel):
+    checkpoint: CheckpointRef = Field(description="after writing the pending step, when there was one")
+    messages: list[Message] = Field(description="the conversation up to that checkpoint")
+
+
+class LedgerEntryBody(BaseModel):
+    """One LLM call's cost (activities/ports.py `LedgerEntry`), keyed (task, step, attempt)."""
+
+    task_id: str
+    step: int
+    attempt: int
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    ttft_s: float
+    duration_s: float
+    served_by: str
+    kind: str = Field(default="settled", description='"settled", or "lost": tokens of an attempt that died')
+    response_id: str = ""
+
+
+class SettleStepRequest(BaseModel):
+    entry: LedgerEntryBody
+    event: dict = Field(description='the "llm_call" event, appended only when the entry is newly booked')
+
+
+class SettleStepResult(BaseModel):
+    recorded: bool = Field(description="false when the entry was booked already (a retried settle)")
+
+
+class BookedRequest(BaseModel):
+    task_id: str
+    step: int
+    before_attempt: int
+
+
+class BookLostRequest(BaseModel):
+    entries: list[LedgerEntryBody]

@@ -1,0 +1,161 @@
+"""A GPU node's step bookkeeping (RemoteStepBooks) through the real app and store.
+
+The node side is synchronous (the activity calls it through `asyncio.to_thread`), so the app
+runs behind a small sync-to-ASGI transport; these routes never touch Temporal, so the gateway
+points at a closed port, as in test_api_nodes.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from activities.ports import LedgerEntry
+from orchestrator.api import TemporalGateway
+from orchestrator.config import BerthConfig
+from orchestrator.node.step_books import RemoteStepBooks, StepBooksRefused
+from orchestrator.store import Store
+from sdk import CheckpointRef, Message, Spend, TaskState, TaskStatus, ToolCall
+from sdk.contracts import PendingStep
+
+JOIN_TOKEN = "join-me-books"
+
+
+class SyncAsgi(httpx.BaseTransport):
+    """The app in-process for a synchronous client: each request runs the ASGI app in a fresh loop."""
+
+    def __init__(self, app) -> None:
+        self._asgi = httpx.ASGITransport(app)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        async def run() -> httpx.Response:
+            replay = httpx.Request(request.method, request.url, headers=request.headers, content=request.read())
+            response = await self._asgi.handle_async_request(replay)
+            return httpx.Response(response.status_code, headers=response.headers, content=await response.aread())
+
+        return asyncio.run(run())
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> BerthConfig:
+    return BerthConfig(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path}/berth.db", join_token=JOIN_TOKEN)
+
+
+@pytest.fixture
+def gateway(closed_port: int) -> TemporalGateway:
+    return TemporalGateway(f"127.0.0.1:{closed_port}")
+
+
+@pytest.fixture
+def node_secret(app) -> str:
+    with httpx.Client(transport=SyncAsgi(app), base_url="http://berth") as http:
+        joined = http.post("/v1/nodes/register", json={
+            "node_id": "gpu-books", "join_token": JOIN_TOKEN, "datacenter": "dc1", "zone": "z1",
+            "gpus": [{"index": 0, "uuid": "GPU-0", "type_name": "H100-80GB", "memory_total_mib": 81559}],
+        })
+    assert joined.status_code == 201, joined.text
+    return joined.json()["node_secret"]
+
+
+@pytest.fixture
+def books(app, node_secret: str) -> Iterator[RemoteStepBooks]:
+    with RemoteStepBooks("http://berth", "gpu-books", lambda: node_secret, transport=SyncAsgi(app)) as b:
+        yield b
+
+
+def pending_step(task_id: str) -> PendingStep:
+    state = TaskState(task_id=task_id, agent="writer", agent_version="1", model="llama-3.2-1b", tenant="default",
+                      status=TaskStatus.running, step=1, max_steps=5, spend=Spend(token_limit=5000, tokens_used=80))
+    return PendingStep(step=1, state=state, new_messages=[
+        Message(role="assistant", tool_calls=[ToolCall(id="c1", name="lookup", arguments='{"word": "berth"}')]),
+        Message(role="tool", tool_call_id="c1", name="lookup", content="a ship's place at a wharf"),
+    ])
+
+
+def entry(attempt: int = 1, kind: str = "settled", **fields: object) -> LedgerEntry:
+    values: dict = dict(task_id="t1", step=1, attempt=attempt, model="llama-3.2-1b", prompt_tokens=30,
+                        completion_tokens=12, cost_usd=0.0015, ttft_s=0.05, duration_s=0.25,
+                        served_by="gpu-books/r-1", kind=kind, response_id=f"chatcmpl-{attempt}")
+    values.update(fields)
+    return LedgerEntry(**values)
+
+
+def root(store: Store) -> CheckpointRef:
+    return store.checkpoints.write_root("t1", [Message(role="user", content="What is a berth?")], {})
+
+
+def test_prepare_reads_the_conversation_and_writes_a_pending_step_first(books: RemoteStepBooks, store: Store) -> None:
+    start = root(store)
+    plain = books.prepare("t1", start, None)
+    assert plain.checkpoint == start and [m.content for m in plain.messages] == ["What is a berth?"]
+    assert store.events.read("t1") == []
+
+    prepared = books.prepare("t1", start, pending_step("t1"))
+    assert prepared.checkpoint.seq == 1 and store.checkpoints.latest("t1") == prepared.checkpoint
+    assert [m.role for m in prepared.messages] == ["user", "assistant", "tool"]
+    assert prepared.messages[1].tool_calls == [ToolCall(id="c1", name="lookup", arguments='{"word": "berth"}')]
+    record = store.tasks.get("t1")
+    assert record is not None and record.state.checkpoint_seq == 1
+    assert [e.kind for e in store.events.read("t1")] == ["step"]
+
+
+def test_settle_books_once_and_announces_once(books: RemoteStepBooks, store: Store) -> None:
+    event = {"step": 1, "attempt": 1, "node_id": "gpu-books", "gpu_indexes": [0], "tier": "warm"}
+    assert books.settle(entry(), event) is True
+    assert books.settle(entry(), event) is False
+    [announced] = store.events.read("t1")
+    assert announced.kind == "llm_call" and announced.data == event
+    assert store.ledger.entries("t1") == [entry()]
+
+
+def test_booked_and_book_lost_serve_a_retried_attempt(books: RemoteStepBooks, store: Store) -> None:
+    books.settle(entry(attempt=1), {"step": 1})
+    books.settle(entry(attempt=2), {"step": 1})
+    assert books.booked("t1", 1, before_attempt=2) == [entry(attempt=1)]
+    assert books.booked("t1", 1, before_attempt=3) == [entry(attempt=1), entry(attempt=2)]
+    assert books.booked("t1", 2, before_attempt=3) == []
+
+    lost = entry(attempt=3, kind="lost", prompt_tokens=0, completion_tokens=40, cost_usd=0.0, ttft_s=0.0,
+                 duration_s=0.0, served_by="", response_id="")
+    books.book_lost([lost])
+    books.book_lost([lost])
+    books.book_lost([])
+    assert store.ledger.totals("t1").lost_tokens == 40
+    assert books.booked("t1", 1, before_attempt=4) == [entry(attempt=1), entry(attempt=2)]
+
+
+def test_a_wrong_secret_is_refused_and_writes_nothing(app, node_secret: str, store: Store) -> None:
+    start = root(store)
+    with RemoteStepBooks("http://berth", "gpu-books", lambda: "guess", transport=SyncAsgi(app)) as impostor:
+        with pytest.raises(StepBooksRefused, match="secret of 'gpu-books' is missing or wrong") as refused:
+            impostor.prepare("t1", start, pending_step("t1"))
+        assert refused.value.status == 401 and not refused.value.permanent
+        with pytest.raises(StepBooksRefused) as refused:
+            impostor.settle(entry(), {"step": 1})
+        assert refused.value.status == 401
+    with RemoteStepBooks("http://berth", "gpu-books", lambda: None, transport=SyncAsgi(app)) as anonymous:
+        with pytest.raises(StepBooksRefused, match="401"):
+            anonymous.book_lost([entry(kind="lost")])
+    assert store.checkpoints.latest("t1") == start
+    assert store.events.read("t1") == [] and store.ledger.entries("t1") == [] and store.tasks.get("t1") is None
+
+
+def test_an_unknown_node_is_refused_and_writes_nothing(app, node_secret: str, store: Store) -> None:
+    with RemoteStepBooks("http://berth", "ghost", lambda: node_secret, transport=SyncAsgi(app)) as ghost:
+        with pytest.raises(StepBooksRefused, match="node 'ghost' is not registered") as refused:
+            ghost.settle(entry(), {"step": 1})
+        assert refused.value.status == 404 and not refused.value.permanent
+    assert store.events.read("t1") == [] and store.ledger.entries("t1") == []
+
+
+def test_a_stale_parent_is_a_permanent_refusal(books: RemoteStepBooks, store: Store) -> None:
+    other = store.checkpoints.write_root("t2", [Message(role="user", content="hi")], {})
+    root(store)
+    with pytest.raises(StepBooksRefused) as refused:
+        books.prepare("t1", other, pending_step("t1"))
+    assert refused.value.status == 409 and refused.value.permanent
+    assert "checkpoint" in str(refused.value)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sdk import AgentSpec, Message, TaskState
-from sdk._lease import StepPlacement
+from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease, StepPlacement
 from sdk.contracts import CheckpointRef, PendingStep
 
 
@@ -128,3 +128,11 @@ class StepBooks(Protocol):
     def book_lost(self, entries: list[LedgerEntry]) -> None:
         """Book tokens of attempts that died unheard (entries of kind "lost")."""
         ...
+
+
+class LeasePool(Protocol):
+    """Worker leases on the GPU fleet (orchestrator.pool.service.PoolService)."""
+
+    def acquire(self, req: LeaseRequest) -> LeaseGrant: ...
+
+    def release(self, req: ReleaseLease) -> None: ...

@@ -1,7 +1,9 @@
 """The orchestrator worker: runs AgentTaskWorkflow and the activities that need the store.
 
-It polls the control queue. LLM calls run here too until GPU nodes get queues of their own;
-bookkeeping runs as local activities in this process, next to the store.
+It polls the control queue and holds the pool: leases and bookkeeping run as local
+activities in this process, next to the store and the fleet. Model calls of self-hosted
+models run on the GPU nodes' own queues; hosted models (and, without a fleet, every model)
+are called from here.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from temporalio.worker import Worker
 
 from activities.bookkeeping import TaskBookkeeping
 from activities.llm_step import LlmStepActivities
+from activities.pool_lease import PoolLeases
+from activities.ports import LeasePool
 from activities.step_books import StoreStepBooks
 from sdk.contracts import CONTROL_TASK_QUEUE
 from workflows.agent_task import AgentTaskWorkflow
@@ -24,13 +28,19 @@ from workflows.fleet_ops import PrewarmWorkflow, ReplicaLoadWorkflow, ReplicaUnl
 
 from .catalogue import ModelCatalogue
 from .config import BerthConfig
+from .pool.autoscaler import Autoscaler
+from .pool.direct import DirectRouting
+from .pool.service import PoolService
 from .store import Store
 from .temporal import connect_temporal
 
 log = logging.getLogger("berth.worker")
 
 
-def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) -> Worker:
+def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE,
+                 pool: LeasePool | None = None) -> Worker:
+    """The control-queue worker; without `pool`, every model is called from here (no fleet)."""
+    leases = PoolLeases(pool or DirectRouting())
     llm = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger),
                             ModelCatalogue(config, store.models))
     books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents)
@@ -38,7 +48,8 @@ def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: 
         client,
         task_queue=task_queue,
         workflows=[AgentTaskWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow, PrewarmWorkflow],
-        activities=[llm.generate, books.begin_task, books.checkpoint, books.record_state, books.resolve_agent],
+        activities=[llm.generate, books.begin_task, books.checkpoint, books.record_state, books.resolve_agent,
+                    leases.acquire, leases.release],
         activity_executor=ThreadPoolExecutor(max_workers=200),
         max_concurrent_activities=200,
         max_concurrent_workflow_tasks=50,
@@ -50,8 +61,12 @@ async def run_worker(config: BerthConfig) -> None:
     """Serve the control queue until cancelled (Ctrl-C / SIGTERM)."""
     store = Store.open(config.resolved_database_url)
     client = await connect_temporal(config)
-    worker = build_worker(client, store, config)
+    pool = None
+    if config.fleet:
+        pool = PoolService(store, ModelCatalogue(config, store.models), node_lost_after_s=config.node_lost_after_s)
+    worker = build_worker(client, store, config, pool=pool)
     log.info("worker polling %s on %s", CONTROL_TASK_QUEUE, config.resolved_temporal_address)
+    scaling = asyncio.ensure_future(Autoscaler(pool, client).run()) if pool is not None else None
     # SIGTERM (from `berth up` or an orchestrator) shuts down gracefully: in-flight activities
     # get a chance to finish instead of waiting out their heartbeat timeout elsewhere.
     run = asyncio.ensure_future(worker.run())
@@ -60,6 +75,9 @@ async def run_worker(config: BerthConfig) -> None:
         await run
     except asyncio.CancelledError:
         log.info("worker stopped")
+    finally:
+        if scaling is not None:
+            scaling.cancel()
 
 
 def main(config: BerthConfig) -> None:

@@ -34,6 +34,7 @@ from ._errors import (
 )
 from ._events import END_EVENT, SseParser
 from ._fleet import NodeView, ReplicaView
+from ._lease import ServiceClass
 from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
 from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
@@ -225,6 +226,7 @@ class Client:
         model: str | None = None,
         max_steps: int | None = None,
         budget_grace_s: float | None = None,
+        service_class: ServiceClass = "interactive",
     ) -> "TaskHandle":
         """Submit a task and return its handle at once (the task runs on the server).
 
@@ -243,6 +245,7 @@ class Client:
                 model=model,
                 max_steps=max_steps,
                 budget_grace_s=budget_grace_s,
+                service_class=service_class,
             )
         except ValidationError as exc:
             raise invalid_from_validation(exc) from None

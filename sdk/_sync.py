@@ -25,8 +25,9 @@ import httpx
 
 from ._budget import Budget
 from ._catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
-from ._fleet import NodeView, ReplicaView
 from ._client import DEFAULT_API_URL, Client, TaskHandle
+from ._fleet import NodeView, ReplicaView
+from ._lease import ServiceClass
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._spec import AgentSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
@@ -138,9 +139,11 @@ class SyncClient:
         model: str | None = None,
         max_steps: int | None = None,
         budget_grace_s: float | None = None,
+        service_class: ServiceClass = "interactive",
     ) -> "SyncTaskHandle":
         handle = self._loop.run(
-            self._client.submit(agent, input, budget, task_id, tenant, priority, model, max_steps, budget_grace_s)
+            self._client.submit(agent, input, budget, task_id, tenant, priority, model, max_steps, budget_grace_s,
+                                service_class)
         )
         return SyncTaskHandle(self._loop, handle)
 

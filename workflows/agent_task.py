@@ -18,10 +18,10 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.bookkeeping import TaskBookkeeping
-    from activities.llm_step import LlmStepActivities
     from pydantic import ValidationError
     from sdk import CheckpointRef, Message, Spend, TaskRun, TaskState, TaskStatus, ToolCall
     from sdk._builtins import AskHumanArgs, SpawnAgentArgs, tools_offered
+    from sdk._lease import LeaseRequest
     from sdk._limits import MAX_TOOL_RESULT_CHARS
     from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL, CarriedProgress
     from sdk.contracts import (
@@ -47,13 +47,10 @@ with workflow.unsafe.imports_passed_through():
     )
 
     from .budget import BudgetViolation, TokenBudget
+    from .fleet_step import FleetStep, Unplaceable
     from .options import BOOKKEEPING
     from .sub_agents import SubAgents
 
-# A generation heartbeats every second; 10 s of silence means its worker or engine is gone.
-GENERATE_HEARTBEAT = timedelta(seconds=10)
-GENERATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
-                             maximum_attempts=6)
 # A tool worker may be restarting: wait this long for one before the call is reported as failed.
 TOOL_WORKER_WAIT = timedelta(minutes=10)
 
@@ -75,6 +72,7 @@ class AgentTaskWorkflow:
         self.steps_done = carried.steps_done if carried else 0
         self.children: list[str] = list(carried.children) if carried else []
         self.sub_agents = SubAgents(run, self.budget, self.children)
+        self.fleet = FleetStep(self._set_waiting_for_gpu, self._stop_waiting)
         self.checkpoint: CheckpointRef | None = run.resume_from
         self.pending: PendingStep | None = None  # the last finished step, until the next activity writes it
         self.result: str | None = None
@@ -106,6 +104,10 @@ class AgentTaskWorkflow:
                 reply = await self._generate(step)
             except ActivityError as err:
                 return await self._finish(TaskStatus.failed, error=f"step {step}: model call failed: {_cause(err)}")
+            except Unplaceable as exc:
+                return await self._finish(TaskStatus.failed, error=f"step {step}: {exc}")
+            if reply is None:
+                continue  # stopped waiting for a GPU: cancelled, or the deadline passed
             if reply.checkpoint is not None:
                 self.checkpoint, self.pending = reply.checkpoint, None
             if reply.shortfall_tokens is not None:
@@ -147,21 +149,27 @@ class AgentTaskWorkflow:
             return TaskStatus.out_of_budget, "deadline passed"
         return None
 
-    async def _generate(self, step: int) -> LlmStepResult:
+    async def _generate(self, step: int) -> LlmStepResult | None:
         assert self.checkpoint is not None
-        return await workflow.execute_activity_method(
-            LlmStepActivities.generate,
-            LlmStepInput(
-                task_id=self.run_input.task_id, step=step, checkpoint=self.checkpoint, pending=self.pending,
-                model=self.agent.model,
-                max_tokens=self.agent.max_tokens_per_step, token_allowance=self.budget.token_allowance,
-                usd_allowance=self.budget.usd_allowance, tenant=self.run_input.spec.tenant,
-                tools=[t.to_openai() for t in tools_offered(self.agent)],
-            ),
-            start_to_close_timeout=timedelta(minutes=10),
-            heartbeat_timeout=GENERATE_HEARTBEAT,
-            retry_policy=GENERATE_RETRY,
+        spec = self.run_input.spec
+        inp = LlmStepInput(
+            task_id=self.run_input.task_id, step=step, checkpoint=self.checkpoint, pending=self.pending,
+            model=self.agent.model,
+            max_tokens=self.agent.max_tokens_per_step, token_allowance=self.budget.token_allowance,
+            usd_allowance=self.budget.usd_allowance, tenant=spec.tenant,
+            tools=[t.to_openai() for t in tools_offered(self.agent)],
         )
+        lease = LeaseRequest(task_id=self.run_input.task_id, step=step, model=self.agent.model,
+                             tokens=max(1, min(self.agent.max_tokens_per_step, self.budget.token_allowance)),
+                             tenant=spec.tenant, priority=spec.priority, service_class=spec.service_class)
+        return await self.fleet.generate(inp, lease)
+
+    async def _set_waiting_for_gpu(self, reason: str | None) -> None:
+        self.waiting_for = reason
+        await self._set_status(TaskStatus.waiting_for_gpu if reason is not None else TaskStatus.running)
+
+    def _stop_waiting(self) -> bool:
+        return self._reason_to_stop() is not None
 
     def _until_deadline(self, wait_s: float) -> timedelta:
         """A wait of `wait_s`, cut short by the task's deadline (Temporal needs a positive timeout)."""

@@ -12,6 +12,7 @@ from temporalio.service import RPCError
 from sdk._catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
 from sdk._node_io import PREWARM_WORKFLOW, Prewarm, PrewarmOnNode
 
+from ..pool.feasibility import unservable_by_any_gpu
 from ..pool.prewarm import PrewarmRefused, prewarm_targets, weights_bytes
 from .errors import ERROR_RESPONSES, invalid, not_found, unavailable
 from .services import Services, services
@@ -83,6 +84,9 @@ async def put_model(name: str, entry: ModelEntry, response: Response, svc: Svc) 
     """Add a model or replace its entry; an existing model keeps its scaling policy."""
     if entry.name != name:
         raise invalid("name", f"the body names {entry.name!r} but the path names {name!r}")
+    unservable = unservable_by_any_gpu(entry)
+    if unservable is not None:
+        raise invalid("tensor_parallel", unservable)
     existed = await svc.db(svc.store.models.get, name) is not None
     stored = await svc.db(svc.store.models.put, entry)
     svc.catalogue.forget(name)

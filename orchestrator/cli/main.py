@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from ..config import BerthConfig
 
@@ -34,10 +35,24 @@ def _add_stack_flags(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from ..stack.fleet import DEFAULT_FLEET, load_fleet
     from ..stack.up import run_up
 
     agents = [a for a in (args.agents or "").split(",") if a]
-    return run_up(_config(args), demo=args.demo, tool_agents=agents)
+    config = _config(args)
+    if args.no_fleet:
+        config = config.model_copy(update={"fleet": False})
+    if args.load_time_scale is not None:
+        if args.load_time_scale < 0:
+            print(f"error: load-time-scale: must be >= 0, got {args.load_time_scale}", file=sys.stderr)
+            return 2
+        config = config.model_copy(update={"load_time_scale": args.load_time_scale})
+    try:
+        fleet = load_fleet(Path(args.fleet)) if args.fleet else list(DEFAULT_FLEET)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return run_up(config, demo=args.demo, tool_agents=agents, fleet=fleet)
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -71,10 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="berth", description="Durable AI-agent tasks on a GPU pool.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("up", help="run the whole stack on this machine (Temporal, engine, server, worker)")
+    p = sub.add_parser("up", help="run the whole stack on this machine (Temporal, server, worker, GPU fleet)")
     _add_stack_flags(p)
     p.add_argument("--demo", action="store_true", help="also run the sample agents and a demo workload")
     p.add_argument("--agents", help="also serve these agents' tools (module:attr,…)")
+    p.add_argument("--fleet", metavar="FILE", help="the simulated nodes to start, as JSON (default: 3 nodes, 2 DCs)")
+    p.add_argument("--no-fleet", action="store_true", help="no GPU nodes: one simulated engine serves every model")
+    p.add_argument("--load-time-scale", type=float,
+                   help="multiplies simulated replicas' load time (env BERTH_LOAD_TIME_SCALE, default 0.05)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("server", help="the control-plane HTTP server (API, /healthz, /readyz)")

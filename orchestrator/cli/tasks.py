@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tenant", default="default")
     p.add_argument("--priority", type=int, default=0, help="0 (default) to 9")
     p.add_argument("--model", help="use this model instead of the agent's")
+    p.add_argument("--service-class", choices=["interactive", "batch", "low_priority"], default="interactive",
+                   help="interactive prefers on-demand GPUs; batch and low_priority prefer spot;"
+                        " low_priority never starts a replica")
     p.add_argument("--max-steps", type=int, help="override the agent's step limit")
     p.add_argument("--wait", action="store_true", help="follow the task live; exit 0 only if it completes")
     add_api_flag(p)
@@ -109,6 +112,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         handle = await client.submit(
             args.agent, text, budget, task_id=args.task_id,
             tenant=args.tenant, priority=args.priority, model=args.model, max_steps=args.max_steps,
+            service_class=args.service_class,
         )
         print(handle.task_id, flush=True)
         if not args.wait:

@@ -1,9 +1,13 @@
-"""The demo workload: three tasks that show Berth's contract, followed live in the terminal.
+"""The demo workload: four tasks that show Berth's contract, followed live in the terminal.
 
 - a tool-using research task;
 - a coordinator that spawns two research sub-agents with slices of its budget;
 - a research task whose budget is too small: it stops in `awaiting_budget`, the demo tops it
-  up (as an operator would with `berth tasks raise-budget`) and it finishes.
+  up (as an operator would with `berth tasks raise-budget`) and it finishes;
+- on a fleet, a research task on a second model whose weights the demo prewarmed first
+  (`berth models prewarm`), so its replica loads from disk instead of origin.
+
+It ends with where each step ran and why (orchestrator/demo/placements.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from rich.table import Table
 from sdk import BerthError, Budget, Client, TaskHandle, TaskState, TaskStatus
 
 from ..config import BerthConfig
+from .placements import placements_table, step_rows
 
 DEMO_TASKS = [
     ("research", "H100 memory bandwidth; A100 memory bandwidth; decode speed for an 8b model", 20_000),
@@ -28,6 +33,8 @@ DEMO_TASKS = [
     ("research", "kv cache size for 8b; 70b memory needs; spot GPU pricing", 700),
 ]
 TOP_UP_TOKENS = 10_000
+PREWARMED = ("research", "qwen2.5-7b", "west", "L4 memory for a 7b model; decode speed for a 7b model", 20_000)
+PREWARM_WAIT_S = 60.0
 
 
 class _Stop(Protocol):
@@ -47,6 +54,10 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop) -> l
         await _submit(client, agent, text, tokens, f"demo-{stamp}-{i}")
         for i, (agent, text, tokens) in enumerate(DEMO_TASKS, 1)
     ]
+    if config.fleet:
+        agent, model, datacenter, text, tokens = PREWARMED
+        await _prewarm(client, console, model, datacenter)
+        handles.append(await _submit(client, agent, text, tokens, f"demo-{stamp}-{len(handles) + 1}", model=model))
     topped_up: set[str] = set()
     states: list[TaskState] = []
     with Live(console=console, refresh_per_second=4) as live:
@@ -62,14 +73,31 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop) -> l
                 break
             await asyncio.sleep(0.5)
     console.print(_summary(states))
+    if config.fleet and states and all(s.status.is_final for s in states):
+        rows = [row for state in states for row in await step_rows(client, state)]
+        console.print(placements_table(rows))
     return states
 
 
-async def _submit(client: Client, agent: str, text: str, tokens: int, task_id: str, attempts: int = 30) -> TaskHandle:
+async def _prewarm(client: Client, console: Console, model: str, datacenter: str) -> None:
+    """Put `model`'s weights on the disks of `datacenter`'s nodes and wait until one reports them."""
+    started = await client.prewarm(model, datacenter=datacenter)
+    console.print(f"prewarming {model} in {datacenter}: "
+                  + (", ".join(f"{n.node_id} (from {n.source})" for n in started.nodes) or "already there"))
+    deadline = time.monotonic() + PREWARM_WAIT_S
+    while time.monotonic() < deadline:
+        nodes = await client.nodes(datacenter=datacenter)
+        if any(w.model == model for n in nodes for w in n.cached_weights):
+            return
+        await asyncio.sleep(0.5)
+
+
+async def _submit(client: Client, agent: str, text: str, tokens: int, task_id: str, attempts: int = 30,
+                  model: str | None = None) -> TaskHandle:
     """Submit, retrying while a just-started Temporal is still unavailable (safe: the task id makes it idempotent)."""
     for attempt in range(attempts):
         try:
-            return await client.submit(agent, text, budget=Budget(tokens), task_id=task_id)
+            return await client.submit(agent, text, budget=Budget(tokens), task_id=task_id, model=model)
         except BerthError as exc:
             if exc.status_code != 503 or attempt == attempts - 1:
                 raise

@@ -4,7 +4,8 @@ The agent does three things side by side on one event loop:
 - it tells the control plane what the node *is* once (`register`) and what it is *doing* every
   few seconds (`heartbeat`: GPU metrics, cached weights, replicas);
 - it polls its own Temporal task queue `node/<node_id>`, where the pool sends it the loads
-  and unloads of replicas (`orchestrator.node.activities`);
+  and unloads of replicas (`orchestrator.node.activities`) and tasks send the model calls
+  of the steps leased to its replicas (`orchestrator.node.generation`);
 - on SIGTERM/SIGINT it stops taking work, stops its replicas and says so in a last heartbeat,
   so the pool stops routing to them at once instead of when the node is reaped as lost.
 
@@ -19,6 +20,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +29,7 @@ import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.llm_step import LlmStepActivities
 from sdk._fleet import (Capacity, CachedModelWeights, GpuDescription, GpuHealth, MigDeviceDescription, NodeHeartbeat,
                         NodeRegistration)
 from sdk._node_io import node_task_queue
@@ -34,7 +37,9 @@ from sdk._node_io import node_task_queue
 from .activities import NodeActivities
 from .control_plane import ControlPlane, ControlPlaneError, NodeUnknown
 from .discovery import GpuDiscovery, GpuInfo, SimulatedDiscovery
+from .generation import NodeGeneration, ReplicaRouter
 from .replicas import ReplicaManager
+from .step_books import RemoteStepBooks
 
 log = logging.getLogger("berth.node")
 
@@ -152,8 +157,12 @@ class NodeAgent:
                 pass
 
     def worker(self, client: Client) -> Worker:
-        return Worker(client, task_queue=node_task_queue(self.options.node_id),
-                      activities=NodeActivities(self.replicas).all(),
+        node_id = self.options.node_id
+        books = RemoteStepBooks(self.control_plane.api_url, node_id, lambda: self.node_secret)
+        generation = NodeGeneration(LlmStepActivities(books, ReplicaRouter(node_id, self.replicas)), self.replicas)
+        return Worker(client, task_queue=node_task_queue(node_id),
+                      activities=[*NodeActivities(self.replicas).all(), generation.generate],
+                      activity_executor=ThreadPoolExecutor(max_workers=64),
                       graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S))
 
     async def serve(self, connect: Callable[[], Awaitable[Client]]) -> None:

@@ -1,5 +1,9 @@
-"""`berth up`: the whole system on one machine — Temporal dev server, simulated engine,
-control-plane server, orchestrator worker — supervised until Ctrl-C / SIGTERM.
+"""`berth up`: the whole system on one machine — Temporal dev server, control-plane server,
+orchestrator worker and a simulated GPU fleet (`berth node` processes whose replicas are
+simulated engines) — supervised until Ctrl-C / SIGTERM.
+
+With `fleet=False` (`berth up --no-fleet`) one simulated engine serves every model instead,
+with no leases and no nodes: the smallest stack, for trying the SDK.
 
 Temporal keeps its database in the data dir, so running `berth up` again resumes the tasks
 that were in flight when it stopped.
@@ -13,14 +17,18 @@ import signal
 import sys
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from types import FrameType
 
 import httpx
 
 from ..config import BerthConfig
+from .fleet import DEFAULT_FLEET, SimulatedNode, node_argv
 from .supervisor import ChildSpec, Supervisor, python_module
 
 READY_TIMEOUT_S = 120.0
+# Simulated nodes beat faster than real ones (5 s): a demo's placements see a load finish sooner.
+NODE_HEARTBEAT_S = 2.0
 DEMO_AGENTS = "orchestrator.demo.sample_agents:ALL"
 
 
@@ -35,7 +43,8 @@ def temporal_binary() -> str:
     return found
 
 
-def stack_children(config: BerthConfig, tool_agents: list[str]) -> list[ChildSpec]:
+def stack_children(config: BerthConfig, tool_agents: list[str],
+                   fleet: Sequence[SimulatedNode] = DEFAULT_FLEET) -> list[ChildSpec]:
     env = config.to_env()
     data = config.data_dir.resolve()
     children = [
@@ -44,13 +53,19 @@ def stack_children(config: BerthConfig, tool_agents: list[str]) -> list[ChildSpe
             "--ui-port", str(config.temporal_ui_port), "--db-filename", str(data / "temporal.db"),
             "--namespace", config.temporal_namespace, "--log-level", "warn",
         ], env),
-        ChildSpec("engine", python_module("orchestrator.engines.simulated", "--host", config.host,
-                                          "--port", str(config.engine_port),
-                                          "--latency-scale", str(config.engine_latency_scale),
-                                          "--usage-journal", str(data / "engine-usage.jsonl")), env),
+    ]
+    if not config.fleet:
+        children.append(ChildSpec("engine", python_module(
+            "orchestrator.engines.simulated", "--host", config.host, "--port", str(config.engine_port),
+            "--latency-scale", str(config.engine_latency_scale), "--usage-journal", str(data / "engine-usage.jsonl")),
+            env))
+    children += [
         ChildSpec("server", python_module("orchestrator.cli.main", "server"), env),
         ChildSpec("worker", python_module("orchestrator.cli.main", "worker"), env),
     ]
+    if config.fleet:
+        children += [ChildSpec(node.node_id, python_module("orchestrator.cli.main", *node_argv(
+            node, config.load_time_scale, NODE_HEARTBEAT_S)), env) for node in fleet]
     if tool_agents:
         children.append(ChildSpec("tools", python_module("orchestrator.cli.main", "worker", "--agents",
                                                          ",".join(tool_agents)), env))
@@ -88,7 +103,8 @@ def cluster_join_token(config: BerthConfig) -> str:
     return token
 
 
-def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | None = None) -> int:
+def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | None = None,
+           fleet: Sequence[SimulatedNode] = DEFAULT_FLEET) -> int:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     config = config.model_copy(update={"join_token": cluster_join_token(config)})
     agents = list(tool_agents or [])
@@ -97,11 +113,11 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
     stop = _StopFlag()
     supervisor = Supervisor(config.data_dir / "logs", config.data_dir / "run")
     try:
-        for spec in stack_children(config, agents):
+        for spec in stack_children(config, agents, fleet):
             supervisor.start(spec)
         if not wait_ready(config, supervisor, stop):
             return 0
-        _print_urls(config, supervisor)
+        _print_urls(config, supervisor, fleet)
         if demo:
             from ..demo.run_demo import run_demo
 
@@ -122,12 +138,17 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
         supervisor.stop()
 
 
-def _print_urls(config: BerthConfig, supervisor: Supervisor) -> None:
+def _print_urls(config: BerthConfig, supervisor: Supervisor, fleet: Sequence[SimulatedNode]) -> None:
     print(f"Berth is up (data in {config.data_dir.resolve()})")
     print(f"  API          {config.resolved_api_url}/v1   (OpenAPI: {config.resolved_api_url}/docs)")
     print(f"  Temporal UI  http://{config.host}:{config.temporal_ui_port}")
     print(f"  Temporal     {config.resolved_temporal_address}")
-    print(f"  Engine       {config.resolved_engine_url}")
+    if config.fleet:
+        for node in fleet:
+            print(f"  Node         {node.node_id}: {node.gpus} in {node.datacenter}/{node.zone}, {node.capacity},"
+                  f" ${node.price:g}/h")
+    else:
+        print(f"  Engine       {config.resolved_engine_url}")
     print(f"  Logs         {supervisor.log_dir}", flush=True)
 
 

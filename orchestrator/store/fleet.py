@@ -142,7 +142,7 @@ class SqlFleet:
             session.add_all(NodeWeightsRow(node_id=hb.node_id, model=w.model, size_bytes=w.size_bytes)
                             for w in _last_per_model(hb.cached_weights))
             session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id) == hb.node_id))
-            session.add_all(ReplicaRow(node_id=hb.node_id, model=r.model, state=r.state,
+            session.add_all(ReplicaRow(node_id=hb.node_id, replica_id=r.replica_id, model=r.model, state=r.state,
                                        gpu_indexes_json=json.dumps(sorted(r.gpu_indexes)), outstanding_tokens=r.outstanding_tokens,
                                        active_leases=r.active_leases, updated_at=now) for r in hb.replicas)
             row.lost = False
@@ -265,7 +265,7 @@ def _spec(row: NodeRow) -> NodeSpec:
 
 
 def _replica_view(row: ReplicaRow, spec: NodeSpec) -> ReplicaView:
-    return ReplicaView(node_id=row.node_id, datacenter=spec.datacenter, zone=spec.zone, model=row.model,
+    return ReplicaView(replica_id=row.replica_id, node_id=row.node_id, datacenter=spec.datacenter, zone=spec.zone, model=row.model,
                        gpu_indexes=json.loads(row.gpu_indexes_json), state=row.state,  # type: ignore[arg-type]
                        outstanding_tokens=row.outstanding_tokens, active_leases=row.active_leases,
                        updated_at=row.updated_at)

@@ -60,6 +60,7 @@ async def test_bad_policies_are_refused_and_change_nothing(api, policy: dict, fi
     ({"weights_gib": 10, "tensor_parallel": [3]}, "tensor_parallel"),
     ({"weights_gib": 10, "usd_per_1m_prompt": -1}, "usd_per_1m_prompt"),
     ({"provider": "hosted"}, None),
+    ({"weights_gib": 400, "kv_headroom_gib": 20, "tensor_parallel": [1, 2]}, "tensor_parallel"),  # no GPU holds it
 ])
 async def test_bad_models_are_refused(api, entry: dict, field: str | None) -> None:
     name = unique("bad-model")
@@ -73,3 +74,11 @@ async def test_bad_models_are_refused(api, entry: dict, field: str | None) -> No
 async def test_path_and_body_must_name_the_same_model(api) -> None:
     refused = await api.put("/v1/models/one-name", json={"name": "other-name", "weights_gib": 1})
     assert refused.status_code == 422 and error_of(refused)["field"] == "name"
+
+
+async def test_a_model_no_gpu_type_could_hold_is_refused_with_the_degree_that_would_fit(api) -> None:
+    name = unique("huge")
+    refused = await api.put(f"/v1/models/{name}", json={"name": name, "weights_gib": 400, "kv_headroom_gib": 20,
+                                                        "tensor_parallel": [1, 2]})
+    assert refused.status_code == 422
+    assert error_of(refused)["message"].endswith("has 141 GiB; allow tensor_parallel 4")

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from orchestrator.engines.simulated.usage import UsageTally
 from tests.conftest import ROOT, free_port
 
 AGENTS = "orchestrator.demo.sample_agents:ALL"
@@ -27,12 +28,14 @@ class Stack:
     data_dir: Path
     env: dict[str, str]
     process: subprocess.Popen | None = None
+    up_args: tuple[str, ...] = ()
 
     @classmethod
-    def create(cls, tmp: Path, latency_scale: float = 0.3) -> "Stack":
+    def create(cls, tmp: Path, latency_scale: float = 0.3, load_time_scale: float = 0.02) -> "Stack":
         ports = {name: free_port() for name in ("API", "TEMPORAL", "TEMPORAL_UI", "ENGINE")}
         env = {**os.environ, "BERTH_DATA_DIR": str(tmp / "berth"), "BERTH_TOOL_JOURNAL": str(tmp / "journal.txt"),
-               "BERTH_ENGINE_LATENCY_SCALE": str(latency_scale), "PYTHONUNBUFFERED": "1",
+               "BERTH_ENGINE_LATENCY_SCALE": str(latency_scale), "BERTH_LOAD_TIME_SCALE": str(load_time_scale),
+               "PYTHONUNBUFFERED": "1",
                **{f"BERTH_{name}_PORT": str(port) for name, port in ports.items()}}
         env["BERTH_API_URL"] = f"http://127.0.0.1:{ports['API']}"
         return cls(tmp / "berth", env)
@@ -41,14 +44,11 @@ class Stack:
     def api(self) -> str:
         return self.env["BERTH_API_URL"]
 
-    @property
-    def engine(self) -> str:
-        return f"http://127.0.0.1:{self.env['BERTH_ENGINE_PORT']}"
-
     def start(self, timeout_s: float = 120) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir.parent / "up.log", "ab")
-        self.process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "up", "--agents", AGENTS],
+        self.process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "up", "--agents", AGENTS,
+                                         *self.up_args],
                                         env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -84,7 +84,12 @@ class Stack:
         return Counter(line.split()[0] for line in lines)
 
     def engine_usage(self, task_id: str) -> dict:
-        return httpx.get(f"{self.engine}/sim/usage").json()["by_task"].get(task_id, {})
+        """What the fleet's simulated replicas served for a task, from their usage journals (all of them,
+        including replicas unloaded since and nodes restarted since)."""
+        total: Counter = Counter()
+        for journal in sorted(self.data_dir.glob("node/*/replica-logs/*.usage.jsonl")):
+            total.update(UsageTally(journal).snapshot()["by_task"].get(task_id, {}))
+        return dict(total)
 
     def wait_for_step(self, task_id: str, step: int, timeout_s: float = 60) -> dict:
         deadline = time.monotonic() + timeout_s

@@ -115,9 +115,13 @@ class SimulatedReplicaEngine(ChildProcessEngine):
         self.python = python
 
     def command(self, spec: ReplicaSpec, port: int) -> list[str]:
+        # Each replica keeps a usage journal beside its log: the engine's own account of what it
+        # generated, which tests compare with Berth's ledger across replicas and restarts.
+        journal = self.log_dir / f"{quote(spec.replica_id, safe='')}.usage.jsonl"
         return [self.python, "-m", "orchestrator.engines.simulated", "--host", self.host, "--port", str(port),
                 "--latency-scale", repr(self.latency_scale), "--model", simulated_model_arg(spec),
-                "--load-delay", repr(planned_load_delay_s(spec, self.load_time_scale))]
+                "--load-delay", repr(planned_load_delay_s(spec, self.load_time_scale)),
+                "--usage-journal", str(journal)]
 
     async def start(self, spec: ReplicaSpec) -> ReplicaHandle:
         port = spec.port or pick_free_port(self.host)

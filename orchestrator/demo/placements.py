@@ -1,0 +1,49 @@
+"""Where each step of the demo ran and why: the `llm_call` events, as a table.
+
+Each model call's event carries its placement (node, GPUs, replica, locality tier, the score
+term that decided, queue wait, load time), so the table reads straight off the event stream:
+a first step that loaded a replica from origin, later steps on the warm replica, a model
+whose weights were prewarmed loading from disk.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from sdk import Client, TaskState
+
+WHY = {
+    "warm": "warm replica",
+    "loading": "joined a replica still loading",
+    "disk": "weights on the node's disk",
+    "datacenter": "weights copied from a node in the same datacenter",
+    "origin": "cold load from origin",
+}
+
+
+async def step_rows(client: Client, state: TaskState) -> list[tuple[str, dict]]:
+    """(task id, llm_call event data) for the task and its sub-agents, in step order."""
+    rows = [(state.task_id, e.data) async for e in client.task(state.task_id).events() if e.kind == "llm_call"]
+    for child in state.children:
+        rows += await step_rows(client, await client.task(child).status())
+    return rows
+
+
+def placements_table(rows: list[tuple[str, dict]]) -> Table:
+    table = Table(title="Where each step ran, and why")
+    for col in ("task", "step", "node", "GPU", "replica", "placed on", "decided by", "queue s", "load s",
+                "TTFT s", "tok/s", "cost $"):
+        table.add_column(col)
+    for task_id, d in rows:
+        node = d.get("node_id")
+        table.add_row(
+            task_id, str(d.get("step")), node or d.get("served_by", ""),
+            f"{d.get('gpu_type')} {d.get('gpu_indexes')}" if node else "-", d.get("replica_id") or "-",
+            WHY.get(d.get("tier") or "", "provider (no lease)" if not node else str(d.get("tier"))),
+            d.get("decided_by") or "-", _num(d.get("queue_wait_s")), _num(d.get("load_s")), _num(d.get("ttft_s")),
+            _num(d.get("tokens_per_s"), 0), f"{d.get('cost_usd', 0):.6f}")
+    return table
+
+
+def _num(value: object, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) else "-"

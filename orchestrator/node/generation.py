@@ -1,0 +1,60 @@
+"""The model call of a leased step, run on the node that holds the replica.
+
+The node runs the very activity the control queue runs (`activities.llm_step`), with two
+things swapped in: its bookkeeping goes through the control plane's step routes (the node has
+no database), and its route is the leased replica's local server. Around each call the
+replica's load is counted (leases and tokens still to generate), so the node's heartbeat
+reports real load to the pool.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.llm_step import LlmStepActivities
+from activities.ports import ModelRoute
+from sdk._lease import StepPlacement
+from sdk.contracts import LlmStepInput, LlmStepResult
+
+from .replicas import ReplicaManager
+
+GENERATE = "berth.generate"
+
+
+class ReplicaRouter:
+    """Routes a leased step to its replica on this node (activities.ports.ModelRouter)."""
+
+    def __init__(self, node_id: str, replicas: ReplicaManager) -> None:
+        self.node_id = node_id
+        self.replicas = replicas
+
+    def route(self, model: str, placement: StepPlacement | None) -> ModelRoute:
+        if placement is None:
+            raise ValueError(f"node {self.node_id} serves only leased steps; this one carries no placement")
+        replica = self.replicas.get(placement.replica_id)
+        if replica is None or replica.state != "warm" or replica.handle is None:
+            raise ValueError(f"replica {placement.replica_id} of {model} is not serving on node {self.node_id}")
+        entry = replica.entry
+        return ModelRoute(
+            name=model, litellm_model=entry.litellm_route or f"hosted_vllm/{model}", api_base=replica.handle.base_url,
+            api_key="berth-node", usd_per_1m_prompt=entry.usd_per_1m_prompt,
+            usd_per_1m_completion=entry.usd_per_1m_completion, served_by=f"{self.node_id}/{replica.replica_id}")
+
+
+class NodeGeneration:
+    def __init__(self, llm: LlmStepActivities, replicas: ReplicaManager) -> None:
+        self.llm = llm
+        self.replicas = replicas
+
+    @activity.defn(name=GENERATE)
+    async def generate(self, inp: LlmStepInput) -> LlmStepResult:
+        replica = self.replicas.get(inp.placement.replica_id) if inp.placement is not None else None
+        if replica is not None:
+            replica.active_leases += 1
+            replica.outstanding_tokens += inp.max_tokens
+        try:
+            return await self.llm.generate(inp)
+        finally:
+            if replica is not None:
+                replica.active_leases -= 1
+                replica.outstanding_tokens -= inp.max_tokens

@@ -24,7 +24,7 @@ from sdk._limits import MIN_ANSWER_TOKENS
 from sdk.contracts import LlmStepInput, LlmStepResult
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt
-from .ports import LedgerEntry, ModelRoute, ModelRouter, StepBooks
+from .ports import REPLICA_UNAVAILABLE, LedgerEntry, ModelRoute, ModelRouter, ReplicaUnavailable, StepBooks
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
 HEARTBEAT_EVERY_S = 1.0
@@ -45,9 +45,10 @@ class LlmStepActivities:
     @activity.defn(name="berth.generate")
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
         info = activity.info()
-        progress = Attempts.resume(info.attempt, info.heartbeat_details)
-        if info.attempt > 1:
-            progress.booked = await asyncio.to_thread(self._booked_earlier, inp, info.attempt)
+        attempt = inp.attempt_base + info.attempt  # numbered across the step's placements
+        progress = Attempts.resume(attempt, info.heartbeat_details)
+        if attempt > 1:
+            progress.booked = await asyncio.to_thread(self._booked_earlier, inp, attempt)
         activity.heartbeat(progress.details())
         allowance = inp.token_allowance - progress.held_back
 
@@ -73,7 +74,7 @@ class LlmStepActivities:
                 shortfall_usd=shortfall_usd,
                 lost_tokens=progress.lost_before + progress.unreported_tokens,
                 cost_usd=progress.unreported_usd,
-                attempt=info.attempt,
+                attempt=attempt,
                 checkpoint=checkpoint,
                 placement=inp.placement,
             )
@@ -128,7 +129,7 @@ class LlmStepActivities:
         # A reply an earlier attempt already booked is not booked (nor announced) again.
         if not progress.replayed:
             event = {
-                "step": inp.step, "attempt": info.attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
+                "step": inp.step, "attempt": attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before, "cost_usd": cost,
                 "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),
                 "tokens_per_s": round(completion_tokens / duration, 1) if duration > 0 else None,
@@ -138,7 +139,7 @@ class LlmStepActivities:
             if inp.placement is not None:
                 event.update(inp.placement.model_dump(mode="json", include=set(PLACEMENT_EVENT_KEYS)))
             await asyncio.to_thread(self.books.settle, LedgerEntry(
-                task_id=inp.task_id, step=inp.step, attempt=info.attempt, model=inp.model,
+                task_id=inp.task_id, step=inp.step, attempt=attempt, model=inp.model,
                 prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
                 ttft_s=ttft or duration, duration_s=duration, served_by=route.served_by,
                 response_id=progress.response_id or "",
@@ -147,7 +148,7 @@ class LlmStepActivities:
             message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
             cost_usd=cost + progress.unreported_usd,
-            ttft_s=ttft or duration, duration_s=duration, attempt=info.attempt, served_by=route.served_by,
+            ttft_s=ttft or duration, duration_s=duration, attempt=attempt, served_by=route.served_by,
             checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens, placement=inp.placement,
         )
 
@@ -159,6 +160,9 @@ class LlmStepActivities:
     def _route(self, inp: LlmStepInput) -> ModelRoute:
         try:
             return self.router.route(inp.model, inp.placement)
+        except ReplicaUnavailable as exc:
+            # Retrying on this node cannot help (the replica is gone); the workflow places the step again.
+            raise ApplicationError(str(exc), type=REPLICA_UNAVAILABLE, non_retryable=True) from exc
         except ValueError as exc:
             raise ApplicationError(str(exc), type="UnknownModel", non_retryable=True) from exc
 

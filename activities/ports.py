@@ -91,6 +91,13 @@ class AgentCatalogue(Protocol):
     def get(self, name: str) -> AgentSpec | None: ...
 
 
+REPLICA_UNAVAILABLE = "ReplicaUnavailable"  # the error type a workflow re-places a step on
+
+
+class ReplicaUnavailable(Exception):
+    """The step's leased replica no longer serves on this node (unloaded, node restarted)."""
+
+
 class ModelRouter(Protocol):
     def route(self, model: str, placement: StepPlacement | None) -> ModelRoute:
         """How to reach `model`; `placement` is the leased replica when the fleet serves the step."""

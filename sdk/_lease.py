@@ -65,6 +65,7 @@ class LeaseGrant(BaseModel):
 class ReleaseLease(BaseModel):
     lease_id: str
     replica_warm: bool = Field(default=False, description="the step was served: the replica is warm now")
+    replica_gone: bool = Field(default=False, description="the node no longer has the replica: stop placing on it")
 
 
 class StepPlacement(BaseModel):

@@ -52,6 +52,7 @@ class LlmStepInput(BaseModel):
     tools: list[dict] = Field(default_factory=list, description="OpenAI tool schemas offered to the model")
     tenant: str = "default"
     placement: StepPlacement | None = Field(default=None, description="the leased replica, when the fleet serves it")
+    attempt_base: int = Field(default=0, ge=0, description="attempts earlier placements of this step may have used")
 
 
 class LlmStepResult(BaseModel):

@@ -20,11 +20,12 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.llm_step import LlmStepActivities
     from activities.pool_lease import PoolLeases
+    from activities.ports import REPLICA_UNAVAILABLE
     from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease, StepPlacement
     from sdk._node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
     from sdk.contracts import LlmStepInput, LlmStepResult
@@ -42,6 +43,9 @@ LOAD_TIMEOUT = timedelta(minutes=30)
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 # Placements tried for one step when loads keep failing (each one excludes the node that failed).
 MAX_PLACEMENTS = 3
+# Attempt numbers of a step's generation on its n-th placement start at n × this, so the ledger's
+# (task, step, attempt) keys of two placements never collide (each retries at most 6 times).
+ATTEMPT_STRIDE = 100
 WAIT_FIRST_S, WAIT_MAX_S = 0.5, 5.0
 
 
@@ -61,7 +65,7 @@ class FleetStep:
         """The step's reply; None when the task must stop waiting (cancelled, deadline)."""
         asked_at = workflow.now()
         excluded: list[str] = []
-        for _ in range(MAX_PLACEMENTS):
+        for placement_index in range(MAX_PLACEMENTS):
             grant = await self._acquire(request.model_copy(update={
                 "exclude_nodes": request.exclude_nodes + excluded, "previous_replica": self.previous_replica}))
             if grant is None:
@@ -69,7 +73,7 @@ class FleetStep:
             if grant.outcome == "direct":
                 return await _generate(inp, task_queue=None)
             assert grant.lease_id is not None and grant.node_id is not None and grant.replica_id is not None
-            served = False
+            served = gone = False
             try:
                 load_s = 0.0
                 if grant.load is not None:
@@ -89,15 +93,26 @@ class FleetStep:
                     gpu_type=grant.gpu_type, tier=grant.tier or "warm", decided_by=grant.decided_by,
                     queue_wait_s=round((workflow.now() - asked_at).total_seconds() - load_s, 3),
                     load_s=round(load_s, 3))
-                reply = await _generate(inp.model_copy(update={"placement": placement}),
-                                        task_queue=node_task_queue(grant.node_id))
+                try:
+                    reply = await _generate(
+                        inp.model_copy(update={"placement": placement, "attempt_base": placement_index * ATTEMPT_STRIDE}),
+                        task_queue=node_task_queue(grant.node_id))
+                except ActivityError as err:
+                    if _error_type(err) != REPLICA_UNAVAILABLE:
+                        raise
+                    # The node no longer has the replica (it restarted, or unloaded it): place again.
+                    workflow.logger.info("replica %s on %s is gone: %s", grant.replica_id, grant.node_id, err)
+                    gone = True
+                    continue
                 served = True
                 self.previous_replica = grant.replica_id
                 return reply
             finally:
                 await workflow.execute_local_activity_method(
-                    PoolLeases.release, ReleaseLease(lease_id=grant.lease_id, replica_warm=served), **BOOKKEEPING)
-        raise Unplaceable(f"{MAX_PLACEMENTS} placements failed to load {request.model} (nodes {', '.join(excluded)})")
+                    PoolLeases.release,
+                    ReleaseLease(lease_id=grant.lease_id, replica_warm=served, replica_gone=gone), **BOOKKEEPING)
+        raise Unplaceable(f"{MAX_PLACEMENTS} placements of {request.model} failed"
+                          + (f" (loads failed on {', '.join(excluded)})" if excluded else " (their replicas were gone)"))
 
     async def _acquire(self, request: LeaseRequest) -> LeaseGrant | None:
         pause, waiting_said = WAIT_FIRST_S, None
@@ -120,6 +135,11 @@ class FleetStep:
             if self._stop_waiting():
                 return None
             pause = min(pause * 2, WAIT_MAX_S)
+
+
+def _error_type(err: ActivityError) -> str | None:
+    cause = err.cause
+    return cause.type if isinstance(cause, ApplicationError) else None
 
 
 async def _generate(inp: LlmStepInput, task_queue: str | None) -> LlmStepResult:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.llm_step import LlmStepActivities
-from activities.ports import ModelRoute
+from activities.ports import ModelRoute, ReplicaUnavailable
 from sdk._lease import StepPlacement
 from sdk.contracts import LlmStepInput, LlmStepResult
 
@@ -33,7 +33,7 @@ class ReplicaRouter:
             raise ValueError(f"node {self.node_id} serves only leased steps; this one carries no placement")
         replica = self.replicas.get(placement.replica_id)
         if replica is None or replica.state != "warm" or replica.handle is None:
-            raise ValueError(f"replica {placement.replica_id} of {model} is not serving on node {self.node_id}")
+            raise ReplicaUnavailable(f"replica {placement.replica_id} of {model} is not serving on node {self.node_id}")
         entry = replica.entry
         return ModelRoute(
             name=model, litellm_model=entry.litellm_route or f"hosted_vllm/{model}", api_base=replica.handle.base_url,

@@ -41,6 +41,8 @@ log = logging.getLogger("berth.pool")
 # A replica the pool placed is reported by its node once the load activity starts there:
 # within a heartbeat or two. Past this, an unreported placement is taken to have failed.
 UNREPORTED_LOAD_GRACE_S = 60.0
+# How long a replica reported gone is ignored in node reports: many heartbeats past the last stale one.
+GONE_MEMORY_S = 600.0
 
 
 class CatalogueReader(Protocol):
@@ -75,6 +77,9 @@ class PoolService:
         self._by_step: dict[tuple[str, int], str] = {}
         self._unreported: dict[str, float] = {}  # replica id → when the pool placed it
         self._unloading: set[str] = set()
+        # Replicas a node said it no longer has: its last report may still list them until its
+        # next heartbeat, and a replica id never comes back, so they are not re-added from it.
+        self._gone: dict[str, float] = {}
         self._synced_at = float("-inf")
         self._restored = False
 
@@ -127,7 +132,11 @@ class PoolService:
                     self._unreported.pop(replica.id, None)
                 self.fleet.release(lease.booking)
                 replica = self.fleet.replicas.get(lease.booking.replica_id)
-                if replica is not None and replica.active_leases == 0:
+                if req.replica_gone:
+                    self._gone[lease.booking.replica_id] = self.clock()
+                    if replica is not None:
+                        self._forget_replica(replica.id)
+                elif replica is not None and replica.active_leases == 0:
                     self.idle_since[replica.id] = self.clock()
         self.store.leases.release(req.lease_id)
 
@@ -177,6 +186,9 @@ class PoolService:
                 self.policies[model.entry.name] = model.policy
             for view in self.store.fleet.list():
                 self._sync_node(view, now)
+            for replica_id, at in list(self._gone.items()):
+                if now - at > GONE_MEMORY_S:
+                    del self._gone[replica_id]
             if not self._restored:
                 self._restore_leases()
 
@@ -211,6 +223,8 @@ class PoolService:
                 continue  # its load has not reached the node yet
             self._forget_replica(replica.id)
         for report in reported.values():
+            if report.replica_id in self._gone:
+                continue
             if report.model not in fleet.models:
                 continue  # a model taken out of the catalogue: it serves nothing new and will be reaped
             try:

@@ -183,3 +183,15 @@ def test_min_replicas_loads_one_through_placement_and_counts_it_while_it_loads(s
     assert not [a for a in pool.plan_scaling() if isinstance(a, ScaleUp) and a.model == "llama-3.2-1b"]
     grant = pool.acquire(req("t1", model="llama-3.2-1b"))
     assert grant.replica_id == order.request.replica_id and grant.load is not None  # joins the load
+
+
+def test_a_replica_reported_gone_is_not_placed_on_again_even_from_a_stale_report(store: Store,
+                                                                                 pool: PoolService) -> None:
+    join(store, "gpu-a", replicas=[{"replica_id": "r-old", "model": "llama-3.1-8b", "gpu_indexes": [0],
+                                   "state": "warm"}])
+    grant = pool.acquire(req("t1"))
+    assert grant.replica_id == "r-old"
+    pool.release(ReleaseLease(lease_id=grant.lease_id, replica_gone=True))
+    pool.sync(force=True)  # the node's last heartbeat (before it restarted) still lists r-old
+    again = pool.acquire(req("t1", step=2))
+    assert again.outcome == "placed" and again.replica_id != "r-old" and again.tier == "origin"

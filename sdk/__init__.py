@@ -5,7 +5,7 @@
 
 from ._agent import Agent
 from ._budget import Budget
-from ._catalogue import CatalogueModel, ModelEntry, ScalingPolicy
+from ._catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
 from ._fleet import (
     CachedModelWeights,
     GpuDescription,
@@ -55,6 +55,9 @@ __all__ = [
     "ReplicaView",
     "CatalogueModel",
     "ModelEntry",
+    "PrewarmRequest",
+    "PrewarmStarted",
+    "PrewarmTarget",
     "ScalingPolicy",
     "ApiUnreachable",
     "CheckpointDetail",

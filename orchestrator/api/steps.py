@@ -4,7 +4,8 @@ A node has no database, so the LLM step activity running there does its bookkeep
 (activities/ports.py `StepBooks`) through these routes: `prepare` before the model call and
 `settle` after it, two round trips per step; `booked` and `lost` serve retried attempts only.
 They write exactly what a step on the control queue writes (activities/step_books.py), and
-only for a node that presents its node secret, like its heartbeats.
+only for a node that presents its node secret, like its heartbeats, and that holds a lease for
+the task: a node reads and books only the tasks the pool sent it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .services import Services, services
 
 router = APIRouter(prefix="/v1/nodes/{node_id}/steps", tags=["fleet"], responses={
     **ERROR_RESPONSES, 401: {"description": "the node secret is missing or wrong"},
+    403: {"description": "the node holds no lease for the task"},
 })
 Svc = Annotated[Services, Depends(services)]
 NodeSecret = Annotated[str | None, Header(alias=NODE_SECRET_HEADER)]
@@ -44,42 +46,55 @@ T = TypeVar("T")
 @router.post("/prepare", response_model=PreparedStepBody)
 async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: NodeSecret = None) -> PreparedStepBody:
     """Node agents only: write the step's pending predecessor (when given), return the conversation to send."""
-    prepared = await _call(svc, node_id, node_secret, lambda books: books.prepare(req.task_id, req.checkpoint,
-                                                                                    req.pending))
+    prepared = await _call(svc, node_id, node_secret, {req.task_id},
+                           lambda books: books.prepare(req.task_id, req.checkpoint, req.pending))
     return PreparedStepBody(checkpoint=prepared.checkpoint, messages=prepared.messages)
 
 
 @router.post("/settle", response_model=SettleStepResult)
 async def settle(node_id: str, req: SettleStepRequest, svc: Svc, node_secret: NodeSecret = None) -> SettleStepResult:
     """Node agents only: book a model call under its (task, step, attempt) key and announce it once."""
-    recorded = await _call(svc, node_id, node_secret, lambda books: books.settle(_entry(req.entry), req.event))
+    recorded = await _call(svc, node_id, node_secret, {req.entry.task_id},
+                           lambda books: books.settle(_entry(req.entry), req.event))
     return SettleStepResult(recorded=recorded)
 
 
 @router.post("/booked", response_model=list[LedgerEntryBody])
 async def booked(node_id: str, req: BookedRequest, svc: Svc, node_secret: NodeSecret = None) -> list[LedgerEntryBody]:
     """Node agents only: what earlier attempts of a step booked (a retried attempt asks)."""
-    entries = await _call(svc, node_id, node_secret, lambda books: books.booked(req.task_id, req.step,
-                                                                                  req.before_attempt))
+    entries = await _call(svc, node_id, node_secret, {req.task_id},
+                          lambda books: books.booked(req.task_id, req.step, req.before_attempt))
     return [LedgerEntryBody(**dataclasses.asdict(e)) for e in entries]
 
 
 @router.post("/lost", status_code=204, response_model=None)
 async def book_lost(node_id: str, req: BookLostRequest, svc: Svc, node_secret: NodeSecret = None) -> None:
     """Node agents only: book the tokens of attempts that died unheard."""
-    await _call(svc, node_id, node_secret, lambda books: books.book_lost([_entry(e) for e in req.entries]))
+    await _call(svc, node_id, node_secret, {e.task_id for e in req.entries},
+                lambda books: books.book_lost([_entry(e) for e in req.entries]))
 
 
 def _entry(body: LedgerEntryBody) -> LedgerEntry:
     return LedgerEntry(**body.model_dump())
 
 
-async def _call(svc: Services, node_id: str, node_secret: str | None, fn: Callable[[StoreStepBooks], T]) -> T:
-    """Authenticate the node, then run `fn` over the store's books: one thread hop; refusals in the API's shape."""
+class NoLease(Exception):
+    def __init__(self, node_id: str, task_id: str) -> None:
+        super().__init__(f"node {node_id!r} holds no lease for task {task_id!r}; it may book only the steps"
+                         " the pool leased to it")
+
+
+async def _call(svc: Services, node_id: str, node_secret: str | None, task_ids: set[str],
+                fn: Callable[[StoreStepBooks], T]) -> T:
+    """Authenticate the node and check its leases, then run `fn` over the store's books: one thread hop;
+    refusals in the API's shape."""
     store = svc.store
 
     def run() -> T:
         store.fleet.authenticate(node_id, node_secret)
+        for task_id in sorted(task_ids):
+            if not store.leases.node_holds(node_id, task_id):
+                raise NoLease(node_id, task_id)
         return fn(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger))
 
     try:
@@ -92,3 +107,5 @@ async def _call(svc: Services, node_id: str, node_secret: str | None, fn: Callab
         raise ApiError(401, exc.message, field=exc.field) from None
     except (CheckpointConflict, CheckpointCorrupt) as exc:
         raise conflict(str(exc), field="checkpoint") from None
+    except NoLease as exc:
+        raise ApiError(403, str(exc), field="task_id") from None

@@ -10,6 +10,7 @@ reports real load to the pool.
 from __future__ import annotations
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.llm_step import LlmStepActivities
 from activities.ports import ModelRoute, ReplicaUnavailable
@@ -17,6 +18,7 @@ from sdk._lease import StepPlacement
 from sdk.contracts import LlmStepInput, LlmStepResult
 
 from .replicas import ReplicaManager
+from .step_books import StepBooksRefused
 
 GENERATE = "berth.generate"
 
@@ -54,6 +56,10 @@ class NodeGeneration:
             replica.outstanding_tokens += inp.max_tokens
         try:
             return await self.llm.generate(inp)
+        except StepBooksRefused as exc:
+            if exc.permanent:  # e.g. the lease is gone: retrying on this node is refused the same way
+                raise ApplicationError(str(exc), type="StepBooksRefused", non_retryable=True) from exc
+            raise
         finally:
             if replica is not None:
                 replica.active_leases -= 1

@@ -18,7 +18,7 @@ from activities.ports import LedgerEntry
 from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
 from orchestrator.node.step_books import RemoteStepBooks, StepBooksRefused
-from orchestrator.store import Store
+from orchestrator.store import LeaseRecord, Store
 from sdk import CheckpointRef, Message, Spend, TaskState, TaskStatus, ToolCall
 from sdk.contracts import PendingStep
 
@@ -62,7 +62,14 @@ def node_secret(app) -> str:
 
 
 @pytest.fixture
-def books(app, node_secret: str) -> Iterator[RemoteStepBooks]:
+def leased(store: Store) -> None:
+    """The pool leased steps of t1 to the node (what lets it read and book them)."""
+    store.leases.add(LeaseRecord(lease_id="lease-1", task_id="t1", step=1, model="llama-3.2-1b", node_id="gpu-books",
+                                 replica_id="r-1", tokens=500, tenant="default"))
+
+
+@pytest.fixture
+def books(app, node_secret: str, leased: None) -> Iterator[RemoteStepBooks]:
     with RemoteStepBooks("http://berth", "gpu-books", lambda: node_secret, transport=SyncAsgi(app)) as b:
         yield b
 
@@ -159,3 +166,16 @@ def test_a_stale_parent_is_a_permanent_refusal(books: RemoteStepBooks, store: St
         books.prepare("t1", other, pending_step("t1"))
     assert refused.value.status == 409 and refused.value.permanent
     assert "checkpoint" in str(refused.value)
+
+
+def test_a_node_without_a_lease_for_the_task_is_refused_and_writes_nothing(books: RemoteStepBooks,
+                                                                           store: Store) -> None:
+    other = store.checkpoints.write_root("t9", [Message(role="user", content="not yours")], {})
+    with pytest.raises(StepBooksRefused, match="holds no lease for task 't9'") as refused:
+        books.prepare("t9", other, None)
+    assert refused.value.status == 403 and refused.value.permanent
+    with pytest.raises(StepBooksRefused, match="403"):
+        books.settle(entry(task_id="t9"), {"step": 1})
+    with pytest.raises(StepBooksRefused, match="403"):
+        books.book_lost([entry(kind="lost"), entry(task_id="t9", kind="lost")])
+    assert store.ledger.entries("t9") == [] and store.ledger.entries("t1") == [] and store.events.read("t9") == []

@@ -30,7 +30,7 @@ class BerthConfig(BaseModel):
     join_token: str | None = Field(default=None, description="the secret a GPU node presents to join the fleet")
     fleet: bool = Field(default=True, description="self-hosted models run on GPU nodes through the pool; false:"
                                                    " every model is called at engine_url, without leases")
-    load_time_scale: float = Field(default=0.05, ge=0, description="multiplies the load time of replicas on the"
+    load_time_scale: float = Field(default=0.25, ge=0, description="multiplies the load time of replicas on the"
                                                                    " simulated nodes `berth up` starts")
     node_lost_after_s: float = Field(default=20.0, gt=0, description="a node silent this long is lost")
     engine_latency_scale: float = Field(default=1.0, ge=0, description="multiplies the simulated TTFT and per-token time")

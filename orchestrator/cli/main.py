@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fleet", metavar="FILE", help="the simulated nodes to start, as JSON (default: 3 nodes, 2 DCs)")
     p.add_argument("--no-fleet", action="store_true", help="no GPU nodes: one simulated engine serves every model")
     p.add_argument("--load-time-scale", type=float,
-                   help="multiplies simulated replicas' load time (env BERTH_LOAD_TIME_SCALE, default 0.05)")
+                   help="multiplies simulated replicas' load time (env BERTH_LOAD_TIME_SCALE, default 0.25)")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("server", help="the control-plane HTTP server (API, /healthz, /readyz)")

@@ -14,10 +14,10 @@ from sdk import Client, TaskState
 
 WHY = {
     "warm": "warm replica",
-    "loading": "joined a replica still loading",
-    "disk": "weights on the node's disk",
-    "datacenter": "weights copied from a node in the same datacenter",
-    "origin": "cold load from origin",
+    "loading": "joined a load",
+    "disk": "load from disk",
+    "datacenter": "load from DC peer",
+    "origin": "cold load (origin)",
 }
 
 
@@ -29,19 +29,18 @@ async def step_rows(client: Client, state: TaskState) -> list[tuple[str, dict]]:
     return rows
 
 
-def placements_table(rows: list[tuple[str, dict]]) -> Table:
+def placements_table(rows: list[tuple[str, dict]], prefix: str = "") -> Table:
+    """One row per model call; `prefix` is cut from task ids (the demo's shared stamp)."""
     table = Table(title="Where each step ran, and why")
-    for col in ("task", "step", "node", "GPU", "replica", "placed on", "decided by", "queue s", "load s",
-                "TTFT s", "tok/s", "cost $"):
+    for col in ("task", "step", "node", "GPUs", "placed on", "decided by", "queue s", "load s", "TTFT s"):
         table.add_column(col)
     for task_id, d in rows:
         node = d.get("node_id")
+        gpus = f"{d.get('gpu_type')} {','.join(map(str, d.get('gpu_indexes') or []))}" if node else "-"
         table.add_row(
-            task_id, str(d.get("step")), node or d.get("served_by", ""),
-            f"{d.get('gpu_type')} {d.get('gpu_indexes')}" if node else "-", d.get("replica_id") or "-",
-            WHY.get(d.get("tier") or "", "provider (no lease)" if not node else str(d.get("tier"))),
-            d.get("decided_by") or "-", _num(d.get("queue_wait_s")), _num(d.get("load_s")), _num(d.get("ttft_s")),
-            _num(d.get("tokens_per_s"), 0), f"{d.get('cost_usd', 0):.6f}")
+            task_id.removeprefix(prefix), str(d.get("step")), node or d.get("served_by", ""), gpus,
+            WHY.get(d.get("tier") or "", "provider" if not node else str(d.get("tier"))),
+            d.get("decided_by") or "-", _num(d.get("queue_wait_s")), _num(d.get("load_s")), _num(d.get("ttft_s")))
     return table
 
 

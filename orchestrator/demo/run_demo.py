@@ -41,20 +41,22 @@ class _Stop(Protocol):
     requested: bool
 
 
-def run_demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop) -> list[TaskState]:
-    return asyncio.run(_demo(config, tick, stop))
+def run_demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int = 0) -> list[TaskState]:
+    """Run the demo workload; `nodes` is how many GPU nodes the stack started (0: no fleet)."""
+    return asyncio.run(_demo(config, tick, stop, nodes))
 
 
-async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop) -> list[TaskState]:
+async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int) -> list[TaskState]:
     console = Console()
     client = Client(config.resolved_api_url)
     await _wait_for_agents(client, {"research", "coordinator"})
+    await _wait_for_nodes(client, nodes)
     stamp = time.strftime("%H%M%S")
     handles = [
         await _submit(client, agent, text, tokens, f"demo-{stamp}-{i}")
         for i, (agent, text, tokens) in enumerate(DEMO_TASKS, 1)
     ]
-    if config.fleet:
+    if nodes:
         agent, model, datacenter, text, tokens = PREWARMED
         await _prewarm(client, console, model, datacenter)
         handles.append(await _submit(client, agent, text, tokens, f"demo-{stamp}-{len(handles) + 1}", model=model))
@@ -73,9 +75,9 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop) -> l
                 break
             await asyncio.sleep(0.5)
     console.print(_summary(states))
-    if config.fleet and states and all(s.status.is_final for s in states):
+    if nodes and states and all(s.status.is_final for s in states):
         rows = [row for state in states for row in await step_rows(client, state)]
-        console.print(placements_table(rows))
+        console.print(placements_table(rows, prefix=f"demo-{stamp}-"))
     return states
 
 
@@ -103,6 +105,15 @@ async def _submit(client: Client, agent: str, text: str, tokens: int, task_id: s
                 raise
             await asyncio.sleep(1)
     raise AssertionError("unreachable")
+
+
+async def _wait_for_nodes(client: Client, count: int, timeout_s: float = 60) -> None:
+    """The node agents join a few seconds after the API is up; the demo's placements need them."""
+    deadline = time.monotonic() + timeout_s
+    while len(await client.nodes(status="healthy")) < count:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{count} GPU node(s) did not join within {timeout_s:.0f}s; see the node logs")
+        await asyncio.sleep(0.5)
 
 
 async def _wait_for_agents(client: Client, names: set[str], timeout_s: float = 60) -> None:

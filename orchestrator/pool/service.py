@@ -41,6 +41,8 @@ log = logging.getLogger("berth.pool")
 # A replica the pool placed is reported by its node once the load activity starts there:
 # within a heartbeat or two. Past this, an unreported placement is taken to have failed.
 UNREPORTED_LOAD_GRACE_S = 60.0
+# A placement that starts a replica re-reads the fleet when its view is older than this.
+COLD_PLACEMENT_FRESHNESS_S = 0.2
 # How long a replica reported gone is ignored in node reports: many heartbeats past the last stale one.
 GONE_MEMORY_S = 600.0
 
@@ -104,6 +106,11 @@ class PoolService:
                                   reason="no GPU node has joined the fleet yet")
             ahead = self.queue.ahead_of(req.task_id, req.model, req.priority, now)
             decision = place(self.fleet, _placement_request(req), self.config)
+            if _starts_replica(decision) and self.clock() - self._synced_at > COLD_PLACEMENT_FRESHNESS_S:
+                # A new replica costs seconds to minutes, so it is worth deciding on the nodes' latest
+                # reports (weights that just arrived on a disk, a replica that just turned warm).
+                self.sync(force=True)
+                decision = place(self.fleet, _placement_request(req), self.config)
             if decision.outcome == "never":
                 self.queue.leave(req.task_id)
                 return LeaseGrant(outcome="never", reason=decision.reason)
@@ -213,7 +220,9 @@ class PoolService:
             report = reported.pop(replica.id, None)
             if report is not None:
                 self._unreported.pop(replica.id, None)
-                if report.state != replica.state and replica.id not in self._unloading:
+                if _STATE_ORDER[report.state] > _STATE_ORDER[replica.state] and replica.id not in self._unloading:
+                    # Only forward (loading → warm → draining): a report sent before the pool saw the
+                    # replica serve must not turn it back into a loading one.
                     fleet.set_replica_state(replica.id, report.state)
                     if report.state == "warm" and replica.active_leases == 0:
                         self.idle_since[replica.id] = now  # idle from when it could first serve
@@ -308,6 +317,13 @@ class PoolService:
             self.fleet.set_replica_state(replica_id, "draining")
             self._unloading.add(replica_id)
             return True
+
+
+_STATE_ORDER = {"loading": 0, "warm": 1, "draining": 2}
+
+
+def _starts_replica(decision: Decision) -> bool:
+    return decision.chosen is not None and decision.chosen.candidate.replica_id is None
 
 
 def _placement_request(req: LeaseRequest) -> PlacementRequest:

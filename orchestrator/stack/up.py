@@ -122,7 +122,7 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
             from ..demo.run_demo import run_demo
 
             try:
-                run_demo(config, supervisor.check, stop)
+                run_demo(config, supervisor.check, stop, nodes=len(fleet) if config.fleet else 0)
             except Exception as exc:  # a failed demo must not take the stack down with it
                 print(f"the demo stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
             print("The stack stays up; Ctrl-C to stop.", flush=True)

@@ -1,7 +1,7 @@
 """The fleet as real processes: `berth up` with three `berth node` agents on simulated GPUs.
 
 Each node runs its replicas as real simulated-engine processes that take real time to load
-(scaled by the load-time factor: an 8B model from origin ~5 s here, from disk ~2 s), so the
+(scaled by the load-time factor: a 7B model from origin ~15 s here, from disk ~7 s), so the
 differences these tests check are measured, not configured: where steps ran, that an idle
 replica goes away and leaves its weights on disk, and that prewarmed weights load faster.
 """
@@ -31,7 +31,7 @@ def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("fleet")
     fleet_file = tmp / "fleet.json"
     fleet_file.write_text(json.dumps(FLEET))
-    stack = Stack.create(tmp, latency_scale=0.1, load_time_scale=0.1)
+    stack = Stack.create(tmp, latency_scale=0.1, load_time_scale=0.3)
     stack.up_args = ("--fleet", str(fleet_file))
     stack.start()
     try:

@@ -195,3 +195,15 @@ def test_a_replica_reported_gone_is_not_placed_on_again_even_from_a_stale_report
     pool.sync(force=True)  # the node's last heartbeat (before it restarted) still lists r-old
     again = pool.acquire(req("t1", step=2))
     assert again.outcome == "placed" and again.replica_id != "r-old" and again.tier == "origin"
+
+
+def test_a_report_older_than_the_first_served_step_does_not_make_a_warm_replica_loading_again(
+        store: Store, pool: PoolService) -> None:
+    join(store, "gpu-a")
+    first = pool.acquire(req("t1"))
+    store.fleet.heartbeat(NodeHeartbeat.model_validate({"node_id": "gpu-a", "replicas": [
+        {"replica_id": first.replica_id, "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "loading"}]}), SECRET)
+    pool.release(ReleaseLease(lease_id=first.lease_id, replica_warm=True))
+    pool.sync(force=True)  # the heartbeat above was sent while the replica loaded
+    second = pool.acquire(req("t1", step=2))
+    assert (second.replica_id, second.tier, second.load) == (first.replica_id, "warm", None)

@@ -96,6 +96,12 @@ class _Call:
     created: int = field(default_factory=lambda: int(time.time()))
 
 
+def warm_up_tokenizer() -> None:
+    """Load the tokenizers (litellm's import is most of an engine's start-up); cheap once done."""
+    tokens.count_prompt_tokens([{"role": "user", "content": "warm up"}], None)
+    tokens.encode("warm up")
+
+
 def create_app(
     models: Sequence[SimulatedModel] = DEFAULT_MODELS, latency_scale: float = 1.0, tally: UsageTally | None = None
 ) -> FastAPI:
@@ -110,8 +116,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Importing litellm (for its tokenizer) takes seconds: pay it before /health answers,
         # not inside the first request's time to first token.
-        await asyncio.to_thread(tokens.count_prompt_tokens, [{"role": "user", "content": "warm up"}], None)
-        await asyncio.to_thread(tokens.encode, "warm up")
+        await asyncio.to_thread(warm_up_tokenizer)
         yield
 
     app = FastAPI(title="Berth simulated inference engine", lifespan=lifespan)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from .app import create_app
+from .app import create_app, warm_up_tokenizer
 from .models import DEFAULT_MODELS, SimulatedModel
 from .usage import UsageTally
 
@@ -34,6 +34,9 @@ def serve(
     bound = sock.getsockname()[1]
     if load_delay_s > 0:
         print(f"berth simulated engine: loading weights for {load_delay_s:.1f}s on port {bound}", flush=True)
+        # The engine's own start-up (its tokenizer) runs while the weights "load", as a real
+        # engine initialises CUDA while it reads weights; the app's start then finds it done.
+        threading.Thread(target=warm_up_tokenizer, daemon=True).start()
         time.sleep(load_delay_s)  # uvicorn calls listen() on the socket once the app has started
     print(f"berth simulated engine: http://{host}:{bound}/v1 (latency x{latency_scale})", flush=True)
     app = create_app(models, latency_scale, tally=UsageTally(journal=usage_journal))

@@ -20,6 +20,7 @@ Failure behaviour, which the timeouts below encode:
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -61,6 +62,9 @@ UNLOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coeffi
                            maximum_interval=timedelta(seconds=30), maximum_attempts=5)
 
 
+T = TypeVar("T")
+
+
 def _node_failure(exc: ActivityError, what: str, node_id: str) -> ApplicationError:
     """The node's own error as the workflow's failure, so callers read its message, not "activity failed"."""
     cause = exc.cause
@@ -70,25 +74,26 @@ def _node_failure(exc: ActivityError, what: str, node_id: str) -> ApplicationErr
                             non_retryable=True)
 
 
+async def _heartbeating_on_node(activity: str, request: object, node_id: str, result_type: type[T],
+                                timeout: timedelta, what: str) -> T:
+    """Run a long node activity that heartbeats (load, prewarm); the node's error becomes the workflow's."""
+    try:
+        return await workflow.execute_activity(
+            activity, request, task_queue=node_task_queue(node_id), result_type=result_type,
+            schedule_to_start_timeout=NODE_PICKUP, start_to_close_timeout=timeout,
+            heartbeat_timeout=NODE_HEARTBEAT, retry_policy=NODE_RETRY)
+    except ActivityError as exc:
+        raise _node_failure(exc, what, node_id) from exc
+
+
 @workflow.defn(name=LOAD_WORKFLOW)
 class ReplicaLoadWorkflow:
     """Load one replica on one node and return where it serves."""
 
     @workflow.run
     async def run(self, order: LoadOnNode) -> ReplicaReady:
-        try:
-            return await workflow.execute_activity(
-                LOAD_REPLICA,
-                order.request,
-                task_queue=node_task_queue(order.node_id),
-                result_type=ReplicaReady,
-                schedule_to_start_timeout=NODE_PICKUP,
-                start_to_close_timeout=LOAD_TIMEOUT,
-                heartbeat_timeout=NODE_HEARTBEAT,
-                retry_policy=NODE_RETRY,
-            )
-        except ActivityError as exc:
-            raise _node_failure(exc, f"loading {order.request.replica_id}", order.node_id) from exc
+        return await _heartbeating_on_node(LOAD_REPLICA, order.request, order.node_id, ReplicaReady, LOAD_TIMEOUT,
+                                           f"loading {order.request.replica_id}")
 
 
 @workflow.defn(name=UNLOAD_WORKFLOW)
@@ -117,16 +122,5 @@ class PrewarmWorkflow:
 
     @workflow.run
     async def run(self, order: PrewarmOnNode) -> str:
-        try:
-            return await workflow.execute_activity(
-                PREWARM,
-                order.request,
-                task_queue=node_task_queue(order.node_id),
-                result_type=str,
-                schedule_to_start_timeout=NODE_PICKUP,
-                start_to_close_timeout=PREWARM_TIMEOUT,
-                heartbeat_timeout=NODE_HEARTBEAT,
-                retry_policy=NODE_RETRY,
-            )
-        except ActivityError as exc:
-            raise _node_failure(exc, f"prewarming {order.request.model.name}", order.node_id) from exc
+        return await _heartbeating_on_node(PREWARM, order.request, order.node_id, str, PREWARM_TIMEOUT,
+                                           f"prewarming {order.request.model.name}")

@@ -47,6 +47,9 @@ MAX_PLACEMENTS = 3
 # (task, step, attempt) keys of two placements never collide (each retries at most 6 times).
 ATTEMPT_STRIDE = 100
 WAIT_FIRST_S, WAIT_MAX_S = 0.5, 5.0
+# A model the fleet does not serve (a hosted provider, a stack without nodes) stays so: ask the
+# pool again only every this many steps instead of spending a local activity on every step.
+DIRECT_RECHECK_STEPS = 20
 
 
 class Unplaceable(Exception):
@@ -60,9 +63,12 @@ class FleetStep:
         self._set_waiting = set_waiting  # None: waiting is over
         self._stop_waiting = stop_waiting
         self.previous_replica: str | None = None
+        self._direct_until: dict[str, int] = {}  # model → the step before which it is called without a lease
 
     async def generate(self, inp: LlmStepInput, request: LeaseRequest) -> LlmStepResult | None:
         """The step's reply; None when the task must stop waiting (cancelled, deadline)."""
+        if request.step < self._direct_until.get(request.model, 0):
+            return await _generate(inp, task_queue=None)
         asked_at = workflow.now()
         excluded: list[str] = []
         for placement_index in range(MAX_PLACEMENTS):
@@ -71,6 +77,7 @@ class FleetStep:
             if grant is None:
                 return None
             if grant.outcome == "direct":
+                self._direct_until[request.model] = request.step + DIRECT_RECHECK_STEPS
                 return await _generate(inp, task_queue=None)
             assert grant.lease_id is not None and grant.node_id is not None and grant.replica_id is not None
             served = gone = False

@@ -21,6 +21,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.step_overhead
+	$(PY) -m benchmarks.fleet_step
 	$(PY) -m benchmarks.checkpoint_storage
 
 clean:

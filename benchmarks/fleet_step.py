@@ -28,9 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +53,11 @@ from orchestrator.node.replicas import ReplicaManager  # noqa: E402
 from orchestrator.pool.service import PoolService  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
-from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus, tool  # noqa: E402
+from sdk import Agent, TaskState, tool  # noqa: E402
 from sdk._serve import tool_worker  # noqa: E402
 
 from ._results import write_results  # noqa: E402
+from ._tasks import run_task  # noqa: E402
 from .step_overhead import _free_port, _wait  # noqa: E402
 
 STEPS = 100
@@ -163,19 +162,9 @@ class ApiThread:
         self._sock.close()
 
 
-def _input(tool_steps: int) -> str:
-    return "; ".join(f"t{i}" for i in range(tool_steps))
-
-
 async def _run_task(client: Client, store: Store, queue: str, tool_steps: int) -> tuple[TaskState, Any]:
-    task_id = f"bench-{uuid.uuid4().hex[:10]}"
-    spec = TaskSpec(task_id=task_id, agent=AGENT.name, input=_input(tool_steps), budget=Budget(5_000_000))
-    run = TaskRun(task_id=task_id, spec=spec, agent=store.agents.get(AGENT.name),
-                  submitted_at=datetime.now(timezone.utc))
-    state = await client.execute_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=queue,
-                                          result_type=TaskState)
-    assert state.status == TaskStatus.completed, state.error
-    return state, await client.get_workflow_handle(task_id).fetch_history()
+    state = await run_task(client, store, AGENT, queue, tool_steps)
+    return state, await client.get_workflow_handle(state.task_id).fetch_history()
 
 
 def _history_ms_per_step(history: Any) -> dict[str, float]:

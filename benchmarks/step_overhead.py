@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -41,10 +40,11 @@ from temporalio.worker import Worker  # noqa: E402
 from orchestrator.config import BerthConfig  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
-from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus, tool  # noqa: E402
+from sdk import Agent, tool  # noqa: E402
 from sdk._serve import tool_worker  # noqa: E402
 
 from ._results import write_results  # noqa: E402
+from ._tasks import run_task  # noqa: E402
 from .bare_workflow import BareLoopWorkflow, BareStepWorkflow, echo  # noqa: E402
 
 STEPS = 100
@@ -61,21 +61,6 @@ def observe(topic: str) -> str:
 
 AGENT = Agent("bench-agent", "llama-3.2-1b", "Observe each topic, then answer.", [observe],
               max_steps=STEPS + 10, max_tokens_per_step=64)
-
-
-def _input(tool_steps: int) -> str:
-    return "; ".join(f"t{i}" for i in range(tool_steps))
-
-
-async def _run_task(client: Client, store: Store, queue: str, tool_steps: int) -> TaskState:
-    task_id = f"bench-{uuid.uuid4().hex[:10]}"
-    spec = TaskSpec(task_id=task_id, agent=AGENT.name, input=_input(tool_steps), budget=Budget(5_000_000))
-    run = TaskRun(task_id=task_id, spec=spec, agent=store.agents.get(AGENT.name),
-                  submitted_at=datetime.now(timezone.utc))
-    state = await client.execute_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=queue,
-                                          result_type=TaskState)
-    assert state.status == TaskStatus.completed, state.error
-    return state
 
 
 async def _bare(client: Client, queue: str, activities: int) -> None:
@@ -110,7 +95,7 @@ async def main() -> dict:
             await stack.enter_async_context(Worker(client, task_queue="bench-bare",
                                                    workflows=[BareLoopWorkflow, BareStepWorkflow], activities=[echo]))
             await stack.enter_async_context(Worker(client, task_queue=BARE_TOOL_QUEUE, activities=[echo]))
-            await _run_task(client, store, "bench-control", 3)  # warm-up: imports, tokenizer, connections
+            await run_task(client, store, AGENT, "bench-control", 3)  # warm-up: imports, tokenizer, connections
             await _bare(client, "bench-bare", 5)
             await _bare_steps(client, "bench-bare", 3)
 
@@ -122,7 +107,7 @@ async def main() -> dict:
             await _bare(client, "bench-bare", activities)
             bare_eager_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            state = await _run_task(client, store, "bench-control", STEPS - 1)
+            state = await run_task(client, store, AGENT, "bench-control", STEPS - 1)
             berth_s = time.perf_counter() - t0
             assert state.step == STEPS
 
@@ -134,7 +119,7 @@ async def main() -> dict:
             await asyncio.gather(*(_bare(client, "bench-bare", 2 * per_task + 1) for _ in range(CONCURRENT_TASKS)))
             bare_many_eager_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            states = await asyncio.gather(*(_run_task(client, store, "bench-control", per_task)
+            states = await asyncio.gather(*(run_task(client, store, AGENT, "bench-control", per_task)
                                             for _ in range(CONCURRENT_TASKS)))
             berth_many_s = time.perf_counter() - t0
             total_steps = sum(s.step for s in states)

@@ -59,7 +59,7 @@ class TaskBookkeeping:
     @activity.defn(name="berth.record_state")
     def record_state(self, inp: RecordStateInput) -> None:
         self.tasks.save_state(inp.state, spec_json=inp.spec_json)
-        self.events.append(inp.state.task_id, inp.event, _state_event(inp.state))
+        self.events.append(inp.state.task_id, inp.event, {**_state_event(inp.state), **(inp.details or {})})
 
     @activity.defn(name="berth.resolve_agent")
     def resolve_agent(self, inp: ResolveAgentInput) -> ResolveAgentResult:

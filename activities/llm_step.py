@@ -46,111 +46,120 @@ class LlmStepActivities:
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
         info = activity.info()
         attempt = inp.attempt_base + info.attempt  # numbered across the step's placements
-        progress = Attempts.resume(attempt, info.heartbeat_details)
+        # A first attempt on a new placement takes over the heartbeat of the generation an interruption
+        # cut off, so what that one generated is booked as lost, never hidden.
+        details = info.heartbeat_details or ([inp.inherited_progress] if inp.inherited_progress else [])
+        progress = Attempts.resume(attempt, details)
         if attempt > 1:
             progress.booked = await asyncio.to_thread(self._booked_earlier, inp, attempt)
         activity.heartbeat(progress.details())
-        allowance = inp.token_allowance - progress.held_back
-
-        route = self._route(inp)
-        prepared = await asyncio.to_thread(self.books.prepare, inp.task_id, inp.checkpoint, inp.pending)
-        checkpoint = prepared.checkpoint
-        messages = [m.to_openai() for m in prepared.messages]
-        tools = sendable_tools(inp.tools) or None
-        prompt_estimate = count_prompt_tokens(messages, tools)
-        reserve = prompt_estimate + reservation_margin(prompt_estimate)
-        max_tokens = min(inp.max_tokens, allowance - reserve)
-        usd_prices = _prices(route)
-        shortfall_usd = None
-        if inp.usd_allowance is not None and usd_prices is not None:
-            max_tokens = min(max_tokens, _affordable_completion(inp.usd_allowance, reserve, *usd_prices))
-            needed_usd = reserve * usd_prices[0] + MIN_ANSWER_TOKENS * usd_prices[1]
-            shortfall_usd = needed_usd - inp.usd_allowance if needed_usd > inp.usd_allowance else None
-        if max_tokens < MIN_ANSWER_TOKENS:
-            if dead := progress.resolve(None):
-                await asyncio.to_thread(self._book_lost, inp, dead)
-            return LlmStepResult(
-                shortfall_tokens=max(0, reserve + MIN_ANSWER_TOKENS - allowance),
-                shortfall_usd=shortfall_usd,
-                lost_tokens=progress.lost_before + progress.unreported_tokens,
-                cost_usd=progress.unreported_usd,
-                attempt=attempt,
-                checkpoint=checkpoint,
-                placement=inp.placement,
-            )
-
-        started = time.monotonic()
-        ttft: float | None = None
-        chunks: list[Any] = []
-        last_beat = started
-        stream = await _litellm().acompletion(
-            model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=messages,
-            tools=tools, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
-            extra_headers={"X-Berth-Task": inp.task_id, IDEMPOTENCY_HEADER: f"{inp.task_id}/{inp.step}"},
-            timeout=600,
-            # Berth books usage and cost itself (ledger, catalogue prices); litellm's own success
-            # logging would recount and reprice every reply, about 10 ms per call.
-            **{"no-log": True},
-        )
+        # Beat on a clock as well as on tokens: before the first token (bookkeeping, a long prefill) the
+        # workflow must still see the node alive, or it would move the step elsewhere.
+        beating = asyncio.create_task(_keep_beating(progress))
         try:
-            async for chunk in stream:
-                chunks.append(chunk)
-                if progress.response_id is None and getattr(chunk, "id", None):
-                    if dead := progress.resolve(chunk.id):
-                        await asyncio.to_thread(self._book_lost, inp, dead)
-                    activity.heartbeat(progress.details())
-                if _is_closing_usage(chunk):
-                    # litellm sends the usage last, once the engine's stream has ended. Asking it
-                    # for one more chunk would only run its end-of-stream success logging, which
-                    # ignores no-log and reprices and recounts the whole conversation (~15 ms of
-                    # CPU per call); Berth books usage and cost itself.
-                    break
-                delta_tokens = _delta_tokens(chunk)
-                if delta_tokens and ttft is None:
-                    ttft = time.monotonic() - started
-                progress.generated += delta_tokens
-                if time.monotonic() - last_beat >= HEARTBEAT_EVERY_S:
-                    activity.heartbeat(progress.details())
-                    last_beat = time.monotonic()
-        except Exception as exc:
-            activity.heartbeat(progress.details())
-            raise _classify(exc) from exc
+            allowance = inp.token_allowance - progress.held_back
+
+            route = self._route(inp)
+            prepared = await asyncio.to_thread(self.books.prepare, inp.task_id, inp.checkpoint, inp.pending)
+            checkpoint = prepared.checkpoint
+            messages = [m.to_openai() for m in prepared.messages]
+            tools = sendable_tools(inp.tools) or None
+            prompt_estimate = count_prompt_tokens(messages, tools)
+            reserve = prompt_estimate + reservation_margin(prompt_estimate)
+            max_tokens = min(inp.max_tokens, allowance - reserve)
+            usd_prices = _prices(route)
+            shortfall_usd = None
+            if inp.usd_allowance is not None and usd_prices is not None:
+                max_tokens = min(max_tokens, _affordable_completion(inp.usd_allowance, reserve, *usd_prices))
+                needed_usd = reserve * usd_prices[0] + MIN_ANSWER_TOKENS * usd_prices[1]
+                shortfall_usd = needed_usd - inp.usd_allowance if needed_usd > inp.usd_allowance else None
+            if max_tokens < MIN_ANSWER_TOKENS:
+                if dead := progress.resolve(None):
+                    await asyncio.to_thread(self._book_lost, inp, dead)
+                return LlmStepResult(
+                    shortfall_tokens=max(0, reserve + MIN_ANSWER_TOKENS - allowance),
+                    shortfall_usd=shortfall_usd,
+                    lost_tokens=progress.lost_before + progress.unreported_tokens,
+                    cost_usd=progress.unreported_usd,
+                    attempt=attempt,
+                    checkpoint=checkpoint,
+                    placement=inp.placement,
+                )
+
+            started = time.monotonic()
+            ttft: float | None = None
+            chunks: list[Any] = []
+            last_beat = started
+            stream = await _litellm().acompletion(
+                model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=messages,
+                tools=tools, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
+                extra_headers={"X-Berth-Task": inp.task_id, IDEMPOTENCY_HEADER: f"{inp.task_id}/{inp.step}"},
+                timeout=600,
+                # Berth books usage and cost itself (ledger, catalogue prices); litellm's own success
+                # logging would recount and reprice every reply, about 10 ms per call.
+                **{"no-log": True},
+            )
+            try:
+                async for chunk in stream:
+                    chunks.append(chunk)
+                    if progress.response_id is None and getattr(chunk, "id", None):
+                        if dead := progress.resolve(chunk.id):
+                            await asyncio.to_thread(self._book_lost, inp, dead)
+                        activity.heartbeat(progress.details())
+                    if _is_closing_usage(chunk):
+                        # litellm sends the usage last, once the engine's stream has ended. Asking it
+                        # for one more chunk would only run its end-of-stream success logging, which
+                        # ignores no-log and reprices and recounts the whole conversation (~15 ms of
+                        # CPU per call); Berth books usage and cost itself.
+                        break
+                    delta_tokens = _delta_tokens(chunk)
+                    if delta_tokens and ttft is None:
+                        ttft = time.monotonic() - started
+                    progress.generated += delta_tokens
+                    if time.monotonic() - last_beat >= HEARTBEAT_EVERY_S:
+                        activity.heartbeat(progress.details())
+                        last_beat = time.monotonic()
+            except Exception as exc:
+                activity.heartbeat(progress.details())
+                raise _classify(exc) from exc
+            finally:
+                await stream.aclose()  # releases the engine connection; a no-op when litellm closed it already
+            duration = time.monotonic() - started
+
+            reply = _assemble(chunks)
+            if reply.usage is None:
+                raise ApplicationError(f"{route.served_by} returned no usage for {inp.model}")
+            prompt_tokens, completion_tokens = reply.usage
+            message = reply.message
+            cost = _cost(usd_prices, prompt_tokens, completion_tokens)
+
+            # A reply an earlier attempt already booked is not booked (nor announced) again.
+            if not progress.replayed:
+                event = {
+                    "step": inp.step, "attempt": attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before, "cost_usd": cost,
+                    "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),
+                    "tokens_per_s": round(completion_tokens / duration, 1) if duration > 0 else None,
+                    "served_by": route.served_by, "finish_reason": reply.finish_reason,
+                    "tool_calls": [c.name for c in message.tool_calls or []],
+                }
+                if inp.placement is not None:
+                    event.update(inp.placement.model_dump(mode="json", include=set(PLACEMENT_EVENT_KEYS)))
+                await asyncio.to_thread(self.books.settle, LedgerEntry(
+                    task_id=inp.task_id, step=inp.step, attempt=attempt, model=inp.model,
+                    prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
+                    ttft_s=ttft or duration, duration_s=duration, served_by=route.served_by,
+                    response_id=progress.response_id or "",
+                ), event)
+            return LlmStepResult(
+                message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
+                cost_usd=cost + progress.unreported_usd,
+                ttft_s=ttft or duration, duration_s=duration, attempt=attempt, served_by=route.served_by,
+                checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens, placement=inp.placement,
+            )
         finally:
-            await stream.aclose()  # releases the engine connection; a no-op when litellm closed it already
-        duration = time.monotonic() - started
-
-        reply = _assemble(chunks)
-        if reply.usage is None:
-            raise ApplicationError(f"{route.served_by} returned no usage for {inp.model}")
-        prompt_tokens, completion_tokens = reply.usage
-        message = reply.message
-        cost = _cost(usd_prices, prompt_tokens, completion_tokens)
-
-        # A reply an earlier attempt already booked is not booked (nor announced) again.
-        if not progress.replayed:
-            event = {
-                "step": inp.step, "attempt": attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before, "cost_usd": cost,
-                "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),
-                "tokens_per_s": round(completion_tokens / duration, 1) if duration > 0 else None,
-                "served_by": route.served_by, "finish_reason": reply.finish_reason,
-                "tool_calls": [c.name for c in message.tool_calls or []],
-            }
-            if inp.placement is not None:
-                event.update(inp.placement.model_dump(mode="json", include=set(PLACEMENT_EVENT_KEYS)))
-            await asyncio.to_thread(self.books.settle, LedgerEntry(
-                task_id=inp.task_id, step=inp.step, attempt=attempt, model=inp.model,
-                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
-                ttft_s=ttft or duration, duration_s=duration, served_by=route.served_by,
-                response_id=progress.response_id or "",
-            ), event)
-        return LlmStepResult(
-            message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
-            cost_usd=cost + progress.unreported_usd,
-            ttft_s=ttft or duration, duration_s=duration, attempt=attempt, served_by=route.served_by,
-            checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens, placement=inp.placement,
-        )
+            beating.cancel()
 
     def _booked_earlier(self, inp: LlmStepInput, attempt: int) -> list[BookedAttempt]:
         """Replies earlier attempts of this step booked before dying unheard (rare: retries only)."""
@@ -172,6 +181,12 @@ class LlmStepActivities:
             completion_tokens=attempt.generated, cost_usd=0.0, ttft_s=0.0, duration_s=0.0, served_by="",
             kind="lost",
         ) for attempt in dead])
+
+
+async def _keep_beating(progress: Attempts) -> None:
+    while True:
+        await asyncio.sleep(HEARTBEAT_EVERY_S)
+        activity.heartbeat(progress.details())
 
 
 def _is_closing_usage(chunk: Any) -> bool:

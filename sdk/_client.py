@@ -33,7 +33,7 @@ from ._errors import (
     Unauthorized,
 )
 from ._events import END_EVENT, SseParser
-from ._fleet import NodeView, ReplicaView
+from ._fleet import NodeView, PreemptRequest, ReplicaView
 from ._lease import ServiceClass
 from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
 from ._spec import AgentSpec, TaskSpec
@@ -205,6 +205,11 @@ class Client:
     async def drain(self, node_id: str) -> NodeView:
         """Stop placing new work on a node; what it runs finishes."""
         return NodeView.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "drain")))
+
+    async def preempt_node(self, node_id: str, notice_s: float = 30.0) -> NodeView:
+        """Take a node away as a spot reclaim would; its tasks resume elsewhere from their checkpoints."""
+        body = PreemptRequest(notice_s=notice_s).model_dump(mode="json")
+        return NodeView.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "preempt"), json=body))
 
     async def undrain(self, node_id: str) -> NodeView:
         return NodeView.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "undrain")))

@@ -136,6 +136,7 @@ class NodeHeartbeat(BaseModel):
     gpus: list[GpuHealth] = Field(default_factory=list, max_length=64)
     cached_weights: list[CachedModelWeights] = Field(default_factory=list, max_length=10_000)
     replicas: list[ReplicaReport] = Field(default_factory=list, max_length=512)
+    leaving: bool = Field(default=False, description="the node is shutting down: place nothing new on it")
 
 
 class GpuView(GpuDescription):
@@ -182,6 +183,15 @@ class NodeView(BaseModel):
     status: NodeStatus
     registered_at: datetime
     last_heartbeat_at: datetime | None = None
+    preempt_by: datetime | None = Field(default=None, description="a preemption notice: the node leaves by then")
+
+
+class PreemptRequest(BaseModel):
+    """Take a node away as a spot reclaim would: it takes no new work and leaves within `notice_s`."""
+
+    model_config = _STRICT
+
+    notice_s: float = Field(default=30.0, ge=0, le=3600, description="the warning it gets (spot: ~120 s)")
 
 
 class NodeRegistered(BaseModel):

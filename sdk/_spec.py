@@ -114,6 +114,8 @@ class TaskSpec(BaseModel):
                     " starts a replica")
     model: str | None = Field(default=None, description="override the agent's model (e.g. for a fork)")
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
+    max_interruptions: int = Field(default=50, ge=0, le=10_000,
+                                   description="node losses and preemptions the task rides out (not errors)")
     budget_grace_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
 
     @field_validator("input")
@@ -148,6 +150,7 @@ class CarriedProgress(BaseModel):
     tokens_used: int = 0
     usd_used: float = 0.0
     steps_done: int = 0
+    interruptions: int = 0
     children: list[str] = Field(default_factory=list)
     token_limit: int = 0
     usd_limit: float | None = None

@@ -58,6 +58,7 @@ class TaskState(BaseModel):
     max_steps: int
     spend: Spend
     checkpoint_seq: int | None = None
+    interruptions: int = Field(default=0, description="node losses and preemptions the task rode out")
     result: str | None = None
     error: str | None = None
     waiting_for: str | None = Field(default=None, description="why the task is not running: budget, input, ...")

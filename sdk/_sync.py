@@ -122,6 +122,9 @@ class SyncClient:
     def drain(self, node_id: str) -> NodeView:
         return self._loop.run(self._client.drain(node_id))
 
+    def preempt_node(self, node_id: str, notice_s: float = 30.0) -> NodeView:
+        return self._loop.run(self._client.preempt_node(node_id, notice_s))
+
     def undrain(self, node_id: str) -> NodeView:
         return self._loop.run(self._client.undrain(node_id))
 

@@ -53,6 +53,8 @@ class LlmStepInput(BaseModel):
     tenant: str = "default"
     placement: StepPlacement | None = Field(default=None, description="the leased replica, when the fleet serves it")
     attempt_base: int = Field(default=0, ge=0, description="attempts earlier placements of this step may have used")
+    inherited_progress: dict | None = Field(
+        default=None, description="the last heartbeat of this step's generation that an interruption cut off")
 
 
 class LlmStepResult(BaseModel):
@@ -110,6 +112,7 @@ class CheckpointInput(BaseModel):
 class RecordStateInput(BaseModel):
     state: TaskState
     event: str = "state"
+    details: dict | None = Field(default=None, description="the event's data beyond the state (an interruption's)")
     spec_json: str | None = Field(default=None, description="given when the task's row may not exist yet (sub-agents)")
 
 

@@ -72,7 +72,9 @@ class AgentTaskWorkflow:
         self.steps_done = carried.steps_done if carried else 0
         self.children: list[str] = list(carried.children) if carried else []
         self.sub_agents = SubAgents(run, self.budget, self.children)
-        self.fleet = FleetStep(self._set_waiting_for_gpu, self._stop_waiting)
+        self.fleet = FleetStep(self._set_waiting_for_gpu, self._stop_waiting, self._record_interruption,
+                               max_interruptions=run.spec.max_interruptions,
+                               interruptions=carried.interruptions if carried else 0)
         self.checkpoint: CheckpointRef | None = run.resume_from
         self.pending: PendingStep | None = None  # the last finished step, until the next activity writes it
         self.result: str | None = None
@@ -167,6 +169,11 @@ class AgentTaskWorkflow:
     async def _set_waiting_for_gpu(self, reason: str | None) -> None:
         self.waiting_for = reason
         await self._set_status(TaskStatus.waiting_for_gpu if reason is not None else TaskStatus.running)
+
+    async def _record_interruption(self, details: dict) -> None:
+        await workflow.execute_local_activity_method(
+            TaskBookkeeping.record_state, RecordStateInput(state=self._state(), event="interruption", details=details),
+            **BOOKKEEPING)
 
     def _stop_waiting(self) -> bool:
         return self._reason_to_stop() is not None
@@ -312,6 +319,7 @@ class AgentTaskWorkflow:
             task_id=run.task_id, agent=self.agent.name, agent_version=self.agent.version, model=self.agent.model,
             tenant=run.spec.tenant, status=self.status, step=self.steps_done, max_steps=self.agent.max_steps,
             spend=self.budget.spend(), checkpoint_seq=self.checkpoint.seq if self.checkpoint else None,
+            interruptions=self.fleet.interruptions,
             result=self.result, error=self.error, waiting_for=self.waiting_for, question=self.question,
             parent_task_id=run.parent_task_id, children=list(self.children), started_at=run.submitted_at,
             updated_at=workflow.now(),
@@ -343,6 +351,7 @@ class AgentTaskWorkflow:
         return self.run_input.model_copy(update={
             "resume_from": self.checkpoint, "fork_of": None,
             "carried": CarriedProgress(tokens_used=b.tokens_used, usd_used=b.usd_used, steps_done=self.steps_done,
+                                       interruptions=self.fleet.interruptions,
                                        children=self.children, token_limit=b.token_limit, usd_limit=b.usd_limit),
         })
 

@@ -15,34 +15,44 @@ providers, a stack run without nodes) are called from the control queue without 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.llm_step import LlmStepActivities
     from activities.pool_lease import PoolLeases
-    from activities.ports import REPLICA_UNAVAILABLE
     from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease, StepPlacement
     from sdk._node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
     from sdk.contracts import LlmStepInput, LlmStepResult
 
+    from .interruptions import Interruption, interruption, is_permanent
     from .options import BOOKKEEPING
 
-# A generation heartbeats every second; 10 s of silence means its worker or engine is gone.
-GENERATE_HEARTBEAT = timedelta(seconds=10)
+# A generation heartbeats every second; 5 s of silence means its node or engine is gone, and the
+# step resumes elsewhere (DESIGN.md: a preempted task loses seconds, not hours).
+GENERATE_HEARTBEAT = timedelta(seconds=5)
 GENERATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
                              maximum_attempts=6)
+NO_RETRY = RetryPolicy(maximum_attempts=1)
+# A node's worker polls its queue all the time: a call it has not picked up in this long means the
+# node is gone (killed, cut off) even before its heartbeats are missed.
+NODE_PICKUP = timedelta(seconds=10)
+# Failures (not interruptions) of one step's generation before the task fails, as GENERATE_RETRY.
+MAX_STEP_FAILURES = 6
 GENERATE_TIMEOUT = timedelta(minutes=10)
 # A load heartbeats at every readiness probe; a 70B model from origin takes minutes.
 LOAD_HEARTBEAT = timedelta(seconds=30)
 LOAD_TIMEOUT = timedelta(minutes=30)
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
-# Placements tried for one step when loads keep failing (each one excludes the node that failed).
-MAX_PLACEMENTS = 3
+# Loads of one step that may fail (each excluding its node) before the task fails: a replica that
+# crashes wherever it starts is a broken model or engine, not a capacity shortage.
+MAX_LOAD_FAILURES = 3
 # Attempt numbers of a step's generation on its n-th placement start at n × this, so the ledger's
 # (task, step, attempt) keys of two placements never collide (each retries at most 6 times).
 ATTEMPT_STRIDE = 100
@@ -53,25 +63,46 @@ DIRECT_RECHECK_STEPS = 20
 
 
 class Unplaceable(Exception):
-    """No node of the fleet could ever serve this step, or every placement's load failed."""
+    """No node could ever serve this step, its loads keep failing, or it was interrupted too often."""
+
+
+@dataclass(frozen=True)
+class _Pending:
+    lost: Interruption
+    grant: LeaseGrant
+    at: datetime
+    generated: int
 
 
 class FleetStep:
     """Runs one task's model calls on the fleet; remembers the replica that served the last step."""
 
-    def __init__(self, set_waiting: Callable[[str | None], Awaitable[None]], stop_waiting: Callable[[], bool]) -> None:
+    def __init__(self, set_waiting: Callable[[str | None], Awaitable[None]], stop_waiting: Callable[[], bool],
+                 on_interruption: Callable[[dict], Awaitable[None]], max_interruptions: int,
+                 interruptions: int = 0) -> None:
         self._set_waiting = set_waiting  # None: waiting is over
         self._stop_waiting = stop_waiting
+        self._on_interruption = on_interruption
+        self.max_interruptions = max_interruptions
+        self.interruptions = interruptions  # across the task's runs (continue-as-new carries it)
+        self._inherited: dict | None = None  # the last heartbeat of this step's interrupted generation
         self.previous_replica: str | None = None
         self._direct_until: dict[str, int] = {}  # model → the step before which it is called without a lease
 
     async def generate(self, inp: LlmStepInput, request: LeaseRequest) -> LlmStepResult | None:
-        """The step's reply; None when the task must stop waiting (cancelled, deadline)."""
+        """The step's reply; None when the task must stop waiting (cancelled, deadline).
+
+        Raises Unplaceable when no node could ever serve it, when loads keep failing, or when
+        the task has been interrupted more than `max_interruptions` times; an ActivityError
+        for a failure that retries did not fix.
+        """
         if request.step < self._direct_until.get(request.model, 0):
             return await _generate(inp, task_queue=None)
         asked_at = workflow.now()
         excluded: list[str] = []
-        for placement_index in range(MAX_PLACEMENTS):
+        failures = load_failures = 0
+        pending: _Pending | None = None  # an interruption waiting to be recorded with where the step resumed
+        for placement_index in itertools.count():
             grant = await self._acquire(request.model_copy(update={
                 "exclude_nodes": request.exclude_nodes + excluded, "previous_replica": self.previous_replica}))
             if grant is None:
@@ -80,6 +111,9 @@ class FleetStep:
                 self._direct_until[request.model] = request.step + DIRECT_RECHECK_STEPS
                 return await _generate(inp, task_queue=None)
             assert grant.lease_id is not None and grant.node_id is not None and grant.replica_id is not None
+            if pending is not None:
+                await self._record(pending, request.step, grant)
+                pending = None
             served = gone = False
             try:
                 load_s = 0.0
@@ -89,10 +123,20 @@ class FleetStep:
                         await workflow.execute_activity(
                             LOAD_REPLICA, grant.load, task_queue=node_task_queue(grant.node_id),
                             result_type=ReplicaReady, start_to_close_timeout=LOAD_TIMEOUT,
-                            heartbeat_timeout=LOAD_HEARTBEAT, retry_policy=LOAD_RETRY)
+                            schedule_to_start_timeout=NODE_PICKUP, heartbeat_timeout=LOAD_HEARTBEAT,
+                            retry_policy=LOAD_RETRY)
                     except ActivityError as err:
-                        workflow.logger.warning("load of %s on %s failed: %s", grant.replica_id, grant.node_id, err)
+                        gone = True
                         excluded.append(grant.node_id)
+                        lost = interruption(err)
+                        if lost is not None:
+                            pending = self._interrupted(lost, grant)
+                            continue
+                        load_failures += 1
+                        workflow.logger.warning("load of %s on %s failed: %s", grant.replica_id, grant.node_id, err)
+                        if load_failures >= MAX_LOAD_FAILURES:
+                            raise Unplaceable(f"{request.model} failed to load {load_failures} times (on"
+                                              f" {', '.join(excluded)}): {_cause(err)}") from err
                         continue
                     load_s = (workflow.now() - load_started).total_seconds()
                 placement = StepPlacement(
@@ -101,25 +145,54 @@ class FleetStep:
                     queue_wait_s=round((workflow.now() - asked_at).total_seconds() - load_s, 3),
                     load_s=round(load_s, 3))
                 try:
-                    reply = await _generate(
-                        inp.model_copy(update={"placement": placement, "attempt_base": placement_index * ATTEMPT_STRIDE}),
-                        task_queue=node_task_queue(grant.node_id))
+                    reply = await _generate(inp.model_copy(update={
+                        "placement": placement, "attempt_base": placement_index * ATTEMPT_STRIDE,
+                        "inherited_progress": self._inherited}), task_queue=node_task_queue(grant.node_id),
+                        on_node=True)
                 except ActivityError as err:
-                    if _error_type(err) != REPLICA_UNAVAILABLE:
-                        raise
-                    # The node no longer has the replica (it restarted, or unloaded it): place again.
-                    workflow.logger.info("replica %s on %s is gone: %s", grant.replica_id, grant.node_id, err)
+                    lost = interruption(err)
+                    if lost is None:
+                        failures += 1
+                        if is_permanent(err) or failures >= MAX_STEP_FAILURES:
+                            raise
+                        await workflow.sleep(timedelta(seconds=min(2 ** failures, 10)))
+                        continue
                     gone = True
+                    if lost.kind != "replica_gone":
+                        excluded.append(grant.node_id)  # its node is gone or going
+                    pending = self._interrupted(lost, grant)
                     continue
                 served = True
+                self._inherited = None
                 self.previous_replica = grant.replica_id
                 return reply
             finally:
                 await workflow.execute_local_activity_method(
                     PoolLeases.release,
                     ReleaseLease(lease_id=grant.lease_id, replica_warm=served, replica_gone=gone), **BOOKKEEPING)
-        raise Unplaceable(f"{MAX_PLACEMENTS} placements of {request.model} failed"
-                          + (f" (loads failed on {', '.join(excluded)})" if excluded else " (their replicas were gone)"))
+        raise AssertionError("unreachable")
+
+    def _interrupted(self, lost: Interruption, grant: LeaseGrant) -> _Pending:
+        """Count an interruption (never against the retry budget) and keep what the generation had made."""
+        self.interruptions += 1
+        if lost.progress is not None:
+            self._inherited = lost.progress  # the next placement books these tokens as lost, never hides them
+        workflow.logger.info("step interrupted on %s (%s): %s", grant.node_id, lost.kind, lost.detail)
+        if self.interruptions > self.max_interruptions:
+            raise Unplaceable(f"interrupted {self.interruptions} times (max_interruptions={self.max_interruptions});"
+                              f" last on {grant.node_id}: {lost.detail}")
+        generated = int((lost.progress or {}).get("generated", 0))
+        return _Pending(lost, grant, workflow.now(), generated)
+
+    async def _record(self, pending: _Pending, step: int, resumed: LeaseGrant) -> None:
+        """Record an interruption once the step has a new place: where it was, what it lost, where it resumed."""
+        await self._on_interruption({
+            "step": step, "node_id": pending.grant.node_id, "replica_id": pending.grant.replica_id,
+            "kind": pending.lost.kind, "detail": pending.lost.detail, "at": pending.at.isoformat(),
+            "tokens_kept": 0, "tokens_lost": pending.generated,
+            "resumed_on": resumed.node_id, "resumed_replica": resumed.replica_id, "resumed_tier": resumed.tier,
+            "resume_s": round((workflow.now() - pending.at).total_seconds(), 3),
+        })
 
     async def _acquire(self, request: LeaseRequest) -> LeaseGrant | None:
         pause, waiting_said = WAIT_FIRST_S, None
@@ -144,12 +217,16 @@ class FleetStep:
             pause = min(pause * 2, WAIT_MAX_S)
 
 
-def _error_type(err: ActivityError) -> str | None:
-    cause = err.cause
-    return cause.type if isinstance(cause, ApplicationError) else None
-
-
-async def _generate(inp: LlmStepInput, task_queue: str | None) -> LlmStepResult:
+async def _generate(inp: LlmStepInput, task_queue: str | None, on_node: bool = False) -> LlmStepResult:
+    """The generate activity: retried by Temporal on the control queue; on a node, never (a retry would go
+    back to the same node; failover and retries are `FleetStep.generate`'s)."""
     return await workflow.execute_activity_method(
         LlmStepActivities.generate, inp, task_queue=task_queue, start_to_close_timeout=GENERATE_TIMEOUT,
-        heartbeat_timeout=GENERATE_HEARTBEAT, retry_policy=GENERATE_RETRY)
+        heartbeat_timeout=GENERATE_HEARTBEAT, schedule_to_start_timeout=NODE_PICKUP if on_node else None,
+        retry_policy=NO_RETRY if on_node else GENERATE_RETRY)
+
+
+def _cause(err: BaseException) -> str:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return str(err) or type(err).__name__

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Response, status
+from fastapi import APIRouter, Body, Depends, Header, Query, Response, status
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
 from sdk._fleet import (
@@ -26,6 +26,7 @@ from sdk._fleet import (
     NodeRegistration,
     NodeStatus,
     NodeView,
+    PreemptRequest,
     ReplicaView,
 )
 
@@ -88,6 +89,13 @@ async def drain(node_id: str, svc: Svc) -> NodeView:
 @router.post("/v1/nodes/{node_id}/undrain", response_model=NodeView)
 async def undrain(node_id: str, svc: Svc) -> NodeView:
     return await _call(svc, svc.store.fleet.undrain, node_id)
+
+
+@router.post("/v1/nodes/{node_id}/preempt", response_model=NodeView)
+async def preempt(node_id: str, svc: Svc, req: Annotated[PreemptRequest | None, Body()] = None) -> NodeView:
+    """A preemption notice: no new placements; the node finishes what it can and leaves within `notice_s`.
+    Its tasks resume on other nodes from their last checkpoints."""
+    return await _call(svc, svc.store.fleet.preempt, node_id, (req or PreemptRequest()).notice_s)
 
 
 @router.get("/v1/replicas", response_model=list[ReplicaView])

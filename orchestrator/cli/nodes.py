@@ -12,7 +12,7 @@ from rich.text import Text
 from sdk import Client, NodeView
 
 from . import output
-from .output import EXIT_OK, add_api_flag, run_with_client
+from .output import EXIT_OK, add_api_flag, fail, run_with_client
 
 _STATUS_STYLE = {"healthy": "green", "unhealthy": "red", "draining": "yellow", "lost": "magenta"}
 
@@ -40,6 +40,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         p.set_defaults(func=cmd_drain, undrain=name == "undrain")
 
 
+    p = sub.add_parser("preempt", help="take a node away as a spot reclaim would: its tasks resume elsewhere")
+    p.add_argument("node_id")
+    p.add_argument("--notice", default="30s", help="the warning it gets: 30s, 2m or seconds (default 30s)")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_preempt)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
         output.stdout().print(nodes_table(await client.nodes(args.status, args.datacenter)))
@@ -63,6 +70,34 @@ def cmd_drain(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return run_with_client(args, command)
+
+
+def cmd_preempt(args: argparse.Namespace) -> int:
+    try:
+        notice_s = parse_duration(args.notice)
+    except ValueError as exc:
+        return fail(str(exc), "notice")
+
+    async def command(client: Client) -> int:
+        node = await client.preempt_node(args.node_id, notice_s)
+        deadline = node.preempt_by.isoformat(timespec="seconds") if node.preempt_by else "now"
+        print(f"{node.node_id} is {node.status}; it leaves by {deadline}")
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "30s", "2m", "1h" or a plain number of seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
+    try:
+        seconds = float(number) * unit
+    except ValueError:
+        raise ValueError(f"expected a duration such as 30s, 2m or 45, got {text!r}") from None
+    if seconds < 0:
+        raise ValueError(f"must be >= 0, got {text!r}")
+    return seconds
 
 
 def nodes_table(nodes: list[NodeView], now: datetime | None = None) -> Table:

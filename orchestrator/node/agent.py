@@ -37,7 +37,7 @@ from sdk._node_io import node_task_queue
 from .activities import NodeActivities
 from .control_plane import ControlPlane, ControlPlaneError, NodeUnknown
 from .discovery import GpuDiscovery, GpuInfo, SimulatedDiscovery
-from .generation import NodeGeneration, ReplicaRouter
+from .generation import NodeGeneration, ReplicaRouter, warm_up
 from .replicas import ReplicaManager
 from .step_books import RemoteStepBooks
 
@@ -124,7 +124,7 @@ class NodeAgent:
     def heartbeat_body(self) -> NodeHeartbeat:
         self._simulate_gpu_use()
         return NodeHeartbeat(
-            node_id=self.options.node_id,
+            node_id=self.options.node_id, leaving=self.stopping.is_set(),
             gpus=[GpuHealth(index=m.index, memory_used_mib=m.memory_used_mib, utilization_pct=m.utilization_pct,
                             ecc_errors=m.ecc_errors, healthy=m.healthy, reason=m.unhealthy_reason)
                   for m in self.discovery.sample()],
@@ -138,11 +138,15 @@ class NodeAgent:
         assert self.node_secret is not None, "join() before heartbeat()"
         beat = self.heartbeat_body()
         try:
-            await self.control_plane.heartbeat(beat, self.node_secret)
+            view = await self.control_plane.heartbeat(beat, self.node_secret)
         except NodeUnknown as exc:
             log.warning("%s; registering again", exc)
             await self.join()
-            await self.control_plane.heartbeat(beat, self.node_secret)
+            view = await self.control_plane.heartbeat(beat, self.node_secret)
+        if view.preempt_by is not None and not self.stopping.is_set():
+            # A preemption notice: stop taking work now; in-flight calls finish within the notice.
+            log.warning("node %s is preempted: leaving by %s", self.options.node_id, view.preempt_by.isoformat())
+            self.stopping.set()
 
     async def heartbeat_loop(self) -> None:
         """Beat every `heartbeat_s` until stopping; a failed beat is logged and the next one tried."""
@@ -169,6 +173,7 @@ class NodeAgent:
         """Heartbeat and run the worker until `stopping` is set, then shut down in order. Call `join` first."""
         beats = asyncio.create_task(self.heartbeat_loop())
         try:
+            await asyncio.to_thread(warm_up)
             worker = self.worker(await connect())
         except BaseException:
             self.stopping.set()  # no worker, no node: stop beating so the pool sees it go
@@ -179,6 +184,10 @@ class NodeAgent:
         stop = asyncio.create_task(self.stopping.wait())
         await asyncio.wait([running, stop], return_when=asyncio.FIRST_COMPLETED)
         self.stopping.set()
+        try:
+            await self.heartbeat()  # "leaving": the pool places nothing new here while in-flight calls finish
+        except (ControlPlaneError, httpx.HTTPError) as exc:
+            log.warning("could not say the node is leaving: %s", exc)
         try:
             if not running.done():
                 await worker.shutdown()  # no new activities; in-flight ones get GRACEFUL_SHUTDOWN_S

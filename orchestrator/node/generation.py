@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.llm_step import LlmStepActivities
 from activities.ports import ModelRoute, ReplicaUnavailable
+from activities.tokens import count_prompt_tokens
 from sdk._lease import StepPlacement
 from sdk.contracts import LlmStepInput, LlmStepResult
 
@@ -21,6 +22,15 @@ from .replicas import ReplicaManager
 from .step_books import StepBooksRefused
 
 GENERATE = "berth.generate"
+
+
+def warm_up() -> None:
+    """Import litellm and load its tokenizer (seconds of CPU) before the first step arrives.
+
+    Done inside the first generation it would stall the node's event loop past the step's
+    heartbeat timeout, and the workflow would take the node for lost.
+    """
+    count_prompt_tokens([{"role": "user", "content": "warm up"}], None)
 
 
 class ReplicaRouter:

@@ -112,7 +112,8 @@ class SqlFleet:
                 session.delete(gone)
             if old:  # a GPU left the node: replicas on it are gone; the next heartbeat reports the rest
                 session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id) == spec.node_id))
-            row.lost = False  # a node that registers is alive, whatever the reaper concluded
+            row.lost = row.leaving = False  # a node that registers is alive and staying
+            row.preempt_by = None
             row.status = node_status(lost=False, draining=row.draining, gpus_healthy=all(g.healthy for g in kept))
             session.add(row)
             try:
@@ -146,8 +147,9 @@ class SqlFleet:
                                        gpu_indexes_json=json.dumps(sorted(r.gpu_indexes)), outstanding_tokens=r.outstanding_tokens,
                                        active_leases=r.active_leases, updated_at=now) for r in hb.replicas)
             row.lost = False
+            row.leaving = row.leaving or hb.leaving
             row.seen_at = row.last_heartbeat_at = now
-            row.status = node_status(lost=False, draining=row.draining,
+            row.status = node_status(lost=False, draining=row.draining or row.leaving,
                                      gpus_healthy=all(g.healthy for g in gpus.values()))
             session.add(row)
             session.commit()
@@ -173,6 +175,22 @@ class SqlFleet:
             session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id).in_(ids)))
             session.commit()
         return ids
+
+    def preempt(self, node_id: str, notice_s: float, now: datetime | None = None) -> NodeView:
+        """Give a node a preemption notice: nothing new is placed on it, and its agent, told at its next
+        heartbeat, finishes what it can and leaves by the deadline (a spot reclaim, or an operator's)."""
+        with Session(self._engine) as session:
+            row = session.get(NodeRow, node_id)
+            if row is None:
+                raise NodeNotFound(node_id)
+            deadline = (now or utcnow()) + timedelta(seconds=notice_s)
+            row.leaving = True
+            row.preempt_by = min(row.preempt_by, deadline) if row.preempt_by else deadline
+            gpus = session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == node_id)).all()
+            row.status = node_status(lost=row.lost, draining=True, gpus_healthy=all(g.healthy for g in gpus))
+            session.add(row)
+            session.commit()
+            return self._view(session, row)
 
     def drain(self, node_id: str) -> NodeView:
         """Stop placing new work on the node; what runs there finishes (the node drains its replicas)."""
@@ -224,7 +242,8 @@ class SqlFleet:
                 raise NodeNotFound(node_id)
             gpus = session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == node_id)).all()
             row.draining = draining
-            row.status = node_status(lost=row.lost, draining=draining, gpus_healthy=all(g.healthy for g in gpus))
+            row.status = node_status(lost=row.lost, draining=draining or row.leaving,
+                                     gpus_healthy=all(g.healthy for g in gpus))
             session.add(row)
             session.commit()
             return self._view(session, row)
@@ -257,6 +276,7 @@ class SqlFleet:
             status=row.status,  # type: ignore[arg-type]  (written only by node_status)
             registered_at=row.registered_at,
             last_heartbeat_at=row.last_heartbeat_at,
+            preempt_by=row.preempt_by,
         )
 
 

@@ -189,7 +189,9 @@ class NodeRow(SQLModel, table=True):
     datacenter: str
     spec_json: str = Field(sa_type=Text)
     secret_sha256: str
-    draining: bool = False
+    draining: bool = False  # an operator's drain
+    leaving: bool = False  # the node said it is shutting down; cleared when it registers again
+    preempt_by: datetime | None = Field(default=None, sa_type=UtcDateTime)  # a preemption notice's deadline
     lost: bool = False
     registered_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     seen_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)

@@ -7,7 +7,7 @@ need no dev server, and a route that did reach for Temporal would fail loudly.
 from __future__ import annotations
 
 import functools
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -233,3 +233,38 @@ async def test_a_task_no_node_could_ever_serve_is_refused_at_submission(api: htt
     assert "llama-3.1-70b needs 151.5 GiB" in error_of(refused)["message"]
     assert "largest GPU has" in error_of(refused)["message"]
     assert (await api.get("/v1/tasks")).json() == []
+
+
+async def test_a_preempted_node_drains_hears_its_deadline_and_is_back_when_it_registers_again(
+        api: httpx.AsyncClient) -> None:
+    secret = await join(api)
+    preempted = await api.post("/v1/nodes/gpu-1/preempt", json={"notice_s": 30})
+    assert preempted.status_code == 200 and preempted.json()["status"] == "draining"
+    deadline = datetime.fromisoformat(preempted.json()["preempt_by"])
+    assert timedelta(seconds=25) < deadline - utcnow() <= timedelta(seconds=30)
+    beat = await api.post("/v1/nodes/gpu-1/heartbeat", json=heartbeat(), headers={SECRET_HEADER: secret})
+    assert beat.json()["preempt_by"] == preempted.json()["preempt_by"]  # the node learns it here
+    again = await api.post("/v1/nodes/register", json=registration(), headers={SECRET_HEADER: secret})
+    assert again.json()["node"]["status"] == "healthy" and again.json()["node"]["preempt_by"] is None
+
+
+@pytest.mark.parametrize("node_id, body, status, field", [
+    ("ghost", {"notice_s": 30}, 404, "node_id"),
+    ("gpu-1", {"notice_s": -1}, 422, "notice_s"),
+    ("gpu-1", {"notice": 30}, 422, "notice"),
+])
+async def test_bad_preemptions_are_refused_and_change_nothing(api: httpx.AsyncClient, node_id: str, body: dict,
+                                                              status: int, field: str) -> None:
+    await join(api)
+    refused = await api.post(f"/v1/nodes/{node_id}/preempt", json=body)
+    assert refused.status_code == status and error_of(refused)["field"] == field, refused.text
+    assert (await api.get("/v1/nodes/gpu-1")).json()["status"] == "healthy"
+
+
+def test_berth_nodes_preempt_reads_durations_and_refuses_bad_ones() -> None:
+    from orchestrator.cli.nodes import parse_duration
+
+    assert (parse_duration("30s"), parse_duration("2m"), parse_duration("45"), parse_duration("0")) == (30, 120, 45, 0)
+    for bad in ("soon", "-5s", "", "3x"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)

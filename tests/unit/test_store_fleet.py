@@ -152,3 +152,11 @@ def test_the_fleet_survives_reopening_the_database(db_url: str) -> None:
 def test_repeated_gpu_indexes_are_refused_by_the_contract() -> None:
     with pytest.raises(ValueError, match="index 0 is listed more than once"):
         NodeSpec.model_validate({**spec(gpus=1).model_dump(), "gpus": [{"index": 0, "type_name": "L4-24GB"}] * 2})
+
+
+def test_a_node_that_says_it_is_leaving_drains_until_it_registers_again(store: Store) -> None:
+    store.fleet.register(spec(), SECRET)
+    assert store.fleet.heartbeat(beat(leaving=True), SECRET).status == "draining"
+    assert store.fleet.heartbeat(beat(), SECRET).status == "draining"  # still going: nothing new lands there
+    assert store.fleet.undrain("gpu-1").status == "draining"  # an operator's undrain does not stop a shutdown
+    assert store.fleet.register(spec(), SECRET).status == "healthy"  # restarted: back in service

@@ -1,0 +1,145 @@
+"""Chaos: node agents killed or stopped under running tasks, on `berth up` with three real nodes.
+
+Each test runs a long multi-step task, takes away the node serving it mid-run, and checks that
+the task completes on another node from its last checkpoint: no tool call runs twice, every
+token an engine generated is in the ledger (a reply nobody received is booked as lost, never
+hidden), used ≤ budget, and no lease is left behind. A killed node's replicas are killed with
+it (its machine is gone); `berth up` then restarts the agent, which rejoins with no replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from sdk import Budget, SyncClient, TaskStatus
+from tests.system.conftest import Stack
+
+FLEET = [
+    {"node_id": "chaos-a", "datacenter": "east", "zone": "east-1a", "capacity": "on-demand", "gpus": "1xH100-80GB"},
+    {"node_id": "chaos-b", "datacenter": "east", "zone": "east-1b", "capacity": "spot", "gpus": "1xA100-40GB"},
+    {"node_id": "chaos-c", "datacenter": "west", "zone": "west-1a", "capacity": "on-demand", "gpus": "2xL4-24GB"},
+]
+SUBJECTS = "; ".join(["H100 memory bandwidth", "A100 memory bandwidth", "L4 memory bandwidth", "spot preemption",
+                      "kv cache size for 8b", "decode speed for an 8b model"])
+BUDGET = 60_000
+
+
+@pytest.fixture(scope="module")
+def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("chaos")
+    (tmp / "fleet.json").write_text(json.dumps(FLEET))
+    stack = Stack.create(tmp, latency_scale=1.0, load_time_scale=0.05)
+    stack.env["BERTH_NODE_LOST_AFTER_S"] = "6"
+    stack.up_args = ("--fleet", str(tmp / "fleet.json"))
+    stack.start()
+    try:
+        _wait(lambda: len(SyncClient(stack.api).nodes(status="healthy")) == 3, 60, "three healthy nodes")
+        yield stack
+    finally:
+        stack.stop()
+
+
+def _wait(check, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"waited {timeout_s:.0f}s for {what}")
+
+
+def _serving(stack: Stack, task_id: str) -> tuple[str, str, int]:
+    """(node, replica, step) of the task's latest model call (the ledger names node/replica)."""
+    entries = httpx.get(f"{stack.api}/v1/tasks/{task_id}/ledger").json()["entries"]
+    last = [e for e in entries if e["kind"] == "settled"][-1]
+    node, replica = last["served_by"].split("/")
+    return node, replica, last["step"]
+
+
+def _kill_node(stack: Stack, node_id: str, sig: int) -> None:
+    """Signal a node agent; with SIGKILL its replicas die too (the machine is gone)."""
+    os.kill(stack.child_pid(node_id), sig)
+    if sig == signal.SIGKILL:
+        found = subprocess.run(["pgrep", "-f", f"node/{node_id}/replica-logs"], capture_output=True, text=True)
+        for pid in found.stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def _run_and_take_away_its_node(stack: Stack, task_id: str, sig: int) -> tuple[tuple[str, str, int], list[dict]]:
+    client = SyncClient(stack.api)
+    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id=task_id, model="llama-3.1-8b")
+    stack.wait_for_step(task_id, 3, timeout_s=120)
+    serving = _serving(stack, task_id)
+    _kill_node(stack, serving[0], sig)
+    handle.result(timeout=240)
+    state = handle.status()
+    assert state.status == TaskStatus.completed, state.error
+    assert state.spend.tokens_used <= BUDGET
+    events = list(handle.events())
+    calls = [e.data for e in events if e.kind == "llm_call"]
+    interruptions = [e.data for e in events if e.kind == "interruption"]
+    # Each interruption is on record: where it happened, what it cost, where the step resumed.
+    assert state.interruptions == len(interruptions)
+    for record in interruptions:
+        assert record["node_id"] == serving[0] and record["kind"] in ("lost", "notice", "replica_gone"), record
+        assert record["resumed_on"] and record["resume_s"] >= 0 and record["tokens_lost"] >= 0, record
+    return serving, calls
+
+
+def assert_nothing_hidden_nothing_twice(stack: Stack, task_id: str) -> None:
+    """Every settled call is one an engine completed; every token an engine generated is booked."""
+    ledger = httpx.get(f"{stack.api}/v1/tasks/{task_id}/ledger").json()["totals"]
+    engine = stack.engine_usage(task_id)
+    assert ledger["calls"] <= engine["requests"] <= ledger["calls"] + 1, (ledger, engine)
+    generated = engine["completion_tokens"] + engine.get("aborted_completion_tokens", 0)
+    assert ledger["completion_tokens"] + ledger["lost_tokens"] >= generated, (ledger, engine)
+    runs = stack.tool_runs()
+    assert runs and max(runs.values()) == 1, f"a tool call ran twice: {runs.most_common(3)}"
+
+
+def _no_leases_left(stack: Stack) -> bool:
+    replicas = httpx.get(f"{stack.api}/v1/replicas").json()
+    return all(r["active_leases"] == 0 for r in replicas)
+
+
+def test_a_node_killed_under_a_task_is_left_behind_and_the_task_completes_elsewhere(chaos_stack: Stack) -> None:
+    (node, replica, step), calls = _run_and_take_away_its_node(chaos_stack, "chaos-kill-9", signal.SIGKILL)
+    steps = [c["step"] for c in calls]
+    assert steps == sorted(set(steps)), f"a finished step ran twice: {steps}"
+    after = [c for c in calls if c["step"] > step]
+    # The killed replica served nothing more (the agent `berth up` restarts may serve again, new replicas).
+    assert after and all(c["replica_id"] != replica for c in after), (node, replica, after)
+    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-kill-9")
+    _wait(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
+
+
+def test_a_node_stopped_with_sigterm_hands_its_task_over(chaos_stack: Stack) -> None:
+    (node, replica, step), calls = _run_and_take_away_its_node(chaos_stack, "chaos-sigterm", signal.SIGTERM)
+    steps = [c["step"] for c in calls]
+    assert steps == sorted(set(steps)), f"a finished step ran twice: {steps}"
+    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-sigterm")
+    _wait(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
+
+
+def test_a_node_preempted_with_notice_hands_its_task_over(chaos_stack: Stack) -> None:
+    client = SyncClient(chaos_stack.api)
+    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-preempt", model="llama-3.1-8b")
+    chaos_stack.wait_for_step("chaos-preempt", 3, timeout_s=120)
+    node, replica, _ = _serving(chaos_stack, "chaos-preempt")
+    assert client.preempt_node(node, notice_s=10).status == "draining"
+    handle.result(timeout=240)
+    assert handle.status().status == TaskStatus.completed
+    calls = [e.data for e in handle.events() if e.kind == "llm_call"]
+    steps = [c["step"] for c in calls]
+    assert steps == sorted(set(steps)), f"a finished step ran twice: {steps}"
+    assert calls[-1]["replica_id"] != replica  # the preempted node's replica left with it
+    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-preempt")
+    _wait(lambda: client.node(node).status == "healthy", 60, "the preempted node to come back (berth up restarts it)")

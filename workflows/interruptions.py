@@ -1,0 +1,57 @@
+"""Telling an interruption (the node went away) from a failure (the call went wrong).
+
+A step on the fleet can end without a reply in two very different ways, and the workflow
+treats them apart, as DESIGN.md asks:
+- an **interruption** — the node stopped answering (heartbeat timeout), never picked the call
+  up (schedule-to-start timeout), was told to stop (preemption notice), or no longer has the
+  replica — says nothing about the task: the step is placed elsewhere, counted against
+  `max_interruptions`, never against the retry budget;
+- a **failure** — the engine or the call itself erred — is retried a few times and then fails
+  the task; a request the engine rejects is not retried at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+
+with workflow.unsafe.imports_passed_through():
+    from activities.ports import NODE_STOPPING, REPLICA_UNAVAILABLE
+
+InterruptionKind = Literal["lost", "notice", "replica_gone"]
+
+
+@dataclass(frozen=True)
+class Interruption:
+    kind: InterruptionKind
+    detail: str
+    progress: dict[str, Any] | None  # the generation's last heartbeat: what it had generated
+
+
+def interruption(err: ActivityError) -> Interruption | None:
+    """The interruption `err` is, or None when it is a failure."""
+    cause = err.cause
+    if isinstance(cause, TimeoutError) and cause.type in (TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_START):
+        what = "stopped heartbeating" if cause.type == TimeoutType.HEARTBEAT else "never picked the call up"
+        return Interruption("lost", f"the node {what}", _progress(cause.last_heartbeat_details))
+    if isinstance(cause, ApplicationError) and cause.type == NODE_STOPPING:
+        return Interruption("notice", str(cause.message), _progress(cause.details))
+    if isinstance(cause, ApplicationError) and cause.type == REPLICA_UNAVAILABLE:
+        return Interruption("replica_gone", str(cause.message), None)
+    return None
+
+
+def is_permanent(err: ActivityError) -> bool:
+    """A failure no retry can fix (the engine rejected the request, the model is unknown)."""
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.non_retryable
+
+
+def _progress(details: Any) -> dict[str, Any] | None:
+    """The generate activity's heartbeat details (activities/attempts.py), if it sent any."""
+    if isinstance(details, (list, tuple)) and details and isinstance(details[0], dict):
+        return dict(details[0])
+    return None

@@ -24,7 +24,7 @@ from sdk._limits import MIN_ANSWER_TOKENS
 from sdk.contracts import LlmStepInput, LlmStepResult
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt
-from .ports import REPLICA_UNAVAILABLE, LedgerEntry, ModelRoute, ModelRouter, ReplicaUnavailable, StepBooks
+from .ports import NODE_STOPPING, REPLICA_UNAVAILABLE, LedgerEntry, ModelRoute, ModelRouter, ReplicaUnavailable, StepBooks
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
 HEARTBEAT_EVERY_S = 1.0
@@ -158,6 +158,13 @@ class LlmStepActivities:
                 ttft_s=ttft or duration, duration_s=duration, attempt=attempt, served_by=route.served_by,
                 checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens, placement=inp.placement,
             )
+        except asyncio.CancelledError:
+            if not activity.is_worker_shutdown():
+                raise  # the workflow cancelled the step (the task was cancelled)
+            # The worker is leaving (SIGTERM, a preemption notice) mid-generation: say so, with what was
+            # generated, so the workflow resumes the step elsewhere and books those tokens as lost.
+            raise ApplicationError("the worker shut down mid-generation", progress.details(),
+                                   type=NODE_STOPPING) from None
         finally:
             beating.cancel()
 

@@ -47,6 +47,8 @@ DEFAULT_API_URL = "http://127.0.0.1:8080"
 EVENT_STREAM_READ_TIMEOUT_S = 60.0
 # Reconnect backoff 0.25, 0.5, 1, 2, 4, 5, 5 ... s; this many cuts in a row without a single
 # event in between means the server is gone, not blinking.
+# How long `TaskHandle.result` keeps asking while the API does not answer (a server restart takes seconds).
+API_RESTART_WAIT_S = 60.0
 EVENT_STREAM_MAX_RECONNECTS = 8
 
 _STATUS_ERRORS: dict[int, type[BerthError]] = {
@@ -344,17 +346,34 @@ class TaskHandle:
         and `TimeoutError` when `timeout` seconds pass first.
         """
         async with asyncio.timeout(timeout):
-            state = await self.status()
+            state = await self._status_across_restarts()
             after = 0
             while not state.status.is_final:
-                async for event in self.events(after=after):
-                    after = event.seq
-                state = await self.status()
+                try:
+                    async for event in self.events(after=after):
+                        after = event.seq
+                except ApiUnreachable:
+                    pass  # the API is restarting: the task runs on regardless; ask again below
+                state = await self._status_across_restarts()
                 if not state.status.is_final:
                     # The stream only ends on a final task, so the store and the live state
                     # disagree for a moment; look again shortly rather than spin.
                     await asyncio.sleep(0.5)
         return outcome(state)
+
+    async def _status_across_restarts(self) -> TaskState:
+        """`status`, retried while the API is unreachable for up to API_RESTART_WAIT_S: a task outlives
+        a restart of the server, and so should a caller waiting for its result."""
+        deadline = asyncio.get_running_loop().time() + API_RESTART_WAIT_S
+        pause = 0.25
+        while True:
+            try:
+                return await self.status()
+            except ApiUnreachable:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
 
     def events(self, after: int = 0) -> AsyncIterator[TaskEvent]:
         """The task's events with `seq > after`, live, until the task is final and drained."""

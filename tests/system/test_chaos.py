@@ -143,3 +143,17 @@ def test_a_node_preempted_with_notice_hands_its_task_over(chaos_stack: Stack) ->
     assert calls[-1]["replica_id"] != replica  # the preempted node's replica left with it
     assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-preempt")
     _wait(lambda: client.node(node).status == "healthy", 60, "the preempted node to come back (berth up restarts it)")
+
+
+def test_the_control_plane_server_killed_mid_task_is_restarted_and_the_task_completes(chaos_stack: Stack) -> None:
+    client = SyncClient(chaos_stack.api)
+    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-server", model="llama-3.1-8b")
+    chaos_stack.wait_for_step("chaos-server", 3, timeout_s=120)
+    os.kill(chaos_stack.child_pid("server"), signal.SIGKILL)  # nodes cannot book steps until it is back
+    handle.result(timeout=240)
+    state = handle.status()
+    assert state.status == TaskStatus.completed and state.spend.tokens_used <= BUDGET
+    steps = [e.data["step"] for e in handle.events() if e.kind == "llm_call"]
+    assert steps == sorted(set(steps)), f"a finished step ran twice: {steps}"
+    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-server")
+    assert "server exited with code -9" in chaos_stack.log_tail()

@@ -1,4 +1,4 @@
-"""Where each step of the demo ran and why: the `llm_call` events, as a table.
+"""Where each step of the demo ran and why (the `llm_call` events), and its interruptions, as tables.
 
 Each model call's event carries its placement (node, GPUs, replica, locality tier, the score
 term that decided, queue wait, load time), so the table reads straight off the event stream:
@@ -46,3 +46,24 @@ def placements_table(rows: list[tuple[str, dict]], prefix: str = "") -> Table:
 
 def _num(value: object, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if isinstance(value, (int, float)) else "-"
+
+
+async def interruption_rows(client: Client, states: list[TaskState]) -> list[tuple[str, dict]]:
+    """(task id, interruption event data) of the tasks that were interrupted."""
+    rows: list[tuple[str, dict]] = []
+    for state in states:
+        if state.interruptions:
+            rows += [(state.task_id, e.data) async for e in client.task(state.task_id).events()
+                     if e.kind == "interruption"]
+    return rows
+
+
+def interruptions_table(rows: list[tuple[str, dict]], prefix: str = "") -> Table:
+    table = Table(title="Interruptions: where a step was cut, what it cost, where it resumed")
+    for col in ("task", "step", "node", "kind", "tokens lost", "resumed on", "after s"):
+        table.add_column(col)
+    for task_id, d in rows:
+        table.add_row(task_id.removeprefix(prefix), str(d.get("step")), str(d.get("node_id")), str(d.get("kind")),
+                      str(d.get("tokens_lost", 0)), f"{d.get('resumed_on')} ({d.get('resumed_tier')})",
+                      _num(d.get("resume_s")))
+    return table

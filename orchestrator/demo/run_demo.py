@@ -1,11 +1,13 @@
-"""The demo workload: four tasks that show Berth's contract, followed live in the terminal.
+"""The demo workload: five tasks that show Berth's contract, followed live in the terminal.
 
 - a tool-using research task;
 - a coordinator that spawns two research sub-agents with slices of its budget;
 - a research task whose budget is too small: it stops in `awaiting_budget`, the demo tops it
   up (as an operator would with `berth tasks raise-budget`) and it finishes;
 - on a fleet, a research task on a second model whose weights the demo prewarmed first
-  (`berth models prewarm`), so its replica loads from disk instead of origin.
+  (`berth models prewarm`), so its replica loads from disk instead of origin;
+- on a fleet, a batch task that runs on the spot node until the demo reclaims that node
+  (`berth nodes preempt`, 5 s notice); it resumes on another node from its checkpoint.
 
 It ends with where each step ran and why (orchestrator/demo/placements.py).
 """
@@ -21,9 +23,10 @@ from rich.live import Live
 from rich.table import Table
 
 from sdk import BerthError, Budget, Client, TaskHandle, TaskState, TaskStatus
+from sdk._lease import ServiceClass
 
 from ..config import BerthConfig
-from .placements import placements_table, step_rows
+from .placements import interruption_rows, interruptions_table, placements_table, step_rows
 
 DEMO_TASKS = [
     ("research", "H100 memory bandwidth; A100 memory bandwidth; decode speed for an 8b model", 20_000),
@@ -35,6 +38,12 @@ DEMO_TASKS = [
 TOP_UP_TOKENS = 10_000
 PREWARMED = ("research", "qwen2.5-7b", "west", "L4 memory for a 7b model; decode speed for a 7b model", 20_000)
 PREWARM_WAIT_S = 60.0
+# A batch task prefers spot capacity; once it has run a couple of steps there, the demo reclaims
+# that spot node (as a cloud would, with a short notice) and the task resumes elsewhere.
+ON_SPOT = ("research", "llama-3.2-1b", "spot preemption; kv cache size for 8b; decode speed for an 8b model",
+           20_000)
+PREEMPT_AFTER_STEP = 2
+PREEMPT_NOTICE_S = 5.0
 
 
 class _Stop(Protocol):
@@ -60,6 +69,11 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
         agent, model, datacenter, text, tokens = PREWARMED
         await _prewarm(client, console, model, datacenter)
         handles.append(await _submit(client, agent, text, tokens, f"demo-{stamp}-{len(handles) + 1}", model=model))
+        agent, model, text, tokens = ON_SPOT
+        handles.append(await _submit(client, agent, text, tokens, f"demo-{stamp}-{len(handles) + 1}", model=model,
+                                     service_class="batch"))
+    spot_task = handles[-1].task_id if nodes else None
+    preempted: str | None = None
     topped_up: set[str] = set()
     states: list[TaskState] = []
     with Live(console=console, refresh_per_second=4) as live:
@@ -70,6 +84,8 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
                 if state.status == TaskStatus.awaiting_budget and state.task_id not in topped_up:
                     topped_up.add(state.task_id)
                     await client.task(state.task_id).raise_budget(TOP_UP_TOKENS)
+                if state.task_id == spot_task and preempted is None and state.step >= PREEMPT_AFTER_STEP:
+                    preempted = await _preempt_spot_node_serving(client, state.task_id)
             live.update(_table(states, topped_up))
             if all(s.status.is_final for s in states):
                 break
@@ -78,7 +94,19 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
     if nodes and states and all(s.status.is_final for s in states):
         rows = [row for state in states for row in await step_rows(client, state)]
         console.print(placements_table(rows, prefix=f"demo-{stamp}-"))
+        if preempted is not None:
+            console.print(interruptions_table(await interruption_rows(client, states), prefix=f"demo-{stamp}-"))
     return states
+
+
+async def _preempt_spot_node_serving(client: Client, task_id: str) -> str | None:
+    """Reclaim the spot node that served the task's last step, with a short notice; its id, or None."""
+    settled = [e for e in (await client.task(task_id).ledger()).entries if e.kind == "settled"]
+    node_id = settled[-1].served_by.split("/")[0] if settled else ""
+    if not node_id or (await client.node(node_id)).capacity != "spot":
+        return None
+    await client.preempt_node(node_id, PREEMPT_NOTICE_S)
+    return node_id
 
 
 async def _prewarm(client: Client, console: Console, model: str, datacenter: str) -> None:
@@ -95,11 +123,12 @@ async def _prewarm(client: Client, console: Console, model: str, datacenter: str
 
 
 async def _submit(client: Client, agent: str, text: str, tokens: int, task_id: str, attempts: int = 30,
-                  model: str | None = None) -> TaskHandle:
+                  model: str | None = None, service_class: ServiceClass = "interactive") -> TaskHandle:
     """Submit, retrying while a just-started Temporal is still unavailable (safe: the task id makes it idempotent)."""
     for attempt in range(attempts):
         try:
-            return await client.submit(agent, text, budget=Budget(tokens), task_id=task_id, model=model)
+            return await client.submit(agent, text, budget=Budget(tokens), task_id=task_id, model=model,
+                                       service_class=service_class)
         except BerthError as exc:
             if exc.status_code != 503 or attempt == attempts - 1:
                 raise

@@ -95,7 +95,15 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
         rows = [row for state in states for row in await step_rows(client, state)]
         console.print(placements_table(rows, prefix=f"demo-{stamp}-"))
         if preempted is not None:
-            console.print(interruptions_table(await interruption_rows(client, states), prefix=f"demo-{stamp}-"))
+            interrupted = await interruption_rows(client, states)
+            if interrupted:
+                console.print(interruptions_table(interrupted, prefix=f"demo-{stamp}-"))
+            moved = next((d for task_id, d in rows if task_id == spot_task and d.get("node_id") != preempted), None)
+            if moved is not None:
+                cut = "cut a generation (above)" if interrupted else "came between two steps, so nothing was cut"
+                console.print(f"The spot node {preempted} was reclaimed with {PREEMPT_NOTICE_S:g} s notice; the"
+                              f" preemption {cut}. The batch task resumed at step {moved['step']} on"
+                              f" {moved['node_id']} from its checkpoint.")
     return states
 
 

@@ -167,6 +167,10 @@ class NodeAgent:
         return Worker(client, task_queue=node_task_queue(node_id),
                       activities=[*NodeActivities(self.replicas).all(), generation.generate],
                       activity_executor=ThreadPoolExecutor(max_workers=64),
+                      # Every lease on this node's replicas is a generation here at once (a replica takes
+                      # up to 32): the pool bounds them, so the worker must not queue them behind a limit
+                      # and let a step's pickup timeout take the node for lost.
+                      max_concurrent_activities=1024,
                       graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S))
 
     async def serve(self, connect: Callable[[], Awaitable[Client]]) -> None:

@@ -430,6 +430,10 @@ class TaskHandle:
         body = await self._client._request("POST", self._path("fork"), json=request.model_dump(mode="json", exclude_none=True))
         return TaskHandle(self._client, TaskState.model_validate(body).task_id)
 
+    async def interruptions(self) -> list[TaskEvent]:
+        """Each node loss or preemption the task rode out: node, kind, tokens lost, where it resumed."""
+        return [TaskEvent.model_validate(e) for e in await self._client._request("GET", self._path("interruptions"))]
+
     async def ledger(self) -> Ledger:
         return Ledger.model_validate(await self._client._request("GET", self._path("ledger")))
 

@@ -224,5 +224,8 @@ class SyncTaskHandle:
         forked = self._loop.run(self._handle.fork(checkpoint_seq, budget, model, task_id, max_steps, input))
         return SyncTaskHandle(self._loop, forked)
 
+    def interruptions(self) -> list[TaskEvent]:
+        return self._loop.run(self._handle.interruptions())
+
     def ledger(self) -> Ledger:
         return self._loop.run(self._handle.ledger())

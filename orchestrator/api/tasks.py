@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Query, Response, status
 from pydantic import ConfigDict
 
-from sdk import Spend, TaskSpec, TaskState, TaskStatus
+from sdk import Spend, TaskEvent, TaskSpec, TaskState, TaskStatus
 from sdk._builtins import SpawnAgentArgs
 from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget, SpawnedChild
 
@@ -73,6 +73,13 @@ async def list_tasks(
 async def get_task(task_id: str, svc: Svc) -> TaskState:
     """The task's live state when its workflow answers, else the state it last stored."""
     return await current_state(svc, await svc.task_record(task_id))
+
+
+@router.get("/{task_id}/interruptions", response_model=list[TaskEvent])
+async def list_interruptions(task_id: str, svc: Svc) -> list[TaskEvent]:
+    """Each time a node was lost or preempted under the task: where, what it cost, where the step resumed."""
+    await svc.task_record(task_id)
+    return await svc.db(svc.store.events.of_kind, task_id, "interruption")
 
 
 @router.post("/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=TaskState)

@@ -141,7 +141,8 @@ def tasks_table(states: list[TaskState]) -> Table:
     return table
 
 
-def task_panel(state: TaskState, ledger: Ledger | None, checkpoints: int | None) -> Table:
+def task_panel(state: TaskState, ledger: Ledger | None, checkpoints: int | None,
+               interruptions: list[TaskEvent] | None = None) -> Table:
     table = Table(box=None, show_header=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
@@ -166,6 +167,11 @@ def task_panel(state: TaskState, ledger: Ledger | None, checkpoints: int | None)
         rows.append(("children", ", ".join(state.children)))
     if checkpoints is not None:
         rows.append(("checkpoints", str(checkpoints)))
+    for event in interruptions or []:
+        d = event.data
+        rows.append(("interrupted", f"step {d.get('step')} on {d.get('node_id')} ({d.get('kind')}):"
+                                    f" {d.get('tokens_lost', 0)} tokens lost; resumed on {d.get('resumed_on')}"
+                                    f" after {d.get('resume_s', 0):.1f}s"))
     if ledger is not None:
         t = ledger.totals
         rows.append(("ledger", f"{t.calls} calls, {t.prompt_tokens:,} prompt + {t.completion_tokens:,} completion"

@@ -164,7 +164,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         state = await handle.status()
         ledger = await handle.ledger()
         checkpoints = await handle.checkpoints()
-        output.stdout().print(output.task_panel(state, ledger, len(checkpoints)))
+        interruptions = await handle.interruptions() if state.interruptions else []
+        output.stdout().print(output.task_panel(state, ledger, len(checkpoints), interruptions))
         return EXIT_OK
 
     return run_with_client(args, command)

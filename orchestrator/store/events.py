@@ -34,6 +34,15 @@ class SqlEventLog:
         assert row.seq is not None
         return row.seq
 
+    def of_kind(self, task_id: str, kind: str, limit: int = 500) -> list[TaskEvent]:
+        """The task's events of one kind (e.g. its interruptions), oldest first."""
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(EventRow).where(EventRow.task_id == task_id, EventRow.kind == kind)
+                .order_by(col(EventRow.seq)).limit(max(0, min(limit, MAX_READ)))
+            ).all()
+        return [_event(r) for r in rows]
+
     def read(self, task_id: str, after_seq: int = 0, limit: int = 500) -> list[TaskEvent]:
         """Events of `task_id` with seq > after_seq, oldest first, at most `limit` (capped at MAX_READ)."""
         limit = max(0, min(limit, MAX_READ))
@@ -44,6 +53,8 @@ class SqlEventLog:
                 .order_by(col(EventRow.seq))
                 .limit(limit)
             ).all()
-        return [
-            TaskEvent(seq=r.seq or 0, task_id=r.task_id, kind=r.kind, at=r.at, data=json.loads(r.data_json)) for r in rows
-        ]
+        return [_event(r) for r in rows]
+
+
+def _event(row: EventRow) -> TaskEvent:
+    return TaskEvent(seq=row.seq or 0, task_id=row.task_id, kind=row.kind, at=row.at, data=json.loads(row.data_json))

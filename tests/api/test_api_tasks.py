@@ -304,3 +304,13 @@ async def test_openapi_documents_the_routes(api: httpx.AsyncClient) -> None:
     assert {"/v1/tasks", "/v1/tasks/{task_id}/fork", "/v1/agents", "/readyz"} <= set(schema["paths"])
     refused = schema["paths"]["/v1/tasks"]["post"]["responses"]["422"]
     assert refused["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+
+
+async def test_a_tasks_interruptions_are_listed_with_where_it_resumed(api, store, agent) -> None:
+    state = put_task(store, agent)
+    store.events.append(state.task_id, "llm_call", {"step": 1})
+    record = {"step": 2, "node_id": "gpu-b", "kind": "lost", "tokens_lost": 37, "resumed_on": "gpu-a", "resume_s": 5.4}
+    store.events.append(state.task_id, "interruption", record)
+    listed = (await api.get(f"/v1/tasks/{state.task_id}/interruptions")).json()
+    assert [(e["kind"], e["data"]) for e in listed] == [("interruption", record)]
+    assert (await api.get("/v1/tasks/no-such-task/interruptions")).status_code == 404

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from sdk import Budget, SyncClient, TaskStatus
+from tests.conftest import ROOT
 from tests.system.conftest import Stack
 
 FLEET = [
@@ -88,6 +90,11 @@ def _run_and_take_away_its_node(stack: Stack, task_id: str, sig: int) -> tuple[t
     interruptions = [e.data for e in events if e.kind == "interruption"]
     # Each interruption is on record: where it happened, what it cost, where the step resumed.
     assert state.interruptions == len(interruptions)
+    assert [e.data for e in handle.interruptions()] == interruptions  # GET /v1/tasks/{id}/interruptions
+    if interruptions:
+        shown = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", task_id],
+                               env=stack.env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert f"on {serving[0]}" in shown.stdout and "tokens lost; resumed on" in shown.stdout, shown.stdout
     for record in interruptions:
         assert record["node_id"] == serving[0] and record["kind"] in ("lost", "notice", "replica_gone"), record
         assert record["resumed_on"] and record["resume_s"] >= 0 and record["tokens_lost"] >= 0, record

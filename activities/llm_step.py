@@ -24,7 +24,7 @@ from sdk._limits import MIN_ANSWER_TOKENS
 from sdk.contracts import LlmStepInput, LlmStepResult
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt
-from .ports import NODE_STOPPING, REPLICA_UNAVAILABLE, LedgerEntry, ModelRoute, ModelRouter, ReplicaUnavailable, StepBooks
+from .ports import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE, LedgerEntry, ModelRoute, ModelRouter, ReplicaUnavailable, StepBooks
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
 HEARTBEAT_EVERY_S = 1.0
@@ -159,12 +159,15 @@ class LlmStepActivities:
                 checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens, placement=inp.placement,
             )
         except asyncio.CancelledError:
-            if not activity.is_worker_shutdown():
-                raise  # the workflow cancelled the step (the task was cancelled)
-            # The worker is leaving (SIGTERM, a preemption notice) mid-generation: say so, with what was
-            # generated, so the workflow resumes the step elsewhere and books those tokens as lost.
-            raise ApplicationError("the worker shut down mid-generation", progress.details(),
-                                   type=NODE_STOPPING) from None
+            # Cut off mid-generation: by the worker leaving (SIGTERM, a preemption notice), or by the
+            # workflow itself (a simulated preemption). Say which, with what was generated, so the
+            # workflow resumes the step elsewhere and books those tokens as lost (a plain cancellation
+            # would reach it without them).
+            if activity.is_worker_shutdown():
+                raise ApplicationError("the worker shut down mid-generation", progress.details(),
+                                       type=NODE_STOPPING) from None
+            raise ApplicationError("the workflow cut the generation off", progress.details(),
+                                   type=GENERATION_CUT) from None
         finally:
             beating.cancel()
 

@@ -93,6 +93,7 @@ class AgentCatalogue(Protocol):
 
 REPLICA_UNAVAILABLE = "ReplicaUnavailable"  # the error type a workflow re-places a step on
 NODE_STOPPING = "NodeStopping"  # the node was told to leave while the step generated: re-place it elsewhere
+GENERATION_CUT = "GenerationCut"  # the workflow cancelled the generation (a simulated preemption)
 
 
 class ReplicaUnavailable(Exception):

@@ -383,6 +383,14 @@ class TaskHandle:
         body = await self._client._request("POST", self._path("cancel"), json={"reason": reason})
         return TaskState.model_validate(body)
 
+    async def simulate_preemption(self) -> TaskState:
+        """Cut the task's running (or next) model call off as if its node were lost; it resumes elsewhere.
+
+        For checking that an agent's tools are idempotent under preemption (finished tool calls never
+        run again; a call in flight is retried with the same idempotency key). Needs a fleet.
+        """
+        return TaskState.model_validate(await self._client._request("POST", self._path("simulate-preemption")))
+
     async def raise_budget(self, tokens: int, usd: float = 0.0) -> Spend:
         """Add tokens (and dollars) to the budget; a task in awaiting_budget resumes."""
         body = await self._client._request("POST", self._path("raise-budget"), json={"tokens": tokens, "usd": usd})

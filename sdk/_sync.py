@@ -224,6 +224,9 @@ class SyncTaskHandle:
         forked = self._loop.run(self._handle.fork(checkpoint_seq, budget, model, task_id, max_steps, input))
         return SyncTaskHandle(self._loop, forked)
 
+    def simulate_preemption(self) -> TaskState:
+        return self._loop.run(self._handle.simulate_preemption())
+
     def interruptions(self) -> list[TaskEvent]:
         return self._loop.run(self._handle.interruptions())
 

@@ -131,6 +131,7 @@ STATE_QUERY = "state"
 RAISE_BUDGET_UPDATE = "raise_budget"
 ANSWER_UPDATE = "answer"
 CANCEL_SIGNAL = "cancel"
+SIMULATE_PREEMPTION_SIGNAL = "simulate_preemption"  # cut the running (or next) generation off, as a lost node would
 
 
 class RaiseBudget(BaseModel):

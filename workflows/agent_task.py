@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         ANSWER_UPDATE,
         CANCEL_SIGNAL,
         RAISE_BUDGET_UPDATE,
+        SIMULATE_PREEMPTION_SIGNAL,
         SPAWN_UPDATE,
         STATE_QUERY,
         TOOL_ACTIVITY,
@@ -306,6 +307,11 @@ class AgentTaskWorkflow:
     def _check_spawn(self, req: SpawnAgentArgs) -> None:
         if self.status.is_final or self.cancel_reason is not None:
             raise ApplicationError(f"task is {self.status.value}; it can no longer start sub-agents")
+
+    @workflow.signal(name=SIMULATE_PREEMPTION_SIGNAL)
+    def simulate_preemption(self) -> None:
+        """For authors testing their tools: the step's generation is cut off and resumes on another node."""
+        self.fleet.preempt_requested = True
 
     @workflow.signal(name=CANCEL_SIGNAL)
     def cancel(self, req: CancelRequest) -> None:

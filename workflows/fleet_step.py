@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityCancellationType
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -86,6 +87,7 @@ class FleetStep:
         self.max_interruptions = max_interruptions
         self.interruptions = interruptions  # across the task's runs (continue-as-new carries it)
         self._inherited: dict | None = None  # the last heartbeat of this step's interrupted generation
+        self.preempt_requested = False  # a simulated preemption: cut the running generation off
         self.previous_replica: str | None = None
         self._direct_until: dict[str, int] = {}  # model → the step before which it is called without a lease
 
@@ -145,10 +147,9 @@ class FleetStep:
                     queue_wait_s=round((workflow.now() - asked_at).total_seconds() - load_s, 3),
                     load_s=round(load_s, 3))
                 try:
-                    reply = await _generate(inp.model_copy(update={
+                    reply = await self._generate_on_node(inp.model_copy(update={
                         "placement": placement, "attempt_base": placement_index * ATTEMPT_STRIDE,
-                        "inherited_progress": self._inherited}), task_queue=node_task_queue(grant.node_id),
-                        on_node=True)
+                        "inherited_progress": self._inherited}), grant.node_id)
                 except ActivityError as err:
                     lost = interruption(err)
                     if lost is None:
@@ -157,9 +158,9 @@ class FleetStep:
                             raise
                         await workflow.sleep(timedelta(seconds=min(2 ** failures, 10)))
                         continue
-                    gone = True
+                    gone = lost.kind != "simulated"
                     if lost.kind != "replica_gone":
-                        excluded.append(grant.node_id)  # its node is gone or going
+                        excluded.append(grant.node_id)  # its node is gone or going (or, simulated, would be)
                     pending = self._interrupted(lost, grant)
                     continue
                 served = True
@@ -171,6 +172,25 @@ class FleetStep:
                     PoolLeases.release,
                     ReleaseLease(lease_id=grant.lease_id, replica_warm=served, replica_gone=gone), **BOOKKEEPING)
         raise AssertionError("unreachable")
+
+    async def _generate_on_node(self, inp: LlmStepInput, node_id: str) -> LlmStepResult:
+        """Generate on the node's queue; a simulated preemption arriving meanwhile cuts it off."""
+        handle = workflow.start_activity_method(
+            LlmStepActivities.generate, inp, task_queue=node_task_queue(node_id), start_to_close_timeout=GENERATE_TIMEOUT,
+            heartbeat_timeout=GENERATE_HEARTBEAT, schedule_to_start_timeout=NODE_PICKUP, retry_policy=NO_RETRY,
+            # Wait for the cut-off generation to report what it had generated, so its tokens are booked.
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
+        await workflow.wait_condition(lambda: handle.done() or self.preempt_requested)
+        cut = not handle.done()
+        if cut:
+            self.preempt_requested = False
+            handle.cancel()
+        reply = await handle
+        if cut:
+            # It finished before the cut reached it (a node hears of a cancellation at its next heartbeat):
+            # the preemption cuts the step's next generation instead.
+            self.preempt_requested = True
+        return reply
 
     def _interrupted(self, lost: Interruption, grant: LeaseGrant) -> _Pending:
         """Count an interruption (never against the retry budget) and keep what the generation had made."""
@@ -217,13 +237,12 @@ class FleetStep:
             pause = min(pause * 2, WAIT_MAX_S)
 
 
-async def _generate(inp: LlmStepInput, task_queue: str | None, on_node: bool = False) -> LlmStepResult:
-    """The generate activity: retried by Temporal on the control queue; on a node, never (a retry would go
-    back to the same node; failover and retries are `FleetStep.generate`'s)."""
+async def _generate(inp: LlmStepInput, task_queue: str | None) -> LlmStepResult:
+    """The generate activity off the fleet, retried by Temporal (on a node it is never retried: a retry
+    would go back to the same node; failover and retries there are `FleetStep.generate`'s)."""
     return await workflow.execute_activity_method(
         LlmStepActivities.generate, inp, task_queue=task_queue, start_to_close_timeout=GENERATE_TIMEOUT,
-        heartbeat_timeout=GENERATE_HEARTBEAT, schedule_to_start_timeout=NODE_PICKUP if on_node else None,
-        retry_policy=NO_RETRY if on_node else GENERATE_RETRY)
+        heartbeat_timeout=GENERATE_HEARTBEAT, retry_policy=GENERATE_RETRY)
 
 
 def _cause(err: BaseException) -> str:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.ports import NODE_STOPPING, REPLICA_UNAVAILABLE
+    from activities.ports import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE
 
-InterruptionKind = Literal["lost", "notice", "replica_gone"]
+InterruptionKind = Literal["lost", "notice", "replica_gone", "simulated"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,10 @@ def interruption(err: ActivityError) -> Interruption | None:
         return Interruption("lost", f"the node {what}", _progress(cause.last_heartbeat_details))
     if isinstance(cause, ApplicationError) and cause.type == NODE_STOPPING:
         return Interruption("notice", str(cause.message), _progress(cause.details))
+    if isinstance(cause, ApplicationError) and cause.type == GENERATION_CUT:
+        return Interruption("simulated", "a simulated preemption cut the generation", _progress(cause.details))
+    if isinstance(cause, CancelledError):  # cut before the node had started it
+        return Interruption("simulated", "a simulated preemption cut the generation before it started", None)
     if isinstance(cause, ApplicationError) and cause.type == REPLICA_UNAVAILABLE:
         return Interruption("replica_gone", str(cause.message), None)
     return None

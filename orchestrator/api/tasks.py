@@ -94,6 +94,19 @@ async def cancel(task_id: str, svc: Svc, request: Annotated[CancelBody | None, B
     return await current_state(svc, record)
 
 
+@router.post("/{task_id}/simulate-preemption", status_code=status.HTTP_202_ACCEPTED, response_model=TaskState)
+async def simulate_preemption(task_id: str, svc: Svc) -> TaskState:
+    """Cut the task's running (or next) model call off as a lost node would: the step resumes on another
+    node from its checkpoint. For authors checking that their tools are idempotent; other tasks are untouched."""
+    record = await svc.task_record(task_id)
+    require_running(record)
+    try:
+        await svc.temporal.simulate_preemption(task_id)
+    except (TemporalUnavailable, WorkflowGone) as exc:
+        raise _refusal(exc) from None
+    return await current_state(svc, record)
+
+
 @router.post("/{task_id}/raise-budget", response_model=Spend)
 async def raise_budget(task_id: str, request: RaiseBudgetRequest, svc: Svc) -> Spend:
     """Add tokens and/or dollars to the task's budget; a task in awaiting_budget resumes."""

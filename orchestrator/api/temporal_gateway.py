@@ -36,6 +36,7 @@ from sdk.contracts import (
     CANCEL_SIGNAL,
     CONTROL_TASK_QUEUE,
     RAISE_BUDGET_UPDATE,
+    SIMULATE_PREEMPTION_SIGNAL,
     SPAWN_UPDATE,
     STATE_QUERY,
     WORKFLOW_NAME,
@@ -172,6 +173,14 @@ class TemporalGateway:
             await client.get_workflow_handle(task_id).signal(
                 CANCEL_SIGNAL, request, rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S)
             )
+        except RPCError as exc:
+            raise _rpc_error(task_id, exc) from exc
+
+    async def simulate_preemption(self, task_id: str) -> None:
+        client = await self.client()
+        try:
+            await client.get_workflow_handle(task_id).signal(
+                SIMULATE_PREEMPTION_SIGNAL, rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
         except RPCError as exc:
             raise _rpc_error(task_id, exc) from exc
 

@@ -110,7 +110,12 @@ class NodeAgent:
                  len(self._gpus))
 
     async def join_unless_stopped(self) -> bool:
-        """`join`, unless SIGTERM comes first (the control plane may be down for a minute): False then."""
+        """`join`, unless SIGTERM comes first (the control plane may be down for a minute): False then.
+
+        The model client is loaded first: once the node has joined, steps are placed on it, and a
+        first step that waited seconds for that import would be taken for a lost node.
+        """
+        await asyncio.to_thread(warm_up)
         joining = asyncio.create_task(self.join())
         stop = asyncio.create_task(self.stopping.wait())
         await asyncio.wait([joining, stop], return_when=asyncio.FIRST_COMPLETED)
@@ -177,7 +182,6 @@ class NodeAgent:
         """Heartbeat and run the worker until `stopping` is set, then shut down in order. Call `join` first."""
         beats = asyncio.create_task(self.heartbeat_loop())
         try:
-            await asyncio.to_thread(warm_up)
             worker = self.worker(await connect())
         except BaseException:
             self.stopping.set()  # no worker, no node: stop beating so the pool sees it go

@@ -164,3 +164,19 @@ def test_the_control_plane_server_killed_mid_task_is_restarted_and_the_task_comp
     assert steps == sorted(set(steps)), f"a finished step ran twice: {steps}"
     assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-server")
     assert "server exited with code -9" in chaos_stack.log_tail()
+
+
+def test_an_author_can_simulate_a_preemption_and_see_tools_stay_idempotent(chaos_stack: Stack) -> None:
+    client = SyncClient(chaos_stack.api)
+    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-simulated",
+                           model="llama-3.1-8b")
+    chaos_stack.wait_for_step("chaos-simulated", 3, timeout_s=120)
+    handle.simulate_preemption()
+    handle.result(timeout=240)
+    state = handle.status()
+    assert state.status == TaskStatus.completed and state.interruptions == 1
+    [cut] = handle.interruptions()
+    assert cut.data["kind"] == "simulated" and cut.data["resumed_on"] != cut.data["node_id"], cut.data
+    steps = [e.data["step"] for e in handle.events() if e.kind == "llm_call"]
+    assert steps == sorted(set(steps)), f"a finished step ran twice: {steps}"
+    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-simulated")

@@ -22,6 +22,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.step_overhead
 	$(PY) -m benchmarks.fleet_step
+	$(PY) -m benchmarks.resume_time
 	$(PY) -m benchmarks.checkpoint_storage
 
 clean:

@@ -165,8 +165,8 @@ async def _two_warm(store: Store, autoscaler: Autoscaler, nodes: dict[str, NodeP
     """Tick the scaler every second until each node has a warm replica; seconds it took.
 
     `stale`: replica ids of a killed node, still listed until its restarted agent's first heartbeat.
-    The scaler adds a replica only where placement would not join an existing one with a free slot, so
-    while a node lacks one the others are drained (nothing new is placed there; what they run goes on).
+    Placement may well put the second replica beside the first (one GPU has room for both), so while a
+    node lacks one the others are drained (nothing new is placed there; what they run goes on).
     """
     t0 = time.monotonic()
     try:

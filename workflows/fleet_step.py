@@ -41,9 +41,10 @@ GENERATE_HEARTBEAT = timedelta(seconds=5)
 GENERATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
                              maximum_attempts=6)
 NO_RETRY = RetryPolicy(maximum_attempts=1)
-# A node's worker polls its queue all the time: a call it has not picked up in this long means the
-# node is gone (killed, cut off) even before its heartbeats are missed.
-NODE_PICKUP = timedelta(seconds=10)
+# A node's worker polls its queue all the time and takes every lease's call at once: one it has not
+# picked up in this long means the node is gone (killed, cut off) before the pool has noticed. Kept
+# under the heartbeat timeout, so a step sent to a dead node resumes as fast as one cut mid-stream.
+NODE_PICKUP = timedelta(seconds=4)
 # Failures (not interruptions) of one step's generation before the task fails, as GENERATE_RETRY.
 MAX_STEP_FAILURES = 6
 GENERATE_TIMEOUT = timedelta(minutes=10)

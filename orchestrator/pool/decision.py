@@ -31,6 +31,7 @@ class PlacementRequest:
     exclude_nodes: frozenset[str] = frozenset()  # e.g. the node that just preempted this task
     exclude_zones: frozenset[str] = frozenset()
     previous_replica: str | None = None  # served this task's previous step: its KV cache has the prefix
+    new_replica_only: bool = False  # the scaler adding a replica: existing ones are not candidates
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def place(fleet: FleetState, request: PlacementRequest, config: PlacementConfig 
         return Decision(request, "never", reason=never)
 
     rejections: dict[str, int] = {}
-    candidates = _replica_candidates(fleet, request, trust, config, rejections)
+    candidates = [] if request.new_replica_only else _replica_candidates(fleet, request, trust, config, rejections)
     quota_blocked = False
     if request.priority != "low_priority":  # low priority never scales up: warm replicas or wait
         degrees = _degrees_within_quota(fleet, request, model)

@@ -292,11 +292,13 @@ class PoolService:
         if entry is None or entry.provider != "self-hosted":
             return None
         with self._lock:
+            self.sync()
             self.fleet.add_model(model_spec(entry))
-            decision = place(self.fleet, PlacementRequest(model=model, tokens=1, priority="batch"), self.config)
+            request = PlacementRequest(model=model, tokens=1, priority="batch", new_replica_only=True)
+            decision = place(self.fleet, request, self.config)
             chosen = decision.chosen
-            if chosen is None or chosen.candidate.replica_id is not None:
-                return None  # no room, or placement would join an existing replica (demand is met)
+            if chosen is None:
+                return None  # no room for another replica now
             booking = self.fleet.apply(decision, 1)
             replica = self.fleet.replicas[booking.replica_id]
             # Undo the booking's load but keep the replica: nobody holds a lease on it yet.

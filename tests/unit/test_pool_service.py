@@ -207,3 +207,13 @@ def test_a_report_older_than_the_first_served_step_does_not_make_a_warm_replica_
     pool.sync(force=True)  # the heartbeat above was sent while the replica loaded
     second = pool.acquire(req("t1", step=2))
     assert (second.replica_id, second.tier, second.load) == (first.replica_id, "warm", None)
+
+
+def test_the_scaler_adds_a_replica_even_when_an_existing_one_has_room(store: Store, pool: PoolService) -> None:
+    store.models.set_policy("llama-3.2-1b", ScalingPolicy(min_replicas=2))
+    join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "llama-3.2-1b", "gpu_indexes": [0],
+                                   "state": "warm"}])
+    join(store, "gpu-b")
+    order = pool.start_replica("llama-3.2-1b")
+    assert order is not None and order.request.replica_id != "r-1"
+    assert len([r for r in pool.fleet.replicas.values() if r.model == "llama-3.2-1b"]) == 2

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from sdk._catalogue import ModelEntry, ScalingPolicy
@@ -294,8 +294,13 @@ class PoolService:
         with self._lock:
             self.sync()
             self.fleet.add_model(model_spec(entry))
-            request = PlacementRequest(model=model, tokens=1, priority="batch", new_replica_only=True)
+            # Spread a model's replicas across nodes where they fit, so one node's loss never takes them all.
+            hosting = frozenset(self.fleet.replicas[r].node_id for r in self.fleet.replicas_by_model.get(model, {}))
+            request = PlacementRequest(model=model, tokens=1, priority="batch", new_replica_only=True,
+                                       exclude_nodes=hosting)
             decision = place(self.fleet, request, self.config)
+            if decision.chosen is None and hosting:
+                decision = place(self.fleet, replace(request, exclude_nodes=frozenset()), self.config)
             chosen = decision.chosen
             if chosen is None:
                 return None  # no room for another replica now

@@ -324,6 +324,8 @@ async def main() -> dict:
             async with contextlib.AsyncExitStack() as stack:
                 await stack.enter_async_context(build_worker(client, store, config, task_queue=QUEUE, pool=pool))
                 await stack.enter_async_context(tool_worker(client, AGENT))
+                while len(store.fleet.list(status="healthy")) < len(nodes):  # both joined: the scaler spreads
+                    await asyncio.sleep(0.5)
                 first_warm_s = await _two_warm(store, autoscaler, nodes)
                 rewarm_s: list[float] = []
                 for i in range(KILLS):

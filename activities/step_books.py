@@ -47,8 +47,13 @@ def record_step(checkpoints: CheckpointStore, tasks: TaskRegistry, events: Event
     """Write a finished step: append its messages to the checkpoint chain, list the task's progress,
     announce a "step" event. Idempotent, so retries are harmless."""
     spend = pending.state.spend
+    already = checkpoints.find(task_id, parent.seq + 1)
     ref = checkpoints.append(task_id, parent, pending.step, pending.new_messages, {},
                              {"spend": spend.model_dump(), "step": pending.step})
+    if already is not None:
+        # An earlier attempt wrote it (its reply was lost with its node, and the step was placed again):
+        # the step is recorded and announced once.
+        return ref
     tasks.save_state(pending.state.model_copy(update={"checkpoint_seq": ref.seq}))
     events.append(task_id, "step", {
         "step": pending.step, "checkpoint_seq": ref.seq, "tokens_used": spend.tokens_used,

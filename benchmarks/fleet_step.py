@@ -248,11 +248,7 @@ async def main() -> dict:
             agent = NodeAgent(NodeOptions(node_id=NODE_ID, join_token=JOIN_TOKEN, cache_dir=tmp / "node",
                                           heartbeat_s=1.0), discovery, control_plane, replicas)
             await agent.join()
-
-            async def connect() -> Client:
-                return client
-
-            serving = asyncio.create_task(agent.serve(connect))
+            serving = asyncio.create_task(agent.serve(client))
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     await stack.enter_async_context(build_worker(client, store, config, task_queue=DIRECT_QUEUE))

@@ -118,6 +118,13 @@ async def _run(args: argparse.Namespace) -> int:
             agent = NodeAgent(options, discovery, control_plane, replicas)
             agent.install_signal_handlers()
             try:
+                # Temporal first: once the node has joined, steps are placed on it and must be picked
+                # up within seconds, or the workflow takes the node for lost.
+                temporal = await connect_temporal(config)
+            except ConnectionError as exc:  # Temporal never answered
+                print(f"error: temporal: {exc}", file=sys.stderr)
+                return 1
+            try:
                 if not await agent.join_unless_stopped():
                     return 0  # told to stop before the control plane answered
             except ControlPlaneError as exc:
@@ -125,11 +132,7 @@ async def _run(args: argparse.Namespace) -> int:
             except ValidationError as exc:
                 first = exc.errors()[0]
                 raise NodeSetupError(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
-            try:
-                await agent.serve(lambda: connect_temporal(config))
-            except ConnectionError as exc:  # Temporal never answered
-                print(f"error: temporal: {exc}", file=sys.stderr)
-                return 1
+            await agent.serve(temporal)
     finally:
         close = getattr(discovery, "close", None)
         if close is not None:

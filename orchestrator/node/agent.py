@@ -19,7 +19,6 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -178,15 +177,11 @@ class NodeAgent:
                       max_concurrent_activities=1024,
                       graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S))
 
-    async def serve(self, connect: Callable[[], Awaitable[Client]]) -> None:
-        """Heartbeat and run the worker until `stopping` is set, then shut down in order. Call `join` first."""
+    async def serve(self, client: Client) -> None:
+        """Heartbeat and run the worker until `stopping` is set, then shut down in order. Call `join` first
+        (with `client` already connected: a joined node must pick its first step up at once)."""
         beats = asyncio.create_task(self.heartbeat_loop())
-        try:
-            worker = self.worker(await connect())
-        except BaseException:
-            self.stopping.set()  # no worker, no node: stop beating so the pool sees it go
-            await beats
-            raise
+        worker = self.worker(client)
         running = asyncio.create_task(worker.run())
         log.info("node %s polling %s", self.options.node_id, node_task_queue(self.options.node_id))
         stop = asyncio.create_task(self.stopping.wait())

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,3 +111,28 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield s
     finally:
         s.stop()
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"waited {timeout_s:.0f}s for {what}")
+
+
+@contextlib.contextmanager
+def fleet_stack(tmp: Path, fleet: list[dict], env: dict[str, str] | None = None, **create: float) -> Iterator[Stack]:
+    """`berth up` with the simulated nodes of `fleet` (its fleet file), once every node is healthy."""
+    (tmp / "fleet.json").write_text(json.dumps(fleet))
+    stack = Stack.create(tmp, **create)
+    stack.env.update(env or {})
+    stack.up_args = ("--fleet", str(tmp / "fleet.json"))
+    stack.start()
+    try:
+        wait_until(lambda: len(httpx.get(f"{stack.api}/v1/nodes", params={"status": "healthy"}).json()) == len(fleet),
+                   60, f"{len(fleet)} healthy nodes")
+        yield stack
+    finally:
+        stack.stop()

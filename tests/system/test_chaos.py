@@ -9,12 +9,10 @@ it (its machine is gone); `berth up` then restarts the agent, which rejoins with
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -22,7 +20,7 @@ import pytest
 
 from sdk import Budget, SyncClient, TaskStatus
 from tests.conftest import ROOT
-from tests.system.conftest import Stack
+from tests.system.conftest import Stack, fleet_stack, wait_until
 
 FLEET = [
     {"node_id": "chaos-a", "datacenter": "east", "zone": "east-1a", "capacity": "on-demand", "gpus": "1xH100-80GB"},
@@ -36,26 +34,10 @@ BUDGET = 60_000
 
 @pytest.fixture(scope="module")
 def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("chaos")
-    (tmp / "fleet.json").write_text(json.dumps(FLEET))
-    stack = Stack.create(tmp, latency_scale=1.0, load_time_scale=0.05)
-    stack.env["BERTH_NODE_LOST_AFTER_S"] = "6"
-    stack.up_args = ("--fleet", str(tmp / "fleet.json"))
-    stack.start()
-    try:
-        _wait(lambda: len(SyncClient(stack.api).nodes(status="healthy")) == 3, 60, "three healthy nodes")
+    # A killed node is marked lost (its replicas and leases dropped) 6 s after its last heartbeat.
+    with fleet_stack(tmp_path_factory.mktemp("chaos"), FLEET, env={"BERTH_NODE_LOST_AFTER_S": "6"},
+                     latency_scale=1.0, load_time_scale=0.05) as stack:
         yield stack
-    finally:
-        stack.stop()
-
-
-def _wait(check, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"waited {timeout_s:.0f}s for {what}")
 
 
 def _serving(stack: Stack, task_id: str) -> tuple[str, str, int]:
@@ -138,13 +120,13 @@ def test_a_node_killed_under_a_task_is_left_behind_and_the_task_completes_elsewh
     # The killed replica served nothing more (the agent `berth up` restarts may serve again, new replicas).
     assert after and all(c["replica_id"] != replica for c in after), (node, replica, after)
     assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-kill-9")
-    _wait(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
+    wait_until(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
 
 
 def test_a_node_stopped_with_sigterm_hands_its_task_over(chaos_stack: Stack) -> None:
     _run_and_take_away_its_node(chaos_stack, "chaos-sigterm", signal.SIGTERM)
     assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-sigterm")
-    _wait(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
+    wait_until(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
 
 
 def test_a_node_preempted_with_notice_hands_its_task_over(chaos_stack: Stack) -> None:
@@ -160,7 +142,7 @@ def test_a_node_preempted_with_notice_hands_its_task_over(chaos_stack: Stack) ->
     calls = [e.data for e in events if e.kind == "llm_call"]
     assert calls[-1]["replica_id"] != replica  # the preempted node's replica left with it
     assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-preempt")
-    _wait(lambda: client.node(node).status == "healthy", 60, "the preempted node to come back (berth up restarts it)")
+    wait_until(lambda: client.node(node).status == "healthy", 60, "the preempted node to come back (berth up restarts it)")
 
 
 def test_the_control_plane_server_killed_mid_task_is_restarted_and_the_task_completes(chaos_stack: Stack) -> None:

@@ -8,15 +8,13 @@ replica goes away and leaves its weights on disk, and that prewarmed weights loa
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from sdk import Budget, ModelEntry, ScalingPolicy, SyncClient, TaskStatus
-from tests.system.conftest import Stack
+from tests.system.conftest import Stack, fleet_stack, wait_until
 
 FLEET = [
     {"node_id": "east-a", "datacenter": "east", "zone": "east-1a", "capacity": "on-demand", "gpus": "1xH100-80GB"},
@@ -27,27 +25,9 @@ SUBJECTS = "H100 memory bandwidth; decode speed for an 8b model"
 
 
 @pytest.fixture(scope="module")
-def fleet_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("fleet")
-    fleet_file = tmp / "fleet.json"
-    fleet_file.write_text(json.dumps(FLEET))
-    stack = Stack.create(tmp, latency_scale=0.1, load_time_scale=0.3)
-    stack.up_args = ("--fleet", str(fleet_file))
-    stack.start()
-    try:
-        _wait(lambda: len(SyncClient(stack.api).nodes(status="healthy")) == 3, 60, "three healthy nodes")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with fleet_stack(tmp_path_factory.mktemp("fleet"), FLEET, latency_scale=0.1, load_time_scale=0.3) as stack:
         yield stack
-    finally:
-        stack.stop()
-
-
-def _wait(check, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"waited {timeout_s:.0f}s for {what}")
 
 
 def _run(stack: Stack, task_id: str, model: str, subjects: str = SUBJECTS) -> list[dict]:
@@ -59,48 +39,48 @@ def _run(stack: Stack, task_id: str, model: str, subjects: str = SUBJECTS) -> li
     return [e.data for e in handle.events() if e.kind == "llm_call"]
 
 
-def test_steps_go_where_the_weights_are_and_stay_on_the_warm_replica(fleet_stack: Stack) -> None:
-    small = _run(fleet_stack, "fleet-small-1", "llama-3.2-1b")
-    large = _run(fleet_stack, "fleet-large-1", "llama-3.1-8b")
+def test_steps_go_where_the_weights_are_and_stay_on_the_warm_replica(fleet: Stack) -> None:
+    small = _run(fleet, "fleet-small-1", "llama-3.2-1b")
+    large = _run(fleet, "fleet-large-1", "llama-3.1-8b")
     for steps in (small, large):
         first, rest = steps[0], steps[1:]
         assert first["tier"] == "origin" and first["load_s"] > 0, first
         assert rest and all(s["tier"] == "warm" and s["replica_id"] == first["replica_id"] for s in rest), steps
         assert all(s["node_id"] == first["node_id"] and s["queue_wait_s"] < 1 for s in steps)
     # The next task of a model goes to the replica already serving it: no new load.
-    again = _run(fleet_stack, "fleet-small-2", "llama-3.2-1b")
+    again = _run(fleet, "fleet-small-2", "llama-3.2-1b")
     assert {s["replica_id"] for s in again} == {small[0]["replica_id"]} and {s["tier"] for s in again} == {"warm"}
-    replicas = httpx.get(f"{fleet_stack.api}/v1/replicas").json()
+    replicas = httpx.get(f"{fleet.api}/v1/replicas").json()
     assert {(r["model"], r["replica_id"]) for r in replicas} >= {
         ("llama-3.2-1b", small[0]["replica_id"]), ("llama-3.1-8b", large[0]["replica_id"])}
 
 
-def test_an_idle_replica_scales_to_zero_and_keeps_its_weights_on_disk(fleet_stack: Stack) -> None:
-    client = SyncClient(fleet_stack.api)
+def test_an_idle_replica_scales_to_zero_and_keeps_its_weights_on_disk(fleet: Stack) -> None:
+    client = SyncClient(fleet.api)
     # 15 GiB of weights: loading them from disk saves ~27 s of origin fetch, more than the price
     # or fragmentation difference between these nodes, so the disk copy wins the next placement.
     model = "llama-3.1-8b"
-    steps = _run(fleet_stack, "fleet-idle-1", model)
+    steps = _run(fleet, "fleet-idle-1", model)
     node_id = steps[0]["node_id"]
     client.set_policy(model, ScalingPolicy(min_replicas=0, idle_timeout_s=2))
-    _wait(lambda: not httpx.get(f"{fleet_stack.api}/v1/replicas", params={"model": model}).json(), 45,
+    wait_until(lambda: not httpx.get(f"{fleet.api}/v1/replicas", params={"model": model}).json(), 45,
           f"the idle {model} replica to be unloaded")
     assert model in {w.model for w in client.node(node_id).cached_weights}
-    back = _run(fleet_stack, "fleet-idle-2", model)
+    back = _run(fleet, "fleet-idle-2", model)
     assert (back[0]["tier"], back[0]["node_id"]) == ("disk", node_id), back[0]
 
 
-def test_a_prewarmed_model_starts_faster_than_a_cold_one(fleet_stack: Stack) -> None:
-    client = SyncClient(fleet_stack.api)
+def test_a_prewarmed_model_starts_faster_than_a_cold_one(fleet: Stack) -> None:
+    client = SyncClient(fleet.api)
     # Two models of the same size that no node has seen: one prewarmed onto the west node's disk.
     for name in ("prewarmed-7b", "cold-7b"):
         client.put_model(ModelEntry(name=name, weights_gib=14.2, kv_headroom_gib=8.0, usd_per_1m_prompt=0.2,
                                     usd_per_1m_completion=0.3))
     started = client.prewarm("prewarmed-7b", datacenter="west")
     assert [(n.node_id, n.source) for n in started.nodes] == [("west-a", "origin")]
-    _wait(lambda: "prewarmed-7b" in {w.model for w in client.node("west-a").cached_weights}, 60, "the prewarm")
-    prewarmed = _run(fleet_stack, "fleet-prewarmed", "prewarmed-7b")[0]
-    cold = _run(fleet_stack, "fleet-cold", "cold-7b")[0]
+    wait_until(lambda: "prewarmed-7b" in {w.model for w in client.node("west-a").cached_weights}, 60, "the prewarm")
+    prewarmed = _run(fleet, "fleet-prewarmed", "prewarmed-7b")[0]
+    cold = _run(fleet, "fleet-cold", "cold-7b")[0]
     assert (prewarmed["tier"], prewarmed["node_id"]) == ("disk", "west-a"), prewarmed
     assert cold["tier"] == "origin", cold
     assert prewarmed["load_s"] < cold["load_s"], (prewarmed, cold)

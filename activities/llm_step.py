@@ -89,7 +89,6 @@ class LlmStepActivities:
             started = time.monotonic()
             ttft: float | None = None
             chunks: list[Any] = []
-            last_beat = started
             stream = await _litellm().acompletion(
                 model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=messages,
                 tools=tools, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
@@ -115,10 +114,7 @@ class LlmStepActivities:
                     delta_tokens = _delta_tokens(chunk)
                     if delta_tokens and ttft is None:
                         ttft = time.monotonic() - started
-                    progress.generated += delta_tokens
-                    if time.monotonic() - last_beat >= HEARTBEAT_EVERY_S:
-                        activity.heartbeat(progress.details())
-                        last_beat = time.monotonic()
+                    progress.generated += delta_tokens  # `_keep_beating` reports it every second
             except Exception as exc:
                 activity.heartbeat(progress.details())
                 raise _classify(exc) from exc

@@ -145,6 +145,28 @@ async def test_tool_call_that_does_not_fit_becomes_truncated_text(client: httpx.
     assert data["usage"]["completion_tokens"] == 5
 
 
+async def test_a_final_assistant_message_is_continued_as_vllm_does(client: httpx.AsyncClient) -> None:
+    messages = _user("alpha; beta\nlength: 200 tokens")
+    whole = (await client.post("/v1/chat/completions", json=_body(messages))).json()
+    text = whole["choices"][0]["message"]["content"]
+    prefix = text[:300]
+    continued = (await client.post("/v1/chat/completions", json=_body(
+        messages + [{"role": "assistant", "content": prefix}], continue_final_message=True,
+        add_generation_prompt=False))).json()
+    rest = continued["choices"][0]["message"]["content"]
+    assert prefix + rest == text  # only the rest is written, and it is the very rest of that reply
+    assert continued["usage"]["completion_tokens"] == len(encode(rest))
+    assert continued["usage"]["prompt_tokens"] == count_prompt_tokens(
+        messages + [{"role": "assistant", "content": prefix}], None)
+
+    both = await client.post("/v1/chat/completions", json=_body(
+        messages + [{"role": "assistant", "content": prefix}], continue_final_message=True))
+    assert both.status_code == 400 and both.json()["error"]["param"] == "continue_final_message"
+    not_assistant = await client.post("/v1/chat/completions", json=_body(
+        messages, continue_final_message=True, add_generation_prompt=False))
+    assert not_assistant.status_code == 400 and "last message" in not_assistant.json()["error"]["message"]
+
+
 async def test_bad_requests_are_refused_with_openai_errors(client: httpx.AsyncClient) -> None:
     missing = await client.post("/v1/chat/completions", json=_body(_user("x")) | {"model": "gpt-17"})
     assert missing.status_code == 404

@@ -179,6 +179,13 @@ def test_answer_length_stays_bounded() -> None:
     assert "more subjects handled the same way" in many
 
 
+def test_a_length_line_asks_for_a_long_answer_and_is_not_a_subject() -> None:
+    long = reply(MODEL, _user("kv caches; paging\nlength: 2000 tokens"), None).content or ""
+    assert 7000 <= len(long) <= 9000  # about 4 characters a token
+    assert "length" not in long.splitlines()[0] and "Report on 2 subjects." in long
+    assert long == reply(MODEL, _user("kv caches; paging\nlength: 2000 tokens"), None).content
+
+
 def test_arguments_are_filled_from_the_schema() -> None:
     schema = {
         "type": "object",

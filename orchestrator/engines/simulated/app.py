@@ -5,7 +5,9 @@ reach vLLM, so everything litellm relies on is real: SSE framing, streamed tool-
 deltas, the trailing usage chunk, OpenAI-style errors, and time spent waiting for the
 first token and for each token after it (`asyncio.sleep`, so requests overlap freely).
 Prompt tokens are counted with `activities.tokens`, the counter Berth reserves budget
-with, so a step's reservation and the engine's usage agree exactly.
+with, so a step's reservation and the engine's usage agree exactly. Like vLLM, it continues
+a final assistant message given with `continue_final_message` (how Berth resumes a
+generation a preemption cut off without paying for its tokens twice).
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class ChatRequest(BaseModel):
     stream_options: dict[str, Any] | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)  # accepted; replies are deterministic anyway
     seed: int | None = None
+    continue_final_message: bool = False  # vLLM's: go on writing the last (assistant) message
+    add_generation_prompt: bool = True
 
 
 @dataclass
@@ -157,6 +161,11 @@ def create_app(
         if model is None:
             return _error(404, f"The model `{chat.model}` does not exist.", "NotFoundError", "model")
         messages, tool_defs = body["messages"], body.get("tools") or None
+        prefix: str | None = None
+        if chat.continue_final_message:
+            if problem := _unusable_prefix(chat):
+                return _error(400, problem, "BadRequestError", "continue_final_message")
+            prefix = str(messages[-1]["content"])
         try:
             if len(raw) > BIG_BODY_BYTES:
                 prompt_tokens = await asyncio.to_thread(tokens.count_prompt_tokens, messages, tool_defs)
@@ -180,7 +189,11 @@ def create_app(
                 return _TalliedStream(_stream(call, generation, 0.0, _StreamProgress(), lambda: None), lambda: None)
             return _completion(call, generation)
         call = _Call(f"chatcmpl-{uuid.uuid4().hex}", model, request.headers.get(TASK_HEADER), prompt_tokens)
-        generation = _render(reply(model.name, messages, _tools_for(chat.tool_choice, tool_defs)), max_tokens)
+        if prefix is None:
+            generation = _render(reply(model.name, messages, _tools_for(chat.tool_choice, tool_defs)), max_tokens)
+        else:
+            answer = reply(model.name, messages[:-1], _tools_for(chat.tool_choice, tool_defs))
+            generation = _render(Reply(content=_continuation(answer, prefix)), max_tokens)
 
         def done() -> None:
             usage.completed(model.name, call.task, prompt_tokens, generation.completion_tokens)
@@ -252,6 +265,27 @@ class _TalliedStream(StreamingResponse):
         finally:
             self._on_close()
             await self._content.aclose()  # type: ignore[attr-defined]
+
+
+def _unusable_prefix(chat: ChatRequest) -> str | None:
+    """Why the request's last message cannot be continued (vLLM's rules), or None."""
+    if chat.add_generation_prompt:
+        return "continue_final_message: cannot be true together with add_generation_prompt"
+    last = chat.messages[-1]
+    if last.role != "assistant" or not isinstance(last.content, str):
+        return "continue_final_message: the last message must be the assistant's, with text content"
+    return None
+
+
+def _continuation(answer: Reply, prefix: str) -> str:
+    """The rest of the answer after `prefix`, the start of it an interrupted generation wrote.
+
+    Replies are deterministic, so the prefix is the start of this very answer; a prefix that
+    is not (written by another model) is followed by the whole answer, as a model would go
+    on after text it did not expect.
+    """
+    text = answer.content if answer.content is not None else "\n".join(_as_text(c) for c in answer.tool_calls)
+    return text[len(prefix):] if text.startswith(prefix) else text
 
 
 def _render(answer: Reply, max_tokens: int) -> _Generation:

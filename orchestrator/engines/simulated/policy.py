@@ -9,7 +9,8 @@ conversation alone: no randomness, no clock, no state between requests.
 The reply follows a plan read from the task input (the first user message):
 directives first (`delegate to <agent>: <subtask>`, `ask: <question>`), then, for each
 subject of the input, one call per offered tool. A turn emits the next planned call that
-has no result yet; when none is left, it writes a final answer from the results.
+has no result yet; when none is left, it writes a final answer from the results, short
+unless a `length: <n> tokens` line asks for a long one (what preemption tests cut into).
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ QUOTE_CHARS = 80
 # The answer stops adding findings past this many characters: with ~4-5 characters per
 # token it stays within roughly 200 tokens however many subjects the input lists.
 ANSWER_CHARS = 640
+# A `length:` answer grows by paragraphs to about this many characters per token asked for.
+CHARS_PER_TOKEN = 4
+MAX_ANSWER_TOKENS = 32_000
 
 _DELEGATE = re.compile(r"^delegate to\s+([^:]+?)\s*:\s*(.+?)(?:\s*\(budget\s+(\d+)\))?\s*$", re.IGNORECASE)
 _ASK = re.compile(r"^ask\s*:\s*(.+?)\s*$", re.IGNORECASE)
+_LENGTH = re.compile(r"^length\s*:\s*(\d+)\s*tokens?\s*$", re.IGNORECASE)
 _PARALLEL = re.compile(r"\bparallel\b", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -61,6 +66,7 @@ class TaskInput:
     subjects: tuple[str, ...]
     directives: tuple[tuple[str, dict[str, Any]], ...]  # (built-in tool, its arguments), in input order
     parallel: bool
+    answer_tokens: int = 0  # a `length:` line: the answer runs to about this many tokens
 
 
 @dataclass
@@ -97,11 +103,14 @@ def parse_input(text: str) -> TaskInput:
     items: list[str] = []
     directives: list[tuple[str, dict[str, Any]]] = []
     plain: list[str] = []
+    answer_tokens = 0
     for raw in text.splitlines():
         line = _strip_bullet(raw.strip())
         if not line:
             continue
-        if m := _DELEGATE.match(line):
+        if m := _LENGTH.match(line):
+            answer_tokens = min(int(m.group(1)), MAX_ANSWER_TOKENS)
+        elif m := _DELEGATE.match(line):
             args: dict[str, Any] = {"agent": m.group(1).strip(), "input": m.group(2).strip()}
             if m.group(3):
                 args["tokens"] = int(m.group(3))
@@ -112,7 +121,7 @@ def parse_input(text: str) -> TaskInput:
             plain.append(line)
             items.extend(_strip_bullet(part.strip()) for part in line.split(";"))
     subjects = tuple(_squash(s)[:SUBJECT_CHARS].rstrip() for s in items if s.strip())[:MAX_SUBJECTS]
-    return TaskInput(subjects, tuple(directives), bool(_PARALLEL.search("\n".join(plain))))
+    return TaskInput(subjects, tuple(directives), bool(_PARALLEL.search("\n".join(plain))), answer_tokens)
 
 
 def fill_arguments(parameters: dict[str, Any] | None, subject: str) -> dict[str, Any]:
@@ -315,9 +324,25 @@ def _answer(model: str, task: TaskInput, steps: list[_Step], offered: dict[str, 
         lines.append(f"A tool reported an error: {_clip(_squash(last_tool), QUOTE_CHARS)}")
     if len(lines) < 3:
         lines.append("Approach: read the task, gathered the material at hand and summarised what it shows.")
+    lines.extend(_elaboration(task, sum(len(line) + 1 for line in lines)))
     used = sum(len(s.results) for s in steps)
     lines.append(f"Conclusion: {len(subjects)} subject(s) covered with {used} tool result(s); answered by {model}.")
     return "\n".join(lines)
+
+
+def _elaboration(task: TaskInput, written_chars: int) -> list[str]:
+    """Paragraphs that take a `length:` answer to about its size, each naming a subject in turn."""
+    wanted = task.answer_tokens * CHARS_PER_TOKEN - written_chars
+    topics = task.subjects or ("the request",)
+    out: list[str] = []
+    while wanted > 0:
+        number = len(out) + 1
+        subject = _clip(topics[len(out) % len(topics)], 60)
+        line = (f"Point {number}: on {subject}, the evidence gathered so far agrees with the earlier points, and "
+                f"point {number} adds that its details hold up when checked against the other subjects.")
+        out.append(line)
+        wanted -= len(line) + 1
+    return out
 
 
 def _quote(texts: list[str]) -> str:

@@ -12,6 +12,12 @@ An attempt can also die after booking its reply in the ledger but before Tempora
 it. The retry finds that `booked` row: the same reply id again means the replay of a reply
 already booked (book nothing more); another id means the booked reply was real spend the
 workflow never saw, so it is reported for the workflow to charge.
+
+On the GPU fleet a third outcome saves the work: the heartbeats also carry the text written
+so far (the *prefix*), and the attempt that takes the step over on another node asks its
+engine to go on writing that text (vLLM's `continue_final_message`). The dead attempts'
+tokens in the prefix are then *kept* (booked as such: paid once, part of the reply) and
+only what the last heartbeat did not carry is lost.
 """
 
 from __future__ import annotations
@@ -19,12 +25,41 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sdk._limits import MIN_ANSWER_TOKENS
+
+# The prefix rides in every heartbeat (and an interruption's failure, in workflow history):
+# past this many characters (~8 k tokens) a cut generation's further text is not kept.
+MAX_PREFIX_CHARS = 32_000
+
 
 @dataclass(frozen=True)
 class DeadAttempt:
     attempt: int
     generated: int
     response_id: str | None
+    kept: int = 0  # of `generated`, the tokens the reply continues from (the rest are lost)
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """The text a cut generation had written (its own and what it continued), to be continued."""
+
+    text: str
+    tokens: int
+    own_tokens: int  # written by the attempt that was cut; the rest was kept from earlier ones
+
+
+def carried_prefix(details: dict[str, Any] | None) -> Prefix | None:
+    """The prefix a generation's last heartbeat (`Attempts.details`) carries, if any."""
+    if not isinstance(details, dict) or not details.get("prefix"):
+        return None
+    return Prefix(str(details["prefix"]), int(details.get("prefix_tokens", 0)), int(details.get("prefix_own", 0)))
+
+
+def continuable(prefix: Prefix | None, max_tokens: int) -> bool:
+    """Whether a new placement continues `prefix` rather than starting the reply over: only when
+    the step's max_tokens leaves room for a real answer after it."""
+    return prefix is not None and prefix.tokens + MIN_ANSWER_TOKENS <= max_tokens
 
 
 @dataclass(frozen=True)
@@ -41,6 +76,14 @@ class Attempts:
     generated: int = 0
     response_id: str | None = None
     lost_before: int = 0
+    kept_before: int = 0  # tokens of dead attempts this one continues (booked "kept", charged with the step)
+    carried: Prefix | None = None  # what the last dead attempt had written, until this one decides
+    prefix: str = ""  # the text this attempt continues
+    prefix_tokens: int = 0
+    written: list[str] = field(default_factory=list)  # this attempt's text, while it can still be kept
+    written_tokens: int = 0
+    written_chars: int = 0
+    keeps_writing: bool = True  # False once its output is no longer plain text within MAX_PREFIX_CHARS
     unresolved: list[DeadAttempt] = field(default_factory=list)
     booked: list[BookedAttempt] = field(default_factory=list)
     replayed: bool = False  # this attempt's reply is one an earlier attempt already booked
@@ -57,12 +100,54 @@ class Attempts:
                       for u in last.get("unresolved", [])]
         if int(last.get("generated", 0)) > 0:
             unresolved.append(DeadAttempt(int(last["attempt"]), int(last["generated"]), last.get("response_id")))
-        return cls(attempt, lost_before=int(last.get("lost_before", 0)), unresolved=unresolved)
+        return cls(attempt, lost_before=int(last.get("lost_before", 0)), kept_before=int(last.get("kept_before", 0)),
+                   carried=carried_prefix(last), unresolved=unresolved)
+
+    def continue_prefix(self) -> list[DeadAttempt]:
+        """Take the carried prefix over: every dead attempt is settled now (a continuation is a new
+        request, so no engine will replay their replies); returns them with what each keeps."""
+        assert self.carried is not None
+        prefix, self.carried = self.carried, None
+        last = self.unresolved[-1].attempt if self.unresolved else None
+        dead = [DeadAttempt(u.attempt, u.generated, u.response_id,
+                            kept=min(prefix.own_tokens, u.generated) if u.attempt == last else 0)
+                for u in self.unresolved]
+        self.unresolved = []
+        self.kept_before += sum(u.kept for u in dead)
+        self.lost_before += sum(u.generated - u.kept for u in dead)
+        self.prefix, self.prefix_tokens = prefix.text, prefix.tokens
+        return dead
+
+    def drop_prefix(self) -> None:
+        """Start the reply over (no room after the prefix, or an engine that cannot continue)."""
+        self.carried = None
+
+    def wrote(self, text: str, tokens: int, plain: bool) -> None:
+        """Count a streamed chunk. Its text is kept for a continuation while the reply is plain text:
+        a reply that turns into tool calls is started over (no engine continues a half-made call)."""
+        self.generated += tokens
+        if not self.keeps_writing:
+            return
+        if not plain:
+            self.keeps_writing = False
+            self.written, self.written_tokens, self.written_chars = [], 0, 0
+        elif len(self.prefix) + self.written_chars + len(text) > MAX_PREFIX_CHARS:
+            self.keeps_writing = False
+        else:
+            self.written.append(text)
+            self.written_tokens += tokens
+            self.written_chars += len(text)
+
+    @property
+    def text(self) -> str:
+        """The reply's text so far: the prefix it continues, then what this attempt wrote."""
+        return self.prefix + "".join(self.written)
 
     @property
     def held_back(self) -> int:
-        """Tokens the allowance must not give to this attempt: lost, or possibly lost."""
-        return self.lost_before + sum(u.generated for u in self.unresolved) + sum(b.tokens for b in self.booked)
+        """Tokens the allowance must not give to this attempt: lost, kept, or possibly lost."""
+        return (self.lost_before + self.kept_before + sum(u.generated for u in self.unresolved)
+                + sum(b.tokens for b in self.booked))
 
     def resolve(self, response_id: str | None) -> list[DeadAttempt]:
         """Settle the dead attempts once this attempt's reply id is known (None: no reply will come).
@@ -82,7 +167,12 @@ class Attempts:
         return lost
 
     def details(self) -> dict[str, Any]:
-        return {"attempt": self.attempt, "generated": self.generated, "response_id": self.response_id,
-                "lost_before": self.lost_before,
-                "unresolved": [{"attempt": u.attempt, "generated": u.generated, "response_id": u.response_id}
-                               for u in self.unresolved]}
+        out: dict[str, Any] = {
+            "attempt": self.attempt, "generated": self.generated, "response_id": self.response_id,
+            "lost_before": self.lost_before, "kept_before": self.kept_before,
+            "unresolved": [{"attempt": u.attempt, "generated": u.generated, "response_id": u.response_id}
+                           for u in self.unresolved]}
+        if self.prefix or self.written:
+            out.update(prefix=self.text, prefix_tokens=self.prefix_tokens + self.written_tokens,
+                       prefix_own=self.written_tokens)
+        return out

@@ -6,7 +6,9 @@ streaming the reply with heartbeats, and writing the ledger row under its idempo
 The engine is asked to treat the step as idempotent (one key per task step), so a retry
 whose predecessor's reply had already finished receives that reply instead of paying for a
 new one; what a dead attempt generated and nobody receives is booked as lost (activities/
-attempts.py), so nothing is hidden and the budget still holds.
+attempts.py), so nothing is hidden and the budget still holds. On the fleet, a step taken
+over from a generation an interruption cut off continues that generation's text instead of
+starting over, so the tokens it had written are kept rather than paid for twice.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from sdk import Message, ToolCall
 from sdk._limits import MIN_ANSWER_TOKENS
 from sdk.contracts import LlmStepInput, LlmStepResult
 
-from .attempts import Attempts, BookedAttempt, DeadAttempt
-from .ports import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE, LedgerEntry, ModelRoute, ModelRouter, ReplicaUnavailable, StepBooks
+from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
+from .ports import (GENERATION_CUT, KEPT, LOST, NODE_STOPPING, REPLICA_UNAVAILABLE, LedgerEntry, ModelRoute, ModelRouter,
+                    ReplicaUnavailable, StepBooks)
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
 HEARTBEAT_EVERY_S = 1.0
 IDEMPOTENCY_HEADER = "Idempotency-Key"  # one key per task step: a retry gets a finished reply back
+# How vLLM (and the simulated engine) is asked to go on writing the last, assistant, message.
+CONTINUE_FINAL_MESSAGE = {"continue_final_message": True, "add_generation_prompt": False}
 # What the "llm_call" event records of where the step ran (DESIGN.md: every step records where it ran).
 PLACEMENT_EVENT_KEYS = ("node_id", "replica_id", "gpu_indexes", "gpu_type", "tier", "decided_by", "queue_wait_s",
                         "load_s")
@@ -57,16 +62,25 @@ class LlmStepActivities:
         # workflow must still see the node alive, or it would move the step elsewhere.
         beating = asyncio.create_task(_keep_beating(progress))
         try:
-            allowance = inp.token_allowance - progress.held_back
-
             route = self._route(inp)
+            if progress.carried is not None:
+                # Fleet engines continue a final assistant message; a hosted API would answer it anew.
+                if inp.placement is not None and continuable(progress.carried, inp.max_tokens):
+                    await asyncio.to_thread(self._book_interrupted, inp, progress.continue_prefix())
+                else:
+                    progress.drop_prefix()
+            allowance = inp.token_allowance - progress.held_back
             prepared = await asyncio.to_thread(self.books.prepare, inp.task_id, inp.checkpoint, inp.pending)
             checkpoint = prepared.checkpoint
             messages = [m.to_openai() for m in prepared.messages]
+            continuing: dict[str, Any] = {}
+            if progress.prefix:
+                messages.append({"role": "assistant", "content": progress.prefix})
+                continuing = {"extra_body": CONTINUE_FINAL_MESSAGE}
             tools = sendable_tools(inp.tools) or None
             prompt_estimate = count_prompt_tokens(messages, tools)
             reserve = prompt_estimate + reservation_margin(prompt_estimate)
-            max_tokens = min(inp.max_tokens, allowance - reserve)
+            max_tokens = min(inp.max_tokens - progress.prefix_tokens, allowance - reserve)
             usd_prices = _prices(route)
             shortfall_usd = None
             if inp.usd_allowance is not None and usd_prices is not None:
@@ -75,11 +89,11 @@ class LlmStepActivities:
                 shortfall_usd = needed_usd - inp.usd_allowance if needed_usd > inp.usd_allowance else None
             if max_tokens < MIN_ANSWER_TOKENS:
                 if dead := progress.resolve(None):
-                    await asyncio.to_thread(self._book_lost, inp, dead)
+                    await asyncio.to_thread(self._book_interrupted, inp, dead)
                 return LlmStepResult(
                     shortfall_tokens=max(0, reserve + MIN_ANSWER_TOKENS - allowance),
                     shortfall_usd=shortfall_usd,
-                    lost_tokens=progress.lost_before + progress.unreported_tokens,
+                    lost_tokens=progress.lost_before + progress.unreported_tokens, kept_tokens=progress.kept_before,
                     cost_usd=progress.unreported_usd,
                     attempt=attempt,
                     checkpoint=checkpoint,
@@ -93,7 +107,7 @@ class LlmStepActivities:
                 model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=messages,
                 tools=tools, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
                 extra_headers={"X-Berth-Task": inp.task_id, IDEMPOTENCY_HEADER: f"{inp.task_id}/{inp.step}"},
-                timeout=600,
+                timeout=600, **continuing,
                 # Berth books usage and cost itself (ledger, catalogue prices); litellm's own success
                 # logging would recount and reprice every reply, about 10 ms per call.
                 **{"no-log": True},
@@ -103,7 +117,7 @@ class LlmStepActivities:
                     chunks.append(chunk)
                     if progress.response_id is None and getattr(chunk, "id", None):
                         if dead := progress.resolve(chunk.id):
-                            await asyncio.to_thread(self._book_lost, inp, dead)
+                            await asyncio.to_thread(self._book_interrupted, inp, dead)
                         activity.heartbeat(progress.details())
                     if _is_closing_usage(chunk):
                         # litellm sends the usage last, once the engine's stream has ended. Asking it
@@ -111,10 +125,10 @@ class LlmStepActivities:
                         # ignores no-log and reprices and recounts the whole conversation (~15 ms of
                         # CPU per call); Berth books usage and cost itself.
                         break
-                    delta_tokens = _delta_tokens(chunk)
+                    text, delta_tokens, plain = _delta(chunk)
                     if delta_tokens and ttft is None:
                         ttft = time.monotonic() - started
-                    progress.generated += delta_tokens  # `_keep_beating` reports it every second
+                    progress.wrote(text, delta_tokens, plain)  # `_keep_beating` reports it every second
             except Exception as exc:
                 activity.heartbeat(progress.details())
                 raise _classify(exc) from exc
@@ -122,7 +136,7 @@ class LlmStepActivities:
                 await stream.aclose()  # releases the engine connection; a no-op when litellm closed it already
             duration = time.monotonic() - started
 
-            reply = _assemble(chunks)
+            reply = _assemble(chunks, progress.prefix)
             if reply.usage is None:
                 raise ApplicationError(f"{route.served_by} returned no usage for {inp.model}")
             prompt_tokens, completion_tokens = reply.usage
@@ -133,7 +147,8 @@ class LlmStepActivities:
             if not progress.replayed:
                 event = {
                     "step": inp.step, "attempt": attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before, "cost_usd": cost,
+                    "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before,
+                    "kept_tokens": progress.kept_before, "cost_usd": cost,
                     "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),
                     "tokens_per_s": round(completion_tokens / duration, 1) if duration > 0 else None,
                     "served_by": route.served_by, "finish_reason": reply.finish_reason,
@@ -150,7 +165,7 @@ class LlmStepActivities:
             return LlmStepResult(
                 message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
-                cost_usd=cost + progress.unreported_usd,
+                kept_tokens=progress.kept_before, cost_usd=cost + progress.unreported_usd,
                 ttft_s=ttft or duration, duration_s=duration, attempt=attempt, served_by=route.served_by,
                 checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens, placement=inp.placement,
             )
@@ -181,12 +196,13 @@ class LlmStepActivities:
         except ValueError as exc:
             raise ApplicationError(str(exc), type="UnknownModel", non_retryable=True) from exc
 
-    def _book_lost(self, inp: LlmStepInput, dead: list[DeadAttempt]) -> None:
-        self.books.book_lost([LedgerEntry(
+    def _book_interrupted(self, inp: LlmStepInput, dead: list[DeadAttempt]) -> None:
+        """Book dead attempts' tokens: those the reply continues from as kept, the others as lost."""
+        self.books.book_interrupted([LedgerEntry(
             task_id=inp.task_id, step=inp.step, attempt=attempt.attempt, model=inp.model, prompt_tokens=0,
-            completion_tokens=attempt.generated, cost_usd=0.0, ttft_s=0.0, duration_s=0.0, served_by="",
-            kind="lost",
-        ) for attempt in dead])
+            completion_tokens=tokens, cost_usd=0.0, ttft_s=0.0, duration_s=0.0, served_by="", kind=kind,
+        ) for attempt in dead for kind, tokens in ((LOST, attempt.generated - attempt.kept), (KEPT, attempt.kept))
+            if tokens > 0])
 
 
 async def _keep_beating(progress: Attempts) -> None:
@@ -201,16 +217,18 @@ def _is_closing_usage(chunk: Any) -> bool:
     return not chunk.choices and usage is not None and getattr(usage, "prompt_tokens", None) is not None
 
 
-def _delta_tokens(chunk: Any) -> int:
-    """Tokens in one streamed chunk, for heartbeat progress (the ledger uses the engine's usage)."""
+def _delta(chunk: Any) -> tuple[str, int, bool]:
+    """(text, tokens, plain) of one streamed chunk, for heartbeat progress (the ledger uses the
+    engine's usage); `plain` is False for a tool-call delta, which a continuation cannot resume."""
     if not chunk.choices:
-        return 0
+        return "", 0, True
     delta = chunk.choices[0].delta
     text = getattr(delta, "content", None) or ""
-    for call in getattr(delta, "tool_calls", None) or []:
+    calls = getattr(delta, "tool_calls", None) or []
+    for call in calls:
         fn = getattr(call, "function", None)
         text += (getattr(fn, "name", None) or "") + (getattr(fn, "arguments", None) or "")
-    return len(encode(text)) if text else 0
+    return text, len(encode(text)) if text else 0, not calls
 
 
 @dataclass
@@ -220,8 +238,9 @@ class _Reply:
     usage: tuple[int, int] | None
 
 
-def _assemble(chunks: list[Any]) -> _Reply:
-    """Join streamed deltas into one assistant message; usage comes from the final chunk.
+def _assemble(chunks: list[Any], prefix: str = "") -> _Reply:
+    """Join streamed deltas into one assistant message (after the `prefix` it continues); usage
+    comes from the final chunk.
 
     Done here rather than with litellm's chunk builder, which recounts tokens with a
     tokenizer it may try to download for self-hosted model names.
@@ -250,7 +269,7 @@ def _assemble(chunks: list[Any]) -> _Reply:
                 slot["arguments"] += fn.arguments or ""
     tool_calls = [ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"] or "{}")
                   for _, c in sorted(calls.items())]
-    message = Message(role="assistant", content="".join(text) or None, tool_calls=tool_calls or None)
+    message = Message(role="assistant", content=prefix + "".join(text) or None, tool_calls=tool_calls or None)
     return _Reply(message, finish_reason, usage)
 
 

@@ -26,6 +26,11 @@ class CheckpointContent:
     state: dict
 
 
+SETTLED = "settled"  # a call's usage as its engine reported it
+LOST = "lost"  # tokens an attempt generated before it died, that nobody received
+KEPT = "kept"  # tokens an attempt generated before it died, that the step's reply went on from
+
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """One LLM call's cost, keyed (task, step, attempt) so a retried write counts once."""
@@ -40,7 +45,7 @@ class LedgerEntry:
     ttft_s: float
     duration_s: float
     served_by: str
-    kind: str = "settled"  # "settled": the engine reported usage; "lost": tokens of an attempt that died
+    kind: str = "settled"  # SETTLED, LOST or KEPT (below)
     response_id: str = ""  # the engine's reply id, so a retry can tell a replay of a booked reply
 
 
@@ -134,8 +139,8 @@ class StepBooks(Protocol):
         """The settled entries of the step's attempts before `before_attempt`."""
         ...
 
-    def book_lost(self, entries: list[LedgerEntry]) -> None:
-        """Book tokens of attempts that died unheard (entries of kind "lost")."""
+    def book_interrupted(self, entries: list[LedgerEntry]) -> None:
+        """Book tokens of attempts that died unheard (entries of kind LOST or KEPT)."""
         ...
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from sdk import CheckpointRef
 from sdk.contracts import PendingStep
 
-from .ports import CheckpointStore, EventLog, LedgerEntry, PreparedStep, TaskRegistry, TokenLedger
+from .ports import SETTLED, CheckpointStore, EventLog, LedgerEntry, PreparedStep, TaskRegistry, TokenLedger
 
 
 class StoreStepBooks:
@@ -35,9 +35,9 @@ class StoreStepBooks:
 
     def booked(self, task_id: str, step: int, before_attempt: int) -> list[LedgerEntry]:
         return [e for e in self.ledger.entries(task_id)
-                if e.step == step and e.kind == "settled" and e.attempt < before_attempt]
+                if e.step == step and e.kind == SETTLED and e.attempt < before_attempt]
 
-    def book_lost(self, entries: list[LedgerEntry]) -> None:
+    def book_interrupted(self, entries: list[LedgerEntry]) -> None:
         for entry in entries:
             self.ledger.record(entry)
 

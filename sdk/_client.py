@@ -439,7 +439,7 @@ class TaskHandle:
         return TaskHandle(self._client, TaskState.model_validate(body).task_id)
 
     async def interruptions(self) -> list[TaskEvent]:
-        """Each node loss or preemption the task rode out: node, kind, tokens lost, where it resumed."""
+        """Each node loss or preemption the task rode out: node, kind, tokens kept and lost, where it resumed."""
         return [TaskEvent.model_validate(e) for e in await self._client._request("GET", self._path("interruptions"))]
 
     async def ledger(self) -> Ledger:

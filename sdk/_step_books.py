@@ -2,11 +2,13 @@
 
 A node agent has no database, so the step's bookkeeping (activities/ports.py `StepBooks`)
 crosses HTTP: `prepare` writes the pending step and returns the conversation, `settle` books
-the call; `booked` and `book_lost` serve retries only. Each is one POST under
+the call; `booked` and `book_interrupted` serve retries and resumed attempts only. Each is one POST under
 `/v1/nodes/{node_id}/steps/`, authenticated by the node's secret.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -39,7 +41,9 @@ class LedgerEntryBody(BaseModel):
     ttft_s: float
     duration_s: float
     served_by: str
-    kind: str = Field(default="settled", description='"settled", or "lost": tokens of an attempt that died')
+    kind: Literal["settled", "lost", "kept"] = Field(
+        default="settled", description='"settled": usage an engine reported; "lost"/"kept": tokens of an attempt'
+                                       ' that died, which nobody received / which the reply went on from')
     response_id: str = ""
 
 
@@ -58,5 +62,5 @@ class BookedRequest(BaseModel):
     before_attempt: int
 
 
-class BookLostRequest(BaseModel):
+class BookInterruptedRequest(BaseModel):
     entries: list[LedgerEntryBody]

@@ -114,7 +114,7 @@ class AgentTaskWorkflow:
             if reply.checkpoint is not None:
                 self.checkpoint, self.pending = reply.checkpoint, None
             if reply.shortfall_tokens is not None:
-                self.budget.charge(reply.lost_tokens, lost=reply.lost_tokens)
+                self.budget.charge(reply.lost_tokens + reply.kept_tokens, lost=reply.lost_tokens)
                 missing = _missing(reply)
                 if not await self._await_budget(missing):
                     return await self._finish(TaskStatus.out_of_budget, error=f"needed {missing}")

@@ -26,6 +26,7 @@ from temporalio.workflow import ActivityCancellationType
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.attempts import carried_prefix, continuable
     from activities.llm_step import LlmStepActivities
     from activities.pool_lease import PoolLeases
     from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease, StepPlacement
@@ -73,7 +74,8 @@ class _Pending:
     lost: Interruption
     grant: LeaseGrant
     at: datetime
-    generated: int
+    kept: int
+    lost: int
 
 
 class FleetStep:
@@ -133,7 +135,7 @@ class FleetStep:
                         excluded.append(grant.node_id)
                         lost = interruption(err)
                         if lost is not None:
-                            pending = self._interrupted(lost, grant)
+                            pending = self._interrupted(lost, grant, inp.max_tokens)
                             continue
                         load_failures += 1
                         workflow.logger.warning("load of %s on %s failed: %s", grant.replica_id, grant.node_id, err)
@@ -162,7 +164,7 @@ class FleetStep:
                     gone = lost.kind != "simulated"
                     if lost.kind != "replica_gone":
                         excluded.append(grant.node_id)  # its node is gone or going (or, simulated, would be)
-                    pending = self._interrupted(lost, grant)
+                    pending = self._interrupted(lost, grant, inp.max_tokens)
                     continue
                 served = True
                 self._inherited = None
@@ -193,24 +195,28 @@ class FleetStep:
             self.preempt_requested = True
         return reply
 
-    def _interrupted(self, lost: Interruption, grant: LeaseGrant) -> _Pending:
+    def _interrupted(self, lost: Interruption, grant: LeaseGrant, max_tokens: int) -> _Pending:
         """Count an interruption (never against the retry budget) and keep what the generation had made."""
         self.interruptions += 1
         if lost.progress is not None:
-            self._inherited = lost.progress  # the next placement books these tokens as lost, never hides them
+            # The next placement continues the text it carries and books the rest as lost, never hides it.
+            self._inherited = lost.progress
         workflow.logger.info("step interrupted on %s (%s): %s", grant.node_id, lost.kind, lost.detail)
         if self.interruptions > self.max_interruptions:
             raise Unplaceable(f"interrupted {self.interruptions} times (max_interruptions={self.max_interruptions});"
                               f" last on {grant.node_id}: {lost.detail}")
         generated = int((lost.progress or {}).get("generated", 0))
-        return _Pending(lost, grant, workflow.now(), generated)
+        prefix = carried_prefix(lost.progress)
+        # Every fleet engine continues a final assistant message (vLLM, SGLang, the simulated one).
+        kept = min(prefix.own_tokens, generated) if prefix is not None and continuable(prefix, max_tokens) else 0
+        return _Pending(lost, grant, workflow.now(), kept, generated - kept)
 
     async def _record(self, pending: _Pending, step: int, resumed: LeaseGrant) -> None:
         """Record an interruption once the step has a new place: where it was, what it lost, where it resumed."""
         await self._on_interruption({
             "step": step, "node_id": pending.grant.node_id, "replica_id": pending.grant.replica_id,
             "kind": pending.lost.kind, "detail": pending.lost.detail, "at": pending.at.isoformat(),
-            "tokens_kept": 0, "tokens_lost": pending.generated,
+            "tokens_kept": pending.kept, "tokens_lost": pending.lost,
             "resumed_on": resumed.node_id, "resumed_replica": resumed.replica_id, "resumed_tier": resumed.tier,
             "resume_s": round((workflow.now() - pending.at).total_seconds(), 3),
         })

@@ -2,7 +2,7 @@
 
 A node has no database, so the LLM step activity running there does its bookkeeping
 (activities/ports.py `StepBooks`) through these routes: `prepare` before the model call and
-`settle` after it, two round trips per step; `booked` and `lost` serve retried attempts only.
+`settle` after it, two round trips per step; `booked` and `interrupted` serve retried and resumed attempts only.
 They write exactly what a step on the control queue writes (activities/step_books.py), and
 only for a node that presents its node secret, like its heartbeats, and that holds a lease for
 the task: a node reads and books only the tasks the pool sent it.
@@ -22,7 +22,7 @@ from sdk import NotFound, Unauthorized
 from sdk._fleet import NODE_SECRET_HEADER
 from sdk._step_books import (
     BookedRequest,
-    BookLostRequest,
+    BookInterruptedRequest,
     LedgerEntryBody,
     PreparedStepBody,
     PrepareStepRequest,
@@ -67,11 +67,11 @@ async def booked(node_id: str, req: BookedRequest, svc: Svc, node_secret: NodeSe
     return [LedgerEntryBody(**dataclasses.asdict(e)) for e in entries]
 
 
-@router.post("/lost", status_code=204, response_model=None)
-async def book_lost(node_id: str, req: BookLostRequest, svc: Svc, node_secret: NodeSecret = None) -> None:
-    """Node agents only: book the tokens of attempts that died unheard."""
+@router.post("/interrupted", status_code=204, response_model=None)
+async def book_interrupted(node_id: str, req: BookInterruptedRequest, svc: Svc, node_secret: NodeSecret = None) -> None:
+    """Node agents only: book the tokens of attempts that died unheard (lost, or kept by a continuation)."""
     await _call(svc, node_id, node_secret, {e.task_id for e in req.entries},
-                lambda books: books.book_lost([_entry(e) for e in req.entries]))
+                lambda books: books.book_interrupted([_entry(e) for e in req.entries]))
 
 
 def _entry(body: LedgerEntryBody) -> LedgerEntry:

@@ -170,12 +170,13 @@ def task_panel(state: TaskState, ledger: Ledger | None, checkpoints: int | None,
     for event in interruptions or []:
         d = event.data
         rows.append(("interrupted", f"step {d.get('step')} on {d.get('node_id')} ({d.get('kind')}):"
-                                    f" {d.get('tokens_lost', 0)} tokens lost; resumed on {d.get('resumed_on')}"
+                                    f" {d.get('tokens_kept', 0)} tokens kept, {d.get('tokens_lost', 0)} tokens lost;"
+                                    f" resumed on {d.get('resumed_on')}"
                                     f" after {d.get('resume_s', 0):.1f}s"))
     if ledger is not None:
         t = ledger.totals
         rows.append(("ledger", f"{t.calls} calls, {t.prompt_tokens:,} prompt + {t.completion_tokens:,} completion"
-                               f" + {t.lost_tokens:,} lost tokens, ${t.cost_usd:.4f}"))
+                               f" + {t.lost_tokens:,} lost + {t.kept_tokens:,} kept tokens, ${t.cost_usd:.4f}"))
     if state.error:
         rows.append(("error", Text(state.error, style="red")))
     if state.result is not None:

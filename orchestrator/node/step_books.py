@@ -24,7 +24,7 @@ from sdk import CheckpointRef
 from sdk._fleet import NODE_SECRET_HEADER
 from sdk._step_books import (
     BookedRequest,
-    BookLostRequest,
+    BookInterruptedRequest,
     LedgerEntryBody,
     PreparedStepBody,
     PrepareStepRequest,
@@ -92,10 +92,10 @@ class RemoteStepBooks:
                             f"reading what step {step} of task {task_id!r} booked")
         return [LedgerEntry(**LedgerEntryBody.model_validate(e).model_dump()) for e in answer]
 
-    def book_lost(self, entries: list[LedgerEntry]) -> None:
+    def book_interrupted(self, entries: list[LedgerEntry]) -> None:
         if entries:
-            self._post("lost", BookLostRequest(entries=[_body(e) for e in entries]),
-                       f"booking lost tokens of task {entries[0].task_id!r}")
+            self._post("interrupted", BookInterruptedRequest(entries=[_body(e) for e in entries]),
+                       f"booking the tokens of interrupted attempts of task {entries[0].task_id!r}")
 
     def _post(self, route: str, request: Any, what: str) -> Any:
         secret = self._node_secret()

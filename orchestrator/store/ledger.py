@@ -15,29 +15,29 @@ from sqlalchemy import Engine, func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from activities.ports import LedgerEntry
+from activities.ports import KEPT, LOST, LedgerEntry
 
 from .tables import LedgerRow
 
-LOST = "lost"
 # Stay well under SQLite's bound-parameter limit (32766 since 3.32, 999 before).
 _IN_CHUNK = 500
 
 
 @dataclass(frozen=True)
 class LedgerTotals:
-    """A task's spend. Prompt and completion count answered calls; lost counts attempts that died."""
+    """A task's spend. Prompt and completion count answered calls; lost and kept, attempts that died."""
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     lost_tokens: int = 0  # completion tokens of "lost" rows: generated, paid for, never delivered
+    kept_tokens: int = 0  # of "kept" rows: generated before an interruption, continued from on another node
     cost_usd: float = 0.0
 
     @property
     def tokens(self) -> int:
         """Everything charged against the budget, as LlmStepResult.tokens_charged counts it."""
-        return self.prompt_tokens + self.completion_tokens + self.lost_tokens
+        return self.prompt_tokens + self.completion_tokens + self.lost_tokens + self.kept_tokens
 
 
 class SqlTokenLedger:
@@ -117,8 +117,8 @@ class SqlTokenLedger:
                 ).all()
                 for task_id, kind, count, prompt, completion, cost in rows:
                     acc = sums[task_id]
-                    if kind == LOST:
-                        acc["lost"] = acc.get("lost", 0) + completion
+                    if kind in (LOST, KEPT):
+                        acc[kind] = acc.get(kind, 0) + completion
                     else:
                         acc["calls"] = acc.get("calls", 0) + count
                         acc["prompt"] = acc.get("prompt", 0) + prompt
@@ -129,7 +129,8 @@ class SqlTokenLedger:
                 calls=int(acc.get("calls", 0)),
                 prompt_tokens=int(acc.get("prompt", 0)),
                 completion_tokens=int(acc.get("completion", 0)),
-                lost_tokens=int(acc.get("lost", 0)),
+                lost_tokens=int(acc.get(LOST, 0)),
+                kept_tokens=int(acc.get(KEPT, 0)),
                 cost_usd=float(acc.get("cost", 0.0)),
             )
             for task_id, acc in sums.items()

@@ -119,7 +119,7 @@ def test_settle_books_once_and_announces_once(books: RemoteStepBooks, store: Sto
     assert store.ledger.entries("t1") == [entry()]
 
 
-def test_booked_and_book_lost_serve_a_retried_attempt(books: RemoteStepBooks, store: Store) -> None:
+def test_booked_and_book_interrupted_serve_a_retried_attempt(books: RemoteStepBooks, store: Store) -> None:
     books.settle(entry(attempt=1), {"step": 1})
     books.settle(entry(attempt=2), {"step": 1})
     assert books.booked("t1", 1, before_attempt=2) == [entry(attempt=1)]
@@ -128,9 +128,9 @@ def test_booked_and_book_lost_serve_a_retried_attempt(books: RemoteStepBooks, st
 
     lost = entry(attempt=3, kind="lost", prompt_tokens=0, completion_tokens=40, cost_usd=0.0, ttft_s=0.0,
                  duration_s=0.0, served_by="", response_id="")
-    books.book_lost([lost])
-    books.book_lost([lost])
-    books.book_lost([])
+    books.book_interrupted([lost])
+    books.book_interrupted([lost])
+    books.book_interrupted([])
     assert store.ledger.totals("t1").lost_tokens == 40
     assert books.booked("t1", 1, before_attempt=4) == [entry(attempt=1), entry(attempt=2)]
 
@@ -146,7 +146,7 @@ def test_a_wrong_secret_is_refused_and_writes_nothing(app, node_secret: str, sto
         assert refused.value.status == 401
     with RemoteStepBooks("http://berth", "gpu-books", lambda: None, transport=SyncAsgi(app)) as anonymous:
         with pytest.raises(StepBooksRefused, match="401"):
-            anonymous.book_lost([entry(kind="lost")])
+            anonymous.book_interrupted([entry(kind="lost")])
     assert store.checkpoints.latest("t1") == start
     assert store.events.read("t1") == [] and store.ledger.entries("t1") == [] and store.tasks.get("t1") is None
 
@@ -177,5 +177,5 @@ def test_a_node_without_a_lease_for_the_task_is_refused_and_writes_nothing(books
     with pytest.raises(StepBooksRefused, match="403"):
         books.settle(entry(task_id="t9"), {"step": 1})
     with pytest.raises(StepBooksRefused, match="403"):
-        books.book_lost([entry(kind="lost"), entry(task_id="t9", kind="lost")])
+        books.book_interrupted([entry(kind="lost"), entry(task_id="t9", kind="lost")])
     assert store.ledger.entries("t9") == [] and store.ledger.entries("t1") == [] and store.events.read("t9") == []

@@ -152,3 +152,78 @@ async def test_a_leased_step_records_where_it_ran(step) -> None:
     short = await ActivityEnvironment().run(acts.generate, inp.model_copy(update={"placement": placement,
                                                                                   "token_allowance": 20}))
     assert short.shortfall_tokens and short.placement == placement
+
+
+LONG_INPUT = "alpha; beta\nlength: 400 tokens"
+PLACEMENT_KEYS = dict(node_id="gpu-b", replica_id="r-9", gpu_indexes=[0], gpu_type="A100-40GB", tier="warm",
+                      decided_by="queue", queue_wait_s=0.0, load_s=0.0)
+
+
+def _long_step(store: Store, task_id: str, inp: LlmStepInput, **update: object) -> LlmStepInput:
+    from sdk._lease import StepPlacement
+
+    root = store.checkpoints.write_root(task_id, [Message(role="user", content=LONG_INPUT)], {})
+    return inp.model_copy(update={"task_id": task_id, "checkpoint": root, "max_tokens": 1000,
+                                  "placement": StepPlacement(**PLACEMENT_KEYS), **update})
+
+
+def _cut_after(text: str, chars: int, generated_beyond: int, **details: object) -> dict:
+    """The last heartbeat of a generation cut after writing text[:chars] (and `generated_beyond` more tokens)."""
+    from activities.tokens import encode
+
+    prefix = text[:chars]
+    written = len(encode(prefix))
+    return {"attempt": 1, "generated": written + generated_beyond, "response_id": "chatcmpl-dead", "lost_before": 0,
+            "kept_before": 0, "unresolved": [], "prefix": prefix, "prefix_tokens": written, "prefix_own": written,
+            **details}
+
+
+async def test_a_step_resumed_on_the_fleet_continues_the_cut_generation_instead_of_paying_twice(
+        step, engine: EngineThread) -> None:
+    acts, store, inp = step
+    whole = await ActivityEnvironment().run(acts.generate, _long_step(store, "whole", inp))
+    assert whole.completion_tokens > 300
+
+    cut = _cut_after(whole.message.content, 800, generated_beyond=9)
+    resumed = await ActivityEnvironment().run(acts.generate, _long_step(
+        store, "resumed", inp, attempt_base=100, inherited_progress=cut))
+    assert resumed.message.content == whole.message.content  # the same reply, the start of it written elsewhere
+    assert resumed.attempt == 101
+    assert (resumed.kept_tokens, resumed.lost_tokens) == (cut["prefix_tokens"], 9)
+    # Only the rest was generated again: what the cut attempt wrote was prompt for the continuation.
+    generated = engine.tally.snapshot()["by_task"]["resumed"]["completion_tokens"]
+    assert generated == resumed.completion_tokens
+    assert abs(resumed.completion_tokens + resumed.kept_tokens - whole.completion_tokens) <= 2
+    booked = {(e.attempt, e.kind): e.completion_tokens for e in store.ledger.entries("resumed")}
+    assert booked == {(1, "kept"): resumed.kept_tokens, (1, "lost"): 9, (101, "settled"): resumed.completion_tokens}
+    assert store.ledger.totals("resumed").tokens == resumed.tokens_charged
+    [call] = [e.data for e in store.events.read("resumed") if e.kind == "llm_call"]
+    assert call["kept_tokens"] == resumed.kept_tokens and call["lost_tokens"] == 9
+
+
+async def test_a_prefix_is_continued_across_two_interruptions(step) -> None:
+    acts, store, inp = step
+    whole = await ActivityEnvironment().run(acts.generate, _long_step(store, "whole2", inp))
+    text = whole.message.content
+    first = _cut_after(text, 400, generated_beyond=0)
+    # The second placement continued the first's 400 characters and wrote 300 more before its own cut.
+    second = _cut_after(text, 700, generated_beyond=3, attempt=101, kept_before=first["prefix_tokens"])
+    second["prefix_own"] = second["prefix_tokens"] - first["prefix_tokens"]
+    second["generated"] = second["prefix_own"] + 3
+    resumed = await ActivityEnvironment().run(acts.generate, _long_step(
+        store, "twice", inp, attempt_base=200, inherited_progress=second))
+    assert resumed.message.content == text
+    assert resumed.kept_tokens == second["prefix_tokens"] and resumed.lost_tokens == 3
+
+
+async def test_a_prefix_is_not_continued_off_the_fleet_or_without_room_after_it(step) -> None:
+    acts, store, inp = step
+    whole = await ActivityEnvironment().run(acts.generate, _long_step(store, "whole3", inp))
+    cut = _cut_after(whole.message.content, 800, generated_beyond=9)
+    hosted = await ActivityEnvironment().run(acts.generate, _long_step(
+        store, "hosted", inp, placement=None, attempt_base=100, inherited_progress=cut))
+    assert (hosted.kept_tokens, hosted.lost_tokens) == (0, cut["generated"])  # started over: all of it lost
+    assert hosted.message.content == whole.message.content
+    no_room = await ActivityEnvironment().run(acts.generate, _long_step(
+        store, "no-room", inp, max_tokens=cut["prefix_tokens"] + 5, attempt_base=100, inherited_progress=cut))
+    assert no_room.kept_tokens == 0 and no_room.lost_tokens == cut["generated"]

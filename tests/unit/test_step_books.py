@@ -94,11 +94,11 @@ def test_booked_lists_the_settled_entries_of_earlier_attempts_of_that_step(store
     assert books.booked("t1", 1, before_attempt=1) == []
 
 
-def test_book_lost_records_each_entry_once(store: Store) -> None:
+def test_book_interrupted_records_each_entry_once(store: Store) -> None:
     books = books_of(store)
     lost = [entry(attempt=1, kind="lost", prompt_tokens=0, completion_tokens=40, cost_usd=0.0),
             entry(attempt=2, kind="lost", prompt_tokens=0, completion_tokens=15, cost_usd=0.0)]
-    books.book_lost(lost)
-    books.book_lost(lost)
+    books.book_interrupted(lost)
+    books.book_interrupted(lost)
     assert store.ledger.totals("t1").lost_tokens == 55
     assert store.events.read("t1") == []

@@ -36,16 +36,18 @@ with workflow.unsafe.imports_passed_through():
     from .interruptions import Interruption, interruption, is_permanent
     from .options import BOOKKEEPING
 
-# A generation heartbeats every second; 5 s of silence means its node or engine is gone, and the
-# step resumes elsewhere (DESIGN.md: a preempted task loses seconds, not hours).
+# A generation heartbeats every second; by default 5 s of silence (`heartbeat_timeout_s` in the config)
+# means its node or engine is gone, and the step resumes elsewhere (DESIGN.md: a preempted task loses
+# seconds, not hours).
 GENERATE_HEARTBEAT = timedelta(seconds=5)
 GENERATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
                              maximum_attempts=6)
 NO_RETRY = RetryPolicy(maximum_attempts=1)
 # A node's worker polls its queue all the time and takes every lease's call at once: one it has not
-# picked up in this long means the node is gone (killed, cut off) before the pool has noticed. Kept
-# under the heartbeat timeout, so a step sent to a dead node resumes as fast as one cut mid-stream.
-NODE_PICKUP = timedelta(seconds=4)
+# picked up in this share of the heartbeat timeout means the node is gone (killed, cut off) before the
+# pool has noticed. Kept under the heartbeat timeout, so a step sent to a dead node resumes as fast as
+# one cut mid-stream.
+NODE_PICKUP_SHARE = 0.8
 # Failures (not interruptions) of one step's generation before the task fails, as GENERATE_RETRY.
 MAX_STEP_FAILURES = 6
 GENERATE_TIMEOUT = timedelta(minutes=10)
@@ -71,11 +73,11 @@ class Unplaceable(Exception):
 
 @dataclass(frozen=True)
 class _Pending:
-    lost: Interruption
+    interruption: Interruption
     grant: LeaseGrant
     at: datetime
-    kept: int
-    lost: int
+    tokens_kept: int
+    tokens_lost: int
 
 
 class FleetStep:
@@ -83,11 +85,13 @@ class FleetStep:
 
     def __init__(self, set_waiting: Callable[[str | None], Awaitable[None]], stop_waiting: Callable[[], bool],
                  on_interruption: Callable[[dict], Awaitable[None]], max_interruptions: int,
-                 interruptions: int = 0) -> None:
+                 heartbeat_timeout: timedelta = GENERATE_HEARTBEAT, interruptions: int = 0) -> None:
         self._set_waiting = set_waiting  # None: waiting is over
         self._stop_waiting = stop_waiting
         self._on_interruption = on_interruption
         self.max_interruptions = max_interruptions
+        self.heartbeat_timeout = heartbeat_timeout
+        self.node_pickup = heartbeat_timeout * NODE_PICKUP_SHARE
         self.interruptions = interruptions  # across the task's runs (continue-as-new carries it)
         self._inherited: dict | None = None  # the last heartbeat of this step's interrupted generation
         self.preempt_requested = False  # a simulated preemption: cut the running generation off
@@ -128,7 +132,7 @@ class FleetStep:
                         await workflow.execute_activity(
                             LOAD_REPLICA, grant.load, task_queue=node_task_queue(grant.node_id),
                             result_type=ReplicaReady, start_to_close_timeout=LOAD_TIMEOUT,
-                            schedule_to_start_timeout=NODE_PICKUP, heartbeat_timeout=LOAD_HEARTBEAT,
+                            schedule_to_start_timeout=self.node_pickup, heartbeat_timeout=LOAD_HEARTBEAT,
                             retry_policy=LOAD_RETRY)
                     except ActivityError as err:
                         gone = True
@@ -180,7 +184,7 @@ class FleetStep:
         """Generate on the node's queue; a simulated preemption arriving meanwhile cuts it off."""
         handle = workflow.start_activity_method(
             LlmStepActivities.generate, inp, task_queue=node_task_queue(node_id), start_to_close_timeout=GENERATE_TIMEOUT,
-            heartbeat_timeout=GENERATE_HEARTBEAT, schedule_to_start_timeout=NODE_PICKUP, retry_policy=NO_RETRY,
+            heartbeat_timeout=self.heartbeat_timeout, schedule_to_start_timeout=self.node_pickup, retry_policy=NO_RETRY,
             # Wait for the cut-off generation to report what it had generated, so its tokens are booked.
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
         await workflow.wait_condition(lambda: handle.done() or self.preempt_requested)
@@ -215,8 +219,8 @@ class FleetStep:
         """Record an interruption once the step has a new place: where it was, what it lost, where it resumed."""
         await self._on_interruption({
             "step": step, "node_id": pending.grant.node_id, "replica_id": pending.grant.replica_id,
-            "kind": pending.lost.kind, "detail": pending.lost.detail, "at": pending.at.isoformat(),
-            "tokens_kept": pending.kept, "tokens_lost": pending.lost,
+            "kind": pending.interruption.kind, "detail": pending.interruption.detail, "at": pending.at.isoformat(),
+            "tokens_kept": pending.tokens_kept, "tokens_lost": pending.tokens_lost,
             "resumed_on": resumed.node_id, "resumed_replica": resumed.replica_id, "resumed_tier": resumed.tier,
             "resume_s": round((workflow.now() - pending.at).total_seconds(), 3),
         })

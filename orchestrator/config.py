@@ -33,6 +33,9 @@ class BerthConfig(BaseModel):
     load_time_scale: float = Field(default=0.25, ge=0, description="multiplies the load time of replicas on the"
                                                                    " simulated nodes `berth up` starts")
     node_lost_after_s: float = Field(default=20.0, gt=0, description="a node silent this long is lost")
+    heartbeat_timeout_s: float = Field(
+        default=5.0, ge=2, le=60, description="a generation silent this long is taken for lost with its node, and"
+                                              " its step resumes elsewhere (a generation beats every second)")
     engine_latency_scale: float = Field(default=1.0, ge=0, description="multiplies the simulated TTFT and per-token time")
 
     @property

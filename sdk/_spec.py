@@ -139,6 +139,8 @@ class TaskRun(BaseModel):
     parent_task_id: str | None = None
     submitted_at: datetime
     budget_grace_s: float = 3600.0
+    heartbeat_timeout_s: float = Field(default=5.0, ge=2, le=60,
+                                       description="a generation silent this long has lost its node")
     resume_from: CheckpointRef | None = None
     carried: "CarriedProgress | None" = None
     fork_of: ForkSource | None = None

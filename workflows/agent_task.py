@@ -75,6 +75,7 @@ class AgentTaskWorkflow:
         self.sub_agents = SubAgents(run, self.budget, self.children)
         self.fleet = FleetStep(self._set_waiting_for_gpu, self._stop_waiting, self._record_interruption,
                                max_interruptions=run.spec.max_interruptions,
+                               heartbeat_timeout=timedelta(seconds=run.heartbeat_timeout_s),
                                interruptions=carried.interruptions if carried else 0)
         self.checkpoint: CheckpointRef | None = run.resume_from
         self.pending: PendingStep | None = None  # the last finished step, until the next activity writes it

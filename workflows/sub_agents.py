@@ -88,7 +88,8 @@ class SubAgents:
         spec = TaskSpec(task_id=task_id, agent=args.agent, input=args.input, budget={"tokens": tokens, "usd": usd or None},
                         tenant=self.parent.spec.tenant, priority=self.parent.spec.priority)
         run = TaskRun(task_id=task_id, spec=spec, agent=agent, parent_task_id=self.parent.task_id,
-                      submitted_at=workflow.now(), budget_grace_s=0)
+                      submitted_at=workflow.now(), budget_grace_s=0,
+                      heartbeat_timeout_s=self.parent.heartbeat_timeout_s)
         handle = await workflow.start_child_workflow(WORKFLOW_NAME, run, id=task_id, result_type=TaskState,
                                                      task_queue=workflow.info().task_queue)
         return _Started(task_id, handle, tokens, usd)

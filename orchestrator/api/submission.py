@@ -91,6 +91,7 @@ async def submit_task(
         agent=agent.model_copy(update={"model": model, "max_steps": spec.max_steps or agent.max_steps}),
         submitted_at=datetime.now(timezone.utc),
         budget_grace_s=spec.budget_grace_s or services.config.budget_grace_s,
+        heartbeat_timeout_s=services.config.heartbeat_timeout_s,
         fork_of=fork_of,
     )
     state = initial_state(run)

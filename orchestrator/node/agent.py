@@ -148,7 +148,7 @@ class NodeAgent:
             await self.join()
             view = await self.control_plane.heartbeat(beat, self.node_secret)
         if view.preempt_by is not None and not self.stopping.is_set():
-            # A preemption notice: stop taking work now; in-flight calls finish within the notice.
+            # A preemption notice: stop taking work now; generations stop at once and hand their text over.
             log.warning("node %s is preempted: leaving by %s", self.options.node_id, view.preempt_by.isoformat())
             self.stopping.set()
 
@@ -192,12 +192,12 @@ class NodeAgent:
         await asyncio.wait([running, stop], return_when=asyncio.FIRST_COMPLETED)
         self.stopping.set()
         try:
-            await self.heartbeat()  # "leaving": the pool places nothing new here while in-flight calls finish
+            await self.heartbeat()  # "leaving": the pool places nothing new here while the worker stops
         except (ControlPlaneError, httpx.HTTPError) as exc:
             log.warning("could not say the node is leaving: %s", exc)
         try:
             if not running.done():
-                await worker.shutdown()  # no new activities; in-flight ones get GRACEFUL_SHUTDOWN_S
+                await worker.shutdown()  # no new activities; generations stop now, loads get GRACEFUL_SHUTDOWN_S
             await running
         finally:
             await beats

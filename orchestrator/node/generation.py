@@ -4,10 +4,14 @@ The node runs the very activity the control queue runs (`activities.llm_step`), 
 things swapped in: its bookkeeping goes through the control plane's step routes (the node has
 no database), and its route is the leased replica's local server. Around each call the
 replica's load is counted (leases and tokens still to generate), so the node's heartbeat
-reports real load to the pool.
+reports real load to the pool. When the node is told to leave (SIGTERM, a preemption notice)
+its generations stop at once and report the text they had written: the step continues from it
+on another node straight away, instead of racing the notice here.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -64,6 +68,7 @@ class NodeGeneration:
         if replica is not None:
             replica.active_leases += 1
             replica.outstanding_tokens += inp.max_tokens
+        stop_at_shutdown = asyncio.create_task(_cut_at_worker_shutdown(asyncio.current_task()))
         try:
             return await self.llm.generate(inp)
         except StepBooksRefused as exc:
@@ -71,6 +76,15 @@ class NodeGeneration:
                 raise ApplicationError(str(exc), type="StepBooksRefused", non_retryable=True) from exc
             raise
         finally:
+            stop_at_shutdown.cancel()
             if replica is not None:
                 replica.active_leases -= 1
                 replica.outstanding_tokens -= inp.max_tokens
+
+
+async def _cut_at_worker_shutdown(generation: asyncio.Task | None) -> None:
+    """Cancel the generation when the node's worker starts shutting down; the LLM step then reports
+    what it had written as a NodeStopping interruption (activities/llm_step.py)."""
+    await activity.wait_for_worker_shutdown()
+    if generation is not None:
+        generation.cancel()

@@ -32,6 +32,9 @@ class PlacementRequest:
     exclude_zones: frozenset[str] = frozenset()
     previous_replica: str | None = None  # served this task's previous step: its KV cache has the prefix
     new_replica_only: bool = False  # the scaler adding a replica: existing ones are not candidates
+    # The model's scaling policy cap: once it has this many replicas (not draining), a step waits for a
+    # slot instead of starting another, as the scaler never plans past it either. None: no cap.
+    max_replicas: int | None = None
 
 
 @dataclass(frozen=True)

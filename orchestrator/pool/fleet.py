@@ -170,6 +170,10 @@ class FleetState:
         # (model, boundary owner) → [replicas not draining, loading replicas with no free slot]:
         # the waiting path tells busy from cold start from these, never by scanning replicas.
         self.replica_counts: dict[tuple[str, str | None], list[int]] = {}
+        # model → its replicas not draining (what the policy's max_replicas caps), and (model, boundary
+        # owner) → their free lease slots (how many waiting steps can be served at once): both O(1) to read.
+        self.live_replicas: Counter[str] = Counter()
+        self.free_slots: Counter[tuple[str, str | None]] = Counter()
         self.cached: dict[str, set[str]] = {}  # model → node ids with its weights on local disk
         self.cached_sorted: dict[str, list[str]] = {}
         self.weights_in_dc: dict[str, Counter[str]] = {}  # model → datacenter → nodes caching it
@@ -370,6 +374,8 @@ class FleetState:
     def _count_replica(self, replica: Replica, sign: int) -> None:
         if replica.state == "draining":
             return
+        self.live_replicas[replica.model] += sign
+        self.free_slots[(replica.model, replica.boundary)] += sign * max(replica.concurrency - replica.active_leases, 0)
         counts = self.replica_counts.setdefault((replica.model, replica.boundary), [0, 0])
         counts[0] += sign
         if replica.state == "loading" and not replica.has_slot:

@@ -36,14 +36,15 @@ def place(fleet: FleetState, request: PlacementRequest, config: PlacementConfig 
     rejections: dict[str, int] = {}
     candidates = [] if request.new_replica_only else _replica_candidates(fleet, request, trust, config, rejections)
     quota_blocked = False
-    if request.priority != "low_priority":  # low priority never scales up: warm replicas or wait
+    capped = request.max_replicas is not None and fleet.live_replicas[request.model] >= request.max_replicas
+    if request.priority != "low_priority" and not capped:  # low priority never scales up: warm replicas or wait
         degrees = _degrees_within_quota(fleet, request, model)
         quota_blocked = not degrees
         found: dict[tuple[str, str], int] = {}  # shared across degrees: the smallest gang that fits fills it first
         for degree in degrees:
             candidates.extend(_new_replica_candidates(fleet, request, model, trust, degree, config, found, rejections))
     if not candidates:
-        return _waiting(fleet, request, model, quota_blocked, rejections)
+        return _waiting(fleet, request, model, quota_blocked, capped, rejections)
 
     # Totals first (cheap); the full per-term record only for the winner and the runner-up.
     ranked = sorted(
@@ -191,7 +192,8 @@ def _new_replica_candidates(
 
 
 def _waiting(
-    fleet: FleetState, request: PlacementRequest, model: ModelSpec, quota_blocked: bool, rejections: dict[str, int]
+    fleet: FleetState, request: PlacementRequest, model: ModelSpec, quota_blocked: bool, capped: bool,
+    rejections: dict[str, int],
 ) -> Decision:
     """Nothing fits now: say which wait it is, for the task's `waiting_for_gpu` status."""
     stopped = ", ".join(f"{name}: {n}" for name, n in sorted(rejections.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -212,6 +214,10 @@ def _waiting(
     if loading_full:
         reason = f"a replica of {model.name} is loading and already has all the leases it can take{detail}"
         return Decision(request, "wait", reason=reason, wait_reason="cold_start", rejections=rejections)
+    if capped:
+        reason = (f"every replica of {model.name} is at its concurrency and the model is at its max_replicas "
+                  f"({request.max_replicas}){detail}")
+        return Decision(request, "wait", reason=reason, wait_reason="busy", rejections=rejections)
     if mine:
         reason = f"every replica of {model.name} is at its concurrency and no free GPUs fit a new one{detail}"
         return Decision(request, "wait", reason=reason, wait_reason="busy", rejections=rejections)

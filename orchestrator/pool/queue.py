@@ -2,8 +2,10 @@
 
 A step the pool cannot place now waits and asks again; while it does, it holds a place in
 this queue, ordered by priority (higher first) then by when it started waiting. A step that
-arrives while others wait for the same model queues behind them even if a slot is free at
-that instant, so a burst of newcomers never starves a step that has waited for minutes.
+arrives while others wait for the same model queues behind them unless more slots are free
+than steps wait ahead of it (the pool service counts them), so a burst of newcomers never
+starves a step that has waited for minutes, and a free slot never idles while the first in
+line sleeps between two asks.
 A waiter that stops asking (its task was cancelled, its worker died) drops out after
 `stale_after_s`, so a vanished waiter never blocks the queue.
 """

@@ -33,7 +33,7 @@ from sdk._catalogue import ScalingPolicy
 
 from .fleet import FleetState, ModelSpec, Replica
 
-_DEFAULT_POLICY = ScalingPolicy()
+DEFAULT_POLICY = ScalingPolicy()
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def plan_scaling(
     models = set(policies) | set(demand) | {m for m, ids in fleet.replicas_by_model.items() if ids}
     plan: list[ScaleUp | ScaleDown] = []
     for model in sorted(models):
-        policy = policies.get(model, _DEFAULT_POLICY)
+        policy = policies.get(model, DEFAULT_POLICY)
         replicas = sorted(
             (r for rid in fleet.replicas_by_model.get(model, {}) if (r := fleet.replicas[rid]).state != "draining"),
             key=lambda r: r.id,

@@ -29,11 +29,12 @@ from sdk._node_io import FetchSource, LoadOnNode, LoadReplica
 
 from ..store import LeaseRecord, Store
 from .decision import Decision, PlacementRequest
+from .filters import boundary_owner
 from .fleet import Booking, FleetState, StaleDecision
 from .inventory import model_spec, node_from_view
 from .placement import place
 from .queue import WaitQueue
-from .scaler import ModelDemand, ScaleDown, ScaleUp, plan_scaling
+from .scaler import DEFAULT_POLICY, ModelDemand, ScaleDown, ScaleUp, plan_scaling
 from .weights import DEFAULT_CONFIG, PlacementConfig
 
 log = logging.getLogger("berth.pool")
@@ -105,16 +106,17 @@ class PoolService:
                 return LeaseGrant(outcome="wait", wait_reason="no_capacity", queue_position=1,
                                   reason="no GPU node has joined the fleet yet")
             ahead = self.queue.ahead_of(req.task_id, req.model, req.priority, now)
-            decision = place(self.fleet, _placement_request(req), self.config)
+            request = _placement_request(req, self.policies.get(req.model, DEFAULT_POLICY).max_replicas)
+            decision = place(self.fleet, request, self.config)
             if _starts_replica(decision) and self.clock() - self._synced_at > COLD_PLACEMENT_FRESHNESS_S:
                 # A new replica costs seconds to minutes, so it is worth deciding on the nodes' latest
                 # reports (weights that just arrived on a disk, a replica that just turned warm).
                 self.sync(force=True)
-                decision = place(self.fleet, _placement_request(req), self.config)
+                decision = place(self.fleet, request, self.config)
             if decision.outcome == "never":
                 self.queue.leave(req.task_id)
                 return LeaseGrant(outcome="never", reason=decision.reason)
-            if decision.outcome == "placed" and ahead == 0:
+            if decision.outcome == "placed" and self._may_go(decision, ahead):
                 try:
                     return self._grant(req, entry, decision, now)
                 except StaleDecision as exc:  # cannot happen under the lock; kept as a wait, not a crash
@@ -126,6 +128,23 @@ class PoolService:
                                   reason=f"{position - 1} earlier step(s) for {req.model} go first")
             return LeaseGrant(outcome="wait", wait_reason=decision.wait_reason, queue_position=position,
                               reason=decision.reason)
+
+    def _may_go(self, decision: Decision, ahead: int) -> bool:
+        """Whether a placed step may have its lease although `ahead` steps wait before it.
+
+        A free slot of a replica is taken only while more slots are free than steps wait ahead (each
+        of them still finds one when it next asks); a new replica is started by the first in line
+        only. Waiters ask again after pauses of up to seconds: holding every free slot for the first
+        of them left a replica's slots idle under a burst.
+        """
+        if ahead == 0:
+            return True
+        chosen = decision.chosen
+        if chosen is None or chosen.candidate.replica_id is None:
+            return False
+        request = decision.request
+        owner = boundary_owner(request, self.fleet.trust_of(request.tenant))
+        return ahead < self.fleet.free_slots[(request.model, owner)]
 
     def release(self, req: ReleaseLease) -> None:
         """End a lease; idempotent. `replica_warm` says the step was served, so the replica serves."""
@@ -333,6 +352,7 @@ def _starts_replica(decision: Decision) -> bool:
     return decision.chosen is not None and decision.chosen.candidate.replica_id is None
 
 
-def _placement_request(req: LeaseRequest) -> PlacementRequest:
+def _placement_request(req: LeaseRequest, max_replicas: int) -> PlacementRequest:
     return PlacementRequest(model=req.model, tokens=req.tokens, tenant=req.tenant, priority=req.service_class,
-                            exclude_nodes=frozenset(req.exclude_nodes), previous_replica=req.previous_replica)
+                            exclude_nodes=frozenset(req.exclude_nodes), previous_replica=req.previous_replica,
+                            max_replicas=max_replicas)

@@ -1,9 +1,10 @@
 """A small process supervisor: start children, restart the ones that die, stop all cleanly.
 
 A child that exits while the stack is up is reported and restarted (with a growing pause,
-so a child that crashes at once does not spin); on shutdown, children stop in reverse
-start order — SIGTERM, then SIGKILL after a grace period — so workers drain before the
-Temporal server they talk to goes away.
+so a child that crashes at once does not spin; one that had been running a while starts
+over at the shortest pause, so crashes hours apart never add up to the longest). On
+shutdown, children stop in reverse start order — SIGTERM, then SIGKILL after a grace
+period — so workers drain before the Temporal server they talk to goes away.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from pathlib import Path
 from typing import Callable
 
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+# A child that ran this long was healthy, not crash-looping: its next restart is the first again.
+# Longer than the longest pause, so a child that dies a little after each start still backs off.
+STABLE_AFTER_S = 60.0
 STOP_GRACE_S = 10.0
 
 
@@ -34,6 +38,7 @@ class _Child:
     process: subprocess.Popen | None = None
     restarts: int = 0
     next_start_at: float = 0.0
+    started_at: float = 0.0
 
 
 class Supervisor:
@@ -63,6 +68,8 @@ class Supervisor:
         for child in self.children:
             proc = child.process
             if proc is not None and proc.poll() is not None:
+                if now - child.started_at >= STABLE_AFTER_S:
+                    child.restarts = 0
                 delay = RESTART_BACKOFF_S[min(child.restarts, len(RESTART_BACKOFF_S) - 1)]
                 self.report(f"! {child.spec.name} exited with code {proc.returncode}; restarting in {delay:.0f}s "
                             f"(log: {self._log_path(child.spec)})")
@@ -90,6 +97,7 @@ class Supervisor:
         # stops children in order instead of all of them dying at once.
         child.process = subprocess.Popen(child.spec.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)
+        child.started_at = time.monotonic()
         log.close()
         # Operators (and the failure tests) find a child to signal here: <data>/run/<name>.pid.
         (self.pid_dir / f"{child.spec.name}.pid").write_text(f"{child.process.pid}\n")

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from sdk._catalogue import ModelEntry, ScalingPolicy
 from sdk._fleet import NodeView
-from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease
+from sdk._lease import LeaseGrant, LeaseRequest, LocalityTier, ReleaseLease
 from sdk._node_io import FetchSource, LoadOnNode, LoadReplica
 
 from ..store import LeaseRecord, Store
@@ -85,6 +85,9 @@ class PoolService:
         self._gone: dict[str, float] = {}
         self._synced_at = float("-inf")
         self._restored = False
+        # Leases a restarted pool found in the store on replicas no node reports yet (their load had only
+        # just been sent): lease id → (record, when found). Counted once a node reports the replica.
+        self._unclaimed: dict[str, tuple[LeaseRecord, float]] = {}
 
     # --- leases ----------------------------------------------------------------------------
 
@@ -100,6 +103,7 @@ class PoolService:
             held = self._by_step.get((req.task_id, req.step))
             if held is not None:  # a retried acquire: the lease it already made
                 return self._leases[held].grant
+            self._drop_unclaimed_for_step(req.task_id, req.step)
             self.fleet.add_model(model_spec(entry))
             if not self.fleet.nodes:
                 self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
@@ -149,6 +153,7 @@ class PoolService:
     def release(self, req: ReleaseLease) -> None:
         """End a lease; idempotent. `replica_warm` says the step was served, so the replica serves."""
         with self._lock:
+            self._unclaimed.pop(req.lease_id, None)
             lease = self._leases.pop(req.lease_id, None)
             if lease is not None:
                 self._by_step.pop((lease.record.task_id, lease.record.step), None)
@@ -171,29 +176,34 @@ class PoolService:
         chosen = decision.chosen
         assert chosen is not None
         replica = self.fleet.replicas[booking.replica_id]
-        node = self.fleet.nodes[replica.node_id]
         if booking.created_replica:
             self._unreported[replica.id] = now
         self.idle_since.pop(replica.id, None)
         self.queue.leave(req.task_id)
         record = LeaseRecord(lease_id=f"lease-{uuid.uuid4().hex[:12]}", task_id=req.task_id, step=req.step,
-                             model=req.model, node_id=node.id, replica_id=replica.id, tokens=req.tokens,
+                             model=req.model, node_id=replica.node_id, replica_id=replica.id, tokens=req.tokens,
                              tenant=req.tenant, created_replica=booking.created_replica)
-        load = None
-        if replica.state == "loading":
-            source: FetchSource = "datacenter" if chosen.candidate.tier == "datacenter" else "origin"
-            load = LoadReplica(model=entry, gpu_indexes=list(replica.devices), replica_id=replica.id, tier=source)
-        grant = LeaseGrant(
-            outcome="placed", lease_id=record.lease_id, node_id=node.id, replica_id=replica.id,
-            gpu_indexes=list(replica.devices), gpu_type=node.device(replica.devices[0]).type_name,
-            tier=chosen.candidate.tier, load=load, usd_per_1m_prompt=entry.usd_per_1m_prompt,
-            usd_per_1m_completion=entry.usd_per_1m_completion, expected_ttft_s=round(chosen.terms["ttft"], 3),
-            decided_by=decision.decided_by,
-        )
+        source: FetchSource = "datacenter" if chosen.candidate.tier == "datacenter" else "origin"
+        grant = self._lease_grant(record, entry, chosen.candidate.tier, source).model_copy(update={
+            "expected_ttft_s": round(chosen.terms["ttft"], 3), "decided_by": decision.decided_by})
         self._leases[record.lease_id] = _Lease(record, booking, grant)
         self._by_step[(req.task_id, req.step)] = record.lease_id
         self.store.leases.add(record)
         return grant
+
+    def _lease_grant(self, record: LeaseRecord, entry: ModelEntry, tier: LocalityTier,
+                     source: FetchSource) -> LeaseGrant:
+        """What the step is told about its lease: where it runs, what a token costs, and the load to wait
+        for while its replica is still loading (a load of a replica the node already runs just waits)."""
+        replica = self.fleet.replicas[record.replica_id]
+        node = self.fleet.nodes[replica.node_id]
+        load = None
+        if replica.state == "loading":
+            load = LoadReplica(model=entry, gpu_indexes=list(replica.devices), replica_id=replica.id, tier=source)
+        return LeaseGrant(
+            outcome="placed", lease_id=record.lease_id, node_id=node.id, replica_id=replica.id,
+            gpu_indexes=list(replica.devices), gpu_type=node.device(replica.devices[0]).type_name, tier=tier,
+            load=load, usd_per_1m_prompt=entry.usd_per_1m_prompt, usd_per_1m_completion=entry.usd_per_1m_completion)
 
     # --- state from the store --------------------------------------------------------------
 
@@ -216,7 +226,10 @@ class PoolService:
                 if now - at > GONE_MEMORY_S:
                     del self._gone[replica_id]
             if not self._restored:
-                self._restore_leases()
+                self._restored = True
+                self._unclaimed = {record.lease_id: (record, now) for record in self.store.leases.list()}
+            if self._unclaimed:
+                self._claim_restored_leases(now)
 
     def _sync_node(self, view: NodeView, now: float) -> None:
         fleet = self.fleet
@@ -273,27 +286,44 @@ class PoolService:
         self.idle_since.pop(replica_id, None)
 
     def _drop_lease(self, lease_id: str) -> None:
+        self._unclaimed.pop(lease_id, None)
         lease = self._leases.pop(lease_id, None)
         if lease is not None:
             self._by_step.pop((lease.record.task_id, lease.record.step), None)
             self.fleet.release(lease.booking)
 
-    def _restore_leases(self) -> None:
-        """After a restart: the leases still held count as load again on the replicas nodes report."""
-        self._restored = True
-        for record in self.store.leases.list():
+    def _claim_restored_leases(self, now: float) -> None:
+        """After a restart: the leases still held count as load again, once a node reports their replica.
+
+        A lease on a replica no node reports yet (its load had only just been sent when the pool
+        stopped) is kept until the unreported-load grace passes: its step is still running, and a node
+        may book a step only while the store says it holds a lease for the task.
+        """
+        for lease_id, (record, found_at) in list(self._unclaimed.items()):
             replica = self.fleet.replicas.get(record.replica_id)
-            if replica is None:
-                self.store.leases.release(record.lease_id)
+            entry = self.catalogue.get(record.model)
+            if replica is None or entry is None:
+                if now - found_at >= UNREPORTED_LOAD_GRACE_S:
+                    del self._unclaimed[lease_id]
+                    self.store.leases.release(lease_id)
                 continue
+            del self._unclaimed[lease_id]
             self.fleet.set_load(replica.id, outstanding_tokens=replica.outstanding_tokens + record.tokens,
                                 active_leases=replica.active_leases + 1)
             booking = Booking(record.lease_id, replica.id, record.tokens, record.created_replica)
-            grant = LeaseGrant(outcome="placed", lease_id=record.lease_id, node_id=record.node_id,
-                               replica_id=replica.id, gpu_indexes=list(replica.devices), tier="warm")
+            # The tier it was placed from is not kept; where the replica stands now is what a step sees.
+            grant = self._lease_grant(record, entry, "warm" if replica.state == "warm" else "loading", "origin")
             self._leases[record.lease_id] = _Lease(record, booking, grant)
             self._by_step[(record.task_id, record.step)] = record.lease_id
             self.idle_since.pop(replica.id, None)
+
+    def _drop_unclaimed_for_step(self, task_id: str, step: int) -> None:
+        """A step asking again for a lease the restarted pool could not count yet never received it (its
+        workflow replayed the acquire): the old one goes, so the step's new lease is the one recorded."""
+        for lease_id, (record, _) in list(self._unclaimed.items()):
+            if (record.task_id, record.step) == (task_id, step):
+                del self._unclaimed[lease_id]
+                self.store.leases.release(lease_id)
 
     # --- for the scaler --------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -114,6 +115,19 @@ def _no_leases_left(stack: Stack) -> bool:
     return all(r["active_leases"] == 0 for r in replicas)
 
 
+def _leases_held(stack: Stack, task_id: str) -> int:
+    """Leases the pool still holds for a task, in the store (a restarted pool counts them as load)."""
+    with sqlite3.connect(f"file:{stack.data_dir / 'berth.db'}?mode=ro", uri=True) as db:
+        return db.execute("SELECT count(*) FROM leases WHERE task_id = ?", (task_id,)).fetchone()[0]
+
+
+def _restarted(stack: Stack, name: str, pid: int) -> bool:
+    try:
+        return stack.child_pid(name) != pid
+    except (OSError, ValueError):
+        return False
+
+
 def test_a_node_killed_under_a_task_is_left_behind_and_the_task_completes_elsewhere(chaos_stack: Stack) -> None:
     (node, replica, step), calls = _run_and_take_away_its_node(chaos_stack, "chaos-kill-9", signal.SIGKILL)
     # The killed replica served nothing once the task had moved on (a step or two may have finished there
@@ -172,3 +186,53 @@ def test_an_author_can_simulate_a_preemption_and_see_tools_stay_idempotent(chaos
     assert cut.data["kind"] == "simulated" and cut.data["resumed_on"] != cut.data["node_id"], cut.data
     assert_no_step_finished_twice(list(handle.events()))
     assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-simulated")
+
+
+def test_the_orchestrator_worker_killed_mid_step_is_restarted_and_the_task_completes(chaos_stack: Stack) -> None:
+    # The worker runs the workflows and holds the pool. Killed while the task holds a lease, the
+    # restarted pool finds the lease in the store and counts it again; the step resumes from history.
+    client = SyncClient(chaos_stack.api)
+    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-worker", model="llama-3.1-8b")
+    chaos_stack.wait_for_step("chaos-worker", 3, timeout_s=120)
+    wait_until(lambda: _leases_held(chaos_stack, "chaos-worker") > 0, 30, "a step of the task to hold a lease")
+    pid = chaos_stack.child_pid("worker")
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: _restarted(chaos_stack, "worker", pid), 30, "berth up to restart the worker")
+    handle.result(timeout=240)
+    state = handle.status()
+    assert state.status == TaskStatus.completed, state.error
+    assert state.spend.tokens_used <= BUDGET
+    assert_no_step_finished_twice(list(handle.events()))
+    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-worker")
+    assert _leases_held(chaos_stack, "chaos-worker") == 0
+    wait_until(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
+    assert "worker exited with code -9" in chaos_stack.log_tail()
+
+
+def test_temporal_killed_mid_step_restarts_on_its_database_and_every_task_completes(chaos_stack: Stack) -> None:
+    # SIGKILL, the harsher restart: the dev server gets no chance to flush or say goodbye. `berth up`
+    # restarts it on the same --db-filename, and every process that talks to Temporal (API, worker,
+    # node agents, tool worker) must find it again by itself.
+    client = SyncClient(chaos_stack.api)
+    before = ["chaos-temporal-a", "chaos-temporal-b"]
+    handles = [client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id=task_id, model="llama-3.1-8b")
+               for task_id in before]
+    chaos_stack.wait_for_step(before[0], 3, timeout_s=120)
+    wait_until(lambda: _leases_held(chaos_stack, before[0]) > 0, 30, "a step of the task to hold a lease")
+    pid = chaos_stack.child_pid("temporal")
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: _restarted(chaos_stack, "temporal", pid), 30, "berth up to restart Temporal")
+    wait_until(lambda: httpx.get(f"{chaos_stack.api}/readyz").status_code == 200, 30, "the API to reach Temporal")
+    # A task started through the API after the restart: the API's Temporal client reconnected too.
+    handles.append(client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-temporal-after",
+                                 model="llama-3.1-8b"))
+    for handle in handles:
+        handle.result(timeout=240)
+        state = handle.status()
+        assert state.status == TaskStatus.completed, (handle.task_id, state.error)
+        assert state.spend.tokens_used <= BUDGET
+        assert_no_step_finished_twice(list(handle.events()))
+        assert_nothing_hidden_nothing_twice(chaos_stack, handle.task_id)
+        assert _leases_held(chaos_stack, handle.task_id) == 0
+    wait_until(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
+    assert "temporal exited with code -9" in chaos_stack.log_tail()

@@ -121,6 +121,13 @@ def _leases_held(stack: Stack, task_id: str) -> int:
         return db.execute("SELECT count(*) FROM leases WHERE task_id = ?", (task_id,)).fetchone()[0]
 
 
+def _ready(stack: Stack) -> bool:
+    try:
+        return httpx.get(f"{stack.api}/readyz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def _restarted(stack: Stack, name: str, pid: int) -> bool:
     try:
         return stack.child_pid(name) != pid
@@ -222,7 +229,7 @@ def test_temporal_killed_mid_step_restarts_on_its_database_and_every_task_comple
     pid = chaos_stack.child_pid("temporal")
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: _restarted(chaos_stack, "temporal", pid), 30, "berth up to restart Temporal")
-    wait_until(lambda: httpx.get(f"{chaos_stack.api}/readyz").status_code == 200, 30, "the API to reach Temporal")
+    wait_until(lambda: _ready(chaos_stack), 30, "the API to reach Temporal again")
     # A task started through the API after the restart: the API's Temporal client reconnected too.
     handles.append(client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-temporal-after",
                                  model="llama-3.1-8b"))

@@ -2,8 +2,9 @@
 
 The row is written before the workflow starts, so a task is listed the moment its submit
 returns and the workflow's first state save finds its row. If the start then fails, the row
-is removed again: a client sees either a task that runs or a refusal, never a task stuck in
-`queued` with nothing behind it. The id is the workflow id, which is what makes a resubmit
+is removed again (unless the start only timed out and Temporal has the workflow after all): a
+client sees either a task that runs or a refusal, never a task stuck in `queued` with nothing
+behind it, nor a workflow without its row. The id is the workflow id, which is what makes a resubmit
 idempotent end to end (the store compares specs, Temporal keeps one run per id).
 """
 
@@ -21,6 +22,14 @@ from ..store import TaskConflict
 from .errors import conflict, invalid, unavailable
 from .services import Services
 from .temporal_gateway import TemporalUnavailable
+
+
+async def _started_all_the_same(services: Services, task_id: str) -> bool:
+    """A start that timed out may still have reached Temporal; then the task runs, and its row must stay."""
+    try:
+        return await services.temporal.is_started(task_id)
+    except TemporalUnavailable:
+        return False
 
 
 def new_task_id() -> str:
@@ -114,6 +123,8 @@ async def submit_task(
     try:
         await services.temporal.start_task(run)
     except BaseException as exc:
+        if isinstance(exc, TemporalUnavailable) and await _started_all_the_same(services, task_id):
+            return Submitted(state, created=True)
         await services.db(services.store.tasks.delete, task_id)
         if isinstance(exc, TemporalUnavailable):
             raise unavailable(f"task not submitted: {exc}") from None

@@ -56,6 +56,10 @@ QUERY_TIMEOUT_S = 2.0
 # enough that a caller without any worker hears about it.
 UPDATE_TIMEOUT_S = 15.0
 HEALTH_TIMEOUT_S = 3.0
+# A start is one write on the frontend, but a burst of submits (a thousand at once on a 2-core
+# machine) queues the writes behind each other for longer than a connect; a start is idempotent,
+# so waiting costs the caller less than a refusal that asks them to send it again.
+START_TIMEOUT_S = 30.0
 
 
 class TemporalUnavailable(Exception):
@@ -142,10 +146,21 @@ class TemporalGateway:
                 id=run.task_id,
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S),
+                rpc_timeout=timedelta(seconds=START_TIMEOUT_S),
             )
         except (RPCError, RuntimeError) as exc:
             raise TemporalUnavailable(f"could not start the workflow of task {run.task_id}: {exc}") from exc
+
+    async def is_started(self, task_id: str) -> bool:
+        """Whether the task's workflow exists: a start whose answer timed out may have gone through."""
+        client = await self.client()
+        try:
+            await client.get_workflow_handle(task_id).describe(rpc_timeout=timedelta(seconds=START_TIMEOUT_S))
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise TemporalUnavailable(f"could not tell whether task {task_id} started: {exc.message}") from exc
+        return True
 
     async def query_state(self, task_id: str) -> TaskState | None:
         """The workflow's live state, or None when it cannot answer right now (best effort)."""

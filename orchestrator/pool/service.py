@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
 from sdk._catalogue import ModelEntry, ScalingPolicy
@@ -46,6 +47,11 @@ UNREPORTED_LOAD_GRACE_S = 60.0
 COLD_PLACEMENT_FRESHNESS_S = 0.2
 # How long a replica reported gone is ignored in node reports: many heartbeats past the last stale one.
 GONE_MEMORY_S = 600.0
+# A heartbeat this long after a replica was reported gone (three of a real node's 5 s beats) that
+# still lists it is no stale report: the node runs it. A step is cut off as if its replica had gone
+# also when its node was merely too busy to pick the call up in time (a burst on a small machine);
+# ignoring that replica for GONE_MEMORY_S hid a healthy replica and placed new ones past max_replicas.
+GONE_CONFIRM_S = 15.0
 
 
 class CatalogueReader(Protocol):
@@ -81,8 +87,9 @@ class PoolService:
         self._unreported: dict[str, float] = {}  # replica id → when the pool placed it
         self._unloading: set[str] = set()
         # Replicas a node said it no longer has: its last report may still list them until its
-        # next heartbeat, and a replica id never comes back, so they are not re-added from it.
-        self._gone: dict[str, float] = {}
+        # next heartbeat, and a replica id never comes back, so they are not re-added from it
+        # (unless a heartbeat well after the news still lists it). Id → (clock, wall time) of the news.
+        self._gone: dict[str, tuple[float, datetime]] = {}
         self._synced_at = float("-inf")
         self._restored = False
         # Leases a restarted pool found in the store on replicas no node reports yet (their load had only
@@ -164,7 +171,7 @@ class PoolService:
                 self.fleet.release(lease.booking)
                 replica = self.fleet.replicas.get(lease.booking.replica_id)
                 if req.replica_gone:
-                    self._gone[lease.booking.replica_id] = self.clock()
+                    self._gone[lease.booking.replica_id] = (self.clock(), datetime.now(timezone.utc))
                     if replica is not None:
                         self._forget_replica(replica.id)
                 elif replica is not None and replica.active_leases == 0:
@@ -222,7 +229,7 @@ class PoolService:
                 self.policies[model.entry.name] = model.policy
             for view in self.store.fleet.list():
                 self._sync_node(view, now)
-            for replica_id, at in list(self._gone.items()):
+            for replica_id, (at, _) in list(self._gone.items()):
                 if now - at > GONE_MEMORY_S:
                     del self._gone[replica_id]
             if not self._restored:
@@ -265,7 +272,11 @@ class PoolService:
             self._forget_replica(replica.id)
         for report in reported.values():
             if report.replica_id in self._gone:
-                continue
+                if not _listed_since(view, self._gone[report.replica_id][1]):
+                    continue
+                del self._gone[report.replica_id]
+                log.info("node %s still runs replica %s, listed %.0fs or more after it was reported gone: serving it again",
+                         node.id, report.replica_id, GONE_CONFIRM_S)
             if report.model not in fleet.models:
                 continue  # a model taken out of the catalogue: it serves nothing new and will be reaped
             try:
@@ -376,6 +387,15 @@ class PoolService:
 
 
 _STATE_ORDER = {"loading": 0, "warm": 1, "draining": 2}
+
+
+def _listed_since(view: NodeView, gone_at: datetime) -> bool:
+    """Whether the node's latest heartbeat came GONE_CONFIRM_S or more after `gone_at` (so its list is fresh)."""
+    beat = view.last_heartbeat_at
+    if beat is None:
+        return False
+    beat = beat if beat.tzinfo else beat.replace(tzinfo=timezone.utc)
+    return beat - gone_at >= timedelta(seconds=GONE_CONFIRM_S)
 
 
 def _starts_replica(decision: Decision) -> bool:

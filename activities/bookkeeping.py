@@ -74,6 +74,8 @@ def _state_event(state: TaskState) -> dict:
         "status": state.status.value, "step": state.step, "tokens_used": state.spend.tokens_used,
         "token_limit": state.spend.token_limit, "waiting_for": state.waiting_for,
     }
+    if state.gpu_trouble:
+        data["gpu_trouble"] = state.gpu_trouble
     if state.status.is_final:
         data["result"] = state.result
         data["error"] = state.error

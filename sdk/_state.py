@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -28,6 +29,9 @@ class TaskStatus(str, Enum):
 FINAL_STATUSES = frozenset(
     {TaskStatus.completed, TaskStatus.failed, TaskStatus.cancelled, TaskStatus.out_of_budget, TaskStatus.max_steps}
 )
+
+
+GpuTrouble = Literal["capacity", "preemption", "crash_loop"]
 
 
 class Spend(BaseModel):
@@ -62,6 +66,10 @@ class TaskState(BaseModel):
     result: str | None = None
     error: str | None = None
     waiting_for: str | None = Field(default=None, description="why the task is not running: budget, input, ...")
+    gpu_trouble: GpuTrouble | None = Field(
+        default=None, description="while a step cannot run on the fleet: `capacity` (no room now), `preemption`"
+                                  " (its node went away; resuming elsewhere) or `crash_loop` (its replica keeps"
+                                  " failing to load or to answer); `waiting_for` says where and why")
     question: str | None = None
     parent_task_id: str | None = None
     children: list[str] = Field(default_factory=list)

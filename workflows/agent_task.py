@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from sdk._lease import LeaseRequest
     from sdk._limits import MAX_TOOL_RESULT_CHARS
     from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL, CarriedProgress
+    from sdk._state import GpuTrouble
     from sdk.contracts import (
         ANSWER_UPDATE,
         CANCEL_SIGNAL,
@@ -82,6 +83,7 @@ class AgentTaskWorkflow:
         self.result: str | None = None
         self.error: str | None = None
         self.waiting_for: str | None = None
+        self.gpu_trouble: GpuTrouble | None = None
         self.question: str | None = None
         self.answer_text: str | None = None
         self.cancel_reason: str | None = None
@@ -168,8 +170,8 @@ class AgentTaskWorkflow:
                              tenant=spec.tenant, priority=spec.priority, service_class=spec.service_class)
         return await self.fleet.generate(inp, lease)
 
-    async def _set_waiting_for_gpu(self, reason: str | None) -> None:
-        self.waiting_for = reason
+    async def _set_waiting_for_gpu(self, reason: str | None, trouble: GpuTrouble | None) -> None:
+        self.waiting_for, self.gpu_trouble = reason, trouble
         await self._set_status(TaskStatus.waiting_for_gpu if reason is not None else TaskStatus.running)
 
     async def _record_interruption(self, details: dict) -> None:
@@ -327,7 +329,8 @@ class AgentTaskWorkflow:
             tenant=run.spec.tenant, status=self.status, step=self.steps_done, max_steps=self.agent.max_steps,
             spend=self.budget.spend(), checkpoint_seq=self.checkpoint.seq if self.checkpoint else None,
             interruptions=self.fleet.interruptions,
-            result=self.result, error=self.error, waiting_for=self.waiting_for, question=self.question,
+            result=self.result, error=self.error, waiting_for=self.waiting_for, gpu_trouble=self.gpu_trouble,
+            question=self.question,
             parent_task_id=run.parent_task_id, children=list(self.children), started_at=run.submitted_at,
             updated_at=workflow.now(),
         )
@@ -338,7 +341,7 @@ class AgentTaskWorkflow:
             TaskBookkeeping.record_state, RecordStateInput(state=self._state(), spec_json=spec_json), **BOOKKEEPING)
 
     async def _finish(self, status: TaskStatus, error: str | None = None) -> TaskState:
-        self.waiting_for = None
+        self.waiting_for, self.gpu_trouble = None, None
         await self._flush_pending()
         if self.sub_agents.running:
             # Sub-agents started from outside still run on this task's budget: settle them first.

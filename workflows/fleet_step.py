@@ -8,7 +8,9 @@
 While the pool cannot place the step it waits in the pool's queue: the task shows
 `waiting_for_gpu` with the reason and its place, and asks again with a growing pause (short
 at first, since a slot frees within seconds when a replica is merely busy; longer later, so a
-task waiting an hour writes hundreds of events, not thousands). A load that fails releases
+task waiting an hour writes hundreds of events, not thousands). The task's `gpu_trouble` tells
+why a step is not running: `capacity` (nothing free), `preemption` (its node went away and it
+is being placed again) or `crash_loop` (its replica keeps failing to load or to answer). A load that fails releases
 the lease and is placed again away from that node. Models the fleet does not serve (hosted
 providers, a stack run without nodes) are called from the control queue without a lease.
 """
@@ -31,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.pool_lease import PoolLeases
     from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease, StepPlacement
     from sdk._node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
+    from sdk._state import GpuTrouble
     from sdk.contracts import LlmStepInput, LlmStepResult
 
     from .interruptions import Interruption, interruption, is_permanent
@@ -83,10 +86,12 @@ class _Pending:
 class FleetStep:
     """Runs one task's model calls on the fleet; remembers the replica that served the last step."""
 
-    def __init__(self, set_waiting: Callable[[str | None], Awaitable[None]], stop_waiting: Callable[[], bool],
+    def __init__(self, set_waiting: Callable[[str | None, GpuTrouble | None], Awaitable[None]],
+                 stop_waiting: Callable[[], bool],
                  on_interruption: Callable[[dict], Awaitable[None]], max_interruptions: int,
                  heartbeat_timeout: timedelta = GENERATE_HEARTBEAT, interruptions: int = 0) -> None:
-        self._set_waiting = set_waiting  # None: waiting is over
+        self._set_waiting = set_waiting  # (None, None): waiting is over
+        self._said: tuple[str, GpuTrouble] | None = None
         self._stop_waiting = stop_waiting
         self._on_interruption = on_interruption
         self.max_interruptions = max_interruptions
@@ -111,9 +116,11 @@ class FleetStep:
         excluded: list[str] = []
         failures = load_failures = 0
         pending: _Pending | None = None  # an interruption waiting to be recorded with where the step resumed
+        trouble: GpuTrouble = "capacity"
         for placement_index in itertools.count():
             grant = await self._acquire(request.model_copy(update={
-                "exclude_nodes": request.exclude_nodes + excluded, "previous_replica": self.previous_replica}))
+                "exclude_nodes": request.exclude_nodes + excluded, "previous_replica": self.previous_replica}),
+                trouble)
             if grant is None:
                 return None
             if grant.outcome == "direct":
@@ -139,13 +146,18 @@ class FleetStep:
                         excluded.append(grant.node_id)
                         lost = interruption(err)
                         if lost is not None:
-                            pending = self._interrupted(lost, grant, inp.max_tokens)
+                            pending, trouble = self._interrupted(lost, grant, inp.max_tokens), "preemption"
+                            await self._say(f"gpu: step {request.step} resuming: {lost.detail} ({grant.node_id})",
+                                            trouble)
                             continue
                         load_failures += 1
                         workflow.logger.warning("load of %s on %s failed: %s", grant.replica_id, grant.node_id, err)
                         if load_failures >= MAX_LOAD_FAILURES:
                             raise Unplaceable(f"{request.model} failed to load {load_failures} times (on"
                                               f" {', '.join(excluded)}): {_cause(err)}") from err
+                        trouble = "crash_loop"
+                        await self._say(f"gpu: {request.model} failed to load on {grant.node_id} ({load_failures} of"
+                                        f" {MAX_LOAD_FAILURES}): {_cause(err)}", trouble)
                         continue
                     load_s = (workflow.now() - load_started).total_seconds()
                 placement = StepPlacement(
@@ -163,12 +175,16 @@ class FleetStep:
                         failures += 1
                         if is_permanent(err) or failures >= MAX_STEP_FAILURES:
                             raise
+                        trouble = "crash_loop"
+                        await self._say(f"gpu: the model call failed on {grant.node_id} ({failures} of"
+                                        f" {MAX_STEP_FAILURES}): {_cause(err)}", trouble)
                         await workflow.sleep(timedelta(seconds=min(2 ** failures, 10)))
                         continue
                     gone = lost.kind != "simulated"
                     if lost.kind != "replica_gone":
                         excluded.append(grant.node_id)  # its node is gone or going (or, simulated, would be)
-                    pending = self._interrupted(lost, grant, inp.max_tokens)
+                    pending, trouble = self._interrupted(lost, grant, inp.max_tokens), "preemption"
+                    await self._say(f"gpu: step {request.step} resuming: {lost.detail} ({grant.node_id})", trouble)
                     continue
                 served = True
                 self._inherited = None
@@ -225,20 +241,25 @@ class FleetStep:
             "resume_s": round((workflow.now() - pending.at).total_seconds(), 3),
         })
 
-    async def _acquire(self, request: LeaseRequest) -> LeaseGrant | None:
-        pause, waiting_said = WAIT_FIRST_S, None
+    async def _say(self, why: str | None, trouble: GpuTrouble | None) -> None:
+        """Show why the step is not running (None: it runs again), writing the task state only on a change."""
+        said = (why, trouble) if why is not None and trouble is not None else None
+        if said != self._said:
+            self._said = said
+            await self._set_waiting(why, trouble)
+
+    async def _acquire(self, request: LeaseRequest, trouble: GpuTrouble) -> LeaseGrant | None:
+        """A lease; while the pool says wait, the task shows why (under `trouble`: what brought the step here)."""
+        pause = WAIT_FIRST_S
         while True:
             grant = await workflow.execute_local_activity_method(PoolLeases.acquire, request, **BOOKKEEPING)
             if grant.outcome in ("placed", "direct"):
-                if waiting_said is not None:
-                    await self._set_waiting(None)
+                await self._say(None, None)  # placed: the step runs (or waits for its replica's load) again
                 return grant
             if grant.outcome == "never":
                 raise Unplaceable(grant.reason or f"no node of this fleet can serve {request.model}")
-            said = f"gpu: {grant.reason} (place {grant.queue_position} in the queue for {request.model})"
-            if said != waiting_said:
-                await self._set_waiting(said)
-                waiting_said = said
+            await self._say(f"gpu: {grant.reason} (place {grant.queue_position} in the queue for {request.model})",
+                            trouble)
             try:
                 await workflow.wait_condition(self._stop_waiting, timeout=timedelta(seconds=pause))
             except TimeoutError:

@@ -25,6 +25,7 @@ from activities.step_books import StoreStepBooks
 from activities.tokens import encode
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
+from orchestrator.node.generation import warm_up
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus
@@ -47,7 +48,9 @@ class TwoNodePool:
         self.placed: Counter[str] = Counter()
 
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
-        node = next(n for n in self.nodes if n not in req.exclude_nodes)
+        node = next((n for n in self.nodes if n not in req.exclude_nodes), None)
+        if node is None:
+            return LeaseGrant(outcome="never", reason=f"every node is excluded: {req.exclude_nodes}")
         self.placed[node] += 1
         return LeaseGrant(outcome="placed", lease_id=f"lease-{next(self.ids)}", node_id=node, replica_id=f"{node}-r1",
                           gpu_indexes=[0], gpu_type="H100-80GB", tier="warm", decided_by="locality")
@@ -75,6 +78,7 @@ class PreemptedNode:
 
 async def test_a_step_preempted_mid_answer_continues_its_text_on_another_node(
         temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    warm_up()  # as a node does before it joins: litellm's import would stall the first generation's heartbeats
     config = BerthConfig(data_dir=tmp_path, engine_url=engine_url, database_url=f"sqlite:///{tmp_path}/berth.db")
     store = Store.open(config.resolved_database_url)
     agent = Agent(f"writer-{uuid.uuid4().hex[:8]}", "llama-3.1-8b", "Write at length.", [], max_tokens_per_step=2048)
@@ -110,6 +114,10 @@ async def test_a_step_preempted_mid_answer_continues_its_text_on_another_node(
     assert cutter.calls == 1 and pool.placed == {node_a: 1, node_b: 1}
     assert state.interruptions == 1 and state.spend.tokens_used <= 50_000
 
+    # While the step was placed again its task said why it was not running: a preemption, not a shortage.
+    troubles = [(e.data["status"], e.data.get("gpu_trouble")) for e in store.events.read(state.task_id)
+                if e.kind == "state"]
+    assert ("waiting_for_gpu", "preemption") in troubles and ("running", None) in troubles[-3:]
     kept = len(encode(cutter.prefix))
     [cut] = [e.data for e in store.events.read(state.task_id) if e.kind == "interruption"]
     assert (cut["kind"], cut["node_id"], cut["resumed_on"]) == ("notice", node_a, node_b)

@@ -158,7 +158,8 @@ def task_panel(state: TaskState, ledger: Ledger | None, checkpoints: int | None,
         ("usd", f"{spend.usd_used:.4f}" + (f"/{spend.usd_limit:.2f}" if spend.usd_limit is not None else "")),
     ]
     if state.waiting_for:
-        rows.append(("waiting for", state.waiting_for))
+        trouble = f" [{state.gpu_trouble}]" if state.gpu_trouble else ""
+        rows.append(("waiting for", state.waiting_for + trouble))
     if state.question:
         rows.append(("question", state.question))
     if state.parent_task_id:

@@ -37,6 +37,9 @@ class LeaseRequest(BaseModel):
     priority: int = Field(default=0, ge=0, le=9, description="higher goes first in the wait queue")
     service_class: ServiceClass = "interactive"
     exclude_nodes: list[str] = Field(default_factory=list)
+    avoid_spot_zones: list[str] = Field(
+        default_factory=list, description="zones whose spot capacity was reclaimed under this step: their spot"
+                                          " nodes are used only when nothing else can serve")
     previous_replica: str | None = Field(default=None, description="served the previous step: prefix affinity")
 
 
@@ -47,6 +50,8 @@ class LeaseGrant(BaseModel):
     replica_id: str | None = None
     gpu_indexes: list[int] = Field(default_factory=list)
     gpu_type: str | None = None
+    zone: str | None = None
+    capacity: Literal["on-demand", "spot"] | None = None
     tier: LocalityTier | None = None
     load: LoadReplica | None = Field(default=None, description="set while the replica still has to be loaded")
     usd_per_1m_prompt: float | None = None

@@ -114,12 +114,14 @@ class FleetStep:
             return await _generate(inp, task_queue=None)
         asked_at = workflow.now()
         excluded: list[str] = []
+        avoided_zones: list[str] = []  # spot zones reclaimed under this step
         failures = load_failures = 0
         pending: _Pending | None = None  # an interruption waiting to be recorded with where the step resumed
         trouble: GpuTrouble = "capacity"
         for placement_index in itertools.count():
             grant = await self._acquire(request.model_copy(update={
-                "exclude_nodes": request.exclude_nodes + excluded, "previous_replica": self.previous_replica}),
+                "exclude_nodes": request.exclude_nodes + excluded, "avoid_spot_zones": avoided_zones,
+                "previous_replica": self.previous_replica}),
                 trouble)
             if grant is None:
                 return None
@@ -146,6 +148,7 @@ class FleetStep:
                         excluded.append(grant.node_id)
                         lost = interruption(err)
                         if lost is not None:
+                            avoided_zones += _reclaimed_spot_zone(lost, grant)
                             pending, trouble = self._interrupted(lost, grant, inp.max_tokens), "preemption"
                             await self._say(f"gpu: step {request.step} resuming: {lost.detail} ({grant.node_id})",
                                             trouble)
@@ -183,6 +186,7 @@ class FleetStep:
                     gone = lost.kind != "simulated"
                     if lost.kind != "replica_gone":
                         excluded.append(grant.node_id)  # its node is gone or going (or, simulated, would be)
+                    avoided_zones += _reclaimed_spot_zone(lost, grant)
                     pending, trouble = self._interrupted(lost, grant, inp.max_tokens), "preemption"
                     await self._say(f"gpu: step {request.step} resuming: {lost.detail} ({grant.node_id})", trouble)
                     continue
@@ -275,6 +279,14 @@ async def _generate(inp: LlmStepInput, task_queue: str | None) -> LlmStepResult:
     return await workflow.execute_activity_method(
         LlmStepActivities.generate, inp, task_queue=task_queue, start_to_close_timeout=GENERATE_TIMEOUT,
         heartbeat_timeout=GENERATE_HEARTBEAT, retry_policy=GENERATE_RETRY)
+
+
+def _reclaimed_spot_zone(lost: Interruption, grant: LeaseGrant) -> list[str]:
+    """The zone to keep this step's spot placements away from: a spot node's zone when the node went
+    away (a cloud reclaims a zone's spot capacity together), else none."""
+    if lost.kind in ("lost", "notice") and grant.capacity == "spot" and grant.zone:
+        return [grant.zone]
+    return []
 
 
 def _cause(err: BaseException) -> str:

@@ -30,6 +30,9 @@ class PlacementRequest:
     tensor_parallel: tuple[int, ...] | None = None  # overrides the catalogue's allowed degrees
     exclude_nodes: frozenset[str] = frozenset()  # e.g. the node that just preempted this task
     exclude_zones: frozenset[str] = frozenset()
+    # Spot capacity of these zones was just reclaimed under this task: a cloud reclaims a zone's spot
+    # pool together, so its other spot nodes are likely next. On-demand nodes there are fine.
+    exclude_spot_zones: frozenset[str] = frozenset()
     previous_replica: str | None = None  # served this task's previous step: its KV cache has the prefix
     new_replica_only: bool = False  # the scaler adding a replica: existing ones are not candidates
     # The model's scaling policy cap: once it has this many replicas (not draining), a step waits for a

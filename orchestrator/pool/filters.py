@@ -24,6 +24,8 @@ def node_filter(request: PlacementRequest, node: Node, trust: Trust) -> str | No
         return "excluded_node"
     if node.zone in request.exclude_zones:
         return "excluded_zone"
+    if node.capacity == "spot" and node.zone in request.exclude_spot_zones:
+        return "reclaimed_spot_zone"
     if trust == "dedicated" and node.dedicated_to != request.tenant:
         return "not_dedicated"
     if node.dedicated_to is not None and node.dedicated_to != request.tenant:

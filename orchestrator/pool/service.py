@@ -118,12 +118,12 @@ class PoolService:
                                   reason="no GPU node has joined the fleet yet")
             ahead = self.queue.ahead_of(req.task_id, req.model, req.priority, now)
             request = _placement_request(req, self.policies.get(req.model, DEFAULT_POLICY).max_replicas)
-            decision = place(self.fleet, request, self.config)
+            decision = self._place_away_from_reclaimed_spot(request)
             if _starts_replica(decision) and self.clock() - self._synced_at > COLD_PLACEMENT_FRESHNESS_S:
                 # A new replica costs seconds to minutes, so it is worth deciding on the nodes' latest
                 # reports (weights that just arrived on a disk, a replica that just turned warm).
                 self.sync(force=True)
-                decision = place(self.fleet, request, self.config)
+                decision = self._place_away_from_reclaimed_spot(request)
             if decision.outcome == "never":
                 self.queue.leave(req.task_id)
                 return LeaseGrant(outcome="never", reason=decision.reason)
@@ -139,6 +139,14 @@ class PoolService:
                                   reason=f"{position - 1} earlier step(s) for {req.model} go first")
             return LeaseGrant(outcome="wait", wait_reason=decision.wait_reason, queue_position=position,
                               reason=decision.reason)
+
+    def _place_away_from_reclaimed_spot(self, request: PlacementRequest) -> Decision:
+        """Avoid the spot nodes of zones reclaimed under this step while anything else can serve it; a
+        zone's other spot nodes are only likely to go next, so they still serve rather than nobody."""
+        decision = place(self.fleet, request, self.config)
+        if decision.outcome != "placed" and request.exclude_spot_zones:
+            decision = place(self.fleet, replace(request, exclude_spot_zones=frozenset()), self.config)
+        return decision
 
     def _may_go(self, decision: Decision, ahead: int) -> bool:
         """Whether a placed step may have its lease although `ahead` steps wait before it.
@@ -209,7 +217,8 @@ class PoolService:
             load = LoadReplica(model=entry, gpu_indexes=list(replica.devices), replica_id=replica.id, tier=source)
         return LeaseGrant(
             outcome="placed", lease_id=record.lease_id, node_id=node.id, replica_id=replica.id,
-            gpu_indexes=list(replica.devices), gpu_type=node.device(replica.devices[0]).type_name, tier=tier,
+            gpu_indexes=list(replica.devices), gpu_type=node.device(replica.devices[0]).type_name, zone=node.zone,
+            capacity=node.capacity, tier=tier,
             load=load, usd_per_1m_prompt=entry.usd_per_1m_prompt, usd_per_1m_completion=entry.usd_per_1m_completion)
 
     # --- state from the store --------------------------------------------------------------
@@ -404,5 +413,6 @@ def _starts_replica(decision: Decision) -> bool:
 
 def _placement_request(req: LeaseRequest, max_replicas: int) -> PlacementRequest:
     return PlacementRequest(model=req.model, tokens=req.tokens, tenant=req.tenant, priority=req.service_class,
-                            exclude_nodes=frozenset(req.exclude_nodes), previous_replica=req.previous_replica,
+                            exclude_nodes=frozenset(req.exclude_nodes),
+                            exclude_spot_zones=frozenset(req.avoid_spot_zones), previous_replica=req.previous_replica,
                             max_replicas=max_replicas)

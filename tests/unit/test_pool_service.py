@@ -219,3 +219,22 @@ def test_the_scaler_adds_a_replica_even_when_an_existing_one_has_room(store: Sto
     assert order.node_id == "gpu-b"  # spread: a node's loss never takes all of a model's replicas
     third = pool.start_replica("llama-3.2-1b")
     assert third is not None  # every node hosts one now: packing beside one is better than none
+
+
+def test_a_step_whose_spot_node_was_reclaimed_avoids_that_zones_spot_nodes_while_others_can_serve(
+        store: Store, pool: PoolService) -> None:
+    join(store, "spot-1", capacity="spot")
+    join(store, "spot-2", capacity="spot")
+    join(store, "steady", datacenter="west")
+    batch = {"service_class": "batch"}
+    first = pool.acquire(req("t1", **batch))
+    assert (first.zone, first.capacity) == ("east-1", "spot")  # batch work prefers spot
+    pool.release(ReleaseLease(lease_id=first.lease_id))
+
+    # spot-1 was reclaimed under t2's step: spot-2 shares its zone's spot pool, so the step goes elsewhere.
+    moved = pool.acquire(req("t2", exclude_nodes=["spot-1"], avoid_spot_zones=["east-1"], **batch))
+    assert (moved.node_id, moved.zone, moved.capacity) == ("steady", "west-1", "on-demand")
+    pool.release(ReleaseLease(lease_id=moved.lease_id))
+    # ...but when only that zone's spot capacity can serve, it serves rather than nobody.
+    cornered = pool.acquire(req("t3", exclude_nodes=["spot-1", "steady"], avoid_spot_zones=["east-1"], **batch))
+    assert cornered.outcome == "placed" and cornered.node_id == "spot-2"

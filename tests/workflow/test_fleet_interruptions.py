@@ -46,14 +46,18 @@ class TwoNodePool:
         self.ids = itertools.count(1)
         self.released: list[ReleaseLease] = []
         self.placed: Counter[str] = Counter()
+        self.asked: list[LeaseRequest] = []
 
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
+        self.asked.append(req)
         node = next((n for n in self.nodes if n not in req.exclude_nodes), None)
         if node is None:
             return LeaseGrant(outcome="never", reason=f"every node is excluded: {req.exclude_nodes}")
         self.placed[node] += 1
+        spot = node == self.nodes[0]  # the first node is spot capacity, in zone z1
         return LeaseGrant(outcome="placed", lease_id=f"lease-{next(self.ids)}", node_id=node, replica_id=f"{node}-r1",
-                          gpu_indexes=[0], gpu_type="H100-80GB", tier="warm", decided_by="locality")
+                          gpu_indexes=[0], gpu_type="H100-80GB", tier="warm", decided_by="locality",
+                          zone="z1" if spot else "z2", capacity="spot" if spot else "on-demand")
 
     def release(self, req: ReleaseLease) -> None:
         self.released.append(req)
@@ -112,6 +116,8 @@ async def test_a_step_preempted_mid_answer_continues_its_text_on_another_node(
     assert state.status == TaskStatus.completed, state.error
     assert state.result == uncut.result  # the same answer, its start written on the preempted node
     assert cutter.calls == 1 and pool.placed == {node_a: 1, node_b: 1}
+    # Placed again away from the preempted node, and from its zone's spot capacity.
+    assert (pool.asked[-1].exclude_nodes, pool.asked[-1].avoid_spot_zones) == ([node_a], ["z1"])
     assert state.interruptions == 1 and state.spend.tokens_used <= 50_000
 
     # While the step was placed again its task said why it was not running: a preemption, not a shortage.

@@ -65,6 +65,7 @@ async def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from ..engines.replicas import ExternalReplicaEngine, SimulatedReplicaEngine, VllmReplicaEngine
+    from ..engines.replicas.processes import stop_orphans
     from ..weights_transfer import DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S
     from ..node import GpuDiscovery, NvmlDiscovery, NvmlUnavailable, SimulatedDiscovery, WeightsCache, parse_simulate
     from ..node.agent import NodeAgent, NodeOptions
@@ -98,6 +99,9 @@ async def _run(args: argparse.Namespace) -> int:
     cache_dir = Path(args.cache_dir) if args.cache_dir else config.data_dir / "node" / args.node_id
     cache = WeightsCache(cache_dir / "cache", round(args.cache_gib * 2**30))
     log_dir = cache_dir / "replica-logs"
+    if orphans := stop_orphans(log_dir):
+        print(f"stopped {len(orphans)} replica process(es) an earlier agent on this node left running:"
+              f" {', '.join(map(str, orphans))}", file=sys.stderr)
     engines = {"simulated": SimulatedReplicaEngine(load_time_scale=args.load_time_scale,
                                                    latency_scale=config.engine_latency_scale, log_dir=log_dir),
                "vllm": VllmReplicaEngine(log_dir=log_dir)}

@@ -4,6 +4,10 @@ Each replica runs in a new session (its own process group) because vLLM with ten
 parallelism forks one worker per GPU: stopping only the parent would leave workers holding
 GPU memory. Signals therefore go to the group, and stopping waits in a thread (`Popen.wait`)
 rather than sleep-polling the node agent's event loop.
+
+Each live replica also has a pid file beside its log (pid and the process's start time, so a
+reused pid is never mistaken for it): a node agent killed with SIGKILL cannot stop its
+replicas, so the next agent on that machine stops what the files name before it starts any.
 """
 
 from __future__ import annotations
@@ -59,10 +63,50 @@ def launch(argv: Sequence[str], env: dict[str, str], log_path: Path) -> subproce
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
-            return subprocess.Popen(list(argv), env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(list(argv), env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             raise ReplicaStartError(f"cannot start replica: {executable!r}: {exc}") from exc
+    started = _start_time(process.pid)
+    if started is not None:
+        pid_file(log_path).write_text(f"{process.pid} {started}\n")
+    return process
+
+
+def pid_file(log_path: Path) -> Path:
+    return log_path.with_suffix(".pid")
+
+
+def stop_orphans(log_dir: Path) -> list[int]:
+    """SIGKILL the process groups of replicas an earlier node agent left running; their pids.
+
+    Only a process whose start time matches its file is one of them: the pid may have been
+    given to something else since.
+    """
+    stopped: list[int] = []
+    for path in sorted(log_dir.glob("*.pid")):
+        try:
+            pid, started = (int(part) for part in path.read_text().split())
+        except ValueError:
+            pid, started = 0, None
+        if pid > 0 and started is not None and _start_time(pid) == started:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+                stopped.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        path.unlink(missing_ok=True)
+    return stopped
+
+
+def _start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot, /proc/<pid>/stat field 22); None if unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": field 3 onwards
+    return int(fields[19])
 
 
 def running(process: subprocess.Popen[bytes]) -> bool:
@@ -128,6 +172,8 @@ class ChildProcessEngine:
     async def stop(self, handle: ReplicaHandle, grace_s: float = 10.0) -> None:
         if handle.process is not None:
             await terminate(handle.process, grace_s)
+        if handle.log_path is not None:
+            pid_file(handle.log_path).unlink(missing_ok=True)
         release_port(handle.port)
 
     def base_url(self, handle: ReplicaHandle) -> str:

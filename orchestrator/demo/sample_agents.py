@@ -2,7 +2,8 @@
 
 `research` looks things up in a small built-in knowledge base and keeps notes;
 `coordinator` splits a question between two `research` sub-agents; both are used by the
-demo, the README and the system tests. Each tool appends its idempotency key to the file
+demo, the README and the system tests. `writer` researches the same way and then writes a
+long report (the demo preempts its node mid-report). Each tool appends its idempotency key to the file
 named by BERTH_TOOL_JOURNAL (when set), so tests can prove that no finished tool call ran twice.
 """
 
@@ -67,4 +68,13 @@ coordinator = Agent(
     allow_spawn=True,
 )
 
-ALL = [research, coordinator]
+writer = Agent(
+    "writer",
+    model="llama-3.1-8b",
+    instructions="You research GPU serving questions with search, then write a thorough report.",
+    tools=[search],
+    max_steps=20,
+    max_tokens_per_step=4096,
+)
+
+ALL = [research, coordinator, writer]

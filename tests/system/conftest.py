@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from orchestrator.engines.simulated.usage import UsageTally
 from tests.conftest import ROOT, free_port
 
 AGENTS = "orchestrator.demo.sample_agents:ALL"
+T = TypeVar("T")
 
 
 @dataclass
@@ -113,11 +115,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         s.stop()
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_until(check: Callable[[], T], timeout_s: float, what: str) -> T:
+    """The check's first truthy answer, asked every 0.2 s."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if check():
-            return
+        if answer := check():
+            return answer
         time.sleep(0.2)
     raise TimeoutError(f"waited {timeout_s:.0f}s for {what}")
 

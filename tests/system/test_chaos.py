@@ -151,20 +151,33 @@ def test_a_node_stopped_with_sigterm_hands_its_task_over(chaos_stack: Stack) -> 
     wait_until(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
 
 
-def test_a_node_preempted_with_notice_hands_its_task_over(chaos_stack: Stack) -> None:
+def test_a_node_preempted_mid_answer_hands_its_text_over_and_the_answer_goes_on_from_it(chaos_stack: Stack) -> None:
     client = SyncClient(chaos_stack.api)
-    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-preempt", model="llama-3.1-8b")
-    chaos_stack.wait_for_step("chaos-preempt", 3, timeout_s=120)
-    node, replica, _ = _serving(chaos_stack, "chaos-preempt")
+    handle = client.submit("writer", f"{SUBJECTS}\nlength: 1500 tokens", budget=Budget(BUDGET),
+                           task_id="chaos-preempt", model="llama-3.1-8b")
+    chaos_stack.wait_for_step("chaos-preempt", 6, timeout_s=120)  # its searches are done: it writes the report
+    node = wait_until(lambda: _generating_on(chaos_stack), 30, "the report's generation to hold a lease")
     assert client.preempt_node(node, notice_s=10).status == "draining"
     handle.result(timeout=240)
-    assert handle.status().status == TaskStatus.completed
-    events = list(handle.events())
-    assert_no_step_finished_twice(events)
-    calls = [e.data for e in events if e.kind == "llm_call"]
-    assert calls[-1]["replica_id"] != replica  # the preempted node's replica left with it
+    state = handle.status()
+    assert state.status == TaskStatus.completed and state.spend.tokens_used <= BUDGET
+    assert state.result is not None and state.result.startswith("Report on 6 subjects.")
+    assert state.result.count("Conclusion:") == 1  # one answer, not a restarted one glued to the first
+    [cut] = [e.data for e in handle.interruptions()]
+    # With notice the generation stopped at once and handed its text over: nothing it had sent was lost.
+    assert (cut["kind"], cut["node_id"], cut["tokens_lost"]) == ("notice", node, 0), cut
+    assert cut["tokens_kept"] > 0 and cut["resumed_on"] != node, cut
+    ledger = httpx.get(f"{chaos_stack.api}/v1/tasks/chaos-preempt/ledger").json()["totals"]
+    assert (ledger["kept_tokens"], ledger["lost_tokens"]) == (cut["tokens_kept"], 0)
+    assert_no_step_finished_twice(list(handle.events()))
     assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-preempt")
     wait_until(lambda: client.node(node).status == "healthy", 60, "the preempted node to come back (berth up restarts it)")
+
+
+def _generating_on(stack: Stack) -> str | None:
+    """The node of the one replica with a lease held (the only task running is generating there)."""
+    busy = [r["node_id"] for r in httpx.get(f"{stack.api}/v1/replicas").json() if r["active_leases"]]
+    return busy[0] if len(busy) == 1 else None
 
 
 def test_the_control_plane_server_killed_mid_task_is_restarted_and_the_task_completes(chaos_stack: Stack) -> None:

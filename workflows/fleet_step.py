@@ -129,9 +129,6 @@ class FleetStep:
                 self._direct_until[request.model] = request.step + DIRECT_RECHECK_STEPS
                 return await _generate(inp, task_queue=None)
             assert grant.lease_id is not None and grant.node_id is not None and grant.replica_id is not None
-            if pending is not None:
-                await self._record(pending, request.step, grant)
-                pending = None
             served = gone = False
             try:
                 load_s = 0.0
@@ -144,6 +141,9 @@ class FleetStep:
                             schedule_to_start_timeout=self.node_pickup, heartbeat_timeout=LOAD_HEARTBEAT,
                             retry_policy=LOAD_RETRY)
                     except ActivityError as err:
+                        if pending is not None:  # placed here after an interruption; its load failed too
+                            await self._record(pending, request.step, grant)
+                            pending = None
                         gone = True
                         excluded.append(grant.node_id)
                         lost = interruption(err)
@@ -163,6 +163,9 @@ class FleetStep:
                                         f" {MAX_LOAD_FAILURES}): {_cause(err)}", trouble)
                         continue
                     load_s = (workflow.now() - load_started).total_seconds()
+                if pending is not None:  # recorded once the step runs again: its resume time includes the load
+                    await self._record(pending, request.step, grant)
+                    pending = None
                 placement = StepPlacement(
                     node_id=grant.node_id, replica_id=grant.replica_id, gpu_indexes=grant.gpu_indexes,
                     gpu_type=grant.gpu_type, tier=grant.tier or "warm", decided_by=grant.decided_by,

@@ -60,10 +60,11 @@ async def interruption_rows(client: Client, states: list[TaskState]) -> list[tup
 
 def interruptions_table(rows: list[tuple[str, dict]], prefix: str = "") -> Table:
     table = Table(title="Interruptions: where a step was cut, what it cost, where it resumed")
-    for col in ("task", "step", "node", "kind", "tokens lost", "resumed on", "after s"):
+    for col in ("task", "step", "node", "kind", "tokens kept", "tokens lost", "resumed on", "after s"):
         table.add_column(col)
     for task_id, d in rows:
         table.add_row(task_id.removeprefix(prefix), str(d.get("step")), str(d.get("node_id")), str(d.get("kind")),
-                      str(d.get("tokens_lost", 0)), f"{d.get('resumed_on')} ({d.get('resumed_tier')})",
+                      str(d.get("tokens_kept", 0)), str(d.get("tokens_lost", 0)),
+                      f"{d.get('resumed_on')} ({d.get('resumed_tier')})",
                       _num(d.get("resume_s")))
     return table

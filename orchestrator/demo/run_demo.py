@@ -6,8 +6,9 @@
   up (as an operator would with `berth tasks raise-budget`) and it finishes;
 - on a fleet, a research task on a second model whose weights the demo prewarmed first
   (`berth models prewarm`), so its replica loads from disk instead of origin;
-- on a fleet, a batch task that runs on the spot node until the demo reclaims that node
-  (`berth nodes preempt`, 5 s notice); it resumes on another node from its checkpoint.
+- on a fleet, a batch `writer` task that runs on the spot node until the demo reclaims that
+  node (`berth nodes preempt`, 5 s notice) while it writes its long report: the generation
+  stops, hands over its text, and the step goes on from that text on another node.
 
 It ends with where each step ran and why (orchestrator/demo/placements.py).
 """
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from sdk import BerthError, Budget, Client, TaskHandle, TaskState, TaskStatus
+from sdk import BerthError, Budget, Client, ScalingPolicy, TaskHandle, TaskState, TaskStatus
 from sdk._lease import ServiceClass
 
 from ..config import BerthConfig
@@ -38,12 +39,16 @@ DEMO_TASKS = [
 TOP_UP_TOKENS = 10_000
 PREWARMED = ("research", "qwen2.5-7b", "west", "L4 memory for a 7b model; decode speed for a 7b model", 20_000)
 PREWARM_WAIT_S = 60.0
-# A batch task prefers spot capacity; once it has run a couple of steps there, the demo reclaims
-# that spot node (as a cloud would, with a short notice) and the task resumes elsewhere.
-ON_SPOT = ("research", "llama-3.2-1b", "spot preemption; kv cache size for 8b; decode speed for an 8b model",
-           20_000)
-PREEMPT_AFTER_STEP = 2
+# A batch task prefers spot capacity; once its tool steps are done there and it writes its long
+# answer, the demo reclaims that spot node (as a cloud would, with a short notice): the answer's
+# generation stops, hands over its text, and goes on from it on another node.
+ON_SPOT = ("writer", "llama-3.2-1b", "spot preemption; kv cache size for 8b; decode speed for an 8b model\n"
+                                     "length: 2400 tokens", 20_000)
+PREEMPT_AFTER_STEP = 3
 PREEMPT_NOTICE_S = 5.0
+# While the demo runs, the spot task's model keeps two replicas (the scaler spreads them over two
+# nodes), so the report resumes on a warm replica within a second instead of waiting for a load.
+SPOT_MODEL_REPLICAS = 2
 
 
 class _Stop(Protocol):
@@ -58,18 +63,22 @@ def run_demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: 
 async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int) -> list[TaskState]:
     console = Console()
     client = Client(config.resolved_api_url)
-    await _wait_for_agents(client, {"research", "coordinator"})
+    await _wait_for_agents(client, {"research", "coordinator", "writer"})
     await _wait_for_nodes(client, nodes)
     stamp = time.strftime("%H%M%S")
     handles = [
         await _submit(client, agent, text, tokens, f"demo-{stamp}-{i}")
         for i, (agent, text, tokens) in enumerate(DEMO_TASKS, 1)
     ]
+    spot_policy: ScalingPolicy | None = None
     if nodes:
         agent, model, datacenter, text, tokens = PREWARMED
         await _prewarm(client, console, model, datacenter)
         handles.append(await _submit(client, agent, text, tokens, f"demo-{stamp}-{len(handles) + 1}", model=model))
         agent, model, text, tokens = ON_SPOT
+        spot_policy = (await client.model(model)).policy
+        await client.set_policy(model, spot_policy.model_copy(update={
+            "min_replicas": SPOT_MODEL_REPLICAS, "max_replicas": max(spot_policy.max_replicas, SPOT_MODEL_REPLICAS)}))
         handles.append(await _submit(client, agent, text, tokens, f"demo-{stamp}-{len(handles) + 1}", model=model,
                                      service_class="batch"))
     spot_task = handles[-1].task_id if nodes else None
@@ -91,6 +100,8 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
                 break
             await asyncio.sleep(0.5)
     console.print(_summary(states))
+    if spot_policy is not None:
+        await client.set_policy(ON_SPOT[1], spot_policy)  # as it was: its idle replicas go again
     if nodes and states and all(s.status.is_final for s in states):
         rows = [row for state in states for row in await step_rows(client, state)]
         console.print(placements_table(rows, prefix=f"demo-{stamp}-"))
@@ -99,10 +110,13 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
             if interrupted:
                 console.print(interruptions_table(interrupted, prefix=f"demo-{stamp}-"))
             moved = next((d for task_id, d in rows if task_id == spot_task and d.get("node_id") != preempted), None)
+            cut = next((d for task_id, d in interrupted if task_id == spot_task), None)
             if moved is not None:
-                cut = "cut a generation (above)" if interrupted else "came between two steps, so nothing was cut"
+                what = (f"cut step {cut['step']}'s generation after {cut['tokens_kept']} tokens, which it kept"
+                        f" ({cut['tokens_lost']} lost), and the step ran again {cut['resume_s']:.1f} s later"
+                        if cut is not None else "came between two steps, so nothing was cut")
                 console.print(f"The spot node {preempted} was reclaimed with {PREEMPT_NOTICE_S:g} s notice; the"
-                              f" preemption {cut}. The batch task resumed at step {moved['step']} on"
+                              f" preemption {what}. The batch task resumed at step {moved['step']} on"
                               f" {moved['node_id']} from its checkpoint.")
     return states
 

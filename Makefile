@@ -24,6 +24,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.fleet_step
 	$(PY) -m benchmarks.resume_time
 	$(PY) -m benchmarks.checkpoint_storage
+	$(PY) -m benchmarks.load_run
 
 clean:
 	rm -rf $(VENV) .berth

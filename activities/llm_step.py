@@ -30,7 +30,12 @@ from .ports import (GENERATION_CUT, KEPT, LOST, NODE_STOPPING, REPLICA_UNAVAILAB
                     ReplicaUnavailable, StepBooks)
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
-HEARTBEAT_EVERY_S = 1.0
+# While tokens stream, progress is heartbeated twice a second: a node killed without notice loses
+# what the last heartbeat that reached Temporal did not carry, so at most ~0.5-1 s of tokens. Before
+# the first token (and on a stalled stream) a beat every 2 s keeps the step alive, well inside the
+# 5 s heartbeat timeout, at a quarter of the RPCs.
+HEARTBEAT_EVERY_S = 0.5
+ALIVE_EVERY_S = 2.0
 IDEMPOTENCY_HEADER = "Idempotency-Key"  # one key per task step: a retry gets a finished reply back
 # How vLLM (and the simulated engine) is asked to go on writing the last, assistant, message.
 CONTINUE_FINAL_MESSAGE = {"continue_final_message": True, "add_generation_prompt": False}
@@ -128,7 +133,7 @@ class LlmStepActivities:
                     text, delta_tokens, plain = _delta(chunk)
                     if delta_tokens and ttft is None:
                         ttft = time.monotonic() - started
-                    progress.wrote(text, delta_tokens, plain)  # `_keep_beating` reports it every second
+                    progress.wrote(text, delta_tokens, plain)  # `_keep_beating` reports it
             except Exception as exc:
                 activity.heartbeat(progress.details())
                 raise _classify(exc) from exc
@@ -206,9 +211,14 @@ class LlmStepActivities:
 
 
 async def _keep_beating(progress: Attempts) -> None:
+    """Heartbeat progress as it grows, and at least every ALIVE_EVERY_S while it does not."""
+    sent, quiet = progress.generated, 0.0
     while True:
         await asyncio.sleep(HEARTBEAT_EVERY_S)
-        activity.heartbeat(progress.details())
+        quiet += HEARTBEAT_EVERY_S
+        if progress.generated != sent or quiet >= ALIVE_EVERY_S:
+            activity.heartbeat(progress.details())
+            sent, quiet = progress.generated, 0.0
 
 
 def _is_closing_usage(chunk: Any) -> bool:

@@ -28,7 +28,7 @@ import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.llm_step import LlmStepActivities
+from activities.llm_step import HEARTBEAT_EVERY_S, LlmStepActivities
 from sdk._fleet import (Capacity, CachedModelWeights, GpuDescription, GpuHealth, MigDeviceDescription, NodeHeartbeat,
                         NodeRegistration)
 from sdk._node_io import node_task_queue
@@ -177,8 +177,9 @@ class NodeAgent:
                       max_concurrent_activities=1024,
                       # A generation's heartbeat carries the text written so far: what survives a kill -9
                       # is what the last one that reached Temporal carried. The SDK's default throttle
-                      # (0.8 × the 5 s heartbeat timeout) would lose up to 4 s of tokens; send every second.
-                      max_heartbeat_throttle_interval=timedelta(seconds=1),
+                      # (0.8 × the 5 s heartbeat timeout) would lose up to 4 s of tokens; send each beat
+                      # (activities/llm_step.py beats every 0.5 s while tokens stream).
+                      max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
                       graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S))
 
     async def serve(self, client: Client) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
 from orchestrator.pool.scaler import ScaleDown, ScaleUp
-from orchestrator.pool.service import UNREPORTED_LOAD_GRACE_S, PoolService
+from orchestrator.pool.service import GONE_CONFIRM_S, UNREPORTED_LOAD_GRACE_S, PoolService
 from orchestrator.store import Store
 from sdk import ModelEntry, ScalingPolicy
 from sdk._fleet import NodeHeartbeat, NodeSpec
@@ -238,3 +239,87 @@ def test_a_step_whose_spot_node_was_reclaimed_avoids_that_zones_spot_nodes_while
     # ...but when only that zone's spot capacity can serve, it serves rather than nobody.
     cornered = pool.acquire(req("t3", exclude_nodes=["spot-1", "steady"], avoid_spot_zones=["east-1"], **batch))
     assert cornered.outcome == "placed" and cornered.node_id == "spot-2"
+
+
+# --- max_replicas, the free-slot queue rule, confirmed replicas, exclusions (3dd1583, d213d12, d4f55b7) ---
+
+def solo_at_max(store: Store, max_replicas: int) -> None:
+    """A one-slot model whose every allowed replica already runs warm on gpu-a, with room for more:
+    the H100 could hold another, so only the policy's cap keeps a step from starting one."""
+    store.models.put(ModelEntry(name="solo", weights_gib=10, kv_headroom_gib=2, engine_args={"max_num_seqs": 1}))
+    store.models.set_policy("solo", ScalingPolicy(max_replicas=max_replicas))
+    join(store, "gpu-a", replicas=[{"replica_id": f"r-{i}", "model": "solo", "gpu_indexes": [0], "state": "warm"}
+                                   for i in range(max_replicas)])
+
+
+def wall_clock_shifted(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Stamp the store's node writes `seconds` from now: heartbeat times are wall time, not the pool's clock."""
+    shift = timedelta(seconds=seconds)
+    monkeypatch.setattr("orchestrator.store.fleet.utcnow", lambda: datetime.now(timezone.utc) + shift)
+
+
+def test_a_step_waits_instead_of_starting_a_replica_past_max_replicas(store: Store, pool: PoolService) -> None:
+    solo_at_max(store, max_replicas=2)
+    served = {pool.acquire(req(task, model="solo")).replica_id for task in ("t1", "t2")}
+    assert served == {"r-0", "r-1"}
+    third = pool.acquire(req("t3", model="solo"))
+    assert third.outcome == "wait" and third.wait_reason == "busy" and "max_replicas (2)" in third.reason
+    assert set(pool.fleet.replicas_by_model["solo"]) == {"r-0", "r-1"}  # nothing started for it
+
+
+def test_a_newcomer_takes_a_free_slot_while_more_are_free_than_steps_wait_ahead(
+        store: Store, pool: PoolService, clock: Clock) -> None:
+    solo_at_max(store, max_replicas=2)
+    held = [pool.acquire(req(task, model="solo")) for task in ("t1", "t2")]
+    assert pool.acquire(req("waiter", model="solo")).outcome == "wait"
+    clock.now += 1  # newcomers arrive after the waiter (at the same instant the queue orders by task id)
+    for grant in held:
+        pool.release(ReleaseLease(lease_id=grant.lease_id, replica_warm=True))
+    # Two slots free, one step waits ahead: the newcomer takes one and leaves one for the waiter...
+    assert pool.acquire(req("new-1", model="solo")).outcome == "placed"
+    # ...but not the last one, which the waiter ahead of it still needs.
+    late = pool.acquire(req("new-2", model="solo"))
+    assert (late.outcome, late.wait_reason, late.queue_position) == ("wait", "queued", 2)
+    assert pool.acquire(req("waiter", model="solo")).outcome == "placed"
+
+
+def test_a_replica_reported_gone_is_served_again_once_a_heartbeat_15s_later_still_lists_it(
+        store: Store, pool: PoolService, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    r_old = [{"replica_id": "r-old", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}]
+    join(store, "gpu-a", replicas=r_old)
+    grant = pool.acquire(req("t1"))
+    assert grant.replica_id == "r-old"
+    pool.release(ReleaseLease(lease_id=grant.lease_id, replica_gone=True))
+    # A heartbeat right after the news may be one the node built before the replica went: still ignored.
+    store.fleet.heartbeat(NodeHeartbeat.model_validate({"node_id": "gpu-a", "replicas": r_old}), SECRET)
+    moved = pool.acquire(req("t1", step=2))
+    assert moved.outcome == "placed" and moved.replica_id != "r-old"
+    pool.release(ReleaseLease(lease_id=moved.lease_id))  # a replica still loading goes with its only lease
+
+    clock.now += GONE_CONFIRM_S + 1
+    wall_clock_shifted(monkeypatch, GONE_CONFIRM_S + 1)
+    store.fleet.heartbeat(NodeHeartbeat.model_validate({"node_id": "gpu-a", "replicas": r_old}), SECRET)
+    back = pool.acquire(req("t1", step=3))
+    assert (back.replica_id, back.tier, back.load) == ("r-old", "warm", None)
+
+
+def test_a_step_excluded_from_every_healthy_node_is_placed_rather_than_left_waiting(store: Store,
+                                                                                    pool: PoolService) -> None:
+    join(store, "gpu-a")
+    join(store, "gpu-b")
+    steered = pool.acquire(req("t1", exclude_nodes=["gpu-a"]))
+    assert steered.node_id == "gpu-b"  # while another node can serve, the exclusion still steers
+    cornered = pool.acquire(req("t2", exclude_nodes=["gpu-a", "gpu-b"]))
+    assert cornered.outcome == "placed" and cornered.node_id in ("gpu-a", "gpu-b")
+
+
+def test_dropping_exclusions_never_places_a_step_on_a_lost_node(store: Store, pool: PoolService,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    wall_clock_shifted(monkeypatch, -(pool.node_lost_after_s + 10))
+    join(store, "gpu-lost", cached=("llama-3.1-8b",))  # its weights would win were it not silent since
+    monkeypatch.undo()
+    join(store, "gpu-b")
+    grant = pool.acquire(req("t1", exclude_nodes=["gpu-lost", "gpu-b"]))
+    lost = store.fleet.get("gpu-lost")
+    assert lost is not None and lost.status == "lost"
+    assert grant.outcome == "placed" and grant.node_id == "gpu-b"

@@ -23,6 +23,7 @@ from types import FrameType
 import httpx
 
 from ..config import BerthConfig
+from ..engines.replicas.processes import stop_orphans
 from .fleet import DEFAULT_FLEET, SimulatedNode, node_argv
 from .supervisor import ChildSpec, Supervisor, python_module
 
@@ -136,6 +137,10 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
     finally:
         print("stopping Berth…", flush=True)
         supervisor.stop()
+        if config.fleet:
+            # A node agent killed at the end of its stop grace leaves its replicas running: stop them too.
+            for node in fleet:
+                stop_orphans(config.data_dir / "node" / node.node_id / "replica-logs")
 
 
 def _print_urls(config: BerthConfig, supervisor: Supervisor, fleet: Sequence[SimulatedNode]) -> None:

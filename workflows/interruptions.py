@@ -29,20 +29,26 @@ class Interruption:
     kind: InterruptionKind
     detail: str
     progress: dict[str, Any] | None  # the generation's last heartbeat: what it had generated
+    # The node is known to have lost the replica (it died mid-stream, is leaving, or said so). A call
+    # never picked up says only that the node is slow or gone: the pool's node heartbeats decide.
+    replica_gone: bool = True
 
 
 def interruption(err: ActivityError) -> Interruption | None:
     """The interruption `err` is, or None when it is a failure."""
     cause = err.cause
     if isinstance(cause, TimeoutError) and cause.type in (TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_START):
-        what = "stopped heartbeating" if cause.type == TimeoutType.HEARTBEAT else "never picked the call up"
-        return Interruption("lost", f"the node {what}", _progress(cause.last_heartbeat_details))
+        silent = cause.type == TimeoutType.HEARTBEAT
+        what = "stopped heartbeating" if silent else "never picked the call up"
+        return Interruption("lost", f"the node {what}", _progress(cause.last_heartbeat_details), replica_gone=silent)
     if isinstance(cause, ApplicationError) and cause.type == NODE_STOPPING:
         return Interruption("notice", str(cause.message), _progress(cause.details))
     if isinstance(cause, ApplicationError) and cause.type == GENERATION_CUT:
-        return Interruption("simulated", "a simulated preemption cut the generation", _progress(cause.details))
+        return Interruption("simulated", "a simulated preemption cut the generation", _progress(cause.details),
+                            replica_gone=False)
     if isinstance(cause, CancelledError):  # cut before the node had started it
-        return Interruption("simulated", "a simulated preemption cut the generation before it started", None)
+        return Interruption("simulated", "a simulated preemption cut the generation before it started", None,
+                            replica_gone=False)
     if isinstance(cause, ApplicationError) and cause.type == REPLICA_UNAVAILABLE:
         return Interruption("replica_gone", str(cause.message), None)
     return None

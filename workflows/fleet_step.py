@@ -65,6 +65,14 @@ MAX_LOAD_FAILURES = 3
 # (task, step, attempt) keys of two placements never collide (each retries at most 6 times).
 ATTEMPT_STRIDE = 100
 WAIT_FIRST_S, WAIT_MAX_S = 0.5, 5.0
+# A waiting step's place in the queue changes at almost every ask; the task's state (a store write and
+# an event) is rewritten for it at most this often, and at once when the reason for waiting changes.
+PLACE_UPDATE_EVERY = timedelta(seconds=15)
+# A node that failed a step is kept out of that step's placements this long: longer than the pool
+# takes to mark a silent node lost (20 s by default), after which it filters the node itself; not for
+# good, since a node that was only too busy to pick a call up must not strand a step that every
+# other node has failed too.
+EXCLUDE_NODE_FOR = timedelta(seconds=30)
 # A model the fleet does not serve (a hosted provider, a stack without nodes) stays so: ask the
 # pool again only every this many steps instead of spending a local activity on every step.
 DIRECT_RECHECK_STEPS = 20
@@ -113,16 +121,19 @@ class FleetStep:
         if request.step < self._direct_until.get(request.model, 0):
             return await _generate(inp, task_queue=None)
         asked_at = workflow.now()
-        excluded: list[str] = []
+        excluded: dict[str, datetime] = {}  # node → when it failed this step
         avoided_zones: list[str] = []  # spot zones reclaimed under this step
         failures = load_failures = 0
         pending: _Pending | None = None  # an interruption waiting to be recorded with where the step resumed
         trouble: GpuTrouble = "capacity"
+
+        def asking() -> LeaseRequest:  # made again at each ask: a node's exclusion ends while the step waits
+            return request.model_copy(update={
+                "exclude_nodes": request.exclude_nodes + still_excluded(excluded, workflow.now()),
+                "avoid_spot_zones": avoided_zones, "previous_replica": self.previous_replica})
+
         for placement_index in itertools.count():
-            grant = await self._acquire(request.model_copy(update={
-                "exclude_nodes": request.exclude_nodes + excluded, "avoid_spot_zones": avoided_zones,
-                "previous_replica": self.previous_replica}),
-                trouble)
+            grant = await self._acquire(asking, trouble)
             if grant is None:
                 return None
             if grant.outcome == "direct":
@@ -145,7 +156,7 @@ class FleetStep:
                             await self._record(pending, request.step, grant)
                             pending = None
                         gone = True
-                        excluded.append(grant.node_id)
+                        excluded[grant.node_id] = workflow.now()
                         lost = interruption(err)
                         if lost is not None:
                             avoided_zones += _reclaimed_spot_zone(lost, grant)
@@ -186,9 +197,9 @@ class FleetStep:
                                         f" {MAX_STEP_FAILURES}): {_cause(err)}", trouble)
                         await workflow.sleep(timedelta(seconds=min(2 ** failures, 10)))
                         continue
-                    gone = lost.kind != "simulated"
+                    gone = lost.replica_gone
                     if lost.kind != "replica_gone":
-                        excluded.append(grant.node_id)  # its node is gone or going (or, simulated, would be)
+                        excluded[grant.node_id] = workflow.now()  # gone or going (or, simulated, would be)
                     avoided_zones += _reclaimed_spot_zone(lost, grant)
                     pending, trouble = self._interrupted(lost, grant, inp.max_tokens), "preemption"
                     await self._say(f"gpu: step {request.step} resuming: {lost.detail} ({grant.node_id})", trouble)
@@ -255,18 +266,23 @@ class FleetStep:
             self._said = said
             await self._set_waiting(why, trouble)
 
-    async def _acquire(self, request: LeaseRequest, trouble: GpuTrouble) -> LeaseGrant | None:
+    async def _acquire(self, asking: Callable[[], LeaseRequest], trouble: GpuTrouble) -> LeaseGrant | None:
         """A lease; while the pool says wait, the task shows why (under `trouble`: what brought the step here)."""
         pause = WAIT_FIRST_S
+        said: tuple[str | None, datetime] | None = None  # (wait reason, when) last shown
         while True:
+            request = asking()
             grant = await workflow.execute_local_activity_method(PoolLeases.acquire, request, **BOOKKEEPING)
             if grant.outcome in ("placed", "direct"):
                 await self._say(None, None)  # placed: the step runs (or waits for its replica's load) again
                 return grant
             if grant.outcome == "never":
                 raise Unplaceable(grant.reason or f"no node of this fleet can serve {request.model}")
-            await self._say(f"gpu: {grant.reason} (place {grant.queue_position} in the queue for {request.model})",
-                            trouble)
+            now = workflow.now()
+            if said is None or said[0] != grant.wait_reason or now - said[1] >= PLACE_UPDATE_EVERY:
+                await self._say(f"gpu: {grant.reason} (place {grant.queue_position} in the queue for"
+                                f" {request.model})", trouble)
+                said = (grant.wait_reason, now)
             try:
                 await workflow.wait_condition(self._stop_waiting, timeout=timedelta(seconds=pause))
             except TimeoutError:
@@ -282,6 +298,11 @@ async def _generate(inp: LlmStepInput, task_queue: str | None) -> LlmStepResult:
     return await workflow.execute_activity_method(
         LlmStepActivities.generate, inp, task_queue=task_queue, start_to_close_timeout=GENERATE_TIMEOUT,
         heartbeat_timeout=GENERATE_HEARTBEAT, retry_policy=GENERATE_RETRY)
+
+
+def still_excluded(excluded: dict[str, datetime], now: datetime) -> list[str]:
+    """The nodes that failed the step within EXCLUDE_NODE_FOR, oldest first."""
+    return [node for node, at in sorted(excluded.items(), key=lambda item: item[1]) if now - at < EXCLUDE_NODE_FOR]
 
 
 def _reclaimed_spot_zone(lost: Interruption, grant: LeaseGrant) -> list[str]:

@@ -124,14 +124,6 @@ class PoolService:
                 # reports (weights that just arrived on a disk, a replica that just turned warm).
                 self.sync(force=True)
                 decision = self._place_away_from_reclaimed_spot(request)
-            if decision.outcome == "wait" and request.exclude_nodes:
-                # An exclusion steers a step away from a node that just failed it; it must not strand the
-                # step. A node too busy to pick a call up in time is excluded as a lost one would be, and a
-                # burst of 1000 tasks on two nodes left steps excluded from both waiting for ever. A node
-                # truly gone is filtered as unhealthy once it is marked lost (node_lost_after_s).
-                unexcluded = self._place_away_from_reclaimed_spot(replace(request, exclude_nodes=frozenset()))
-                if unexcluded.outcome == "placed":
-                    decision = unexcluded
             if decision.outcome == "never":
                 self.queue.leave(req.task_id)
                 return LeaseGrant(outcome="never", reason=decision.reason)

@@ -23,6 +23,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.step_overhead
 	$(PY) -m benchmarks.fleet_step
 	$(PY) -m benchmarks.resume_time
+	$(PY) -m benchmarks.work_lost
 	$(PY) -m benchmarks.checkpoint_storage
 	$(PY) -m benchmarks.load_run
 

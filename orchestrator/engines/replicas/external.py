@@ -1,7 +1,9 @@
 """A replica Berth does not run: an OpenAI-compatible server already up (SGLang, TGI, llama.cpp, a remote vLLM).
 
 Its lifecycle belongs to whoever runs it, so start and stop do nothing; Berth only routes to
-it once it lists the model, and counts it alive while it answers HTTP at all.
+it once it lists the model, and counts it alive while it answers HTTP at all. A step resumed
+after its node was preempted asks the server to continue the cut reply (`continue_final_message`,
+as vLLM and SGLang take it), so the server must support that.
 """
 
 from __future__ import annotations

@@ -8,7 +8,13 @@ from datetime import datetime, timezone
 from temporalio.client import Client
 
 from orchestrator.store import Store
-from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus
+from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus, tool
+
+
+@tool
+def observe(topic: str) -> str:
+    """Return an observation about the topic."""
+    return f"observed {topic}"
 
 
 def topics(tool_steps: int) -> str:

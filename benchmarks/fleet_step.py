@@ -53,11 +53,11 @@ from orchestrator.node.replicas import ReplicaManager  # noqa: E402
 from orchestrator.pool.service import PoolService  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
-from sdk import Agent, TaskState, tool  # noqa: E402
+from sdk import Agent, TaskState  # noqa: E402
 from sdk._serve import tool_worker  # noqa: E402
 
 from ._results import write_results  # noqa: E402
-from ._tasks import run_task  # noqa: E402
+from ._tasks import observe, run_task  # noqa: E402
 from .step_overhead import _free_port, _wait  # noqa: E402
 
 STEPS = 100
@@ -67,12 +67,6 @@ NODE_ID = "bench-node-1"
 JOIN_TOKEN = "bench-join-token"
 DIRECT_QUEUE = "bench-direct"
 FLEET_QUEUE = "bench-fleet"
-
-
-@tool
-def observe(topic: str) -> str:
-    """Return an observation about the topic."""
-    return f"observed {topic}"
 
 
 AGENT = Agent("bench-fleet-agent", MODEL, "Observe each topic, then answer.", [observe],

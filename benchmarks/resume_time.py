@@ -43,11 +43,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from temporalio.client import Client  # noqa: E402
 
 from orchestrator.store import Store  # noqa: E402
-from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus, tool  # noqa: E402
+from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus  # noqa: E402
 from workflows.fleet_step import GENERATE_HEARTBEAT  # noqa: E402
 
 from ._results import write_results  # noqa: E402
-from ._tasks import topics  # noqa: E402
+from ._tasks import observe, topics  # noqa: E402
 from ._two_nodes import TwoNodes, ledger_rows, node_of, two_nodes, wall  # noqa: E402
 
 KILLS = 6
@@ -58,12 +58,6 @@ MODEL = "llama-3.2-1b"
 QUEUE = "bench-resume"
 GOAL_S = GENERATE_HEARTBEAT.total_seconds() + 1.0  # the heartbeat timeout, and a second to place and start
 RESUME_WAIT_S = 90.0
-
-
-@tool
-def observe(topic: str) -> str:
-    """Return an observation about the topic."""
-    return f"observed {topic}"
 
 
 AGENT = Agent("bench-resume-agent", MODEL, "Observe each topic, then answer.", [observe],

@@ -40,23 +40,17 @@ from temporalio.worker import Worker  # noqa: E402
 from orchestrator.config import BerthConfig  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
-from sdk import Agent, tool  # noqa: E402
+from sdk import Agent  # noqa: E402
 from sdk._serve import tool_worker  # noqa: E402
 
 from ._results import write_results  # noqa: E402
-from ._tasks import run_task  # noqa: E402
+from ._tasks import observe, run_task  # noqa: E402
 from .bare_workflow import BareLoopWorkflow, BareStepWorkflow, echo  # noqa: E402
 
 STEPS = 100
 CONCURRENT_TASKS = 50
 STEPS_PER_CONCURRENT_TASK = 10
 BARE_TOOL_QUEUE = "bench-bare-tools"
-
-
-@tool
-def observe(topic: str) -> str:
-    """Return an observation about the topic."""
-    return f"observed {topic}"
 
 
 AGENT = Agent("bench-agent", "llama-3.2-1b", "Observe each topic, then answer.", [observe],

@@ -41,10 +41,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import httpx  # noqa: E402
 
 from activities.llm_step import HEARTBEAT_EVERY_S  # noqa: E402
-from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus, tool  # noqa: E402
+from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus  # noqa: E402
 
 from ._results import write_results  # noqa: E402
-from ._tasks import topics  # noqa: E402
+from ._tasks import observe, topics  # noqa: E402
 from ._two_nodes import TwoNodes, first_token_after, ledger_rows, node_of, two_nodes, wall  # noqa: E402
 
 MODEL = "llama-3.1-8b"
@@ -55,12 +55,6 @@ ANSWER_TOKENS = 1500
 ANSWER_CUT_S = 4.0
 TRIALS = {"notice": 3, "sigterm": 3, "kill": 3}
 WAIT_S = 120.0
-
-
-@tool
-def observe(topic: str) -> str:
-    """Return an observation about the topic."""
-    return f"observed {topic}"
 
 
 AGENT = Agent("bench-longform-agent", MODEL, "Observe each topic, then write a long answer.", [observe],

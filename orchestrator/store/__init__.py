@@ -1,5 +1,6 @@
 """The control-plane store: tasks, agents, checkpoints, the token ledger, task events,
-the model catalogue, the GPU fleet and the pool's leases.
+the model catalogue, the GPU fleet, the pool's leases, and who may call the API (tenants, API
+keys, the audit log).
 
 One SQL database behind small classes, each over the same engine. SQLite by default
 (one file that the API server and the worker share), any SQLAlchemy URL at scale:
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from .agents import SqlAgentRegistry
+from .audit import SqlAuditLog
 from .checkpoints import (
     CheckpointConflict,
     CheckpointCorrupt,
@@ -28,10 +30,12 @@ from .checkpoints import (
 from .database import open_database
 from .events import SqlEventLog
 from .leases import LeaseRecord, SqlLeases
+from .keys import KeyHolder, SqlApiKeys
 from .fleet import NodeConflict, NodeNotFound, NodeSecretRefused, SqlFleet
 from .ledger import LedgerTotals, SqlTokenLedger
 from .models import SqlModelCatalogue
 from .tasks import SqlTaskRegistry, TaskConflict, TaskRecord
+from .tenants import SqlTenants
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,9 @@ class Store:
     models: SqlModelCatalogue
     fleet: SqlFleet
     leases: SqlLeases
+    tenants: SqlTenants
+    keys: SqlApiKeys
+    audit: SqlAuditLog
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -65,6 +72,9 @@ class Store:
             models=SqlModelCatalogue(engine),
             fleet=SqlFleet(engine),
             leases=SqlLeases(engine),
+            tenants=SqlTenants(engine),
+            keys=SqlApiKeys(engine),
+            audit=SqlAuditLog(engine),
         )
 
     def close(self) -> None:
@@ -77,6 +87,7 @@ __all__ = [
     "CheckpointCorrupt",
     "CheckpointNotFound",
     "CheckpointSummary",
+    "KeyHolder",
     "LeaseRecord",
     "LedgerTotals",
     "NodeConflict",
@@ -85,10 +96,13 @@ __all__ = [
     "SqlFleet",
     "SqlLeases",
     "SqlAgentRegistry",
+    "SqlApiKeys",
+    "SqlAuditLog",
     "SqlCheckpointStore",
     "SqlEventLog",
     "SqlModelCatalogue",
     "SqlTaskRegistry",
+    "SqlTenants",
     "SqlTokenLedger",
     "Store",
     "TaskConflict",

@@ -271,3 +271,51 @@ class LeaseRow(SQLModel, table=True):
     tenant: str
     created_replica: bool = False
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class TenantRow(SQLModel, table=True):
+    """A tenant: how far its work may share GPUs, how many it may hold, and its tasks' default budget."""
+
+    __tablename__ = "tenants"
+
+    name: str = Field(primary_key=True)
+    trust: str
+    gpu_quota: int | None = None
+    default_budget_tokens: int | None = None
+    default_budget_usd: float | None = None
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class ApiKeyRow(SQLModel, table=True):
+    """An API key: the sha256 of its secret (never the secret), its role and its tenant."""
+
+    __tablename__ = "api_keys"
+    __table_args__ = (Index("ix_api_keys_role", "role"),)  # "is there an admin key" at every `berth up`
+
+    key_id: str = Field(primary_key=True)
+    secret_sha256: str
+    role: str
+    tenant: str | None = None
+    name: str = ""
+    description: str = ""
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    revoked_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    last_used_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+
+
+class AuditRow(SQLModel, table=True):
+    """One state-changing API request: who (key and role), what (method, path, target), when, and its status."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_key", "key_id", "id"), {"sqlite_autoincrement": True})
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    key_id: str | None = None
+    role: str | None = None
+    tenant: str | None = None
+    method: str
+    path: str
+    target: str | None = None
+    status: int

@@ -1,0 +1,128 @@
+"""API keys: made with a secret shown once, kept as the secret's sha256, checked in constant time.
+
+A key reads `berth_<key id>_<secret>`. The id is the row's primary key, so a request is
+checked with one indexed read, and logs and the audit log can name the key without its
+secret. The secret is 32 random bytes: far beyond guessing, so a plain sha256 (no salt, no
+slow hash) is as strong as the secret and costs microseconds on every request. Nothing here
+ever stores, returns (after creation) or logs the secret.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import Engine, update
+from sqlmodel import Session, col, select
+
+from sdk import NotFound, Unauthorized
+from sdk._identity import KEY_PREFIX, ApiKeyView, CreatedKey, Role
+
+from .tables import ApiKeyRow, utcnow
+
+_SECRET_BYTES = 32
+_ID_BYTES = 6  # 12 hex characters: unique enough for a table of keys, short enough to read aloud
+# `last_used_at` is written at most this often per key, so an API busy with one key does not
+# turn every read into a write.
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def split_key(key: str) -> tuple[str, str] | None:
+    """(key id, secret) of a well-formed key, else None. The id is hex, the secret may hold `_`."""
+    if not key.startswith(KEY_PREFIX):
+        return None
+    key_id, sep, secret = key[len(KEY_PREFIX):].partition("_")
+    if not sep or not key_id or not secret:
+        return None
+    return key_id, secret
+
+
+@dataclass(frozen=True)
+class KeyHolder:
+    """Who a valid key says the caller is."""
+
+    key_id: str
+    role: Role
+    tenant: str | None
+
+
+def _view(row: ApiKeyRow) -> ApiKeyView:
+    return ApiKeyView.model_validate(row.model_dump(exclude={"secret_sha256"}))
+
+
+class SqlApiKeys:
+    """API keys on the control-plane database."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def create(self, role: Role, tenant: str | None = None, name: str = "", description: str = "") -> CreatedKey:
+        """A new key; the answer is the only place its secret ever appears."""
+        key_id = secrets.token_hex(_ID_BYTES)
+        secret = secrets.token_urlsafe(_SECRET_BYTES)
+        row = ApiKeyRow(key_id=key_id, secret_sha256=hash_secret(secret), role=role.value, tenant=tenant,
+                        name=name, description=description)
+        with Session(self._engine) as session:
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+            view = _view(row)
+        return CreatedKey(**view.model_dump(), key=f"{KEY_PREFIX}{key_id}_{secret}")
+
+    def authenticate(self, key: str) -> KeyHolder:
+        """The holder of a valid key; Unauthorized for a malformed, unknown, wrong or revoked one."""
+        parts = split_key(key)
+        if parts is None:
+            raise Unauthorized("the API key is malformed; keys read berth_<id>_<secret>", status_code=401)
+        key_id, secret = parts
+        with Session(self._engine) as session:
+            row = session.get(ApiKeyRow, key_id)
+        # compare_digest: how long a refusal takes must not tell how much of the secret was right.
+        if row is None or not hmac.compare_digest(row.secret_sha256, hash_secret(secret)):
+            raise Unauthorized(f"API key {key_id} is not valid", status_code=401)
+        if row.revoked_at is not None:
+            raise Unauthorized(f"API key {key_id} was revoked at {row.revoked_at:%Y-%m-%d %H:%M:%S} UTC",
+                               status_code=401)
+        if row.last_used_at is None or row.last_used_at < utcnow() - LAST_USED_RESOLUTION:
+            self._touch(key_id)
+        return KeyHolder(key_id=key_id, role=Role(row.role), tenant=row.tenant)
+
+    def list(self) -> builtins.list[ApiKeyView]:
+        with Session(self._engine) as session:
+            return [_view(r) for r in session.exec(select(ApiKeyRow).order_by(col(ApiKeyRow.created_at)))]
+
+    def revoke(self, key_id: str) -> ApiKeyView:
+        """Revoke a key (again is a no-op that keeps the first time); NotFound for an unknown id."""
+        with Session(self._engine) as session:
+            row = session.get(ApiKeyRow, key_id)
+            if row is None:
+                raise NotFound(f"API key {key_id!r} does not exist", field="key_id")
+            if row.revoked_at is None:
+                row.revoked_at = utcnow()
+                session.add(row)
+                session.commit()
+                session.refresh(row)
+            return _view(row)
+
+    def has_admin(self) -> bool:
+        """Whether some admin key is still valid (`berth up` makes one when none is)."""
+        with Session(self._engine) as session:
+            found = session.exec(select(ApiKeyRow.key_id).where(
+                col(ApiKeyRow.role) == Role.admin.value, col(ApiKeyRow.revoked_at).is_(None)).limit(1)).first()
+        return found is not None
+
+    def _touch(self, key_id: str) -> None:
+        # Decided on the row just read, so most requests write nothing: on SQLite even an UPDATE
+        # that changes no row takes the database's one write lock.
+        with Session(self._engine) as session:
+            session.exec(update(ApiKeyRow).where(col(ApiKeyRow.key_id) == key_id)
+                         .values(last_used_at=utcnow()).execution_options(synchronize_session=False))
+            session.commit()

@@ -36,7 +36,15 @@ class BerthConfig(BaseModel):
     heartbeat_timeout_s: float = Field(
         default=5.0, ge=2, le=60, description="a generation silent this long is taken for lost with its node, and"
                                               " its step resumes elsewhere (a generation beats every second)")
+    submit_rate_per_s: float = Field(default=100.0, ge=0, description="task submissions a second per API key,"
+                                                                       " after the burst")
+    submit_burst: int = Field(default=2000, ge=1, description="task submissions one API key may send at once")
     engine_latency_scale: float = Field(default=1.0, ge=0, description="multiplies the simulated TTFT and per-token time")
+
+    @property
+    def admin_key_path(self) -> Path:
+        """Where `berth up` leaves the first admin key (mode 0600), and where `berth` looks for one."""
+        return self.data_dir / "admin-key"
 
     @property
     def resolved_temporal_address(self) -> str:

@@ -32,6 +32,7 @@ from ._errors import (
     TaskFailed,
     Unauthorized,
 )
+from ._identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate, Trust
 from ._messages import Message, ToolCall
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskRun, TaskSpec, ToolSpec
@@ -41,6 +42,14 @@ from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
 from ._tool import Tool, ToolCallContext, tool, tool_context
 
 __all__ = [
+    "ApiKeyView",
+    "AuditEntry",
+    "CreatedKey",
+    "Role",
+    "Tenant",
+    "TenantSpec",
+    "TenantUpdate",
+    "Trust",
     "CachedModelWeights",
     "GpuDescription",
     "GpuHealth",

@@ -13,6 +13,7 @@ server's message and the offending field.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -34,6 +35,7 @@ from ._errors import (
 )
 from ._events import END_EVENT, SseParser
 from ._fleet import NodeView, PreemptRequest, ReplicaView
+from ._identity import ApiKeyView, AuditEntry, CreatedKey, KeyRequest, Role, Tenant, TenantSpec, TenantUpdate
 from ._lease import ServiceClass
 from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
 from ._spec import AgentSpec, TaskSpec
@@ -41,6 +43,7 @@ from ._state import Spend, TaskEvent, TaskState, TaskStatus
 from .contracts import SpawnedChild
 
 DEFAULT_API_URL = "http://127.0.0.1:8080"
+API_KEY_ENV = "BERTH_API_KEY"
 
 # The server pings an idle event stream every 15 s; four missed pings mean the connection is
 # dead even if TCP has not noticed, so the client reconnects.
@@ -128,7 +131,8 @@ class Client:
 
     Args:
         url: the API's base URL (`berth server` listens on http://127.0.0.1:8080 by default).
-        api_key: sent as `Authorization: Bearer <key>` when given.
+        api_key: sent as `Authorization: Bearer <key>`; BERTH_API_KEY from the environment when not given
+            (so a tool worker or script started with the key in its environment needs no code for it).
         timeout: seconds for each request (event streams wait longer between messages).
         transport: an httpx transport to use instead of the network, e.g.
             `httpx.ASGITransport(app)` to talk to an app in the same process.
@@ -143,6 +147,7 @@ class Client:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = {"user-agent": "berth-sdk"}
+        api_key = api_key or os.environ.get(API_KEY_ENV) or None
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         self.url = url.rstrip("/")
@@ -279,6 +284,43 @@ class Client:
         return [TaskState.model_validate(s) for s in body]
 
     # -- plumbing -----------------------------------------------------------------------
+
+    # -- identity (admin keys) ----------------------------------------------------------
+
+    async def create_key(self, role: Role | str, tenant: str | None = None, name: str = "",
+                         description: str = "") -> CreatedKey:
+        """A new API key; its `.key` (the secret) is in this answer only."""
+        try:
+            body = KeyRequest(role=Role(role), tenant=tenant, name=name, description=description)
+        except ValueError as exc:
+            raise InvalidSpec(f"unknown role {role!r}; one of {', '.join(r.value for r in Role)}",
+                              field="role") from exc
+        return CreatedKey.model_validate(await self._request("POST", "/v1/keys", json=body.model_dump(mode="json")))
+
+    async def keys(self) -> list[ApiKeyView]:
+        return [ApiKeyView.model_validate(k) for k in await self._request("GET", "/v1/keys")]
+
+    async def revoke_key(self, key_id: str) -> ApiKeyView:
+        return ApiKeyView.model_validate(await self._request("POST", _path("v1", "keys", key_id, "revoke")))
+
+    async def create_tenant(self, spec: TenantSpec) -> Tenant:
+        return Tenant.model_validate(await self._request("POST", "/v1/tenants", json=spec.model_dump(mode="json")))
+
+    async def tenants(self) -> list[Tenant]:
+        return [Tenant.model_validate(t) for t in await self._request("GET", "/v1/tenants")]
+
+    async def tenant(self, name: str) -> Tenant:
+        return Tenant.model_validate(await self._request("GET", _path("v1", "tenants", name)))
+
+    async def update_tenant(self, name: str, change: TenantUpdate) -> Tenant:
+        """Change the fields `change` sets (an explicit None clears a limit)."""
+        body = change.model_dump(mode="json", exclude_unset=True)
+        return Tenant.model_validate(await self._request("PATCH", _path("v1", "tenants", name), json=body))
+
+    async def audit(self, key_id: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        """State-changing requests, newest first."""
+        params: dict[str, Any] = {"limit": limit, **({"key_id": key_id} if key_id else {})}
+        return [AuditEntry.model_validate(a) for a in await self._request("GET", "/v1/audit", params=params)]
 
     async def _request(
         self, method: str, path: str, *, json: Any = None, params: Mapping[str, Any] | None = None

@@ -92,7 +92,8 @@ class ForkRequest(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    code: str = Field(description="invalid | not_found | conflict | unavailable | unauthorized | too_large | internal")
+    code: str = Field(description="invalid | not_found | conflict | unavailable | unauthorized | forbidden |"
+                                  " rate_limited | too_large | internal")
     message: str
     field: str | None = Field(default=None, description="dotted path of the offending field, e.g. budget.tokens")
 

@@ -27,6 +27,7 @@ from ._budget import Budget
 from ._catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
 from ._client import DEFAULT_API_URL, Client, TaskHandle
 from ._fleet import NodeView, ReplicaView
+from ._identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
 from ._lease import ServiceClass
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._spec import AgentSpec
@@ -130,6 +131,31 @@ class SyncClient:
 
     def replicas(self, model: str | None = None) -> list[ReplicaView]:
         return self._loop.run(self._client.replicas(model))
+
+    def create_key(self, role: Role | str, tenant: str | None = None, name: str = "",
+                   description: str = "") -> CreatedKey:
+        return self._loop.run(self._client.create_key(role, tenant, name, description))
+
+    def keys(self) -> list[ApiKeyView]:
+        return self._loop.run(self._client.keys())
+
+    def revoke_key(self, key_id: str) -> ApiKeyView:
+        return self._loop.run(self._client.revoke_key(key_id))
+
+    def create_tenant(self, spec: TenantSpec) -> Tenant:
+        return self._loop.run(self._client.create_tenant(spec))
+
+    def tenants(self) -> list[Tenant]:
+        return self._loop.run(self._client.tenants())
+
+    def tenant(self, name: str) -> Tenant:
+        return self._loop.run(self._client.tenant(name))
+
+    def update_tenant(self, name: str, change: TenantUpdate) -> Tenant:
+        return self._loop.run(self._client.update_tenant(name, change))
+
+    def audit(self, key_id: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        return self._loop.run(self._client.audit(key_id, limit))
 
     def submit(
         self,

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Response, status
+from fastapi import APIRouter, Response, status
 
 from sdk import AgentSpec
 
+from .auth import AgentRegistrar
 from .errors import ERROR_RESPONSES, not_found
-from .services import Services, services
+from .services import Svc
 from .submission import check_model
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"], responses=ERROR_RESPONSES)
-Svc = Annotated[Services, Depends(services)]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=AgentSpec,
              responses={200: {"model": AgentSpec, "description": "this content was already the current version"}})
-async def register(spec: AgentSpec, response: Response, svc: Svc) -> AgentSpec:
+async def register(spec: AgentSpec, response: Response, svc: Svc, _caller: AgentRegistrar) -> AgentSpec:
     """Register an agent; its version is the hash of its content, so re-registering is a no-op (200)."""
     await check_model(svc, spec.model)
     current = await svc.db(svc.store.agents.get, spec.name)

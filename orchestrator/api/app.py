@@ -1,4 +1,9 @@
-"""The control-plane HTTP app: routes under /v1, health probes, one error shape."""
+"""The control-plane HTTP app: routes under /v1 behind API keys, health probes, one error shape.
+
+Every user router is included here with `authenticate` as a router dependency, so a route
+added to one of them needs a key without having to remember it; the node agents' routers
+(join, heartbeat, step books) authenticate with the join token and node secrets instead.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,15 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
 from ..store import Store
-from . import agents, checkpoints, errors, events, health, models, nodes, steps, tasks
-from .limits import BodySizeLimit
+from . import agents, audit, checkpoints, errors, events, health, keys, models, nodes, steps, tasks, tenants
+from .audit import AuditTrail
+from .auth import authenticate
+from .limits import BodySizeLimit, KeyRateLimit
 from .services import Services
 from .temporal_gateway import TemporalGateway, TemporalUnavailable
 
@@ -39,11 +46,16 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
         lifespan=lifespan,
     )
     catalogue = ModelCatalogue(config, store.models)
-    app.state.services = Services(config=config, store=store, temporal=temporal, catalogue=catalogue)
+    app.state.services = Services(config=config, store=store, temporal=temporal, catalogue=catalogue,
+                                  submissions=KeyRateLimit(config.submit_rate_per_s, config.submit_burst))
     errors.install(app)
+    app.add_middleware(AuditTrail, store=store)
     app.add_middleware(BodySizeLimit)
-    for module in (health, agents, models, tasks, checkpoints, events, nodes, steps):
-        app.include_router(module.router)
+    app.include_router(health.router)
+    app.include_router(nodes.node_router)
+    app.include_router(steps.router)
+    for module in (agents, models, tasks, checkpoints, events, nodes, tenants, keys, audit):
+        app.include_router(module.router, dependencies=[Depends(authenticate)])
     return app
 
 

@@ -2,34 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends, Response, status
+from fastapi import APIRouter, Request, Response, status
 from pydantic import ValidationError
 
 from sdk import ForkSource, TaskSpec, TaskState
 from sdk._resources import CheckpointDetail, CheckpointSummary, ForkRequest, Ledger, LedgerEntry, LedgerTotals
 
 from ..store import CheckpointCorrupt, CheckpointNotFound
+from .audit import note_target
+from .auth import Caller, TaskWriter
 from .errors import ERROR_RESPONSES, ApiError, field_of, invalid, not_found
-from .services import Services, services
-from .submission import submit_task
+from .services import Svc
+from .submission import check_submission_rate, submit_task
 
 router = APIRouter(prefix="/v1/tasks/{task_id}", tags=["tasks"], responses=ERROR_RESPONSES)
-Svc = Annotated[Services, Depends(services)]
 
 
 @router.get("/checkpoints", response_model=list[CheckpointSummary])
-async def list_checkpoints(task_id: str, svc: Svc) -> list[CheckpointSummary]:
-    await svc.task_record(task_id)
+async def list_checkpoints(task_id: str, svc: Svc, caller: Caller) -> list[CheckpointSummary]:
+    await svc.task_record(task_id, caller)
     rows = await svc.db(svc.store.checkpoints.list, task_id)
     return [CheckpointSummary.model_validate(r) for r in rows]
 
 
 @router.get("/checkpoints/{seq}", response_model=CheckpointDetail)
-async def read_checkpoint(task_id: str, seq: int, svc: Svc) -> CheckpointDetail:
+async def read_checkpoint(task_id: str, seq: int, svc: Svc, caller: Caller) -> CheckpointDetail:
     """One checkpoint whole: the conversation up to it, its scratch and the task state it saved."""
-    await svc.task_record(task_id)
+    await svc.task_record(task_id, caller)
     ref = await svc.db(svc.store.checkpoints.find, task_id, seq)
     if ref is None:
         raise _no_checkpoint(task_id, seq)
@@ -43,12 +42,14 @@ async def read_checkpoint(task_id: str, seq: int, svc: Svc) -> CheckpointDetail:
 
 
 @router.post("/fork", status_code=status.HTTP_201_CREATED, response_model=TaskState)
-async def fork(task_id: str, request: ForkRequest, response: Response, svc: Svc) -> TaskState:
+async def fork(task_id: str, request: ForkRequest, http: Request, response: Response, svc: Svc,
+               caller: TaskWriter) -> TaskState:
     """Start a new task from one of this task's checkpoints, with the source's spec and any overrides.
 
-    The workflow of the new task copies the checkpoint as its starting conversation.
+    The workflow of the new task copies the checkpoint as its starting conversation; it is a task of the
+    source's tenant, and counts against the caller's submission rate.
     """
-    record = await svc.task_record(task_id)
+    record = await svc.task_record(task_id, caller)
     if record.spec_json is None:
         raise invalid("task_id", f"task {task_id} has no stored spec to fork from")
     if await svc.db(svc.store.checkpoints.find, task_id, request.checkpoint_seq) is None:
@@ -63,19 +64,21 @@ async def fork(task_id: str, request: ForkRequest, response: Response, svc: Svc)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise invalid(field_of(first["loc"]), first["msg"]) from None
+    check_submission_rate(svc, caller)
     submitted = await submit_task(
-        svc, spec, fork_of=ForkSource(task_id=task_id, checkpoint_seq=request.checkpoint_seq),
+        svc, spec, caller, fork_of=ForkSource(task_id=task_id, checkpoint_seq=request.checkpoint_seq),
         agent_version=record.state.agent_version,
     )
+    note_target(http.scope, submitted.state.task_id)
     if not submitted.created:
         response.status_code = status.HTTP_200_OK
     return submitted.state
 
 
 @router.get("/ledger", response_model=Ledger)
-async def ledger(task_id: str, svc: Svc) -> Ledger:
+async def ledger(task_id: str, svc: Svc, caller: Caller) -> Ledger:
     """Every LLM call the task paid for, with where it ran, and the totals."""
-    await svc.task_record(task_id)
+    await svc.task_record(task_id, caller)
     entries = await svc.db(svc.store.ledger.entries, task_id)
     totals = await svc.db(svc.store.ledger.totals, task_id)
     return Ledger(

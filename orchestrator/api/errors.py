@@ -27,6 +27,7 @@ _CODES = {
     409: "conflict",
     413: "too_large",
     422: "invalid",
+    429: "rate_limited",
     500: "internal",
     503: "unavailable",
     504: "unavailable",
@@ -35,19 +36,22 @@ _CODES = {
 # Documents the shape in OpenAPI for the statuses routes can answer with.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": code} for status, code in
-    ((404, "not_found"), (409, "conflict"), (422, "invalid"), (503, "unavailable"))
+    ((401, "unauthorized"), (403, "forbidden"), (404, "not_found"), (409, "conflict"), (422, "invalid"),
+     (503, "unavailable"))
 }
 
 
 class ApiError(Exception):
     """A refusal with its HTTP status, a stable code, a reason and (when one is to blame) a field."""
 
-    def __init__(self, status: int, message: str, *, field: str | None = None, code: str | None = None) -> None:
+    def __init__(self, status: int, message: str, *, field: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code or _CODES.get(status, "error")
         self.message = message
         self.field = field
+        self.headers = headers
 
 
 def invalid(field: str | None, message: str) -> ApiError:
@@ -90,7 +94,7 @@ def field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.message, field=exc.field, code=exc.code)
+        return error_response(exc.status, exc.message, field=exc.field, code=exc.code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -14,13 +14,14 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from sdk._events import END_EVENT
 
+from .auth import Caller
 from .errors import ERROR_RESPONSES
-from .services import Services, services
+from .services import Services, Svc
 
 POLL_INTERVAL_S = 0.3
 READ_BATCH = 500
@@ -30,7 +31,6 @@ FINAL_QUIET_POLLS = 2
 PING_INTERVAL_S = 15
 
 router = APIRouter(tags=["tasks"], responses=ERROR_RESPONSES)
-Svc = Annotated[Services, Depends(services)]
 
 
 @router.get(
@@ -41,10 +41,11 @@ Svc = Annotated[Services, Depends(services)]
 async def stream_events(
     task_id: str,
     svc: Svc,
+    caller: Caller,
     after: Annotated[int, Query(ge=0, description="only events with a larger seq")] = 0,
     last_event_id: Annotated[str | None, Header(description="set by reconnecting SSE clients")] = None,
 ) -> EventSourceResponse:
-    await svc.task_record(task_id)
+    await svc.task_record(task_id, caller)
     start = max(after, _seq(last_event_id))
     return EventSourceResponse(tail(svc, task_id, start), ping=PING_INTERVAL_S)
 

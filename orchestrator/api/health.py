@@ -8,17 +8,16 @@ namespace; a load balancer sends no traffic until both do, and the body says whi
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from .errors import error_body
-from .services import Services, services
+from .services import Services, Svc
 from .temporal_gateway import HEALTH_TIMEOUT_S, TemporalUnavailable
 
 router = APIRouter(tags=["health"])
-Svc = Annotated[Services, Depends(services)]
 
 
 @router.get("/healthz")

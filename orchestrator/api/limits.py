@@ -1,6 +1,6 @@
-"""A ceiling on request bodies, checked before anything parses them.
+"""Limits on what one caller can ask of the server: body size, and task submissions per key.
 
-The largest legitimate body is an agent spec whose instructions are at their limit
+Request bodies: the largest legitimate body is an agent spec whose instructions are at their limit
 (200 k characters, up to 4 bytes each in UTF-8) plus tool schemas, well under 2 MiB; a body
 far above that is a mistake or an attack and is refused before it is read into memory.
 """
@@ -8,6 +8,9 @@ far above that is a mistake or an attack and is refused before it is read into m
 from __future__ import annotations
 
 import json
+import threading
+import time
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -64,3 +67,39 @@ class BodySizeLimit:
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class KeyRateLimit:
+    """A token bucket per API key: `burst` submissions at once, then `per_s` a second.
+
+    Per key, so one runaway client (an agent key in a loop) cannot starve every other
+    tenant's submissions. Held in the server's memory: each API replica limits on its own,
+    which bounds a key at replicas x rate, enough to stop a loop. The burst is sized for a
+    batch submitted at once (the load benchmark sends 1000 tasks together).
+    """
+
+    def __init__(self, per_s: float, burst: int) -> None:
+        self.per_s = per_s
+        self.burst = burst
+        self._buckets: dict[str, _Bucket] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key_id: str) -> float | None:
+        """Take one submission for `key_id`; None when allowed, else the seconds until one is."""
+        now = time.monotonic()
+        with self._lock:
+            bucket = self._buckets.get(key_id)
+            if bucket is None:
+                bucket = self._buckets[key_id] = _Bucket(tokens=float(self.burst), at=now)
+            bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.at) * self.per_s)
+            bucket.at = now
+            if bucket.tokens >= 1:
+                bucket.tokens -= 1
+                return None
+            return (1 - bucket.tokens) / self.per_s if self.per_s > 0 else 60.0

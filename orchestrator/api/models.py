@@ -6,7 +6,7 @@ import uuid
 from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Response, status
+from fastapi import APIRouter, Body, Response, status
 from temporalio.service import RPCError
 
 from sdk._catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
@@ -14,12 +14,12 @@ from sdk._node_io import PREWARM_WORKFLOW, Prewarm, PrewarmOnNode
 
 from ..pool.feasibility import unservable_by_any_gpu
 from ..pool.prewarm import PrewarmRefused, prewarm_targets, weights_bytes
+from .auth import Operator
 from .errors import ERROR_RESPONSES, invalid, not_found, unavailable
-from .services import Services, services
+from .services import Services, Svc
 from .temporal_gateway import CONNECT_TIMEOUT_S, TemporalUnavailable
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=ERROR_RESPONSES)
-Svc = Annotated[Services, Depends(services)]
 
 
 @router.get("", response_model=list[CatalogueModel])
@@ -33,7 +33,7 @@ async def get_policy(name: str, svc: Svc) -> ScalingPolicy:
 
 
 @router.put("/{name:path}/policy", response_model=CatalogueModel)
-async def set_policy(name: str, policy: ScalingPolicy, svc: Svc) -> CatalogueModel:
+async def set_policy(name: str, policy: ScalingPolicy, svc: Svc, _caller: Operator) -> CatalogueModel:
     """Replace the model's scaling policy (min/max replicas, idle window, scaler, warm buffer)."""
     await _existing(svc, name)
     updated = await svc.db(svc.store.models.set_policy, name, policy)
@@ -42,7 +42,8 @@ async def set_policy(name: str, policy: ScalingPolicy, svc: Svc) -> CatalogueMod
 
 
 @router.post("/{name:path}/prewarm", response_model=PrewarmStarted, status_code=status.HTTP_202_ACCEPTED)
-async def prewarm(name: str, svc: Svc, request: Annotated[PrewarmRequest | None, Body()] = None) -> PrewarmStarted:
+async def prewarm(name: str, svc: Svc, _caller: Operator,
+                  request: Annotated[PrewarmRequest | None, Body()] = None) -> PrewarmStarted:
     """Start putting the model's weights on the disk of every healthy node that could serve it.
 
     One PrewarmWorkflow per node, so each transfer retries and reports on its own; the answer
@@ -80,7 +81,7 @@ async def get_model(name: str, svc: Svc) -> CatalogueModel:
 
 @router.put("/{name:path}", response_model=CatalogueModel, status_code=status.HTTP_200_OK,
             responses={201: {"model": CatalogueModel, "description": "a new model was added"}})
-async def put_model(name: str, entry: ModelEntry, response: Response, svc: Svc) -> CatalogueModel:
+async def put_model(name: str, entry: ModelEntry, response: Response, svc: Svc, _caller: Operator) -> CatalogueModel:
     """Add a model or replace its entry; an existing model keeps its scaling policy."""
     if entry.name != name:
         raise invalid("name", f"the body names {entry.name!r} but the path names {name!r}")

@@ -1,5 +1,9 @@
 """Fleet routes: nodes join and heartbeat; operators list, inspect, drain and undrain them.
 
+The two kinds live on two routers: `node_router` for the node agents (join, heartbeat), which
+carry no API key, and `router` for people and their tools, behind an API key like every
+other user route (reading needs any role; drain, undrain and preempt need operator or admin).
+
 Two secrets guard the writes from nodes. The cluster's join token (config `join_token`) lets
 a machine join at all; the answer to a registration carries a node secret of its own, which
 every heartbeat (and any re-registration of the same id) must present in the
@@ -15,7 +19,7 @@ import secrets
 from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Header, Query, Response, status
+from fastapi import APIRouter, Body, Header, Query, Response, status
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
 from sdk._fleet import (
@@ -31,17 +35,18 @@ from sdk._fleet import (
 )
 
 from ..node.gpu_types import GPU_TYPES, known_types
+from .auth import Operator
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
-from .services import Services, services
+from .services import Services, Svc
 
+node_router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
 router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
-Svc = Annotated[Services, Depends(services)]
 NodeSecret = Annotated[str | None, Header(alias=NODE_SECRET_HEADER)]
 
 _NODE_SECRET_BYTES = 32  # 256 bits, as urlsafe base64
 
 
-@router.post("/v1/nodes/register", status_code=status.HTTP_201_CREATED, response_model=NodeRegistered,
+@node_router.post("/v1/nodes/register", status_code=status.HTTP_201_CREATED, response_model=NodeRegistered,
              responses={200: {"model": NodeRegistered, "description": "the node was already registered"},
                         401: {"description": "the join token is wrong"}})
 async def register(reg: NodeRegistration, response: Response, svc: Svc,
@@ -57,7 +62,7 @@ async def register(reg: NodeRegistration, response: Response, svc: Svc,
     return NodeRegistered(node=node, node_secret=secret)
 
 
-@router.post("/v1/nodes/{node_id}/heartbeat", response_model=NodeView,
+@node_router.post("/v1/nodes/{node_id}/heartbeat", response_model=NodeView,
              responses={401: {"description": "the node secret is missing or wrong"}})
 async def heartbeat(node_id: str, hb: NodeHeartbeat, svc: Svc, node_secret: NodeSecret = None) -> NodeView:
     """A node's metrics, cached weights and replicas, replacing the previous report."""
@@ -81,18 +86,18 @@ async def get_node(node_id: str, svc: Svc) -> NodeView:
 
 
 @router.post("/v1/nodes/{node_id}/drain", response_model=NodeView)
-async def drain(node_id: str, svc: Svc) -> NodeView:
+async def drain(node_id: str, svc: Svc, _caller: Operator) -> NodeView:
     """No new placements on the node; its replicas finish what they serve."""
     return await _call(svc, svc.store.fleet.drain, node_id)
 
 
 @router.post("/v1/nodes/{node_id}/undrain", response_model=NodeView)
-async def undrain(node_id: str, svc: Svc) -> NodeView:
+async def undrain(node_id: str, svc: Svc, _caller: Operator) -> NodeView:
     return await _call(svc, svc.store.fleet.undrain, node_id)
 
 
 @router.post("/v1/nodes/{node_id}/preempt", response_model=NodeView)
-async def preempt(node_id: str, svc: Svc, req: Annotated[PreemptRequest | None, Body()] = None) -> NodeView:
+async def preempt(node_id: str, svc: Svc, _caller: Operator, req: Annotated[PreemptRequest | None, Body()] = None) -> NodeView:
     """A preemption notice: no new placements; the node finishes what it can and leaves within `notice_s`.
     Its tasks resume on other nodes from their last checkpoints."""
     return await _call(svc, svc.store.fleet.preempt, node_id, (req or PreemptRequest()).notice_s)

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Depends, Header
+from fastapi import APIRouter, Header
 
 from activities.ports import LedgerEntry
 from activities.step_books import StoreStepBooks
@@ -32,13 +32,12 @@ from sdk._step_books import (
 
 from ..store.checkpoints import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
 from .errors import ERROR_RESPONSES, ApiError, conflict, not_found
-from .services import Services, services
+from .services import Services, Svc
 
 router = APIRouter(prefix="/v1/nodes/{node_id}/steps", tags=["fleet"], responses={
     **ERROR_RESPONSES, 401: {"description": "the node secret is missing or wrong"},
     403: {"description": "the node holds no lease for the task"},
 })
-Svc = Annotated[Services, Depends(services)]
 NodeSecret = Annotated[str | None, Header(alias=NODE_SECRET_HEADER)]
 T = TypeVar("T")
 

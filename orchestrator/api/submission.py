@@ -19,7 +19,8 @@ from sdk import AgentSpec, ForkSource, Spend, TaskRun, TaskSpec, TaskState, Task
 from ..catalogue import UnknownModel
 from ..pool.feasibility import never_reason
 from ..store import TaskConflict
-from .errors import conflict, invalid, unavailable
+from .errors import ApiError, conflict, invalid, unavailable
+from .principal import Principal
 from .services import Services
 from .temporal_gateway import TemporalUnavailable
 
@@ -84,8 +85,17 @@ def initial_state(run: TaskRun) -> TaskState:
     )
 
 
+def check_submission_rate(services: Services, caller: Principal) -> None:
+    """429 once the caller's key has used its burst of submissions and its rate since."""
+    wait_s = services.submissions.take(caller.key_id)
+    if wait_s is not None:
+        raise ApiError(429, f"API key {caller.key_id} submits too fast (more than {services.submissions.burst} at"
+                            f" once, then {services.submissions.per_s:g}/s); retry in {wait_s:.1f} s",
+                       headers={"Retry-After": str(max(1, round(wait_s)))})
+
+
 async def submit_task(
-    services: Services, spec: TaskSpec, *, fork_of: ForkSource | None = None, agent_version: str | None = None
+    services: Services, spec: TaskSpec, caller: Principal, *, fork_of: ForkSource | None = None, agent_version: str | None = None
 ) -> Submitted:
     agent = await resolve_agent(services, spec.agent, agent_version)
     model = spec.model or agent.model
@@ -110,7 +120,7 @@ async def submit_task(
         raise conflict(exc.message, field="task_id") from None
 
     if not created:
-        record = await services.task_record(task_id)
+        record = await services.task_record(task_id, caller)
         if record.state.status == TaskStatus.queued:
             # The first submit may have died between writing the row and starting the
             # workflow; starting again is harmless (USE_EXISTING) and heals that gap.

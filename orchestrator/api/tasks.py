@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Query, Response, status
+from fastapi import APIRouter, Body, Query, Request, Response, status
 from pydantic import ConfigDict
 
-from sdk import Spend, TaskEvent, TaskSpec, TaskState, TaskStatus
+from sdk import Spend, TaskEvent, TaskState, TaskStatus
 from sdk._builtins import SpawnAgentArgs
 from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget, SpawnedChild
 
 from ..store import TaskRecord
+from .admission import SubmitRequest, admit
+from .audit import note_target
+from .auth import Caller, TaskWriter
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, unavailable
-from .services import Services, services
-from .submission import submit_task
+from .services import Services, Svc
+from .submission import check_submission_rate, submit_task
 from .temporal_gateway import TemporalUnavailable, UpdateRejected, WorkflowGone
 
 MAX_PAGE = 500
@@ -39,14 +42,17 @@ class SpawnRequest(SpawnAgentArgs):
 
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"], responses=ERROR_RESPONSES)
-Svc = Annotated[Services, Depends(services)]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=TaskState,
              responses={200: {"model": TaskState, "description": "the same task was submitted before"}})
-async def submit(spec: TaskSpec, response: Response, svc: Svc) -> TaskState:
-    """Submit a task. Resubmitting an id with the same spec returns it (200); another spec is a 409."""
-    submitted = await submit_task(svc, spec)
+async def submit(body: SubmitRequest, request: Request, response: Response, svc: Svc, caller: TaskWriter) -> TaskState:
+    """Submit a task. Resubmitting an id with the same spec returns it (200); another spec is a 409.
+
+    A key confined to a tenant submits for it; without a budget, the tenant's default applies."""
+    check_submission_rate(svc, caller)
+    submitted = await submit_task(svc, await admit(svc, caller, body), caller)
+    note_target(request.scope, submitted.state.task_id)
     if not submitted.created:
         response.status_code = status.HTTP_200_OK
     return submitted.state
@@ -55,6 +61,7 @@ async def submit(spec: TaskSpec, response: Response, svc: Svc) -> TaskState:
 @router.get("", response_model=list[TaskState])
 async def list_tasks(
     svc: Svc,
+    caller: Caller,
     status_: Annotated[TaskStatus | None, Query(alias="status")] = None,
     agent: str | None = None,
     tenant: str | None = None,
@@ -62,7 +69,12 @@ async def list_tasks(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> list[TaskState]:
-    """Tasks, newest first, as last stored (listing never waits on Temporal)."""
+    """Tasks, newest first, as last stored (listing never waits on Temporal); only the caller's tenant's
+    when its key is confined to one."""
+    if caller.tenant is not None:
+        if tenant is not None and tenant != caller.tenant:
+            return []
+        tenant = caller.tenant
     return await svc.db(
         svc.store.tasks.list, tenant=tenant, status=status_.value if status_ else None, agent=agent,
         parent_task_id=parent, limit=limit, offset=offset,
@@ -70,22 +82,23 @@ async def list_tasks(
 
 
 @router.get("/{task_id}", response_model=TaskState)
-async def get_task(task_id: str, svc: Svc) -> TaskState:
+async def get_task(task_id: str, svc: Svc, caller: Caller) -> TaskState:
     """The task's live state when its workflow answers, else the state it last stored."""
-    return await current_state(svc, await svc.task_record(task_id))
+    return await current_state(svc, await svc.task_record(task_id, caller))
 
 
 @router.get("/{task_id}/interruptions", response_model=list[TaskEvent])
-async def list_interruptions(task_id: str, svc: Svc) -> list[TaskEvent]:
+async def list_interruptions(task_id: str, svc: Svc, caller: Caller) -> list[TaskEvent]:
     """Each time a node was lost or preempted under the task: where, what it cost, where the step resumed."""
-    await svc.task_record(task_id)
+    await svc.task_record(task_id, caller)
     return await svc.db(svc.store.events.of_kind, task_id, "interruption")
 
 
 @router.post("/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=TaskState)
-async def cancel(task_id: str, svc: Svc, request: Annotated[CancelBody | None, Body()] = None) -> TaskState:
+async def cancel(task_id: str, svc: Svc, caller: TaskWriter,
+                 request: Annotated[CancelBody | None, Body()] = None) -> TaskState:
     """Ask the task to stop; it ends `cancelled` after its current step is settled (hence 202)."""
-    record = await svc.task_record(task_id)
+    record = await svc.task_record(task_id, caller)
     require_running(record)
     try:
         await svc.temporal.cancel(task_id, CancelRequest(reason=request.reason) if request else CancelRequest())
@@ -95,10 +108,10 @@ async def cancel(task_id: str, svc: Svc, request: Annotated[CancelBody | None, B
 
 
 @router.post("/{task_id}/simulate-preemption", status_code=status.HTTP_202_ACCEPTED, response_model=TaskState)
-async def simulate_preemption(task_id: str, svc: Svc) -> TaskState:
+async def simulate_preemption(task_id: str, svc: Svc, caller: TaskWriter) -> TaskState:
     """Cut the task's running (or next) model call off as a lost node would: the step resumes on another
     node from its checkpoint. For authors checking that their tools are idempotent; other tasks are untouched."""
-    record = await svc.task_record(task_id)
+    record = await svc.task_record(task_id, caller)
     require_running(record)
     try:
         await svc.temporal.simulate_preemption(task_id)
@@ -108,11 +121,11 @@ async def simulate_preemption(task_id: str, svc: Svc) -> TaskState:
 
 
 @router.post("/{task_id}/raise-budget", response_model=Spend)
-async def raise_budget(task_id: str, request: RaiseBudgetRequest, svc: Svc) -> Spend:
+async def raise_budget(task_id: str, request: RaiseBudgetRequest, svc: Svc, caller: TaskWriter) -> Spend:
     """Add tokens and/or dollars to the task's budget; a task in awaiting_budget resumes."""
     if request.tokens <= 0 and request.usd <= 0:
         raise invalid("tokens", "raise at least one of tokens or usd by more than 0")
-    require_running(await svc.task_record(task_id))
+    require_running(await svc.task_record(task_id, caller))
     try:
         return await svc.temporal.raise_budget(task_id, RaiseBudget(tokens=request.tokens, usd=request.usd))
     except (TemporalUnavailable, WorkflowGone, UpdateRejected) as exc:
@@ -120,9 +133,9 @@ async def raise_budget(task_id: str, request: RaiseBudgetRequest, svc: Svc) -> S
 
 
 @router.post("/{task_id}/spawn", status_code=status.HTTP_201_CREATED, response_model=SpawnedChild)
-async def spawn(task_id: str, request: SpawnRequest, svc: Svc) -> SpawnedChild:
+async def spawn(task_id: str, request: SpawnRequest, svc: Svc, caller: TaskWriter) -> SpawnedChild:
     """Start a sub-agent whose budget is carved from this task's remainder (returned when it ends)."""
-    record = await svc.task_record(task_id)
+    record = await svc.task_record(task_id, caller)
     require_running(record)
     if await svc.db(svc.store.agents.get, request.agent) is None:
         raise invalid("agent", f"no agent named {request.agent!r} is registered")
@@ -133,9 +146,9 @@ async def spawn(task_id: str, request: SpawnRequest, svc: Svc) -> SpawnedChild:
 
 
 @router.post("/{task_id}/answer", response_model=TaskState)
-async def answer(task_id: str, request: AnswerRequest, svc: Svc) -> TaskState:
+async def answer(task_id: str, request: AnswerRequest, svc: Svc, caller: TaskWriter) -> TaskState:
     """Answer the question of a task in awaiting_input."""
-    record = await svc.task_record(task_id)
+    record = await svc.task_record(task_id, caller)
     require_running(record)
     if record.state.status == TaskStatus.queued:
         raise conflict(f"task {task_id} is not awaiting input (it has not started)")

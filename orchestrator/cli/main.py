@@ -109,13 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_flags(p)
     p.set_defaults(func=cmd_engine)
 
-    from . import agents, models, node, nodes, tasks
+    from . import agents, keys, models, node, nodes, tasks, tenants
 
     tasks.register(sub)
     agents.register(sub)
     models.register(sub)
     nodes.register(sub)
     node.register(sub)
+    keys.register(sub)
+    tenants.register(sub)
     return parser
 
 

@@ -76,11 +76,24 @@ def stderr() -> Console:
 
 def add_api_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api", metavar="URL", help="Berth API base URL (env BERTH_API_URL, default http://127.0.0.1:8080)")
-    parser.add_argument("--api-key", metavar="KEY", help="API key (env BERTH_API_KEY)")
+    parser.add_argument("--api-key", metavar="KEY",
+                        help="API key (env BERTH_API_KEY, else <data_dir>/admin-key when `berth up` made one)")
 
 
 def api_url(args: argparse.Namespace) -> str:
     return getattr(args, "api", None) or BerthConfig.load().resolved_api_url
+
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """--api-key, else BERTH_API_KEY, else the admin key `berth up` left in the data dir (the local stack's)."""
+    given = getattr(args, "api_key", None) or os.environ.get("BERTH_API_KEY")
+    if given:
+        return given
+    path = BerthConfig.load().admin_key_path
+    try:
+        return path.read_text().strip() or None
+    except OSError:  # no stack of ours here, or not ours to read: the server will say a key is needed
+        return None
 
 
 def error_line(message: str, field: str | None = None) -> str:
@@ -101,8 +114,7 @@ def run_with_client(args: argparse.Namespace, command: Callable[[Client], Awaita
         logging.getLogger(name).setLevel(logging.WARNING)
 
     async def main() -> int:
-        key = getattr(args, "api_key", None) or os.environ.get("BERTH_API_KEY")
-        async with Client(api_url(args), api_key=key) as client:
+        async with Client(api_url(args), api_key=api_key(args)) as client:
             return await command(client)
 
     try:

@@ -8,7 +8,8 @@ task progress from rows they write into the store themselves, as the workflow wo
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,7 @@ from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from sdk import AgentSpec, ToolSpec
+from sdk._identity import Role
 
 from api_helpers import unique
 
@@ -54,9 +56,34 @@ def app(config: BerthConfig, store: Store, gateway: TemporalGateway):
 
 
 @pytest.fixture
-async def api(app) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as client:
+def admin_key(store: Store) -> str:
+    """A valid admin key, as `berth up` makes the first one."""
+    return store.keys.create(Role.admin, name="tests").key
+
+
+@pytest.fixture
+async def api(app, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The app in-process, called with an admin key (other roles: `client_as`)."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
+                                 headers={"authorization": f"Bearer {admin_key}"}) as client:
         yield client
+
+
+ClientAs = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
+@pytest.fixture
+def client_as(app, store: Store) -> ClientAs:
+    """`async with client_as(Role.viewer, tenant="acme") as http:` — a client with a new key of that role."""
+
+    @asynccontextmanager
+    async def make(role: Role, tenant: str | None = None) -> AsyncIterator[httpx.AsyncClient]:
+        key = store.keys.create(role, tenant, name=f"tests-{role.value}").key
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
+                                     headers={"authorization": f"Bearer {key}"}) as client:
+            yield client
+
+    return make
 
 
 @pytest.fixture

@@ -65,10 +65,11 @@ async def test_healthz_and_readyz_when_everything_is_up(api: httpx.AsyncClient) 
 
 
 async def test_readyz_says_temporal_is_down_while_the_rest_still_answers(
-    config: BerthConfig, store: Store, closed_port: int
+    config: BerthConfig, store: Store, closed_port: int, admin_key: str
 ) -> None:
     app = create_app(config, store, TemporalGateway(f"127.0.0.1:{closed_port}"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as api:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
+                                 headers={"authorization": f"Bearer {admin_key}"}) as api:
         ready = await api.get("/readyz")
         healthy = await api.get("/healthz")
         listing = await api.get("/v1/tasks")

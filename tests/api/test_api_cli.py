@@ -21,12 +21,14 @@ from orchestrator.cli.main import main
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from sdk import AgentSpec, Budget, SyncClient, TaskCancelled, TaskStatus, ToolSpec
+from sdk._identity import Role, TenantSpec
 
 
 @dataclass
 class Server:
     url: str
     store: Store
+    key: str  # an admin key
 
 
 def _free_port() -> int:
@@ -52,7 +54,8 @@ async def server(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.Tem
         assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
         await asyncio.sleep(0.05)
     try:
-        yield Server(f"http://127.0.0.1:{port}", store)
+        store.tenants.create(TenantSpec(name="acme"))
+        yield Server(f"http://127.0.0.1:{port}", store, store.keys.create(Role.admin, name="cli tests").key)
     finally:
         uv.should_exit = True
         await asyncio.to_thread(thread.join, 30)
@@ -71,7 +74,7 @@ def agent(server: Server) -> AgentSpec:
 
 
 def berth(server: Server, *argv: str) -> int:
-    return main([*argv, "--api", server.url])
+    return main([*argv, "--api", server.url, "--api-key", server.key])
 
 
 def one_error_line(err: str) -> str:
@@ -258,7 +261,7 @@ def test_sync_client_mirrors_the_async_one(server: Server, agent: AgentSpec) -> 
     cancelled = put_task(server.store, agent, TaskStatus.cancelled, error="by request")
     server.store.events.append(cancelled.task_id, "state", {"status": "cancelled"})
 
-    with SyncClient(server.url) as client:
+    with SyncClient(server.url, server.key) as client:
         handle = client.submit(agent.name, "Sort the mail.", Budget(tokens=800))
         assert handle.status().status == TaskStatus.queued
         assert handle.task_id in [s.task_id for s in client.tasks(agent=agent.name)]
@@ -274,7 +277,8 @@ def test_the_installed_berth_command_prints_only_the_error_line(server: Server) 
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", unique("missing"), "--api", server.url],
+        [sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", unique("missing"), "--api", server.url,
+         "--api-key", server.key],
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 2
@@ -293,3 +297,50 @@ def test_models_list_show_and_policy(server: Server, capsys) -> None:
     assert "above max_replicas" in one_error_line(capsys.readouterr().err)
     assert berth(server, "models", "show", "no-such-model") == 2
     assert "no-such-model" in one_error_line(capsys.readouterr().err)
+
+
+def test_keys_create_prints_the_secret_once_list_hides_it_and_revoke_refuses_it(server: Server, capsys) -> None:
+    assert berth(server, "keys", "create", "--role", "agent", "--tenant", "acme", "--name", "tools") == 0
+    key = capsys.readouterr().out.strip()
+    key_id = key.split("_")[1]
+    assert key.startswith("berth_") and server.store.keys.authenticate(key).tenant == "acme"
+
+    assert berth(server, "keys", "list") == 0
+    listed = capsys.readouterr().out
+    assert key_id in listed and "acme" in listed and key.split("_", 2)[2] not in listed
+
+    assert berth(server, "keys", "revoke", key_id) == 0
+    assert "revoked" in capsys.readouterr().out
+    assert main(["tasks", "list", "--api", server.url, "--api-key", key]) == 2
+    assert "revoked" in one_error_line(capsys.readouterr().err)
+
+    assert berth(server, "keys", "create", "--role", "admin", "--tenant", "acme") == 2
+    assert one_error_line(capsys.readouterr().err).startswith("error: tenant: ")
+
+
+def test_tenants_create_list_show_update(server: Server, capsys) -> None:
+    name = unique("fleet")
+    assert berth(server, "tenants", "create", name, "--trust", "isolated", "--gpu-quota", "4",
+                 "--budget-tokens", "900") == 0
+    assert berth(server, "tenants", "update", name, "--gpu-quota", "none", "--budget-usd", "1.5") == 0
+    capsys.readouterr()
+    assert berth(server, "tenants", "show", name) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row == [name, "isolated", "-", "900", "$1.5"]
+    assert berth(server, "tenants", "list") == 0
+    assert name in capsys.readouterr().out
+    assert berth(server, "tenants", "create", name) == 2
+    assert "already exists" in one_error_line(capsys.readouterr().err)
+    assert berth(server, "tenants", "update", name, "--trust", "open") == 2
+    assert one_error_line(capsys.readouterr().err).startswith("error: trust: ")
+
+
+def test_the_cli_finds_the_admin_key_berth_up_left_in_the_data_dir(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.delenv("BERTH_API_KEY", raising=False)
+    monkeypatch.setenv("BERTH_DATA_DIR", str(tmp_path))
+    assert main(["tasks", "list", "--api", server.url]) == 2
+    assert one_error_line(capsys.readouterr().err).startswith("error: authorization: ")
+    (tmp_path / "admin-key").write_text(server.key + "\n")
+    assert main(["tasks", "list", "--api", server.url]) == 0

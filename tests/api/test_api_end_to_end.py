@@ -19,6 +19,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, Budget, Client, Conflict, TaskStatus
+from sdk._identity import Role
 
 
 @dataclass
@@ -31,10 +32,11 @@ class Stack:
 async def stack(temporal_client: TemporalClient, engine_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
     config = BerthConfig(data_dir=tmp_path, engine_url=engine_url, database_url=f"sqlite:///{tmp_path}/berth.db")
     store = Store.open(config.resolved_database_url)
+    admin_key = store.keys.create(Role.admin).key
     queue = f"control-{uuid.uuid4().hex[:8]}"
     app = create_app(config, store, TemporalGateway.from_client(temporal_client, task_queue=queue))
     async with build_worker(temporal_client, store, config, task_queue=queue):
-        async with Client("http://berth", transport=httpx.ASGITransport(app)) as client:
+        async with Client("http://berth", api_key=admin_key, transport=httpx.ASGITransport(app)) as client:
             yield Stack(client, store)
     store.close()
 

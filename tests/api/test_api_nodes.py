@@ -172,10 +172,10 @@ async def test_drain_and_undrain(api: httpx.AsyncClient) -> None:
     assert missing.status_code == 404 and "ghost" in error_of(missing)["message"]
 
 
-async def test_the_sdk_reads_and_drains_the_fleet(app, api: httpx.AsyncClient) -> None:
+async def test_the_sdk_reads_and_drains_the_fleet(app, api: httpx.AsyncClient, admin_key: str) -> None:
     secret = await join(api)
     await api.post("/v1/nodes/gpu-1/heartbeat", json=heartbeat(), headers={SECRET_HEADER: secret})
-    async with Client("http://berth", transport=httpx.ASGITransport(app)) as client:
+    async with Client("http://berth", api_key=admin_key, transport=httpx.ASGITransport(app)) as client:
         assert [n.node_id for n in await client.nodes()] == ["gpu-1"]
         assert (await client.drain("gpu-1")).status == "draining"
         assert [n.node_id for n in await client.nodes(status="draining")] == ["gpu-1"]
@@ -188,8 +188,9 @@ async def test_the_sdk_reads_and_drains_the_fleet(app, api: httpx.AsyncClient) -
 
 
 @pytest.fixture
-def cli(app, monkeypatch: pytest.MonkeyPatch):
-    """`berth …` against the in-process app: the CLI's client gets an ASGI transport."""
+def cli(app, monkeypatch: pytest.MonkeyPatch, admin_key: str):
+    """`berth …` against the in-process app: the CLI's client gets an ASGI transport, and an admin key."""
+    monkeypatch.setenv("BERTH_API_KEY", admin_key)
     monkeypatch.setattr(output, "Client", functools.partial(Client, transport=httpx.ASGITransport(app)))
     return lambda *argv: main([*argv, "--api", "http://berth"])
 

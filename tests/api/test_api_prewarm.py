@@ -138,18 +138,19 @@ async def test_an_unknown_datacenter_or_a_hosted_model_is_422(api: httpx.AsyncCl
     assert extra.status_code == 422 and error_of(extra)["field"] == "datacentre"
 
 
-async def test_the_sdk_prewarms(app, api: httpx.AsyncClient, started: list[str]) -> None:
+async def test_the_sdk_prewarms(app, api: httpx.AsyncClient, started: list[str], admin_key: str) -> None:
     await fleet(api)
-    async with Client("http://berth", transport=httpx.ASGITransport(app)) as client:
+    async with Client("http://berth", api_key=admin_key, transport=httpx.ASGITransport(app)) as client:
         answer = await client.prewarm("llama-3.1-8b", datacenter="us-east")
     started.extend(n.workflow_id for n in answer.nodes)
     assert answer.model == "llama-3.1-8b" and [(n.node_id, n.source) for n in answer.nodes] == [("b", "datacenter")]
 
 
 async def test_berth_models_prewarm_prints_which_node_fetches_from_where(
-    app, api: httpx.AsyncClient, started: list[str], monkeypatch: pytest.MonkeyPatch, capsys
+    app, api: httpx.AsyncClient, started: list[str], monkeypatch: pytest.MonkeyPatch, capsys, admin_key: str
 ) -> None:
     await fleet(api)
+    monkeypatch.setenv("BERTH_API_KEY", admin_key)
     monkeypatch.setattr(output, "Client", functools.partial(Client, transport=httpx.ASGITransport(app)))
     # The CLI runs its own event loop, so it runs in a thread beside this test's.
     code = await asyncio.to_thread(main, ["models", "prewarm", "llama-3.1-8b", "--api", "http://berth"])
@@ -166,9 +167,10 @@ async def test_berth_models_prewarm_prints_which_node_fetches_from_where(
 
 
 async def test_temporal_down_is_503_naming_the_model(config: BerthConfig, store: Store, api: httpx.AsyncClient,
-                                                      closed_port: int) -> None:
+                                                      closed_port: int, admin_key: str) -> None:
     await fleet(api)  # registered in the shared store through the working app
     down = create_app(config, store, TemporalGateway(f"127.0.0.1:{closed_port}"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(down), base_url="http://berth") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(down), base_url="http://berth",
+                                 headers={"authorization": f"Bearer {admin_key}"}) as client:
         answer = await client.post("/v1/models/llama-3.1-8b/prewarm", json={})
     assert answer.status_code == 503 and "llama-3.1-8b" in error_of(answer)["message"]

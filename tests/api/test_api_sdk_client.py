@@ -28,11 +28,12 @@ from sdk import (
     tool,
 )
 from sdk._client import error_from_response
+from sdk._identity import TenantSpec, TenantUpdate
 
 
 @pytest.fixture
-async def client(app) -> AsyncIterator[Client]:
-    async with Client("http://berth", api_key="k-test", transport=httpx.ASGITransport(app)) as client:
+async def client(app, admin_key: str) -> AsyncIterator[Client]:
+    async with Client("http://berth", api_key=admin_key, transport=httpx.ASGITransport(app)) as client:
         yield client
 
 
@@ -43,6 +44,7 @@ def peek(place: str) -> str:
 
 
 async def test_register_an_agent_object_and_submit_to_it(client: Client, store: Store) -> None:
+    store.tenants.create(TenantSpec(name="acme"))
     scout = Agent(unique("scout"), "llama-3.2-1b", "Look around.", [peek])
 
     registered = await client.register(scout)
@@ -182,12 +184,13 @@ class CutFirstStream(httpx.AsyncBaseTransport):
         return httpx.Response(response.status_code, headers=response.headers, stream=Truncated())
 
 
-async def test_a_cut_event_stream_reconnects_with_last_event_id(app, store: Store, agent: AgentSpec) -> None:
+async def test_a_cut_event_stream_reconnects_with_last_event_id(app, store: Store, agent: AgentSpec,
+                                                                admin_key: str) -> None:
     task = put_task(store, agent, TaskStatus.completed)
     seqs = [store.events.append(task.task_id, "step", {"step": i}) for i in range(3)]
     transport = CutFirstStream(app)
 
-    async with Client("http://berth", transport=transport) as client:
+    async with Client("http://berth", api_key=admin_key, transport=transport) as client:
         events = [e async for e in client.task(task.task_id).events()]
 
     assert [e.seq for e in events] == seqs
@@ -232,3 +235,20 @@ def test_status_codes_map_to_exception_types() -> None:
         assert (error.message, error.field, error.status_code) == ("the reason", "budget.tokens", status)
     unshaped = error_from_response(httpx.Response(502, text="Bad Gateway", request=httpx.Request("GET", "http://b/")))
     assert type(unshaped) is BerthError and unshaped.message == "Bad Gateway"
+
+
+async def test_the_sdk_manages_tenants_and_keys_and_reads_the_audit(client: Client) -> None:
+    name = unique("sdk-tenant")
+    made = await client.create_tenant(TenantSpec(name=name, default_budget_tokens=700))
+    assert made.name == name and name in [t.name for t in await client.tenants()]
+    assert (await client.update_tenant(name, TenantUpdate(gpu_quota=3))).gpu_quota == 3
+    assert (await client.tenant(name)).default_budget_tokens == 700
+    key = await client.create_key("agent", name, name="sdk")
+    assert key.key.startswith(f"berth_{key.key_id}_") and key.tenant == name
+    assert "key" not in (await client.keys())[-1].model_dump()
+    assert (await client.revoke_key(key.key_id)).revoked_at is not None
+    with pytest.raises(InvalidSpec) as refused:
+        await client.create_key("boss")
+    assert refused.value.field == "role"
+    audit = await client.audit(limit=3)
+    assert [(a.method, a.status) for a in audit] == [("POST", 200), ("POST", 201), ("PATCH", 200)]

@@ -14,6 +14,7 @@ from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from sdk import AgentSpec, TaskRun, TaskStatus
+from sdk._identity import TenantSpec
 from sdk._limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET
 from sdk.contracts import CONTROL_TASK_QUEUE, WORKFLOW_NAME
 
@@ -173,10 +174,11 @@ async def test_an_oversized_body_is_refused_before_it_is_parsed(api: httpx.Async
 
 
 async def test_nothing_is_left_behind_when_the_workflow_cannot_start(
-    config: BerthConfig, store: Store, agent: AgentSpec, closed_port: int
+    config: BerthConfig, store: Store, agent: AgentSpec, closed_port: int, admin_key: str
 ) -> None:
     app = create_app(config, store, TemporalGateway(f"127.0.0.1:{closed_port}"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as api:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
+                                 headers={"authorization": f"Bearer {admin_key}"}) as api:
         response = await api.post("/v1/tasks", json=task_body(agent, task_id=unique("t")))
 
     assert response.status_code == 503
@@ -225,6 +227,7 @@ async def test_a_running_task_falls_back_to_its_stored_state_when_the_workflow_c
 
 
 async def test_list_filters_and_bounds(api: httpx.AsyncClient, store: Store, agent: AgentSpec) -> None:
+    store.tenants.create(TenantSpec(name="acme"))
     mine = (await api.post("/v1/tasks", json=task_body(agent, tenant="acme"))).json()
     put_task(store, agent, TaskStatus.completed)
 

@@ -22,6 +22,7 @@ from orchestrator.node.control_plane import ControlPlane, ControlPlaneUnreachabl
 from orchestrator.node.replicas import ReplicaManager
 from orchestrator.store import Store
 from sdk import NodeHeartbeat
+from sdk._identity import Role
 
 JOIN_TOKEN = "join-me-unit"
 
@@ -43,6 +44,13 @@ def app(tmp_path: Path):
     app, store = make_app(tmp_path)
     yield app
     store.close()
+
+
+def reader(app) -> httpx.AsyncClient:
+    """The app's user routes, with a viewer key (the node agent itself needs none)."""
+    key = app.state.services.store.keys.create(Role.viewer).key
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
+                             headers={"authorization": f"Bearer {key}"})
 
 
 def plane(app) -> ControlPlane:
@@ -110,7 +118,7 @@ async def test_a_heartbeat_carries_gpus_cache_and_replicas(app, tmp_path: Path) 
     try:
         await agent.replicas.load(small, (1,), "r1")
         await agent.heartbeat()
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as api:
+        async with reader(app) as api:
             node = (await api.get("/v1/nodes/gpu-a")).json()
         assert [(r["model"], r["gpu_indexes"], r["state"]) for r in node["replicas"]] == [("llama-3.2-1b", [1], "warm")]
         assert [w["model"] for w in node["cached_weights"]] == ["llama-3.2-1b"]
@@ -127,7 +135,7 @@ async def test_a_control_plane_that_lost_the_node_gets_a_registration(app, tmp_p
     try:
         agent.control_plane = plane(fresh)
         await agent.heartbeat()
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(fresh), base_url="http://berth") as api:
+        async with reader(fresh) as api:
             node = (await api.get("/v1/nodes/gpu-a")).json()
         assert node["status"] == "healthy" and node["last_heartbeat_at"] is not None
     finally:

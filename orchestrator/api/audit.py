@@ -1,0 +1,99 @@
+"""The audit trail: every state-changing /v1 request is logged with who sent it and how it ended.
+
+One ASGI middleware, so no route can forget it: it lets the request run, notes the status
+the answer started with, and then appends a row (key, role, method, path, target, status).
+Refusals are logged too (a 401 with no key, a viewer's 403), since attempts are what an
+audit is read for. Node agents' own traffic (join, heartbeats, step books) is not a user's
+action and would drown the log; it is left out. Only the key id is logged, never a secret.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sdk._identity import AuditEntry
+
+from ..store import Store
+from .auth import PRINCIPAL_SCOPE_KEY, Admin
+from .errors import ERROR_RESPONSES
+from .principal import Principal
+from .services import Svc
+
+log = logging.getLogger("berth.api.audit")
+
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_NODE_AGENT_PATH = re.compile(r"^/v1/nodes/(register|[^/]+/heartbeat|[^/]+/steps/[^/]+)$")
+TARGET_SCOPE_KEY = "berth.audit_target"
+MAX_PAGE = 500
+
+
+def note_target(scope: Scope, target: str) -> None:
+    """Name what a request made (a new task's id), for routes whose path does not name it."""
+    scope[TARGET_SCOPE_KEY] = target
+
+
+def audited(method: str, path: str) -> bool:
+    return method in WRITE_METHODS and path.startswith("/v1/") and not _NODE_AGENT_PATH.match(path)
+
+
+class AuditTrail:
+    def __init__(self, app: ASGIApp, store: Store) -> None:
+        self.app = app
+        self.store = store
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not audited(scope["method"], scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        status = 500  # what the client sees if the app dies before answering
+
+        async def noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noting_status)
+        finally:
+            await self._record(scope, status)
+
+    async def _record(self, scope: Scope, status: int) -> None:
+        caller = scope.get(PRINCIPAL_SCOPE_KEY)
+        who = caller if isinstance(caller, Principal) else None
+        try:
+            await run_in_threadpool(
+                self.store.audit.record, key_id=who.key_id if who else None, role=who.role.value if who else None,
+                tenant=who.tenant if who else None, method=scope["method"], path=scope["path"],
+                target=_target(scope), status=status)
+        except Exception:  # the request has been answered; a lost audit row must be loud, not fatal
+            log.exception("could not write the audit row of %s %s", scope["method"], scope["path"])
+
+
+def _target(scope: Scope) -> str | None:
+    noted = scope.get(TARGET_SCOPE_KEY)
+    if isinstance(noted, str):
+        return noted
+    params = scope.get("path_params") or {}
+    return ",".join(str(v) for v in params.values()) or None
+
+
+router = APIRouter(prefix="/v1/audit", tags=["identity"], responses=ERROR_RESPONSES)
+
+
+@router.get("", response_model=list[AuditEntry])
+async def list_audit(
+    svc: Svc,
+    _admin: Admin,
+    key_id: Annotated[str | None, Query(max_length=64, description="only this key's requests")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> list[AuditEntry]:
+    """State-changing requests, newest first (admins only)."""
+    return await svc.db(svc.store.audit.list, key_id=key_id, limit=limit, offset=offset)

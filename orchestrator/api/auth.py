@@ -1,0 +1,77 @@
+"""Authentication and roles: every user route of /v1 needs an API key, sent as a bearer token.
+
+`authenticate` is hung on each user router in app.py, so a route cannot be added without
+it; node agents' routes (join, heartbeat, step books) are the exception, guarded by the join
+token and node secrets instead. Routes that need more than reading name the roles they
+allow with `allow`. The caller is left in the request's scope for the audit middleware,
+which logs who sent each write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from sdk import Unauthorized
+
+from .errors import ApiError
+from .principal import ADMINS, OPERATORS, TASK_WRITERS, Principal, Role
+from .services import Services, services
+
+PRINCIPAL_SCOPE_KEY = "berth.principal"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+_bearer = HTTPBearer(auto_error=False, description="an API key: `berth keys create`, or <data_dir>/admin-key")
+
+
+async def authenticate(
+    request: Request,
+    svc: Annotated[Services, Depends(services)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The caller of a valid key; 401 without one, 403 for a viewer's write (viewers only read)."""
+    if credentials is None or not credentials.credentials.strip():
+        raise ApiError(401, "an API key is required: send `Authorization: Bearer <key>`", field="authorization",
+                       headers=_CHALLENGE)
+    try:
+        holder = await svc.db(svc.store.keys.authenticate, credentials.credentials.strip())
+    except Unauthorized as exc:
+        raise ApiError(401, exc.message, field="authorization", headers=_CHALLENGE) from None
+    caller = Principal(key_id=holder.key_id, role=holder.role, tenant=holder.tenant)
+    request.scope[PRINCIPAL_SCOPE_KEY] = caller
+    if caller.role == Role.viewer and request.method not in SAFE_METHODS:
+        raise forbidden(caller, "change anything")
+    return caller
+
+
+def allow(roles: frozenset[Role], action: str) -> Callable[..., Awaitable[Principal]]:
+    """A dependency that lets through only callers of `roles`; `action` words the 403."""
+
+    async def check(caller: Annotated[Principal, Depends(authenticate)]) -> Principal:
+        if caller.role not in roles:
+            raise forbidden(caller, action)
+        return caller
+
+    return check
+
+
+def forbidden(caller: Principal, action: str) -> ApiError:
+    return ApiError(403, f"API key {caller.key_id} has role {caller.role.value}, which may not {action}",
+                    field="authorization")
+
+
+def caller_of(request: Request) -> Principal | None:
+    """The authenticated caller of a request, once `authenticate` has run for it."""
+    found = request.scope.get(PRINCIPAL_SCOPE_KEY)
+    return found if isinstance(found, Principal) else None
+
+
+Caller = Annotated[Principal, Depends(authenticate)]
+TaskWriter = Annotated[Principal, Depends(allow(TASK_WRITERS, "act on tasks"))]
+AgentRegistrar = Annotated[Principal, Depends(allow(TASK_WRITERS, "register agents"))]
+Operator = Annotated[Principal, Depends(allow(OPERATORS, "act on the fleet or the model catalogue"))]
+Admin = Annotated[Principal, Depends(allow(ADMINS, "manage tenants, API keys or the audit log"))]

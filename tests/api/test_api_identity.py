@@ -1,0 +1,269 @@
+"""Keys, roles, tenant isolation and the audit log, through the app in-process."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+import httpx
+import pytest
+
+from api_helpers import error_of, put_task, task_body, unique, write_checkpoints
+from conftest import ClientAs
+from orchestrator.store import Store
+from orchestrator.store.keys import hash_secret, split_key
+from orchestrator.store.tables import ApiKeyRow
+from sdk import AgentSpec, Spend, TaskSpec, TaskState, TaskStatus
+from sdk._identity import Role, TenantSpec
+from sqlmodel import Session, select
+
+
+def tenant_task(store: Store, agent: AgentSpec, tenant: str, status: TaskStatus = TaskStatus.running) -> TaskState:
+    """A task row of `tenant`, with two checkpoints, a ledger entry and an interruption, as a workflow leaves it."""
+    task_id = unique("t")
+    spec = TaskSpec(task_id=task_id, agent=agent.name, input="Count the crates.", budget={"tokens": 5000},
+                    tenant=tenant)
+    state = TaskState(task_id=task_id, agent=agent.name, agent_version=agent.version, model=agent.model,
+                      tenant=tenant, status=status, max_steps=agent.max_steps, spend=Spend(token_limit=5000),
+                      updated_at=datetime.now(timezone.utc))
+    assert store.tasks.create(task_id, spec.model_dump_json(), state)
+    write_checkpoints(store, task_id)
+    store.events.append(task_id, "interruption", {"node": "gpu-1"})
+    return state
+
+
+@pytest.fixture
+def tenants(store: Store) -> tuple[str, str]:
+    a, b = unique("acme"), unique("bolt")
+    store.tenants.create(TenantSpec(name=a))
+    store.tenants.create(TenantSpec(name=b))
+    return a, b
+
+
+# -- keys -----------------------------------------------------------------------------------
+
+
+async def test_a_key_is_shown_once_kept_hashed_and_refused_once_revoked(
+    api: httpx.AsyncClient, store: Store, client_as: ClientAs, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    created = await api.post("/v1/keys", json={"role": "viewer", "name": "dashboard"})
+    assert created.status_code == 201, created.text
+    body = created.json()
+    key, key_id = body["key"], body["key_id"]
+    assert key.startswith(f"berth_{key_id}_") and body["role"] == "viewer" and body["tenant"] is None
+    secret = split_key(key)[1]  # type: ignore[index]
+
+    with Session(store.engine) as session:
+        row = session.exec(select(ApiKeyRow).where(ApiKeyRow.key_id == key_id)).one()
+    assert row.secret_sha256 == hash_secret(secret) and secret not in row.model_dump_json()
+
+    listed = await api.get("/v1/keys")
+    assert listed.status_code == 200 and key_id in [k["key_id"] for k in listed.json()]
+    assert secret not in listed.text and row.secret_sha256 not in listed.text
+
+    headers = {"authorization": f"Bearer {key}"}
+    assert (await api.get("/v1/tasks", headers=headers)).status_code == 200
+    used = next(k for k in (await api.get("/v1/keys")).json() if k["key_id"] == key_id)
+    assert used["last_used_at"] is not None
+
+    revoked = await api.post(f"/v1/keys/{key_id}/revoke")
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None and secret not in revoked.text
+    refused = await api.get("/v1/tasks", headers=headers)
+    assert refused.status_code == 401 and "revoked" in error_of(refused)["message"]
+    assert refused.headers["www-authenticate"] == "Bearer"
+
+    audit = (await api.get("/v1/audit")).text
+    assert secret not in audit and secret not in caplog.text
+
+
+@pytest.mark.parametrize("header", [None, "Bearer ", "Basic dXNlcjpwYXNz", "Bearer berth_nothex_nope",
+                                    "Bearer not-a-berth-key"])
+async def test_no_key_or_a_wrong_one_is_401(app, header: str | None) -> None:
+    headers = {"authorization": header} if header else {}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as anonymous:
+        answer = await anonymous.get("/v1/tasks", headers=headers)
+        health = await anonymous.get("/healthz")
+        docs = await anonymous.get("/openapi.json")
+    assert answer.status_code == 401 and error_of(answer)["code"] == "unauthorized"
+    assert error_of(answer)["field"] == "authorization"
+    assert health.status_code == 200 and docs.status_code == 200
+
+
+async def test_a_right_id_with_a_wrong_secret_is_401(api: httpx.AsyncClient, admin_key: str) -> None:
+    key_id = split_key(admin_key)[0]  # type: ignore[index]
+    answer = await api.get("/v1/tasks", headers={"authorization": f"Bearer berth_{key_id}_guessed"})
+    assert answer.status_code == 401 and "not valid" in error_of(answer)["message"]
+
+
+async def test_keys_refuse_a_role_tenant_mismatch_naming_the_field(api: httpx.AsyncClient, tenants) -> None:
+    for body, field in (({"role": "agent"}, "tenant"), ({"role": "admin", "tenant": tenants[0]}, "tenant"),
+                        ({"role": "agent", "tenant": "ghost"}, "tenant"), ({"role": "boss"}, "role")):
+        answer = await api.post("/v1/keys", json=body)
+        assert answer.status_code == 422 and error_of(answer)["field"] == field, (body, answer.text)
+    assert (await api.post("/v1/keys/nope/revoke")).status_code == 404
+
+
+# -- roles ----------------------------------------------------------------------------------
+
+
+async def test_a_viewer_reads_but_pressing_any_button_is_403_and_changes_nothing(
+    api: httpx.AsyncClient, store: Store, agent: AgentSpec, client_as: ClientAs
+) -> None:
+    task = put_task(store, agent)
+    store.fleet.register(_node("gpu-v"), "secret")
+    async with client_as(Role.viewer) as viewer:
+        assert (await viewer.get(f"/v1/tasks/{task.task_id}")).status_code == 200
+        assert (await viewer.get("/v1/nodes")).status_code == 200
+        for method, path, body in (
+            ("POST", f"/v1/tasks/{task.task_id}/cancel", None),
+            ("POST", f"/v1/tasks/{task.task_id}/raise-budget", {"tokens": 100}),
+            ("POST", "/v1/tasks", task_body(agent)),
+            ("POST", "/v1/nodes/gpu-v/drain", None),
+            ("PUT", "/v1/models/llama-3.1-8b/policy", {"min_replicas": 0, "max_replicas": 2}),
+            ("POST", "/v1/keys", {"role": "admin"}),
+        ):
+            answer = await viewer.request(method, path, json=body)
+            assert answer.status_code == 403, (path, answer.text)
+            assert "viewer" in error_of(answer)["message"]
+    assert store.tasks.get(task.task_id).state.status == TaskStatus.running  # type: ignore[union-attr]
+    assert store.fleet.get("gpu-v").status == "healthy"  # type: ignore[union-attr]
+    assert [k.role for k in store.keys.list()].count(Role.admin) == 1
+
+
+async def test_operators_steer_the_fleet_and_agents_may_not(
+    store: Store, client_as: ClientAs, tenants: tuple[str, str]
+) -> None:
+    store.fleet.register(_node("gpu-o"), "secret")
+    async with client_as(Role.agent, tenants[0]) as agent_key, client_as(Role.operator) as operator:
+        refused = await agent_key.post("/v1/nodes/gpu-o/drain")
+        assert refused.status_code == 403 and "agent" in error_of(refused)["message"]
+        assert (await agent_key.get("/v1/tenants")).status_code == 403
+        assert (await operator.get("/v1/tenants")).status_code == 403
+        assert (await operator.post("/v1/nodes/gpu-o/drain")).json()["status"] == "draining"
+        assert (await operator.post("/v1/nodes/gpu-o/undrain")).json()["status"] == "healthy"
+
+
+# -- tenant isolation ----------------------------------------------------------------------
+
+
+async def test_a_tenant_key_gets_404_for_another_tenants_task_on_every_route(
+    api: httpx.AsyncClient, store: Store, agent: AgentSpec, client_as: ClientAs, tenants: tuple[str, str]
+) -> None:
+    a, b = tenants
+    mine, theirs = tenant_task(store, agent, a), tenant_task(store, agent, b)
+    routes = [("GET", ""), ("GET", "/interruptions"), ("GET", "/checkpoints"), ("GET", "/checkpoints/1"),
+              ("GET", "/ledger"), ("GET", "/events"), ("POST", "/cancel"), ("POST", "/raise-budget"),
+              ("POST", "/answer"), ("POST", "/fork"), ("POST", "/spawn"), ("POST", "/simulate-preemption")]
+    bodies = {"/raise-budget": {"tokens": 10}, "/answer": {"text": "yes"}, "/fork": {"checkpoint_seq": 1},
+              "/spawn": {"agent": agent.name, "input": "x", "tokens": 10}}
+    for role in (Role.agent, Role.operator, Role.viewer):
+        async with client_as(role, a) as scoped:
+            for method, suffix in routes:
+                answer = await scoped.request(method, f"/v1/tasks/{theirs.task_id}{suffix}", json=bodies.get(suffix))
+                expected = 403 if role == Role.viewer and method == "POST" else 404
+                assert answer.status_code == expected, (role, suffix, answer.text)
+                if expected == 404:
+                    assert error_of(answer)["message"] == f"task {theirs.task_id!r} does not exist"
+            assert (await scoped.get(f"/v1/tasks/{mine.task_id}/checkpoints/1")).status_code == 200
+            listed = await scoped.get("/v1/tasks")
+            assert [t["task_id"] for t in listed.json()] == [mine.task_id]
+            assert (await scoped.get("/v1/tasks", params={"tenant": b})).json() == []
+    everything = {t["task_id"] for t in (await api.get("/v1/tasks")).json()}
+    assert {mine.task_id, theirs.task_id} <= everything
+    assert store.tasks.get(theirs.task_id).state.status == TaskStatus.running  # type: ignore[union-attr]
+
+
+async def test_an_agent_key_submits_for_its_own_tenant_only(
+    store: Store, agent: AgentSpec, client_as: ClientAs, tenants: tuple[str, str]
+) -> None:
+    a, b = tenants
+    async with client_as(Role.agent, a) as scoped:
+        forced = await scoped.post("/v1/tasks", json=task_body(agent))
+        assert forced.status_code == 201, forced.text
+        assert forced.json()["tenant"] == a
+        named = await scoped.post("/v1/tasks", json=task_body(agent, tenant=b))
+        assert named.status_code == 403 and error_of(named)["field"] == "tenant"
+        assert (await scoped.post("/v1/agents", json=agent.model_dump(mode="json"))).status_code in (200, 201)
+    assert [t.tenant for t in store.tasks.list()] == [a]
+
+
+# -- tenants and default budgets -----------------------------------------------------------
+
+
+async def test_a_tenants_default_budget_applies_and_an_unknown_tenant_is_422(
+    api: httpx.AsyncClient, agent: AgentSpec
+) -> None:
+    name = unique("fund")
+    created = await api.post("/v1/tenants", json={"name": name, "trust": "isolated", "gpu_quota": 4,
+                                                   "default_budget_tokens": 1234, "default_budget_usd": 0.5})
+    assert created.status_code == 201, created.text
+    assert (await api.post("/v1/tenants", json={"name": name})).status_code == 409
+
+    body = task_body(agent, tenant=name)
+    del body["budget"]
+    defaulted = await api.post("/v1/tasks", json=body)
+    assert defaulted.status_code == 201, defaulted.text
+    assert defaulted.json()["spend"]["token_limit"] == 1234 and defaulted.json()["spend"]["usd_limit"] == 0.5
+    given = await api.post("/v1/tasks", json=task_body(agent, tenant=name))
+    assert given.json()["spend"]["token_limit"] == 5000 and given.json()["spend"]["usd_limit"] == 0.5
+
+    unknown = await api.post("/v1/tasks", json=task_body(agent, tenant="nobody-here"))
+    assert unknown.status_code == 422 and error_of(unknown)["field"] == "tenant"
+    no_default = task_body(agent)
+    del no_default["budget"]
+    missing = await api.post("/v1/tasks", json=no_default)
+    assert missing.status_code == 422 and error_of(missing)["field"] == "budget"
+
+
+async def test_tenants_are_listed_shown_and_changed(api: httpx.AsyncClient) -> None:
+    assert "default" in [t["name"] for t in (await api.get("/v1/tenants")).json()]
+    name = unique("crew")
+    await api.post("/v1/tenants", json={"name": name, "gpu_quota": 2})
+    changed = await api.patch(f"/v1/tenants/{name}", json={"trust": "dedicated", "gpu_quota": None})
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["trust"] == "dedicated" and changed.json()["gpu_quota"] is None
+    assert (await api.get(f"/v1/tenants/{name}")).json()["trust"] == "dedicated"
+    assert (await api.get("/v1/tenants/ghost")).status_code == 404
+    bad = await api.patch(f"/v1/tenants/{name}", json={"trust": "open"})
+    assert bad.status_code == 422 and error_of(bad)["field"] == "trust"
+    cleared = await api.patch(f"/v1/tenants/{name}", json={"trust": None})
+    assert cleared.status_code == 422 and error_of(cleared)["field"] == "trust"
+    bad_name = await api.post("/v1/tenants", json={"name": "Not Valid"})
+    assert bad_name.status_code == 422 and error_of(bad_name)["field"] == "name"
+
+
+# -- audit ----------------------------------------------------------------------------------
+
+
+async def test_every_write_is_audited_with_who_what_and_status(
+    api: httpx.AsyncClient, store: Store, agent: AgentSpec, client_as: ClientAs, admin_key: str
+) -> None:
+    submitted = await api.post("/v1/tasks", json=task_body(agent))
+    task_id = submitted.json()["task_id"]
+    async with client_as(Role.viewer) as viewer:
+        await viewer.post(f"/v1/tasks/{task_id}/cancel")
+    async with httpx.AsyncClient(transport=api._transport, base_url="http://berth") as anonymous:
+        await anonymous.post("/v1/tenants", json={"name": "sneaky"})
+    await api.get("/v1/tasks")  # reads are not audited
+
+    rows = (await api.get("/v1/audit")).json()
+    admin_id = split_key(admin_key)[0]  # type: ignore[index]
+    assert [(r["method"], r["path"], r["status"], r["role"]) for r in rows[:3]] == [
+        ("POST", "/v1/tenants", 401, None),
+        ("POST", f"/v1/tasks/{task_id}/cancel", 403, "viewer"),
+        ("POST", "/v1/tasks", 201, "admin"),
+    ]
+    assert rows[2]["key_id"] == admin_id and rows[2]["target"] == task_id
+    assert rows[1]["target"] == task_id and rows[1]["key_id"] != admin_id
+    assert all(r["at"] for r in rows)
+    mine = (await api.get("/v1/audit", params={"key_id": admin_id})).json()
+    assert {r["key_id"] for r in mine} == {admin_id}
+
+
+def _node(node_id: str):
+    from sdk import GpuDescription, NodeSpec
+
+    return NodeSpec(node_id=node_id, datacenter="dc1", zone="z1",
+                    gpus=[GpuDescription(index=0, uuid=f"GPU-{node_id}", type_name="H100-80GB",
+                                         memory_total_mib=81559)])

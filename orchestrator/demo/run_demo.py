@@ -55,14 +55,16 @@ class _Stop(Protocol):
     requested: bool
 
 
-def run_demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int = 0) -> list[TaskState]:
+def run_demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int = 0,
+             api_key: str | None = None) -> list[TaskState]:
     """Run the demo workload; `nodes` is how many GPU nodes the stack started (0: no fleet)."""
-    return asyncio.run(_demo(config, tick, stop, nodes))
+    return asyncio.run(_demo(config, tick, stop, nodes, api_key))
 
 
-async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int) -> list[TaskState]:
+async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int,
+                api_key: str | None) -> list[TaskState]:
     console = Console()
-    client = Client(config.resolved_api_url)
+    client = Client(config.resolved_api_url, api_key=api_key)
     await _wait_for_agents(client, {"research", "coordinator", "writer"})
     await _wait_for_nodes(client, nodes)
     stamp = time.strftime("%H%M%S")

@@ -7,6 +7,10 @@ with no leases and no nodes: the smallest stack, for trying the SDK.
 
 Temporal keeps its database in the data dir, so running `berth up` again resumes the tasks
 that were in flight when it stopped.
+
+The API refuses requests without a key, so the first start makes an admin key, keeps it in
+<data_dir>/admin-key and prints it once; the children that call the API (the tool worker,
+the demo) get it as BERTH_API_KEY.
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ from types import FrameType
 
 import httpx
 
+from sdk._client import API_KEY_ENV
+
 from ..config import BerthConfig
+from ..store import Store
+from .admin_key import ensure_admin_key
 from ..engines.replicas.processes import stop_orphans
 from .fleet import DEFAULT_FLEET, SimulatedNode, node_argv
 from .supervisor import ChildSpec, Supervisor, python_module
@@ -45,7 +53,8 @@ def temporal_binary() -> str:
 
 
 def stack_children(config: BerthConfig, tool_agents: list[str],
-                   fleet: Sequence[SimulatedNode] = DEFAULT_FLEET) -> list[ChildSpec]:
+                   fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, api_key: str | None = None) -> list[ChildSpec]:
+    """The processes of the stack; only those that call the API (the tool worker) get `api_key`."""
     env = config.to_env()
     data = config.data_dir.resolve()
     children = [
@@ -68,8 +77,9 @@ def stack_children(config: BerthConfig, tool_agents: list[str],
         children += [ChildSpec(node.node_id, python_module("orchestrator.cli.main", *node_argv(
             node, config.load_time_scale, NODE_HEARTBEAT_S)), env) for node in fleet]
     if tool_agents:
+        tools_env = {**env, API_KEY_ENV: api_key} if api_key else env
         children.append(ChildSpec("tools", python_module("orchestrator.cli.main", "worker", "--agents",
-                                                         ",".join(tool_agents)), env))
+                                                         ",".join(tool_agents)), tools_env))
     return children
 
 
@@ -108,22 +118,28 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
            fleet: Sequence[SimulatedNode] = DEFAULT_FLEET) -> int:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     config = config.model_copy(update={"join_token": cluster_join_token(config)})
+    store = Store.open(config.resolved_database_url)
+    try:
+        admin_key, new_key = ensure_admin_key(store, config.admin_key_path)
+    finally:
+        store.close()
     agents = list(tool_agents or [])
     if demo and DEMO_AGENTS not in agents:
         agents.append(DEMO_AGENTS)
     stop = _StopFlag()
     supervisor = Supervisor(config.data_dir / "logs", config.data_dir / "run")
     try:
-        for spec in stack_children(config, agents, fleet):
+        for spec in stack_children(config, agents, fleet, admin_key):
             supervisor.start(spec)
         if not wait_ready(config, supervisor, stop):
             return 0
         _print_urls(config, supervisor, fleet)
+        _print_admin_key(config, admin_key if new_key else None)
         if demo:
             from ..demo.run_demo import run_demo
 
             try:
-                run_demo(config, supervisor.check, stop, nodes=len(fleet) if config.fleet else 0)
+                run_demo(config, supervisor.check, stop, nodes=len(fleet) if config.fleet else 0, api_key=admin_key)
             except Exception as exc:  # a failed demo must not take the stack down with it
                 print(f"the demo stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
             print("The stack stays up; Ctrl-C to stop.", flush=True)
@@ -155,6 +171,17 @@ def _print_urls(config: BerthConfig, supervisor: Supervisor, fleet: Sequence[Sim
     else:
         print(f"  Engine       {config.resolved_engine_url}")
     print(f"  Logs         {supervisor.log_dir}", flush=True)
+
+
+def _print_admin_key(config: BerthConfig, new_key: str | None) -> None:
+    """The key itself only the first time (it is in the file after); the path every time."""
+    path = config.admin_key_path.resolve()
+    if new_key is not None:
+        print(f"  Admin key    {new_key}")
+        print(f"               shown once; kept in {path} (mode 0600), which `berth` reads")
+    else:
+        print(f"  Admin key    in {path}")
+    print(flush=True)
 
 
 class _StopFlag:

@@ -33,6 +33,7 @@ class Stack:
     env: dict[str, str]
     process: subprocess.Popen | None = None
     up_args: tuple[str, ...] = ()
+    _http: httpx.Client | None = None
 
     @classmethod
     def create(cls, tmp: Path, latency_scale: float = 0.3, load_time_scale: float = 0.02) -> "Stack":
@@ -48,6 +49,23 @@ class Stack:
     def api(self) -> str:
         return self.env["BERTH_API_URL"]
 
+    @property
+    def http(self) -> httpx.Client:
+        """An httpx client of the API with the stack's admin key (`berth up` wrote it to <data_dir>/admin-key)."""
+        if self._http is None:
+            self._http = httpx.Client(base_url=self.api, headers={"authorization": f"Bearer {self.admin_key()}"})
+        return self._http
+
+    def admin_key(self) -> str:
+        return (self.data_dir / "admin-key").read_text().strip()
+
+    def _adopt_admin_key(self) -> bool:
+        """Once `berth up` has written its admin key: hand it to the subprocesses tests start (CLI, SDK)."""
+        if not (self.data_dir / "admin-key").exists():
+            return False
+        self.env["BERTH_API_KEY"] = self.admin_key()
+        return True
+
     def start(self, timeout_s: float = 120) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir.parent / "up.log", "ab")
@@ -58,8 +76,10 @@ class Stack:
         while time.monotonic() < deadline:
             assert self.process.poll() is None, f"berth up exited: {self.log_tail()}"
             try:
-                names = {a["name"] for a in httpx.get(f"{self.api}/v1/agents", timeout=2).json()}
-                if {"research", "coordinator"} <= names and httpx.get(f"{self.api}/readyz").status_code == 200:
+                if not self._adopt_admin_key():
+                    raise ValueError("no admin key yet")
+                names = {a["name"] for a in self.http.get("/v1/agents", timeout=2).json()}
+                if {"research", "coordinator"} <= names and self.http.get("/readyz").status_code == 200:
                     return
             except (httpx.HTTPError, ValueError, TypeError):
                 pass
@@ -98,7 +118,7 @@ class Stack:
     def wait_for_step(self, task_id: str, step: int, timeout_s: float = 60) -> dict:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            state = httpx.get(f"{self.api}/v1/tasks/{task_id}").json()
+            state = self.http.get(f"/v1/tasks/{task_id}").json()
             if state.get("step", 0) >= step:
                 return state
             time.sleep(0.2)
@@ -134,7 +154,7 @@ def fleet_stack(tmp: Path, fleet: list[dict], env: dict[str, str] | None = None,
     stack.up_args = ("--fleet", str(tmp / "fleet.json"))
     stack.start()
     try:
-        wait_until(lambda: len(httpx.get(f"{stack.api}/v1/nodes", params={"status": "healthy"}).json()) == len(fleet),
+        wait_until(lambda: len(stack.http.get("/v1/nodes", params={"status": "healthy"}).json()) == len(fleet),
                    60, f"{len(fleet)} healthy nodes")
         yield stack
     finally:

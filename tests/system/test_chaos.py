@@ -43,7 +43,7 @@ def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def _serving(stack: Stack, task_id: str) -> tuple[str, str, int]:
     """(node, replica, step) of the task's latest model call (the ledger names node/replica)."""
-    entries = httpx.get(f"{stack.api}/v1/tasks/{task_id}/ledger").json()["entries"]
+    entries = stack.http.get(f"/v1/tasks/{task_id}/ledger").json()["entries"]
     last = [e for e in entries if e["kind"] == "settled"][-1]
     node, replica = last["served_by"].split("/")
     return node, replica, last["step"]
@@ -59,7 +59,7 @@ def _kill_node(stack: Stack, node_id: str, sig: int) -> None:
 
 
 def _run_and_take_away_its_node(stack: Stack, task_id: str, sig: int) -> tuple[tuple[str, str, int], list[dict]]:
-    client = SyncClient(stack.api)
+    client = SyncClient(stack.api, stack.admin_key())
     handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id=task_id, model="llama-3.1-8b")
     stack.wait_for_step(task_id, 3, timeout_s=120)
     serving = _serving(stack, task_id)
@@ -101,7 +101,7 @@ def assert_no_step_finished_twice(events: list) -> None:
 
 def assert_nothing_hidden_nothing_twice(stack: Stack, task_id: str) -> None:
     """Every settled call is one an engine completed; every token an engine generated is booked."""
-    ledger = httpx.get(f"{stack.api}/v1/tasks/{task_id}/ledger").json()["totals"]
+    ledger = stack.http.get(f"/v1/tasks/{task_id}/ledger").json()["totals"]
     engine = stack.engine_usage(task_id)
     assert ledger["calls"] <= engine["requests"] <= ledger["calls"] + 1, (ledger, engine)
     generated = engine["completion_tokens"] + engine.get("aborted_completion_tokens", 0)
@@ -111,7 +111,7 @@ def assert_nothing_hidden_nothing_twice(stack: Stack, task_id: str) -> None:
 
 
 def _no_leases_left(stack: Stack) -> bool:
-    replicas = httpx.get(f"{stack.api}/v1/replicas").json()
+    replicas = stack.http.get("/v1/replicas").json()
     return all(r["active_leases"] == 0 for r in replicas)
 
 
@@ -123,7 +123,7 @@ def _leases_held(stack: Stack, task_id: str) -> int:
 
 def _ready(stack: Stack) -> bool:
     try:
-        return httpx.get(f"{stack.api}/readyz", timeout=5).status_code == 200
+        return stack.http.get("/readyz", timeout=5).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -152,7 +152,7 @@ def test_a_node_stopped_with_sigterm_hands_its_task_over(chaos_stack: Stack) -> 
 
 
 def test_a_node_preempted_mid_answer_hands_its_text_over_and_the_answer_goes_on_from_it(chaos_stack: Stack) -> None:
-    client = SyncClient(chaos_stack.api)
+    client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
     handle = client.submit("writer", f"{SUBJECTS}\nlength: 1500 tokens", budget=Budget(BUDGET),
                            task_id="chaos-preempt", model="llama-3.1-8b")
     chaos_stack.wait_for_step("chaos-preempt", 6, timeout_s=120)  # its searches are done: it writes the report
@@ -167,7 +167,7 @@ def test_a_node_preempted_mid_answer_hands_its_text_over_and_the_answer_goes_on_
     # With notice the generation stopped at once and handed its text over: nothing it had sent was lost.
     assert (cut["kind"], cut["node_id"], cut["tokens_lost"]) == ("notice", node, 0), cut
     assert cut["tokens_kept"] > 0 and cut["resumed_on"] != node, cut
-    ledger = httpx.get(f"{chaos_stack.api}/v1/tasks/chaos-preempt/ledger").json()["totals"]
+    ledger = chaos_stack.http.get("/v1/tasks/chaos-preempt/ledger").json()["totals"]
     assert (ledger["kept_tokens"], ledger["lost_tokens"]) == (cut["tokens_kept"], 0)
     assert_no_step_finished_twice(list(handle.events()))
     assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-preempt")
@@ -176,12 +176,12 @@ def test_a_node_preempted_mid_answer_hands_its_text_over_and_the_answer_goes_on_
 
 def _generating_on(stack: Stack) -> str | None:
     """The node of the one replica with a lease held (the only task running is generating there)."""
-    busy = [r["node_id"] for r in httpx.get(f"{stack.api}/v1/replicas").json() if r["active_leases"]]
+    busy = [r["node_id"] for r in stack.http.get("/v1/replicas").json() if r["active_leases"]]
     return busy[0] if len(busy) == 1 else None
 
 
 def test_the_control_plane_server_killed_mid_task_is_restarted_and_the_task_completes(chaos_stack: Stack) -> None:
-    client = SyncClient(chaos_stack.api)
+    client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
     handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-server", model="llama-3.1-8b")
     chaos_stack.wait_for_step("chaos-server", 3, timeout_s=120)
     os.kill(chaos_stack.child_pid("server"), signal.SIGKILL)  # nodes cannot book steps until it is back
@@ -194,7 +194,7 @@ def test_the_control_plane_server_killed_mid_task_is_restarted_and_the_task_comp
 
 
 def test_an_author_can_simulate_a_preemption_and_see_tools_stay_idempotent(chaos_stack: Stack) -> None:
-    client = SyncClient(chaos_stack.api)
+    client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
     handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-simulated",
                            model="llama-3.1-8b")
     chaos_stack.wait_for_step("chaos-simulated", 3, timeout_s=120)
@@ -211,7 +211,7 @@ def test_an_author_can_simulate_a_preemption_and_see_tools_stay_idempotent(chaos
 def test_the_orchestrator_worker_killed_mid_step_is_restarted_and_the_task_completes(chaos_stack: Stack) -> None:
     # The worker runs the workflows and holds the pool. Killed while the task holds a lease, the
     # restarted pool finds the lease in the store and counts it again; the step resumes from history.
-    client = SyncClient(chaos_stack.api)
+    client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
     handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-worker", model="llama-3.1-8b")
     chaos_stack.wait_for_step("chaos-worker", 3, timeout_s=120)
     wait_until(lambda: _leases_held(chaos_stack, "chaos-worker") > 0, 30, "a step of the task to hold a lease")
@@ -233,7 +233,7 @@ def test_temporal_killed_mid_step_restarts_on_its_database_and_every_task_comple
     # SIGKILL, the harsher restart: the dev server gets no chance to flush or say goodbye. `berth up`
     # restarts it on the same --db-filename, and every process that talks to Temporal (API, worker,
     # node agents, tool worker) must find it again by itself.
-    client = SyncClient(chaos_stack.api)
+    client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
     before = ["chaos-temporal-a", "chaos-temporal-b"]
     handles = [client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id=task_id, model="llama-3.1-8b")
                for task_id in before]

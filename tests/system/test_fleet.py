@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from sdk import Budget, ModelEntry, ScalingPolicy, SyncClient, TaskStatus
@@ -32,7 +31,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def _run(stack: Stack, task_id: str, model: str, subjects: str = SUBJECTS) -> list[dict]:
     """Run a research task on `model` to completion; its llm_call events (where each step ran)."""
-    client = SyncClient(stack.api)
+    client = SyncClient(stack.api, stack.admin_key())
     handle = client.submit("research", subjects, budget=Budget(30_000), task_id=task_id, model=model)
     handle.result(timeout=120)
     assert handle.status().status == TaskStatus.completed
@@ -50,20 +49,20 @@ def test_steps_go_where_the_weights_are_and_stay_on_the_warm_replica(fleet: Stac
     # The next task of a model goes to the replica already serving it: no new load.
     again = _run(fleet, "fleet-small-2", "llama-3.2-1b")
     assert {s["replica_id"] for s in again} == {small[0]["replica_id"]} and {s["tier"] for s in again} == {"warm"}
-    replicas = httpx.get(f"{fleet.api}/v1/replicas").json()
+    replicas = fleet.http.get("/v1/replicas").json()
     assert {(r["model"], r["replica_id"]) for r in replicas} >= {
         ("llama-3.2-1b", small[0]["replica_id"]), ("llama-3.1-8b", large[0]["replica_id"])}
 
 
 def test_an_idle_replica_scales_to_zero_and_keeps_its_weights_on_disk(fleet: Stack) -> None:
-    client = SyncClient(fleet.api)
+    client = SyncClient(fleet.api, fleet.admin_key())
     # 15 GiB of weights: loading them from disk saves ~27 s of origin fetch, more than the price
     # or fragmentation difference between these nodes, so the disk copy wins the next placement.
     model = "llama-3.1-8b"
     steps = _run(fleet, "fleet-idle-1", model)
     node_id = steps[0]["node_id"]
     client.set_policy(model, ScalingPolicy(min_replicas=0, idle_timeout_s=2))
-    wait_until(lambda: not httpx.get(f"{fleet.api}/v1/replicas", params={"model": model}).json(), 45,
+    wait_until(lambda: not fleet.http.get("/v1/replicas", params={"model": model}).json(), 45,
           f"the idle {model} replica to be unloaded")
     assert model in {w.model for w in client.node(node_id).cached_weights}
     back = _run(fleet, "fleet-idle-2", model)
@@ -71,7 +70,7 @@ def test_an_idle_replica_scales_to_zero_and_keeps_its_weights_on_disk(fleet: Sta
 
 
 def test_a_prewarmed_model_starts_faster_than_a_cold_one(fleet: Stack) -> None:
-    client = SyncClient(fleet.api)
+    client = SyncClient(fleet.api, fleet.admin_key())
     # Two models of the same size that no node has seen: one prewarmed onto the west node's disk.
     for name in ("prewarmed-7b", "cold-7b"):
         client.put_model(ModelEntry(name=name, weights_gib=14.2, kv_headroom_gib=8.0, usd_per_1m_prompt=0.2,

@@ -27,6 +27,8 @@ from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from orchestrator.store import Store
+from sdk._identity import Role
 from sdk._node_io import LOAD_REPLICA, PREWARM, UNLOAD_REPLICA, node_task_queue
 from tests.conftest import ROOT, free_port, wait_http
 
@@ -81,9 +83,21 @@ def stop(process: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory, temporal_env: WorkflowEnvironment) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("node-agent")
-    return {**os.environ, "BERTH_DATA_DIR": str(tmp / "berth"), "BERTH_API_PORT": str(free_port()),
+    data = tmp / "berth"
+    # `berth server` alone makes no key (`berth up` does): make an admin key in its store first.
+    store = Store.open(f"sqlite:///{(data / 'berth.db').resolve()}")
+    key = store.keys.create(Role.admin, name="node-agent tests").key
+    store.close()
+    return {**os.environ, "BERTH_DATA_DIR": str(data), "BERTH_API_PORT": str(free_port()),
             "BERTH_JOIN_TOKEN": JOIN_TOKEN, "BERTH_ENGINE_LATENCY_SCALE": "0", "PYTHONUNBUFFERED": "1",
-            "BERTH_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host}
+            "BERTH_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host, "BERTH_API_KEY": key}
+
+
+@pytest.fixture(scope="module")
+def http(env: dict[str, str], api: str) -> Iterator[httpx.Client]:
+    """The API with the admin key, for the reads the tests make (the node itself needs no key)."""
+    with httpx.Client(base_url=api, headers={"authorization": f"Bearer {env['BERTH_API_KEY']}"}) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -108,19 +122,19 @@ def start_node(env: dict[str, str], api: str, *extra: str) -> subprocess.Popen:
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def node_view(api: str) -> dict:
-    return httpx.get(f"{api}/v1/nodes/{NODE_ID}", timeout=5).json()
+def node_view(http: httpx.Client) -> dict:
+    return http.get(f"/v1/nodes/{NODE_ID}", timeout=5).json()
 
 
 async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
-        env: dict[str, str], api: str, temporal_env: WorkflowEnvironment) -> None:
+        env: dict[str, str], api: str, http: httpx.Client, temporal_env: WorkflowEnvironment) -> None:
     node = start_node(env, api)
     try:
-        joined = wait_until(lambda: (n := node_view(api))["last_heartbeat_at"] and n, what="the node's heartbeat")
+        joined = wait_until(lambda: (n := node_view(http))["last_heartbeat_at"] and n, what="the node's heartbeat")
         assert joined["status"] == "healthy"
         assert [g["type_name"] for g in joined["gpus"]] == ["H100-80GB"]
 
-        entry = httpx.get(f"{api}/v1/models/llama-3.2-1b").json()["entry"]
+        entry = http.get("/v1/models/llama-3.2-1b").json()["entry"]
         client = temporal_env.client
         queue = f"test-{uuid.uuid4().hex[:8]}"
         async with Worker(client, task_queue=queue, workflows=[CallNode]):
@@ -130,7 +144,7 @@ async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
             assert ready["replica_id"] == "sys-r1" and ready["tier"] == "origin" and ready["load_seconds"] > 0
 
             # A heartbeat sent while it loaded may still be the latest; the next ones say warm.
-            warm = wait_until(lambda: (r := node_view(api)["replicas"]) and r[0]["state"] == "warm" and r,
+            warm = wait_until(lambda: (r := node_view(http)["replicas"]) and r[0]["state"] == "warm" and r,
                               what="the warm replica in a heartbeat")
             assert [(r["model"], r["gpu_indexes"], r["state"]) for r in warm] == [("llama-3.2-1b", [0], "warm")]
             chat = httpx.post(f"{ready['base_url']}/chat/completions", timeout=30, json={
@@ -139,16 +153,16 @@ async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
 
             unload = NodeCall(activity=UNLOAD_REPLICA, queue=node_task_queue(NODE_ID), arg={"replica_id": "sys-r1"})
             await client.execute_workflow(CallNode.run, unload, id=f"unload-{queue}", task_queue=queue)
-            wait_until(lambda: node_view(api)["replicas"] == [], what="the replica gone from heartbeats")
-            assert [w["model"] for w in node_view(api)["cached_weights"]] == ["llama-3.2-1b"]  # weights stay on disk
+            wait_until(lambda: node_view(http)["replicas"] == [], what="the replica gone from heartbeats")
+            assert [w["model"] for w in node_view(http)["cached_weights"]] == ["llama-3.2-1b"]  # weights stay on disk
             with pytest.raises(httpx.HTTPError):
                 httpx.get(f"{ready['base_url']}/models", timeout=2)
 
-            big = httpx.get(f"{api}/v1/models/llama-3.1-8b").json()["entry"]
+            big = http.get("/v1/models/llama-3.1-8b").json()["entry"]
             prewarm = NodeCall(activity=PREWARM, queue=node_task_queue(NODE_ID), arg={"model": big})
             assert await client.execute_workflow(CallNode.run, prewarm, id=f"prewarm-{queue}", task_queue=queue) \
                 == "origin"
-            wait_until(lambda: len(node_view(api)["cached_weights"]) == 2, what="prewarmed weights in a heartbeat")
+            wait_until(lambda: len(node_view(http)["cached_weights"]) == 2, what="prewarmed weights in a heartbeat")
 
             load.arg["replica_id"] = "sys-r2"  # from the disk cache this time; left running for SIGTERM
             again = await client.execute_workflow(CallNode.run, load, id=f"reload-{queue}", task_queue=queue)
@@ -157,7 +171,7 @@ async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
         node.send_signal(signal.SIGTERM)
         assert node.wait(30) == 0
         assert f"node {NODE_ID} stopped" in (node.stdout.read() if node.stdout else "")
-        assert node_view(api)["replicas"] == []  # the last heartbeat said its replicas are gone
+        assert node_view(http)["replicas"] == []  # the last heartbeat said its replicas are gone
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"{again['base_url']}/models", timeout=2)
     finally:

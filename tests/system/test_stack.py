@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 
-import httpx
 import pytest
 
 from sdk import Budget, SyncClient, TaskStatus
@@ -22,7 +21,7 @@ RESEARCH_INPUT = "H100 memory bandwidth; A100 memory bandwidth; decode speed for
 
 def assert_books_balance(stack: Stack, task_id: str) -> None:
     """The ledger equals what the engine reports it generated; no tool call ran twice."""
-    ledger = httpx.get(f"{stack.api}/v1/tasks/{task_id}/ledger").json()["totals"]
+    ledger = stack.http.get(f"/v1/tasks/{task_id}/ledger").json()["totals"]
     engine = stack.engine_usage(task_id)
     assert ledger["calls"] == engine["requests"]
     assert ledger["prompt_tokens"] == engine["prompt_tokens"]
@@ -32,7 +31,7 @@ def assert_books_balance(stack: Stack, task_id: str) -> None:
 
 
 def test_sdk_submit_runs_to_a_result(stack: Stack) -> None:
-    client = SyncClient(stack.api)
+    client = SyncClient(stack.api, stack.admin_key())
     handle = client.submit("research", RESEARCH_INPUT, budget=Budget(20_000), task_id="sys-sdk-1")
     answer = handle.result(timeout=120)
     state = handle.status()
@@ -62,7 +61,7 @@ def test_cli_submit_wait_and_refusal(stack: Stack) -> None:
 
 
 def test_worker_killed_mid_task_is_restarted_and_the_task_completes(stack: Stack) -> None:
-    client = SyncClient(stack.api)
+    client = SyncClient(stack.api, stack.admin_key())
     handle = client.submit("research", RESEARCH_INPUT + "; L4 memory bandwidth", budget=Budget(30_000),
                            task_id="sys-kill-worker")
     stack.wait_for_step("sys-kill-worker", 2)
@@ -79,7 +78,7 @@ def test_whole_stack_restarted_mid_task_resumes_it(tmp_path) -> None:
     stack = Stack.create(tmp_path)
     stack.start()
     try:
-        client = SyncClient(stack.api)
+        client = SyncClient(stack.api, stack.admin_key())
         subjects = "; ".join(["H100 memory bandwidth", "A100 memory bandwidth", "L4 memory bandwidth",
                               "spot preemption", "kv cache size"])
         client.submit("research", subjects, budget=Budget(50_000), task_id="sys-restart")
@@ -88,7 +87,7 @@ def test_whole_stack_restarted_mid_task_resumes_it(tmp_path) -> None:
         assert stack.process.returncode == 0, stack.log_tail()
 
         stack.start()
-        handle = SyncClient(stack.api).task("sys-restart")
+        handle = SyncClient(stack.api, stack.admin_key()).task("sys-restart")
         handle.result(timeout=180)
         state = handle.status()
         assert state.status == TaskStatus.completed

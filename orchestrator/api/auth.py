@@ -64,12 +64,6 @@ def forbidden(caller: Principal, action: str) -> ApiError:
                     field="authorization")
 
 
-def caller_of(request: Request) -> Principal | None:
-    """The authenticated caller of a request, once `authenticate` has run for it."""
-    found = request.scope.get(PRINCIPAL_SCOPE_KEY)
-    return found if isinstance(found, Principal) else None
-
-
 Caller = Annotated[Principal, Depends(authenticate)]
 TaskWriter = Annotated[Principal, Depends(allow(TASK_WRITERS, "act on tasks"))]
 AgentRegistrar = Annotated[Principal, Depends(allow(TASK_WRITERS, "register agents"))]

@@ -8,7 +8,6 @@ from sdk._identity import Role
 
 # Roles by what they may do; each route names the set it needs (viewers are refused every
 # write before any route runs, in auth.authenticate).
-READERS = frozenset(Role)
 TASK_WRITERS = frozenset({Role.admin, Role.operator, Role.agent})
 OPERATORS = frozenset({Role.admin, Role.operator})
 ADMINS = frozenset({Role.admin})

@@ -112,13 +112,6 @@ class SqlApiKeys:
                 session.refresh(row)
             return _view(row)
 
-    def has_admin(self) -> bool:
-        """Whether some admin key is still valid (`berth up` makes one when none is)."""
-        with Session(self._engine) as session:
-            found = session.exec(select(ApiKeyRow.key_id).where(
-                col(ApiKeyRow.role) == Role.admin.value, col(ApiKeyRow.revoked_at).is_(None)).limit(1)).first()
-        return found is not None
-
     def _touch(self, key_id: str) -> None:
         # Decided on the row just read, so most requests write nothing: on SQLite even an UPDATE
         # that changes no row takes the database's one write lock.

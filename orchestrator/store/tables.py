@@ -291,7 +291,6 @@ class ApiKeyRow(SQLModel, table=True):
     """An API key: the sha256 of its secret (never the secret), its role and its tenant."""
 
     __tablename__ = "api_keys"
-    __table_args__ = (Index("ix_api_keys_role", "role"),)  # "is there an admin key" at every `berth up`
 
     key_id: str = Field(primary_key=True)
     secret_sha256: str

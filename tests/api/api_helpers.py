@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timezone
 
 import httpx
 
 from orchestrator.store import Store
 from sdk import AgentSpec, Message, Spend, TaskSpec, TaskState, TaskStatus, ToolCall
+
+
+# The `client_as` fixture: `async with client_as(Role.viewer, tenant="acme") as http: ...`
+ClientAs = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
 
 def unique(prefix: str) -> str:

@@ -8,8 +8,8 @@ task progress from rows they write into the store themselves, as the workflow wo
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -23,7 +23,7 @@ from orchestrator.store import Store
 from sdk import AgentSpec, ToolSpec
 from sdk._identity import Role
 
-from api_helpers import unique
+from api_helpers import ClientAs, unique
 
 
 @pytest.fixture
@@ -67,9 +67,6 @@ async def api(app, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
                                  headers={"authorization": f"Bearer {admin_key}"}) as client:
         yield client
-
-
-ClientAs = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
 
 @pytest.fixture

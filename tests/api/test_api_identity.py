@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import httpx
 import pytest
 
-from api_helpers import error_of, put_task, task_body, unique, write_checkpoints
-from conftest import ClientAs
+from api_helpers import ClientAs, error_of, put_task, task_body, unique, write_checkpoints
+from orchestrator.api import create_app
 from orchestrator.store import Store
 from orchestrator.store.keys import hash_secret, split_key
 from orchestrator.store.tables import ApiKeyRow
@@ -267,3 +267,17 @@ def _node(node_id: str):
     return NodeSpec(node_id=node_id, datacenter="dc1", zone="z1",
                     gpus=[GpuDescription(index=0, uuid=f"GPU-{node_id}", type_name="H100-80GB",
                                          memory_total_mib=81559)])
+
+
+async def test_submissions_beyond_a_keys_burst_are_429_while_another_key_still_submits(
+    config, store: Store, gateway, agent: AgentSpec, admin_key: str, client_as: ClientAs
+) -> None:
+    limited = create_app(config.model_copy(update={"submit_burst": 1, "submit_rate_per_s": 0.001}), store, gateway)
+    other = store.keys.create(Role.admin).key
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(limited), base_url="http://berth") as http:
+        first = await http.post("/v1/tasks", json=task_body(agent), headers={"authorization": f"Bearer {admin_key}"})
+        second = await http.post("/v1/tasks", json=task_body(agent), headers={"authorization": f"Bearer {admin_key}"})
+        theirs = await http.post("/v1/tasks", json=task_body(agent), headers={"authorization": f"Bearer {other}"})
+    assert first.status_code == 201 and theirs.status_code == 201, (first.text, theirs.text)
+    assert second.status_code == 429 and error_of(second)["code"] == "rate_limited"
+    assert int(second.headers["retry-after"]) >= 1

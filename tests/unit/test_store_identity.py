@@ -54,16 +54,6 @@ def test_authenticate_knows_the_holder_and_refuses_wrong_unknown_and_revoked_key
         store.keys.revoke("nope")
 
 
-def test_has_admin_counts_only_valid_admin_keys(store: Store) -> None:
-    assert not store.keys.has_admin()
-    store.keys.create(Role.viewer)
-    assert not store.keys.has_admin()
-    admin = store.keys.create(Role.admin)
-    assert store.keys.has_admin()
-    store.keys.revoke(admin.key_id)
-    assert not store.keys.has_admin()
-
-
 def test_the_default_tenant_always_exists_and_others_are_made_and_changed(store: Store) -> None:
     assert [t.name for t in store.tenants.list()] == ["default"]
     made = store.tenants.create(TenantSpec(name="acme", trust=Trust.isolated, gpu_quota=8, default_budget_tokens=500))

@@ -35,6 +35,7 @@ from orchestrator.store import Store
 from orchestrator.store.tables import LedgerRow
 from orchestrator.worker import build_worker
 from sdk import Agent, ScalingPolicy
+from sdk._identity import Role
 from sdk._serve import tool_worker
 
 from .fleet_step import ApiThread
@@ -103,6 +104,7 @@ class TwoNodes:
     api_url: str
     model: str
     queue: str
+    operator_key: str  # for the fleet actions a benchmark takes through the API (a preemption notice)
 
     async def two_warm(self, stale: frozenset[str] = frozenset()) -> float:
         """Tick the scaler every second until each node has a warm replica; seconds it took.
@@ -170,7 +172,8 @@ async def two_nodes(tmp: Path, agent: Agent, queue: str) -> AsyncIterator[TwoNod
                 await stack.enter_async_context(tool_worker(env.client, agent))
                 while len(store.fleet.list(status="healthy")) < len(nodes):  # both joined: the scaler spreads
                     await asyncio.sleep(0.5)
-                fleet = TwoNodes(env.client, store, autoscaler, nodes, api.url, model, queue)
+                operator_key = store.keys.create(Role.operator, name="benchmark").key
+                fleet = TwoNodes(env.client, store, autoscaler, nodes, api.url, model, queue, operator_key)
                 await fleet.two_warm()
                 yield fleet
     finally:

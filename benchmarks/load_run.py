@@ -37,7 +37,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
 
 from orchestrator.demo.sample_agents import KNOWLEDGE
 from orchestrator.store import Store
@@ -164,18 +163,18 @@ def tools_ran_twice(stack: Stack) -> list[str]:
 def leases_left(stack: Stack) -> tuple[int, list[dict]]:
     """Lease rows still in the store, and replicas whose node still reports an active lease."""
     store = Store.open(f"sqlite:///{stack.data_dir / 'berth.db'}")
-    busy = [r for r in httpx.get(f"{stack.api}/v1/replicas", timeout=30).json() if r["active_leases"]]
+    busy = [r for r in stack.http.get("/v1/replicas", timeout=30).json() if r["active_leases"]]
     return len(store.leases.list()), busy
 
 
 async def measure(stack: Stack, tasks: int) -> dict:
-    async with Client(stack.api, timeout=CLIENT_TIMEOUT_S) as client:
+    async with Client(stack.api, api_key=stack.admin_key(), timeout=CLIENT_TIMEOUT_S) as client:
         entry = (await client.model(MODEL)).entry
         await client.put_model(entry.model_copy(update={"engine_args": {**entry.engine_args,
                                                                        "max_num_seqs": MAX_NUM_SEQS}}))
         await client.set_policy(MODEL, POLICY)
-        await asyncio.to_thread(wait_until, lambda: any(r["state"] == "warm" for r in httpx.get(
-            f"{stack.api}/v1/replicas", params={"model": MODEL}).json()), 120, f"a warm replica of {MODEL}")
+        await asyncio.to_thread(wait_until, lambda: any(r["state"] == "warm" for r in stack.http.get(
+            "/v1/replicas", params={"model": MODEL}).json()), 120, f"a warm replica of {MODEL}")
         baseline = await run_baseline(client, BASELINE_TASKS)
         print(f"baseline: {BASELINE_TASKS} tasks one at a time, {baseline['steps_per_s']} steps/s, "
               f"p50 {baseline['latency_p50_s']} s", flush=True)
@@ -222,7 +221,7 @@ async def measure(stack: Stack, tasks: int) -> dict:
         "tokens_used_max": max(s.spend.tokens_used for s in states.values()),
         # Steps cut off and placed again (a node too busy to pick a generation up in time counts as lost).
         "interruptions": sum(s.interruptions for s in states.values()),
-        "replicas_at_end": len(httpx.get(f"{stack.api}/v1/replicas", params={"model": MODEL}, timeout=30).json()),
+        "replicas_at_end": len(stack.http.get("/v1/replicas", params={"model": MODEL}, timeout=30).json()),
         # The machine is shared: the 1-minute load average before the burst and after the last task says
         # how much else was running (2 cores; the stack alone keeps it near 2 while it works).
         "load_average_before": load_before,

@@ -95,7 +95,8 @@ async def _cut(fleet: TwoNodes, how: str, node_id: str) -> float:
     node = fleet.nodes[node_id]
     at = time.time()
     if how == "notice":
-        httpx.post(f"{fleet.api_url}/v1/nodes/{node_id}/preempt", json={"notice_s": 10}, timeout=10).raise_for_status()
+        httpx.post(f"{fleet.api_url}/v1/nodes/{node_id}/preempt", json={"notice_s": 10}, timeout=10,
+                   headers={"authorization": f"Bearer {fleet.operator_key}"}).raise_for_status()
     elif how == "sigterm":
         assert node.proc is not None
         node.proc.send_signal(signal.SIGTERM)

@@ -31,7 +31,7 @@ from sdk._node_io import FetchSource, LoadOnNode, LoadReplica
 from ..store import LeaseRecord, Store
 from .decision import Decision, PlacementRequest
 from .filters import boundary_owner
-from .fleet import Booking, FleetState, StaleDecision
+from .fleet import Booking, FleetState, StaleDecision, Tenant as PoolTenant
 from .inventory import model_spec, node_from_view
 from .placement import place
 from .queue import WaitQueue
@@ -236,6 +236,8 @@ class PoolService:
                 if model.entry.provider == "self-hosted":
                     self.fleet.add_model(model_spec(model.entry))
                 self.policies[model.entry.name] = model.policy
+            for tenant in self.store.tenants.list():  # trust boundaries and GPU quotas, as admins set them
+                self.fleet.add_tenant(PoolTenant(tenant.name, tenant.trust.value, tenant.gpu_quota))
             for view in self.store.fleet.list():
                 self._sync_node(view, now)
             for replica_id, (at, _) in list(self._gone.items()):

@@ -310,3 +310,21 @@ def test_a_step_excluded_from_every_node_waits_saying_so(store: Store, pool: Poo
     assert pool.acquire(req("t1", exclude_nodes=["gpu-a"])).node_id == "gpu-b"
     cornered = pool.acquire(req("t2", exclude_nodes=["gpu-a", "gpu-b"]))
     assert cornered.outcome == "wait" and "excluded_node" in (cornered.reason or "")
+
+
+def test_tenants_admins_set_in_the_store_bound_placement(store: Store, pool: PoolService) -> None:
+    from sdk._identity import TenantSpec, Trust
+
+    store.tenants.create(TenantSpec(name="acme", trust=Trust.isolated))
+    store.tenants.create(TenantSpec(name="tiny", gpu_quota=1))
+    join(store, "gpu-a", count=2)
+    shared = pool.acquire(req("t1"))
+    # An isolated tenant never joins another tenant's GPU: its replica goes on the node's other one.
+    isolated = pool.acquire(req("t2", tenant="acme"))
+    assert isolated.outcome == "placed" and isolated.replica_id != shared.replica_id
+    assert set(isolated.gpu_indexes).isdisjoint(shared.gpu_indexes)
+    # A tenant holding its quota of GPUs waits rather than starting another replica.
+    first = pool.acquire(req("t3", tenant="tiny", model="llama-3.2-1b"))
+    assert first.outcome == "placed"
+    second = pool.acquire(req("t4", tenant="tiny", model="qwen2.5-7b"))
+    assert second.outcome == "wait" and second.wait_reason == "tenant_quota", second

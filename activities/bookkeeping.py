@@ -63,7 +63,7 @@ class TaskBookkeeping:
 
     @activity.defn(name="berth.resolve_agent")
     def resolve_agent(self, inp: ResolveAgentInput) -> ResolveAgentResult:
-        agent = self.agents.get(inp.name)
+        agent = self.agents.get(inp.name, visible_to=inp.tenant)
         if agent is None:
             return ResolveAgentResult(error=f"no agent named {inp.name!r} is registered")
         return ResolveAgentResult(agent=agent)

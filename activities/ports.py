@@ -93,7 +93,7 @@ class EventLog(Protocol):
 
 
 class AgentCatalogue(Protocol):
-    def get(self, name: str) -> AgentSpec | None: ...
+    def get(self, name: str, version: str | None = None, visible_to: str | None = None) -> AgentSpec | None: ...
 
 
 REPLICA_UNAVAILABLE = "ReplicaUnavailable"  # the error type a workflow re-places a step on

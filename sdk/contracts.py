@@ -119,6 +119,7 @@ class RecordStateInput(BaseModel):
 
 class ResolveAgentInput(BaseModel):
     name: str
+    tenant: str | None = Field(default=None, description="the spawning task's tenant: only agents it may use")
 
 
 class ResolveAgentResult(BaseModel):

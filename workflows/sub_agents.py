@@ -108,7 +108,8 @@ class SubAgents:
 
     async def _resolve(self, name: str) -> AgentSpec:
         resolved = await workflow.execute_local_activity_method(
-            TaskBookkeeping.resolve_agent, ResolveAgentInput(name=name), **BOOKKEEPING)
+            TaskBookkeeping.resolve_agent, ResolveAgentInput(name=name, tenant=self.parent.spec.tenant),
+            **BOOKKEEPING)
         if resolved.agent is None:
             raise ApplicationError(resolved.error or f"no agent named {name!r}", non_retryable=True)
         return resolved.agent

@@ -43,13 +43,15 @@ class Submitted:
     created: bool  # False: the same task was submitted before, and this is its state
 
 
-async def resolve_agent(services: Services, name: str, version: str | None = None) -> AgentSpec:
-    """The registered agent (a given version when it still exists, else the current one)."""
+async def resolve_agent(services: Services, name: str, version: str | None = None,
+                        visible_to: str | None = None) -> AgentSpec:
+    """The registered agent (a given version when it still exists, else the current one), if the
+    caller's tenant (`visible_to`) may use it."""
     agent = None
     if version:
-        agent = await services.db(services.store.agents.get, name, version)
+        agent = await services.db(services.store.agents.get, name, version, visible_to)
     if agent is None:
-        agent = await services.db(services.store.agents.get, name)
+        agent = await services.db(services.store.agents.get, name, None, visible_to)
     if agent is None:
         raise invalid("agent", f"agent {name!r} is not registered; register it first (POST /v1/agents)")
     return agent
@@ -97,7 +99,7 @@ def check_submission_rate(services: Services, caller: Principal) -> None:
 async def submit_task(
     services: Services, spec: TaskSpec, caller: Principal, *, fork_of: ForkSource | None = None, agent_version: str | None = None
 ) -> Submitted:
-    agent = await resolve_agent(services, spec.agent, agent_version)
+    agent = await resolve_agent(services, spec.agent, agent_version, caller.tenant)
     model = spec.model or agent.model
     await check_model(services, model)
 

@@ -5,6 +5,10 @@ process that registers its agent on every start is a no-op until the code change
 versions are kept: a task that started on one keeps its spec in its TaskRun, and the UI
 can show what changed. The current version is the one activated last, kept as a timestamp
 rather than a flag, so two registrations racing can never leave two current versions.
+
+A name belongs to the tenant whose key registered it first (or to every tenant, when a key
+of no tenant did): its instructions are that tenant's, so other tenants neither see nor
+change it. Readers pass the tenant they act for (`visible_to`); None reads every agent.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ class SqlAgentRegistry:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def register(self, spec: AgentSpec) -> AgentSpec:
-        """Store `spec` under its content version and make that version current.
+    def register(self, spec: AgentSpec, tenant: str | None = None) -> AgentSpec:
+        """Store `spec` under its content version and make that version current; a new name
+        belongs to `tenant` (the caller checks `owner` first: a name keeps its first owner).
 
         Registering the current content again changes nothing; registering an older
         version's content makes that version current again (the author rolled back).
@@ -39,6 +44,8 @@ class SqlAgentRegistry:
             current = self._current_row(session, spec.name)
         if current is not None and current.version == version:
             return stored
+        if current is not None:
+            tenant = current.tenant
         now = utcnow()
         if current is not None and now <= current.activated_at:  # a clock step back must not hide the new version
             now = current.activated_at + timedelta(microseconds=1)
@@ -55,7 +62,8 @@ class SqlAgentRegistry:
                 session.commit()
                 return stored
             session.add(
-                AgentRow(name=spec.name, version=version, spec_json=stored.model_dump_json(), registered_at=now, activated_at=now)
+                AgentRow(name=spec.name, version=version, spec_json=stored.model_dump_json(), registered_at=now,
+                         activated_at=now, tenant=tenant)
             )
             try:
                 session.commit()
@@ -63,17 +71,25 @@ class SqlAgentRegistry:
                 session.rollback()  # registered concurrently by another process: the same content, so done
         return stored
 
-    def get(self, name: str, version: str | None = None) -> AgentSpec | None:
-        """The current version of `name`, or the given version."""
+    def get(self, name: str, version: str | None = None, visible_to: str | None = None) -> AgentSpec | None:
+        """The current version of `name`, or the given version; None too when `visible_to` may not see it."""
         with Session(self._engine) as session:
             if version is None:
                 row = self._current_row(session, name)
             else:
                 row = session.exec(select(AgentRow).where(AgentRow.name == name, AgentRow.version == version)).first()
-        return AgentSpec.model_validate_json(row.spec_json) if row is not None else None
+        if row is None or not _visible(row.tenant, visible_to):
+            return None
+        return AgentSpec.model_validate_json(row.spec_json)
 
-    def list(self) -> builtins.list[AgentSpec]:
-        """The current version of every agent, by name."""
+    def owner(self, name: str) -> tuple[bool, str | None]:
+        """(whether `name` is registered, the tenant it belongs to: None for every tenant)."""
+        with Session(self._engine) as session:
+            row = self._current_row(session, name)
+        return (row is not None, row.tenant if row is not None else None)
+
+    def list(self, visible_to: str | None = None) -> builtins.list[AgentSpec]:
+        """The current version of every agent `visible_to` may see (every agent for None), by name."""
         with Session(self._engine) as session:
             rows = session.exec(
                 select(AgentRow).order_by(col(AgentRow.name), col(AgentRow.activated_at).desc(), col(AgentRow.id).desc())
@@ -81,7 +97,8 @@ class SqlAgentRegistry:
         current: dict[str, AgentRow] = {}
         for row in rows:
             current.setdefault(row.name, row)
-        return [AgentSpec.model_validate_json(row.spec_json) for row in current.values()]
+        return [AgentSpec.model_validate_json(row.spec_json) for row in current.values()
+                if _visible(row.tenant, visible_to)]
 
     def versions(self, name: str) -> builtins.list[str]:
         """Every version of `name`, oldest registration first."""
@@ -99,3 +116,7 @@ class SqlAgentRegistry:
             .order_by(col(AgentRow.activated_at).desc(), col(AgentRow.id).desc())
             .limit(1)
         ).first()
+
+
+def _visible(owner: str | None, visible_to: str | None) -> bool:
+    return visible_to is None or owner is None or owner == visible_to

@@ -90,6 +90,9 @@ class AgentRow(SQLModel, table=True):
     spec_json: str = Field(sa_type=Text)
     registered_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     activated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    # The tenant whose key first registered the name: only it sees and changes the agent. None: a key
+    # of no tenant (admin, operator) registered it, and every tenant may use it.
+    tenant: str | None = None
 
 
 class CheckpointRow(SQLModel, table=True):

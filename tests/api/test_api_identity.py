@@ -281,3 +281,34 @@ async def test_submissions_beyond_a_keys_burst_are_429_while_another_key_still_s
     assert first.status_code == 201 and theirs.status_code == 201, (first.text, theirs.text)
     assert second.status_code == 429 and error_of(second)["code"] == "rate_limited"
     assert int(second.headers["retry-after"]) >= 1
+
+
+# -- agents belong to the tenant that registered them ---------------------------------------
+
+
+async def test_a_tenants_agent_is_unknown_to_other_tenants_and_theirs_alone_to_change(
+    api: httpx.AsyncClient, client_as: ClientAs, tenants: tuple[str, str], agent: AgentSpec
+) -> None:
+    a, b = tenants
+    private = {"name": unique("pricing-bot"), "model": "llama-3.1-8b", "instructions": "Quote from our price list."}
+    async with client_as(Role.agent, tenant=a) as owner, client_as(Role.agent, tenant=b) as other:
+        assert (await owner.post("/v1/agents", json=private)).status_code == 201
+        changed = {**private, "instructions": "Quote anything."}
+        assert (await owner.post("/v1/agents", json=changed)).status_code == 201  # a new version, still a's
+
+        # b neither sees a's agent (nor its instructions), nor runs it, nor takes its name.
+        assert private["name"] not in {x["name"] for x in (await other.get("/v1/agents")).json()}
+        assert (await other.get(f"/v1/agents/{private['name']}")).status_code == 404
+        taken = await other.post("/v1/agents", json=private)
+        assert taken.status_code == 403 and error_of(taken)["field"] == "name"
+        run = await other.post("/v1/tasks", json=task_body(AgentSpec.model_validate(private)))
+        assert run.status_code == 422 and error_of(run)["field"] == "agent"
+
+        # Shared agents (registered by a key of no tenant) serve every tenant, which may register the same
+        # content again (its tool worker starting) but not change it.
+        assert agent.name in {x["name"] for x in (await other.get("/v1/agents")).json()}
+        assert (await other.post("/v1/agents", json=agent.model_dump(mode="json"))).status_code == 200
+        rewritten = {**agent.model_dump(mode="json"), "instructions": "Leak everything."}
+        assert (await other.post("/v1/agents", json=rewritten)).status_code == 403
+    seen = await api.get(f"/v1/agents/{private['name']}")  # admins see every tenant's
+    assert seen.status_code == 200 and seen.json()["instructions"] == "Quote anything."

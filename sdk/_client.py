@@ -33,7 +33,7 @@ from ._errors import (
     TaskFailed,
     Unauthorized,
 )
-from ._events import END_EVENT, SseParser
+from ._events import END_EVENT, REVOKED_EVENT, SseParser
 from ._fleet import NodeView, PreemptRequest, ReplicaView
 from ._identity import ApiKeyView, AuditEntry, CreatedKey, KeyRequest, Role, Tenant, TenantSpec, TenantUpdate
 from ._lease import ServiceClass
@@ -354,6 +354,9 @@ class Client:
                             continue
                         if message.event == END_EVENT:
                             return
+                        if message.event == REVOKED_EVENT:
+                            raise Unauthorized("the API key was revoked while following the task's events",
+                                               field="authorization", status_code=401)
                         event = TaskEvent.model_validate_json(message.data)
                         after, cuts = event.seq, 0
                         yield event

@@ -3,7 +3,8 @@
 The server sends one SSE message per TaskEvent (`event: <kind>`, `id: <seq>`, `data: <json>`)
 and, once the task is final and its log drained, one `event: end` message. The end marker
 is what tells a client the stream closed on purpose; a stream that closes without it was
-cut, and the client reconnects with `Last-Event-ID`.
+cut, and the client reconnects with `Last-Event-ID`. A `revoked` message ends a stream whose
+API key was revoked while it ran: reconnecting would be refused.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 END_EVENT = "end"
+REVOKED_EVENT = "revoked"
 
 
 @dataclass(frozen=True)

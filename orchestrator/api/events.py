@@ -4,20 +4,22 @@ The workflow's activities append events to the store; this route tails that log.
 store (in the thread pool) every 0.3 s keeps the server stateless: any replica can serve any
 stream, a reconnect resumes from `Last-Event-ID`, and nothing has to fan events out between
 processes. The stream ends once the task is final and its log is drained, with an `end`
-message so that clients (and browsers' EventSource) know not to reconnect.
+message so that clients (and browsers' EventSource) know not to reconnect; it also ends, with
+a `revoked` message, within KEY_RECHECK_S of its key being revoked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from sdk._events import END_EVENT
+from sdk._events import END_EVENT, REVOKED_EVENT
 
 from .auth import Caller
 from .errors import ERROR_RESPONSES
@@ -29,6 +31,7 @@ READ_BATCH = 500
 # final with nothing left to read, look this many more times before ending the stream.
 FINAL_QUIET_POLLS = 2
 PING_INTERVAL_S = 15
+KEY_RECHECK_S = 5.0
 
 router = APIRouter(tags=["tasks"], responses=ERROR_RESPONSES)
 
@@ -47,12 +50,19 @@ async def stream_events(
 ) -> EventSourceResponse:
     await svc.task_record(task_id, caller)
     start = max(after, _seq(last_event_id))
-    return EventSourceResponse(tail(svc, task_id, start), ping=PING_INTERVAL_S)
+    return EventSourceResponse(tail(svc, task_id, start, caller.key_id), ping=PING_INTERVAL_S)
 
 
-async def tail(svc: Services, task_id: str, after: int) -> AsyncIterator[ServerSentEvent]:
+async def tail(svc: Services, task_id: str, after: int, key_id: str) -> AsyncIterator[ServerSentEvent]:
     quiet_polls = 0
+    key_checked = time.monotonic()
     while True:
+        if time.monotonic() - key_checked >= KEY_RECHECK_S:
+            if not await svc.db(svc.store.keys.is_live, key_id):
+                yield ServerSentEvent(data=json.dumps({"task_id": task_id, "error": "the API key was revoked"}),
+                                      event=REVOKED_EVENT)
+                return
+            key_checked = time.monotonic()
         # Read the status before the events: a final status seen here means every event
         # written before it is in the read below.
         record = await svc.db(svc.store.tasks.get, task_id)

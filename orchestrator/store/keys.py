@@ -99,6 +99,12 @@ class SqlApiKeys:
         with Session(self._engine) as session:
             return [_view(r) for r in session.exec(select(ApiKeyRow).order_by(col(ApiKeyRow.created_at)))]
 
+    def is_live(self, key_id: str) -> bool:
+        """Whether the key exists and is not revoked (a long-lived stream asks again now and then)."""
+        with Session(self._engine) as session:
+            row = session.get(ApiKeyRow, key_id)
+        return row is not None and row.revoked_at is None
+
     def revoke(self, key_id: str) -> ApiKeyView:
         """Revoke a key (again is a no-op that keeps the first time); NotFound for an unknown id."""
         with Session(self._engine) as session:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import datetime, timezone
 
@@ -312,3 +313,23 @@ async def test_a_tenants_agent_is_unknown_to_other_tenants_and_theirs_alone_to_c
         assert (await other.post("/v1/agents", json=rewritten)).status_code == 403
     seen = await api.get(f"/v1/agents/{private['name']}")  # admins see every tenant's
     assert seen.status_code == 200 and seen.json()["instructions"] == "Quote anything."
+
+
+async def test_a_revoked_key_loses_the_event_stream_it_had_opened(
+    app, store: Store, agent: AgentSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.api import events
+
+    monkeypatch.setattr(events, "KEY_RECHECK_S", 0.2)
+    running = put_task(store, agent)  # never final: the stream would follow it for ever
+    created = store.keys.create(Role.viewer, name="dashboard")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
+                                 headers={"authorization": f"Bearer {created.key}"}) as viewer:
+        # The in-process transport hands the body over only once the stream has ended: revoke meanwhile.
+        revoke = asyncio.get_running_loop().call_later(0.5, store.keys.revoke, created.key_id)
+        try:
+            stream = await asyncio.wait_for(viewer.get(f"/v1/tasks/{running.task_id}/events"), timeout=20)
+        finally:
+            revoke.cancel()
+    assert stream.status_code == 200
+    assert "event: revoked" in stream.text and "the API key was revoked" in stream.text

@@ -41,6 +41,7 @@ from pathlib import Path
 from orchestrator.demo.sample_agents import KNOWLEDGE
 from orchestrator.store import Store
 from sdk import Budget, Client, ScalingPolicy, TaskState, TaskStatus
+from sdk._identity import TenantSpec  # noqa: E402
 from tests.system.conftest import Stack, fleet_stack, wait_until
 
 from ._results import write_results
@@ -173,6 +174,8 @@ async def measure(stack: Stack, tasks: int) -> dict:
         await client.put_model(entry.model_copy(update={"engine_args": {**entry.engine_args,
                                                                        "max_num_seqs": MAX_NUM_SEQS}}))
         await client.set_policy(MODEL, POLICY)
+        for tenant in ("baseline", "load"):  # the baseline's tasks and the burst's are listed apart
+            await client.create_tenant(TenantSpec(name=tenant))
         await asyncio.to_thread(wait_until, lambda: any(r["state"] == "warm" for r in stack.http.get(
             "/v1/replicas", params={"model": MODEL}).json()), 120, f"a warm replica of {MODEL}")
         baseline = await run_baseline(client, BASELINE_TASKS)

@@ -49,8 +49,10 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
     app.state.services = Services(config=config, store=store, temporal=temporal, catalogue=catalogue,
                                   submissions=KeyRateLimit(config.submit_rate_per_s, config.submit_burst))
     errors.install(app)
-    app.add_middleware(AuditTrail, store=store)
+    # The last added runs first: the audit trail wraps the body limit, so a refused oversized write is
+    # on record too.
     app.add_middleware(BodySizeLimit)
+    app.add_middleware(AuditTrail, store=store)
     app.include_router(health.router)
     app.include_router(nodes.node_router)
     app.include_router(steps.router)

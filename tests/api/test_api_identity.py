@@ -247,8 +247,12 @@ async def test_every_write_is_audited_with_who_what_and_status(
     async with httpx.AsyncClient(transport=api._transport, base_url="http://berth") as anonymous:
         await anonymous.post("/v1/tenants", json={"name": "sneaky"})
     await api.get("/v1/tasks")  # reads are not audited
+    too_big = await api.post("/v1/agents", content=b"x" * (5 * 1024 * 1024), headers={"content-type": "application/json"})
+    assert too_big.status_code == 413
 
     rows = (await api.get("/v1/audit")).json()
+    assert (rows[0]["method"], rows[0]["path"], rows[0]["status"]) == ("POST", "/v1/agents", 413)
+    rows = rows[1:]
     admin_id = split_key(admin_key)[0]  # type: ignore[index]
     assert [(r["method"], r["path"], r["status"], r["role"]) for r in rows[:3]] == [
         ("POST", "/v1/tenants", 401, None),

@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -32,6 +33,7 @@ FLEET = [
 SUBJECTS = "; ".join(["H100 memory bandwidth", "A100 memory bandwidth", "L4 memory bandwidth", "spot preemption",
                       "kv cache size for 8b", "decode speed for an 8b model"])
 BUDGET = 60_000
+REPORT_CUT_AFTER_S = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +166,9 @@ def test_a_node_preempted_mid_answer_hands_its_text_over_and_the_answer_goes_on_
                            task_id="chaos-preempt", model="llama-3.1-8b")
     chaos_stack.wait_for_step("chaos-preempt", 6, timeout_s=120)  # its searches are done: it writes the report
     node = wait_until(lambda: _generating_on(chaos_stack), 30, "the report's generation to hold a lease")
+    # The cut point: 2 s into a ~12 s report, so it has text to hand over (a notice that lands before its
+    # first token keeps nothing, rightly, and proves nothing here).
+    time.sleep(REPORT_CUT_AFTER_S)
     assert client.preempt_node(node, notice_s=10).status == "draining"
     handle.result(timeout=240)
     state = handle.status()

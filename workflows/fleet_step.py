@@ -10,8 +10,8 @@ While the pool cannot place the step it waits in the pool's queue: the task show
 at first, since a slot frees within seconds when a replica is merely busy; longer later, so a
 task waiting an hour writes hundreds of events, not thousands). The task's `gpu_trouble` tells
 why a step is not running: `capacity` (nothing free), `preemption` (its node went away and it
-is being placed again) or `crash_loop` (its replica keeps failing to load or to answer). A load that fails releases
-the lease and is placed again away from that node. Models the fleet does not serve (hosted
+is being placed again) or `crash_loop` (its replica keeps failing to load or to answer). A load
+that fails releases the lease and is placed again away from that node. Models the fleet does not serve (hosted
 providers, a stack run without nodes) are called from the control queue without a lease.
 """
 
@@ -39,9 +39,9 @@ with workflow.unsafe.imports_passed_through():
     from .interruptions import Interruption, interruption, is_permanent
     from .options import BOOKKEEPING
 
-# A generation heartbeats every second; by default 5 s of silence (`heartbeat_timeout_s` in the config)
-# means its node or engine is gone, and the step resumes elsewhere (DESIGN.md: a preempted task loses
-# seconds, not hours).
+# A generation heartbeats every 0.5 s while tokens stream (every 2 s before them); by default 5 s of
+# silence (`heartbeat_timeout_s` in the config) means its node or engine is gone, and the step resumes
+# elsewhere (DESIGN.md: a preempted task loses seconds, not hours).
 GENERATE_HEARTBEAT = timedelta(seconds=5)
 GENERATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
                              maximum_attempts=6)

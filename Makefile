@@ -4,7 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: up test bench clean
+# The browser tests drive Debian's chromium (a Playwright-downloaded browser would need a
+# network fetch outside the package registries); sudo only where we are not root and it exists.
+CHROMIUM := /usr/bin/chromium
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null || echo sudo)
+
+.PHONY: up test bench clean chromium
 
 $(STAMP): requirements.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -16,7 +21,12 @@ $(STAMP): requirements.lock pyproject.toml
 up: $(STAMP)
 	$(VENV)/bin/berth up --demo
 
-test: $(STAMP)
+chromium:
+	@[ -x $(CHROMIUM) ] || { echo "installing Debian's chromium for the browser tests"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+test: $(STAMP) chromium
 	$(VENV)/bin/pytest -q
 
 bench: $(STAMP)

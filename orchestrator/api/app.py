@@ -1,4 +1,4 @@
-"""The control-plane HTTP app: routes under /v1 behind API keys, health probes, one error shape.
+"""The control-plane HTTP app: routes under /v1 behind API keys, the admin UI at /, health probes, one error shape.
 
 Every user router is included here with `authenticate` as a router dependency, so a route
 added to one of them needs a key without having to remember it; the node agents' routers
@@ -7,6 +7,7 @@ added to one of them needs a key without having to remember it; the node agents'
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from fastapi import Depends, FastAPI
 
 from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
+from .. import ui
 from ..store import Store
 from . import agents, audit, checkpoints, errors, events, health, keys, models, nodes, steps, tasks, tenants
 from .audit import AuditTrail
@@ -37,7 +39,11 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
             await temporal.client()
         except TemporalUnavailable as exc:
             log.warning("starting without Temporal: %s", exc)
-        yield
+        sampling = asyncio.create_task(fleet_history.run(), name="ui-fleet-history")
+        try:
+            yield
+        finally:
+            sampling.cancel()
 
     app = FastAPI(
         title="Berth",
@@ -58,6 +64,7 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
     app.include_router(steps.router)
     for module in (agents, models, tasks, checkpoints, events, nodes, tenants, keys, audit):
         app.include_router(module.router, dependencies=[Depends(authenticate)])
+    fleet_history = ui.install(app, store)
     return app
 
 

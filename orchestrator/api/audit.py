@@ -1,4 +1,4 @@
-"""The audit trail: every state-changing /v1 request is logged with who sent it and how it ended.
+"""The audit trail: every state-changing request (/v1 and the admin UI) is logged with who sent it and how it ended.
 
 One ASGI middleware, so no route can forget it: it lets the request run, notes the status
 the answer started with, and then appends a row (key, role, method, path, target, status).
@@ -39,7 +39,8 @@ def note_target(scope: Scope, target: str) -> None:
 
 
 def audited(method: str, path: str) -> bool:
-    return method in WRITE_METHODS and path.startswith("/v1/") and not _NODE_AGENT_PATH.match(path)
+    """Every write by a person or an agent: /v1 and the admin UI's forms (sign-ins included), not node traffic."""
+    return method in WRITE_METHODS and not _NODE_AGENT_PATH.match(path)
 
 
 class AuditTrail:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_BUCKETS = 10_000
 
 
 class BodySizeLimit:
@@ -92,14 +93,32 @@ class KeyRateLimit:
 
     def take(self, key_id: str) -> float | None:
         """Take one submission for `key_id`; None when allowed, else the seconds until one is."""
-        now = time.monotonic()
         with self._lock:
-            bucket = self._buckets.get(key_id)
-            if bucket is None:
-                bucket = self._buckets[key_id] = _Bucket(tokens=float(self.burst), at=now)
-            bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.at) * self.per_s)
-            bucket.at = now
+            bucket = self._refilled(key_id)
             if bucket.tokens >= 1:
                 bucket.tokens -= 1
                 return None
             return (1 - bucket.tokens) / self.per_s if self.per_s > 0 else 60.0
+
+    def exhausted(self, key_id: str) -> bool:
+        """Whether the next `take` would be refused, without taking anything."""
+        with self._lock:
+            return self._refilled(key_id).tokens < 1
+
+    def _refilled(self, key_id: str) -> _Bucket:
+        now = time.monotonic()
+        bucket = self._buckets.get(key_id)
+        if bucket is None and len(self._buckets) >= MAX_BUCKETS:
+            self._forget_full(now)
+        if bucket is None:
+            bucket = self._buckets[key_id] = _Bucket(tokens=float(self.burst), at=now)
+        bucket.tokens = min(float(self.burst), bucket.tokens + (now - bucket.at) * self.per_s)
+        bucket.at = now
+        return bucket
+
+    def _forget_full(self, now: float) -> None:
+        """Drop the buckets that have filled up again: a full bucket and no bucket mean the same, and
+        callers can invent ids (a failed sign-in names any key it likes), so the map must not grow forever."""
+        for key_id, bucket in list(self._buckets.items()):
+            if bucket.tokens + (now - bucket.at) * self.per_s >= self.burst:
+                del self._buckets[key_id]

@@ -34,6 +34,7 @@ from .keys import KeyHolder, SqlApiKeys
 from .fleet import NodeConflict, NodeNotFound, NodeSecretRefused, SqlFleet
 from .ledger import LedgerTotals, SqlTokenLedger
 from .models import SqlModelCatalogue
+from .sessions import NewSession, SqlUiSessions, UiSession
 from .tasks import SqlTaskRegistry, TaskConflict, TaskRecord
 from .tenants import SqlTenants
 
@@ -54,6 +55,7 @@ class Store:
     tenants: SqlTenants
     keys: SqlApiKeys
     audit: SqlAuditLog
+    ui_sessions: SqlUiSessions
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -75,6 +77,7 @@ class Store:
             tenants=SqlTenants(engine),
             keys=SqlApiKeys(engine),
             audit=SqlAuditLog(engine),
+            ui_sessions=SqlUiSessions(engine),
         )
 
     def close(self) -> None:
@@ -90,6 +93,7 @@ __all__ = [
     "KeyHolder",
     "LeaseRecord",
     "LedgerTotals",
+    "NewSession",
     "NodeConflict",
     "NodeNotFound",
     "NodeSecretRefused",
@@ -104,8 +108,10 @@ __all__ = [
     "SqlTaskRegistry",
     "SqlTenants",
     "SqlTokenLedger",
+    "SqlUiSessions",
     "Store",
     "TaskConflict",
     "TaskRecord",
+    "UiSession",
     "open_database",
 ]

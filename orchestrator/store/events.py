@@ -7,16 +7,21 @@ resumes with "everything after the last seq I saw" and never sees an event twice
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
+from datetime import datetime
 
 import pydantic_core
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
 from sdk import TaskEvent
 
-from .tables import EventRow
+from .tables import EventRow, TaskRow
 
 MAX_READ = 5000
+# An hour of a busy fleet's step and interruption events is a few thousand; past this the overview
+# counts "at least", rather than reading without end.
+RECENT_CAP = 50_000
 
 
 class SqlEventLog:
@@ -53,6 +58,24 @@ class SqlEventLog:
                 .order_by(col(EventRow.seq))
                 .limit(limit)
             ).all()
+        return [_event(r) for r in rows]
+
+
+    def last_seq(self, task_id: str) -> int:
+        """The seq of the task's latest event (0 if none): where a follower that has seen the rest starts."""
+        with Session(self._engine) as session:
+            found = session.exec(select(func.max(EventRow.seq)).where(EventRow.task_id == task_id)).first()
+        return found or 0
+
+    def recent(self, kinds: Collection[str], since: datetime, tenant: str | None = None,
+               limit: int = RECENT_CAP) -> list[TaskEvent]:
+        """Events of `kinds` (of every task, or of one tenant's) at or after `since`, oldest first."""
+        statement = select(EventRow).where(col(EventRow.kind).in_(list(kinds)), col(EventRow.at) >= since)
+        if tenant is not None:
+            statement = statement.join(TaskRow, col(TaskRow.task_id) == col(EventRow.task_id)).where(
+                TaskRow.tenant == tenant)
+        with Session(self._engine) as session:
+            rows = session.exec(statement.order_by(col(EventRow.seq)).limit(limit)).all()
         return [_event(r) for r in rows]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy import Engine, func
 from sqlalchemy.exc import IntegrityError
@@ -17,7 +18,7 @@ from sqlmodel import Session, col, select
 
 from activities.ports import KEPT, LOST, LedgerEntry
 
-from .tables import LedgerRow
+from .tables import LedgerRow, TaskRow, utcnow
 
 # Stay well under SQLite's bound-parameter limit (32766 since 3.32, 999 before).
 _IN_CHUNK = 500
@@ -135,3 +136,38 @@ class SqlTokenLedger:
             )
             for task_id, acc in sums.items()
         }
+
+    def tokens_per_minute(self, since: datetime, tenant: str | None = None) -> list[tuple[datetime, int]]:
+        """Tokens booked in each whole minute from `since` to now (every task's, or one tenant's), oldest first.
+
+        Summed per row time in Python rather than with a date function, which SQLite and
+        PostgreSQL spell differently; an hour of a busy fleet is a few thousand rows."""
+        start = since.replace(second=0, microsecond=0)
+        statement = select(LedgerRow.created_at, LedgerRow.prompt_tokens + LedgerRow.completion_tokens).where(
+            col(LedgerRow.created_at) >= start)
+        if tenant is not None:
+            statement = statement.join(TaskRow, col(TaskRow.task_id) == col(LedgerRow.task_id)).where(
+                TaskRow.tenant == tenant)
+        with Session(self._engine) as session:
+            rows = session.exec(statement).all()
+        minutes = int((utcnow() - start).total_seconds() // 60) + 1
+        buckets = [0] * minutes
+        for at, tokens in rows:
+            index = int((at - start).total_seconds() // 60)
+            if 0 <= index < minutes:
+                buckets[index] += tokens
+        return [(start + timedelta(minutes=i), count) for i, count in enumerate(buckets)]
+
+    def last_served(self, served_by: Iterable[str]) -> dict[str, datetime]:
+        """When each replica (`node/replica`, as calls record it) last finished a call; absent if never."""
+        wanted = list(dict.fromkeys(served_by))
+        found: dict[str, datetime] = {}
+        with Session(self._engine) as session:
+            for start in range(0, len(wanted), _IN_CHUNK):
+                rows = session.exec(
+                    select(LedgerRow.served_by, func.max(LedgerRow.created_at))
+                    .where(col(LedgerRow.served_by).in_(wanted[start : start + _IN_CHUNK]))
+                    .group_by(col(LedgerRow.served_by))
+                ).all()
+                found.update({who: at for who, at in rows if at is not None})
+        return found

@@ -68,6 +68,7 @@ class TaskRow(SQLModel, table=True):
     status: str
     tenant: str
     agent: str
+    model: str = ""  # added after the first release: rows from before read "" (the UI's model filter misses them)
     parent_task_id: str | None = None
     spec_json: str | None = Field(default=None, sa_type=Text)
     state_json: str = Field(sa_type=Text)
@@ -161,6 +162,7 @@ class EventRow(SQLModel, table=True):
     __tablename__ = "task_events"
     __table_args__ = (
         Index("ix_task_events_task_seq", "task_id", "seq"),
+        Index("ix_task_events_kind_at", "kind", "at"),  # the overview's "in the last hour" counts
         # AUTOINCREMENT: SQLite may otherwise reuse a deleted top rowid, and a reader's cursor would skip it.
         {"sqlite_autoincrement": True},
     )
@@ -304,6 +306,18 @@ class ApiKeyRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     revoked_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
     last_used_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+
+
+class UiSessionRow(SQLModel, table=True):
+    """A signed-in admin UI session: the sha256 of its cookie (never the cookie), its key and its CSRF token."""
+
+    __tablename__ = "ui_sessions"
+
+    session_sha256: str = Field(primary_key=True)
+    key_id: str = Field(index=True)
+    csrf_token: str
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    expires_at: datetime = Field(sa_type=UtcDateTime)
 
 
 class AuditRow(SQLModel, table=True):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, update
+from sqlalchemy import Engine, delete, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -60,6 +60,7 @@ def _columns(state: TaskState) -> dict[str, Any]:
         "status": state.status.value,
         "tenant": state.tenant,
         "agent": state.agent,
+        "model": state.model,
         "parent_task_id": state.parent_task_id,
         "updated_at": state.updated_at or utcnow(),
         "state_json": state.model_dump_json(),
@@ -116,6 +117,14 @@ class SqlTaskRegistry:
                 session.rollback()
                 self._update(session, state, values)
 
+    def count_by_status(self, tenant: str | None = None) -> dict[str, int]:
+        """How many tasks are in each status (of one tenant, or all)."""
+        statement = select(TaskRow.status, func.count()).group_by(TaskRow.status)
+        if tenant is not None:
+            statement = statement.where(TaskRow.tenant == tenant)
+        with Session(self._engine) as session:
+            return {status: count for status, count in session.exec(statement).all()}
+
     @staticmethod
     def _update(session: Session, state: TaskState, values: dict[str, Any]) -> bool:
         statement = update(TaskRow).where(col(TaskRow.task_id) == state.task_id)
@@ -141,6 +150,8 @@ class SqlTaskRegistry:
         status: str | None = None,
         agent: str | None = None,
         parent_task_id: str | None = None,
+        model: str | None = None,
+        id_prefix: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> builtins.list[TaskState]:
@@ -156,6 +167,11 @@ class SqlTaskRegistry:
             statement = statement.where(TaskRow.agent == agent)
         if parent_task_id is not None:
             statement = statement.where(TaskRow.parent_task_id == parent_task_id)
+        if model is not None:
+            statement = statement.where(TaskRow.model == model)
+        if id_prefix:
+            # startswith escapes LIKE's wildcards: a search for "a_b" finds "a_b…" only.
+            statement = statement.where(col(TaskRow.task_id).startswith(id_prefix, autoescape=True))
         statement = statement.order_by(col(TaskRow.created_at).desc(), col(TaskRow.task_id).desc())
         with Session(self._engine) as session:
             rows = session.exec(statement.limit(limit).offset(offset)).all()

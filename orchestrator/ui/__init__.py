@@ -1,0 +1,64 @@
+"""The admin web UI, served by the control-plane app at `/`: server-rendered pages over the same store,
+tenant rules and route code as /v1, signed in with an API key into an HttpOnly session cookie.
+
+`install` adds its routes, its static files (one CSS, one JS file: nothing from a CDN), and the
+refusal pages that UI requests get instead of the API's JSON errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from fastapi.staticfiles import StaticFiles
+
+from ..api.errors import ApiError, error_response
+from ..store import Store
+from . import actions, login, pages
+from .fleet_history import FleetHistory
+from .rendering import redirect, render
+from .session_auth import CsrfRefused, SignInRequired, login_url
+
+STATIC_PREFIX = "/ui/static"
+_HEADINGS = {401: "Not signed in", 403: "Not allowed", 404: "Not found", 409: "Conflict", 422: "Not valid",
+             429: "Too many requests", 503: "Unavailable"}
+
+
+def is_ui_path(path: str) -> bool:
+    """Whether a request is the UI's (pages and forms) rather than the API's, health probes or node traffic."""
+    return not path.startswith(("/v1/", "/v1", "/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/mcp"))
+
+
+def install(app: FastAPI, store: Store) -> FleetHistory:
+    """Add the UI to `app`; the returned sampler is run by the app's lifespan for the replicas chart."""
+    app.mount(STATIC_PREFIX, StaticFiles(directory=Path(__file__).parent / "static"), name="ui-static")
+    app.include_router(login.router)
+    app.include_router(pages.router)
+    app.include_router(actions.router)
+    api_error_handler = app.exception_handlers.get(ApiError)
+
+    @app.exception_handler(SignInRequired)
+    async def _sign_in(_request: Request, exc: SignInRequired) -> Response:
+        return redirect(login_url(exc.next_path))
+
+    @app.exception_handler(CsrfRefused)
+    async def _csrf(request: Request, _exc: CsrfRefused) -> Response:
+        return error_page(request, 403, "the form's CSRF token is missing or wrong: reload the page and try again")
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> Response:
+        if is_ui_path(request.url.path):
+            return error_page(request, exc.status, exc.message)
+        if api_error_handler is not None:
+            return await api_error_handler(request, exc)
+        return error_response(exc.status, exc.message, field=exc.field, code=exc.code, headers=exc.headers)
+
+    app.state.fleet_history = FleetHistory(store)
+    return app.state.fleet_history
+
+
+def error_page(request: Request, status: int, message: str) -> Response:
+    """A refusal as a page (no menu: the refused request may have no session at all)."""
+    return render(request, "error.html", None, status=status, status_code=status,
+                  heading=_HEADINGS.get(status, "Refused"), message=message)

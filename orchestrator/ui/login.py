@@ -1,0 +1,101 @@
+"""Signing in to the admin UI with an API key, and out again.
+
+Failed sign-ins are rate limited twice over: per client address (someone trying many keys) and
+per key id (someone trying many secrets of one key). Only failures count, so a person signing
+in and out all day is never slowed down.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse, Response
+
+from sdk import Unauthorized
+
+from ..api.auth import PRINCIPAL_SCOPE_KEY
+from ..api.limits import KeyRateLimit
+from ..api.principal import Principal
+from ..api.services import Services, services
+from ..store.keys import split_key
+from ..store.sessions import SESSION_LIFETIME
+from .forms import read_form
+from .rendering import Flash, redirect, render
+from .session_auth import (
+    LOGIN_CSRF_COOKIE,
+    SESSION_COOKIE,
+    check_csrf,
+    check_login_csrf,
+    new_login_csrf,
+    safe_next,
+    signed_in,
+)
+
+# Ten wrong keys at once, then one more a minute: plenty for typos, hopeless for guessing.
+FAILED_LOGIN_BURST = 10
+FAILED_LOGINS_PER_S = 1 / 60
+
+router = APIRouter(include_in_schema=False)
+Svc = Annotated[Services, Depends(services)]
+
+
+def failed_logins(request: Request) -> KeyRateLimit:
+    limiter = getattr(request.app.state, "failed_logins", None)
+    if limiter is None:
+        limiter = request.app.state.failed_logins = KeyRateLimit(FAILED_LOGINS_PER_S, FAILED_LOGIN_BURST)
+    return limiter
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_form(request: Request, next_: Annotated[str, Query(alias="next", max_length=2000)] = "/") -> HTMLResponse:
+    return _login_page(request, safe_next(next_))
+
+
+@router.post("/login", response_class=HTMLResponse)
+async def login(request: Request, svc: Svc) -> Response:
+    form = await read_form(request)
+    next_path = safe_next(form.get("next"))
+    check_login_csrf(request, form)
+    key = form.get("api_key", "").strip()
+    limiter = failed_logins(request)
+    client = f"addr:{request.client.host if request.client else 'unknown'}"
+    key_id = (split_key(key) or ("", ""))[0]
+    buckets = [client] + ([f"key:{key_id}"] if key_id else [])
+    if any(limiter.exhausted(bucket) for bucket in buckets):
+        return _login_page(request, next_path, status=429,
+                           flash=Flash("error", "too many failed sign-ins: wait a minute before trying again"))
+    if not key:
+        return _login_page(request, next_path, status=422, flash=Flash("error", "api_key: enter an API key"))
+    try:
+        holder = await svc.db(svc.store.keys.authenticate, key)
+    except Unauthorized as exc:
+        for bucket in buckets:
+            limiter.take(bucket)
+        request.scope[PRINCIPAL_SCOPE_KEY] = None
+        return _login_page(request, next_path, status=401, flash=Flash("error", f"api_key: {exc.message}"))
+    request.scope[PRINCIPAL_SCOPE_KEY] = Principal(holder.key_id, holder.role, holder.tenant)
+    started = await svc.db(svc.store.ui_sessions.start, holder.key_id, holder.role, holder.tenant)
+    response = redirect(next_path)
+    response.set_cookie(SESSION_COOKIE, started.cookie, httponly=True, samesite="strict", path="/",
+                        secure=request.url.scheme == "https", max_age=int(SESSION_LIFETIME.total_seconds()))
+    response.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request, svc: Svc) -> Response:
+    viewer = await signed_in(request)
+    check_csrf(viewer, await read_form(request))
+    await svc.db(svc.store.ui_sessions.end, request.cookies.get(SESSION_COOKIE, ""))
+    response = redirect("/login", Flash("ok", "signed out"))
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+def _login_page(request: Request, next_path: str, *, status: int = 200, flash: Flash | None = None) -> HTMLResponse:
+    token = request.cookies.get(LOGIN_CSRF_COOKIE) or new_login_csrf()
+    response = render(request, "login.html", None, status=status, flash=flash, next_path=next_path, login_csrf=token)
+    response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="strict", path="/login",
+                        secure=request.url.scheme == "https")
+    return response

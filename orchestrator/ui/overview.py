@@ -1,0 +1,68 @@
+"""The overview's figures: what an operator glances at to know whether the fleet keeps up.
+
+Task figures are the caller's tenant's when its key is confined to one; fleet figures
+(GPUs, replicas) are the shared fleet's, which every role may see, with no task or tenant in them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from sdk import TaskState, TaskStatus
+
+from ..store import Store
+from .charts import Series
+
+HOUR = timedelta(hours=1)
+# A step that had to put weights on a GPU first: from the node's disk, a datacenter peer, or the origin.
+COLD_TIERS = frozenset({"disk", "datacenter", "origin"})
+WAITING_SHOWN = 50
+
+
+@dataclass
+class Overview:
+    tasks_by_state: dict[str, int]
+    tokens_per_minute: Series
+    tokens_last_minute: int
+    gpus_busy: int
+    gpus_idle: int
+    warm_replicas: int
+    loading_replicas: int
+    cold_starts_1h: int
+    preemptions_1h: int
+    waiting_for_gpu: list[TaskState] = field(default_factory=list)
+
+
+def overview(store: Store, tenant: str | None, now: datetime | None = None) -> Overview:
+    now = now or datetime.now(timezone.utc)
+    per_minute = store.ledger.tokens_per_minute(now - HOUR, tenant)
+    # The current minute is still filling up; the last whole one is the honest "per minute".
+    last_whole = per_minute[-2][1] if len(per_minute) > 1 else 0
+    recent = store.events.recent(("llm_call", "interruption"), now - HOUR, tenant)
+    nodes = [n for n in store.fleet.list() if n.status != "lost"]
+    held = {(r.node_id, i) for n in nodes for r in n.replicas for i in r.gpu_indexes}
+    gpus = [(n.node_id, g.index) for n in nodes for g in n.gpus]
+    replicas = [r for n in nodes for r in n.replicas]
+    return Overview(
+        tasks_by_state=_ordered(store.tasks.count_by_status(tenant)),
+        tokens_per_minute=Series("tokens per minute", "tokens/min", [(at, float(n)) for at, n in per_minute]),
+        tokens_last_minute=last_whole,
+        gpus_busy=sum(1 for g in gpus if g in held),
+        gpus_idle=sum(1 for g in gpus if g not in held),
+        warm_replicas=sum(1 for r in replicas if r.state == "warm"),
+        loading_replicas=sum(1 for r in replicas if r.state == "loading"),
+        cold_starts_1h=sum(1 for e in recent if e.kind == "llm_call" and e.data.get("tier") in COLD_TIERS),
+        preemptions_1h=sum(1 for e in recent if e.kind == "interruption"),
+        waiting_for_gpu=_waiting_for_gpu(store, tenant),
+    )
+
+
+def _waiting_for_gpu(store: Store, tenant: str | None) -> list[TaskState]:
+    """Tasks the fleet cannot serve right now; each says why (capacity, a preemption, a crash-looping replica)."""
+    return store.tasks.list(tenant=tenant, status=TaskStatus.waiting_for_gpu.value, limit=WAITING_SHOWN)
+
+
+def _ordered(counts: dict[str, int]) -> dict[str, int]:
+    """Every status, in the order a task goes through them, zeros included (a zero is news too)."""
+    return {status.value: counts.get(status.value, 0) for status in TaskStatus}

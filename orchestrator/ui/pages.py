@@ -1,0 +1,194 @@
+"""The admin UI's pages (GET): overview, tasks, a task, a checkpoint, fleet, models, tenants and keys, audit.
+
+Each page reads through the same store and the same tenant rules as /v1: a key confined to a
+tenant sees that tenant's tasks only, and another tenant's task id is "not found" here too.
+Each page is also a function that actions call to show it again with a refusal and status.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse, Response
+from sse_starlette import EventSourceResponse
+
+from sdk import TaskStatus
+
+from ..api import events as events_api
+from ..api.auth import forbidden
+from ..api.checkpoints import read_checkpoint
+from ..api.services import Services, services
+from ..api.tasks import current_state
+from .charts import Series, line_chart
+from .fleet_history import FleetHistory
+from .overview import overview
+from .rendering import Flash, may, render
+from .session_auth import Viewer, signed_in
+from .task_view import TaskDetail, task_detail
+
+router = APIRouter(include_in_schema=False)
+Signed = Annotated[Viewer, Depends(signed_in)]
+Svc = Annotated[Services, Depends(services)]
+TASKS_PER_PAGE = 100
+
+
+@router.get("/", response_class=HTMLResponse)
+async def overview_page(request: Request, svc: Svc, viewer: Signed) -> HTMLResponse:
+    figures = await svc.db(overview, svc.store, viewer.principal.tenant)
+    history: FleetHistory | None = getattr(request.app.state, "fleet_history", None)
+    replicas = Series("replicas", "replicas", history.replicas() if history else [])
+    return render(request, "overview.html", viewer, figures=figures,
+                  tokens_chart=line_chart("chart-tokens", figures.tokens_per_minute),
+                  replicas_chart=line_chart("chart-replicas", replicas))
+
+
+@router.get("/tasks", response_class=HTMLResponse)
+async def tasks_page(
+    request: Request, svc: Svc, viewer: Signed,
+    status: Annotated[str, Query(max_length=32)] = "",
+    tenant: Annotated[str, Query(max_length=64)] = "",
+    agent: Annotated[str, Query(max_length=128)] = "",
+    model: Annotated[str, Query(max_length=200)] = "",
+    q: Annotated[str, Query(max_length=200)] = "",
+    page: Annotated[int, Query(ge=1, le=10_000)] = 1,
+) -> HTMLResponse:
+    filters = {"status": status, "tenant": tenant, "agent": agent, "model": model, "q": q.strip()}
+    statuses = [s.value for s in TaskStatus]
+    if status and status not in statuses:
+        return render(request, "tasks.html", viewer, status=422, tasks=[], filters=filters, statuses=statuses, page=1,
+                      flash=Flash("error", f"status: {status!r} is not one of {', '.join(statuses)}"))
+    scope = viewer.principal.tenant
+    if scope is not None and tenant and tenant != scope:
+        tasks = []
+    else:
+        tasks = await svc.db(svc.store.tasks.list, tenant=scope or tenant or None, status=status or None,
+                             agent=agent or None, model=model or None, id_prefix=filters["q"] or None,
+                             limit=TASKS_PER_PAGE + 1, offset=(page - 1) * TASKS_PER_PAGE)
+    return render(request, "tasks.html", viewer, tasks=tasks[:TASKS_PER_PAGE], more=len(tasks) > TASKS_PER_PAGE,
+                  filters=filters, statuses=statuses, page=page)
+
+
+@router.get("/tasks/{task_id}", response_class=HTMLResponse)
+async def task_page(request: Request, task_id: str, svc: Svc, viewer: Signed) -> HTMLResponse:
+    return await show_task(request, svc, viewer, task_id)
+
+
+async def show_task(request: Request, svc: Services, viewer: Viewer, task_id: str, *, flash: Flash | None = None,
+                    status: int = 200) -> HTMLResponse:
+    detail = await _detail(svc, viewer, task_id)
+    return render(request, "task.html", viewer, d=detail, flash=flash, status=status)
+
+
+@router.get("/tasks/{task_id}/panel", response_class=HTMLResponse)
+async def task_panel(request: Request, task_id: str, svc: Svc, viewer: Signed) -> HTMLResponse:
+    """The live part of the task page, which the page's script swaps in as events arrive."""
+    return render(request, "task_live.html", viewer, d=await _detail(svc, viewer, task_id))
+
+
+@router.get("/tasks/{task_id}/live")
+async def task_live(task_id: str, svc: Svc, viewer: Signed,
+                    after: Annotated[int, Query(ge=0)] = 0) -> EventSourceResponse:
+    """The task's events as SSE, exactly as /v1 streams them, for a signed-in browser (EventSource sends cookies)."""
+    await svc.task_record(task_id, viewer.principal)
+    return EventSourceResponse(events_api.tail(svc, task_id, after, viewer.principal.key_id),
+                               ping=events_api.PING_INTERVAL_S)
+
+
+@router.get("/tasks/{task_id}/checkpoints/{seq}", response_class=HTMLResponse)
+async def checkpoint_page(request: Request, task_id: str, seq: int, svc: Svc, viewer: Signed) -> HTMLResponse:
+    # The API's route does the reading, the tenant check and the refusals (404, corrupt).
+    checkpoint = await read_checkpoint(task_id, seq, svc, viewer.principal)
+    return render(request, "checkpoint.html", viewer, task_id=task_id, checkpoint=checkpoint)
+
+
+@router.get("/fleet", response_class=HTMLResponse)
+async def fleet_page(request: Request, svc: Svc, viewer: Signed) -> HTMLResponse:
+    return await show_fleet(request, svc, viewer)
+
+
+async def show_fleet(request: Request, svc: Services, viewer: Viewer, *, flash: Flash | None = None,
+                     status: int = 200) -> HTMLResponse:
+    nodes = await svc.db(svc.store.fleet.list)
+    replicas = [r for n in nodes for r in n.replicas]
+    served = await svc.db(svc.store.ledger.last_served, [f"{r.node_id}/{r.replica_id}" for r in replicas])
+    policies = {m.entry.name: m.policy for m in await svc.db(svc.store.models.list)}
+    by_dc: dict[str, list[Any]] = {}
+    for node in nodes:
+        by_dc.setdefault(node.datacenter, []).append(node)
+    now = datetime.now(timezone.utc)
+    idle = {r.replica_id: _idle_timer(r, served.get(f"{r.node_id}/{r.replica_id}"), policies.get(r.model), now)
+            for r in replicas}
+    return render(request, "fleet.html", viewer, datacenters=dict(sorted(by_dc.items())), replicas=replicas,
+                  idle=idle, flash=flash, status=status)
+
+
+def _idle_timer(replica: Any, last_served: datetime | None, policy: Any, now: datetime) -> str:
+    """"idle 40 s (unloads in ~4 min)" for a warm replica serving nothing; "" otherwise.
+
+    Idle since its last finished call, or since it loaded; the pool's own clock decides the unload,
+    so the page says "~"."""
+    if replica.state != "warm" or replica.active_leases > 0:
+        return ""
+    since = last_served or replica.updated_at or now
+    idle_s = max(0.0, (now - since).total_seconds())
+    text = f"idle {_duration(idle_s)}"
+    if policy is not None:
+        left = policy.idle_timeout_s - idle_s
+        text += f" (unloads in ~{_duration(left)})" if left > 0 else " (due to unload)"
+    return text
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+@router.get("/models", response_class=HTMLResponse)
+async def models_page(request: Request, svc: Svc, viewer: Signed) -> HTMLResponse:
+    return await show_models(request, svc, viewer)
+
+
+async def show_models(request: Request, svc: Services, viewer: Viewer, *, flash: Flash | None = None,
+                      status: int = 200, typed: tuple[str, dict[str, str]] | None = None) -> HTMLResponse:
+    """The models page; `typed` is (model, form fields) of a refused policy form, shown as typed."""
+    models = await svc.db(svc.store.models.list)
+    replicas = await svc.db(svc.store.fleet.replicas)
+    return render(request, "models.html", viewer, models=models, replicas=replicas, typed=typed, flash=flash,
+                  status=status)
+
+
+@router.get("/tenants", response_class=HTMLResponse)
+async def tenants_page(request: Request, svc: Svc, viewer: Signed) -> HTMLResponse:
+    return await show_tenants(request, svc, viewer)
+
+
+async def show_tenants(request: Request, svc: Services, viewer: Viewer, *, flash: Flash | None = None,
+                       status: int = 200, new_key: str | None = None) -> HTMLResponse:
+    require_admin(viewer, "manage tenants and API keys")
+    tenants = await svc.db(svc.store.tenants.list)
+    keys = await svc.db(svc.store.keys.list)
+    return render(request, "tenants.html", viewer, tenants=tenants, keys=keys, new_key=new_key, flash=flash,
+                  status=status)
+
+
+@router.get("/audit", response_class=HTMLResponse)
+async def audit_page(request: Request, svc: Svc, viewer: Signed,
+                     key_id: Annotated[str, Query(max_length=64)] = "",
+                     page: Annotated[int, Query(ge=1, le=10_000)] = 1) -> HTMLResponse:
+    require_admin(viewer, "read the audit log")
+    entries = await svc.db(svc.store.audit.list, key_id=key_id or None, limit=201, offset=(page - 1) * 200)
+    return render(request, "audit.html", viewer, entries=entries[:200], more=len(entries) > 200, key_id=key_id,
+                  page=page)
+
+
+def require_admin(viewer: Viewer, action: str) -> None:
+    if not may(viewer, "admin"):
+        raise forbidden(viewer.principal, action)
+
+
+async def _detail(svc: Services, viewer: Viewer, task_id: str) -> TaskDetail:
+    record = await svc.task_record(task_id, viewer.principal)
+    # The live state when the workflow answers; what the store knows when Temporal does not.
+    state = await current_state(svc, record)
+    return await svc.db(task_detail, svc.store, state, record.spec_json)

@@ -1,0 +1,94 @@
+"""A task's detail page, gathered from the store: its state, spend, steps, tool calls, interruptions, checkpoints.
+
+Steps are read from the `llm_call` events (one per answered call: node, GPU, locality tier, queue
+wait, TTFT, tokens, cost), tool calls from the latest checkpoint's conversation (the arguments
+the model sent and what each tool answered), so the page shows what the task really did rather
+than what the workflow meant to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sdk import Message, TaskEvent, TaskSpec, TaskState
+
+from ..store import CheckpointCorrupt, CheckpointNotFound, CheckpointSummary, LedgerTotals, Store
+
+# The page is for a person: the first steps and the latest ones matter; thousands do not fit on it.
+STEPS_SHOWN = 200
+TOOL_TEXT_SHOWN = 2000
+
+
+@dataclass(frozen=True)
+class ToolCallView:
+    step: int
+    name: str
+    arguments: str
+    result: str | None
+
+
+@dataclass
+class TaskDetail:
+    state: TaskState
+    spec: TaskSpec | None
+    totals: LedgerTotals
+    children: list[TaskState]
+    steps: list[TaskEvent]
+    tool_calls: list[ToolCallView]
+    interruptions: list[TaskEvent]
+    checkpoints: list[CheckpointSummary]
+    last_seq: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def children_tokens(self) -> int:
+        return sum(c.spend.tokens_used for c in self.children)
+
+
+def task_detail(store: Store, state: TaskState, spec_json: str | None) -> TaskDetail:
+    """Everything the page shows of `state`'s task (the caller has already been checked against its tenant)."""
+    task_id = state.task_id
+    steps = store.events.of_kind(task_id, "llm_call", limit=STEPS_SHOWN)
+    interruptions = store.events.of_kind(task_id, "interruption")
+    detail = TaskDetail(
+        state=state,
+        spec=TaskSpec.model_validate_json(spec_json) if spec_json else None,
+        totals=store.ledger.totals(task_id),
+        children=[record.state for record in map(store.tasks.get, state.children) if record is not None],
+        steps=steps,
+        tool_calls=[],
+        interruptions=interruptions,
+        checkpoints=store.checkpoints.list(task_id),
+        last_seq=store.events.last_seq(task_id),
+    )
+    detail.tool_calls, note = _tool_calls(store, task_id)
+    if note:
+        detail.notes.append(note)
+    return detail
+
+
+def _tool_calls(store: Store, task_id: str) -> tuple[list[ToolCallView], str | None]:
+    latest = store.checkpoints.latest(task_id)
+    if latest is None:
+        return [], None
+    try:
+        messages = store.checkpoints.read(latest.id).messages
+    except (CheckpointNotFound, CheckpointCorrupt) as exc:
+        return [], f"the tool calls could not be read from checkpoint {latest.seq}: {exc}"
+    return tool_calls_of(messages), None
+
+
+def tool_calls_of(messages: list[Message]) -> list[ToolCallView]:
+    """Each call the model made, numbered by the step (assistant reply) that made it, with its tool's answer."""
+    answers = {m.tool_call_id: m.content for m in messages if m.role == "tool" and m.tool_call_id}
+    calls: list[ToolCallView] = []
+    step = 0
+    for message in messages:
+        if message.role != "assistant":
+            continue
+        step += 1
+        for call in message.tool_calls or []:
+            result = answers.get(call.id)
+            calls.append(ToolCallView(step, call.name, call.arguments[:TOOL_TEXT_SHOWN],
+                                      result[:TOOL_TEXT_SHOWN] if result is not None else None))
+    return calls

@@ -1,0 +1,233 @@
+"""The admin UI over HTTP, in-process: sign-in, sessions, CSRF, roles, tenants, escaping and the audit trail.
+
+What a browser does is in tests/browser; these check the server's side of each rule directly,
+including the requests no page would send (forged forms, other tenants' ids, revoked keys).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+import pytest
+
+from orchestrator.store import Store
+from orchestrator.ui.login import FAILED_LOGIN_BURST
+from sdk import AgentSpec, TaskSpec
+from sdk._identity import Role, TenantSpec
+
+from api_helpers import put_task, unique, write_checkpoints
+
+SignIn = Callable[..., Awaitable[httpx.AsyncClient]]
+
+
+def csrf_of(page: httpx.Response) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert found, page.text[:500]
+    return found.group(1)
+
+
+def flash_of(page: httpx.Response) -> str:
+    found = re.search(r'<div id="flash" data-kind="(\w+)"[^>]*>([^<]*)</div>', page.text)
+    assert found, page.text[:2000]
+    return f"{found.group(1)}: {found.group(2)}"
+
+
+@pytest.fixture
+async def browsers(app) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """Cookie-keeping clients of the app (each a separate browser), closed after the test."""
+    made: list[httpx.AsyncClient] = []
+    yield made
+    for client in made:
+        await client.aclose()
+
+
+@pytest.fixture
+def sign_in(app, store: Store, browsers: list[httpx.AsyncClient]) -> SignIn:
+    """`await sign_in(Role.viewer)`: a new browser signed in with a new key of that role (or `key=`)."""
+
+    async def make(role: Role = Role.admin, tenant: str | None = None, key: str | None = None) -> httpx.AsyncClient:
+        browser = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth")
+        browsers.append(browser)
+        key = key or store.keys.create(role, tenant, name=f"ui-{role.value}").key
+        form = await browser.get("/login")
+        signed = await browser.post("/login", data={"api_key": key, "csrf_token": csrf_of(form)})
+        assert signed.status_code == 303, signed.text[:500]
+        return browser
+
+    return make
+
+
+async def test_pages_need_a_session_and_send_you_back_after_signing_in(app, store: Store, browsers) -> None:
+    browser = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth")
+    browsers.append(browser)
+    for path in ("/", "/tasks", "/fleet", "/models", "/tenants", "/audit", "/tasks/anything"):
+        refused = await browser.get(path)
+        assert refused.status_code == 303 and refused.headers["location"].startswith("/login"), path
+    sent_away = await browser.get("/tasks?status=running")
+    assert sent_away.headers["location"] == "/login?next=/tasks%3Fstatus%3Drunning"
+    form = await browser.get("/login?next=/tasks%3Fstatus%3Drunning")
+    key = store.keys.create(Role.viewer, name="back").key
+    signed = await browser.post("/login", data={"api_key": key, "csrf_token": csrf_of(form),
+                                                "next": "/tasks?status=running"})
+    assert signed.headers["location"] == "/tasks?status=running"
+    cookie = signed.headers["set-cookie"]
+    assert cookie.startswith("berth_session=") and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert key not in cookie and key.split("_")[-1] not in cookie  # the cookie is a session, not the key
+    assert (await browser.get("/tasks")).status_code == 200
+
+
+@pytest.mark.parametrize("next_path", ["//evil.example/x", "https://evil.example/", "/\\evil.example"])
+async def test_signing_in_never_sends_you_to_another_site(app, store: Store, browsers, next_path: str) -> None:
+    browser = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth")
+    browsers.append(browser)
+    form = await browser.get("/login")
+    signed = await browser.post("/login", data={"api_key": store.keys.create(Role.viewer).key,
+                                                "csrf_token": csrf_of(form), "next": next_path})
+    assert signed.headers["location"] == "/"
+
+
+async def test_a_wrong_key_a_revoked_key_or_a_forged_sign_in_gets_no_session(app, store: Store, browsers) -> None:
+    browser = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth")
+    browsers.append(browser)
+    form = await browser.get("/login")
+    token = csrf_of(form)
+    wrong = await browser.post("/login", data={"api_key": "berth_0123456789ab_nope", "csrf_token": token})
+    assert wrong.status_code == 401 and "berth_session" not in wrong.headers.get("set-cookie", "")
+    assert flash_of(wrong).startswith("error: api_key:")
+    revoked = store.keys.create(Role.admin, name="gone")
+    store.keys.revoke(revoked.key_id)
+    refused = await browser.post("/login", data={"api_key": revoked.key, "csrf_token": token})
+    assert refused.status_code == 401 and "revoked" in flash_of(refused)
+    # A page of another site posting a good key into this form has no login CSRF cookie to match.
+    forger = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth")
+    browsers.append(forger)
+    forged = await forger.post("/login", data={"api_key": store.keys.create(Role.admin).key, "csrf_token": token})
+    assert forged.status_code == 403 and "berth_session" not in forged.headers.get("set-cookie", "")
+
+
+async def test_revoking_the_key_ends_its_sessions(sign_in: SignIn, store: Store) -> None:
+    key = store.keys.create(Role.operator, name="soon revoked")
+    browser = await sign_in(key=key.key)
+    assert (await browser.get("/fleet")).status_code == 200
+    store.keys.revoke(key.key_id)
+    assert (await browser.get("/fleet")).status_code == 303
+
+
+async def test_signing_out_ends_the_session(sign_in: SignIn) -> None:
+    browser = await sign_in(Role.viewer)
+    page = await browser.get("/")
+    cookie = browser.cookies["berth_session"]
+    out = await browser.post("/logout", data={"csrf_token": csrf_of(page)})
+    assert out.status_code == 303 and out.headers["location"] == "/login"
+    browser.cookies.set("berth_session", cookie)  # even a copy of the old cookie is worthless now
+    assert (await browser.get("/")).status_code == 303
+
+
+async def test_failed_sign_ins_are_rate_limited_per_address(app, store: Store, browsers) -> None:
+    browser = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth")
+    browsers.append(browser)
+    token = csrf_of(await browser.get("/login"))
+    for i in range(FAILED_LOGIN_BURST):
+        wrong = await browser.post("/login", data={"api_key": f"berth_{i:012x}_guess", "csrf_token": token})
+        assert wrong.status_code == 401
+    good = store.keys.create(Role.admin).key
+    limited = await browser.post("/login", data={"api_key": good, "csrf_token": token})
+    assert limited.status_code == 429 and "too many failed sign-ins" in flash_of(limited)
+
+
+async def test_a_form_without_the_sessions_csrf_token_changes_nothing(sign_in: SignIn, store: Store) -> None:
+    admin = await sign_in(Role.admin)
+    before = store.models.get("llama-3.2-1b")
+    for token in (None, "forged", csrf_of(await (await sign_in(Role.admin)).get("/models"))):  # another session's
+        data = {"min_replicas": "3", "max_replicas": "4"} | ({"csrf_token": token} if token else {})
+        refused = await admin.post("/models/llama-3.2-1b/policy", data=data)
+        assert refused.status_code == 403 and "CSRF" in refused.text
+    assert store.models.get("llama-3.2-1b") == before
+
+
+async def test_a_viewer_sees_disabled_buttons_and_a_forged_press_is_refused(sign_in: SignIn, store: Store) -> None:
+    viewer = await sign_in(Role.viewer)
+    page = await viewer.get("/models")
+    assert re.search(r'<button type="submit" disabled title="your role \(viewer\) may not', page.text)
+    before = store.models.get("llama-3.2-1b")
+    refused = await viewer.post("/models/llama-3.2-1b/policy",
+                                data={"min_replicas": "2", "max_replicas": "4", "csrf_token": csrf_of(page)})
+    assert refused.status_code == 403 and "viewer" in refused.text
+    assert store.models.get("llama-3.2-1b") == before
+    assert (await viewer.get("/tenants")).status_code == 403
+    assert 'href="/tenants"' not in page.text  # admin pages are not even offered
+
+
+async def test_a_scaling_policy_is_validated_and_saved_from_its_form(sign_in: SignIn, store: Store) -> None:
+    operator = await sign_in(Role.operator)
+    page = await operator.get("/models")
+    before = store.models.get("llama-3.1-8b")
+    bad = await operator.post("/models/llama-3.1-8b/policy", data={
+        "csrf_token": csrf_of(page), "min_replicas": "5", "max_replicas": "2", "idle_timeout_s": "60",
+        "scaler": "queue_delay", "target": "2", "warm_buffer": "0"})
+    assert bad.status_code == 422 and "min_replicas (5) is above max_replicas (2)" in flash_of(bad)
+    form = re.search(r'<form class="policy" data-model="llama-3.1-8b".*?</form>', bad.text, re.S)
+    assert form and 'name="min_replicas" value="5"' in form.group(0)  # shown as typed, to fix
+    assert store.models.get("llama-3.1-8b") == before
+    good = await operator.post("/models/llama-3.1-8b/policy", data={
+        "csrf_token": csrf_of(page), "min_replicas": "1", "max_replicas": "3", "idle_timeout_s": "120",
+        "scaler": "request_count", "target": "4", "warm_buffer": "1"})
+    assert good.status_code == 303
+    saved = store.models.get("llama-3.1-8b")
+    assert saved is not None and (saved.policy.min_replicas, saved.policy.scaler) == (1, "request_count")
+    assert flash_of(await operator.get("/models")) == "ok: scaling policy of llama-3.1-8b saved"
+
+
+async def test_what_users_and_models_wrote_is_shown_escaped(sign_in: SignIn, store: Store, agent: AgentSpec) -> None:
+    script = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    task = put_task(store, agent, result=script, question=script)
+    spec = TaskSpec(task_id=task.task_id, agent=agent.name, input=script, budget={"tokens": 5000})
+    store.tasks.save_state(task, spec.model_dump_json())
+    write_checkpoints(store, task.task_id)
+    admin = await sign_in(Role.admin)
+    for path in (f"/tasks/{task.task_id}", f"/tasks/{task.task_id}/panel", "/tasks"):
+        page = await admin.get(path)
+        assert page.status_code == 200
+        assert "<script>alert" not in page.text and "<img src=x" not in page.text, path
+    page = await admin.get(f"/tasks/{task.task_id}")
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+
+
+async def test_another_tenants_task_is_not_found_in_the_ui_either(sign_in: SignIn, store: Store,
+                                                                   agent: AgentSpec) -> None:
+    tenant = store.tenants.create(TenantSpec(name=unique("acme"))).name
+    other = put_task(store, agent)  # tenant "default"
+    write_checkpoints(store, other.task_id)
+    confined = await sign_in(Role.operator, tenant=tenant)
+    for path in (f"/tasks/{other.task_id}", f"/tasks/{other.task_id}/panel", f"/tasks/{other.task_id}/live",
+                 f"/tasks/{other.task_id}/checkpoints/0"):
+        assert (await confined.get(path)).status_code == 404, path
+    listing = await confined.get("/tasks?tenant=default")
+    assert other.task_id not in listing.text
+    assert other.task_id not in (await confined.get("/")).text
+    page = await confined.get("/fleet")
+    refused = await confined.post(f"/tasks/{other.task_id}/cancel", data={"csrf_token": csrf_of(page)})
+    assert refused.status_code == 404
+
+
+async def test_ui_actions_are_in_the_audit_log_and_keys_are_shown_once(sign_in: SignIn, store: Store) -> None:
+    admin = await sign_in(Role.admin)
+    page = await admin.get("/tenants")
+    created = await admin.post("/keys", data={"csrf_token": csrf_of(page), "role": "viewer", "name": "for-ops"})
+    assert created.status_code == 201
+    key = re.search(r'<pre id="new-key">(berth_[^<]+)</pre>', created.text).group(1)  # type: ignore[union-attr]
+    assert store.keys.authenticate(key).role == Role.viewer
+    secret = key.split("_", 2)[2]
+    for path in ("/tenants", "/audit", "/"):
+        assert secret not in (await admin.get(path)).text
+    key_id = key.split("_")[1]
+    revoked = await admin.post(f"/keys/{key_id}/revoke", data={"csrf_token": csrf_of(page)})
+    assert revoked.status_code == 303
+    entries = store.audit.list(limit=10)
+    assert [(e.method, e.path, e.status) for e in entries[:2]] == [("POST", f"/keys/{key_id}/revoke", 303),
+                                                                    ("POST", "/keys", 201)]
+    assert entries[0].role == "admin" and entries[0].key_id is not None
+    assert any(e.path == "/login" and e.status == 303 for e in entries)

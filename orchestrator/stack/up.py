@@ -161,6 +161,7 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
 
 def _print_urls(config: BerthConfig, supervisor: Supervisor, fleet: Sequence[SimulatedNode]) -> None:
     print(f"Berth is up (data in {config.data_dir.resolve()})")
+    print(f"  Admin UI     {config.resolved_api_url}/   (sign in with the admin key below)")
     print(f"  API          {config.resolved_api_url}/v1   (OpenAPI: {config.resolved_api_url}/docs)")
     print(f"  Temporal UI  http://{config.host}:{config.temporal_ui_port}")
     print(f"  Temporal     {config.resolved_temporal_address}")

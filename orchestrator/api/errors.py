@@ -112,6 +112,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            # FastAPI answers a body that is not even UTF-8 with a bare 400; it is as unreadable as JSON that
+            # does not parse, which is a 422, so a client meets one status for both.
+            return error_response(422, f"the request body is not valid JSON: {exc.__cause__}")
         return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)

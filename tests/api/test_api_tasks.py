@@ -153,8 +153,8 @@ async def test_an_agent_whose_own_model_is_unknown_is_refused_at_submit(
 
 @pytest.mark.parametrize(
     ("content", "field"),
-    [(b"{not json", None), (b"[1, 2]", None), (b"", None)],
-    ids=["malformed-json", "not-an-object", "empty-body"],
+    [(b"{not json", None), (b"[1, 2]", None), (b"", None), (b"\xa4f<W", None)],
+    ids=["malformed-json", "not-an-object", "empty-body", "not-utf-8"],
 )
 async def test_unreadable_bodies_get_the_one_error_shape(
     api: httpx.AsyncClient, store: Store, content: bytes, field: str | None

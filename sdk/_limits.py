@@ -13,3 +13,6 @@ MIN_ANSWER_TOKENS = 16  # a call that cannot afford this many answer tokens is n
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 MAX_TOOL_RESULT_CHARS = 32_000  # tool results pass through workflow history: keep them bounded
+# The store's integers are 64-bit signed (SQLite, Postgres BIGINT): a larger sequence number or offset
+# cannot even be looked up, and must be refused by name rather than fail in the database driver.
+MAX_STORED_INT = 2**63 - 1

@@ -11,7 +11,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._budget import Budget
-from ._limits import MAX_INPUT_CHARS, MAX_STEPS, TASK_ID_PATTERN
+from ._limits import MAX_INPUT_CHARS, MAX_STEPS, MAX_STORED_INT, TASK_ID_PATTERN
 from ._messages import Message
 from ._spec import CheckpointRef
 
@@ -83,7 +83,7 @@ class ForkRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    checkpoint_seq: int = Field(ge=0)
+    checkpoint_seq: int = Field(ge=0, le=MAX_STORED_INT)
     task_id: str | None = Field(default=None, pattern=TASK_ID_PATTERN)
     budget: Budget | None = None
     model: str | None = Field(default=None, min_length=1, max_length=200)

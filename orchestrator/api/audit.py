@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sdk._identity import AuditEntry
+from sdk._limits import MAX_STORED_INT
 
 from ..store import Store
 from .auth import PRINCIPAL_SCOPE_KEY, Admin
@@ -94,7 +95,7 @@ async def list_audit(
     _admin: Admin,
     key_id: Annotated[str | None, Query(max_length=64, description="only this key's requests")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_STORED_INT)] = 0,
 ) -> list[AuditEntry]:
     """State-changing requests, newest first (admins only)."""
     return await svc.db(svc.store.audit.list, key_id=key_id, limit=limit, offset=offset)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request, Response, status
 from pydantic import ValidationError
 
 from sdk import ForkSource, TaskSpec, TaskState
+from sdk._limits import MAX_STORED_INT
 from sdk._resources import CheckpointDetail, CheckpointSummary, ForkRequest, Ledger, LedgerEntry, LedgerTotals
 
 from ..store import CheckpointCorrupt, CheckpointNotFound
@@ -26,7 +29,8 @@ async def list_checkpoints(task_id: str, svc: Svc, caller: Caller) -> list[Check
 
 
 @router.get("/checkpoints/{seq}", response_model=CheckpointDetail)
-async def read_checkpoint(task_id: str, seq: int, svc: Svc, caller: Caller) -> CheckpointDetail:
+async def read_checkpoint(task_id: str, seq: Annotated[int, Path(ge=0, le=MAX_STORED_INT)], svc: Svc,
+                          caller: Caller) -> CheckpointDetail:
     """One checkpoint whole: the conversation up to it, its scratch and the task state it saved."""
     await svc.task_record(task_id, caller)
     ref = await svc.db(svc.store.checkpoints.find, task_id, seq)

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from sdk._events import END_EVENT, REVOKED_EVENT
+from sdk._limits import MAX_STORED_INT
 
 from .auth import Caller
 from .errors import ERROR_RESPONSES
@@ -45,7 +46,7 @@ async def stream_events(
     task_id: str,
     svc: Svc,
     caller: Caller,
-    after: Annotated[int, Query(ge=0, description="only events with a larger seq")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_STORED_INT, description="only events with a larger seq")] = 0,
     last_event_id: Annotated[str | None, Header(description="set by reconnecting SSE clients")] = None,
 ) -> EventSourceResponse:
     await svc.task_record(task_id, caller)
@@ -85,7 +86,9 @@ async def tail(svc: Services, task_id: str, after: int, key_id: str) -> AsyncIte
 
 
 def _seq(value: str | None) -> int:
+    """The seq a reconnecting client last saw; junk (as any the store could not hold) replays from the start."""
     try:
-        return max(0, int(value)) if value else 0
+        seq = int(value) if value else 0
     except ValueError:
         return 0
+    return seq if 0 <= seq <= MAX_STORED_INT else 0

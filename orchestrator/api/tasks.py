@@ -9,6 +9,7 @@ from pydantic import ConfigDict
 
 from sdk import Spend, TaskEvent, TaskState, TaskStatus
 from sdk._builtins import SpawnAgentArgs
+from sdk._limits import MAX_STORED_INT
 from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget, SpawnedChild
 
 from ..store import TaskRecord
@@ -67,7 +68,7 @@ async def list_tasks(
     tenant: str | None = None,
     parent: Annotated[str | None, Query(description="only sub-agents of this task")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_STORED_INT)] = 0,
 ) -> list[TaskState]:
     """Tasks, newest first, as last stored (listing never waits on Temporal); only the caller's tenant's
     when its key is confined to one."""

@@ -151,6 +151,26 @@ async def test_events_resume_after_a_seq_or_the_last_event_id(
     assert [int(m["id"]) for m in after_header if m["event"] != "end"] == seqs[2:]
 
 
+async def test_numbers_beyond_what_the_store_holds_are_422_naming_the_field(
+    api: httpx.AsyncClient, store: Store, agent: AgentSpec
+) -> None:
+    """The store's integers are 64-bit: a bigger seq or offset used to reach the driver and come back a 500."""
+    task = put_task(store, agent, TaskStatus.completed)
+    write_checkpoints(store, task.task_id)
+    too_big = 2**63
+    for method, path, params, body, field in (
+        ("GET", f"/v1/tasks/{task.task_id}/events", {"after": too_big}, None, "after"),
+        ("GET", f"/v1/tasks/{task.task_id}/checkpoints/{too_big}", None, None, "seq"),
+        ("POST", f"/v1/tasks/{task.task_id}/fork", None, {"checkpoint_seq": too_big}, "checkpoint_seq"),
+        ("GET", "/v1/audit", {"offset": too_big}, None, "offset"),
+    ):
+        refused = await api.request(method, path, params=params, json=body)
+        assert refused.status_code == 422 and error_of(refused)["field"] == field, (path, refused.text)
+    # A reconnecting client's Last-Event-ID is only a hint: one out of range replays the log, as junk does.
+    replayed = await api.get(f"/v1/tasks/{task.task_id}/events", headers={"Last-Event-ID": str(too_big)})
+    assert replayed.status_code == 200 and parse_sse(replayed.text)[-1]["event"] == "end"
+
+
 async def test_events_follow_a_live_task_to_its_end(api: httpx.AsyncClient, store: Store, agent: AgentSpec) -> None:
     task = put_task(store, agent)
     first = store.events.append(task.task_id, "state", {"status": "running"})

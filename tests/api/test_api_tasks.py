@@ -237,7 +237,8 @@ async def test_list_filters_and_bounds(api: httpx.AsyncClient, store: Store, age
     assert [s["status"] for s in (await api.get("/v1/tasks", params={"status": "completed"})).json()] == ["completed"]
     assert len((await api.get("/v1/tasks", params={"limit": 1})).json()) == 1
 
-    for params, field in [({"status": "sleeping"}, "status"), ({"limit": 501}, "limit"), ({"offset": -1}, "offset")]:
+    for params, field in [({"status": "sleeping"}, "status"), ({"limit": 501}, "limit"), ({"offset": -1}, "offset"),
+                          ({"offset": 2**63}, "offset")]:
         response = await api.get("/v1/tasks", params=params)
         assert response.status_code == 422 and error_of(response)["field"] == field
 

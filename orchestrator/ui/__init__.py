@@ -18,7 +18,7 @@ from ..store import Store
 from . import actions, login, pages
 from .fleet_history import FleetHistory
 from .rendering import redirect, render
-from .session_auth import CsrfRefused, SignInRequired, login_url
+from .session_auth import CsrfRefused, SignInRequired, login_url, signed_in
 
 STATIC_PREFIX = "/ui/static"
 _HEADINGS = {401: "Not signed in", 403: "Not allowed", 404: "Not found", 409: "Conflict", 422: "Not valid",
@@ -44,12 +44,12 @@ def install(app: FastAPI, store: Store) -> FleetHistory:
 
     @app.exception_handler(CsrfRefused)
     async def _csrf(request: Request, _exc: CsrfRefused) -> Response:
-        return error_page(request, 403, "the form's CSRF token is missing or wrong: reload the page and try again")
+        return await error_page(request, 403, "the form's CSRF token is missing or wrong: reload the page and try again")
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> Response:
         if is_ui_path(request.url.path):
-            return error_page(request, exc.status, exc.message)
+            return await error_page(request, exc.status, exc.message)
         if api_error_handler is not None:
             return await api_error_handler(request, exc)
         return error_response(exc.status, exc.message, field=exc.field, code=exc.code, headers=exc.headers)
@@ -58,7 +58,11 @@ def install(app: FastAPI, store: Store) -> FleetHistory:
     return app.state.fleet_history
 
 
-def error_page(request: Request, status: int, message: str) -> Response:
-    """A refusal as a page (no menu: the refused request may have no session at all)."""
-    return render(request, "error.html", None, status=status, status_code=status,
+async def error_page(request: Request, status: int, message: str) -> Response:
+    """A refusal as a page, with the menu when the request has a live session (a CSRF refusal or a 404 may not)."""
+    try:
+        viewer = await signed_in(request)
+    except SignInRequired:
+        viewer = None
+    return render(request, "error.html", viewer, status=status, status_code=status,
                   heading=_HEADINGS.get(status, "Refused"), message=message)

@@ -231,3 +231,20 @@ async def test_ui_actions_are_in_the_audit_log_and_keys_are_shown_once(sign_in: 
                                                                     ("POST", "/keys", 201)]
     assert entries[0].role == "admin" and entries[0].key_id is not None
     assert any(e.path == "/login" and e.status == 303 for e in entries)
+
+
+async def test_every_form_on_every_page_carries_the_sessions_csrf_token(sign_in: SignIn, store: Store,
+                                                                        agent: AgentSpec) -> None:
+    task = put_task(store, agent, question="Which report?")
+    write_checkpoints(store, task.task_id)
+    admin = await sign_in(Role.admin)
+    token = csrf_of(await admin.get("/"))
+    for path in ("/", "/tasks", f"/tasks/{task.task_id}", f"/tasks/{task.task_id}/checkpoints/1", "/fleet",
+                 "/models", "/tenants", "/audit"):
+        page = await admin.get(path)
+        forms = re.findall(r"<form[^>]*method=\"post\".*?</form>", page.text, re.S)
+        assert forms, path
+        for form in forms:
+            assert f'name="csrf_token" value="{token}"' in form, (path, form[:300])
+    detail = (await admin.get(f"/tasks/{task.task_id}")).text
+    assert {"raise-budget", "cancel", "answer"} <= set(re.findall(r'<form[^>]* id="([\w-]+)"', detail))

@@ -1,7 +1,8 @@
 """Browser tests: the admin UI of a real `berth up`, driven through Debian's chromium by Playwright.
 
-One stack per module (starting one costs seconds, a browser context costs milliseconds), one
-chromium per session, a fresh context (no cookies) per test.
+One stack and one chromium for the whole browser run (starting a stack costs half a minute on two
+cores, a browser context milliseconds), a fresh context (no cookies) per test; tests use task ids
+of their own, and put back what they change on the fleet.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """`berth up` with its default fleet and fast simulated engines, once every node has joined
     (the Fleet page and the tasks' first steps need them)."""

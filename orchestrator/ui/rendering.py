@@ -37,7 +37,9 @@ def _tokens(value: int | float | None) -> str:
 def _usd(value: float | None) -> str:
     if value is None:
         return "–"
-    return f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+    if value == 0:
+        return "$0"
+    return f"${value:.6f}" if value < 0.01 else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
 
 
 def _seconds(value: float | None) -> str:

@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ._limits import NAME_PATTERN
+from ._limits import MAX_STORED_INT, NAME_PATTERN
 
 NODE_ID_PATTERN = NAME_PATTERN  # a node id is typed and grepped like an agent name
 PLACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"  # datacenter and zone names, e.g. "us-east-1a"
@@ -96,9 +96,9 @@ class GpuHealth(BaseModel):
     model_config = _STRICT
 
     index: int = Field(ge=0, le=1023)
-    memory_used_mib: int | None = Field(default=None, ge=0)
+    memory_used_mib: int | None = Field(default=None, ge=0, le=MAX_STORED_INT)
     utilization_pct: int | None = Field(default=None, ge=0, le=100)
-    ecc_errors: int | None = Field(default=None, ge=0)
+    ecc_errors: int | None = Field(default=None, ge=0, le=MAX_STORED_INT)
     healthy: bool = True
     reason: str | None = Field(default=None, max_length=500, description="why it is unhealthy")
 
@@ -109,7 +109,7 @@ class CachedModelWeights(BaseModel):
     model_config = _STRICT
 
     model: str = Field(min_length=1, max_length=128)
-    size_bytes: int = Field(ge=0)
+    size_bytes: int = Field(ge=0, le=MAX_STORED_INT)
 
 
 class ReplicaReport(BaseModel):
@@ -123,8 +123,8 @@ class ReplicaReport(BaseModel):
     state: ReplicaState
     # Queue wait is measured in tokens still to generate, not requests: one long answer
     # outweighs many short ones.
-    outstanding_tokens: int = Field(default=0, ge=0)
-    active_leases: int = Field(default=0, ge=0)
+    outstanding_tokens: int = Field(default=0, ge=0, le=MAX_STORED_INT)
+    active_leases: int = Field(default=0, ge=0, le=MAX_STORED_INT)
 
 
 class NodeHeartbeat(BaseModel):

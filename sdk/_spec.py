@@ -15,6 +15,7 @@ from ._limits import (
     MAX_TOKENS_PER_STEP,
     NAME_PATTERN,
     TASK_ID_PATTERN,
+    StoredInt,
 )
 
 SPAWN_AGENT_TOOL = "spawn_agent"
@@ -84,9 +85,9 @@ class AgentSpec(BaseModel):
 class CheckpointRef(BaseModel):
     """What the workflow keeps of its reasoning state: an id to find it and a hash to trust it."""
 
-    id: int
-    seq: int
-    step: int
+    id: StoredInt
+    seq: StoredInt
+    step: StoredInt
     hash: str
 
 

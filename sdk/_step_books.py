@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ._limits import StoredInt
 from ._messages import Message
 from ._spec import CheckpointRef
 from .contracts import PendingStep
@@ -32,11 +33,11 @@ class LedgerEntryBody(BaseModel):
     """One LLM call's cost (activities/ports.py `LedgerEntry`), keyed (task, step, attempt)."""
 
     task_id: str
-    step: int
-    attempt: int
+    step: StoredInt
+    attempt: StoredInt
     model: str
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: StoredInt
+    completion_tokens: StoredInt
     cost_usd: float
     ttft_s: float
     duration_s: float
@@ -58,8 +59,8 @@ class SettleStepResult(BaseModel):
 
 class BookedRequest(BaseModel):
     task_id: str
-    step: int
-    before_attempt: int
+    step: StoredInt
+    before_attempt: StoredInt
 
 
 class BookInterruptedRequest(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from ._lease import StepPlacement
+from ._limits import StoredInt
 from ._messages import Message, ToolCall
 from ._spec import AgentSpec, CheckpointRef, TaskRun
 from ._state import TaskState
@@ -35,7 +36,7 @@ class PendingStep(BaseModel):
     messages are safe in workflow history.
     """
 
-    step: int
+    step: StoredInt
     new_messages: list[Message]
     state: TaskState
 

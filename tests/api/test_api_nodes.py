@@ -155,6 +155,23 @@ async def test_heartbeats_from_strangers_are_refused(api: httpx.AsyncClient) -> 
     assert node["last_heartbeat_at"] is None and node["replicas"] == []
 
 
+async def test_heartbeat_numbers_beyond_the_stores_integers_are_422_naming_the_field(api: httpx.AsyncClient) -> None:
+    """They land in 64-bit columns; a bigger one used to reach the SQLite driver and come back a 500."""
+    secret = await join(api)
+    big = 2**63
+    replica = {"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}
+    for change, field in (
+        ({"gpus": [{"index": 0, "memory_used_mib": big}]}, "gpus.0.memory_used_mib"),
+        ({"gpus": [{"index": 0, "ecc_errors": big}]}, "gpus.0.ecc_errors"),
+        ({"cached_weights": [{"model": "llama-3.1-8b", "size_bytes": big}]}, "cached_weights.0.size_bytes"),
+        ({"replicas": [{**replica, "outstanding_tokens": big}]}, "replicas.0.outstanding_tokens"),
+        ({"replicas": [{**replica, "active_leases": big}]}, "replicas.0.active_leases"),
+    ):
+        refused = await api.post("/v1/nodes/gpu-1/heartbeat", json=heartbeat(**change), headers={SECRET_HEADER: secret})
+        assert refused.status_code == 422 and error_of(refused)["field"] == field, refused.text
+    assert (await api.get("/v1/nodes/gpu-1")).json()["last_heartbeat_at"] is None
+
+
 async def test_nodes_that_miss_heartbeats_are_lost_with_their_replicas(api: httpx.AsyncClient, store: Store) -> None:
     secret = await join(api)
     await api.post("/v1/nodes/gpu-1/heartbeat", json=heartbeat(), headers={SECRET_HEADER: secret})

@@ -8,6 +8,7 @@ points at a closed port, as in test_api_nodes.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,6 +158,31 @@ def test_an_unknown_node_is_refused_and_writes_nothing(app, node_secret: str, st
             ghost.settle(entry(), {"step": 1})
         assert refused.value.status == 404 and not refused.value.permanent
     assert store.events.read("t1") == [] and store.ledger.entries("t1") == []
+
+
+def test_numbers_beyond_the_stores_integers_are_422_naming_the_field_and_write_nothing(
+    app, node_secret: str, leased: None, store: Store
+) -> None:
+    """Steps, attempts, token counts and checkpoint keys land in 64-bit columns; a bigger one used to reach
+    the SQLite driver and come back a 500."""
+    start = root(store)
+    big = 2**63
+    too_many_tokens = {**dataclasses.asdict(entry()), "prompt_tokens": big}
+    pending = pending_step("t1").model_dump(mode="json")
+    with httpx.Client(transport=SyncAsgi(app), base_url="http://berth",
+                      headers={"X-Berth-Node-Secret": node_secret}) as http:
+        for route, body, field in (
+            ("settle", {"entry": too_many_tokens, "event": {}}, "entry.prompt_tokens"),
+            ("interrupted", {"entries": [too_many_tokens]}, "entries.0.prompt_tokens"),
+            ("booked", {"task_id": "t1", "step": big, "before_attempt": 2}, "step"),
+            ("prepare", {"task_id": "t1", "checkpoint": {**start.model_dump(), "id": big}}, "checkpoint.id"),
+            ("prepare", {"task_id": "t1", "checkpoint": start.model_dump(), "pending": {**pending, "step": big}},
+             "pending.step"),
+        ):
+            refused = http.post(f"/v1/nodes/gpu-books/steps/{route}", json=body)
+            assert refused.status_code == 422 and refused.json()["error"]["field"] == field, refused.text
+    assert store.ledger.entries("t1") == [] and store.events.read("t1") == []
+    assert store.checkpoints.latest("t1") == start
 
 
 def test_a_stale_parent_is_a_permanent_refusal(books: RemoteStepBooks, store: Store) -> None:

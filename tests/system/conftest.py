@@ -22,6 +22,9 @@ from orchestrator.engines.simulated.usage import UsageTally
 from tests.conftest import ROOT, free_port
 
 AGENTS = "orchestrator.demo.sample_agents:ALL"
+# Every stack runs with provider credentials set, as a real deployment would; test_secrets checks
+# that none of them shows up in a log, a workflow history, an API answer or a page.
+PROVIDER_CANARIES = {"OPENAI_API_KEY": "sk-canary-0penai-7f3a9c2e5b", "ANTHROPIC_API_KEY": "sk-ant-canary-4d1e8b6a0c"}
 T = TypeVar("T")
 
 
@@ -40,7 +43,7 @@ class Stack:
         ports = {name: free_port() for name in ("API", "TEMPORAL", "TEMPORAL_UI", "ENGINE")}
         env = {**os.environ, "BERTH_DATA_DIR": str(tmp / "berth"), "BERTH_TOOL_JOURNAL": str(tmp / "journal.txt"),
                "BERTH_ENGINE_LATENCY_SCALE": str(latency_scale), "BERTH_LOAD_TIME_SCALE": str(load_time_scale),
-               "PYTHONUNBUFFERED": "1",
+               "PYTHONUNBUFFERED": "1", **PROVIDER_CANARIES,
                **{f"BERTH_{name}_PORT": str(port) for name, port in ports.items()}}
         env["BERTH_API_URL"] = f"http://127.0.0.1:{ports['API']}"
         return cls(tmp / "berth", env)

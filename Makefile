@@ -27,7 +27,7 @@ chromium:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
 test: $(STAMP) chromium
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=15
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.step_overhead

@@ -120,6 +120,9 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
                 console.print(f"The spot node {preempted} was reclaimed with {PREEMPT_NOTICE_S:g} s notice; the"
                               f" preemption {what}. The batch task resumed at step {moved['step']} on"
                               f" {moved['node_id']} from its checkpoint.")
+    if states:
+        console.print(f"See them in the admin UI: {config.resolved_api_url}/tasks?q=demo-{stamp}- (sign in with the"
+                      f" admin key); a task's page shows its steps, budget, interruptions and checkpoints.")
     return states
 
 

@@ -6,6 +6,7 @@ Task figures are the caller's tenant's when its key is confined to one; fleet fi
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -56,6 +57,13 @@ def overview(store: Store, tenant: str | None, now: datetime | None = None) -> O
         preemptions_1h=sum(1 for e in recent if e.kind == "interruption"),
         waiting_for_gpu=_waiting_for_gpu(store, tenant),
     )
+
+
+def cold_starts_by_model(store: Store, now: datetime | None = None) -> Counter[str]:
+    """Steps of the last hour that waited for a load, per model, across the fleet (counts only: no task in them)."""
+    since = (now or datetime.now(timezone.utc)) - HOUR
+    return Counter(e.data.get("model", "") for e in store.events.recent(("llm_call",), since)
+                   if e.data.get("tier") in COLD_TIERS)
 
 
 def _waiting_for_gpu(store: Store, tenant: str | None) -> list[TaskState]:

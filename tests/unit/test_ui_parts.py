@@ -1,14 +1,16 @@
-"""The admin UI's pure parts: charts, the tool-call list of a conversation, replica sampling, idle timers."""
+"""The admin UI's parts below the pages: charts, the tool-call list of a conversation, idle timers, the overview's figures."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from orchestrator.store import Store
 from orchestrator.ui.charts import Series, line_chart
+from orchestrator.ui.overview import cold_starts_by_model, overview
 from orchestrator.ui.pages import _idle_timer
 from orchestrator.ui.session_auth import safe_next
 from orchestrator.ui.task_view import tool_calls_of
-from sdk import Message, ScalingPolicy, ToolCall
+from sdk import Message, ScalingPolicy, Spend, TaskState, TaskStatus, ToolCall
 from sdk._fleet import ReplicaView
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
@@ -56,3 +58,22 @@ def test_only_local_paths_are_followed_after_signing_in() -> None:
     assert safe_next("/tasks?status=running") == "/tasks?status=running"
     for bad in (None, "", "//evil.example", "https://evil.example", "/\\evil", "tasks"):
         assert safe_next(bad) == "/"
+
+
+def test_the_overview_counts_cold_starts_preemptions_and_waiting_tasks_of_the_callers_tenant(store: Store) -> None:
+    for task_id, tenant, status in (("a1", "default", TaskStatus.waiting_for_gpu), ("a2", "default", TaskStatus.running),
+                                    ("b1", "acme", TaskStatus.waiting_for_gpu)):
+        store.tasks.create(task_id, "{}", TaskState(task_id=task_id, agent="a", agent_version="v", model="m-1",
+                                                    tenant=tenant, status=status, max_steps=3,
+                                                    spend=Spend(token_limit=10), gpu_trouble="capacity"))
+    store.events.append("a1", "llm_call", {"model": "m-1", "tier": "origin"})
+    store.events.append("a2", "llm_call", {"model": "m-1", "tier": "warm"})
+    store.events.append("b1", "llm_call", {"model": "m-2", "tier": "disk"})
+    store.events.append("b1", "interruption", {"kind": "notice"})
+    mine = overview(store, "default")
+    assert (mine.cold_starts_1h, mine.preemptions_1h) == (1, 0)
+    assert [t.task_id for t in mine.waiting_for_gpu] == ["a1"]
+    assert mine.tasks_by_state["waiting_for_gpu"] == 1 and mine.tasks_by_state["completed"] == 0
+    everyone = overview(store, None)
+    assert (everyone.cold_starts_1h, everyone.preemptions_1h, len(everyone.waiting_for_gpu)) == (2, 1, 2)
+    assert cold_starts_by_model(store) == {"m-1": 1, "m-2": 1}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator, model_validator
 
 
 TENSOR_PARALLEL_DEGREES = (1, 2, 4, 8)  # what vLLM shards across on one node's NVLink domain
@@ -21,10 +21,10 @@ class ModelEntry(BaseModel):
     kv_headroom_gib: float = Field(default=0.0, ge=0, le=4096, description="GPU memory kept for the KV cache")
     tensor_parallel: list[int] = Field(default_factory=lambda: [1], description="allowed degrees")
     engine: Literal["simulated", "vllm", "openai-compatible"] = "simulated"
-    engine_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    engine_args: dict[str, str | int | FiniteFloat | bool] = Field(default_factory=dict)
     litellm_route: str | None = Field(default=None, description="litellm model string; derived when absent")
-    usd_per_1m_prompt: float | None = Field(default=None, ge=0)
-    usd_per_1m_completion: float | None = Field(default=None, ge=0)
+    usd_per_1m_prompt: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    usd_per_1m_completion: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     context_window: int = Field(default=131_072, ge=256, le=10_000_000)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$")
 
@@ -60,7 +60,7 @@ class ScalingPolicy(BaseModel):
     max_replicas: int = Field(default=4, ge=1, le=1000)
     idle_timeout_s: float = Field(default=300.0, gt=0, le=7 * 24 * 3600, description="scale-down window")
     scaler: Literal["queue_delay", "request_count"] = "queue_delay"
-    target: float = Field(default=2.0, gt=0, description="seconds of queue delay, or leases per replica")
+    target: float = Field(default=2.0, gt=0, allow_inf_nan=False, description="seconds of queue delay, or leases per replica")
     warm_buffer: int = Field(default=0, ge=0, le=100, description="extra idle replicas kept ready")
 
     @model_validator(mode="after")

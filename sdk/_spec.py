@@ -55,7 +55,7 @@ class AgentSpec(BaseModel):
     max_tokens_per_step: int = Field(default=1024, ge=16, le=MAX_TOKENS_PER_STEP)
     allow_spawn: bool = False
     allow_ask_human: bool = False
-    ask_human_timeout_s: float = Field(default=3600.0, gt=0)
+    ask_human_timeout_s: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
 
     @property
     def task_queue(self) -> str:

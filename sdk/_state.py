@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, FiniteFloat
 
 
 class TaskStatus(str, Enum):
@@ -40,8 +40,8 @@ class Spend(BaseModel):
     tokens_used: int = 0
     token_limit: int
     reserved_for_children: int = 0
-    usd_used: float = 0.0
-    usd_limit: float | None = None
+    usd_used: FiniteFloat = 0.0
+    usd_limit: FiniteFloat | None = None
     tokens_lost: int = 0
 
     @property

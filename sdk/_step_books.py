@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, FiniteFloat
 
 from ._limits import StoredInt
 from ._messages import Message
@@ -38,9 +38,9 @@ class LedgerEntryBody(BaseModel):
     model: str
     prompt_tokens: StoredInt
     completion_tokens: StoredInt
-    cost_usd: float
-    ttft_s: float
-    duration_s: float
+    cost_usd: FiniteFloat
+    ttft_s: FiniteFloat
+    duration_s: FiniteFloat
     served_by: str
     kind: Literal["settled", "lost", "kept"] = Field(
         default="settled", description='"settled": usage an engine reported; "lost"/"kept": tokens of an attempt'

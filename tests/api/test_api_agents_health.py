@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -49,6 +51,15 @@ async def test_bad_agents_are_refused_naming_the_field(
 
     assert response.status_code == 422, response.text
     assert error_of(response)["field"] == field
+    assert store.agents.list() == []
+
+
+async def test_an_infinite_timeout_is_refused_naming_the_field(api: httpx.AsyncClient, store: Store) -> None:
+    """Python's JSON parser reads Infinity; stored, it came back as null and the agent could not be read."""
+    body = json.dumps(agent_body(ask_human_timeout_s=float("inf")))
+    response = await api.post("/v1/agents", content=body, headers={"content-type": "application/json"})
+
+    assert response.status_code == 422 and error_of(response)["field"] == "ask_human_timeout_s"
     assert store.agents.list() == []
 
 

@@ -71,6 +71,26 @@ async def test_bad_models_are_refused(api, entry: dict, field: str | None) -> No
     assert (await api.get(f"/v1/models/{name}")).status_code == 404
 
 
+@pytest.mark.parametrize("path, body, field", [
+    ("/v1/models/llama-3.2-1b/policy", '{"target": Infinity}', "target"),
+    ("/v1/models/llama-3.2-1b/policy", '{"target": NaN}', "target"),
+    ("/v1/models/llama-3.2-1b", '{"name": "llama-3.2-1b", "weights_gib": 2.5, "usd_per_1m_prompt": Infinity}',
+     "usd_per_1m_prompt"),
+    ("/v1/models/llama-3.2-1b", '{"name": "llama-3.2-1b", "weights_gib": 2.5, "engine_args": {"x": NaN}}',
+     "engine_args.x"),
+], ids=["infinite-target", "nan-target", "infinite-price", "nan-engine-arg"])
+async def test_non_finite_numbers_are_refused_and_the_model_stays_readable(api, path: str, body: str,
+                                                                           field: str) -> None:
+    """Python's JSON parser reads NaN and Infinity; once stored they made the model unreadable (a 500 on
+    every later read of it, and of the whole catalogue)."""
+    before = (await api.get("/v1/models/llama-3.2-1b")).json()
+    refused = await api.put(path, content=body, headers={"content-type": "application/json"})
+    # (A union's member is named after the field: engine_args.x.str.)
+    assert refused.status_code == 422 and error_of(refused)["field"].startswith(field), refused.text
+    assert (await api.get("/v1/models/llama-3.2-1b")).json() == before
+    assert (await api.get("/v1/models")).status_code == 200
+
+
 async def test_path_and_body_must_name_the_same_model(api) -> None:
     refused = await api.put("/v1/models/one-name", json={"name": "other-name", "weights_gib": 1})
     assert refused.status_code == 422 and error_of(refused)["field"] == "name"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -180,6 +181,26 @@ def test_numbers_beyond_the_stores_integers_are_422_naming_the_field_and_write_n
              "pending.step"),
         ):
             refused = http.post(f"/v1/nodes/gpu-books/steps/{route}", json=body)
+            assert refused.status_code == 422 and refused.json()["error"]["field"] == field, refused.text
+    assert store.ledger.entries("t1") == [] and store.events.read("t1") == []
+    assert store.checkpoints.latest("t1") == start
+
+
+def test_non_finite_numbers_are_422_naming_the_field_and_write_nothing(
+    app, node_secret: str, leased: None, store: Store
+) -> None:
+    """Python's JSON parser reads NaN and Infinity: a NaN cost hit the ledger's NOT NULL column, a NaN spend
+    the checkpoint's JSON encoder, each a 500."""
+    start = root(store)
+    nan_cost = json.dumps({"entry": {**dataclasses.asdict(entry()), "cost_usd": float("nan")}, "event": {}})
+    pending = pending_step("t1").model_dump(mode="json")
+    pending["state"]["spend"]["usd_used"] = float("inf")
+    inf_spend = json.dumps({"task_id": "t1", "checkpoint": start.model_dump(), "pending": pending})
+    with httpx.Client(transport=SyncAsgi(app), base_url="http://berth",
+                      headers={"X-Berth-Node-Secret": node_secret, "content-type": "application/json"}) as http:
+        for route, body, field in (("settle", nan_cost, "entry.cost_usd"),
+                                   ("prepare", inf_spend, "pending.state.spend.usd_used")):
+            refused = http.post(f"/v1/nodes/gpu-books/steps/{route}", content=body)
             assert refused.status_code == 422 and refused.json()["error"]["field"] == field, refused.text
     assert store.ledger.entries("t1") == [] and store.events.read("t1") == []
     assert store.checkpoints.latest("t1") == start

@@ -35,8 +35,9 @@ from sdk._fleet import (
 )
 
 from ..node.gpu_types import GPU_TYPES, known_types
-from .auth import Operator
+from .auth import Caller, Operator
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
+from .principal import Principal
 from .services import Services, Svc
 
 node_router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
@@ -44,6 +45,8 @@ router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
 NodeSecret = Annotated[str | None, Header(alias=NODE_SECRET_HEADER)]
 
 _NODE_SECRET_BYTES = 32  # 256 bits, as urlsafe base64
+DEDICATED_LABEL = "dedicated"  # the pool places only that tenant's steps on such a node (pool/filters.py)
+ANOTHER_TENANT = "(another tenant)"  # no tenant can be called this (NAME_PATTERN)
 
 
 @node_router.post("/v1/nodes/register", status_code=status.HTTP_201_CREATED, response_model=NodeRegistered,
@@ -72,40 +75,50 @@ async def heartbeat(node_id: str, hb: NodeHeartbeat, svc: Svc, node_secret: Node
 
 
 @router.get("/v1/nodes", response_model=list[NodeView])
-async def list_nodes(svc: Svc, status: Annotated[NodeStatus | None, Query()] = None,
+async def list_nodes(svc: Svc, caller: Caller, status: Annotated[NodeStatus | None, Query()] = None,
                      datacenter: Annotated[str | None, Query(max_length=63)] = None) -> list[NodeView]:
-    return await svc.db(svc.store.fleet.list, status, datacenter)
+    """Every node (the fleet serves every tenant); one dedicated to another tenant does not say which."""
+    return [seen_by(caller, node) for node in await svc.db(svc.store.fleet.list, status, datacenter)]
 
 
 @router.get("/v1/nodes/{node_id}", response_model=NodeView)
-async def get_node(node_id: str, svc: Svc) -> NodeView:
+async def get_node(node_id: str, svc: Svc, caller: Caller) -> NodeView:
     node = await svc.db(svc.store.fleet.get, node_id)
     if node is None:
         raise not_found(f"node {node_id!r} is not registered", field="node_id")
-    return node
+    return seen_by(caller, node)
 
 
 @router.post("/v1/nodes/{node_id}/drain", response_model=NodeView)
-async def drain(node_id: str, svc: Svc, _caller: Operator) -> NodeView:
+async def drain(node_id: str, svc: Svc, caller: Operator) -> NodeView:
     """No new placements on the node; its replicas finish what they serve."""
-    return await _call(svc, svc.store.fleet.drain, node_id)
+    return seen_by(caller, await _call(svc, svc.store.fleet.drain, node_id))
 
 
 @router.post("/v1/nodes/{node_id}/undrain", response_model=NodeView)
-async def undrain(node_id: str, svc: Svc, _caller: Operator) -> NodeView:
-    return await _call(svc, svc.store.fleet.undrain, node_id)
+async def undrain(node_id: str, svc: Svc, caller: Operator) -> NodeView:
+    return seen_by(caller, await _call(svc, svc.store.fleet.undrain, node_id))
 
 
 @router.post("/v1/nodes/{node_id}/preempt", response_model=NodeView)
-async def preempt(node_id: str, svc: Svc, _caller: Operator, req: Annotated[PreemptRequest | None, Body()] = None) -> NodeView:
+async def preempt(node_id: str, svc: Svc, caller: Operator, req: Annotated[PreemptRequest | None, Body()] = None) -> NodeView:
     """A preemption notice: no new placements; the node finishes what it can and leaves within `notice_s`.
     Its tasks resume on other nodes from their last checkpoints."""
-    return await _call(svc, svc.store.fleet.preempt, node_id, (req or PreemptRequest()).notice_s)
+    return seen_by(caller, await _call(svc, svc.store.fleet.preempt, node_id, (req or PreemptRequest()).notice_s))
 
 
 @router.get("/v1/replicas", response_model=list[ReplicaView])
 async def list_replicas(svc: Svc, model: Annotated[str | None, Query(max_length=128)] = None) -> list[ReplicaView]:
     return await svc.db(svc.store.fleet.replicas, model)
+
+
+def seen_by(caller: Principal, node: NodeView) -> NodeView:
+    """The node as `caller` may see it: a key confined to one tenant must not learn other tenants' names (nor
+    that they exist) from the label that dedicates a node to one; it learns only that the node is not for it."""
+    owner = node.labels.get(DEDICATED_LABEL)
+    if owner is None or caller.sees(owner):
+        return node
+    return node.model_copy(update={"labels": {**node.labels, DEDICATED_LABEL: ANOTHER_TENANT}})
 
 
 def _check_join_token(svc: Services, presented: str) -> None:

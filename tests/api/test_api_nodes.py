@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api_helpers import error_of, task_body
+from api_helpers import ClientAs, error_of, task_body
 from orchestrator.api import TemporalGateway
 from orchestrator.cli import output
 from orchestrator.cli.main import main
@@ -21,6 +21,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.store.tables import utcnow
 from sdk import Client, NodeHeartbeat, NodeSpec, NodeView
+from sdk._identity import Role, TenantSpec
 
 JOIN_TOKEN = "join-me-7f3a"
 SECRET_HEADER = "X-Berth-Node-Secret"
@@ -179,6 +180,21 @@ async def test_nodes_that_miss_heartbeats_are_lost_with_their_replicas(api: http
     assert (await api.get("/v1/nodes/gpu-1")).json()["status"] == "lost"
     assert (await api.get("/v1/replicas")).json() == []
     assert [n["node_id"] for n in (await api.get("/v1/nodes", params={"status": "lost"})).json()] == ["gpu-1"]
+
+
+async def test_a_dedicated_node_names_its_tenant_only_to_that_tenant_and_to_unconfined_keys(
+    api: httpx.AsyncClient, store: Store, client_as: ClientAs
+) -> None:
+    """The fleet is every tenant's to read, but its dedicated label told any tenant's key the others' names."""
+    for name in ("acme", "globex"):
+        store.tenants.create(TenantSpec(name=name))
+    await join(api, labels={"dedicated": "acme", "rack": "r7"})
+    assert (await api.get("/v1/nodes/gpu-1")).json()["labels"]["dedicated"] == "acme"
+    async with client_as(Role.agent, "acme") as own, client_as(Role.operator, "globex") as other:
+        assert (await own.get("/v1/nodes/gpu-1")).json()["labels"] == {"dedicated": "acme", "rack": "r7"}
+        for seen in ((await other.get("/v1/nodes")).json()[0], (await other.get("/v1/nodes/gpu-1")).json(),
+                     (await other.post("/v1/nodes/gpu-1/drain")).json()):
+            assert seen["labels"] == {"dedicated": "(another tenant)", "rack": "r7"}
 
 
 async def test_drain_and_undrain(api: httpx.AsyncClient) -> None:

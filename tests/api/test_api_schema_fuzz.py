@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 import schemathesis
-from schemathesis import Case, CheckContext, Response
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from schemathesis import Case, CheckContext, Response
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,

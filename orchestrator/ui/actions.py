@@ -10,6 +10,7 @@ with the refusal, its field and its status, and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -39,6 +40,15 @@ Svc = Annotated[Services, Depends(services)]
 Shown = Callable[..., Awaitable[Response]]
 
 POLICY_FIELDS = ("min_replicas", "max_replicas", "idle_timeout_s", "scaler", "target", "warm_buffer")
+TENANT_LIMITS = ("gpu_quota", "default_budget_tokens", "default_budget_usd")
+
+
+@dataclass(frozen=True)
+class Done:
+    """What an action did, said on the page it goes to next (`to`: the page the form was on, by default)."""
+
+    message: str
+    to: str | None = None
 
 
 async def _form(request: Request) -> tuple[Viewer, dict[str, str]]:
@@ -54,73 +64,48 @@ def _allow(viewer: Viewer, roles: frozenset[Role], action: str) -> None:
         raise forbidden(viewer.principal, action)
 
 
-async def _act(call: Callable[[], Awaitable[Any]], done: str, back: str, show_again: Shown) -> Response:
+async def _act(call: Callable[[], Awaitable[Done]], back: str, show_again: Shown) -> Response:
+    """Run the action (reading its form fields is part of it); a refusal shows the page again with it."""
     try:
-        await call()
+        done = await call()
     except ApiError as exc:
         return await show_again(flash=Flash("error", exc.message), status=exc.status)
-    return redirect(back, Flash("ok", done))
+    return redirect(done.to or back, Flash("ok", done.message))
 
 
 # --- tasks -----------------------------------------------------------------------------------
 
 
-@router.post("/tasks/{task_id}/cancel")
-async def cancel_task(request: Request, task_id: str, svc: Svc) -> Response:
+@router.post("/tasks/{task_id}/{action}")
+async def task_action(request: Request, task_id: str, action: str, svc: Svc) -> Response:
     viewer, form = await _form(request)
     _allow(viewer, TASK_WRITERS, "act on tasks")
-    body = tasks_api.CancelBody(reason=form.get("reason") or "cancelled from the admin UI")
-    return await _act(lambda: tasks_api.cancel(task_id, svc, viewer.principal, body),
-                      "cancel requested: the task stops after its current step", f"/tasks/{task_id}",
-                      _task_again(request, svc, viewer, task_id))
+    caller = viewer.principal
 
+    async def cancel() -> Done:
+        body = tasks_api.CancelBody(reason=form.get("reason") or "cancelled from the admin UI")
+        await tasks_api.cancel(task_id, svc, caller, body)
+        return Done("cancel requested: the task stops after its current step")
 
-@router.post("/tasks/{task_id}/raise-budget")
-async def raise_budget(request: Request, task_id: str, svc: Svc) -> Response:
-    viewer, form = await _form(request)
-    _allow(viewer, TASK_WRITERS, "act on tasks")
-    again = _task_again(request, svc, viewer, task_id)
-    try:
+    async def raise_budget() -> Done:
         body = model_from_form(tasks_api.RaiseBudgetRequest, form, ("tokens", "usd"))
-    except ApiError as exc:
-        return await again(flash=Flash("error", exc.message), status=exc.status)
-    return await _act(lambda: tasks_api.raise_budget(task_id, body, svc, viewer.principal),
-                      f"budget raised by {body.tokens:,} tokens" + (f" and ${body.usd:g}" if body.usd else ""),
-                      f"/tasks/{task_id}", again)
+        await tasks_api.raise_budget(task_id, body, svc, caller)
+        return Done(f"budget raised by {body.tokens:,} tokens" + (f" and ${body.usd:g}" if body.usd else ""))
 
+    async def answer() -> Done:
+        await tasks_api.answer(task_id, model_from_form(tasks_api.AnswerRequest, form, ("text",)), svc, caller)
+        return Done("answer sent")
 
-@router.post("/tasks/{task_id}/answer")
-async def answer(request: Request, task_id: str, svc: Svc) -> Response:
-    viewer, form = await _form(request)
-    _allow(viewer, TASK_WRITERS, "act on tasks")
-    again = _task_again(request, svc, viewer, task_id)
-    try:
-        body = model_from_form(tasks_api.AnswerRequest, form, ("text",))
-    except ApiError as exc:
-        return await again(flash=Flash("error", exc.message), status=exc.status)
-    return await _act(lambda: tasks_api.answer(task_id, body, svc, viewer.principal), "answer sent",
-                      f"/tasks/{task_id}", again)
-
-
-@router.post("/tasks/{task_id}/fork")
-async def fork(request: Request, task_id: str, svc: Svc) -> Response:
-    viewer, form = await _form(request)
-    _allow(viewer, TASK_WRITERS, "act on tasks")
-    again = _task_again(request, svc, viewer, task_id)
-    try:
+    async def fork() -> Done:
         body = model_from_form(ForkRequest, form, ("checkpoint_seq",))
-        forked = await checkpoints_api.fork(task_id, body, request, Response(), svc, viewer.principal)
-    except ApiError as exc:
-        return await again(flash=Flash("error", exc.message), status=exc.status)
-    return redirect(f"/tasks/{forked.task_id}",
-                    Flash("ok", f"forked from checkpoint {body.checkpoint_seq} of {task_id}"))
+        forked = await checkpoints_api.fork(task_id, body, request, Response(), svc, caller)
+        return Done(f"forked from checkpoint {body.checkpoint_seq} of {task_id}", to=f"/tasks/{forked.task_id}")
 
-
-def _task_again(request: Request, svc: Services, viewer: Viewer, task_id: str) -> Shown:
-    async def show(**kwargs: Any) -> Response:
+    async def again(**kwargs: Any) -> Response:
         return await show_task(request, svc, viewer, task_id, **kwargs)
 
-    return show
+    actions = {"cancel": cancel, "raise-budget": raise_budget, "answer": answer, "fork": fork}
+    return await _act(actions.get(action, _unknown(action, actions)), f"/tasks/{task_id}", again)
 
 
 # --- fleet -----------------------------------------------------------------------------------
@@ -130,24 +115,26 @@ def _task_again(request: Request, svc: Services, viewer: Viewer, task_id: str) -
 async def node_action(request: Request, node_id: str, action: str, svc: Svc) -> Response:
     viewer, form = await _form(request)
     _allow(viewer, OPERATORS, "act on the fleet")
+    caller = viewer.principal
+
+    async def drain() -> Done:
+        await nodes_api.drain(node_id, svc, caller)
+        return Done(f"{node_id} is draining: no new work is placed on it")
+
+    async def undrain() -> Done:
+        await nodes_api.undrain(node_id, svc, caller)
+        return Done(f"{node_id} takes work again")
+
+    async def preempt() -> Done:
+        notice = model_from_form(PreemptRequest, form, ("notice_s",))
+        await nodes_api.preempt(node_id, svc, caller, notice)
+        return Done(f"{node_id} preempted: it leaves within {notice.notice_s:g} s")
 
     async def again(**kwargs: Any) -> Response:
         return await show_fleet(request, svc, viewer, **kwargs)
 
-    if action == "drain":
-        return await _act(lambda: nodes_api.drain(node_id, svc, viewer.principal),
-                          f"{node_id} is draining: no new work is placed on it", "/fleet", again)
-    if action == "undrain":
-        return await _act(lambda: nodes_api.undrain(node_id, svc, viewer.principal),
-                          f"{node_id} takes work again", "/fleet", again)
-    if action == "preempt":
-        try:
-            notice = model_from_form(PreemptRequest, form, ("notice_s",))
-        except ApiError as exc:
-            return await again(flash=Flash("error", exc.message), status=exc.status)
-        return await _act(lambda: nodes_api.preempt(node_id, svc, viewer.principal, notice),
-                          f"{node_id} preempted: it leaves within {notice.notice_s:g} s", "/fleet", again)
-    return await again(flash=Flash("error", f"action: {action!r} is not one of drain, undrain, preempt"), status=404)
+    actions = {"drain": drain, "undrain": undrain, "preempt": preempt}
+    return await _act(actions.get(action, _unknown(action, actions)), "/fleet", again)
 
 
 # --- models ----------------------------------------------------------------------------------
@@ -158,15 +145,14 @@ async def set_policy(request: Request, name: str, svc: Svc) -> Response:
     viewer, form = await _form(request)
     _allow(viewer, OPERATORS, "change scaling policies")
 
+    async def save() -> Done:
+        await models_api.set_policy(name, model_from_form(ScalingPolicy, form, POLICY_FIELDS), svc, viewer.principal)
+        return Done(f"scaling policy of {name} saved")
+
     async def again(**kwargs: Any) -> Response:
         return await show_models(request, svc, viewer, typed=(name, form), **kwargs)
 
-    try:
-        policy = model_from_form(ScalingPolicy, form, POLICY_FIELDS)
-    except ApiError as exc:
-        return await again(flash=Flash("error", exc.message), status=exc.status)
-    return await _act(lambda: models_api.set_policy(name, policy, svc, viewer.principal),
-                      f"scaling policy of {name} saved", "/models", again)
+    return await _act(save, "/models", again)
 
 
 # --- tenants and keys ------------------------------------------------------------------------
@@ -176,31 +162,29 @@ async def set_policy(request: Request, name: str, svc: Svc) -> Response:
 async def create_tenant(request: Request, svc: Svc) -> Response:
     viewer, form = await _form(request)
     _allow(viewer, ADMINS, "manage tenants")
-    again = _tenants_again(request, svc, viewer)
-    try:
-        spec = model_from_form(TenantSpec, form, ("name", "trust", "gpu_quota", "default_budget_tokens",
-                                                  "default_budget_usd"))
-    except ApiError as exc:
-        return await again(flash=Flash("error", exc.message), status=exc.status)
-    return await _act(lambda: tenants_api.create_tenant(spec, svc, viewer.principal), f"tenant {spec.name} created",
-                      "/tenants", again)
+
+    async def create() -> Done:
+        spec = model_from_form(TenantSpec, form, ("name", "trust", *TENANT_LIMITS))
+        await tenants_api.create_tenant(spec, svc, viewer.principal)
+        return Done(f"tenant {spec.name} created")
+
+    return await _act(create, "/tenants", _tenants_again(request, svc, viewer))
 
 
 @router.post("/tenants/{name}")
 async def update_tenant(request: Request, name: str, svc: Svc) -> Response:
     viewer, form = await _form(request)
     _allow(viewer, ADMINS, "manage tenants")
-    again = _tenants_again(request, svc, viewer)
-    # Every field is on the form: an emptied limit is cleared, as null clears it on /v1.
-    fields = ("trust", "gpu_quota", "default_budget_tokens", "default_budget_usd")
-    try:
-        change = model_from_form(TenantUpdate, form, fields)
-    except ApiError as exc:
-        return await again(flash=Flash("error", exc.message), status=exc.status)
-    cleared = {f: None for f in fields[1:] if f in form and not form[f].strip()}
-    change = TenantUpdate.model_validate({**change.model_dump(exclude_unset=True), **cleared})
-    return await _act(lambda: tenants_api.update_tenant(name, change, svc, viewer.principal),
-                      f"tenant {name} updated", "/tenants", again)
+
+    async def update() -> Done:
+        change = model_from_form(TenantUpdate, form, ("trust", *TENANT_LIMITS))
+        # Every limit is on the form: one left empty is cleared, as null clears it on /v1.
+        cleared = {f: None for f in TENANT_LIMITS if f in form and not form[f].strip()}
+        change = TenantUpdate.model_validate({**change.model_dump(exclude_unset=True), **cleared})
+        await tenants_api.update_tenant(name, change, svc, viewer.principal)
+        return Done(f"tenant {name} updated")
+
+    return await _act(update, "/tenants", _tenants_again(request, svc, viewer))
 
 
 @router.post("/keys")
@@ -222,8 +206,12 @@ async def create_key(request: Request, svc: Svc) -> Response:
 async def revoke_key(request: Request, key_id: str, svc: Svc) -> Response:
     viewer, _ = await _form(request)
     _allow(viewer, ADMINS, "manage API keys")
-    return await _act(lambda: keys_api.revoke_key(key_id, svc, viewer.principal), f"key {key_id} revoked",
-                      "/tenants", _tenants_again(request, svc, viewer))
+
+    async def revoke() -> Done:
+        await keys_api.revoke_key(key_id, svc, viewer.principal)
+        return Done(f"key {key_id} revoked")
+
+    return await _act(revoke, "/tenants", _tenants_again(request, svc, viewer))
 
 
 def _tenants_again(request: Request, svc: Services, viewer: Viewer) -> Shown:
@@ -231,3 +219,10 @@ def _tenants_again(request: Request, svc: Services, viewer: Viewer) -> Shown:
         return await show_tenants(request, svc, viewer, **kwargs)
 
     return show
+
+
+def _unknown(action: str, actions: dict[str, Any]) -> Callable[[], Awaitable[Done]]:
+    async def refuse() -> Done:
+        raise ApiError(404, f"action: {action!r} is not one of {', '.join(actions)}", field="action")
+
+    return refuse

@@ -48,15 +48,29 @@ async def authenticate(
     return caller
 
 
-def allow(roles: frozenset[Role], action: str) -> Callable[..., Awaitable[Principal]]:
-    """A dependency that lets through only callers of `roles`; `action` words the 403."""
+def allow(roles: frozenset[Role], action: str, *, fleet_wide: bool = False) -> Callable[..., Awaitable[Principal]]:
+    """A dependency that lets through only callers of `roles`; `action` words the 403.
+
+    `fleet_wide`: the action changes what every tenant shares (a node, a scaling policy, the
+    catalogue), so a key confined to one tenant may not take it, whatever its role."""
 
     async def check(caller: Annotated[Principal, Depends(authenticate)]) -> Principal:
-        if caller.role not in roles:
-            raise forbidden(caller, action)
+        refusal = refusal_of(caller, roles, action, fleet_wide=fleet_wide)
+        if refusal is not None:
+            raise refusal
         return caller
 
     return check
+
+
+def refusal_of(caller: Principal, roles: frozenset[Role], action: str, *, fleet_wide: bool = False) -> ApiError | None:
+    """The 403 for `caller` taking `action`, or None when it may (the UI asks this to grey out its buttons)."""
+    if caller.role not in roles:
+        return forbidden(caller, action)
+    if fleet_wide and caller.tenant is not None:
+        return ApiError(403, f"API key {caller.key_id} is confined to tenant {caller.tenant}, and may not {action}:"
+                             " every tenant shares it", field="authorization")
+    return None
 
 
 def forbidden(caller: Principal, action: str) -> ApiError:
@@ -67,5 +81,5 @@ def forbidden(caller: Principal, action: str) -> ApiError:
 Caller = Annotated[Principal, Depends(authenticate)]
 TaskWriter = Annotated[Principal, Depends(allow(TASK_WRITERS, "act on tasks"))]
 AgentRegistrar = Annotated[Principal, Depends(allow(TASK_WRITERS, "register agents"))]
-Operator = Annotated[Principal, Depends(allow(OPERATORS, "act on the fleet or the model catalogue"))]
+Operator = Annotated[Principal, Depends(allow(OPERATORS, "act on the fleet or the model catalogue", fleet_wide=True))]
 Admin = Annotated[Principal, Depends(allow(ADMINS, "manage tenants, API keys or the audit log"))]

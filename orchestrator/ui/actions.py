@@ -26,7 +26,7 @@ from ..api import models as models_api
 from ..api import nodes as nodes_api
 from ..api import tasks as tasks_api
 from ..api import tenants as tenants_api
-from ..api.auth import forbidden
+from ..api.auth import refusal_of
 from ..api.errors import ApiError
 from ..api.principal import ADMINS, OPERATORS, TASK_WRITERS
 from ..api.services import Services, services
@@ -59,9 +59,10 @@ async def _form(request: Request) -> tuple[Viewer, dict[str, str]]:
     return viewer, form
 
 
-def _allow(viewer: Viewer, roles: frozenset[Role], action: str) -> None:
-    if viewer.principal.role not in roles:
-        raise forbidden(viewer.principal, action)
+def _allow(viewer: Viewer, roles: frozenset[Role], action: str, *, fleet_wide: bool = False) -> None:
+    refusal = refusal_of(viewer.principal, roles, action, fleet_wide=fleet_wide)
+    if refusal is not None:
+        raise refusal
 
 
 async def _act(call: Callable[[], Awaitable[Done]], back: str, show_again: Shown) -> Response:
@@ -114,7 +115,7 @@ async def task_action(request: Request, task_id: str, action: str, svc: Svc) -> 
 @router.post("/fleet/nodes/{node_id}/{action}")
 async def node_action(request: Request, node_id: str, action: str, svc: Svc) -> Response:
     viewer, form = await _form(request)
-    _allow(viewer, OPERATORS, "act on the fleet")
+    _allow(viewer, OPERATORS, "act on the fleet", fleet_wide=True)
     caller = viewer.principal
 
     async def drain() -> Done:
@@ -143,7 +144,7 @@ async def node_action(request: Request, node_id: str, action: str, svc: Svc) -> 
 @router.post("/models/{name:path}/policy")
 async def set_policy(request: Request, name: str, svc: Svc) -> Response:
     viewer, form = await _form(request)
-    _allow(viewer, OPERATORS, "change scaling policies")
+    _allow(viewer, OPERATORS, "change scaling policies", fleet_wide=True)
 
     async def save() -> Done:
         await models_api.set_policy(name, model_from_form(ScalingPolicy, form, POLICY_FIELDS), svc, viewer.principal)

@@ -17,6 +17,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from ..api.auth import refusal_of
 from ..api.principal import ADMINS, OPERATORS, TASK_WRITERS
 from .session_auth import CSRF_FIELD, Viewer
 
@@ -82,11 +83,11 @@ templates = _environment()
 
 
 def may(viewer: Viewer | None, action: Literal["task", "fleet", "admin"]) -> bool:
-    """Whether the signed-in role may press the buttons of `action` (the server checks again on POST)."""
+    """Whether the signed-in key may press the buttons of `action` (the server checks again on POST)."""
     if viewer is None:
         return False
     allowed = {"task": TASK_WRITERS, "fleet": OPERATORS, "admin": ADMINS}[action]
-    return viewer.principal.role in allowed
+    return refusal_of(viewer.principal, allowed, action, fleet_wide=action == "fleet") is None
 
 
 def render(request: Request, template: str, viewer: Viewer | None, *, status: int = 200,

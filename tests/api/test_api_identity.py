@@ -143,6 +143,12 @@ async def test_operators_steer_the_fleet_and_agents_may_not(
         assert (await operator.get("/v1/tenants")).status_code == 403
         assert (await operator.post("/v1/nodes/gpu-o/drain")).json()["status"] == "draining"
         assert (await operator.post("/v1/nodes/gpu-o/undrain")).json()["status"] == "healthy"
+    # Every tenant shares the fleet and the catalogue: an operator of one tenant steers neither.
+    async with client_as(Role.operator, tenants[0]) as confined:
+        for refused in (await confined.post("/v1/nodes/gpu-o/drain"),
+                        await confined.put("/v1/models/llama-3.2-1b/policy", json={"min_replicas": 1})):
+            assert refused.status_code == 403 and "every tenant shares it" in error_of(refused)["message"]
+        assert store.fleet.get("gpu-o").status == "healthy"  # type: ignore[union-attr]
 
 
 # -- tenant isolation ----------------------------------------------------------------------

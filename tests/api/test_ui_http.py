@@ -248,3 +248,16 @@ async def test_every_form_on_every_page_carries_the_sessions_csrf_token(sign_in:
             assert f'name="csrf_token" value="{token}"' in form, (path, form[:300])
     detail = (await admin.get(f"/tasks/{task.task_id}")).text
     assert {"raise-budget", "cancel", "answer"} <= set(re.findall(r'<form[^>]* id="([\w-]+)"', detail))
+
+
+async def test_an_operator_confined_to_a_tenant_may_not_change_what_every_tenant_shares(sign_in: SignIn,
+                                                                                        store: Store) -> None:
+    tenant = store.tenants.create(TenantSpec(name=unique("acme"))).name
+    confined = await sign_in(Role.operator, tenant=tenant)
+    page = await confined.get("/models")
+    assert f"your key is confined to tenant {tenant}" in page.text
+    before = store.models.get("llama-3.2-1b")
+    refused = await confined.post("/models/llama-3.2-1b/policy",
+                                  data={"min_replicas": "1", "max_replicas": "2", "csrf_token": csrf_of(page)})
+    assert refused.status_code == 403 and "every tenant shares it" in refused.text
+    assert store.models.get("llama-3.2-1b") == before

@@ -1,6 +1,6 @@
 """Browser tests: the admin UI of a real `berth up`, driven through Debian's chromium by Playwright.
 
-One stack and one chromium for the whole browser run (starting a stack costs half a minute on two
+One stack and one chromium for the browser tests (package-scoped: see __init__.py) (starting a stack costs half a minute on two
 cores, a browser context milliseconds), a fresh context (no cookies) per test; tests use task ids
 of their own, and put back what they change on the fleet.
 """
@@ -23,7 +23,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """`berth up` with its default fleet and fast simulated engines, once every node has joined
     (the Fleet page and the tasks' first steps need them)."""
@@ -37,13 +37,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         s.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     with sync_playwright() as p:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: the browser tests drive Debian's chromium; `make test` installs it "

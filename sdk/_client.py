@@ -233,7 +233,7 @@ class Client:
         input: str,
         budget: Budget | int,
         task_id: str | None = None,
-        tenant: str = "default",
+        tenant: str | None = None,
         priority: int = 0,
         model: str | None = None,
         max_steps: int | None = None,
@@ -244,6 +244,8 @@ class Client:
 
         `budget` is a `Budget` or a plain token count. Resubmitting the same `task_id` with
         the same spec returns the existing task; with another spec it raises `Conflict`.
+        Without `tenant`, the server settles it from the key: a key confined to a tenant
+        submits for it, any other for "default".
         """
         name = agent if isinstance(agent, str) else agent.name
         try:
@@ -252,7 +254,7 @@ class Client:
                 agent=name,
                 input=input,
                 budget=as_budget(budget),
-                tenant=tenant,
+                tenant=tenant or "default",
                 priority=priority,
                 model=model,
                 max_steps=max_steps,
@@ -261,7 +263,8 @@ class Client:
             )
         except ValidationError as exc:
             raise invalid_from_validation(exc) from None
-        body = await self._request("POST", "/v1/tasks", json=spec.model_dump(mode="json", exclude_none=True))
+        body = spec.model_dump(mode="json", exclude_none=True, exclude=None if tenant else {"tenant"})
+        body = await self._request("POST", "/v1/tasks", json=body)
         return TaskHandle(self, TaskState.model_validate(body).task_id)
 
     def task(self, task_id: str) -> "TaskHandle":

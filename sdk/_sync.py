@@ -163,7 +163,7 @@ class SyncClient:
         input: str,
         budget: Budget | int,
         task_id: str | None = None,
-        tenant: str = "default",
+        tenant: str | None = None,
         priority: int = 0,
         model: str | None = None,
         max_steps: int | None = None,

@@ -452,6 +452,12 @@ class TaskHandle:
         child = SpawnedChild.model_validate(await self._client._request("POST", self._path("spawn"), json=body))
         return self._client.task(child.task_id)
 
+    async def token(self) -> str:
+        """A task token: an API key for this task's own tools and MCP servers. Whatever it submits is a
+        sub-agent paid from this task's budget, it sees only this task and its sub-agents, and it stops
+        working when the task ends. Pass it on, never log it."""
+        return CreatedKey.model_validate(await self._client._request("POST", self._path("token"))).key
+
     async def answer(self, text: str) -> TaskState:
         """Answer the question of a task in awaiting_input (`Conflict` otherwise)."""
         return TaskState.model_validate(await self._client._request("POST", self._path("answer"), json={"text": text}))

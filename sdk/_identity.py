@@ -96,6 +96,7 @@ class ApiKeyView(BaseModel):
     created_at: datetime
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
+    task_id: str | None = Field(default=None, description="a task token: the task it acts for (its own budget only)")
 
 
 class CreatedKey(ApiKeyView):

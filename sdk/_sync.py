@@ -229,6 +229,9 @@ class SyncTaskHandle:
     def spawn(self, agent: str, input: str, tokens: int | None = None) -> "SyncTaskHandle":
         return SyncTaskHandle(self._loop, self._loop.run(self._handle.spawn(agent, input, tokens)))
 
+    def token(self) -> str:
+        return self._loop.run(self._handle.token())
+
     def answer(self, text: str) -> TaskState:
         return self._loop.run(self._handle.answer(text))
 

@@ -310,6 +310,15 @@ class AgentTaskWorkflow:
     def _check_spawn(self, req: SpawnAgentArgs) -> None:
         if self.status.is_final or self.cancel_reason is not None:
             raise ApplicationError(f"task is {self.status.value}; it can no longer start sub-agents")
+        # A client (a task token, the SDK) asking for more than remains is refused with the numbers,
+        # rather than given less than it asked for without knowing (as the model's own spawn tool is).
+        remaining = self.budget.token_allowance
+        if req.tokens is not None and req.tokens > remaining:
+            spend = self.budget.spend()
+            raise ApplicationError(
+                f"budget.tokens: asked for {req.tokens} tokens, but only {remaining} remain of task"
+                f" {self.run_input.task_id}'s budget ({spend.token_limit} limit, {spend.tokens_used} used,"
+                f" {spend.reserved_for_children} reserved for sub-agents)")
 
     @workflow.signal(name=SIMULATE_PREEMPTION_SIGNAL)
     def simulate_preemption(self) -> None:

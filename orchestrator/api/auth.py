@@ -41,7 +41,7 @@ async def authenticate(
         holder = await svc.db(svc.store.keys.authenticate, credentials.credentials.strip())
     except Unauthorized as exc:
         raise ApiError(401, exc.message, field="authorization", headers=_CHALLENGE) from None
-    caller = Principal(key_id=holder.key_id, role=holder.role, tenant=holder.tenant)
+    caller = Principal(key_id=holder.key_id, role=holder.role, tenant=holder.tenant, task_id=holder.task_id)
     request.scope[PRINCIPAL_SCOPE_KEY] = caller
     if caller.role == Role.viewer and request.method not in SAFE_METHODS:
         raise forbidden(caller, "change anything")

@@ -18,7 +18,19 @@ class Principal:
     key_id: str
     role: Role
     tenant: str | None
+    # A task token's task: the caller is that task (its tools, an MCP server it runs), confined to
+    # it and its sub-agents, and whatever it starts is its sub-agent, paid from its budget.
+    task_id: str | None = None
 
     def sees(self, tenant: str) -> bool:
         """Whether this caller may see (and, by role, act on) a task of `tenant`."""
         return self.tenant is None or self.tenant == tenant
+
+    def sees_task(self, task_id: str, tenant: str) -> bool:
+        """Whether this caller may see the task: of its tenant, and for a task token, in its own task's tree."""
+        return self.sees(tenant) and (self.task_id is None or in_tree(self.task_id, task_id))
+
+
+def in_tree(root: str, task_id: str) -> bool:
+    """Whether `task_id` is `root` or one of its sub-agents (a sub-agent's id extends its parent's: `<parent>.<n>`)."""
+    return task_id == root or task_id.startswith(root + ".")

@@ -39,7 +39,7 @@ class Services:
         must not learn from the answer that a task id exists outside its tenant.
         """
         record = await self.db(self.store.tasks.get, task_id)
-        if record is None or not caller.sees(record.state.tenant):
+        if record is None or not caller.sees_task(task_id, record.state.tenant):
             raise not_found(f"task {task_id!r} does not exist", field="task_id")
         return record
 

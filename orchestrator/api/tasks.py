@@ -10,13 +10,16 @@ from pydantic import ConfigDict
 from sdk import Spend, TaskEvent, TaskState, TaskStatus
 from sdk._builtins import SpawnAgentArgs
 from sdk._limits import MAX_STORED_INT
+from sdk._identity import CreatedKey, Role
 from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget, SpawnedChild
 
 from ..store import TaskRecord
 from .admission import SubmitRequest, admit
 from .audit import note_target
 from .auth import Caller, TaskWriter
+from .delegation import refuse_escape, submit_as_child
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, unavailable
+from .principal import in_tree
 from .services import Services, Svc
 from .submission import check_submission_rate, submit_task
 from .temporal_gateway import TemporalUnavailable, UpdateRejected, WorkflowGone
@@ -50,8 +53,13 @@ router = APIRouter(prefix="/v1/tasks", tags=["tasks"], responses=ERROR_RESPONSES
 async def submit(body: SubmitRequest, request: Request, response: Response, svc: Svc, caller: TaskWriter) -> TaskState:
     """Submit a task. Resubmitting an id with the same spec returns it (200); another spec is a 409.
 
-    A key confined to a tenant submits for it; without a budget, the tenant's default applies."""
+    A key confined to a tenant submits for it; without a budget, the tenant's default applies. A task token
+    (`POST /v1/tasks/{id}/token`) starts a sub-agent of its task instead, its budget carved from the task's."""
     check_submission_rate(svc, caller)
+    if caller.task_id is not None:
+        child = await submit_as_child(svc, caller, body)
+        note_target(request.scope, child.task_id)
+        return child
     submitted = await submit_task(svc, await admit(svc, caller, body), caller)
     note_target(request.scope, submitted.state.task_id)
     if not submitted.created:
@@ -76,6 +84,11 @@ async def list_tasks(
         if tenant is not None and tenant != caller.tenant:
             return []
         tenant = caller.tenant
+    if caller.task_id is not None:
+        # A task token sees its own task and its sub-agents: the ids that extend its own.
+        found = await svc.db(svc.store.tasks.list, tenant=tenant, status=status_.value if status_ else None,
+                             agent=agent, parent_task_id=parent, id_prefix=caller.task_id, limit=MAX_PAGE * 4)
+        return [t for t in found if in_tree(caller.task_id, t.task_id)][offset:offset + limit]
     return await svc.db(
         svc.store.tasks.list, tenant=tenant, status=status_.value if status_ else None, agent=agent,
         parent_task_id=parent, limit=limit, offset=offset,
@@ -124,6 +137,7 @@ async def simulate_preemption(task_id: str, svc: Svc, caller: TaskWriter) -> Tas
 @router.post("/{task_id}/raise-budget", response_model=Spend)
 async def raise_budget(task_id: str, request: RaiseBudgetRequest, svc: Svc, caller: TaskWriter) -> Spend:
     """Add tokens and/or dollars to the task's budget; a task in awaiting_budget resumes."""
+    refuse_escape(caller, "raise budgets")
     if request.tokens <= 0 and request.usd <= 0:
         raise invalid("tokens", "raise at least one of tokens or usd by more than 0")
     require_running(await svc.task_record(task_id, caller))
@@ -158,6 +172,18 @@ async def answer(task_id: str, request: AnswerRequest, svc: Svc, caller: TaskWri
     except (TemporalUnavailable, WorkflowGone, UpdateRejected) as exc:
         raise _refusal(exc) from None
     return await current_state(svc, record)
+
+
+@router.post("/{task_id}/token", status_code=status.HTTP_201_CREATED, response_model=CreatedKey)
+async def task_token(task_id: str, http: Request, svc: Svc, caller: TaskWriter) -> CreatedKey:
+    """A token for the task's own tools and MCP servers: it sees only this task and its sub-agents, whatever it
+    submits is a sub-agent paid from this task's budget, and it stops working when the task ends. Shown once."""
+    record = await svc.task_record(task_id, caller)
+    require_running(record)
+    created = await svc.db(svc.store.keys.create, Role.agent, record.state.tenant, f"task {task_id}",
+                           "a task token", task_id)
+    note_target(http.scope, created.key_id)
+    return created
 
 
 async def current_state(svc: Services, record: TaskRecord) -> TaskState:

@@ -19,10 +19,12 @@ from datetime import timedelta
 from sqlalchemy import Engine, update
 from sqlmodel import Session, col, select
 
-from sdk import NotFound, Unauthorized
+from sdk import FINAL_STATUSES, NotFound, Unauthorized
 from sdk._identity import KEY_PREFIX, ApiKeyView, CreatedKey, Role
 
-from .tables import ApiKeyRow, utcnow
+from .tables import ApiKeyRow, TaskRow, utcnow
+
+FINAL_VALUES = frozenset(s.value for s in FINAL_STATUSES)
 
 _SECRET_BYTES = 32
 _ID_BYTES = 6  # 12 hex characters: unique enough for a table of keys, short enough to read aloud
@@ -52,6 +54,7 @@ class KeyHolder:
     key_id: str
     role: Role
     tenant: str | None
+    task_id: str | None = None
 
 
 def _view(row: ApiKeyRow) -> ApiKeyView:
@@ -64,12 +67,13 @@ class SqlApiKeys:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def create(self, role: Role, tenant: str | None = None, name: str = "", description: str = "") -> CreatedKey:
-        """A new key; the answer is the only place its secret ever appears."""
+    def create(self, role: Role, tenant: str | None = None, name: str = "", description: str = "",
+               task_id: str | None = None) -> CreatedKey:
+        """A new key; the answer is the only place its secret ever appears. With `task_id`, a task token."""
         key_id = secrets.token_hex(_ID_BYTES)
         secret = secrets.token_urlsafe(_SECRET_BYTES)
         row = ApiKeyRow(key_id=key_id, secret_sha256=hash_secret(secret), role=role.value, tenant=tenant,
-                        name=name, description=description)
+                        name=name, description=description, task_id=task_id)
         with Session(self._engine) as session:
             session.add(row)
             session.commit()
@@ -85,15 +89,20 @@ class SqlApiKeys:
         key_id, secret = parts
         with Session(self._engine) as session:
             row = session.get(ApiKeyRow, key_id)
+            task = session.get(TaskRow, row.task_id) if row is not None and row.task_id else None
         # compare_digest: how long a refusal takes must not tell how much of the secret was right.
         if row is None or not hmac.compare_digest(row.secret_sha256, hash_secret(secret)):
             raise Unauthorized(f"API key {key_id} is not valid", status_code=401)
         if row.revoked_at is not None:
             raise Unauthorized(f"API key {key_id} was revoked at {row.revoked_at:%Y-%m-%d %H:%M:%S} UTC",
                                status_code=401)
+        if row.task_id is not None and (task is None or task.status in FINAL_VALUES):
+            # A task token lives as long as its task: what the task started ends with it.
+            raise Unauthorized(f"API key {key_id} is the token of task {row.task_id}, which has ended",
+                               status_code=401)
         if row.last_used_at is None or row.last_used_at < utcnow() - LAST_USED_RESOLUTION:
             self._touch(key_id)
-        return KeyHolder(key_id=key_id, role=Role(row.role), tenant=row.tenant)
+        return KeyHolder(key_id=key_id, role=Role(row.role), tenant=row.tenant, task_id=row.task_id)
 
     def list(self) -> builtins.list[ApiKeyView]:
         with Session(self._engine) as session:

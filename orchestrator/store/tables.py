@@ -306,6 +306,7 @@ class ApiKeyRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     revoked_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
     last_used_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    task_id: str | None = None  # a task token: valid while that task runs, and only for it and its sub-agents
 
 
 class UiSessionRow(SQLModel, table=True):

@@ -74,6 +74,10 @@ async def login(request: Request, svc: Svc) -> Response:
             limiter.take(bucket)
         request.scope[PRINCIPAL_SCOPE_KEY] = None
         return _login_page(request, next_path, status=401, flash=Flash("error", f"api_key: {exc.message}"))
+    if holder.task_id is not None:
+        return _login_page(request, next_path, status=403, flash=Flash(
+            "error", f"api_key: key {holder.key_id} is the token of task {holder.task_id}, for that task's own tools;"
+                     " sign in with an API key"))
     request.scope[PRINCIPAL_SCOPE_KEY] = Principal(holder.key_id, holder.role, holder.tenant)
     started = await svc.db(svc.store.ui_sessions.start, holder.key_id, holder.role, holder.tenant)
     response = redirect(next_path)

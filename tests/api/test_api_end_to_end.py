@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
-from sdk import Agent, Budget, Client, Conflict, TaskStatus
+from sdk import Agent, Budget, Client, Conflict, NotFound, TaskStatus, Unauthorized
 from sdk._identity import Role
 
 
@@ -26,6 +27,11 @@ from sdk._identity import Role
 class Stack:
     client: Client
     store: Store
+    app: Any
+
+    def as_key(self, key: str) -> Client:
+        """A client of the same app with another key (a task token, say)."""
+        return Client("http://berth", api_key=key, transport=httpx.ASGITransport(self.app))
 
 
 @pytest.fixture
@@ -37,7 +43,7 @@ async def stack(temporal_client: TemporalClient, engine_url: str, tmp_path: Path
     app = create_app(config, store, TemporalGateway.from_client(temporal_client, task_queue=queue))
     async with build_worker(temporal_client, store, config, task_queue=queue):
         async with Client("http://berth", api_key=admin_key, transport=httpx.ASGITransport(app)) as client:
-            yield Stack(client, store)
+            yield Stack(client, store, app)
     store.close()
 
 
@@ -110,3 +116,47 @@ async def test_the_sdk_spawns_a_sub_agent_on_a_running_task(stack: Stack) -> Non
     assert sub.parent_task_id == task.task_id and sub.spend.token_limit == 5_000
     assert parent.children == [child.task_id]
     assert parent.spend.tokens_used <= 20_000 and parent.spend.reserved_for_children == 0
+
+
+async def test_a_task_token_starts_sub_agents_paid_from_its_task_and_never_more(stack: Stack) -> None:
+    """Budget delegation: what a task's token submits is the task's child, carved from what remains."""
+    helper = Agent(unique("helper"), "llama-3.2-1b", "Answer briefly.")
+    lead = Agent(unique("lead"), "llama-3.2-1b", "Ask first.", allow_ask_human=True)
+    await stack.client.register(helper)
+    await stack.client.register(lead)
+    task = await stack.client.submit(lead, "ask: shall I start?", budget=Budget(tokens=20_000))
+    outsider = await stack.client.submit(helper, "Unrelated work", budget=Budget(tokens=5_000))
+    for _ in range(200):
+        if (await task.status()).status == TaskStatus.awaiting_input:
+            break
+        await asyncio.sleep(0.1)
+    used_so_far = (await task.status()).spend.tokens_used
+
+    async with stack.as_key(await task.token()) as as_task:
+        with pytest.raises(Conflict) as too_much:
+            await as_task.submit(helper, "Everything at once", budget=Budget(tokens=50_000))
+        assert too_much.value.field == "budget.tokens"
+        assert f"asked for 50000 tokens, but only {20_000 - used_so_far} remain" in too_much.value.message
+        child = await as_task.submit(helper, "Summarise GPU pricing", budget=Budget(tokens=5_000))
+        state = await child.status()
+        assert state.parent_task_id == task.task_id and state.spend.token_limit == 5_000
+        assert {t.task_id for t in await as_task.tasks()} == {task.task_id, child.task_id}
+        with pytest.raises(NotFound):
+            await as_task.task(outsider.task_id).status()
+        with pytest.raises(Unauthorized, match="a task spends only its own budget") as escape:
+            await as_task.task(task.task_id).raise_budget(100_000)
+        assert escape.value.status_code == 403
+        await child.result(timeout=120)
+        sub = await child.status()
+        for _ in range(100):  # the parent settles its child in the background
+            parent = await task.status()
+            if parent.spend.reserved_for_children == 0:
+                break
+            await asyncio.sleep(0.1)
+        # The child's unused tokens came back: only what it used is charged to the parent.
+        assert parent.spend.reserved_for_children == 0
+        assert parent.spend.tokens_used == used_so_far + sub.spend.tokens_used <= 20_000
+        await task.answer("yes")
+        await task.result(timeout=120)
+        with pytest.raises(Unauthorized, match="has ended"):
+            await as_task.tasks()

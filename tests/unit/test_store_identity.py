@@ -95,3 +95,31 @@ def test_submissions_are_limited_per_key_after_a_burst() -> None:
     wait = limit.take("a")
     assert wait is not None and wait > 0
     assert limit.take("b") is None  # another key has its own bucket
+
+
+def test_a_task_token_works_while_its_task_runs_and_names_it(store: Store) -> None:
+    from sdk import Spend, TaskState, TaskStatus
+
+    state = TaskState(task_id="t-lead", agent="a", agent_version="v", model="m", tenant="default",
+                      status=TaskStatus.running, max_steps=3, spend=Spend(token_limit=100))
+    store.tasks.create("t-lead", "{}", state)
+    token = store.keys.create(Role.agent, "default", name="task t-lead", task_id="t-lead")
+    assert token.task_id == "t-lead"
+    assert store.keys.authenticate(token.key).task_id == "t-lead"
+    store.tasks.save_state(state.model_copy(update={"status": TaskStatus.completed}))
+    with pytest.raises(Unauthorized, match="token of task t-lead, which has ended"):
+        store.keys.authenticate(token.key)
+    orphan = store.keys.create(Role.agent, "default", task_id="t-never-existed")
+    with pytest.raises(Unauthorized, match="has ended"):
+        store.keys.authenticate(orphan.key)
+
+
+def test_a_task_tokens_tree_is_its_task_and_the_ids_that_extend_it() -> None:
+    from orchestrator.api.principal import Principal, in_tree
+
+    assert in_tree("t-1", "t-1") and in_tree("t-1", "t-1.x.2") and in_tree("t-1", "t-1.s3.1.x.1")
+    assert not in_tree("t-1", "t-10") and not in_tree("t-1", "t-2") and not in_tree("t-1.x.1", "t-1")
+    token = Principal("k", Role.agent, "default", task_id="t-1")
+    assert token.sees_task("t-1.x.1", "default") and not token.sees_task("t-1.x.1", "acme")
+    assert not token.sees_task("t-2", "default")
+    assert Principal("k", Role.agent, "default").sees_task("t-2", "default")

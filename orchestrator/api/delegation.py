@@ -28,9 +28,9 @@ async def submit_as_child(svc: Services, caller: Principal, request: SubmitReque
     """Start the submitted task as a sub-agent of the caller's task, paid from its budget."""
     assert caller.task_id is not None
     parent = await svc.task_record(caller.task_id, caller)
-    # Left at its default (as clients send it) or, for the tenant, the parent's own: nothing to refuse.
-    asked = [name for name in _FROM_THE_PARENT
-             if getattr(request, name) != (parent.state.tenant if name == "tenant" else TaskSpec.model_fields[name].default)]
+    # Left out, left at its default (as clients send it) or, for the tenant, the parent's own: nothing to refuse.
+    asked = [name for name in _FROM_THE_PARENT if name in request.model_fields_set and getattr(request, name) != (
+        parent.state.tenant if name == "tenant" else TaskSpec.model_fields[name].default)]
     if asked:
         raise invalid(asked[0], f"a task token starts sub-agents of task {caller.task_id}, which take {asked[0]} from"
                                 " it; leave it out")

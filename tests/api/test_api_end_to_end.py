@@ -19,7 +19,7 @@ from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
-from sdk import Agent, Budget, Client, Conflict, NotFound, TaskStatus, Unauthorized
+from sdk import Agent, Budget, Client, Conflict, InvalidSpec, NotFound, TaskStatus, Unauthorized
 from sdk._identity import Role
 
 
@@ -160,3 +160,18 @@ async def test_a_task_token_starts_sub_agents_paid_from_its_task_and_never_more(
         await task.result(timeout=120)
         with pytest.raises(Unauthorized, match="has ended"):
             await as_task.tasks()
+
+
+async def test_a_task_token_refuses_what_a_sub_agent_takes_from_its_parent(stack: Stack) -> None:
+    lead = Agent(unique("lead"), "llama-3.2-1b", "Ask first.", allow_ask_human=True)
+    await stack.client.register(lead)
+    task = await stack.client.submit(lead, "ask: shall I start?", budget=Budget(tokens=20_000))
+    async with stack.as_key(await task.token()) as as_task:
+        for field, kwargs in (("model", {"model": "llama-3.1-8b"}), ("task_id", {"task_id": "mine-1"}),
+                              ("tenant", {"tenant": "acme"})):
+            with pytest.raises(InvalidSpec) as refused:
+                await as_task.submit(lead, "x", budget=Budget(tokens=1_000), **kwargs)
+            assert refused.value.field == field
+        with pytest.raises(Unauthorized, match="may not fork"):
+            await as_task.task(task.task_id).fork(0)
+    await task.cancel()

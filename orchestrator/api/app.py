@@ -1,4 +1,5 @@
-"""The control-plane HTTP app: routes under /v1 behind API keys, the admin UI at /, health probes, one error shape.
+"""The control-plane HTTP app: routes under /v1 behind API keys, the admin UI at /, MCP at /mcp, health probes,
+one error shape.
 
 Every user router is included here with `authenticate` as a router dependency, so a route
 added to one of them needs a key without having to remember it; the node agents' routers
@@ -16,7 +17,7 @@ from fastapi import Depends, FastAPI
 
 from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
-from .. import ui
+from .. import mcp_server, ui
 from ..store import Store
 from . import agents, audit, checkpoints, errors, events, health, keys, models, nodes, steps, tasks, tenants
 from .audit import AuditTrail
@@ -41,7 +42,8 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
             log.warning("starting without Temporal: %s", exc)
         sampling = asyncio.create_task(fleet_history.run(), name="ui-fleet-history")
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             sampling.cancel()
 
@@ -65,6 +67,7 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
     for module in (agents, models, tasks, checkpoints, events, nodes, tenants, keys, audit):
         app.include_router(module.router, dependencies=[Depends(authenticate)])
     fleet_history = ui.install(app, store)
+    mcp = mcp_server.mount(app, store)
     return app
 
 

@@ -4,7 +4,9 @@ One ASGI middleware, so no route can forget it: it lets the request run, notes t
 the answer started with, and then appends a row (key, role, method, path, target, status).
 Refusals are logged too (a 401 with no key, a viewer's 403), since attempts are what an
 audit is read for. Node agents' own traffic (join, heartbeats, step books) is not a user's
-action and would drown the log; it is left out. Only the key id is logged, never a secret.
+action and would drown the log; it is left out. So is /mcp, where every message (a listing, a
+read) is a POST: its tools act through /v1 in-process, and those requests are audited as the
+caller's. Only the key id is logged, never a secret.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .services import Svc
 log = logging.getLogger("berth.api.audit")
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+MCP_PATH = "/mcp"
 _NODE_AGENT_PATH = re.compile(r"^/v1/nodes/(register|[^/]+/heartbeat|[^/]+/steps/[^/]+)$")
 TARGET_SCOPE_KEY = "berth.audit_target"
 MAX_PAGE = 500
@@ -40,8 +43,9 @@ def note_target(scope: Scope, target: str) -> None:
 
 
 def audited(method: str, path: str) -> bool:
-    """Every write by a person or an agent: /v1 and the admin UI's forms (sign-ins included), not node traffic."""
-    return method in WRITE_METHODS and not _NODE_AGENT_PATH.match(path)
+    """Every write by a person or an agent: /v1 and the admin UI's forms (sign-ins included), not node traffic
+    nor MCP's envelope (its tools' /v1 calls are audited)."""
+    return method in WRITE_METHODS and not _NODE_AGENT_PATH.match(path) and path != MCP_PATH
 
 
 class AuditTrail:

@@ -1,0 +1,141 @@
+"""The tools: what an MCP client (a person's assistant, an IDE agent, an agent inside Berth) may do with tasks.
+
+Each tool is one /v1 call (two where the answer needs the task's state) through the caller's
+Client. Inputs are typed and bounded here so that a model gets a refusal naming the
+argument before anything is sent (a budget of 0 is refused as `budget_tokens`, not as
+`budget.tokens`); everything else (unknown agent, another tenant's task, a task that has
+ended) is the API's refusal, passed on word for word by `Caller`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from sdk import Budget, Spend, TaskState, TaskStatus
+from sdk._limits import MAX_INPUT_CHARS, MAX_STEPS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET, TASK_ID_PATTERN
+
+from .caller import Caller
+from .results import AgentList, FleetStatus, ModelList, TaskList, WaitOutcome
+from .waiting import wait_for
+
+TaskId = Annotated[str, Field(pattern=TASK_ID_PATTERN, description="the task's id, e.g. from submit_task")]
+Tokens = Annotated[int, Field(gt=0, le=MAX_TOKEN_BUDGET, description="tokens, prompt and completion together")]
+Usd = Annotated[float | None, Field(gt=0, le=MAX_USD_BUDGET, description="a spend limit in US dollars")]
+MAX_WAIT_S = 3600.0
+
+
+def register_tools(server: MCPServer, caller: Caller) -> None:
+    """Add every Berth tool to `server`; each acts as `caller`."""
+
+    @server.tool()
+    async def submit_task(
+        agent: Annotated[str, Field(min_length=1, description="a registered agent's name (see list_agents)")],
+        input: Annotated[str, Field(min_length=1, max_length=MAX_INPUT_CHARS, description="what the agent is to do")],
+        budget_tokens: Tokens,
+        budget_usd: Usd = None,
+        priority: Annotated[int, Field(ge=0, le=9, description="higher is served first when GPUs are short")] = 0,
+        task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN,
+                                             description="your own id; resubmitting it with the same spec"
+                                                         " returns the same task")] = None,
+    ) -> TaskState:
+        """Start an agent on a task with a hard budget; returns at once with the task's state.
+
+        With a task token (a task running inside Berth), the new task is that task's sub-agent and its
+        budget is carved out of the caller's remainder; asking for more than remains is refused."""
+        async with caller.client(ToolError) as client:
+            task = await client.submit(agent, input, Budget(tokens=budget_tokens, usd=budget_usd), task_id=task_id,
+                                       priority=priority)
+            return await task.status()
+
+    @server.tool()
+    async def get_task(task_id: TaskId) -> TaskState:
+        """A task's current state: status, step, tokens used against its limit, result or error."""
+        async with caller.client(ToolError) as client:
+            return await client.task(task_id).status()
+
+    @server.tool()
+    async def list_tasks(
+        status: Annotated[TaskStatus | None, Field(description="only tasks in this status")] = None,
+        agent: Annotated[str | None, Field(description="only tasks of this agent")] = None,
+        limit: Annotated[int, Field(ge=1, le=500)] = 20,
+    ) -> TaskList:
+        """Your tasks (your tenant's, for a key confined to one), newest first."""
+        async with caller.client(ToolError) as client:
+            return TaskList(tasks=await client.tasks(status=status, agent=agent, limit=limit))
+
+    @server.tool()
+    async def wait_for_task(
+        task_id: TaskId,
+        ctx: Context,
+        timeout_s: Annotated[float, Field(gt=0, le=MAX_WAIT_S, description="give up waiting after this long")] = 60.0,
+    ) -> WaitOutcome:
+        """Wait until the task ends, reporting progress (step of max steps, tokens used) as it goes.
+
+        Returns the final state, or the current state with timed_out=true if it is still running."""
+        async with caller.client(ToolError) as client:
+            return await wait_for(client.task(task_id), timeout_s, ctx.report_progress)
+
+    @server.tool()
+    async def cancel_task(
+        task_id: TaskId,
+        reason: Annotated[str, Field(min_length=1, max_length=500)] = "cancelled through MCP",
+    ) -> TaskState:
+        """Ask a task to stop; it ends `cancelled` once its current step is settled."""
+        async with caller.client(ToolError) as client:
+            return await client.task(task_id).cancel(reason)
+
+    @server.tool()
+    async def raise_budget(task_id: TaskId, tokens: Tokens, usd: Usd = None) -> Spend:
+        """Add tokens (and optionally dollars) to a task's budget; a task in awaiting_budget resumes."""
+        async with caller.client(ToolError) as client:
+            return await client.task(task_id).raise_budget(tokens, usd or 0.0)
+
+    @server.tool()
+    async def answer_task(
+        task_id: TaskId,
+        text: Annotated[str, Field(min_length=1, max_length=MAX_INPUT_CHARS, description="the answer")],
+    ) -> TaskState:
+        """Answer the question of a task in awaiting_input (its `question` field); it carries on."""
+        async with caller.client(ToolError) as client:
+            return await client.task(task_id).answer(text)
+
+    @server.tool()
+    async def fork_task(
+        task_id: TaskId,
+        checkpoint_seq: Annotated[int, Field(ge=0, description="which checkpoint (see the task's checkpoint_seq)")],
+        budget_tokens: Annotated[int | None, Field(gt=0, le=MAX_TOKEN_BUDGET,
+                                                   description="the fork's budget; the source's when absent")] = None,
+        model: Annotated[str | None, Field(min_length=1, max_length=200,
+                                           description="run the fork on another model")] = None,
+        input: Annotated[str | None, Field(min_length=1, max_length=MAX_INPUT_CHARS,
+                                           description="a new user message to continue with")] = None,
+        max_steps: Annotated[int | None, Field(ge=1, le=MAX_STEPS)] = None,
+        new_task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN, description="the fork's id")] = None,
+    ) -> TaskState:
+        """Start a new task from one of a task's checkpoints: its conversation so far, other limits if given."""
+        async with caller.client(ToolError) as client:
+            fork = await client.task(task_id).fork(checkpoint_seq, budget=budget_tokens, model=model,
+                                                   task_id=new_task_id, max_steps=max_steps, input=input)
+            return await fork.status()
+
+    @server.tool()
+    async def list_agents() -> AgentList:
+        """The agents that tasks can be submitted to: model, tools, step limits."""
+        async with caller.client(ToolError) as client:
+            return AgentList(agents=await client.agents())
+
+    @server.tool()
+    async def list_models() -> ModelList:
+        """The model catalogue: sizes, GPUs they need, scaling policies."""
+        async with caller.client(ToolError) as client:
+            return ModelList(models=await client.models())
+
+    @server.tool()
+    async def fleet_status() -> FleetStatus:
+        """The GPU nodes: status, GPUs (healthy of all) and loaded replicas, with fleet-wide counts."""
+        async with caller.client(ToolError) as client:
+            return FleetStatus.of(await client.nodes())

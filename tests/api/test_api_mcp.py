@@ -1,0 +1,171 @@
+"""MCP at /mcp, in-process: the official MCP client against a real uvicorn server of the app on a loopback port.
+
+What needs no worker: the bearer-key gate (401 before any MCP processing), /mcp out of the OpenAPI schema,
+tenant scoping of tools and resources, bad input as tool errors on a session that stays usable, and the
+audit trail showing the /v1 calls a tool made as the caller's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+import httpx2
+import pytest
+import uvicorn
+from mcp import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from orchestrator.api import TemporalGateway, create_app
+from orchestrator.config import BerthConfig
+from orchestrator.store import Store
+from sdk import AgentSpec, ToolSpec
+from sdk._identity import Role, TenantSpec
+from tests.conftest import free_port
+
+from api_helpers import put_task, unique
+
+TOOLS = {"submit_task", "get_task", "list_tasks", "wait_for_task", "cancel_task", "raise_budget", "answer_task",
+         "fork_task", "list_agents", "list_models", "fleet_status"}
+
+
+@dataclass
+class Server:
+    url: str
+    store: Store
+
+
+@pytest.fixture(scope="module")
+async def server(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Server]:
+    data = tmp_path_factory.mktemp("mcp")
+    config = BerthConfig(data_dir=data, database_url=f"sqlite:///{data}/berth.db")
+    store = Store.open(config.resolved_database_url)
+    gateway = TemporalGateway(temporal_env.client.service_client.config.target_host, temporal_env.client.namespace)
+    uv = uvicorn.Server(uvicorn.Config(create_app(config, store, gateway), host="127.0.0.1", port=free_port(),
+                                       log_level="warning"))
+    thread = threading.Thread(target=uv.run, name="berth-api-under-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
+        await asyncio.sleep(0.05)
+    try:
+        store.tenants.create(TenantSpec(name="acme"))
+        yield Server(f"http://127.0.0.1:{uv.config.port}", store)
+    finally:
+        uv.should_exit = True
+        await asyncio.to_thread(thread.join, 30)
+        for state in store.tasks.list(limit=500):
+            try:
+                await temporal_env.client.get_workflow_handle(state.task_id).terminate("MCP test over")
+            except RPCError:
+                pass
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def agent(server: Server) -> AgentSpec:
+    return server.store.agents.register(AgentSpec(
+        name=unique("scribe"), model="llama-3.1-8b", max_steps=5, tools=[ToolSpec(name="file", description="File it.")]))
+
+
+@asynccontextmanager
+async def mcp_as(server: Server, key: str) -> AsyncIterator[McpClient]:
+    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {key}"}, timeout=30) as http:
+        async with McpClient(streamable_http_client(f"{server.url}/mcp", http_client=http)) as client:
+            yield client
+
+
+def key_of(server: Server, role: Role, tenant: str | None = None) -> str:
+    return server.store.keys.create(role, tenant, name="mcp tests").key
+
+
+def error_text(result) -> str:
+    assert result.is_error, result
+    return result.content[0].text
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer", "Bearer berth_nope.nope", "Basic Zm9vOmJhcg=="])
+async def test_a_request_without_a_valid_key_is_refused_before_mcp_sees_it(server: Server,
+                                                                          authorization: str | None) -> None:
+    headers = {"accept": "application/json, text/event-stream", **({"authorization": authorization}
+                                                                  if authorization else {})}
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        answer = await http.post("/mcp", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"] == "Bearer"
+    assert answer.json()["error"]["field"] == "authorization"
+
+
+async def test_a_revoked_key_is_refused(server: Server) -> None:
+    created = server.store.keys.create(Role.agent, name="mcp tests")
+    server.store.keys.revoke(created.key_id)
+    async with httpx.AsyncClient(base_url=server.url, headers={"authorization": f"Bearer {created.key}"}) as http:
+        answer = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert answer.status_code == 401 and "revoked" in answer.json()["error"]["message"]
+
+
+async def test_mcp_is_not_part_of_the_http_api_schema(server: Server) -> None:
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        paths = (await http.get("/openapi.json")).json()["paths"]
+    assert not any(p.startswith("/mcp") for p in paths)
+
+
+async def test_the_tools_are_listed_with_input_and_output_schemas(server: Server) -> None:
+    async with mcp_as(server, key_of(server, Role.viewer)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == TOOLS
+    submit = tools["submit_task"]
+    assert {"agent", "input", "budget_tokens"} <= set(submit.input_schema["required"])
+    assert submit.output_schema is not None and "task_id" in submit.output_schema["properties"]
+    assert tools["submit_task"].description
+
+
+async def test_another_tenants_task_is_not_found_by_tools_and_resources(server: Server, agent: AgentSpec) -> None:
+    theirs = put_task(server.store, agent)  # tenant "default"
+    async with mcp_as(server, key_of(server, Role.agent, tenant="acme")) as client:
+        refused = await client.call_tool("get_task", {"task_id": theirs.task_id})
+        assert "not found: task_id:" in error_text(refused)
+        with pytest.raises(MCPError, match="not found"):
+            await client.read_resource(f"task://{theirs.task_id}")
+        listed = await client.call_tool("list_tasks", {})
+        assert not listed.is_error and listed.structured_content["tasks"] == []
+    async with mcp_as(server, key_of(server, Role.viewer)) as client:
+        read = await client.read_resource(f"task://{theirs.task_id}")
+        assert json.loads(read.contents[0].text)["task_id"] == theirs.task_id
+
+
+async def test_bad_input_is_a_tool_error_naming_the_field_and_the_session_carries_on(server: Server,
+                                                                                   agent: AgentSpec) -> None:
+    good = {"agent": agent.name, "input": "File the report.", "budget_tokens": 2000}
+    async with mcp_as(server, key_of(server, Role.agent)) as client:
+        assert "Unknown tool" in error_text(await client.call_tool("launch_rockets", {}))
+        assert "budget_tokens" in error_text(await client.call_tool("submit_task", {**good, "budget_tokens": 0}))
+        assert "budget_tokens" in error_text(await client.call_tool("submit_task", {**good, "budget_tokens": "lots"}))
+        missing = {k: v for k, v in good.items() if k != "agent"}
+        assert "agent" in error_text(await client.call_tool("submit_task", missing))
+        unknown = error_text(await client.call_tool("submit_task", {**good, "agent": "no-such-agent"}))
+        assert "invalid: agent:" in unknown and "no-such-agent" in unknown
+        assert "limit" in error_text(await client.call_tool("list_tasks", {"limit": -1}))
+        submitted = await client.call_tool("submit_task", good)
+    assert not submitted.is_error, submitted
+    assert submitted.structured_content["agent"] == agent.name
+
+
+async def test_a_tools_writes_are_audited_as_the_callers_own_v1_requests(server: Server, agent: AgentSpec) -> None:
+    created = server.store.keys.create(Role.agent, name="mcp audit")
+    async with mcp_as(server, created.key) as client:
+        result = await client.call_tool("submit_task", {"agent": agent.name, "input": "File it.", "budget_tokens": 900})
+    task_id = result.structured_content["task_id"]
+    rows = server.store.audit.list(key_id=created.key_id, limit=50)
+    assert [(r.method, r.path, r.target, r.status) for r in rows] == [("POST", "/v1/tasks", task_id, 201)]
+    assert not [r for r in server.store.audit.list(limit=500) if r.path.startswith("/mcp")]

@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_flags(p)
     p.set_defaults(func=cmd_engine)
 
-    from . import agents, keys, models, node, nodes, tasks, tenants
+    from . import agents, keys, mcp, models, node, nodes, tasks, tenants
 
     tasks.register(sub)
     agents.register(sub)
@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     node.register(sub)
     keys.register(sub)
     tenants.register(sub)
+    mcp.register(sub)
     return parser
 
 

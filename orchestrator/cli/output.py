@@ -75,7 +75,8 @@ def stderr() -> Console:
 
 
 def add_api_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api", metavar="URL", help="Berth API base URL (env BERTH_API_URL, default http://127.0.0.1:8080)")
+    parser.add_argument("--api", "--api-url", dest="api", metavar="URL",
+                        help="Berth API base URL (env BERTH_API_URL, default http://127.0.0.1:8080)")
     parser.add_argument("--api-key", metavar="KEY",
                         help="API key (env BERTH_API_KEY, else <data_dir>/admin-key when `berth up` made one)")
 

@@ -8,6 +8,8 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timezone
 
 import httpx
+from temporalio.client import Client as TemporalClient
+from temporalio.service import RPCError
 
 from orchestrator.store import Store
 from sdk import AgentSpec, Message, Spend, TaskSpec, TaskState, TaskStatus, ToolCall
@@ -58,3 +60,13 @@ def write_checkpoints(store: Store, task_id: str) -> None:
          Message(role="tool", tool_call_id="c1", name="lookup", content="a ship's place at a wharf")],
         {"notes": ["looked up berth"]}, {"step": 1},
     )
+
+
+async def end_workflows(temporal: TemporalClient, store: Store, why: str) -> None:
+    """Terminate the workflow of every task in `store`: no worker will run them, and a later test's worker on
+    the control queue must not pick up a task whose agent its own store does not know."""
+    for state in store.tasks.list(limit=500):
+        try:
+            await temporal.get_workflow_handle(state.task_id).terminate(why)
+        except RPCError:
+            pass

@@ -1,4 +1,4 @@
-"""MCP at /mcp, in-process: the official MCP client against a real uvicorn server of the app on a loopback port.
+"""MCP at /mcp, in-process: the official MCP client over an ASGI transport into the app, its lifespan running.
 
 What needs no worker: the bearer-key gate (401 before any MCP processing), /mcp out of the OpenAPI schema,
 tenant scoping of tools and resources, bad input as tool errors on a session that stays usable, and the
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,11 +16,10 @@ from dataclasses import dataclass
 import httpx
 import httpx2
 import pytest
-import uvicorn
+from fastapi import FastAPI
 from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from orchestrator.api import TemporalGateway, create_app
@@ -30,45 +27,56 @@ from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from sdk import AgentSpec, ToolSpec
 from sdk._identity import Role, TenantSpec
-from tests.conftest import free_port
 
-from api_helpers import put_task, unique
+from api_helpers import end_workflows, put_task, unique
 
+URL = "http://berth"
 TOOLS = {"submit_task", "get_task", "list_tasks", "wait_for_task", "cancel_task", "raise_budget", "answer_task",
          "fork_task", "list_agents", "list_models", "fleet_status"}
 
 
 @dataclass
 class Server:
-    url: str
+    app: FastAPI
     store: Store
+
+
+@asynccontextmanager
+async def lifespan_of(app: FastAPI) -> AsyncIterator[None]:
+    """The app's lifespan, entered and left by one task of its own: pytest-asyncio may tear a fixture down
+    in another task than set it up, and the MCP session manager's task group must be left where it began."""
+    up, down = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with app.router.lifespan_context(app):
+            up.set()
+            await down.wait()
+
+    holder, started = asyncio.create_task(hold()), asyncio.create_task(up.wait())
+    await asyncio.wait([holder, started], return_when=asyncio.FIRST_COMPLETED)
+    started.cancel()
+    if holder.done():
+        holder.result()  # the lifespan failed to start: raise its error here
+    try:
+        yield
+    finally:
+        down.set()
+        await holder
 
 
 @pytest.fixture(scope="module")
 async def server(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Server]:
+    """The app in-process with its lifespan running (the MCP session manager lives there)."""
     data = tmp_path_factory.mktemp("mcp")
     config = BerthConfig(data_dir=data, database_url=f"sqlite:///{data}/berth.db")
     store = Store.open(config.resolved_database_url)
-    gateway = TemporalGateway(temporal_env.client.service_client.config.target_host, temporal_env.client.namespace)
-    uv = uvicorn.Server(uvicorn.Config(create_app(config, store, gateway), host="127.0.0.1", port=free_port(),
-                                       log_level="warning"))
-    thread = threading.Thread(target=uv.run, name="berth-api-under-test", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
-        await asyncio.sleep(0.05)
+    app = create_app(config, store, TemporalGateway.from_client(temporal_env.client))
     try:
-        store.tenants.create(TenantSpec(name="acme"))
-        yield Server(f"http://127.0.0.1:{uv.config.port}", store)
+        async with lifespan_of(app):
+            store.tenants.create(TenantSpec(name="acme"))
+            yield Server(app, store)
     finally:
-        uv.should_exit = True
-        await asyncio.to_thread(thread.join, 30)
-        for state in store.tasks.list(limit=500):
-            try:
-                await temporal_env.client.get_workflow_handle(state.task_id).terminate("MCP test over")
-            except RPCError:
-                pass
+        await end_workflows(temporal_env.client, store, "MCP test over")
         store.close()
 
 
@@ -80,9 +88,14 @@ def agent(server: Server) -> AgentSpec:
 
 @asynccontextmanager
 async def mcp_as(server: Server, key: str) -> AsyncIterator[McpClient]:
-    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {key}"}, timeout=30) as http:
-        async with McpClient(streamable_http_client(f"{server.url}/mcp", http_client=http)) as client:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(server.app), base_url=URL,
+                                  headers={"authorization": f"Bearer {key}"}, timeout=30) as http:
+        async with McpClient(streamable_http_client(f"{URL}/mcp", http_client=http)) as client:
             yield client
+
+
+def http_to(server: Server) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(server.app), base_url=URL)
 
 
 def key_of(server: Server, role: Role, tenant: str | None = None) -> str:
@@ -99,7 +112,7 @@ async def test_a_request_without_a_valid_key_is_refused_before_mcp_sees_it(serve
                                                                           authorization: str | None) -> None:
     headers = {"accept": "application/json, text/event-stream", **({"authorization": authorization}
                                                                   if authorization else {})}
-    async with httpx.AsyncClient(base_url=server.url) as http:
+    async with http_to(server) as http:
         answer = await http.post("/mcp", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert answer.status_code == 401
     assert answer.headers["www-authenticate"] == "Bearer"
@@ -109,13 +122,14 @@ async def test_a_request_without_a_valid_key_is_refused_before_mcp_sees_it(serve
 async def test_a_revoked_key_is_refused(server: Server) -> None:
     created = server.store.keys.create(Role.agent, name="mcp tests")
     server.store.keys.revoke(created.key_id)
-    async with httpx.AsyncClient(base_url=server.url, headers={"authorization": f"Bearer {created.key}"}) as http:
-        answer = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    async with http_to(server) as http:
+        answer = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                 headers={"authorization": f"Bearer {created.key}"})
     assert answer.status_code == 401 and "revoked" in answer.json()["error"]["message"]
 
 
 async def test_mcp_is_not_part_of_the_http_api_schema(server: Server) -> None:
-    async with httpx.AsyncClient(base_url=server.url) as http:
+    async with http_to(server) as http:
         paths = (await http.get("/openapi.json")).json()["paths"]
     assert not any(p.startswith("/mcp") for p in paths)
 

@@ -30,7 +30,7 @@ def register_resources(server: MCPServer, caller: Caller) -> None:
     @server.resource("task://{task_id}/checkpoints/{seq}", name="checkpoint", mime_type=JSON,
                      description="one checkpoint of a task: its conversation up to there, scratch and state")
     async def checkpoint(task_id: str, seq: str) -> str:
-        if not seq.isdigit():
+        if not (seq.isascii() and seq.isdigit()):
             raise ResourceError(f"invalid: seq: a checkpoint number is a whole number >= 0, not {seq!r}")
         async with caller.client(ResourceError) as client:
             return (await client.task(task_id).checkpoint(int(seq))).model_dump_json()

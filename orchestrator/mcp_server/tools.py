@@ -89,8 +89,12 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
             return await client.task(task_id).cancel(reason)
 
     @server.tool()
-    async def raise_budget(task_id: TaskId, tokens: Tokens, usd: Usd = None) -> Spend:
-        """Add tokens (and optionally dollars) to a task's budget; a task in awaiting_budget resumes."""
+    async def raise_budget(
+        task_id: TaskId,
+        tokens: Annotated[int, Field(ge=0, le=MAX_TOKEN_BUDGET, description="tokens to add")] = 0,
+        usd: Usd = None,
+    ) -> Spend:
+        """Add tokens and/or dollars to a task's budget (at least one of them); a task in awaiting_budget resumes."""
         async with caller.client(ToolError) as client:
             return await client.task(task_id).raise_budget(tokens, usd or 0.0)
 

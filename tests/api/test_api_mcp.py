@@ -170,6 +170,10 @@ async def test_bad_input_is_a_tool_error_naming_the_field_and_the_session_carrie
         unknown = error_text(await client.call_tool("submit_task", {**good, "agent": "no-such-agent"}))
         assert "invalid: agent:" in unknown and "no-such-agent" in unknown
         assert "limit" in error_text(await client.call_tool("list_tasks", {"limit": -1}))
+        running = put_task(server.store, agent)
+        assert "invalid: tokens:" in error_text(await client.call_tool("raise_budget", {"task_id": running.task_id}))
+        with pytest.raises(MCPError, match="invalid: seq"):
+            await client.read_resource(f"task://{running.task_id}/checkpoints/last")
         submitted = await client.call_tool("submit_task", good)
     assert not submitted.is_error, submitted
     assert submitted.structured_content["agent"] == agent.name

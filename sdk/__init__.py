@@ -26,6 +26,7 @@ from ._errors import (
     BudgetExhausted,
     Conflict,
     InvalidSpec,
+    McpUnreachable,
     NotFound,
     TaskCancelled,
     TaskEnded,
@@ -33,6 +34,7 @@ from ._errors import (
     Unauthorized,
 )
 from ._identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate, Trust
+from ._mcp_server import McpServer
 from ._messages import Message, ToolCall
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskRun, TaskSpec, ToolSpec
@@ -92,6 +94,8 @@ __all__ = [
     "FINAL_STATUSES",
     "ForkSource",
     "InvalidSpec",
+    "McpServer",
+    "McpUnreachable",
     "Message",
     "NotFound",
     "Spend",

@@ -7,12 +7,13 @@ from collections.abc import Iterable
 from pydantic import ValidationError
 
 from ._errors import InvalidSpec
+from ._mcp_server import McpServer
 from ._spec import AgentSpec
 from ._tool import Tool
 
 
 class Agent:
-    """An agent: a model, instructions and the tools it may call.
+    """An agent: a model, instructions and the tools it may call (its own, and its MCP servers').
 
     Validation happens here, at declaration, so a mistake is reported where it was made
     and not when the first task runs.
@@ -20,7 +21,8 @@ class Agent:
 
     def __init__(self, name: str, model: str, instructions: str = "", tools: Iterable[Tool] = (),
                  *, max_steps: int = 50, max_tokens_per_step: int = 1024, allow_spawn: bool = False,
-                 allow_ask_human: bool = False, ask_human_timeout_s: float = 3600.0) -> None:
+                 allow_ask_human: bool = False, ask_human_timeout_s: float = 3600.0,
+                 mcp_servers: Iterable[McpServer] = ()) -> None:
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if not isinstance(t, Tool):
@@ -33,6 +35,7 @@ class Agent:
                 name=name, model=model, instructions=instructions, tools=[t.spec for t in self.tools.values()],
                 max_steps=max_steps, max_tokens_per_step=max_tokens_per_step, allow_spawn=allow_spawn,
                 allow_ask_human=allow_ask_human, ask_human_timeout_s=ask_human_timeout_s,
+                mcp_servers=list(mcp_servers),
             )
         except ValidationError as exc:
             err = exc.errors()[0]

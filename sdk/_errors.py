@@ -47,3 +47,11 @@ class TaskFailed(TaskEnded):
 
 class TaskCancelled(TaskEnded):
     """The task was cancelled before it finished."""
+
+
+class McpUnreachable(BerthError):
+    """An agent's MCP server could not be started, reached or listed; `field` names it (`mcp_servers.<name>`)."""
+
+
+class McpToolError(BerthError):
+    """An MCP server answered a tool call with an error (`isError`, or a protocol error)."""

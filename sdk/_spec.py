@@ -17,6 +17,7 @@ from ._limits import (
     TASK_ID_PATTERN,
     StoredInt,
 )
+from ._mcp_server import McpServer
 
 SPAWN_AGENT_TOOL = "spawn_agent"
 ASK_HUMAN_TOOL = "ask_human"
@@ -56,6 +57,8 @@ class AgentSpec(BaseModel):
     allow_spawn: bool = False
     allow_ask_human: bool = False
     ask_human_timeout_s: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    mcp_servers: list[McpServer] = Field(default_factory=list,
+                                         description="servers whose tools the tool worker offers as <server>__<tool>")
 
     @property
     def task_queue(self) -> str:
@@ -66,7 +69,7 @@ class AgentSpec(BaseModel):
     @classmethod
     def _unique_tool_names(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
         names = [t.name for t in tools]
-        duplicated = sorted({n for n in names if names.count(n) > 1})
+        duplicated = _duplicated(names)
         if duplicated:
             raise ValueError(f"duplicate tool names: {', '.join(duplicated)}")
         reserved = sorted(set(names) & set(BUILTIN_TOOLS))
@@ -74,12 +77,28 @@ class AgentSpec(BaseModel):
             raise ValueError(f"tool names reserved for built-ins: {', '.join(reserved)}")
         return tools
 
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_server_names(cls, servers: list[McpServer]) -> list[McpServer]:
+        duplicated = _duplicated([s.name for s in servers])
+        if duplicated:
+            raise ValueError(f"duplicate MCP server names: {', '.join(duplicated)}")
+        return servers
+
     def content_version(self) -> str:
-        """A short hash of the spec without its version, so re-registering the same code is a no-op."""
+        """A short hash of the spec without its version, so re-registering the same code is a no-op.
+
+        An agent without MCP servers hashes as it did before they existed, so its registered
+        versions stay current.
+        """
         import hashlib
 
-        body = self.model_dump_json(exclude={"version"})
+        body = self.model_dump_json(exclude={"version"} if self.mcp_servers else {"version", "mcp_servers"})
         return hashlib.sha256(body.encode()).hexdigest()[:12]
+
+
+def _duplicated(names: list[str]) -> list[str]:
+    return sorted({n for n in names if names.count(n) > 1})
 
 
 class CheckpointRef(BaseModel):

@@ -3,6 +3,7 @@
 Tools execute where their code, credentials and side effects live (the author's process),
 not inside Berth; Berth's workflow only schedules them on `agent/<name>` with an
 idempotency key, so a crash on either side neither loses nor repeats a finished call.
+An agent's MCP servers are reached from here too, so their tools run the same way.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import os
 
 from temporalio import activity
 from temporalio.client import Client as TemporalClient
@@ -19,7 +20,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from ._agent import Agent
+from ._client import API_KEY_ENV, DEFAULT_API_URL, Client
 from ._limits import MAX_TOOL_RESULT_CHARS
+from ._mcp_server import IDLE_CLOSE_S, BerthAccess
+from ._mcp_tools import McpToolbox
+from ._spec import AgentSpec
 from ._tool import ToolArgumentError, ToolCallContext
 from .contracts import TOOL_ACTIVITY, ToolCallInput, ToolCallResult
 
@@ -27,21 +32,22 @@ log = logging.getLogger("berth.tools")
 
 
 class ToolRunner:
-    """The one activity an agent's queue serves: look up the tool, validate, run, report."""
+    """The one activity an agent's queue serves: look up the tool (its own or an MCP server's), run, report."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, mcp: McpToolbox | None = None) -> None:
         self.agent = agent
+        self.mcp = mcp if mcp is not None else McpToolbox(())
 
     @activity.defn(name=TOOL_ACTIVITY)
     async def run_tool(self, call: ToolCallInput) -> ToolCallResult:
         tool = self.agent.tools.get(call.name)
-        if tool is None:
-            available = ", ".join(sorted(self.agent.tools)) or "none"
+        if tool is None and call.name not in self.mcp:
+            available = ", ".join(sorted([*self.agent.tools, *self.mcp.names])) or "none"
             return ToolCallResult(call_id=call.call_id, ok=False,
                                   content=f"tool error: unknown tool {call.name!r}; available: {available}")
         context = ToolCallContext(call.task_id, call.step, call.call_id, activity.info().attempt)
         try:
-            content = await tool.invoke(call.arguments, context)
+            content = await (tool.invoke(call.arguments, context) if tool is not None else self.mcp.call(call))
         except ToolArgumentError as exc:
             # The model's mistake, not a transient failure: retrying would send the same arguments.
             return ToolCallResult(call_id=call.call_id, ok=False, content=f"tool error: bad arguments: {exc}")
@@ -56,16 +62,23 @@ class ToolRunner:
 async def serve(*agents: Agent, temporal_address: str = "127.0.0.1:7233", namespace: str = "default",
                 api_url: str | None = None, api_key: str | None = None, register: bool = True,
                 ready: asyncio.Event | None = None) -> None:
-    """Register the agents with the control plane, then run their tools until cancelled."""
+    """Reach the agents' MCP servers, register the agents (with those servers' tools), then run their tools
+    until cancelled. An MCP server that cannot be reached stops this before anything is registered."""
     if not agents:
         raise ValueError("serve() needs at least one Agent")
-    if register:
-        await register_agents(agents, api_url=api_url, api_key=api_key)
-    client = await TemporalClient.connect(temporal_address, namespace=namespace,
-                                          data_converter=pydantic_data_converter)
+    api = Client(api_url or DEFAULT_API_URL, api_key=api_key)
+    berth = BerthAccess(api.url, lambda task_id: api.task(task_id).token(),
+                        own_key=api_key or os.environ.get(API_KEY_ENV))
     async with contextlib.AsyncExitStack() as stack:
-        for agent in agents:
-            await stack.enter_async_context(tool_worker(client, agent))
+        stack.push_async_callback(api.aclose)
+        toolboxes = [await stack.enter_async_context(mcp_toolbox(agent, berth)) for agent in agents]
+        if register:
+            for agent, toolbox in zip(agents, toolboxes):
+                await api.register(registered_spec(agent, toolbox))
+        client = await TemporalClient.connect(temporal_address, namespace=namespace,
+                                              data_converter=pydantic_data_converter)
+        for agent, toolbox in zip(agents, toolboxes):
+            await stack.enter_async_context(tool_worker(client, agent, toolbox))
         if ready is not None:
             ready.set()
         await asyncio.Event().wait()
@@ -79,18 +92,21 @@ def serve_blocking(*agents: Agent, **kwargs: object) -> None:
         pass
 
 
-def tool_worker(client: TemporalClient, agent: Agent, max_concurrent: int = 100) -> Worker:
-    return Worker(client, task_queue=agent.spec().task_queue, activities=[ToolRunner(agent).run_tool],
+def tool_worker(client: TemporalClient, agent: Agent, mcp: McpToolbox | None = None,
+                max_concurrent: int = 100) -> Worker:
+    return Worker(client, task_queue=agent.spec().task_queue, activities=[ToolRunner(agent, mcp).run_tool],
                   max_concurrent_activities=max_concurrent)
 
 
-async def register_agents(agents: Sequence[Agent], *, api_url: str | None, api_key: str | None) -> None:
-    from ._client import Client
+def mcp_toolbox(agent: Agent, berth: BerthAccess | None = None, idle_close_s: float = IDLE_CLOSE_S) -> McpToolbox:
+    """The agent's MCP servers, to enter before registering it: entering finds their tools."""
+    return McpToolbox(agent.spec().mcp_servers, native_tools=agent.tools, berth=berth, idle_close_s=idle_close_s)
 
-    client = Client(api_url or "http://127.0.0.1:8080", api_key=api_key)
-    try:
-        for agent in agents:
-            await client.register(agent)
-    finally:
-        await client.aclose()
 
+def registered_spec(agent: Agent, mcp: McpToolbox) -> AgentSpec:
+    """What the control plane registers: the agent's own tools then its MCP servers', versioned by that content."""
+    spec = agent.spec()
+    if not mcp.specs:
+        return spec
+    spec = AgentSpec.model_validate({**spec.model_dump(), "tools": [*spec.tools, *mcp.specs]})
+    return spec.model_copy(update={"version": spec.content_version()})

@@ -7,9 +7,10 @@ import importlib
 import sys
 from collections.abc import Awaitable, Callable
 
-from sdk import Agent, BerthError, serve
+from sdk import Agent, BerthError, InvalidSpec, McpUnreachable, serve
 
 from ..config import BerthConfig
+from .output import fail
 
 
 class AgentRefError(ValueError):
@@ -49,6 +50,8 @@ def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
         asyncio.run(_with_retry(start))
     except KeyboardInterrupt:
         pass
+    except (InvalidSpec, McpUnreachable) as exc:
+        return fail(exc.message, exc.field)
     return 0
 
 
@@ -58,6 +61,8 @@ async def _with_retry(start: Callable[[], Awaitable[None]], attempts: int = 60) 
         try:
             await start()
             return
+        except (InvalidSpec, McpUnreachable):
+            raise  # the agent's own declaration or MCP server, not the control plane: waiting changes nothing
         except (ConnectionError, OSError, RuntimeError, BerthError) as exc:
             if attempt == attempts - 1:
                 raise

@@ -18,8 +18,9 @@ from temporalio.client import Client, WorkflowHandle
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
-from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, tool, tool_context
-from sdk._serve import tool_worker
+from sdk import Agent, AgentSpec, Budget, TaskRun, TaskSpec, TaskState, tool, tool_context
+from sdk._mcp_server import BerthAccess
+from sdk._serve import mcp_toolbox, registered_spec, tool_worker
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Harness:
     engine_url: str
     exits: contextlib.AsyncExitStack
     tool_calls: Counter = field(default_factory=Counter)
-    served: set = field(default_factory=set)
+    served: dict[str, AgentSpec] = field(default_factory=dict)
 
     def unique(self, name: str) -> str:
         return f"{name}-{uuid.uuid4().hex[:8]}"
@@ -52,11 +53,13 @@ class Harness:
 
         return Agent(self.unique(name), "llama-3.1-8b", "Research carefully.", [search, take_note], **kwargs)
 
-    async def serve(self, agent: Agent) -> None:
-        self.store.agents.register(agent.spec())
+    async def serve(self, agent: Agent, berth: BerthAccess | None = None) -> AgentSpec:
+        """Run the agent's tool worker (its MCP servers reached first) and register what it serves."""
         if agent.name not in self.served:
-            self.served.add(agent.name)
-            await self.exits.enter_async_context(tool_worker(self.client, agent))
+            toolbox = await self.exits.enter_async_context(mcp_toolbox(agent, berth))
+            self.served[agent.name] = registered_spec(agent, toolbox)
+            await self.exits.enter_async_context(tool_worker(self.client, agent, toolbox))
+        return self.store.agents.register(self.served[agent.name])
 
     async def start(self, agent: Agent, text: str, tokens: int, *, grace_s: float = 3600, usd: float | None = None,
                     task_id: str | None = None, **run_fields: object) -> WorkflowHandle:

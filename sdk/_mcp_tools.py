@@ -50,7 +50,7 @@ def result_text(result: CallToolResult) -> str:
     parts, texts = [], 0
     for block in result.content:
         # A text block, or an embedded text resource; images and audio are named, not shown.
-        text = getattr(block, "text", None) or getattr(getattr(block, "resource", None), "text", None)
+        text = getattr(block, "text", getattr(getattr(block, "resource", None), "text", None))
         texts += isinstance(text, str)
         parts.append(text if isinstance(text, str) else f"[{block.type} content]")
     if not texts and result.structured_content is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from mcp_types import CallToolResult, ImageContent, TextContent
+from mcp_types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
 from sdk import InvalidSpec
 from sdk._mcp_tools import mcp_tool_name, result_text
@@ -19,8 +19,10 @@ def test_mcp_tool_names_are_ones_a_model_can_call() -> None:
 
 
 def test_a_call_result_becomes_text_for_the_model() -> None:
-    text = CallToolResult(content=[TextContent(type="text", text="[1, 2]"),
+    text = CallToolResult(content=[TextContent(type="text", text="[1, 2]"), TextContent(type="text", text=""),
                                    ImageContent(type="image", data="AAAA", mime_type="image/png")])
-    assert result_text(text) == "[1, 2]\n[image content]"
+    assert result_text(text) == "[1, 2]\n\n[image content]"
+    resource = EmbeddedResource(type="resource", resource=TextResourceContents(uri="file:///a.txt", text="doc"))
+    assert result_text(CallToolResult(content=[resource], structured_content={"n": 1})) == "doc"
     structured = CallToolResult(content=[], structured_content={"n": 2})
     assert result_text(structured) == '{"n": 2}'

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
+from typing import Any
 
 import httpx
 import pytest
@@ -333,13 +335,18 @@ async def test_a_revoked_key_loses_the_event_stream_it_had_opened(
     monkeypatch.setattr(events, "KEY_RECHECK_S", 0.2)
     running = put_task(store, agent)  # never final: the stream would follow it for ever
     created = store.keys.create(Role.viewer, name="dashboard")
+    following = events.tail
+
+    async def revoked_once_streaming(*args: Any) -> AsyncIterator[Any]:
+        # The in-process transport hands the body over only once the stream has ended, so the key is
+        # revoked from inside: after the stream was opened with it, before it has anything to send.
+        store.keys.revoke(created.key_id)
+        async for event in following(*args):
+            yield event
+
+    monkeypatch.setattr(events, "tail", revoked_once_streaming)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
                                  headers={"authorization": f"Bearer {created.key}"}) as viewer:
-        # The in-process transport hands the body over only once the stream has ended: revoke meanwhile.
-        revoke = asyncio.get_running_loop().call_later(0.5, store.keys.revoke, created.key_id)
-        try:
-            stream = await asyncio.wait_for(viewer.get(f"/v1/tasks/{running.task_id}/events"), timeout=20)
-        finally:
-            revoke.cancel()
+        stream = await asyncio.wait_for(viewer.get(f"/v1/tasks/{running.task_id}/events"), timeout=20)
     assert stream.status_code == 200
     assert "event: revoked" in stream.text and "the API key was revoked" in stream.text

@@ -5,6 +5,7 @@ through a task token."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -157,3 +158,34 @@ async def test_a_task_token_delegates_within_its_budget_and_is_refused_beyond_it
         assert not answered.is_error, answered.content
         outcome, _ = await wait(client, parent_id)
     assert outcome["state"]["status"] == "completed"
+
+
+def test_an_agent_delegates_through_its_own_mcp_server_with_its_task_token(stack: Stack) -> None:
+    """End to end: the tool worker mints the calling task's token (POST /v1/tasks/{id}/token), starts the
+    agent's `berth_token` MCP server with it, and what that server submits is the task's sub-agent."""
+    log = open(stack.data_dir.parent / "delegator-worker.log", "ab")
+    worker = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "worker", "--agents",
+                               "tests.mcp_fixtures.delegating_agent:AGENT"],
+                              env={**stack.env, "BERTH_API_KEY": stack.admin_key()}, cwd=ROOT, stdout=log,
+                              stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: any(a["name"] == "delegator" for a in stack.http.get("/v1/agents").json()), 60,
+                   "the delegator's tool worker to register it")
+        task_id = stack.http.post("/v1/tasks", json={"agent": "delegator", "input": "L4 memory bandwidth",
+                                                     "budget": {"tokens": 20_000}}).json()["task_id"]
+        final = wait_until(lambda: (s := stack.http.get(f"/v1/tasks/{task_id}").json())["status"] in (
+            "completed", "failed") and s, 180, "the delegating task to end")
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    assert final["status"] == "completed", final
+    (child_id,) = final["children"]
+    child = stack.http.get(f"/v1/tasks/{child_id}").json()
+    assert child["parent_task_id"] == task_id and child["spend"]["token_limit"] == 4000
+    assert child["status"] == "completed" and child_id in final["result"]
+    own = stack.http.get(f"/v1/tasks/{task_id}/ledger").json()["totals"]
+    assert final["spend"]["reserved_for_children"] == 0
+    own_tokens = sum(own[k] for k in ("prompt_tokens", "completion_tokens", "lost_tokens", "kept_tokens"))
+    assert final["spend"]["tokens_used"] == own_tokens + child["spend"]["tokens_used"]
+    minted = [k for k in stack.http.get("/v1/keys").json() if k["task_id"] == task_id]
+    assert len(minted) == 1 and minted[0]["role"] == "agent"

@@ -4,7 +4,8 @@ A child that exits while the stack is up is reported and restarted (with a growi
 so a child that crashes at once does not spin; one that had been running a while starts
 over at the shortest pause, so crashes hours apart never add up to the longest). On
 shutdown, children stop in reverse start order — SIGTERM, then SIGKILL after a grace
-period — so workers drain before the Temporal server they talk to goes away.
+period — so workers drain before the Temporal server they talk to goes away; neighbours of one
+stop group (the GPU nodes and the tool worker) stop together.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class ChildSpec:
     name: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    # Neighbours (in start order) of one stop group stop together: they do not depend on each other,
+    # so waiting for each in turn would only add their drain times up.
+    stop_group: str | None = None
 
 
 @dataclass
@@ -81,14 +85,17 @@ class Supervisor:
 
     def stop(self) -> None:
         self.stopping = True
-        for child in reversed(self.children):
-            if child.process is not None and child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
+        for batch in _stop_batches(list(reversed(self.children))):
+            running = [c.process for c in batch if c.process is not None and c.process.poll() is None]
+            for process in running:
+                process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_S
+            for process in running:
                 try:
-                    child.process.wait(STOP_GRACE_S)
+                    process.wait(max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    child.process.kill()
-                    child.process.wait()
+                    process.kill()
+                    process.wait()
 
     def _launch(self, child: _Child) -> None:
         log = open(self._log_path(child.spec), "ab")
@@ -104,6 +111,18 @@ class Supervisor:
 
     def _log_path(self, spec: ChildSpec) -> Path:
         return self.log_dir / f"{spec.name}.log"
+
+
+def _stop_batches(children: list[_Child]) -> list[list[_Child]]:
+    """Runs of neighbours that share a stop group, and every other child alone, in the order given."""
+    batches: list[list[_Child]] = []
+    for child in children:
+        group = child.spec.stop_group
+        if batches and group is not None and batches[-1][0].spec.stop_group == group:
+            batches[-1].append(child)
+        else:
+            batches.append([child])
+    return batches
 
 
 def python_module(module: str, *args: str) -> list[str]:

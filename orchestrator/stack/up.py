@@ -52,6 +52,10 @@ def temporal_binary() -> str:
     return found
 
 
+# The GPU nodes and the tool worker: each drains on its own, none needs another to stop first.
+EDGE = "edge"
+
+
 def stack_children(config: BerthConfig, tool_agents: list[str],
                    fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, api_key: str | None = None) -> list[ChildSpec]:
     """The processes of the stack; only those that call the API (the tool worker) get `api_key`."""
@@ -75,11 +79,11 @@ def stack_children(config: BerthConfig, tool_agents: list[str],
     ]
     if config.fleet:
         children += [ChildSpec(node.node_id, python_module("orchestrator.cli.main", *node_argv(
-            node, config.load_time_scale, NODE_HEARTBEAT_S)), env) for node in fleet]
+            node, config.load_time_scale, NODE_HEARTBEAT_S)), env, stop_group=EDGE) for node in fleet]
     if tool_agents:
         tools_env = {**env, API_KEY_ENV: api_key} if api_key else env
         children.append(ChildSpec("tools", python_module("orchestrator.cli.main", "worker", "--agents",
-                                                         ",".join(tool_agents)), tools_env))
+                                                         ",".join(tool_agents)), tools_env, stop_group=EDGE))
     return children
 
 

@@ -128,8 +128,10 @@ class Stack:
         raise TimeoutError(f"task {task_id} never reached step {step}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """One plain `berth up` for every system test that needs no fleet of its own: a start costs ~15 s on two
+    cores, a stop ~5 s. Tests use task ids of their own."""
     s = Stack.create(tmp_path_factory.mktemp("stack"))
     s.start()
     try:

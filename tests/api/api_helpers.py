@@ -70,3 +70,18 @@ async def end_workflows(temporal: TemporalClient, store: Store, why: str) -> Non
             await temporal.get_workflow_handle(state.task_id).terminate(why)
         except RPCError:
             pass
+
+
+def tenant_task(store: Store, agent: AgentSpec, tenant: str, status: TaskStatus = TaskStatus.running,
+                task_id: str | None = None) -> TaskState:
+    """A task row of `tenant`, with two checkpoints and an interruption, as a workflow leaves it."""
+    task_id = task_id or unique("t")
+    spec = TaskSpec(task_id=task_id, agent=agent.name, input="Count the crates.", budget={"tokens": 5000},
+                    tenant=tenant)
+    state = TaskState(task_id=task_id, agent=agent.name, agent_version=agent.version, model=agent.model,
+                      tenant=tenant, status=status, max_steps=agent.max_steps, spend=Spend(token_limit=5000),
+                      updated_at=datetime.now(timezone.utc))
+    assert store.tasks.create(task_id, spec.model_dump_json(), state)
+    write_checkpoints(store, task_id)
+    store.events.append(task_id, "interruption", {"node": "gpu-1"})
+    return state

@@ -5,34 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
 from typing import Any
 
 import httpx
 import pytest
 
-from api_helpers import ClientAs, error_of, put_task, task_body, unique, write_checkpoints
+from api_helpers import ClientAs, error_of, put_task, task_body, tenant_task, unique
 from orchestrator.api import create_app
 from orchestrator.store import Store
 from orchestrator.store.keys import hash_secret, split_key
 from orchestrator.store.tables import ApiKeyRow
-from sdk import AgentSpec, Spend, TaskSpec, TaskState, TaskStatus
+from sdk import AgentSpec, TaskStatus
 from sdk._identity import Role, TenantSpec
 from sqlmodel import Session, select
-
-
-def tenant_task(store: Store, agent: AgentSpec, tenant: str, status: TaskStatus = TaskStatus.running) -> TaskState:
-    """A task row of `tenant`, with two checkpoints, a ledger entry and an interruption, as a workflow leaves it."""
-    task_id = unique("t")
-    spec = TaskSpec(task_id=task_id, agent=agent.name, input="Count the crates.", budget={"tokens": 5000},
-                    tenant=tenant)
-    state = TaskState(task_id=task_id, agent=agent.name, agent_version=agent.version, model=agent.model,
-                      tenant=tenant, status=status, max_steps=agent.max_steps, spend=Spend(token_limit=5000),
-                      updated_at=datetime.now(timezone.utc))
-    assert store.tasks.create(task_id, spec.model_dump_json(), state)
-    write_checkpoints(store, task_id)
-    store.events.append(task_id, "interruption", {"node": "gpu-1"})
-    return state
 
 
 @pytest.fixture

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import httpx
 import pytest
 
 from activities.ports import LedgerEntry
-from api_helpers import error_of, write_checkpoints
+from api_helpers import error_of, tenant_task
 from orchestrator.store import Store
-from sdk import AgentSpec, GpuDescription, NodeSpec, Spend, TaskSpec, TaskState, TaskStatus
+from sdk import AgentSpec, GpuDescription, NodeSpec, TaskStatus
 from sdk._identity import Role, TenantSpec
 
 TENANTS = ("acme", "globex")
@@ -68,14 +67,7 @@ class Tenancy:
 
 
 def _task(store: Store, agent: AgentSpec, tenant: str, task_id: str, status: TaskStatus) -> str:
-    spec = TaskSpec(task_id=task_id, agent=agent.name, input="Count the crates.", budget={"tokens": 5000},
-                    tenant=tenant)
-    state = TaskState(task_id=task_id, agent=agent.name, agent_version=agent.version, model=agent.model,
-                      tenant=tenant, status=status, max_steps=agent.max_steps, spend=Spend(token_limit=5000),
-                      updated_at=datetime.now(timezone.utc))
-    assert store.tasks.create(task_id, spec.model_dump_json(), state)
-    write_checkpoints(store, task_id)
-    store.events.append(task_id, "interruption", {"node": "gpu-1"})
+    tenant_task(store, agent, tenant, status, task_id)
     store.ledger.record(LedgerEntry(task_id=task_id, step=1, attempt=1, model=agent.model, prompt_tokens=30,
                                     completion_tokens=12, cost_usd=0.001, ttft_s=0.05, duration_s=0.2,
                                     served_by="gpu-1/r-1"))

@@ -90,6 +90,16 @@ def may(viewer: Viewer | None, action: Literal["task", "fleet", "admin"]) -> boo
     return refusal_of(viewer.principal, allowed, action, fleet_wide=action == "fleet") is None
 
 
+def why_not(viewer: Viewer | None, action: Literal["task", "fleet", "admin"], words: str) -> str:
+    """Why a button of `action` is disabled for this viewer, in the words of its title."""
+    if viewer is None:
+        return "sign in first"
+    principal = viewer.principal
+    if action == "fleet" and principal.tenant is not None and principal.role in OPERATORS:
+        return f"your key is confined to tenant {principal.tenant}; every tenant shares this"
+    return f"your role ({principal.role.value}) may not {words}"
+
+
 def render(request: Request, template: str, viewer: Viewer | None, *, status: int = 200,
            flash: Flash | None = None, **context: Any) -> HTMLResponse:
     """The page, with the one flash it should show: the one given, else the one a redirect left."""
@@ -97,7 +107,8 @@ def render(request: Request, template: str, viewer: Viewer | None, *, status: in
     html = templates.get_template(template).render(
         request=request, viewer=viewer, flash=flash or carried, csrf_field=CSRF_FIELD,
         csrf_token=viewer.session.csrf_token if viewer else context.pop("login_csrf", ""),
-        may=lambda action: may(viewer, action), path=request.url.path, **context)
+        may=lambda action: may(viewer, action), why_not=lambda action, words: why_not(viewer, action, words),
+        path=request.url.path, **context)
     response = HTMLResponse(html, status_code=status, headers=_PAGE_HEADERS)
     if carried is not None:
         response.delete_cookie(FLASH_COOKIE, path="/")

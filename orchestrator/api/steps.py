@@ -18,7 +18,7 @@ from fastapi import APIRouter, Header
 
 from activities.ports import LedgerEntry
 from activities.step_books import StoreStepBooks
-from sdk import NotFound, Unauthorized
+from sdk import NotFound, TaskState, Unauthorized
 from sdk._fleet import NODE_SECRET_HEADER
 from sdk._step_books import (
     BookedRequest,
@@ -31,7 +31,7 @@ from sdk._step_books import (
 )
 
 from ..store.checkpoints import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
-from .errors import ERROR_RESPONSES, ApiError, conflict, not_found
+from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
 from .services import Services, Svc
 
 router = APIRouter(prefix="/v1/nodes/{node_id}/steps", tags=["fleet"], responses={
@@ -45,8 +45,12 @@ T = TypeVar("T")
 @router.post("/prepare", response_model=PreparedStepBody)
 async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: NodeSecret = None) -> PreparedStepBody:
     """Node agents only: write the step's pending predecessor (when given), return the conversation to send."""
+    if req.pending is not None and req.pending.state.task_id != req.task_id:
+        raise invalid("pending.state.task_id", f"the pending step's state is of task {req.pending.state.task_id!r},"
+                                               f" not of {req.task_id!r}, the task this step books")
     prepared = await _call(svc, node_id, node_secret, {req.task_id},
-                           lambda books: books.prepare(req.task_id, req.checkpoint, req.pending))
+                           lambda books: books.prepare(req.task_id, req.checkpoint, req.pending),
+                           keeps_tenant=req.pending.state if req.pending is not None else None)
     return PreparedStepBody(checkpoint=prepared.checkpoint, messages=prepared.messages)
 
 
@@ -83,10 +87,16 @@ class NoLease(Exception):
                          " the pool leased to it")
 
 
+class TenantMoved(Exception):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"the pending step's state gives task {task_id!r} another tenant; a node may not move a task")
+
+
 async def _call(svc: Services, node_id: str, node_secret: str | None, task_ids: set[str],
-                fn: Callable[[StoreStepBooks], T]) -> T:
+                fn: Callable[[StoreStepBooks], T], keeps_tenant: TaskState | None = None) -> T:
     """Authenticate the node and check its leases, then run `fn` over the store's books: one thread hop;
-    refusals in the API's shape."""
+    refusals in the API's shape. `keeps_tenant`: a task state the node would write, which must not move
+    its task to another tenant (a node is trusted with its leased steps, not with who owns them)."""
     store = svc.store
 
     def run() -> T:
@@ -94,6 +104,10 @@ async def _call(svc: Services, node_id: str, node_secret: str | None, task_ids: 
         for task_id in sorted(task_ids):
             if not store.leases.node_holds(node_id, task_id):
                 raise NoLease(node_id, task_id)
+        if keeps_tenant is not None:
+            stored = store.tasks.get(keeps_tenant.task_id)
+            if stored is not None and stored.state.tenant != keeps_tenant.tenant:
+                raise TenantMoved(keeps_tenant.task_id)
         return fn(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger))
 
     try:
@@ -108,3 +122,5 @@ async def _call(svc: Services, node_id: str, node_secret: str | None, task_ids: 
         raise conflict(str(exc), field="checkpoint") from None
     except NoLease as exc:
         raise ApiError(403, str(exc), field="task_id") from None
+    except TenantMoved as exc:
+        raise ApiError(403, str(exc), field="pending.state.tenant") from None

@@ -226,3 +226,23 @@ def test_a_node_without_a_lease_for_the_task_is_refused_and_writes_nothing(books
     with pytest.raises(StepBooksRefused, match="403"):
         books.book_interrupted([entry(kind="lost"), entry(task_id="t9", kind="lost")])
     assert store.ledger.entries("t9") == [] and store.ledger.entries("t1") == [] and store.events.read("t9") == []
+
+
+def test_a_node_may_not_write_another_tasks_state_nor_move_its_task_to_another_tenant(books: RemoteStepBooks,
+                                                                                     store: Store) -> None:
+    """A lease on t1 lets a node write t1's step: not t9's state, nor t1 under another tenant."""
+    start = root(store)
+    store.tasks.create("t9", "{}", pending_step("t9").state)
+    store.tasks.create("t1", "{}", pending_step("t1").state)
+    other_task = pending_step("t1").model_copy(update={"state": pending_step("t9").state})
+    with pytest.raises(StepBooksRefused, match="state is of task 't9', not of 't1'") as refused:
+        books.prepare("t1", start, other_task)
+    assert refused.value.status == 422
+    moved = pending_step("t1")
+    moved = moved.model_copy(update={"state": moved.state.model_copy(update={"tenant": "acme"})})
+    with pytest.raises(StepBooksRefused, match="another tenant") as refused:
+        books.prepare("t1", start, moved)
+    assert refused.value.status == 403
+    assert store.checkpoints.latest("t1") == start and store.events.read("t1") == []
+    assert store.tasks.get("t1").state.tenant == "default"  # type: ignore[union-attr]
+    assert store.tasks.get("t9").state.spend.tokens_used == 80  # type: ignore[union-attr]

@@ -15,6 +15,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from orchestrator.telemetry import install_metrics
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -29,6 +32,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def metrics_reader() -> InMemoryMetricReader:
+    """This test process's MeterProvider (one per process, as in Berth's), with an in-memory reader beside
+    the Prometheus one. Readings are cumulative over the session: tests label what they record uniquely."""
+    reader = InMemoryMetricReader()
+    install_metrics("berth-tests", extra_readers=[reader])
+    return reader
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,8 @@ from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
 from .. import mcp_server, ui
 from ..store import Store
-from . import agents, audit, checkpoints, errors, events, health, keys, models, nodes, steps, tasks, tenants
+from ..telemetry import install_metrics
+from . import agents, audit, checkpoints, errors, events, health, keys, metrics, models, nodes, steps, tasks, tenants
 from .audit import AuditTrail
 from .auth import authenticate
 from .limits import BodySizeLimit, KeyRateLimit
@@ -62,6 +63,7 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
     app.add_middleware(BodySizeLimit)
     app.add_middleware(AuditTrail, store=store)
     app.include_router(health.router)
+    app.include_router(metrics.router)
     app.include_router(nodes.node_router)
     app.include_router(steps.router)
     for module in (agents, models, tasks, checkpoints, events, nodes, tenants, keys, audit):
@@ -73,6 +75,7 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
 
 def build_app(config: BerthConfig) -> FastAPI:
     """The app as `berth server` runs it: the store at the configured URL, Temporal at its address."""
+    install_metrics("berth-api")
     store = Store.open(config.resolved_database_url)
     temporal = TemporalGateway(config.resolved_temporal_address, config.temporal_namespace)
     return create_app(config, store, temporal)

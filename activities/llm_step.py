@@ -151,7 +151,8 @@ class LlmStepActivities:
             # A reply an earlier attempt already booked is not booked (nor announced) again.
             if not progress.replayed:
                 event = {
-                    "step": inp.step, "attempt": attempt, "model": inp.model, "prompt_tokens": prompt_tokens,
+                    "step": inp.step, "attempt": attempt, "model": inp.model, "tenant": inp.tenant,
+                    "prompt_tokens": prompt_tokens,
                     "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before,
                     "kept_tokens": progress.kept_before, "cost_usd": cost,
                     "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),

@@ -10,6 +10,7 @@ from sdk import CheckpointRef
 from sdk.contracts import PendingStep
 
 from .ports import SETTLED, CheckpointStore, EventLog, LedgerEntry, PreparedStep, TaskRegistry, TokenLedger
+from .step_metrics import record_settled_call
 
 
 class StoreStepBooks:
@@ -27,10 +28,12 @@ class StoreStepBooks:
         return PreparedStep(checkpoint=checkpoint, messages=self.checkpoints.read(checkpoint.id).messages)
 
     def settle(self, entry: LedgerEntry, event: dict) -> bool:
-        """A retried settle neither re-books nor re-announces: the ledger's key (task, step, attempt) holds."""
+        """A retried settle neither re-books, re-announces nor re-counts: the ledger's key (task, step, attempt)
+        holds. The event's "tenant" labels the booked tokens and cost."""
         if not self.ledger.record(entry):
             return False
         self.events.append(entry.task_id, "llm_call", event)
+        record_settled_call(entry, str(event.get("tenant", "")))
         return True
 
     def booked(self, task_id: str, step: int, before_attempt: int) -> list[LedgerEntry]:

@@ -21,6 +21,7 @@ from sdk.contracts import (
 
 from .ports import AgentCatalogue, CheckpointStore, EventLog, TaskRegistry
 from .step_books import record_step
+from .task_metrics import record_state_change
 
 
 class TaskBookkeeping:
@@ -60,6 +61,7 @@ class TaskBookkeeping:
     def record_state(self, inp: RecordStateInput) -> None:
         self.tasks.save_state(inp.state, spec_json=inp.spec_json)
         self.events.append(inp.state.task_id, inp.event, {**_state_event(inp.state), **(inp.details or {})})
+        record_state_change(inp.state, inp.event, inp.details)
 
     @activity.defn(name="berth.resolve_agent")
     def resolve_agent(self, inp: ResolveAgentInput) -> ResolveAgentResult:

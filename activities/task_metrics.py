@@ -1,0 +1,38 @@
+"""What a task's recorded state changes add to the metrics: budget exhaustion and preemptions.
+
+Recorded by the `record_state` activity, never by the workflow: workflow code is replayed, and a metric
+recorded there would count again on every replay. A local activity retried after a lost reply may count an
+event twice; a metric is a rate to watch, the event log is the record. Labels never name the task.
+"""
+
+from __future__ import annotations
+
+from opentelemetry import metrics
+
+from sdk import TaskState, TaskStatus
+
+from .step_metrics import LATENCY_BUCKETS_S
+
+# A budget runs out when the task waits for a raise (awaiting_budget) or ends without one (out_of_budget).
+BUDGET_EXHAUSTED = frozenset({TaskStatus.awaiting_budget, TaskStatus.out_of_budget})
+
+_meter = metrics.get_meter("berth.activities.task")
+_budget_exhausted = _meter.create_counter(
+    "berth_budget_exhausted", unit="{event}",
+    description="tasks whose budget ran out, by status (awaiting_budget: waits for a raise; out_of_budget: ended)")
+_preemptions = _meter.create_counter(
+    "berth_preemptions", unit="{interruption}", description="steps cut off by an interruption of their node, by kind")
+_resume = _meter.create_histogram(
+    "berth_resume_seconds", unit="s", description="from an interruption to the step's new placement",
+    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S)
+
+
+def record_state_change(state: TaskState, event: str, details: dict | None) -> None:
+    """Count a budget exhaustion or an interruption ("interruption" events carry kind, node_id, resume_s)."""
+    if state.status in BUDGET_EXHAUSTED:
+        _budget_exhausted.add(1, {"tenant": state.tenant, "model": state.model, "status": state.status.value})
+    if event == "interruption" and details is not None:
+        labels = {"model": state.model, "kind": str(details.get("kind", "")), "node": str(details.get("node_id", ""))}
+        _preemptions.add(1, labels)
+        if (resume_s := details.get("resume_s")) is not None:
+            _resume.record(float(resume_s), labels)

@@ -20,6 +20,7 @@ from ..config import BerthConfig
 from .. import mcp_server, ui
 from ..store import Store
 from ..telemetry import install_metrics
+from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
 from . import agents, audit, checkpoints, errors, events, health, keys, metrics, models, nodes, steps, tasks, tenants
 from .audit import AuditTrail
 from .auth import authenticate
@@ -68,6 +69,8 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
     app.include_router(steps.router)
     for module in (agents, models, tasks, checkpoints, events, nodes, tenants, keys, audit):
         app.include_router(module.router, dependencies=[Depends(authenticate)])
+    # The fleet gauges read the store's fleet table when /metrics is scraped.
+    watch_fleet(lambda: fleet_reading(store.fleet.list()))
     fleet_history = ui.install(app, store)
     mcp = mcp_server.mount(app, store)
     return app

@@ -6,6 +6,8 @@ models, tenants and nodes, never tasks. Left out of the OpenAPI schema, which de
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter
 from fastapi.responses import Response
 
@@ -16,4 +18,5 @@ router = APIRouter()
 
 @router.get("/metrics", include_in_schema=False)
 async def prometheus_metrics() -> Response:
-    return Response(metrics_text(), media_type=METRICS_CONTENT_TYPE)
+    # In a thread: the fleet gauges read the store while the text is built.
+    return Response(await asyncio.to_thread(metrics_text), media_type=METRICS_CONTENT_TYPE)

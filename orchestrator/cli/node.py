@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--load-time-scale", type=float, default=1.0,
                    help="multiplies simulated replicas' load time (0.01 turns 40 s into 0.4 s)")
     p.add_argument("--heartbeat-s", type=float, default=5.0, help="seconds between heartbeats")
+    p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: none)")
     p.add_argument("--external-url", help="an OpenAI-compatible server that serves 'openai-compatible' models")
     p.set_defaults(func=cmd_node)
 
@@ -71,6 +72,7 @@ async def _run(args: argparse.Namespace) -> int:
     from ..node.agent import NodeAgent, NodeOptions
     from ..node.control_plane import ControlPlane, ControlPlaneError
     from ..node.replicas import ReplicaManager
+    from ..telemetry import install_metrics
     from ..temporal import connect_temporal
 
     config = BerthConfig.load(data_dir=args.data_dir, join_token=args.join_token, api_url=args.api)
@@ -114,10 +116,11 @@ async def _run(args: argparse.Namespace) -> int:
     replicas = ReplicaManager(cache, engines, gpu_indexes={g.index for g in discovery.discover()},
                               fetch_delay_s=lambda tier, size: size / rates[tier] * args.load_time_scale)
     try:
+        install_metrics("berth-node")
         options = NodeOptions(node_id=args.node_id, join_token=config.join_token, cache_dir=cache_dir,
                               datacenter=args.datacenter, zone=args.zone, capacity=args.capacity,
                               usd_per_hour=args.usd_per_hour, labels=_labels(args.label),
-                              heartbeat_s=args.heartbeat_s)
+                              heartbeat_s=args.heartbeat_s, metrics_port=args.metrics_port)
         async with ControlPlane(config.resolved_api_url) as control_plane:
             agent = NodeAgent(options, discovery, control_plane, replicas)
             agent.install_signal_handlers()

@@ -37,6 +37,7 @@ from .activities import NodeActivities
 from .control_plane import ControlPlane, ControlPlaneError, NodeUnknown
 from .discovery import GpuDiscovery, GpuInfo, SimulatedDiscovery
 from .generation import NodeGeneration, ReplicaRouter, warm_up
+from .metrics import serve_node_metrics
 from .replicas import ReplicaManager
 from .step_books import RemoteStepBooks
 
@@ -64,6 +65,7 @@ class NodeOptions:
     heartbeat_s: float = 5.0
     register_wait_s: float = 60.0
     replica_grace_s: float = 10.0
+    metrics_port: int = 0  # the node's own /metrics; 0: none
 
 
 def registration(options: NodeOptions, gpus: list[GpuInfo], cache_capacity_bytes: int) -> NodeRegistration:
@@ -185,6 +187,8 @@ class NodeAgent:
     async def serve(self, client: Client) -> None:
         """Heartbeat and run the worker until `stopping` is set, then shut down in order. Call `join` first
         (with `client` already connected: a joined node must pick its first step up at once)."""
+        serve_node_metrics(self.options.metrics_port, self.options.node_id, self.options.datacenter, self.discovery,
+                           self.replicas.reports)
         beats = asyncio.create_task(self.heartbeat_loop())
         worker = self.worker(client)
         running = asyncio.create_task(worker.run())

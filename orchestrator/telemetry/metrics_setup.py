@@ -19,7 +19,7 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest, start_http_server
 
 OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -44,6 +44,13 @@ def install_metrics(service_name: str, extra_readers: Sequence[MetricReader] = (
     _provider = MeterProvider(resource=Resource.create({"service.name": service_name}), metric_readers=readers)
     metrics.set_meter_provider(_provider)
     return _provider
+
+
+def serve_metrics(port: int) -> None:
+    """Serve `/metrics` on `port` from a daemon thread, for a process with no HTTP server of its own (a node
+    agent, the orchestrator worker); 0 serves nothing."""
+    if port:
+        start_http_server(port)
 
 
 def metrics_text() -> bytes:

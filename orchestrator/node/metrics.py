@@ -1,0 +1,35 @@
+"""The node agent's /metrics: its own GPUs (NVML or the simulator) and replicas, on a port of its own.
+
+A node agent has no HTTP server otherwise (it talks to the control plane and polls Temporal), so
+prometheus_client's small threaded server serves the process's registry; port 0 (the default) serves
+nothing. The figures are read from discovery at scrape time, so they are as fresh as the scrape, not the
+last heartbeat.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from sdk._fleet import ReplicaReport
+
+from ..telemetry import serve_metrics
+from ..telemetry.fleet_gauges import FleetReading, GpuReading, watch_fleet
+from .discovery import GpuDiscovery, GpuInfo
+
+
+def node_reading(node_id: str, datacenter: str, gpus: list[GpuInfo], replicas: list[ReplicaReport]) -> FleetReading:
+    """One node's GPUs and replicas as the fleet gauges show them."""
+    return FleetReading(
+        gpus=[GpuReading(node_id, datacenter, g.index, g.type_name, g.memory_used_mib, g.memory_total_mib,
+                         g.utilization_pct, g.ecc_errors, g.healthy) for g in gpus],
+        replicas=Counter((r.model, r.state, node_id, datacenter) for r in replicas),
+    )
+
+
+def serve_node_metrics(port: int, node_id: str, datacenter: str, discovery: GpuDiscovery,
+                       replicas: Callable[[], list[ReplicaReport]]) -> None:
+    """Watch this node's GPUs and replicas; with a port, serve /metrics on it (0: serve nothing). The process's
+    MeterProvider is installed by its entry point (`berth node`); without one the gauges are no-ops."""
+    watch_fleet(lambda: node_reading(node_id, datacenter, discovery.discover(), replicas()))
+    serve_metrics(port)

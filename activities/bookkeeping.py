@@ -20,6 +20,7 @@ from sdk.contracts import (
 )
 
 from .ports import AgentCatalogue, CheckpointStore, EventLog, TaskRegistry
+from .spans import annotate_checkpoint
 from .step_books import record_step
 from .task_metrics import record_state_change
 
@@ -55,7 +56,9 @@ class TaskBookkeeping:
     @activity.defn(name="berth.checkpoint")
     def checkpoint(self, inp: CheckpointInput) -> CheckpointRef:
         """Flush a pending step when no LLM call follows it (the task ends or continues as new)."""
-        return record_step(self.checkpoints, self.tasks, self.events, inp.task_id, inp.parent, inp.pending)
+        ref = record_step(self.checkpoints, self.tasks, self.events, inp.task_id, inp.parent, inp.pending)
+        annotate_checkpoint(inp.task_id, ref)
+        return ref
 
     @activity.defn(name="berth.record_state")
     def record_state(self, inp: RecordStateInput) -> None:

@@ -28,6 +28,7 @@ from sdk.contracts import LlmStepInput, LlmStepResult
 from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
 from .ports import (GENERATION_CUT, KEPT, LOST, NODE_STOPPING, REPLICA_UNAVAILABLE, LedgerEntry, ModelRoute, ModelRouter,
                     ReplicaUnavailable, StepBooks)
+from .spans import annotate_checkpoint, annotate_generation, record_cut, record_resumed
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
 # While tokens stream, progress is heartbeated twice a second: a node killed without notice loses
@@ -168,6 +169,9 @@ class LlmStepActivities:
                     ttft_s=ttft or duration, duration_s=duration, served_by=route.served_by,
                     response_id=progress.response_id or "",
                 ), event)
+            annotate_generation(inp.task_id, inp.step, inp.model, inp.placement, ttft or duration, prompt_tokens,
+                                completion_tokens, duration)
+            annotate_checkpoint(inp.task_id, checkpoint)
             return LlmStepResult(
                 message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
                 completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
@@ -180,7 +184,9 @@ class LlmStepActivities:
             # workflow itself (a simulated preemption). Say which, with what was generated, so the
             # workflow resumes the step elsewhere and books those tokens as lost (a plain cancellation
             # would reach it without them).
-            if activity.is_worker_shutdown():
+            kind = NODE_STOPPING if activity.is_worker_shutdown() else GENERATION_CUT
+            record_cut(kind, inp.placement, progress.generated)
+            if kind == NODE_STOPPING:
                 raise ApplicationError("the worker shut down mid-generation", progress.details(),
                                        type=NODE_STOPPING) from None
             raise ApplicationError("the workflow cut the generation off", progress.details(),
@@ -204,6 +210,8 @@ class LlmStepActivities:
 
     def _book_interrupted(self, inp: LlmStepInput, dead: list[DeadAttempt]) -> None:
         """Book dead attempts' tokens: those the reply continues from as kept, the others as lost."""
+        for attempt in dead:
+            record_resumed(attempt.attempt, attempt.kept, attempt.generated - attempt.kept, inp.placement)
         self.books.book_interrupted([LedgerEntry(
             task_id=inp.task_id, step=inp.step, attempt=attempt.attempt, model=inp.model, prompt_tokens=0,
             completion_tokens=tokens, cost_usd=0.0, ttft_s=0.0, duration_s=0.0, served_by="", kind=kind,

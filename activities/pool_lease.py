@@ -12,6 +12,7 @@ from temporalio import activity
 from sdk._lease import ACQUIRE_LEASE, RELEASE_LEASE, LeaseGrant, LeaseRequest, ReleaseLease
 
 from .ports import LeasePool
+from .spans import annotate_acquire
 
 
 class PoolLeases:
@@ -20,7 +21,9 @@ class PoolLeases:
 
     @activity.defn(name=ACQUIRE_LEASE)
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
-        return self.pool.acquire(req)
+        grant = self.pool.acquire(req)
+        annotate_acquire(req, grant)
+        return grant
 
     @activity.defn(name=RELEASE_LEASE)
     def release(self, req: ReleaseLease) -> None:

@@ -32,6 +32,7 @@ from .pool.autoscaler import Autoscaler
 from .pool.direct import DirectRouting
 from .pool.service import PoolService
 from .store import Store
+from .telemetry.tracing import configure_tracing
 from .temporal import connect_temporal
 
 log = logging.getLogger("berth.worker")
@@ -59,6 +60,7 @@ def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: 
 
 async def run_worker(config: BerthConfig) -> None:
     """Serve the control queue until cancelled (Ctrl-C / SIGTERM)."""
+    configure_tracing("berth-orchestrator")
     store = Store.open(config.resolved_database_url)
     client = await connect_temporal(config)
     pool = None

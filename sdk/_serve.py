@@ -13,9 +13,11 @@ import contextlib
 import logging
 import os
 
+from opentelemetry import trace
 from temporalio import activity
 from temporalio.client import Client as TemporalClient
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
@@ -45,6 +47,9 @@ class ToolRunner:
             available = ", ".join(sorted([*self.agent.tools, *self.mcp.names])) or "none"
             return ToolCallResult(call_id=call.call_id, ok=False,
                                   content=f"tool error: unknown tool {call.name!r}; available: {available}")
+        # The interceptor's span for this activity is current: an author's own spans in the tool become its children.
+        trace.get_current_span().set_attributes({"berth.tool": call.name, "berth.idempotency_key": call.idempotency_key,
+                                                 "berth.task_id": call.task_id, "berth.step": call.step})
         context = ToolCallContext(call.task_id, call.step, call.call_id, activity.info().attempt)
         try:
             content = await (tool.invoke(call.arguments, context) if tool is not None else self.mcp.call(call))
@@ -76,7 +81,8 @@ async def serve(*agents: Agent, temporal_address: str = "127.0.0.1:7233", namesp
             for agent, toolbox in zip(agents, toolboxes):
                 await api.register(registered_spec(agent, toolbox))
         client = await TemporalClient.connect(temporal_address, namespace=namespace,
-                                              data_converter=pydantic_data_converter)
+                                              data_converter=pydantic_data_converter,
+                                              interceptors=[TracingInterceptor()])
         for agent, toolbox in zip(agents, toolboxes):
             await stack.enter_async_context(tool_worker(client, agent, toolbox))
         if ready is not None:

@@ -45,6 +45,7 @@ from sdk.contracts import (
     RaiseBudget,
     SpawnedChild,
 )
+from ..telemetry.tracing import tracing_interceptor
 
 log = logging.getLogger("berth.api.temporal")
 
@@ -119,7 +120,8 @@ class TemporalGateway:
             if self._client is None:
                 try:
                     self._client = await asyncio.wait_for(
-                        Client.connect(self.address, namespace=self.namespace, data_converter=pydantic_data_converter),
+                        Client.connect(self.address, namespace=self.namespace, data_converter=pydantic_data_converter,
+                                       interceptors=[tracing_interceptor()]),
                         CONNECT_TIMEOUT_S,
                     )
                 except (RuntimeError, OSError, asyncio.TimeoutError, RPCError) as exc:

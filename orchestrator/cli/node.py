@@ -73,8 +73,10 @@ async def _run(args: argparse.Namespace) -> int:
     from ..node.control_plane import ControlPlane, ControlPlaneError
     from ..node.replicas import ReplicaManager
     from ..telemetry import install_metrics
+    from ..telemetry.tracing import configure_tracing
     from ..temporal import connect_temporal
 
+    configure_tracing("berth-node")
     config = BerthConfig.load(data_dir=args.data_dir, join_token=args.join_token, api_url=args.api)
     if not config.join_token:
         raise NodeSetupError("join-token: give --join-token or set BERTH_JOIN_TOKEN "

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from sdk import Agent, BerthError, InvalidSpec, McpUnreachable, serve
 
 from ..config import BerthConfig
+from ..telemetry.tracing import configure_tracing
 from .output import fail
 
 
@@ -41,6 +42,7 @@ def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
     except AgentRefError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    configure_tracing("berth-tools")
 
     def start() -> Awaitable[None]:
         return serve(*agents, temporal_address=config.resolved_temporal_address,

@@ -15,6 +15,9 @@ from __future__ import annotations
 import os
 
 from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
 OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -26,19 +29,15 @@ _configured = False
 def configure_tracing(service_name: str) -> bool:
     """Install this process's TracerProvider from the environment; True when spans will be exported.
 
-    Once per process: OpenTelemetry refuses to replace a global provider, so a second call is a no-op."""
+    Once per process: OpenTelemetry refuses to replace a global provider, so later calls change nothing."""
     global _configured
     otlp = os.environ.get(OTLP_ENDPOINT_ENV)
     console = os.environ.get(CONSOLE_ENV, "") not in ("", "0")
     if _configured or not (otlp or console):
         return _configured
-    # Imported here so a process that exports nothing never loads the SDK.
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
-
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     if otlp:
+        # Only here: the exporter brings protobuf and requests, which a process exporting nothing does not need.
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # reads the OTEL_* env itself
     if console:

@@ -1,0 +1,61 @@
+"""What Berth knows about a step, written onto the span the Temporal interceptor opened for its activity.
+
+Activities never create or configure tracing: the TracingInterceptor on the worker makes a span per
+activity, current while it runs, and these helpers annotate that span. Without a configured provider
+the current span is the API's non-recording one and each call returns at once.
+"""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+
+from sdk._lease import LeaseGrant, LeaseRequest, StepPlacement
+from sdk.contracts import CheckpointRef
+
+INTERRUPTION_EVENT = "berth.interruption"
+
+
+def _annotate(attributes: dict[str, object]) -> None:
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attributes({k: v for k, v in attributes.items() if v is not None})  # OTel refuses None
+
+
+def annotate_acquire(req: LeaseRequest, grant: LeaseGrant) -> None:
+    """The placement decision and the score term that decided it."""
+    _annotate({"berth.task_id": req.task_id, "berth.step": req.step, "berth.model": req.model,
+               "berth.tenant": req.tenant, "berth.lease.outcome": grant.outcome, "berth.node": grant.node_id,
+               "berth.replica": grant.replica_id, "berth.tier": grant.tier, "berth.decided_by": grant.decided_by,
+               "berth.capacity": grant.capacity, "berth.zone": grant.zone, "berth.wait_reason": grant.wait_reason,
+               "berth.queue_position": grant.queue_position, "berth.load": grant.load is not None})
+
+
+def annotate_generation(task_id: str, step: int, model: str, placement: StepPlacement | None, ttft_s: float,
+                        prompt_tokens: int, completion_tokens: int, duration_s: float) -> None:
+    """Where the step generated and how fast: the figures an agent's user waits on."""
+    _annotate({"berth.task_id": task_id, "berth.step": step, "berth.model": model,
+               "berth.node": placement.node_id if placement else None,
+               "berth.replica": placement.replica_id if placement else None,
+               "berth.tier": placement.tier if placement else None,
+               "berth.ttft_s": ttft_s, "berth.prompt_tokens": prompt_tokens,
+               "berth.completion_tokens": completion_tokens,
+               "berth.tokens_per_s": completion_tokens / duration_s if duration_s > 0 else None})
+
+
+def annotate_checkpoint(task_id: str, ref: CheckpointRef) -> None:
+    _annotate({"berth.task_id": task_id, "berth.checkpoint.seq": ref.seq})
+
+
+def record_cut(kind: str, placement: StepPlacement | None, generated_tokens: int) -> None:
+    """This generation was cut off (node stopping, preemption): its span says by what and where."""
+    _annotate({"berth.interruption.kind": kind, "berth.node": placement.node_id if placement else None,
+               "berth.interruption.generated_tokens": generated_tokens})
+
+
+def record_resumed(attempt: int, kept: int, lost: int, placement: StepPlacement | None) -> None:
+    """An interrupted attempt is settled by the one taking over: what it kept, lost, and where it resumed."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(INTERRUPTION_EVENT, {"berth.interrupted_attempt": attempt, "berth.tokens_kept": kept,
+                                            "berth.tokens_lost": lost,
+                                            "berth.resumed_on": placement.node_id if placement else "direct"})

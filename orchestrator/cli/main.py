@@ -52,7 +52,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return run_up(config, demo=args.demo, tool_agents=agents, fleet=fleet)
+    return run_up(config, demo=args.demo, tool_agents=agents, fleet=fleet, otel_console=args.otel_console)
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_flags(p)
     p.add_argument("--demo", action="store_true", help="also run the sample agents and a demo workload")
     p.add_argument("--agents", help="also serve these agents' tools (module:attr,…)")
+    p.add_argument("--otel-console", action="store_true",
+                   help="every Berth process prints its trace spans to its log (a quick look without a collector)")
     p.add_argument("--fleet", metavar="FILE", help="the simulated nodes to start, as JSON (default: 3 nodes, 2 DCs)")
     p.add_argument("--no-fleet", action="store_true", help="no GPU nodes: one simulated engine serves every model")
     p.add_argument("--load-time-scale", type=float,

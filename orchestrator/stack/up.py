@@ -30,6 +30,7 @@ from sdk._client import API_KEY_ENV
 
 from ..config import BerthConfig
 from ..store import Store
+from ..telemetry.tracing import CONSOLE_ENV
 from .admin_key import ensure_admin_key
 from ..engines.replicas.processes import stop_orphans
 from .fleet import DEFAULT_FLEET, SimulatedNode, node_argv
@@ -57,9 +58,11 @@ EDGE = "edge"
 
 
 def stack_children(config: BerthConfig, tool_agents: list[str],
-                   fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, api_key: str | None = None) -> list[ChildSpec]:
-    """The processes of the stack; only those that call the API (the tool worker) get `api_key`."""
-    env = config.to_env()
+                   fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, api_key: str | None = None,
+                   otel_console: bool = False) -> list[ChildSpec]:
+    """The processes of the stack; only those that call the API (the tool worker) get `api_key`.
+    With `otel_console` each Berth process prints its spans to its own log."""
+    env = {**config.to_env(), CONSOLE_ENV: "1"} if otel_console else config.to_env()
     data = config.data_dir.resolve()
     children = [
         ChildSpec("temporal", [
@@ -119,7 +122,7 @@ def cluster_join_token(config: BerthConfig) -> str:
 
 
 def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | None = None,
-           fleet: Sequence[SimulatedNode] = DEFAULT_FLEET) -> int:
+           fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, otel_console: bool = False) -> int:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     config = config.model_copy(update={"join_token": cluster_join_token(config)})
     store = Store.open(config.resolved_database_url)
@@ -133,7 +136,7 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
     stop = _StopFlag()
     supervisor = Supervisor(config.data_dir / "logs", config.data_dir / "run")
     try:
-        for spec in stack_children(config, agents, fleet, admin_key):
+        for spec in stack_children(config, agents, fleet, admin_key, otel_console):
             supervisor.start(spec)
         if not wait_ready(config, supervisor, stop):
             return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -32,10 +33,17 @@ from .pool.autoscaler import Autoscaler
 from .pool.direct import DirectRouting
 from .pool.service import PoolService
 from .store import Store
+from .telemetry import install_metrics, serve_metrics
 from .telemetry.tracing import configure_tracing
 from .temporal import connect_temporal
 
 log = logging.getLogger("berth.worker")
+
+# The worker records what only it sees (the pool's placement and queue, the bookkeeping's budget and
+# preemption events, hosted models' calls) and serves them on a port of its own: sending the pool's
+# histograms to the API's /metrics through the store would need a table and a second aggregation of figures
+# the OTel SDK already aggregates here. Unset (or 0): nothing served; OTLP still exports when configured.
+WORKER_METRICS_PORT_ENV = "BERTH_WORKER_METRICS_PORT"
 
 
 def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE,
@@ -61,6 +69,8 @@ def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: 
 async def run_worker(config: BerthConfig) -> None:
     """Serve the control queue until cancelled (Ctrl-C / SIGTERM)."""
     configure_tracing("berth-orchestrator")
+    install_metrics("berth-worker")
+    serve_metrics(int(os.environ.get(WORKER_METRICS_PORT_ENV) or 0))
     store = Store.open(config.resolved_database_url)
     client = await connect_temporal(config)
     pool = None

@@ -43,8 +43,17 @@ class WaitQueue:
         waiter.seen = now
         return waiter
 
-    def leave(self, key: str) -> None:
-        self._waiters.pop(key, None)
+    def leave(self, key: str) -> Waiter | None:
+        """Leave the queue; the waiter that left, if `key` was waiting (its `since` says for how long)."""
+        return self._waiters.pop(key, None)
+
+    def depth(self, now: float) -> dict[str, int]:
+        """Live waiters per model, whatever their priority."""
+        self._expire(now)
+        counts: dict[str, int] = {}
+        for w in self._waiters.values():
+            counts[w.model] = counts.get(w.model, 0) + 1
+        return counts
 
     def ahead_of(self, key: str, model: str, priority: int, now: float) -> int:
         """How many live waiters for `model` go before `key` (a newcomer counts as arriving now)."""

@@ -33,6 +33,7 @@ from .decision import Decision, PlacementRequest
 from .filters import boundary_owner
 from .fleet import Booking, FleetState, StaleDecision, Tenant as PoolTenant
 from .inventory import model_spec, node_from_view
+from .metrics import record_decision, record_grant, watch_queue
 from .placement import place
 from .queue import WaitQueue
 from .scaler import DEFAULT_POLICY, ModelDemand, ScaleDown, ScaleUp, plan_scaling
@@ -79,6 +80,7 @@ class PoolService:
         self.clock = clock
         self.fleet = FleetState(replica_prefix=f"r-{uuid.uuid4().hex[:6]}-")
         self.queue = WaitQueue()
+        watch_queue(self._queue_depth)
         self.policies: dict[str, ScalingPolicy] = {}
         self.idle_since: dict[str, float] = {}
         self._lock = threading.RLock()
@@ -98,7 +100,18 @@ class PoolService:
 
     # --- leases ----------------------------------------------------------------------------
 
+    def _queue_depth(self) -> dict[str, int]:
+        """Steps waiting per model, for the queue-depth gauge (read from a scrape's thread)."""
+        with self._lock:
+            return self.queue.depth(self.clock())
+
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
+        started = time.perf_counter()
+        grant = self._acquire(req)
+        record_decision(req, grant, time.perf_counter() - started)
+        return grant
+
+    def _acquire(self, req: LeaseRequest) -> LeaseGrant:
         entry = self.catalogue.get(req.model)
         if entry is None:
             return LeaseGrant(outcome="never", reason=f"unknown model {req.model!r}")
@@ -194,7 +207,9 @@ class PoolService:
         if booking.created_replica:
             self._unreported[replica.id] = now
         self.idle_since.pop(replica.id, None)
-        self.queue.leave(req.task_id)
+        waiter = self.queue.leave(req.task_id)
+        record_grant(req.model, chosen.candidate.tier, None if waiter is None else now - waiter.since,
+                     booking.created_replica)
         record = LeaseRecord(lease_id=f"lease-{uuid.uuid4().hex[:12]}", task_id=req.task_id, step=req.step,
                              model=req.model, node_id=replica.node_id, replica_id=replica.id, tokens=req.tokens,
                              tenant=req.tenant, created_replica=booking.created_replica)

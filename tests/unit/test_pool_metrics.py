@@ -1,0 +1,53 @@
+"""The pool's metrics: a step that waits for capacity, then gets a cold replica once a node joins."""
+
+from __future__ import annotations
+
+import uuid
+
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from orchestrator.catalogue import ModelCatalogue
+from orchestrator.config import BerthConfig
+from orchestrator.pool.service import PoolService
+from orchestrator.store import Store
+from sdk import ModelEntry
+
+from test_pool_service import Clock, join, req
+
+
+def points(reader: InMemoryMetricReader, model: str) -> dict[str, list]:
+    """Metric name -> the data points that carry `model` (readings are cumulative over the session)."""
+    found: dict[str, list] = {}
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                found[m.name] = [p for p in m.data.data_points if p.attributes.get("model") == model]
+    return found
+
+
+def test_a_waiting_step_then_a_cold_start_show_in_the_pool_metrics(store: Store,
+                                                                    metrics_reader: InMemoryMetricReader) -> None:
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    store.models.put(ModelEntry(name=model, weights_gib=10, kv_headroom_gib=2))
+    clock = Clock()
+    pool = PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0, clock=clock)
+
+    assert pool.acquire(req("t1", model=model)).wait_reason == "no_capacity"
+    waiting = points(metrics_reader, model)
+    [answer] = waiting["berth_gpu_wait_answers"]
+    assert answer.value == 1 and answer.attributes["reason"] == "no_capacity"
+    [depth] = waiting["berth_gpu_queue_depth"]
+    assert depth.value == 1
+
+    join(store, "gpu-a")
+    clock.now += 7.5
+    grant = pool.acquire(req("t1", model=model))
+    assert grant.outcome == "placed" and grant.tier == "origin"
+    placed = points(metrics_reader, model)
+    assert {p.attributes["outcome"]: p.count for p in placed["berth_placement_decision_seconds"]} == {
+        "wait": 1, "placed": 1}
+    [waited] = placed["berth_gpu_wait_seconds"]
+    assert waited.count == 1 and waited.sum == 7.5
+    [cold] = placed["berth_cold_starts"]
+    assert cold.value == 1 and cold.attributes["tier"] == "origin"
+    assert placed.get("berth_gpu_queue_depth", []) == []  # no one waits: no series

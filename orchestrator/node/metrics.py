@@ -11,11 +11,26 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
+from opentelemetry import metrics
+
 from sdk._fleet import ReplicaReport
 
 from ..telemetry import serve_metrics
 from ..telemetry.fleet_gauges import FleetReading, GpuReading, watch_fleet
 from .discovery import GpuDiscovery, GpuInfo
+
+
+# A small model from a warm disk loads in seconds; a 70B model from the origin takes minutes.
+LOAD_BUCKETS_S = [1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200]
+
+_load = metrics.get_meter("berth.node").create_histogram(
+    "berth_replica_load_seconds", unit="s", description="from a replica's start to serving, by where its weights came from",
+    explicit_bucket_boundaries_advisory=LOAD_BUCKETS_S)
+
+
+def record_load(model: str, tier: str, seconds: float) -> None:
+    """A replica turned warm after `seconds`, its weights from `tier` (disk, datacenter, origin)."""
+    _load.record(seconds, {"model": model, "tier": tier})
 
 
 def node_reading(node_id: str, datacenter: str, gpus: list[GpuInfo], replicas: list[ReplicaReport]) -> FleetReading:

@@ -24,6 +24,7 @@ from sdk._catalogue import ModelEntry
 from sdk._fleet import ReplicaReport, ReplicaState
 from sdk._node_io import FetchSource, LoadedTier
 
+from .metrics import record_load
 from .weights_cache import WeightsCache
 
 log = logging.getLogger("berth.node.replicas")
@@ -142,6 +143,7 @@ class ReplicaManager:
         replica.load_seconds = self._clock() - replica.started_at
         replica.ready.set()
         log.info("replica %s of %s warm after %.2fs", replica_id, entry.name, replica.load_seconds)
+        record_load(entry.name, plan.tier, replica.load_seconds)
         return replica
 
     def _check_gpus(self, entry: ModelEntry, gpu_indexes: tuple[int, ...]) -> None:

@@ -121,3 +121,17 @@ async def test_unloading_a_loading_replica_fails_its_load_and_frees_its_room(cac
     with pytest.raises(ReplicaLoadError, match="r1"):
         await loading
     assert manager.replicas() == [] and cache.contents() == [] and cache.free_bytes() == cache.capacity_bytes
+
+
+async def test_a_load_records_its_time_by_the_tier_its_weights_came_from(manager: ReplicaManager,
+                                                                          metrics_reader) -> None:
+    def loads() -> dict[str, tuple[int, float]]:
+        data = metrics_reader.get_metrics_data()  # None before anything was recorded
+        return {p.attributes["tier"]: (p.count, p.sum) for rm in (data.resource_metrics if data else [])
+                for sm in rm.scope_metrics for m in sm.metrics if m.name == "berth_replica_load_seconds"
+                for p in m.data.data_points if p.attributes["model"] == SMALL.name}
+
+    before = loads().get("origin", (0, 0.0))
+    replica = await manager.load(SMALL, (0,), "r1", "origin")
+    count, total = loads()["origin"]
+    assert count == before[0] + 1 and total - before[1] == pytest.approx(replica.load_seconds)

@@ -20,7 +20,7 @@ from sdk.contracts import (
 )
 
 from .ports import AgentCatalogue, CheckpointStore, EventLog, TaskRegistry
-from .spans import annotate_checkpoint
+from .spans import annotate_checkpoint, record_interruption
 from .step_books import record_step
 from .task_metrics import record_state_change
 
@@ -65,6 +65,8 @@ class TaskBookkeeping:
         self.tasks.save_state(inp.state, spec_json=inp.spec_json)
         self.events.append(inp.state.task_id, inp.event, {**_state_event(inp.state), **(inp.details or {})})
         record_state_change(inp.state, inp.event, inp.details)
+        if inp.event == "interruption" and inp.details:
+            record_interruption(inp.details)
 
     @activity.defn(name="berth.resolve_agent")
     def resolve_agent(self, inp: ResolveAgentInput) -> ResolveAgentResult:

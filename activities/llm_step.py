@@ -28,7 +28,7 @@ from sdk.contracts import LlmStepInput, LlmStepResult
 from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
 from .ports import (GENERATION_CUT, KEPT, LOST, NODE_STOPPING, REPLICA_UNAVAILABLE, LedgerEntry, ModelRoute, ModelRouter,
                     ReplicaUnavailable, StepBooks)
-from .spans import annotate_checkpoint, annotate_generation, record_cut, record_resumed
+from .spans import annotate_checkpoint, annotate_generation, record_cut
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
 # While tokens stream, progress is heartbeated twice a second: a node killed without notice loses
@@ -210,8 +210,6 @@ class LlmStepActivities:
 
     def _book_interrupted(self, inp: LlmStepInput, dead: list[DeadAttempt]) -> None:
         """Book dead attempts' tokens: those the reply continues from as kept, the others as lost."""
-        for attempt in dead:
-            record_resumed(attempt.attempt, attempt.kept, attempt.generated - attempt.kept, inp.placement)
         self.books.book_interrupted([LedgerEntry(
             task_id=inp.task_id, step=inp.step, attempt=attempt.attempt, model=inp.model, prompt_tokens=0,
             completion_tokens=tokens, cost_usd=0.0, ttft_s=0.0, duration_s=0.0, served_by="", kind=kind,

@@ -13,6 +13,7 @@ from sdk._lease import LeaseGrant, LeaseRequest, StepPlacement
 from sdk.contracts import CheckpointRef
 
 INTERRUPTION_EVENT = "berth.interruption"
+INTERRUPTION_KEYS = ("step", "kind", "node_id", "replica_id", "tokens_kept", "tokens_lost", "resumed_on", "resume_s")
 
 
 def _annotate(attributes: dict[str, object]) -> None:
@@ -52,10 +53,10 @@ def record_cut(kind: str, placement: StepPlacement | None, generated_tokens: int
                "berth.interruption.generated_tokens": generated_tokens})
 
 
-def record_resumed(attempt: int, kept: int, lost: int, placement: StepPlacement | None) -> None:
-    """An interrupted attempt is settled by the one taking over: what it kept, lost, and where it resumed."""
+def record_interruption(details: dict) -> None:
+    """The workflow's record of an interruption once its step is placed again (workflows/fleet_step.py):
+    by what, where, the tokens kept and lost and the node it resumed on, as an event in the task's trace."""
     span = trace.get_current_span()
     if span.is_recording():
-        span.add_event(INTERRUPTION_EVENT, {"berth.interrupted_attempt": attempt, "berth.tokens_kept": kept,
-                                            "berth.tokens_lost": lost,
-                                            "berth.resumed_on": placement.node_id if placement else "direct"})
+        span.add_event(INTERRUPTION_EVENT, {f"berth.{key}": details[key] for key in INTERRUPTION_KEYS
+                                            if details.get(key) is not None})

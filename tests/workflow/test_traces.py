@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
@@ -19,6 +20,10 @@ from temporalio.client import Client
 
 from orchestrator.telemetry.tracing import CONSOLE_ENV, OTLP_ENDPOINT_ENV, tracing_interceptor
 from sdk import Agent, TaskStatus, tool
+from tests.workflow.test_fleet_interruptions import UNSEEN_TOKENS
+# Imported under another name so that it is not collected here too: its run, traced, is the scenario below.
+from tests.workflow.test_fleet_interruptions import \
+    test_a_step_preempted_mid_answer_continues_its_text_on_another_node as preempted_step_scenario
 
 _exporter = InMemorySpanExporter()
 
@@ -41,10 +46,18 @@ def temporal_client(temporal_client: Client, spans: InMemorySpanExporter) -> Cli
 
 
 def _task_spans(spans: InMemorySpanExporter, task_id: str) -> list[ReadableSpan]:
+    """The spans of the task's trace, checked to be one tree under the client's start."""
     roots = [s for s in spans.get_finished_spans()
              if s.name == "StartWorkflow:AgentTaskWorkflow" and s.attributes.get("temporalWorkflowID") == task_id]
     assert len(roots) == 1
-    return [s for s in spans.get_finished_spans() if s.context.trace_id == roots[0].context.trace_id]
+    task = [s for s in spans.get_finished_spans() if s.context.trace_id == roots[0].context.trace_id]
+    by_id = {s.context.span_id: s for s in task}
+    assert [s for s in task if s.parent is None] == roots
+    for span in task:  # every span's parents are in the trace, up to the client's root
+        while span.parent is not None:
+            span = by_id[span.parent.span_id]
+        assert span is roots[0]
+    return task
 
 
 async def test_a_task_with_tools_and_a_sub_agent_is_one_connected_trace(berth, spans) -> None:
@@ -65,13 +78,6 @@ async def test_a_task_with_tools_and_a_sub_agent_is_one_connected_trace(berth, s
     assert len(state.children) == 1
 
     task = _task_spans(spans, state.task_id)
-    by_id = {s.context.span_id: s for s in task}
-    roots = [s for s in task if s.parent is None]
-    assert [r.name for r in roots] == ["StartWorkflow:AgentTaskWorkflow"]
-    for span in task:  # every span's parents are in the trace, up to the client's root
-        while span.parent is not None:
-            span = by_id[span.parent.span_id]
-        assert span is roots[0]
     names = {s.name for s in task}
     assert {"RunWorkflow:AgentTaskWorkflow", "StartChildWorkflow:AgentTaskWorkflow", "RunActivity:berth.generate",
             "RunActivity:berth.run_tool", "author.lookup"} <= names
@@ -91,6 +97,25 @@ async def test_a_task_with_tools_and_a_sub_agent_is_one_connected_trace(berth, s
     (author,) = [s for s in task if s.name == "author.lookup"]
     assert author.parent.span_id == tool_span.context.span_id
     assert author.attributes["query"] == "H100 bandwidth"
+
+
+async def test_a_preempted_step_shows_its_placement_and_interruption(temporal_client: Client, engine_url: str,
+                                                                     tmp_path: Path, spans) -> None:
+    await preempted_step_scenario(temporal_client, engine_url, tmp_path)
+    [cut_id] = {s.attributes["temporalWorkflowID"] for s in spans.get_finished_spans()
+                if s.name == "StartWorkflow:AgentTaskWorkflow" and s.attributes["temporalWorkflowID"].startswith("cut-")}
+    task = _task_spans(spans, cut_id)
+
+    acquires = [s for s in task if s.name == "RunActivity:berth.pool.acquire"]
+    assert [(s.attributes["berth.lease.outcome"], s.attributes["berth.decided_by"]) for s in acquires] == \
+        [("placed", "locality")] * 2
+    node_a, node_b = (s.attributes["berth.node"] for s in acquires)
+    [served] = [s for s in task if s.name == "RunActivity:berth.generate" and s.status.is_ok]
+    assert (served.attributes["berth.node"], served.attributes["berth.tier"]) == (node_b, "warm")
+    [event] = [e for s in task for e in s.events if e.name == "berth.interruption"]
+    assert (event.attributes["berth.kind"], event.attributes["berth.node_id"]) == ("notice", node_a)
+    assert event.attributes["berth.resumed_on"] == node_b
+    assert event.attributes["berth.tokens_lost"] == UNSEEN_TOKENS and event.attributes["berth.tokens_kept"] > 0
 
 
 def _in_fresh_process(code: str, **env: str) -> subprocess.CompletedProcess:

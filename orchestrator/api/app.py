@@ -21,6 +21,7 @@ from .. import mcp_server, ui
 from ..store import Store
 from ..telemetry import install_metrics
 from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
+from ..telemetry.task_gauges import task_reading, watch_tasks
 from . import agents, audit, checkpoints, errors, events, health, keys, metrics, models, nodes, steps, tasks, tenants
 from .audit import AuditTrail
 from .auth import authenticate
@@ -29,6 +30,9 @@ from .services import Services
 from .temporal_gateway import TemporalGateway, TemporalUnavailable
 
 log = logging.getLogger("berth.api")
+# Tasks each scrape reads for the alert gauges (waiting for a GPU; running, for their budget): a
+# scrape stays a few milliseconds however large the backlog, and beyond this many the counts are "at least".
+ALERT_SCAN = 2000
 
 
 def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> FastAPI:
@@ -71,6 +75,8 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
         app.include_router(module.router, dependencies=[Depends(authenticate)])
     # The fleet gauges read the store's fleet table when /metrics is scraped.
     watch_fleet(lambda: fleet_reading(store.fleet.list()))
+    watch_tasks(lambda: task_reading(store.fleet.list(), store.tasks.list(status="waiting_for_gpu", limit=ALERT_SCAN),
+                                     store.tasks.list(status="running", limit=ALERT_SCAN)))
     fleet_history = ui.install(app, store)
     mcp = mcp_server.mount(app, store)
     return app

@@ -48,20 +48,27 @@ def record_grant(model: str, tier: str, waited_s: float | None, cold_start: bool
         _cold_starts.add(1, {"model": model, "tier": tier})
 
 
-_depth: Callable[[], dict[str, int]] = dict
+_depth: Callable[[], dict[str, tuple[int, float]]] = dict
 
 
-def watch_queue(depth: Callable[[], dict[str, int]]) -> None:
-    """Make `depth()` (waiting steps per model) the source of berth_gpu_queue_depth; one pool per process,
-    the latest replaces the earlier (as in tests that build several)."""
+def watch_queue(depth: Callable[[], dict[str, tuple[int, float]]]) -> None:
+    """Make `depth()` (per model: waiting steps, and the longest wait in seconds) the source of the queue
+    gauges; one pool per process, the latest replaces the earlier (as in tests that build several)."""
     global _depth
     _depth = depth
 
 
 def _observe_depth(_options: CallbackOptions) -> Iterator[Observation]:
-    for model, waiting in _depth().items():
+    for model, (waiting, _longest) in _depth().items():
         yield Observation(waiting, {"model": model})
+
+
+def _observe_longest(_options: CallbackOptions) -> Iterator[Observation]:
+    for model, (_waiting, longest) in _depth().items():
+        yield Observation(longest, {"model": model})
 
 
 _meter.create_observable_gauge("berth_gpu_queue_depth", [_observe_depth], unit="{step}",
                                description="steps waiting for a GPU, per model")
+_meter.create_observable_gauge("berth_gpu_queue_longest_wait_seconds", [_observe_longest], unit="s",
+                               description="how long the longest-waiting step of each model has waited for a GPU")

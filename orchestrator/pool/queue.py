@@ -47,13 +47,14 @@ class WaitQueue:
         """Leave the queue; the waiter that left, if `key` was waiting (its `since` says for how long)."""
         return self._waiters.pop(key, None)
 
-    def depth(self, now: float) -> dict[str, int]:
-        """Live waiters per model, whatever their priority."""
+    def depth(self, now: float) -> dict[str, tuple[int, float]]:
+        """Live waiters per model, whatever their priority, and how long the longest of them has waited."""
         self._expire(now)
-        counts: dict[str, int] = {}
+        found: dict[str, tuple[int, float]] = {}
         for w in self._waiters.values():
-            counts[w.model] = counts.get(w.model, 0) + 1
-        return counts
+            count, longest = found.get(w.model, (0, 0.0))
+            found[w.model] = (count + 1, max(longest, now - w.since))
+        return found
 
     def ahead_of(self, key: str, model: str, priority: int, now: float) -> int:
         """How many live waiters for `model` go before `key` (a newcomer counts as arriving now)."""

@@ -100,8 +100,8 @@ class PoolService:
 
     # --- leases ----------------------------------------------------------------------------
 
-    def _queue_depth(self) -> dict[str, int]:
-        """Steps waiting per model, for the queue-depth gauge (read from a scrape's thread)."""
+    def _queue_depth(self) -> dict[str, tuple[int, float]]:
+        """Steps waiting per model and the longest wait, for the queue gauges (read from a scrape's thread)."""
         with self._lock:
             return self.queue.depth(self.clock())
 

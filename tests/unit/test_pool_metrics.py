@@ -38,9 +38,12 @@ def test_a_waiting_step_then_a_cold_start_show_in_the_pool_metrics(store: Store,
     assert answer.value == 1 and answer.attributes["reason"] == "no_capacity"
     [depth] = waiting["berth_gpu_queue_depth"]
     assert depth.value == 1
+    clock.now += 4.0
+    [longest] = points(metrics_reader, model)["berth_gpu_queue_longest_wait_seconds"]
+    assert longest.value == 4.0
 
     join(store, "gpu-a")
-    clock.now += 7.5
+    clock.now += 3.5
     grant = pool.acquire(req("t1", model=model))
     assert grant.outcome == "placed" and grant.tier == "origin"
     placed = points(metrics_reader, model)

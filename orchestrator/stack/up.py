@@ -18,6 +18,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from sdk._client import API_KEY_ENV
 from ..config import BerthConfig
 from ..store import Store
 from ..telemetry.tracing import CONSOLE_ENV
+from ..worker import WORKER_METRICS_PORT_ENV
 from .admin_key import ensure_admin_key
 from ..engines.replicas.processes import stop_orphans
 from .fleet import DEFAULT_FLEET, SimulatedNode, node_argv
@@ -57,11 +59,24 @@ def temporal_binary() -> str:
 EDGE = "edge"
 
 
+def metrics_ports(host: str, fleet: Sequence[SimulatedNode]) -> dict[str, int]:
+    """A free port for the /metrics of the orchestrator worker and of each node (the API serves its own on its
+    port): picked at start, so that several stacks on one machine (tests, a demo beside them) never collide."""
+    ports: dict[str, int] = {}
+    for name in ["worker", *(node.node_id for node in fleet)]:
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            ports[name] = probe.getsockname()[1]
+    return ports
+
+
 def stack_children(config: BerthConfig, tool_agents: list[str],
                    fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, api_key: str | None = None,
-                   otel_console: bool = False) -> list[ChildSpec]:
+                   otel_console: bool = False, metrics: dict[str, int] | None = None) -> list[ChildSpec]:
     """The processes of the stack; only those that call the API (the tool worker) get `api_key`.
-    With `otel_console` each Berth process prints its spans to its own log."""
+    With `otel_console` each Berth process prints its spans to its own log; `metrics` gives the worker
+    and nodes their /metrics ports (none without)."""
+    metrics = metrics or {}
     env = {**config.to_env(), CONSOLE_ENV: "1"} if otel_console else config.to_env()
     data = config.data_dir.resolve()
     children = [
@@ -78,11 +93,13 @@ def stack_children(config: BerthConfig, tool_agents: list[str],
             env))
     children += [
         ChildSpec("server", python_module("orchestrator.cli.main", "server"), env),
-        ChildSpec("worker", python_module("orchestrator.cli.main", "worker"), env),
+        ChildSpec("worker", python_module("orchestrator.cli.main", "worker"),
+                  {**env, WORKER_METRICS_PORT_ENV: str(metrics["worker"])} if "worker" in metrics else env),
     ]
     if config.fleet:
         children += [ChildSpec(node.node_id, python_module("orchestrator.cli.main", *node_argv(
-            node, config.load_time_scale, NODE_HEARTBEAT_S)), env, stop_group=EDGE) for node in fleet]
+            node, config.load_time_scale, NODE_HEARTBEAT_S), "--metrics-port", str(metrics.get(node.node_id, 0))),
+            env, stop_group=EDGE) for node in fleet]
     if tool_agents:
         tools_env = {**env, API_KEY_ENV: api_key} if api_key else env
         children.append(ChildSpec("tools", python_module("orchestrator.cli.main", "worker", "--agents",
@@ -136,11 +153,12 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
     stop = _StopFlag()
     supervisor = Supervisor(config.data_dir / "logs", config.data_dir / "run")
     try:
-        for spec in stack_children(config, agents, fleet, admin_key, otel_console):
+        metrics = metrics_ports(config.host, fleet if config.fleet else ())
+        for spec in stack_children(config, agents, fleet, admin_key, otel_console, metrics):
             supervisor.start(spec)
         if not wait_ready(config, supervisor, stop):
             return 0
-        _print_urls(config, supervisor, fleet)
+        _print_urls(config, supervisor, fleet, metrics)
         _print_admin_key(config, admin_key if new_key else None)
         if demo:
             from ..demo.run_demo import run_demo
@@ -166,7 +184,8 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
                 stop_orphans(config.data_dir / "node" / node.node_id / "replica-logs")
 
 
-def _print_urls(config: BerthConfig, supervisor: Supervisor, fleet: Sequence[SimulatedNode]) -> None:
+def _print_urls(config: BerthConfig, supervisor: Supervisor, fleet: Sequence[SimulatedNode],
+                metrics: dict[str, int]) -> None:
     print(f"Berth is up (data in {config.data_dir.resolve()})")
     print(f"  Admin UI     {config.resolved_api_url}/   (sign in with the admin key below)")
     print(f"  API          {config.resolved_api_url}/v1   (OpenAPI: {config.resolved_api_url}/docs)")
@@ -178,6 +197,8 @@ def _print_urls(config: BerthConfig, supervisor: Supervisor, fleet: Sequence[Sim
                   f" ${node.price:g}/h")
     else:
         print(f"  Engine       {config.resolved_engine_url}")
+    print(f"  Metrics      {config.resolved_api_url}/metrics"
+          + "".join(f", {name} http://{config.host}:{port}/metrics" for name, port in metrics.items()))
     print(f"  Logs         {supervisor.log_dir}", flush=True)
 
 

@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.work_lost
 	$(PY) -m benchmarks.checkpoint_storage
 	$(PY) -m benchmarks.load_run
+	$(PY) -m benchmarks.telemetry_overhead
 
 clean:
 	rm -rf $(VENV) .berth

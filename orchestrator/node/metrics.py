@@ -35,9 +35,10 @@ def record_load(model: str, tier: str, seconds: float) -> None:
 
 def node_reading(node_id: str, datacenter: str, gpus: list[GpuInfo], replicas: list[ReplicaReport]) -> FleetReading:
     """One node's GPUs and replicas as the fleet gauges show them."""
+    held = {i for r in replicas for i in r.gpu_indexes}
     return FleetReading(
         gpus=[GpuReading(node_id, datacenter, g.index, g.type_name, g.memory_used_mib, g.memory_total_mib,
-                         g.utilization_pct, g.ecc_errors, g.healthy) for g in gpus],
+                         g.utilization_pct, g.ecc_errors, g.healthy, g.index in held) for g in gpus],
         replicas=Counter((r.model, r.state, node_id, datacenter) for r in replicas),
     )
 

@@ -33,6 +33,7 @@ class GpuReading:
     utilization_pct: int | None
     ecc_errors: int | None
     healthy: bool
+    held: bool = False  # a replica holds it (the admin UI's "busy")
 
 
 @dataclass(frozen=True)
@@ -43,13 +44,15 @@ class FleetReading:
 
 
 def fleet_reading(nodes: Iterable[NodeView]) -> FleetReading:
-    """The control plane's view: every node's GPUs as of its last heartbeat, and its replicas."""
+    """The control plane's view: every node's GPUs as of its last heartbeat, and its replicas (the admin UI's
+    overview counts from this same reading, so its page and /metrics never disagree)."""
     reading = FleetReading()
     for node in nodes:
+        held = {i for r in node.replicas for i in r.gpu_indexes}
         for gpu in node.gpus:
             reading.gpus.append(GpuReading(node.node_id, node.datacenter, gpu.index, gpu.type_name,
                                            gpu.memory_used_mib, gpu.memory_total_mib, gpu.utilization_pct,
-                                           gpu.ecc_errors, gpu.healthy))
+                                           gpu.ecc_errors, gpu.healthy, gpu.index in held))
         reading.replicas.update((r.model, r.state, node.node_id, node.datacenter) for r in node.replicas)
     return reading
 

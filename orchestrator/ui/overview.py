@@ -1,5 +1,8 @@
 """The overview's figures: what an operator glances at to know whether the fleet keeps up.
 
+GPUs and replicas are counted from the same fleet reading the control plane's /metrics gauges
+observe (telemetry.fleet_gauges), so the page and a dashboard agree.
+
 Task figures are the caller's tenant's when its key is confined to one; fleet figures
 (GPUs, replicas) are the shared fleet's, which every role may see, with no task or tenant in them.
 """
@@ -13,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from sdk import TaskState, TaskStatus
 
 from ..store import Store
+from ..telemetry.fleet_gauges import fleet_reading
 from .charts import Series
 
 HOUR = timedelta(hours=1)
@@ -41,18 +45,18 @@ def overview(store: Store, tenant: str | None, now: datetime | None = None) -> O
     # The current minute is still filling up; the last whole one is the honest "per minute".
     last_whole = per_minute[-2][1] if len(per_minute) > 1 else 0
     recent = store.events.recent(("llm_call", "interruption"), now - HOUR, tenant)
-    nodes = [n for n in store.fleet.list() if n.status != "lost"]
-    held = {(r.node_id, i) for n in nodes for r in n.replicas for i in r.gpu_indexes}
-    gpus = [(n.node_id, g.index) for n in nodes for g in n.gpus]
-    replicas = [r for n in nodes for r in n.replicas]
+    fleet = fleet_reading(n for n in store.fleet.list() if n.status != "lost")
+    replicas: Counter[str] = Counter()
+    for (_model, state, _node, _datacenter), count in fleet.replicas.items():
+        replicas[state] += count
     return Overview(
         tasks_by_state=_ordered(store.tasks.count_by_status(tenant)),
         tokens_per_minute=Series("tokens per minute", "tokens/min", [(at, float(n)) for at, n in per_minute]),
         tokens_last_minute=last_whole,
-        gpus_busy=sum(1 for g in gpus if g in held),
-        gpus_idle=sum(1 for g in gpus if g not in held),
-        warm_replicas=sum(1 for r in replicas if r.state == "warm"),
-        loading_replicas=sum(1 for r in replicas if r.state == "loading"),
+        gpus_busy=sum(1 for g in fleet.gpus if g.held),
+        gpus_idle=sum(1 for g in fleet.gpus if not g.held),
+        warm_replicas=replicas["warm"],
+        loading_replicas=replicas["loading"],
         cold_starts_1h=sum(1 for e in recent if e.kind == "llm_call" and e.data.get("tier") in COLD_TIERS),
         preemptions_1h=sum(1 for e in recent if e.kind == "interruption"),
         waiting_for_gpu=_waiting_for_gpu(store, tenant),

@@ -70,6 +70,9 @@ def test_the_fleet_table_maps_to_the_same_gauges(metrics_reader: InMemoryMetricR
     assert {name for name, _ in seen} >= set(GPU_METRICS)
     assert seen[("berth_gpu_healthy", "0")] == 0 and seen[("berth_gpu_ecc_errors", "0")] == 1
     assert seen[("berth_replicas", "m/warm")] == 2 and seen[("berth_replicas", "m/loading")] == 1
+    # The admin UI's overview counts "busy" GPUs from this same reading: those a replica holds.
+    two = view.model_copy(update={"gpus": [*view.gpus, GpuView(index=1, type_name="H100-80GB")]})
+    assert [g.held for g in fleet_reading([two]).gpus] == [True, False]
 
 
 def test_a_node_serves_its_gpus_on_its_metrics_port(metrics_reader: InMemoryMetricReader) -> None:

@@ -54,6 +54,7 @@ def install(app: FastAPI, store: Store) -> FleetHistory:
             return await api_error_handler(request, exc)
         return error_response(exc.status, exc.message, field=exc.field, code=exc.code, headers=exc.headers)
 
+    app.state.failed_logins = login.failed_logins_limit()
     app.state.fleet_history = FleetHistory(store)
     return app.state.fleet_history
 

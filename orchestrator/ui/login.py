@@ -40,11 +40,9 @@ router = APIRouter(include_in_schema=False)
 Svc = Annotated[Services, Depends(services)]
 
 
-def failed_logins(request: Request) -> KeyRateLimit:
-    limiter = getattr(request.app.state, "failed_logins", None)
-    if limiter is None:
-        limiter = request.app.state.failed_logins = KeyRateLimit(FAILED_LOGINS_PER_S, FAILED_LOGIN_BURST)
-    return limiter
+def failed_logins_limit() -> KeyRateLimit:
+    """The app's limiter of failed sign-ins (made once, by ui.install)."""
+    return KeyRateLimit(FAILED_LOGINS_PER_S, FAILED_LOGIN_BURST)
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -58,7 +56,7 @@ async def login(request: Request, svc: Svc) -> Response:
     next_path = safe_next(form.get("next"))
     check_login_csrf(request, form)
     key = form.get("api_key", "").strip()
-    limiter = failed_logins(request)
+    limiter: KeyRateLimit = request.app.state.failed_logins
     client = f"addr:{request.client.host if request.client else 'unknown'}"
     key_id = (split_key(key) or ("", ""))[0]
     buckets = [client] + ([f"key:{key_id}"] if key_id else [])

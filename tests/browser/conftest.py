@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, BrowserContext, Playwright, sync_playwr
 
 from orchestrator.stack.fleet import DEFAULT_FLEET
 from tests.browser.ui import ARTIFACTS, CHROMIUM, Ui
-from tests.system.conftest import Stack, wait_until
+from tests.system.conftest import Stack, wait_for_healthy_nodes
 
 # Flags for a headless run on a CI box: no sandbox (root in a container), and nothing that
 # would phone home or spend the two CPUs on background work while the stack runs.
@@ -30,8 +30,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s = Stack.create(tmp_path_factory.mktemp("ui-stack"), latency_scale=0.3, load_time_scale=0.02)
     s.start()
     try:
-        wait_until(lambda: len(s.http.get("/v1/nodes", params={"status": "healthy"}).json()) == len(DEFAULT_FLEET),
-                   60, f"{len(DEFAULT_FLEET)} healthy nodes")
+        wait_for_healthy_nodes(s, len(DEFAULT_FLEET))
         yield s
     finally:
         s.stop()

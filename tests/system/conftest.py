@@ -159,8 +159,13 @@ def fleet_stack(tmp: Path, fleet: list[dict], env: dict[str, str] | None = None,
     stack.up_args = ("--fleet", str(tmp / "fleet.json"))
     stack.start()
     try:
-        wait_until(lambda: len(stack.http.get("/v1/nodes", params={"status": "healthy"}).json()) == len(fleet),
-                   60, f"{len(fleet)} healthy nodes")
+        wait_for_healthy_nodes(stack, len(fleet))
         yield stack
     finally:
         stack.stop()
+
+
+def wait_for_healthy_nodes(stack: Stack, count: int) -> None:
+    """Until `count` nodes have joined and report healthy (steps and the Fleet page need them)."""
+    wait_until(lambda: len(stack.http.get("/v1/nodes", params={"status": "healthy"}).json()) == count,
+               60, f"{count} healthy nodes")

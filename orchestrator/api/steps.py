@@ -57,9 +57,20 @@ async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: 
 @router.post("/settle", response_model=SettleStepResult)
 async def settle(node_id: str, req: SettleStepRequest, svc: Svc, node_secret: NodeSecret = None) -> SettleStepResult:
     """Node agents only: book a model call under its (task, step, attempt) key and announce it once."""
-    recorded = await _call(svc, node_id, node_secret, {req.entry.task_id},
-                           lambda books: books.settle(_entry(req.entry), req.event))
+    def book(books: StoreStepBooks) -> bool:
+        return books.settle(_entry(req.entry), _labelled_by_owner(svc, req.entry.task_id, req.event))
+
+    recorded = await _call(svc, node_id, node_secret, {req.entry.task_id}, book)
     return SettleStepResult(recorded=recorded)
+
+
+def _labelled_by_owner(svc: Services, task_id: str, event: dict) -> dict:
+    """The call's event with the tenant the store says owns the task: its tokens and cost are booked to that
+    tenant's metrics, whatever tenant the node wrote (a node is trusted with its steps, not with who owns them)."""
+    labelled = {k: v for k, v in event.items() if k != "tenant"}
+    if (stored := svc.store.tasks.get(task_id)) is not None:
+        labelled["tenant"] = stored.state.tenant
+    return labelled
 
 
 @router.post("/booked", response_model=list[LedgerEntryBody])

@@ -121,6 +121,14 @@ def test_settle_books_once_and_announces_once(books: RemoteStepBooks, store: Sto
     assert store.ledger.entries("t1") == [entry()]
 
 
+def test_a_settled_call_is_labelled_with_the_tenant_that_owns_the_task_not_the_nodes_word(
+        books: RemoteStepBooks, store: Store) -> None:
+    books.prepare("t1", root(store), pending_step("t1"))  # t1 is stored, owned by "default"
+    assert books.settle(entry(), {"step": 1, "tenant": "someone-else"}) is True
+    [call] = [e for e in store.events.read("t1") if e.kind == "llm_call"]
+    assert call.data == {"step": 1, "tenant": "default"}
+
+
 def test_booked_and_book_interrupted_serve_a_retried_attempt(books: RemoteStepBooks, store: Store) -> None:
     books.settle(entry(attempt=1), {"step": 1})
     books.settle(entry(attempt=2), {"step": 1})

@@ -43,6 +43,12 @@ def annotate_generation(task_id: str, step: int, model: str, placement: StepPlac
                "berth.tokens_per_s": completion_tokens / duration_s if duration_s > 0 else None})
 
 
+def annotate_load(model: str, replica_id: str, gpu_indexes: list[int], tier: str, load_seconds: float) -> None:
+    """A replica started for a step: where its weights came from and how long the step waited for them."""
+    _annotate({"berth.model": model, "berth.replica": replica_id, "berth.gpu_indexes": gpu_indexes,
+               "berth.tier": tier, "berth.load_s": load_seconds})
+
+
 def annotate_checkpoint(task_id: str, ref: CheckpointRef) -> None:
     _annotate({"berth.task_id": task_id, "berth.checkpoint.seq": ref.seq})
 

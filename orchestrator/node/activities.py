@@ -11,6 +11,7 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.spans import annotate_load
 from orchestrator.node.replicas import Replica, ReplicaLoadError, ReplicaManager
 from orchestrator.node.weights_cache import WeightsCacheError
 from sdk._node_io import (LOAD_REPLICA, PREWARM, UNLOAD_REPLICA, LoadedTier, LoadReplica, Prewarm, ReplicaReady,
@@ -37,6 +38,7 @@ class NodeActivities:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
         assert replica.handle is not None
         tier: LoadedTier = replica.tier
+        annotate_load(req.model.name, replica.replica_id, req.gpu_indexes, tier, replica.load_seconds)
         return ReplicaReady(replica_id=replica.replica_id, base_url=replica.handle.base_url,
                             load_seconds=replica.load_seconds, tier=tier)
 

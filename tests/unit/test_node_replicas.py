@@ -12,11 +12,18 @@ from pathlib import Path
 import httpx
 import pytest
 
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.testing import ActivityEnvironment
+
 from orchestrator.catalogue import SEED_MODELS
 from orchestrator.engines.replicas import SimulatedReplicaEngine, VllmReplicaEngine
+from orchestrator.node.activities import NodeActivities
 from orchestrator.node.replicas import ReplicaLoadError, ReplicaManager
 from orchestrator.node.weights_cache import WeightsCache
 from sdk import ModelEntry
+from sdk._node_io import LoadReplica
 
 SMALL = next(m for m in SEED_MODELS if m.name == "llama-3.2-1b")
 GIB = 2**30
@@ -55,6 +62,22 @@ async def test_a_replica_loads_serves_is_reported_and_unloads_keeping_its_weight
     [cached] = cache.contents()
     assert not cached.pinned  # on disk still, evictable again
     assert not await manager.unload("r1")  # a retried unload is done already
+
+
+async def test_a_load_activity_writes_where_the_weights_came_from_and_its_seconds_on_its_span(
+        manager: ReplicaManager) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    load = NodeActivities(manager).load_replica
+    # The span the worker's TracingInterceptor opens around the activity, stood in for here.
+    with provider.get_tracer("test").start_as_current_span("RunActivity:berth.load_replica"):
+        ready = await ActivityEnvironment().run(load, LoadReplica(model=SMALL, gpu_indexes=[1], replica_id="r7"))
+    [span] = exporter.get_finished_spans()
+    assert {k: span.attributes[k] for k in ("berth.model", "berth.replica", "berth.tier")} == \
+        {"berth.model": "llama-3.2-1b", "berth.replica": "r7", "berth.tier": "origin"}
+    assert tuple(span.attributes["berth.gpu_indexes"]) == (1,)
+    assert span.attributes["berth.load_s"] == ready.load_seconds > 0
 
 
 async def test_a_second_load_of_cached_weights_is_a_disk_load(manager: ReplicaManager) -> None:

@@ -17,11 +17,10 @@ from sdk import TaskState, TaskStatus
 
 from ..store import Store
 from ..telemetry.fleet_gauges import fleet_reading
+from ..telemetry.model_figures import ModelFigures, is_cold_start, model_figures
 from .charts import Series
 
 HOUR = timedelta(hours=1)
-# A step that had to put weights on a GPU first: from the node's disk, a datacenter peer, or the origin.
-COLD_TIERS = frozenset({"disk", "datacenter", "origin"})
 WAITING_SHOWN = 50
 
 
@@ -57,17 +56,16 @@ def overview(store: Store, tenant: str | None, now: datetime | None = None) -> O
         gpus_idle=sum(1 for g in fleet.gpus if not g.held),
         warm_replicas=replicas["warm"],
         loading_replicas=replicas["loading"],
-        cold_starts_1h=sum(1 for e in recent if e.kind == "llm_call" and e.data.get("tier") in COLD_TIERS),
+        cold_starts_1h=sum(1 for e in recent if is_cold_start(e)),
         preemptions_1h=sum(1 for e in recent if e.kind == "interruption"),
         waiting_for_gpu=_waiting_for_gpu(store, tenant),
     )
 
 
-def cold_starts_by_model(store: Store, now: datetime | None = None) -> Counter[str]:
-    """Steps of the last hour that waited for a load, per model, across the fleet (counts only: no task in them)."""
+def models_last_hour(store: Store, now: datetime | None = None) -> dict[str, ModelFigures]:
+    """Each model's calls, cold starts, TTFT and speed over the last hour, across the fleet (no task in them)."""
     since = (now or datetime.now(timezone.utc)) - HOUR
-    return Counter(e.data.get("model", "") for e in store.events.recent(("llm_call",), since)
-                   if e.data.get("tier") in COLD_TIERS)
+    return model_figures(store.events.recent(("llm_call",), since))
 
 
 def _waiting_for_gpu(store: Store, tenant: str | None) -> list[TaskState]:

@@ -23,7 +23,7 @@ from ..api.services import Services, services
 from ..api.tasks import current_state
 from .charts import Series, line_chart
 from .fleet_history import FleetHistory
-from .overview import cold_starts_by_model, overview
+from .overview import models_last_hour, overview
 from .rendering import Flash, may, render
 from .session_auth import Viewer, signed_in
 from .task_view import TaskDetail, task_detail
@@ -155,7 +155,7 @@ async def show_models(request: Request, svc: Services, viewer: Viewer, *, flash:
     models = await svc.db(svc.store.models.list)
     replicas = await svc.db(svc.store.fleet.replicas)
     return render(request, "models.html", viewer, models=models, replicas=replicas, typed=typed, flash=flash,
-                  status=status, cold_starts=await svc.db(cold_starts_by_model, svc.store))
+                  status=status, figures=await svc.db(models_last_hour, svc.store))
 
 
 @router.get("/tenants", response_class=HTMLResponse)

@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 import pytest
 
+from activities.ports import LedgerEntry
+from activities.step_books import StoreStepBooks
 from orchestrator.store import Store
 from orchestrator.ui.login import FAILED_LOGIN_BURST
 from sdk import AgentSpec, TaskSpec
@@ -261,3 +263,20 @@ async def test_an_operator_confined_to_a_tenant_may_not_change_what_every_tenant
                                   data={"min_replicas": "1", "max_replicas": "2", "csrf_token": csrf_of(page)})
     assert refused.status_code == 403 and "every tenant shares it" in refused.text
     assert store.models.get("llama-3.2-1b") == before
+
+
+async def test_the_models_page_shows_each_models_last_hour_from_its_booked_calls(sign_in: SignIn, store: Store) -> None:
+    """The same settle that feeds berth_step_ttft_seconds writes the calls this page counts."""
+    books = StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger)
+    for attempt, (ttft, tier) in enumerate(((9.0, "origin"), (0.12, "warm"), (0.3, "warm")), start=1):
+        books.settle(LedgerEntry(task_id="t-served", step=1, attempt=attempt, model="qwen2.5-7b", prompt_tokens=20,
+                                 completion_tokens=40, cost_usd=0, ttft_s=ttft, duration_s=1.0, served_by="n/r"),
+                     {"model": "qwen2.5-7b", "tier": tier, "ttft_s": ttft, "tokens_per_s": 40.0})
+    page = (await (await sign_in(Role.viewer)).get("/models")).text
+    section = page[page.index('data-model="qwen2.5-7b"'):]
+    section = section[:section.index("</section>")]
+    shown = dict(re.findall(r'<b class="([\w-]+)">([^<]*)</b>', section))
+    assert {k: shown[k] for k in ("calls", "cold-starts", "ttft-p50", "ttft-p95", "speed")} == {
+        "calls": "3", "cold-starts": "1", "ttft-p50": "300 ms", "ttft-p95": "9.0 s", "speed": "40 tok/s"}
+    idle = page[page.index('data-model="llama-3.1-8b"'):]
+    assert re.search(r'<b class="calls">0</b>.*?<b class="ttft-p50">–</b>', idle, re.S)

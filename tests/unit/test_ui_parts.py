@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from orchestrator.store import Store
 from orchestrator.ui.charts import Series, line_chart
-from orchestrator.ui.overview import cold_starts_by_model, overview
+from orchestrator.ui.overview import models_last_hour, overview
 from orchestrator.ui.pages import _idle_timer
 from orchestrator.ui.session_auth import safe_next
 from orchestrator.ui.task_view import tool_calls_of
@@ -66,9 +66,9 @@ def test_the_overview_counts_cold_starts_preemptions_and_waiting_tasks_of_the_ca
         store.tasks.create(task_id, "{}", TaskState(task_id=task_id, agent="a", agent_version="v", model="m-1",
                                                     tenant=tenant, status=status, max_steps=3,
                                                     spend=Spend(token_limit=10), gpu_trouble="capacity"))
-    store.events.append("a1", "llm_call", {"model": "m-1", "tier": "origin"})
-    store.events.append("a2", "llm_call", {"model": "m-1", "tier": "warm"})
-    store.events.append("b1", "llm_call", {"model": "m-2", "tier": "disk"})
+    store.events.append("a1", "llm_call", {"model": "m-1", "tier": "origin", "ttft_s": 4.0, "tokens_per_s": 50.0})
+    store.events.append("a2", "llm_call", {"model": "m-1", "tier": "warm", "ttft_s": 0.2, "tokens_per_s": 90.0})
+    store.events.append("b1", "llm_call", {"model": "m-2", "tier": "disk", "ttft_s": 1.5, "tokens_per_s": None})
     store.events.append("b1", "interruption", {"kind": "notice"})
     mine = overview(store, "default")
     assert (mine.cold_starts_1h, mine.preemptions_1h) == (1, 0)
@@ -76,4 +76,7 @@ def test_the_overview_counts_cold_starts_preemptions_and_waiting_tasks_of_the_ca
     assert mine.tasks_by_state["waiting_for_gpu"] == 1 and mine.tasks_by_state["completed"] == 0
     everyone = overview(store, None)
     assert (everyone.cold_starts_1h, everyone.preemptions_1h, len(everyone.waiting_for_gpu)) == (2, 1, 2)
-    assert cold_starts_by_model(store) == {"m-1": 1, "m-2": 1}
+    figures = models_last_hour(store)
+    assert {m: (f.calls, f.cold_starts) for m, f in figures.items()} == {"m-1": (2, 1), "m-2": (1, 1)}
+    assert (figures["m-1"].ttft_p50_s, figures["m-1"].ttft_p95_s, figures["m-1"].tokens_per_s_p50) == (0.2, 4.0, 50.0)
+    assert (figures["m-2"].ttft_p50_s, figures["m-2"].tokens_per_s_p50) == (1.5, None)

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
@@ -30,11 +30,10 @@ from sdk._node_io import FetchSource, LoadOnNode, LoadReplica
 
 from ..store import LeaseRecord, Store
 from .decision import Decision, PlacementRequest
-from .filters import boundary_owner
+from .admission import may_go, place_away_from_reclaimed_spot, place_scaler_replica, starts_replica
 from .fleet import Booking, FleetState, StaleDecision, Tenant as PoolTenant
 from .inventory import model_spec, node_from_view
 from .metrics import record_decision, record_grant, watch_queue
-from .placement import place
 from .queue import WaitQueue
 from .scaler import DEFAULT_POLICY, ModelDemand, ScaleDown, ScaleUp, plan_scaling
 from .weights import DEFAULT_CONFIG, PlacementConfig
@@ -131,16 +130,16 @@ class PoolService:
                                   reason="no GPU node has joined the fleet yet")
             ahead = self.queue.ahead_of(req.task_id, req.model, req.priority, now)
             request = _placement_request(req, self.policies.get(req.model, DEFAULT_POLICY).max_replicas)
-            decision = self._place_away_from_reclaimed_spot(request)
-            if _starts_replica(decision) and self.clock() - self._synced_at > COLD_PLACEMENT_FRESHNESS_S:
+            decision = place_away_from_reclaimed_spot(self.fleet, request, self.config)
+            if starts_replica(decision) and self.clock() - self._synced_at > COLD_PLACEMENT_FRESHNESS_S:
                 # A new replica costs seconds to minutes, so it is worth deciding on the nodes' latest
                 # reports (weights that just arrived on a disk, a replica that just turned warm).
                 self.sync(force=True)
-                decision = self._place_away_from_reclaimed_spot(request)
+                decision = place_away_from_reclaimed_spot(self.fleet, request, self.config)
             if decision.outcome == "never":
                 self.queue.leave(req.task_id)
                 return LeaseGrant(outcome="never", reason=decision.reason)
-            if decision.outcome == "placed" and self._may_go(decision, ahead):
+            if decision.outcome == "placed" and may_go(self.fleet, decision, ahead):
                 try:
                     return self._grant(req, entry, decision, now)
                 except StaleDecision as exc:  # cannot happen under the lock; kept as a wait, not a crash
@@ -152,31 +151,6 @@ class PoolService:
                                   reason=f"{position - 1} earlier step(s) for {req.model} go first")
             return LeaseGrant(outcome="wait", wait_reason=decision.wait_reason, queue_position=position,
                               reason=decision.reason)
-
-    def _place_away_from_reclaimed_spot(self, request: PlacementRequest) -> Decision:
-        """Avoid the spot nodes of zones reclaimed under this step while anything else can serve it; a
-        zone's other spot nodes are only likely to go next, so they still serve rather than nobody."""
-        decision = place(self.fleet, request, self.config)
-        if decision.outcome != "placed" and request.exclude_spot_zones:
-            decision = place(self.fleet, replace(request, exclude_spot_zones=frozenset()), self.config)
-        return decision
-
-    def _may_go(self, decision: Decision, ahead: int) -> bool:
-        """Whether a placed step may have its lease although `ahead` steps wait before it.
-
-        A free slot of a replica is taken only while more slots are free than steps wait ahead (each
-        of them still finds one when it next asks); a new replica is started by the first in line
-        only. Waiters ask again after pauses of up to seconds: holding every free slot for the first
-        of them left a replica's slots idle under a burst.
-        """
-        if ahead == 0:
-            return True
-        chosen = decision.chosen
-        if chosen is None or chosen.candidate.replica_id is None:
-            return False
-        request = decision.request
-        owner = boundary_owner(request, self.fleet.trust_of(request.tenant))
-        return ahead < self.fleet.free_slots[(request.model, owner)]
 
     def release(self, req: ReleaseLease) -> None:
         """End a lease; idempotent. `replica_warm` says the step was served, so the replica serves."""
@@ -380,13 +354,7 @@ class PoolService:
         with self._lock:
             self.sync()
             self.fleet.add_model(model_spec(entry))
-            # Spread a model's replicas across nodes where they fit, so one node's loss never takes them all.
-            hosting = frozenset(self.fleet.replicas[r].node_id for r in self.fleet.replicas_by_model.get(model, {}))
-            request = PlacementRequest(model=model, tokens=1, priority="batch", new_replica_only=True,
-                                       exclude_nodes=hosting)
-            decision = place(self.fleet, request, self.config)
-            if decision.chosen is None and hosting:
-                decision = place(self.fleet, replace(request, exclude_nodes=frozenset()), self.config)
+            decision = place_scaler_replica(self.fleet, model, self.config)
             chosen = decision.chosen
             if chosen is None:
                 return None  # no room for another replica now
@@ -422,10 +390,6 @@ def _listed_since(view: NodeView, gone_at: datetime) -> bool:
         return False
     beat = beat if beat.tzinfo else beat.replace(tzinfo=timezone.utc)
     return beat - gone_at >= timedelta(seconds=GONE_CONFIRM_S)
-
-
-def _starts_replica(decision: Decision) -> bool:
-    return decision.chosen is not None and decision.chosen.candidate.replica_id is None
 
 
 def _placement_request(req: LeaseRequest, max_replicas: int) -> PlacementRequest:

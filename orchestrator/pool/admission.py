@@ -1,0 +1,59 @@
+"""The pool's rules around `place()`: which placed step may take its lease while others wait, the
+retry that still serves a step away from reclaimed spot zones, and where the scaler starts a replica.
+
+Pure functions over the in-memory fleet, like `place()` itself: the live pool service applies them
+under its lock, and `berth simulate` applies the very same ones in virtual time, so a simulated
+fleet is admitted, queued and scaled by Berth's rules rather than a copy of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .decision import Decision, PlacementRequest
+from .filters import boundary_owner
+from .fleet import FleetState
+from .placement import place
+from .weights import PlacementConfig
+
+
+def place_away_from_reclaimed_spot(fleet: FleetState, request: PlacementRequest, config: PlacementConfig) -> Decision:
+    """Avoid the spot nodes of zones reclaimed under this step while anything else can serve it; a
+    zone's other spot nodes are only likely to go next, so they still serve rather than nobody."""
+    decision = place(fleet, request, config)
+    if decision.outcome != "placed" and request.exclude_spot_zones:
+        decision = place(fleet, replace(request, exclude_spot_zones=frozenset()), config)
+    return decision
+
+
+def may_go(fleet: FleetState, decision: Decision, ahead: int) -> bool:
+    """Whether a placed step may have its lease although `ahead` steps wait before it.
+
+    A free slot of a replica is taken only while more slots are free than steps wait ahead (each
+    of them still finds one when it next asks); a new replica is started by the first in line
+    only. Waiters ask again after pauses of up to seconds: holding every free slot for the first
+    of them left a replica's slots idle under a burst.
+    """
+    if ahead == 0:
+        return True
+    chosen = decision.chosen
+    if chosen is None or chosen.candidate.replica_id is None:
+        return False
+    request = decision.request
+    owner = boundary_owner(request, fleet.trust_of(request.tenant))
+    return ahead < fleet.free_slots[(request.model, owner)]
+
+
+def starts_replica(decision: Decision) -> bool:
+    return decision.chosen is not None and decision.chosen.candidate.replica_id is None
+
+
+def place_scaler_replica(fleet: FleetState, model: str, config: PlacementConfig) -> Decision:
+    """Where the scaler's next replica of `model` goes (batch class: spot first), spread across nodes that
+    do not host the model yet where it fits, so one node's loss never takes all its replicas."""
+    hosting = frozenset(fleet.replicas[r].node_id for r in fleet.replicas_by_model.get(model, {}))
+    request = PlacementRequest(model=model, tokens=1, priority="batch", new_replica_only=True, exclude_nodes=hosting)
+    decision = place(fleet, request, config)
+    if decision.chosen is None and hosting:
+        decision = place(fleet, replace(request, exclude_nodes=frozenset()), config)
+    return decision

@@ -105,9 +105,12 @@ def _desired(policy: ScalingPolicy, replicas: list[Replica], waiting: int, spec:
     if policy.scaler == "queue_delay":
         if waiting > 0:
             needs.append((for_waiters, f"{waiting} acquire(s) waiting"))
-        # Every replica (a loading one included: its queue starts when it is warm) is over the
-        # target delay: no replica can take a lease within target, so one more is worth loading.
-        elif replicas and all(r.queue_s > policy.target for r in replicas):
+        # Every replica is full and over the target delay (a loading one included: its queue starts
+        # when it is warm): no replica can take a lease within target, so one more is worth loading.
+        # A replica with a free slot takes the next lease at once, into its running batch, however
+        # many tokens it has still to write: counting those as delay loaded replicas for agent steps'
+        # long prompts while slots stood free (measured by `berth simulate`).
+        elif replicas and all(r.queue_s > policy.target and not r.has_slot for r in replicas):
             shortest = min(r.queue_s for r in replicas)
             needs.append((count + 1, f"queue {shortest:.1f}s over the {policy.target:g}s target on every replica"))
     else:  # request_count

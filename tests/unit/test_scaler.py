@@ -81,10 +81,12 @@ def test_max_replicas_caps_every_rule_counting_loading_replicas() -> None:
     assert ups(plan(f, {"small": ScalingPolicy(max_replicas=2)}, demand={"small": ModelDemand(waiting=100)})) == {}
 
 
-def test_queue_delay_adds_a_replica_only_when_every_replica_is_over_the_target() -> None:
+def test_queue_delay_adds_a_replica_only_when_every_replica_is_full_and_over_the_target() -> None:
     f = fleet()
-    a = replica(f, tokens=25_000)  # 2500 tokens/s: 10 s of queue
+    a = replica(f, tokens=25_000, leases=3)  # 2500 tokens/s: 10 s of queue, and a free slot of 4
     policy = {"small": ScalingPolicy(scaler="queue_delay", target=2.0)}
+    assert plan(f, policy) == []  # the free slot takes the next lease into its running batch at once
+    f.set_load(a, active_leases=4)
     (up,) = plan(f, policy)
     assert up == ScaleUp("small", up.reason) and "every replica" in up.reason
     replica(f, state="loading")  # a loading replica with an empty queue will take the next leases

@@ -1,0 +1,465 @@
+"""The discrete-event simulation: virtual time, one event heap, the pool's own data structures.
+
+The fleet is the pool's `FleetState`, the wait queue its `WaitQueue`, loads take what the placement
+scorers predict (`scorers.load_seconds`: the simulated world is the one the scorers model), and a
+policy (policies.py) makes the placement and scaling decisions. What the live system does between
+them is played out here: a replica loads then serves; a call's prompt is prefilled (only its new part
+on the replica that served the session's previous call: the prefix cache) and its answer decoded at
+the replica's per-sequence rate; a waiting step asks again whenever something frees up and at every
+scaler tick; a spot node's notice cuts its generations, which continue elsewhere keeping what they
+wrote (without notice, the tokens written since the last heartbeat are lost), as Berth's workflow does.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ..pool.admission import may_go
+from ..pool.decision import Decision, PlacementRequest
+from ..pool.fleet import Booking, FleetState, ModelSpec
+from ..pool.queue import WaitQueue
+from ..pool.scaler import ModelDemand, ScaleDown
+from ..pool.scorers import load_seconds
+from .fleet_file import FleetFile
+from .plan import CallPlan, SessionPlan, Workload
+from .policies import Policy
+from .results import CallRecord, PreemptionRecord, ReplicaRecord, SessionRecord, SimResult
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    tick_s: float = 2.0  # the scaler's period (orchestrator/pool/autoscaler.py TICK_S)
+    heartbeat_s: float = 0.5  # a generating step reports its tokens this often: what a kill without notice loses
+    spot_return_s: float = 600.0  # a reclaimed spot node comes back, with an empty disk, this much later
+
+
+@dataclass
+class _Session:
+    plan: SessionPlan
+    record: SessionRecord
+    parent: _Session | None = None
+    index: int = 0
+    tokens_so_far: int = 0  # prompt and completion tokens of its finished calls: what a restart redoes
+    previous_replica: str | None = None
+
+
+@dataclass
+class _Call:
+    session: _Session
+    plan: CallPlan
+    record: CallRecord
+    prompt: int
+    remaining: int
+    exclude_nodes: set[str] = field(default_factory=set)
+    avoid_spot_zones: set[str] = field(default_factory=set)
+    booking: Booking | None = None
+    generation: int = 0  # bumped when a generation is cut, so its finish event is ignored
+    first_token_s: float = 0.0
+    rate: float = 0.0  # tokens/s of its generation
+    waiting_since: float | None = None  # when it joined the wait queue (its place in line)
+
+    @property
+    def key(self) -> str:
+        return self.session.plan.session_id
+
+
+@dataclass
+class _Replica:
+    record: ReplicaRecord
+    serving: int = 0
+    busy_since: float | None = None
+    waiting: list[_Call] = field(default_factory=list)  # leased while it loads
+
+
+class Simulation:
+    def __init__(self, fleet: FleetFile, models: Mapping[str, ModelSpec], workload: Workload, policy: Policy,
+                 seed: int = 0, settings: SimSettings = SimSettings()) -> None:
+        unknown = sorted(set(workload.models) - set(models))
+        if unknown:
+            raise ValueError(f"workload: model {unknown[0]!r} is not in the catalogue; known: {', '.join(sorted(models))}")
+        self.workload = workload
+        self.policy = policy
+        self.settings = settings
+        self.config = fleet.placement_config()
+        self.fleet = FleetState(replica_prefix="sim-r")
+        self.disk_gib: dict[str, float] = {}
+        for node, cache_gib in fleet.expand():
+            self.fleet.add_node(node)
+            self.disk_gib[node.id] = cache_gib
+        for spec in models.values():
+            self.fleet.add_model(spec)
+        self.queue = WaitQueue()
+        self.result = SimResult(policy=policy.name, seed=seed, horizon_s=workload.duration_s, end_s=0.0)
+        self.now = 0.0
+        self._heap: list[tuple[float, int, Callable[..., None], tuple]] = []
+        self._seq = itertools.count()
+        self._waiting: dict[str, dict[str, _Call]] = {}  # model → session id → call waiting for a lease
+        self._replicas: dict[str, _Replica] = {}
+        self._serving: dict[str, set[int]] = {}  # replica id → ids of calls it is generating for
+        self._calls: dict[int, _Call] = {}
+        self._disk: dict[str, OrderedDict[str, float]] = {n: OrderedDict() for n in self.fleet.nodes}
+        self.idle_since: dict[str, float] = {}
+        self._open_sessions = 0
+        self._arrivals_left = len(workload.sessions)
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        self._preload()
+        for plan in self.workload.sessions:
+            self._at(plan.arrival_s, self._arrive, plan, None)
+        for node_id, preemptions in sorted(self.workload.preemptions.items()):
+            if node_id not in self.fleet.nodes:
+                raise ValueError(f"workload.preemptions: no node {node_id!r} in the fleet")
+            for at, notice in preemptions:
+                self._at(at, self._notice, node_id, notice)
+        self._at(0.0, self._tick)
+        while self._heap:
+            at, _, fn, args = heapq.heappop(self._heap)
+            self.now = at
+            fn(*args)
+        self.result.end_s = max((s.ended_s or 0.0 for s in self.result.sessions), default=0.0)
+        for rep in self._replicas.values():
+            self._close_busy(rep, self.result.end_s)
+        return self.result
+
+    def _at(self, at: float, fn: Callable[..., None], *args: object) -> None:
+        heapq.heappush(self._heap, (at, next(self._seq), fn, args))
+
+    def _timed(self, fn: Callable[[], Decision]) -> Decision:
+        started = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.result.decision_seconds += time.perf_counter() - started
+
+    # --- sessions and calls ----------------------------------------------------------------
+
+    def _arrive(self, plan: SessionPlan, parent: _Session | None) -> None:
+        if parent is None:
+            self._arrivals_left -= 1
+        record = SessionRecord(plan.session_id, self.now, parent=parent.plan.session_id if parent else None)
+        self.result.sessions.append(record)
+        self._open_sessions += 1
+        self._issue(_Session(plan, record, parent))
+
+    def _issue(self, session: _Session) -> None:
+        plan = session.plan.calls[session.index]
+        record = CallRecord(session.plan.session_id, plan.model, plan.prompt_tokens, plan.output_tokens, self.now)
+        self.result.calls.append(record)
+        call = _Call(session, plan, record, plan.prompt_tokens, plan.output_tokens)
+        self._calls[id(call)] = call
+        self._try(call)
+
+    def _request(self, call: _Call) -> PlacementRequest:
+        model = call.plan.model
+        return PlacementRequest(
+            model=model, tokens=call.prompt + call.remaining, prompt_tokens=call.prompt,
+            tenant=call.session.plan.tenant, priority=call.session.plan.priority,  # type: ignore[arg-type]
+            exclude_nodes=frozenset(call.exclude_nodes), exclude_spot_zones=frozenset(call.avoid_spot_zones),
+            previous_replica=call.session.previous_replica,
+            max_replicas=self.policy.scaling(model, self.fleet.models[model]).max_replicas)
+
+    def _try(self, call: _Call) -> bool:
+        """Ask for a lease as the pool service's acquire does; True when granted."""
+        model, key, priority = call.plan.model, call.key, _priority(call)
+        ahead = self.queue.ahead_of(key, model, priority, self.now)
+        decision = self._timed(lambda: self.policy.place(self.fleet, self._request(call)))
+        if decision.outcome == "never":
+            self.queue.leave(key)
+            self._waiting.get(model, {}).pop(key, None)
+            self._fail(call.session, decision.reason or "no node can ever serve it")
+            return False
+        if decision.outcome == "placed" and may_go(self.fleet, decision, ahead):
+            self._grant(call, decision)
+            return True
+        self.queue.refresh(key, model, priority, call.session.plan.priority != "low_priority", self.now)
+        self._waiting.setdefault(model, {})[key] = call
+        call.record.waited_for_gpu = True
+        if call.waiting_since is None:
+            call.waiting_since = self.now
+        return False
+
+    def _grant(self, call: _Call, decision: Decision) -> None:
+        assert decision.chosen is not None
+        booking = self.fleet.apply(decision, call.prompt + call.remaining)
+        self.queue.leave(call.key)
+        self._waiting.get(call.plan.model, {}).pop(call.key, None)
+        call.waiting_since = None
+        call.booking = booking
+        if call.record.granted_s is None:
+            call.record.granted_s = self.now
+        replica = self.fleet.replicas[booking.replica_id]
+        self.idle_since.pop(replica.id, None)
+        if booking.created_replica:
+            self._start_load(replica.id, decision.chosen.candidate.tier)
+        if not call.record.tier:
+            call.record.tier = decision.chosen.candidate.tier
+        if replica.state == "loading":
+            call.record.waited_for_load = True
+            self._replicas[replica.id].waiting.append(call)
+        else:
+            self._serve(call)
+
+    def _serve(self, call: _Call) -> None:
+        assert call.booking is not None
+        replica = self.fleet.replicas[call.booking.replica_id]
+        rep = self._replicas[replica.id]
+        call.rate = replica.tokens_per_s / replica.concurrency
+        cached = call.session.previous_replica == replica.id
+        prefill = call.prompt * (1 - self.config.prefix_cacheable_fraction) if cached else call.prompt
+        call.first_token_s = self.now + prefill / (replica.tokens_per_s * self.config.prefill_speedup)
+        if call.record.first_token_s is None:
+            call.record.first_token_s = call.first_token_s
+        if rep.serving == 0:
+            rep.busy_since = self.now
+        rep.serving += 1
+        self._serving.setdefault(replica.id, set()).add(id(call))
+        self._at(call.first_token_s + call.remaining / call.rate, self._finish, call, call.generation)
+
+    def _finish(self, call: _Call, generation: int) -> None:
+        if generation != call.generation:
+            return  # this generation was cut; its continuation finishes instead
+        replica_id = self._release(call)
+        call.record.done_s = self.now
+        session = call.session
+        session.tokens_so_far += call.prompt + call.remaining
+        session.previous_replica = replica_id
+        del self._calls[id(call)]
+        self._retry(call.plan.model)
+        if call.plan.spawn is not None:
+            self._arrive(call.plan.spawn, session)  # the parent waits for it, as for a tool
+        else:
+            self._after_tools(session)
+
+    def _after_tools(self, session: _Session) -> None:
+        done = session.plan.calls[session.index]
+        following = session.plan.calls[session.index + 1] if session.index + 1 < len(session.plan.calls) else None
+        at = self.now + done.tool_s
+        if following is not None:
+            at = max(at, following.not_before_s)
+        self._at(at, self._next_call, session)
+
+    def _next_call(self, session: _Session) -> None:
+        session.index += 1
+        if session.index < len(session.plan.calls):
+            self._issue(session)
+        else:
+            self._end(session)
+
+    def _end(self, session: _Session) -> None:
+        session.record.ended_s = self.now
+        self._open_sessions -= 1
+        if session.parent is not None:
+            self._after_tools(session.parent)
+
+    def _fail(self, session: _Session, reason: str) -> None:
+        session.record.failed = reason
+        self._end(session)
+
+    def _release(self, call: _Call) -> str:
+        """End the call's lease; the replica it held (its busy time and idle clock kept)."""
+        assert call.booking is not None
+        replica_id = call.booking.replica_id
+        rep = self._replicas[replica_id]
+        if id(call) in self._serving.get(replica_id, set()):
+            self._serving[replica_id].discard(id(call))
+            rep.serving -= 1
+            if rep.serving == 0:
+                self._close_busy(rep, self.now)
+        self.fleet.release(call.booking)
+        call.booking = None
+        replica = self.fleet.replicas.get(replica_id)
+        if replica is None:  # a replica started for this call alone, given up before it loaded
+            rep.record.ended_s = self.now
+            self.idle_since.pop(replica_id, None)
+        elif replica.active_leases == 0:
+            self.idle_since[replica_id] = self.now
+        return replica_id
+
+    def _retry(self, model: str) -> None:
+        """Waiting steps of `model` ask again, first in line first, until one is not placed."""
+        waiting = self._waiting.get(model)
+        if not waiting:
+            return
+        # The queue's own order: priority, then how long it has waited.
+        for call in sorted(waiting.values(), key=lambda c: (-_priority(c), c.waiting_since or 0.0, c.key)):
+            if call.key in waiting and not self._try(call):
+                break
+
+    # --- replicas ------------------------------------------------------------------------------
+
+    def _start_load(self, replica_id: str, tier: str, preloaded: bool = False) -> None:
+        replica = self.fleet.replicas[replica_id]
+        node = self.fleet.nodes[replica.node_id]
+        load_s = 0.0 if preloaded else load_seconds(self.fleet, replica.model, node, tier, self.config)
+        share = node.usd_per_hour * len(replica.devices) / max(len(node.devices), 1)
+        record = ReplicaRecord(replica_id, replica.model, node.id, len(replica.devices), share,
+                               "preloaded" if preloaded else tier, self.now, preloaded=preloaded)
+        self.result.replicas.append(record)
+        self._replicas[replica_id] = _Replica(record)
+        if preloaded:
+            self._ready(replica_id)
+        else:
+            self._at(self.now + load_s, self._ready, replica_id)
+
+    def _ready(self, replica_id: str) -> None:
+        replica = self.fleet.replicas.get(replica_id)
+        if replica is None or replica.state != "loading":
+            return  # lost with its node while it loaded
+        self.fleet.mark_warm(replica_id)
+        rep = self._replicas[replica_id]
+        rep.record.ready_s = self.now
+        self._cache(replica.node_id, replica.model)
+        if replica.active_leases == 0:
+            self.idle_since[replica_id] = self.now
+        waiting, rep.waiting = rep.waiting, []
+        for call in waiting:
+            self._serve(call)
+        self._retry(replica.model)
+
+    def _unload(self, replica_id: str) -> None:
+        rep = self._replicas[replica_id]
+        rep.record.ended_s = self.now
+        self._close_busy(rep, self.now)
+        self.fleet.unload(replica_id)
+        self.idle_since.pop(replica_id, None)
+
+    def _close_busy(self, rep: _Replica, at: float) -> None:
+        if rep.busy_since is not None:
+            rep.record.busy_s += at - rep.busy_since
+            rep.busy_since = None if rep.serving == 0 else at
+
+    def _cache(self, node_id: str, model: str) -> None:
+        """Weights land on the node's disk; the least recently used ones no replica there needs go past its size."""
+        disk = self._disk[node_id]
+        disk[model] = self.fleet.models[model].weights_gib
+        disk.move_to_end(model)
+        self.fleet.cache_weights(node_id, model)
+        in_use = {r.model for r in self.fleet.replicas.values() if r.node_id == node_id}
+        for old in list(disk):
+            if sum(disk.values()) <= self.disk_gib[node_id]:
+                break
+            if old not in in_use:
+                del disk[old]
+                self.fleet.evict_weights(node_id, old)
+
+    def _preload(self) -> None:
+        for model, count in sorted(self.policy.preload.items()):
+            for _ in range(count):
+                decision = self.policy.new_replica(self.fleet, model)
+                if decision.chosen is None:
+                    break
+                self._start_replica(decision, preloaded=True)
+
+    def _start_replica(self, decision: Decision, preloaded: bool = False) -> None:
+        """A replica for the scaler: placed and loading, with no lease on it yet (as the pool's start_replica)."""
+        assert decision.chosen is not None
+        booking = self.fleet.apply(decision, 1)
+        self.fleet.set_load(booking.replica_id, outstanding_tokens=0, active_leases=0)
+        self._start_load(booking.replica_id, decision.chosen.candidate.tier, preloaded)
+        self.idle_since[booking.replica_id] = self.now
+
+    # --- the scaler ----------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        for model, waiting in self._waiting.items():  # every waiter asks again each tick: it stays in line
+            for call in waiting.values():
+                self.queue.refresh(call.key, model, _priority(call), call.session.plan.priority != "low_priority",
+                                   self.now)
+        demand = {m: ModelDemand(waiting=n) for m, n in self.queue.demand(self.now).items()}
+        started = time.perf_counter()
+        plan = self.policy.plan(self.fleet, self.idle_since, self.now, demand)
+        self.result.decision_seconds += time.perf_counter() - started
+        for action in plan:
+            if isinstance(action, ScaleDown):
+                replica = self.fleet.replicas.get(action.replica_id)
+                if replica is not None and replica.state == "warm" and replica.active_leases == 0:
+                    self._unload(action.replica_id)
+            else:
+                decision = self._timed(lambda: self.policy.new_replica(self.fleet, action.model))
+                if decision.chosen is not None:
+                    self._start_replica(decision)
+        for model in sorted(self._waiting):
+            self._retry(model)
+        counts: dict[str, int] = {}
+        for replica in self.fleet.replicas.values():
+            counts[replica.model] = counts.get(replica.model, 0) + 1
+        self.result.replica_samples.append((self.now, counts))
+        if self._open_sessions or self._arrivals_left:
+            self._at(self.now + self.settings.tick_s, self._tick)
+
+    # --- preemptions ---------------------------------------------------------------------------
+
+    def _notice(self, node_id: str, notice_s: float) -> None:
+        """A spot reclaim: with notice the node drains and its generations move now, keeping their tokens."""
+        node = self.fleet.nodes[node_id]
+        if not node.healthy:
+            return  # already reclaimed and not back yet
+        record = PreemptionRecord(node_id, self.now, notice_s, 0, 0, 0)
+        self.result.preemptions.append(record)
+        if notice_s > 0:
+            self.fleet.set_draining(node_id, True)
+            self._cut_node(node_id, record, lost_unseen=False)
+            self._at(self.now + notice_s, self._reclaim, node_id, record)
+        else:
+            self._reclaim(node_id, record)
+
+    def _reclaim(self, node_id: str, record: PreemptionRecord) -> None:
+        self._cut_node(node_id, record, lost_unseen=record.notice_s == 0)
+        for replica in [r for r in self.fleet.replicas.values() if r.node_id == node_id]:
+            self._unload(replica.id)
+        self.fleet.set_draining(node_id, False)
+        self.fleet.set_health(node_id, False)
+        for model in list(self._disk[node_id]):  # a reclaimed spot machine comes back as a new, empty one
+            self.fleet.evict_weights(node_id, model)
+        self._disk[node_id].clear()
+        self._at(self.now + self.settings.spot_return_s, self._node_back, node_id)
+        for model in sorted(self._waiting):
+            self._retry(model)
+
+    def _node_back(self, node_id: str) -> None:
+        self.fleet.set_health(node_id, True)
+        for model in sorted(self._waiting):
+            self._retry(model)
+
+    def _cut_node(self, node_id: str, record: PreemptionRecord, lost_unseen: bool) -> None:
+        """Every call leased on the node's replicas is placed again elsewhere: one still waiting for a load
+        loses nothing; one generating keeps what it wrote, less what no heartbeat reported when it was killed."""
+        cut = [c for c in self._calls.values() if c.booking is not None
+               and self.fleet.replicas[c.booking.replica_id].node_id == node_id]
+        zone = self.fleet.nodes[node_id].zone
+        for call in sorted(cut, key=lambda c: c.key):
+            rep = self._replicas[call.booking.replica_id]  # type: ignore[union-attr]
+            generating = id(call) in self._serving.get(rep.record.replica_id, set())
+            written = 0
+            if generating and self.now > call.first_token_s:
+                written = min(int((self.now - call.first_token_s) * call.rate), call.remaining - 1)
+            lost = min(written, math.ceil(call.rate * self.settings.heartbeat_s)) if lost_unseen else 0
+            if call in rep.waiting:
+                rep.waiting.remove(call)
+            record.calls_cut += 1
+            record.tokens_lost += lost
+            if generating:  # a call still waiting for its load just waits elsewhere, with or without checkpoints
+                record.tokens_lost_restart += call.session.tokens_so_far + call.prompt + written
+            call.generation += 1
+            self._release(call)
+            kept = written - lost
+            call.prompt += kept
+            call.remaining -= kept
+            call.record.interruptions += 1
+            call.exclude_nodes.add(node_id)
+            if self.fleet.nodes[node_id].capacity == "spot":
+                call.avoid_spot_zones.add(zone)
+            call.session.previous_replica = None
+            self._try(call)
+
+
+def _priority(call: _Call) -> int:
+    return {"interactive": 2, "batch": 1}.get(call.session.plan.priority, 0)

@@ -1,0 +1,283 @@
+"""What `berth simulate` tells its reader: one row of figures per policy, the three goals, JSON and charts.
+
+Every figure is derived from a run's records (results.py) and nothing else, so a surprising number can
+be traced back to the calls, replicas and preemptions behind it. Percentiles are nearest-rank, the same
+rule as the admin UI's Models page: a reported p99 is a time some call really had.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.simulator.results import SessionRecord, SimResult
+from orchestrator.telemetry.model_figures import percentile
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+MISSING = "–"
+
+# (name, target) of each goal, in the order goals() returns them.
+COLD_START_GOAL = ("cold-start seconds ≥10× lower than k8s-spread", "k8s-spread / berth ≥ 10")
+GPU_HOURS_GOAL = ("GPU-hours ≥40% lower than always-warm, p99 TTFT within 1.5× of it",
+                  "GPU-hours ≤ 60% of always-warm and p99 TTFT ≤ 1.5× always-warm's")
+TOKENS_GOAL = ("tokens lost to preemption ≥10× lower than restart-from-scratch", "restart / berth ≥ 10")
+
+
+@dataclass(frozen=True)
+class PolicyReport:
+    policy: str
+    calls: int
+    sessions: int  # top-level sessions: what a user submitted; sub-agents are part of their parent's task
+    failed_sessions: int
+    cold_starts: int
+    cold_start_s: float
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    ttft_p99_s: float | None
+    task_p50_s: float | None
+    task_p95_s: float | None
+    task_p99_s: float | None
+    gpu_hours: float
+    cost_usd: float
+    gpu_utilization: float | None
+    tokens_lost: int
+    tokens_lost_restart: int
+    preemptions: int
+    tasks_waited: int
+    gpu_wait_p50_s: float | None
+    gpu_wait_p95_s: float | None
+    gpu_wait_max_s: float | None
+    calls_waited_for_load: int
+    decision_us_per_call: float
+
+
+@dataclass(frozen=True)
+class Goal:
+    name: str
+    target: str
+    measured: str
+    met: bool | None  # None: the run cannot say (a policy it compares with was not run, or no data)
+
+
+def _top_level_of(sessions: Sequence[SessionRecord]) -> Callable[[str], str]:
+    """Maps a session id to the task it belongs to, so a sub-agent's wait counts against its parent's task.
+
+    The parent chain is the record of truth; an id the run did not record falls back to the id
+    convention (a sub-agent's id is its parent's id, "/", and more).
+    """
+    parents = {s.session_id: s.parent for s in sessions}
+
+    def top(session_id: str) -> str:
+        if session_id not in parents:
+            return session_id.split("/", 1)[0]
+        while (parent := parents.get(session_id)) is not None:
+            session_id = parent
+        return session_id
+
+    return top
+
+
+def summarize(result: SimResult) -> PolicyReport:
+    """One policy's figures from one run's records."""
+    end_s = result.end_s
+    cold = [r for r in result.replicas if not r.preloaded]
+    # A replica that never became ready held its GPUs loading until it ended (or the run did).
+    cold_start_s = sum(r.load_s if r.load_s is not None else r.held_s(end_s) for r in cold)
+    held_gpu_s = sum(r.gpus * r.held_s(end_s) for r in result.replicas)
+    busy_gpu_s = sum(r.gpus * r.busy_s for r in result.replicas)
+
+    tasks = [s for s in result.sessions if s.parent is None]
+    task_s = sorted(s.ended_s - s.arrival_s for s in tasks if s.failed is None and s.ended_s is not None)
+    ttft = sorted(t for c in result.calls if (t := c.ttft_s) is not None)
+    # A call told to wait that never got a lease has no wait time to report (gpu_wait_s would say 0).
+    waits = sorted(c.gpu_wait_s for c in result.calls if c.waited_for_gpu and c.granted_s is not None)
+    top = _top_level_of(result.sessions)
+    waited_tasks = {top(c.session_id) for c in result.calls if c.waited_for_gpu}
+    calls = len(result.calls)
+    return PolicyReport(
+        policy=result.policy,
+        calls=calls,
+        sessions=len(tasks),
+        failed_sessions=sum(1 for s in tasks if s.failed is not None),
+        cold_starts=len(cold),
+        cold_start_s=cold_start_s,
+        ttft_p50_s=percentile(ttft, 50),
+        ttft_p95_s=percentile(ttft, 95),
+        ttft_p99_s=percentile(ttft, 99),
+        task_p50_s=percentile(task_s, 50),
+        task_p95_s=percentile(task_s, 95),
+        task_p99_s=percentile(task_s, 99),
+        gpu_hours=held_gpu_s / 3600,
+        cost_usd=sum(r.usd_per_hour * r.held_s(end_s) for r in result.replicas) / 3600,
+        gpu_utilization=busy_gpu_s / held_gpu_s if held_gpu_s > 0 else None,
+        tokens_lost=sum(p.tokens_lost for p in result.preemptions),
+        tokens_lost_restart=sum(p.tokens_lost_restart for p in result.preemptions),
+        preemptions=len(result.preemptions),
+        tasks_waited=len(waited_tasks & {s.session_id for s in tasks}),
+        gpu_wait_p50_s=percentile(waits, 50),
+        gpu_wait_p95_s=percentile(waits, 95),
+        gpu_wait_max_s=waits[-1] if waits else None,
+        calls_waited_for_load=sum(1 for c in result.calls if c.waited_for_load),
+        decision_us_per_call=result.decision_seconds / calls * 1e6 if calls else 0.0,
+    )
+
+
+def _seconds(value: float | None) -> str:
+    """Compact seconds for a table cell: "0.08 s", "22.7 s", "4.1 min"."""
+    if value is None:
+        return MISSING
+    if value > 600:
+        return f"{value / 60:.1f} min"
+    return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+
+
+def table(reports: Sequence[PolicyReport]) -> str:
+    """A plain-text table, one row per policy, columns left-aligned on their widest cell."""
+    header = ["policy", "cold starts", "cold-start s", "TTFT p50", "TTFT p95", "TTFT p99", "task p50",
+              "task p95", "GPU-h", "cost $", "util", "tokens lost (ckpt / restart)", "tasks waited", "wait p95"]
+    rows = [header] + [
+        [r.policy, str(r.cold_starts), _seconds(r.cold_start_s), _seconds(r.ttft_p50_s), _seconds(r.ttft_p95_s),
+         _seconds(r.ttft_p99_s), _seconds(r.task_p50_s), _seconds(r.task_p95_s), f"{r.gpu_hours:.1f}",
+         f"{r.cost_usd:.2f}", MISSING if r.gpu_utilization is None else f"{r.gpu_utilization:.0%}",
+         f"{r.tokens_lost} / {r.tokens_lost_restart}", str(r.tasks_waited), _seconds(r.gpu_wait_p95_s)]
+        for r in reports
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _times(ratio: float) -> str:
+    return "∞×" if math.isinf(ratio) else f"{ratio:.1f}×"
+
+
+def _cold_start_goal(berth: PolicyReport, spread: PolicyReport | None) -> Goal:
+    name, target = COLD_START_GOAL
+    if spread is None:
+        return Goal(name, target, "no k8s-spread run", None)
+    if berth.cold_start_s == 0:
+        if spread.cold_start_s == 0:
+            return Goal(name, target, "berth 0 s; k8s-spread had no cold starts either", False)
+        return Goal(name, target, f"berth 0 s vs k8s-spread {_seconds(spread.cold_start_s)} (∞×)", True)
+    ratio = spread.cold_start_s / berth.cold_start_s
+    measured = f"berth {_seconds(berth.cold_start_s)} vs k8s-spread {_seconds(spread.cold_start_s)} ({_times(ratio)})"
+    return Goal(name, target, measured, ratio >= 10)
+
+
+def _gpu_hours_goal(berth: PolicyReport, warm: PolicyReport | None) -> Goal:
+    name, target = GPU_HOURS_GOAL
+    if warm is None:
+        return Goal(name, target, "no always-warm run", None)
+    if warm.gpu_hours == 0 or berth.ttft_p99_s is None or warm.ttft_p99_s is None:
+        return Goal(name, target, "no GPU-hours or no first tokens to compare", None)
+    saved = 1 - berth.gpu_hours / warm.gpu_hours
+    slower = berth.ttft_p99_s / warm.ttft_p99_s if warm.ttft_p99_s > 0 else math.inf
+    measured = (f"GPU-hours {berth.gpu_hours:.1f} vs {warm.gpu_hours:.1f} ({saved:.0%} lower); "
+                f"p99 TTFT {_seconds(berth.ttft_p99_s)} vs {_seconds(warm.ttft_p99_s)} ({_times(slower)})")
+    return Goal(name, target, measured, saved >= 0.40 and berth.ttft_p99_s <= 1.5 * warm.ttft_p99_s)
+
+
+def _tokens_goal(berth: PolicyReport) -> Goal:
+    name, target = TOKENS_GOAL
+    if berth.preemptions == 0:
+        return Goal(name, target, "no preemptions in this run", None)
+    if berth.tokens_lost == 0:
+        if berth.tokens_lost_restart == 0:
+            return Goal(name, target, "0 tokens lost; a restart would have lost none either", False)
+        return Goal(name, target, f"0 tokens lost vs {berth.tokens_lost_restart} on restart (∞×)", True)
+    ratio = berth.tokens_lost_restart / berth.tokens_lost
+    measured = f"{berth.tokens_lost} tokens lost vs {berth.tokens_lost_restart} on restart ({_times(ratio)})"
+    return Goal(name, target, measured, ratio >= 10)
+
+
+def goals(reports: Mapping[str, PolicyReport]) -> list[Goal]:
+    """Berth's three claims, each checked against the baseline it is made against."""
+    berth = reports.get("berth")
+    if berth is None:
+        return [Goal(name, target, "no berth run", None) for name, target in (COLD_START_GOAL, GPU_HOURS_GOAL,
+                                                                              TOKENS_GOAL)]
+    return [_cold_start_goal(berth, reports.get("k8s-spread")), _gpu_hours_goal(berth, reports.get("always-warm")),
+            _tokens_goal(berth)]
+
+
+def _json_safe(value: object) -> object:
+    """Infinities become "inf"/"-inf" and NaN null: JSON has no token for them, and readers reject Python's."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_json(reports: Mapping[str, PolicyReport], goals: Sequence[Goal], path: Path,
+               meta: Mapping[str, object]) -> None:
+    """The run's figures for machines: {"meta", "policies": {name: figures}, "goals": [...]}, strict JSON."""
+    document = {"meta": meta, "policies": {name: asdict(r) for name, r in reports.items()},
+                "goals": [asdict(g) for g in goals]}
+    path.write_text(json.dumps(_json_safe(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
+                    encoding="utf-8")
+
+
+def draw_charts(results: Sequence[SimResult], reports: Sequence[PolicyReport], out_dir: Path) -> list[Path]:
+    """ttft.png, gpu_hours.png and replicas.png in out_dir; the paths written.
+
+    matplotlib is imported here, not at module level: it costs about a second, and only a run that
+    asks for charts should pay it. Agg renders to files with no display.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator, NullFormatter
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for result in results:
+        ttft = [t for c in result.calls if (t := c.ttft_s) is not None and t > 0]  # a log axis has no 0
+        if ttft:
+            ax.ecdf(ttft, label=result.policy)
+    if ax.lines:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # a short range gets minor labels that overlap
+        ax.legend()
+    ax.set(title="Time to first token, per policy", xlabel="TTFT (s, log scale)", ylabel="share of calls")
+    ax.grid(True, alpha=0.3)
+    written.append(_save(fig, out_dir / "ttft.png"))
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    bars = ax.bar([r.policy for r in reports], [r.gpu_hours for r in reports], label="GPU-hours")
+    ax.bar_label(bars, labels=[f"${r.cost_usd:,.2f}" for r in reports], padding=2)
+    ax.margins(y=0.15)  # room above the tallest bar for its cost and the legend
+    ax.set(title="GPU-hours held per policy (cost on each bar)", xlabel="policy", ylabel="GPU-hours")
+    ax.legend(loc="upper left")
+    written.append(_save(fig, out_dir / "gpu_hours.png"))
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for result in results:
+        if result.replica_samples:
+            ax.step([t / 3600 for t, _ in result.replica_samples],
+                    [sum(counts.values()) for _, counts in result.replica_samples], where="post", label=result.policy)
+    if ax.lines:
+        ax.legend()
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(title="Replicas loading or warm (all models) over time", xlabel="virtual time (h)", ylabel="replicas")
+    ax.grid(True, alpha=0.3)
+    written.append(_save(fig, out_dir / "replicas.png"))
+    return written
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path

@@ -1,0 +1,173 @@
+"""The simulator's report: exact figures from hand-built runs, the goals' verdicts, strict JSON and the charts."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from orchestrator.simulator.report import PolicyReport, draw_charts, goals, summarize, table, write_json
+from orchestrator.simulator.results import CallRecord, PreemptionRecord, ReplicaRecord, SessionRecord, SimResult
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run(policy: str = "berth") -> SimResult:
+    """Two hours: a preloaded replica held to the end, a cold one that loaded in 30 s, one that never loaded."""
+    return SimResult(
+        policy=policy, seed=1, horizon_s=3600, end_s=7200, decision_seconds=0.006,
+        replicas=[
+            ReplicaRecord("r1", "m", "n1", gpus=2, usd_per_hour=4.0, tier="preloaded", started_s=0, ready_s=0,
+                          busy_s=3600, preloaded=True),
+            ReplicaRecord("r2", "m", "n1", gpus=1, usd_per_hour=2.0, tier="disk", started_s=100, ready_s=130,
+                          ended_s=3700, busy_s=1800),
+            ReplicaRecord("r3", "m", "n2", gpus=1, usd_per_hour=2.0, tier="origin", started_s=7000),
+        ],
+        sessions=[
+            SessionRecord("a", arrival_s=0, ended_s=100),
+            SessionRecord("a/1", arrival_s=10, ended_s=50, parent="a"),
+            SessionRecord("b", arrival_s=20, ended_s=320),
+            SessionRecord("c", arrival_s=30, failed="no node fits"),
+            SessionRecord("d", arrival_s=40, ended_s=60),
+        ],
+        calls=[
+            CallRecord("a", "m", 10, 5, issued_s=0, granted_s=0, first_token_s=0.5),
+            CallRecord("a/1", "m", 10, 5, issued_s=10, granted_s=15, first_token_s=16, waited_for_gpu=True),
+            CallRecord("b", "m", 10, 5, issued_s=20, granted_s=20, first_token_s=21, waited_for_load=True),
+            CallRecord("b", "m", 10, 5, issued_s=200, granted_s=202, first_token_s=202.25, waited_for_gpu=True),
+            CallRecord("c", "m", 10, 5, issued_s=30, waited_for_gpu=True),  # told to wait, never served
+            CallRecord("d", "m", 10, 5, issued_s=40, granted_s=40, first_token_s=40.125),
+        ],
+        preemptions=[
+            PreemptionRecord("n2", at_s=500, notice_s=30, calls_cut=2, tokens_lost=10, tokens_lost_restart=300),
+            PreemptionRecord("n2", at_s=900, notice_s=30, calls_cut=1, tokens_lost=5, tokens_lost_restart=200),
+        ],
+        replica_samples=[(0, {"m": 1}), (100, {"m": 2}), (3700, {"m": 1}), (7000, {"m": 2})],
+    )
+
+
+def test_counts_and_cold_starts_include_a_replica_that_never_loaded() -> None:
+    report = summarize(run())
+    assert (report.policy, report.calls, report.sessions, report.failed_sessions) == ("berth", 6, 4, 1)
+    assert report.cold_starts == 2
+    assert report.cold_start_s == 30 + 200  # r2 loaded in 30 s; r3 held 200 s until the run's end, never ready
+    assert report.calls_waited_for_load == 1
+    assert report.decision_us_per_call == pytest.approx(1000.0)
+
+
+def test_gpu_hours_and_cost_bill_preloaded_and_still_held_replicas() -> None:
+    report = summarize(run())
+    assert report.gpu_hours == pytest.approx(2 * 7200 / 3600 + 3600 / 3600 + 200 / 3600)
+    assert report.cost_usd == pytest.approx(4.0 * 2 + 2.0 * 1 + 2.0 * 200 / 3600)
+    assert report.gpu_utilization == pytest.approx((2 * 3600 + 1800) / (2 * 7200 + 3600 + 200))
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    report = summarize(run())
+    # TTFTs 0.125, 0.5, 1, 2.25, 6; tasks that ended 20, 100, 300 (c failed); waits 2, 5 (c never granted)
+    assert (report.ttft_p50_s, report.ttft_p95_s, report.ttft_p99_s) == (1.0, 6.0, 6.0)
+    assert (report.task_p50_s, report.task_p95_s, report.task_p99_s) == (100, 300, 300)
+    assert (report.gpu_wait_p50_s, report.gpu_wait_p95_s, report.gpu_wait_max_s) == (2, 5, 5)
+
+
+def test_a_sub_agents_wait_counts_toward_its_parent_task() -> None:
+    assert summarize(run()).tasks_waited == 3  # a (through a/1), b, c; d never waited
+    only_sub_agent = SimResult(
+        policy="berth", seed=1, horizon_s=60, end_s=60,
+        sessions=[SessionRecord("x", arrival_s=0, ended_s=60), SessionRecord("y", arrival_s=0, ended_s=60)],
+        calls=[CallRecord("x/2", "m", 1, 1, issued_s=0, granted_s=3, waited_for_gpu=True)],  # x/2 not recorded
+    )
+    assert summarize(only_sub_agent).tasks_waited == 1
+
+
+def test_tokens_lost_sum_every_preemption() -> None:
+    report = summarize(run())
+    assert (report.tokens_lost, report.tokens_lost_restart, report.preemptions) == (15, 500, 2)
+
+
+def test_an_empty_run_reports_none_not_zero() -> None:
+    report = summarize(SimResult(policy="random", seed=0, horizon_s=0, end_s=0))
+    assert report.ttft_p99_s is None and report.task_p50_s is None and report.gpu_wait_max_s is None
+    assert report.gpu_utilization is None
+    assert (report.gpu_hours, report.cost_usd, report.decision_us_per_call) == (0, 0, 0)
+
+
+BASE = summarize(run())
+
+
+def with_(**changes: object) -> PolicyReport:
+    return replace(BASE, **changes)  # type: ignore[arg-type]
+
+
+def test_cold_start_goal() -> None:
+    met = goals({"berth": with_(cold_start_s=10.0), "k8s-spread": with_(cold_start_s=100.0)})[0]
+    assert met.met is True and "10.0×" in met.measured
+    assert goals({"berth": with_(cold_start_s=11.0), "k8s-spread": with_(cold_start_s=100.0)})[0].met is False
+    free = goals({"berth": with_(cold_start_s=0.0), "k8s-spread": with_(cold_start_s=5.0)})[0]
+    assert free.met is True and "∞" in free.measured
+    neither = goals({"berth": with_(cold_start_s=0.0), "k8s-spread": with_(cold_start_s=0.0)})[0]
+    assert neither.met is False and "no cold starts either" in neither.measured
+    assert goals({"berth": BASE})[0].met is None
+
+
+def test_gpu_hours_goal_needs_both_parts() -> None:
+    warm = with_(gpu_hours=10.0, ttft_p99_s=2.0)
+    met = goals({"berth": with_(gpu_hours=6.0, ttft_p99_s=3.0), "always-warm": warm})[1]
+    assert met.met is True and "6.0" in met.measured and "3.00 s" in met.measured
+    assert goals({"berth": with_(gpu_hours=6.5, ttft_p99_s=1.0), "always-warm": warm})[1].met is False
+    assert goals({"berth": with_(gpu_hours=1.0, ttft_p99_s=3.5), "always-warm": warm})[1].met is False
+    assert goals({"berth": BASE, "k8s-spread": BASE})[1].met is None
+
+
+def test_tokens_goal() -> None:
+    assert goals({"berth": with_(tokens_lost=10, tokens_lost_restart=100)})[2].met is True
+    assert goals({"berth": with_(tokens_lost=11, tokens_lost_restart=100)})[2].met is False
+    assert goals({"berth": with_(tokens_lost=0, tokens_lost_restart=100)})[2].met is True
+    none = goals({"berth": with_(preemptions=0, tokens_lost=0, tokens_lost_restart=0)})[2]
+    assert none.met is None and none.measured == "no preemptions in this run"
+
+
+def test_without_a_berth_run_no_goal_can_be_judged() -> None:
+    assert [g.met for g in goals({"k8s-spread": BASE})] == [None, None, None]
+
+
+def reject(constant: str) -> None:
+    raise ValueError(f"non-JSON constant {constant}")
+
+
+def test_json_is_strict_even_with_infinities(tmp_path: Path) -> None:
+    reports = {"berth": BASE, "k8s-spread": replace(BASE, policy="k8s-spread", cold_start_s=5.0)}
+    path = tmp_path / "report.json"
+    write_json(reports, goals({"berth": replace(BASE, cold_start_s=0.0), "k8s-spread": reports["k8s-spread"]}),
+               path, {"seed": 1, "ratio": math.inf, "nan": math.nan})
+    document = json.loads(path.read_text(encoding="utf-8"), parse_constant=reject)
+    assert document["meta"] == {"seed": 1, "ratio": "inf", "nan": None}
+    assert document["policies"]["berth"]["cold_start_s"] == 230
+    assert document["goals"][0]["met"] is True
+
+
+def test_table_has_every_policy_and_a_dash_for_missing_figures() -> None:
+    empty = summarize(SimResult(policy="random", seed=0, horizon_s=0, end_s=0))
+    text = table([BASE, replace(BASE, policy="always-warm", task_p50_s=1500.0), empty])
+    assert all(name in text for name in ("berth", "always-warm", "random"))
+    assert "–" in text and "25.0 min" in text  # the always-warm row's task p50 of 1500 s
+    assert "1.00 s" in text and "230.0 s" in text  # berth's TTFT p50 and cold-start seconds
+
+
+def test_three_charts_are_written(tmp_path: Path) -> None:
+    results = [run(), run("k8s-spread"), SimResult(policy="random", seed=0, horizon_s=0, end_s=0)]
+    paths = draw_charts(results, [summarize(r) for r in results], tmp_path / "charts")
+    assert [p.name for p in paths] == ["ttft.png", "gpu_hours.png", "replicas.png"]
+    for path in paths:
+        assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 1000
+
+
+def test_importing_the_report_does_not_load_matplotlib() -> None:
+    code = "import sys, orchestrator.simulator.report; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

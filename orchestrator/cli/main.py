@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_flags(p)
     p.set_defaults(func=cmd_engine)
 
-    from . import agents, keys, mcp, models, node, nodes, tasks, tenants
+    from . import agents, keys, mcp, models, node, nodes, simulate, tasks, tenants
 
     tasks.register(sub)
     agents.register(sub)
@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys.register(sub)
     tenants.register(sub)
     mcp.register(sub)
+    simulate.register(sub)
     return parser
 
 

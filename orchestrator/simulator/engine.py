@@ -92,8 +92,8 @@ class Simulation:
         for node, cache_gib in fleet.expand():
             self.fleet.add_node(node)
             self.disk_gib[node.id] = cache_gib
-        for spec in models.values():
-            self.fleet.add_model(spec)
+        for name in workload.models:  # only what the traffic uses: a catalogue model nobody calls is no replica
+            self.fleet.add_model(models[name])
         self.queue = WaitQueue()
         self.result = SimResult(policy=policy.name, seed=seed, horizon_s=workload.duration_s, end_s=0.0)
         self.now = 0.0

@@ -8,7 +8,9 @@
   the scaler alone, one per `HPA_TARGET_SHARE` of a replica's slots in use (the HPA's request-count
   target), at least one per model (an HPA's minReplicas), down after the 5-minute stabilization
   window; a new replica takes whole GPUs (the device plugin's unit) on the least allocated node
-  (spread), the most allocated (bin-pack) or any (random), wherever its weights are.
+  (spread), the most allocated (bin-pack) or any (random). Its pod downloads the weights from the
+  origin, as a stock vLLM Deployment does (an emptyDir volume); `baseline_node_cache=True` gives the
+  baselines Berth's node disk caches and datacenter peers instead, to see what placement alone is worth.
 - `always-warm`: every model held at its peak replica count (the berth run's) from before the first
   request: the latency floor and the cost ceiling; a replica lost to a preemption is started again.
 
@@ -61,7 +63,7 @@ def berth_policy(config: PlacementConfig) -> Policy:
                   scaling=lambda _name, _spec: DEFAULT_POLICY)
 
 
-def kubernetes_policy(name: str, config: PlacementConfig, seed: int = 0) -> Policy:
+def kubernetes_policy(name: str, config: PlacementConfig, seed: int = 0, node_cache: bool = False) -> Policy:
     """`k8s-spread`, `bin-pack` or `random`: the same Service routing and HPA, another node choice."""
     rng = random.Random(seed)
     Option = tuple[float, Node, tuple[int, ...]]
@@ -80,14 +82,14 @@ def kubernetes_policy(name: str, config: PlacementConfig, seed: int = 0) -> Poli
         if not options:
             return Decision(request, "wait", reason="no node has free whole GPUs for it", wait_reason="no_capacity")
         _free, node, devices = choose(options)
-        return new_replica_decision(fleet, request, node, devices, config)
+        return new_replica_decision(fleet, request, node, devices, config, node_cache)
 
     return Policy(name, place=route_to_ready_replica, new_replica=new_replica, scaling=hpa_scaling)
 
 
-def always_warm_policy(peaks: Mapping[str, int], config: PlacementConfig) -> Policy:
+def always_warm_policy(peaks: Mapping[str, int], config: PlacementConfig, node_cache: bool = False) -> Policy:
     """Each model held at `peaks[model]` replicas, placed like k8s-spread, never scaled down."""
-    spread = kubernetes_policy("k8s-spread", config)
+    spread = kubernetes_policy("k8s-spread", config, node_cache=node_cache)
 
     def scaling(name: str, _spec: ModelSpec) -> ScalingPolicy:
         peak = max(peaks.get(name, 0), 1)
@@ -134,9 +136,10 @@ def whole_gpu_options(fleet: FleetState, model: ModelSpec) -> list[tuple[float, 
 
 
 def new_replica_decision(fleet: FleetState, request: PlacementRequest, node: Node, devices: tuple[int, ...],
-                         config: PlacementConfig) -> Decision:
-    """A decision to start a replica on `devices` of `node`; its tier is where the weights physically are."""
-    tier = weights_tier(fleet, request.model, node)
+                         config: PlacementConfig, node_cache: bool) -> Decision:
+    """A decision to start a replica on `devices` of `node`, its weights from where they are (`node_cache`)
+    or from the origin."""
+    tier: Tier = weights_tier(fleet, request.model, node) if node_cache else "origin"
     load_s = load_seconds(fleet, request.model, node, tier, config)
     chosen = ScoredCandidate(Candidate(tier, node.id, devices), {"ttft": load_s}, {}, load_s)
     return Decision(request, "placed", chosen=chosen, decided_by="scheduler")
@@ -150,13 +153,14 @@ def weights_tier(fleet: FleetState, model: str, node: Node) -> Tier:
     return "origin"
 
 
-def policy_named(name: str, config: PlacementConfig, seed: int, peaks: Mapping[str, int] | None = None) -> Policy:
+def policy_named(name: str, config: PlacementConfig, seed: int, peaks: Mapping[str, int] | None = None,
+                 baseline_node_cache: bool = False) -> Policy:
     if name == "berth":
         return berth_policy(config)
     if name == "always-warm":
         if peaks is None:
             raise ValueError("policy: always-warm needs the peak replica counts of a berth run")
-        return always_warm_policy(peaks, config)
+        return always_warm_policy(peaks, config, baseline_node_cache)
     if name in POLICY_NAMES:
-        return kubernetes_policy(name, config, seed)
+        return kubernetes_policy(name, config, seed, baseline_node_cache)
     raise ValueError(f"policy: unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")

@@ -1,0 +1,153 @@
+"""The simulation: deterministic for a seed, exact on a scenario checked by hand, and driving the live
+pool's own placement function."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli.main import main
+from orchestrator.pool import admission, service
+from orchestrator.pool.placement import place
+from orchestrator.simulator.compare import run_policies, spot_nodes
+from orchestrator.simulator.engine import Simulation
+from orchestrator.simulator.fleet_file import parse_fleet
+from orchestrator.simulator.plan import CallPlan, SessionPlan, Workload
+from orchestrator.simulator.policies import POLICY_NAMES, berth_policy, policy_named
+from orchestrator.simulator.report import summarize
+from orchestrator.simulator.scenarios import STANDARD_FLEET, catalogue_models
+from orchestrator.simulator.workload import WorkloadSpec, generate
+from orchestrator.weights_transfer import DISK_BYTES_PER_S, GIB
+
+ONE_GPU = parse_fleet([{"node_id": "n", "datacenter": "east", "zone": "east-1a", "gpus": "1xH100-80GB",
+                        "usd_per_hour": 3.6}])
+SMALL = "llama-3.2-1b"  # 2.3 GiB of weights, 32 slots
+
+
+def one_call_session(session_id: str, at: float) -> SessionPlan:
+    return SessionPlan(session_id, at, (CallPlan(SMALL, prompt_tokens=1000, output_tokens=100),))
+
+
+def test_a_hand_checked_scenario_gives_the_exact_cold_starts_and_gpu_hours() -> None:
+    """Two one-call sessions 1000 s apart on one H100: a cold start from the origin, an unload after the
+    300 s idle timeout (at the first 2 s scaler tick past it), then a cold start from the node's disk."""
+    workload = Workload((one_call_session("a", 0.0), one_call_session("b", 1000.0)), duration_s=1001)
+    result = Simulation(ONE_GPU, catalogue_models(), workload, berth_policy(ONE_GPU.placement_config())).run()
+
+    disk_read = 2.3 / (DISK_BYTES_PER_S / GIB)
+    from_origin = disk_read + 20 + 2.3 / 0.5  # disk read + engine start + the WAN copy
+    from_disk = disk_read + 20
+    throughput = 2500 * 15 / 2.3  # an 8B model's 2,500 tokens/s on an H100, scaled by weights read per token
+    prefill = 1000 / (throughput * 4)  # prefill runs at 4× decode throughput
+    serve = prefill + 100 / (throughput / 32)  # then one slot's share of the batch
+    first, second = result.replicas
+    assert (first.tier, second.tier) == ("origin", "disk")
+    assert first.load_s == pytest.approx(from_origin) and second.load_s == pytest.approx(from_disk)
+    idle_from = from_origin + serve
+    assert first.ended_s == 326.0  # ticks every 2 s; idle since ~25.2 s, unloaded once idle ≥ 300 s
+    assert result.end_s == pytest.approx(1000 + from_disk + serve)
+
+    report = summarize(result)
+    assert (report.cold_starts, report.cold_start_s) == (2, pytest.approx(from_origin + from_disk))
+    held = 326.0 + (from_disk + serve)
+    assert report.gpu_hours == pytest.approx(held / 3600)
+    assert report.cost_usd == pytest.approx(3.6 * held / 3600)
+    assert (report.ttft_p50_s, report.ttft_p99_s) == (pytest.approx(from_disk + prefill),
+                                                      pytest.approx(from_origin + prefill))
+    assert idle_from < 26
+
+
+def test_the_berth_policy_places_with_the_live_pools_own_function() -> None:
+    assert service.place_away_from_reclaimed_spot is admission.place_away_from_reclaimed_spot
+    assert admission.place is place  # the one function object the live pool service places with
+    seen: list[object] = []
+    real = admission.place
+
+    def spy(fleet, request, config):  # noqa: ANN001
+        seen.append(request)
+        return real(fleet, request, config)
+
+    admission.place = spy
+    try:
+        workload = Workload((one_call_session("a", 0.0),), duration_s=1)
+        Simulation(ONE_GPU, catalogue_models(), workload, berth_policy(ONE_GPU.placement_config())).run()
+    finally:
+        admission.place = real
+    assert seen and seen[0].model == SMALL
+
+
+def test_a_run_is_deterministic_for_a_seed() -> None:
+    spec = WorkloadSpec(duration_s=1800, sessions_per_hour=40, burst_every_s=600, burst_sessions=10,
+                        spot_preemptions_per_node_hour=1.0)
+
+    def figures(seed: int) -> list[tuple]:
+        workload = generate(spec, seed, spot_nodes(STANDARD_FLEET))
+        results = run_policies(STANDARD_FLEET, catalogue_models(), workload, POLICY_NAMES, seed)
+        return [(r.policy, [(c.issued_s, c.first_token_s, c.done_s) for c in r.calls],
+                 [(x.node_id, x.started_s, x.ended_s) for x in r.replicas],
+                 [(p.node_id, p.tokens_lost, p.tokens_lost_restart) for p in r.preemptions]) for r in results]
+
+    once = figures(3)
+    assert once == figures(3)
+    assert once != figures(4)
+    assert [name for name, *_ in once] == list(POLICY_NAMES)
+
+
+def test_a_node_killed_without_notice_loses_at_most_a_heartbeat_of_tokens_and_the_step_finishes_elsewhere() -> None:
+    fleet = parse_fleet([
+        {"node_id": "spot", "datacenter": "east", "zone": "east-1b", "capacity": "spot", "gpus": "1xH100-80GB",
+         "usd_per_hour": 0.5},
+        {"node_id": "steady", "datacenter": "east", "zone": "east-1a", "gpus": "1xH100-80GB", "usd_per_hour": 9}])
+    long_answer = SessionPlan("a", 0.0, (CallPlan(SMALL, 2000, 4000, tool_s=1.0), CallPlan(SMALL, 6000, 4000)))
+    # The first answer takes ~7.9 s of one slot's 509 tokens/s after a ~25 s load: the kill at 30 s is mid-answer.
+    workload = Workload((long_answer,), duration_s=1, preemptions={"spot": ((30.0, 0.0),)})
+    result = Simulation(fleet, catalogue_models(), workload, berth_policy(fleet.placement_config())).run()
+    [cut] = result.preemptions
+    rate = 2500 * 15 / 2.3 / 32
+    assert result.replicas[0].node_id == "spot"  # the cheap node was chosen first
+    assert cut.calls_cut == 1 and 0 < cut.tokens_lost <= -(-rate * 0.5 // 1)
+    assert cut.tokens_lost_restart > 2000 + cut.tokens_lost  # a restart redoes the prompt and all it wrote
+    first = result.calls[0]
+    assert first.interruptions == 1 and first.done_s is not None
+    assert all(c.done_s for c in result.calls) and result.sessions[0].ended_s
+
+
+def test_an_unknown_model_or_policy_is_refused_naming_it() -> None:
+    workload = Workload((SessionPlan("a", 0, (CallPlan("gpt-9", 10, 10),)),), duration_s=1)
+    with pytest.raises(ValueError, match="workload: model 'gpt-9' is not in the catalogue"):
+        Simulation(ONE_GPU, catalogue_models(), workload, berth_policy(ONE_GPU.placement_config()))
+    with pytest.raises(ValueError, match="policy: unknown policy 'k9s'"):
+        policy_named("k9s", ONE_GPU.placement_config(), 0)
+
+
+def test_berth_simulate_compares_policies_on_a_trace_and_writes_its_report(tmp_path: Path, capsys) -> None:
+    trace = tmp_path / "calls.csv"
+    rows = ["timestamp,model,prompt_tokens,output_tokens,session_id"]
+    rows += [f"{i * 7.5},{SMALL if i % 3 else 'llama-3.1-8b'},{1500 + 300 * (i % 4)},{80 + i},s{i // 4}"
+             for i in range(40)]
+    trace.write_text("\n".join(rows) + "\n")
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps([{"node_id": "g", "count": 2, "datacenter": "east", "zone": "east-1a",
+                                  "gpus": "2xH100-80GB"}]))
+    out = tmp_path / "out"
+    assert main(["simulate", "--fleet", str(fleet), "--trace", str(trace), "--compare", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in POLICY_NAMES) and "10 sessions, 40 calls" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["policies"]) == set(POLICY_NAMES)
+    assert report["policies"]["berth"]["calls"] == 40
+    assert {p.name for p in out.glob("*.png")} == {"ttft.png", "gpu_hours.png", "replicas.png"}
+
+
+def test_berth_simulate_refuses_bad_input_naming_the_field(tmp_path: Path, capsys) -> None:
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps([{"node_id": "g", "datacenter": "east", "zone": "east-1a", "gpus": "2xH900"}]))
+    assert main(["simulate", "--fleet", str(fleet), "--out", str(tmp_path / "o")]) == 2
+    assert "fleet.nodes.0" in capsys.readouterr().err
+    assert main(["simulate", "--scenario", "calm", "--out", str(tmp_path / "o")]) == 2
+    assert "scenario: unknown scenario 'calm'" in capsys.readouterr().err
+    assert main(["simulate", "--preemptions-per-node-hour", "-1", "--out", str(tmp_path / "o")]) == 2
+    assert "preemptions-per-node-hour" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing written for a refused run

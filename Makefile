@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.checkpoint_storage
 	$(PY) -m benchmarks.load_run
 	$(PY) -m benchmarks.telemetry_overhead
+	$(PY) -m benchmarks.simulate_scenarios
 
 clean:
 	rm -rf $(VENV) .berth

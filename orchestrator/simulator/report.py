@@ -156,17 +156,23 @@ def _times(ratio: float) -> str:
     return "∞×" if math.isinf(ratio) else f"{ratio:.1f}×"
 
 
+def _ten_times_fewer(name: str, target: str, mine: float, theirs: float, describe: Callable[[str], str],
+                     none_either: str) -> Goal:
+    """Met when `theirs` is at least ten times `mine`; `describe` words the figures around the ratio."""
+    if mine == 0:
+        return Goal(name, target, none_either, False) if theirs == 0 else Goal(name, target, describe("∞×"), True)
+    ratio = theirs / mine
+    return Goal(name, target, describe(_times(ratio)), ratio >= 10)
+
+
 def _cold_start_goal(berth: PolicyReport, spread: PolicyReport | None) -> Goal:
     name, target = COLD_START_GOAL
     if spread is None:
         return Goal(name, target, "no k8s-spread run", None)
-    if berth.cold_start_s == 0:
-        if spread.cold_start_s == 0:
-            return Goal(name, target, "berth 0 s; k8s-spread had no cold starts either", False)
-        return Goal(name, target, f"berth 0 s vs k8s-spread {_seconds(spread.cold_start_s)} (∞×)", True)
-    ratio = spread.cold_start_s / berth.cold_start_s
-    measured = f"berth {_seconds(berth.cold_start_s)} vs k8s-spread {_seconds(spread.cold_start_s)} ({_times(ratio)})"
-    return Goal(name, target, measured, ratio >= 10)
+    return _ten_times_fewer(
+        name, target, berth.cold_start_s, spread.cold_start_s,
+        lambda ratio: f"berth {_seconds(berth.cold_start_s)} vs k8s-spread {_seconds(spread.cold_start_s)} ({ratio})",
+        "berth 0 s; k8s-spread had no cold starts either")
 
 
 def _gpu_hours_goal(berth: PolicyReport, warm: PolicyReport | None) -> Goal:
@@ -186,13 +192,10 @@ def _tokens_goal(berth: PolicyReport) -> Goal:
     name, target = TOKENS_GOAL
     if berth.preemptions == 0:
         return Goal(name, target, "no preemptions in this run", None)
-    if berth.tokens_lost == 0:
-        if berth.tokens_lost_restart == 0:
-            return Goal(name, target, "0 tokens lost; a restart would have lost none either", False)
-        return Goal(name, target, f"0 tokens lost vs {berth.tokens_lost_restart} on restart (∞×)", True)
-    ratio = berth.tokens_lost_restart / berth.tokens_lost
-    measured = f"{berth.tokens_lost} tokens lost vs {berth.tokens_lost_restart} on restart ({_times(ratio)})"
-    return Goal(name, target, measured, ratio >= 10)
+    return _ten_times_fewer(
+        name, target, berth.tokens_lost, berth.tokens_lost_restart,
+        lambda ratio: f"{berth.tokens_lost} tokens lost vs {berth.tokens_lost_restart} on restart ({ratio})",
+        "0 tokens lost; a restart would have lost none either")
 
 
 def goals(reports: Mapping[str, PolicyReport]) -> list[Goal]:

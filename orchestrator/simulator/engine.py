@@ -94,6 +94,8 @@ class Simulation:
             self.disk_gib[node.id] = cache_gib
         for name in workload.models:  # only what the traffic uses: a catalogue model nobody calls is no replica
             self.fleet.add_model(models[name])
+        # Each model's replica cap, read once: placement is asked it on every (re)try.
+        self._max_replicas = {name: policy.scaling(name, models[name]).max_replicas for name in workload.models}
         self.queue = WaitQueue()
         self.result = SimResult(policy=policy.name, seed=seed, horizon_s=workload.duration_s, end_s=0.0)
         self.now = 0.0
@@ -164,7 +166,7 @@ class Simulation:
             tenant=call.session.plan.tenant, priority=call.session.plan.priority,  # type: ignore[arg-type]
             exclude_nodes=frozenset(call.exclude_nodes), exclude_spot_zones=frozenset(call.avoid_spot_zones),
             previous_replica=call.session.previous_replica,
-            max_replicas=self.policy.scaling(model, self.fleet.models[model]).max_replicas)
+            max_replicas=self._max_replicas[model])
 
     def _try(self, call: _Call) -> bool:
         """Ask for a lease as the pool service's acquire does; True when granted."""

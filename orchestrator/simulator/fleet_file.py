@@ -12,7 +12,6 @@ file is either that list alone (the network takes Berth's defaults) or an object
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from ..pool.fleet import Device, Node
 from ..pool.weights import DEFAULT_CONFIG, PlacementConfig
 from ..stack.fleet import SimulatedNode
 from ..weights_transfer import DISK_BYTES_PER_S, GIB
+from .json_input import field_errors, read_json
 
 
 class Network(BaseModel):
@@ -78,9 +78,7 @@ def parse_fleet(raw: object, source: str = "fleet") -> FleetFile:
     try:
         fleet = FleetFile.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise ValueError(f"{source}.{where}: {err['msg']}") from None
+        raise field_errors(source, exc) from None
     names = [n.id for n, _ in fleet.expand()]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -89,8 +87,4 @@ def parse_fleet(raw: object, source: str = "fleet") -> FleetFile:
 
 
 def load_fleet_file(path: Path) -> FleetFile:
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"fleet: cannot read {path}: {exc}") from None
-    return parse_fleet(raw)
+    return parse_fleet(read_json(path, "fleet"))

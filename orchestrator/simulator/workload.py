@@ -8,7 +8,6 @@ Every draw comes from `random.Random(seed)`, so a seed names one workload that e
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from orchestrator.simulator.json_input import field_errors, read_json
 from orchestrator.simulator.plan import CallPlan, SessionPlan, Workload
 
 # Every lognormal here has sigma 1: 95% of draws lie within e^±1.96 (about x/÷7) of the median, so
@@ -80,19 +80,13 @@ class WorkloadSpec(BaseModel):
 
 def load_workload_spec(path: Path) -> WorkloadSpec:
     """Reads a spec from JSON; every error names the field (`workload.models.0.weight: ...`)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ValueError(f"workload: cannot read {path}: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise ValueError(f"workload: {path} is not JSON: line {e.lineno} column {e.colno}: {e.msg}") from e
+    data = read_json(path, "workload")
     if not isinstance(data, dict):
         raise ValueError(f"workload: {path} must hold a JSON object")
     try:
         return WorkloadSpec.model_validate(data)
     except ValidationError as e:
-        reasons = ["workload." + ".".join(str(part) for part in err["loc"]) + ": " + err["msg"] for err in e.errors()]
-        raise ValueError("; ".join(reasons)) from None
+        raise field_errors("workload", e) from None
 
 
 def generate(spec: WorkloadSpec, seed: int, spot_nodes: Sequence[str] = ()) -> Workload:

@@ -218,6 +218,7 @@ class Simulation:
         prefill = call.prompt * (1 - self.config.prefix_cacheable_fraction) if cached else call.prompt
         call.first_token_s = self.now + prefill / (replica.tokens_per_s * self.config.prefill_speedup)
         if call.record.first_token_s is None:
+            call.record.served_s = self.now
             call.record.first_token_s = call.first_token_s
         if rep.serving == 0:
             rep.busy_since = self.now

@@ -95,10 +95,12 @@ def summarize(result: SimResult) -> PolicyReport:
     tasks = [s for s in result.sessions if s.parent is None]
     task_s = sorted(s.ended_s - s.arrival_s for s in tasks if s.failed is None and s.ended_s is not None)
     ttft = sorted(t for c in result.calls if (t := c.ttft_s) is not None)
-    # A call told to wait that never got a lease has no wait time to report (gpu_wait_s would say 0).
-    waits = sorted(c.gpu_wait_s for c in result.calls if c.waited_for_gpu and c.granted_s is not None)
+    # Waiting for a GPU: told to wait for a lease, or leased on a replica still loading. A call told to
+    # wait that never got a lease has no wait time to report (gpu_wait_s would say 0).
+    waited = [c for c in result.calls if c.waited_for_gpu or c.waited_for_load]
+    waits = sorted(c.gpu_wait_s for c in waited if c.granted_s is not None)
     top = _top_level_of(result.sessions)
-    waited_tasks = {top(c.session_id) for c in result.calls if c.waited_for_gpu}
+    waited_tasks = {top(c.session_id) for c in waited}
     calls = len(result.calls)
     return PolicyReport(
         policy=result.policy,

@@ -17,6 +17,7 @@ class CallRecord:
     output_tokens: int
     issued_s: float  # the agent asked for the call
     granted_s: float | None = None  # it got a lease (after waiting for a GPU, if it had to)
+    served_s: float | None = None  # its replica began on it (after the replica's load, if it had to wait for one)
     first_token_s: float | None = None
     done_s: float | None = None
     tier: str = ""  # where its replica's weights came from, or warm/loading
@@ -30,7 +31,11 @@ class CallRecord:
 
     @property
     def gpu_wait_s(self) -> float:
-        return 0.0 if self.granted_s is None else self.granted_s - self.issued_s
+        """Seconds without a GPU to run on: queued for a lease, then waiting for its replica to load. A policy
+        that starts a replica for a step and one that queues the step until a scaler's replica is ready
+        both keep it waiting; only counting both compares them."""
+        start = self.served_s if self.served_s is not None else self.granted_s
+        return 0.0 if start is None else start - self.issued_s
 
 
 @dataclass

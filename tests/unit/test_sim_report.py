@@ -38,7 +38,8 @@ def run(policy: str = "berth") -> SimResult:
         calls=[
             CallRecord("a", "m", 10, 5, issued_s=0, granted_s=0, first_token_s=0.5),
             CallRecord("a/1", "m", 10, 5, issued_s=10, granted_s=15, first_token_s=16, waited_for_gpu=True),
-            CallRecord("b", "m", 10, 5, issued_s=20, granted_s=20, first_token_s=21, waited_for_load=True),
+            CallRecord("b", "m", 10, 5, issued_s=20, granted_s=20, served_s=20.75, first_token_s=21,
+                       waited_for_load=True),  # leased at once on a loading replica: 0.75 s without a GPU
             CallRecord("b", "m", 10, 5, issued_s=200, granted_s=202, first_token_s=202.25, waited_for_gpu=True),
             CallRecord("c", "m", 10, 5, issued_s=30, waited_for_gpu=True),  # told to wait, never served
             CallRecord("d", "m", 10, 5, issued_s=40, granted_s=40, first_token_s=40.125),
@@ -69,7 +70,8 @@ def test_gpu_hours_and_cost_bill_preloaded_and_still_held_replicas() -> None:
 
 def test_percentiles_are_nearest_rank() -> None:
     report = summarize(run())
-    # TTFTs 0.125, 0.5, 1, 2.25, 6; tasks that ended 20, 100, 300 (c failed); waits 2, 5 (c never granted)
+    # TTFTs 0.125, 0.5, 1, 2.25, 6; tasks that ended 20, 100, 300 (c failed); waits 0.75 (a load), 2, 5
+    # (c never granted)
     assert (report.ttft_p50_s, report.ttft_p95_s, report.ttft_p99_s) == (1.0, 6.0, 6.0)
     assert (report.task_p50_s, report.task_p95_s, report.task_p99_s) == (100, 300, 300)
     assert (report.gpu_wait_p50_s, report.gpu_wait_p95_s, report.gpu_wait_max_s) == (2, 5, 5)

@@ -57,6 +57,8 @@ def test_a_hand_checked_scenario_gives_the_exact_cold_starts_and_gpu_hours() -> 
     assert (report.ttft_p50_s, report.ttft_p99_s) == (pytest.approx(from_disk + prefill),
                                                       pytest.approx(from_origin + prefill))
     assert idle_from < 26
+    # Both calls waited for a load: a step leased on a loading replica waits for a GPU too.
+    assert report.tasks_waited == 2 and report.gpu_wait_max_s == pytest.approx(from_origin)
 
 
 def test_the_berth_policy_places_with_the_live_pools_own_function() -> None:

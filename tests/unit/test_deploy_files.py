@@ -1,0 +1,484 @@
+"""deploy/: the Dockerfiles, docker-compose.yml and the Helm chart say only what the code does.
+
+Each deploy file names commands, flags, environment variables and ports that the code defines
+somewhere else; a renamed flag or variable would leave them silently wrong. So every `berth …`
+argv in them is parsed by the CLI's own argparse parser, every BERTH_* variable must be one the
+code reads, and every port a probe, health check or scrape target uses must be the one the
+process is told to listen on. The Helm chart is rendered by Helm's own template engine (Helm's Go
+SDK through the `helm-python-sdk` package, as `helm template` would), then parsed as YAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import helm_python as helm
+import pytest
+import yaml
+from sqlalchemy.engine import make_url
+
+from orchestrator.cli.main import build_parser
+from orchestrator.config import ENV_PREFIX, BerthConfig
+from orchestrator.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+CONTROL_PLANE_DOCKERFILE = DEPLOY / "docker" / "control-plane.Dockerfile"
+NODE_DOCKERFILE = DEPLOY / "docker" / "node.Dockerfile"
+COMPOSE = DEPLOY / "docker-compose.yml"
+CHART = DEPLOY / "helm" / "berth"
+CODE_DIRS = ("orchestrator", "sdk", "activities", "workflows")
+
+# Values that switch on every optional part of the chart, so that all of it is rendered and checked.
+FULL_VALUES: dict[str, Any] = {
+    "database": {"url": "postgresql+psycopg://berth:secret@postgres.db:5432/berth"},
+    "apiKey": {"value": "berth_0123456789ab_secret"},
+    "toolWorker": {"enabled": True, "agents": "orchestrator.demo.sample_agents:ALL"},
+    "ingress": {"enabled": True, "className": "nginx"},
+    "metrics": {"serviceMonitor": {"enabled": True}},
+    "node": {"gpusPerNode": 8, "labels": {"tier": "gold"}, "extraArgs": ["--external-url", "http://127.0.0.1:9000/v1"]},
+}
+
+
+# --- what the code really accepts ---------------------------------------------------------------
+
+def berth_env_vars() -> set[str]:
+    """Every BERTH_* variable the code reads: BerthConfig's fields, and the names code passes to os.environ."""
+    names = {ENV_PREFIX + field.upper() for field in BerthConfig.model_fields}
+    for package in CODE_DIRS:
+        for path in (ROOT / package).rglob("*.py"):
+            # A whole string literal, as in `X_ENV = "BERTH_X"` or `os.environ.get("BERTH_X")`; the
+            # mention of a variable inside a help text or docstring does not count as reading it.
+            names |= set(re.findall(r"""["'](BERTH_[A-Z0-9_]+)["']""", path.read_text(encoding="utf-8")))
+    return names
+
+
+KNOWN_ENV = berth_env_vars()
+
+
+def strict_parser() -> argparse.ArgumentParser:
+    """The CLI's own parser, refusing abbreviated flags: a deploy file spells each flag out, so that
+    a new flag sharing a prefix with the abbreviation cannot change what it means."""
+    parser = build_parser()
+    parsers = [parser]
+    while parsers:
+        p = parsers.pop()
+        p.allow_abbrev = False
+        parsers += [c for a in p._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices.values()]
+    return parser
+
+
+def parse_berth(argv: list[str]) -> argparse.Namespace:
+    """Parse `berth …` with the CLI's parser; a refused argv fails the test with argparse's message."""
+    assert argv and argv[0] == "berth", argv
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        try:
+            return strict_parser().parse_args(argv[1:])
+        except SystemExit:
+            pytest.fail(f"`{shlex.join(argv)}` is refused by berth's CLI: {stderr.getvalue().strip()}")
+
+
+def berth_argv(command: list[str] | str) -> list[str]:
+    """The `berth …` argv in an exec-form command, or in a `sh -c "… berth …"` one."""
+    if isinstance(command, str):
+        command = shlex.split(command)
+    if command[:2] == ["sh", "-c"]:
+        words = shlex.split(command[2])
+        words = words[words.index("exec") + 1:] if "exec" in words else words
+        return [w.replace('$(hostname)', "a-host") for w in words]
+    return list(command)
+
+
+def assert_known_env(names: list[str], where: str) -> None:
+    unknown = sorted(n for n in names if n.startswith(ENV_PREFIX) and n not in KNOWN_ENV)
+    assert not unknown, f"{where} sets {unknown}, which no Berth code reads"
+
+
+# --- Dockerfiles ----------------------------------------------------------------------------------
+
+def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of each instruction, continuation lines joined, comments dropped."""
+    instructions, pending = [], ""
+    for line in path.read_text().splitlines():
+        if line.strip().startswith("#") and not pending:
+            continue
+        if line.strip().startswith("#"):
+            continue  # a comment inside a continued instruction
+        pending += line.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        if pending.strip():
+            keyword, _, rest = pending.strip().partition(" ")
+            instructions.append((keyword.upper(), rest.strip()))
+        pending = ""
+    return instructions
+
+
+def dockerfile_env(instructions: list[tuple[str, str]]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for keyword, rest in instructions:
+        if keyword == "ENV":
+            env.update(word.split("=", 1) for word in shlex.split(rest))  # type: ignore[misc]
+    return env
+
+
+def exec_form(instructions: list[tuple[str, str]], keyword: str) -> list[str]:
+    """The last KEYWORD's JSON (exec) form; Berth's Dockerfiles use no shell form, signals reach the process."""
+    found = [rest for k, rest in instructions if k == keyword]
+    assert found, f"no {keyword}"
+    return json.loads(found[-1])
+
+
+def healthcheck_command(instructions: list[tuple[str, str]]) -> list[str]:
+    rest = [r for k, r in instructions if k == "HEALTHCHECK"][-1]
+    return json.loads(rest[rest.index("CMD") + len("CMD"):].strip())
+
+
+def final_stage(instructions: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    starts = [i for i, (k, _) in enumerate(instructions) if k == "FROM"]
+    return instructions[starts[-1]:]
+
+
+def test_control_plane_image_runs_server_by_default_and_checks_healthz_on_its_api_port() -> None:
+    instructions = dockerfile_instructions(CONTROL_PLANE_DOCKERFILE)
+    image = final_stage(instructions)
+    assert all(rest.split()[0] == "python:3.11-slim" for k, rest in instructions if k == "FROM")
+    assert any(k == "COPY" and "requirements.lock" in rest for k, rest in instructions)
+    assert any(k == "RUN" and "requirements.lock" in rest and "pip install" in rest for k, rest in instructions)
+    user = [rest for k, rest in image if k == "USER"][-1]
+    assert user.split(":")[0] not in {"root", "0"}
+
+    cmd = exec_form(image, "CMD")
+    assert parse_berth(cmd).command == "server"
+    assert parse_berth(["berth", "worker"]).command == "worker"  # the same image's other process
+    env = dockerfile_env(image)
+    assert_known_env(list(env), CONTROL_PLANE_DOCKERFILE.name)
+    port = env["BERTH_API_PORT"]
+    assert env["BERTH_HOST"] == "0.0.0.0"  # else the health check's and the world's requests meet no server
+    assert [rest for k, rest in image if k == "EXPOSE"] == [port]
+    check = " ".join(healthcheck_command(image))
+    assert "/healthz" in check and ("BERTH_API_PORT" in check or f":{port}/" in check)
+
+
+def test_node_image_is_cuda_based_with_optional_vllm_and_checks_its_metrics_port() -> None:
+    instructions = dockerfile_instructions(NODE_DOCKERFILE)
+    args = {rest.split("=")[0]: rest.partition("=")[2] for k, rest in instructions if k == "ARG"}
+    assert args["WITH_VLLM"] == "false" and args["VLLM_VERSION"]
+    assert re.fullmatch(r"nvidia/cuda:[\d.]+-runtime-ubuntu[\d.]+", args["CUDA_IMAGE"])
+    image = final_stage(instructions)
+    assert any(k == "RUN" and "WITH_VLLM" in rest and "vllm==${VLLM_VERSION}" in rest for k, rest in image)
+    # The vllm engine starts `vllm serve`: the command must be on PATH when it is installed.
+    assert any(k == "RUN" and "/usr/local/bin/vllm" in rest for k, rest in image)
+    user = [rest for k, rest in image if k == "USER"][-1]
+    assert user.split(":")[0] not in {"root", "0"}
+    assert_known_env(list(dockerfile_env(image)), NODE_DOCKERFILE.name)
+
+    node = parse_berth(berth_argv(exec_form(image, "CMD")))
+    assert node.command == "node" and node.metrics_port
+    assert [rest for k, rest in image if k == "EXPOSE"] == [str(node.metrics_port)]
+    assert f"127.0.0.1:{node.metrics_port}/metrics" in " ".join(healthcheck_command(image))
+    assert json.loads([rest for k, rest in image if k == "VOLUME"][-1]) == [node.cache_dir]
+
+
+def test_dockerignore_keeps_state_out_and_lets_the_copied_sources_in() -> None:
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {".git", ".venv", ".berth"} <= ignored
+    for dockerfile in (CONTROL_PLANE_DOCKERFILE, NODE_DOCKERFILE):
+        for keyword, rest in dockerfile_instructions(dockerfile):
+            if keyword == "COPY" and not rest.startswith("--from"):
+                for source in shlex.split(rest)[:-1]:
+                    assert (ROOT / source).exists() and source not in ignored, (dockerfile.name, source)
+
+
+# --- docker-compose.yml ---------------------------------------------------------------------------
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def url_port(text: str) -> int:
+    match = re.search(r"https?://[^/:\s'\"]+:(\d+)/", text)
+    assert match, text
+    return int(match.group(1))
+
+
+def test_compose_runs_the_whole_gpu_box() -> None:
+    services = compose()["services"]
+    assert {"postgres", "temporal", "server", "worker", "node", "prometheus"} <= services.keys()
+    assert services["temporal"]["image"].startswith("temporalio/auto-setup:")
+    assert services["temporal"]["environment"]["DB"].startswith("postgres")
+    assert services["temporal"]["environment"]["POSTGRES_SEEDS"] == "postgres"
+    # server and worker: one image, two commands; the node from its own image, on the NVIDIA runtime.
+    assert services["worker"]["image"] == services["server"]["image"]
+    for name, dockerfile in (("server", CONTROL_PLANE_DOCKERFILE), ("node", NODE_DOCKERFILE)):
+        build = services[name]["build"]
+        assert (COMPOSE.parent / build["context"] / build["dockerfile"]).resolve() == dockerfile
+    devices = services["node"]["deploy"]["resources"]["reservations"]["devices"]
+    assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices)
+
+
+def test_compose_commands_and_env_are_berths_own() -> None:
+    services = compose()["services"]
+    commands = {}
+    for name in ("server", "worker", "node"):
+        commands[name] = parse_berth(berth_argv(services[name]["command"]))
+        env = services[name]["environment"]
+        assert_known_env(list(env), f"docker-compose service {name}")
+        assert env["BERTH_TEMPORAL_ADDRESS"].split(":")[0] == "temporal"
+        assert env["BERTH_TEMPORAL_ADDRESS"].split(":")[1] == "7233"
+    assert [c.command for c in commands.values()] == ["server", "worker", "node"]
+    for name in ("server", "worker"):
+        url = make_url(services[name]["environment"]["BERTH_DATABASE_URL"])
+        assert url.drivername == "postgresql+psycopg" and url.host == "postgres" and url.database == "berth"
+        url.get_dialect()  # the driver is one SQLAlchemy knows
+    assert services["postgres"]["environment"]["POSTGRES_DB"] == "berth"
+    # Both ends of the join: the server checks the token the node presents.
+    assert "BERTH_JOIN_TOKEN" in services["server"]["environment"]
+    assert "BERTH_JOIN_TOKEN" in services["node"]["environment"]
+    api_url = urlsplit(services["node"]["environment"]["BERTH_API_URL"])
+    assert (api_url.hostname, api_url.port) == ("server", int(services["server"]["environment"]["BERTH_API_PORT"]))
+
+
+def test_compose_ports_agree_with_health_checks_and_prometheus() -> None:
+    services = compose()["services"]
+    api_port = int(services["server"]["environment"]["BERTH_API_PORT"])
+    worker_port = int(services["worker"]["environment"]["BERTH_WORKER_METRICS_PORT"])
+    node_port = parse_berth(berth_argv(services["node"]["command"])).metrics_port
+    assert services["server"]["environment"]["BERTH_HOST"] == "0.0.0.0"
+    assert any(p.split(":")[-1] == str(api_port) for p in services["server"]["ports"])
+    for name, port, path in (("server", api_port, "/healthz"), ("worker", worker_port, "/metrics"),
+                             ("node", node_port, "/metrics")):
+        check = " ".join(services[name]["healthcheck"]["test"])
+        assert url_port(check) == port and path in check, name
+
+    mounts = dict(v.split(":")[:2] for v in services["prometheus"]["volumes"])
+    by_target = {target: (COMPOSE.parent / source).resolve() for source, target in mounts.items()}
+    config_path = next(a.split("=", 1)[1] for a in services["prometheus"]["command"] if a.startswith("--config.file="))
+    prometheus = yaml.safe_load(by_target[config_path].read_text())
+    for rule_file in prometheus["rule_files"]:
+        assert by_target[rule_file] == DEPLOY / "prometheus" / "berth-alerts.yml"
+        assert by_target[rule_file].exists()
+    targets = {t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
+    assert targets == {f"server:{api_port}", f"worker:{worker_port}", f"node:{node_port}"}
+    assert all(job.get("metrics_path", "/metrics") == "/metrics" for job in prometheus["scrape_configs"])
+
+
+# --- the Helm chart ---------------------------------------------------------------------------------
+
+def render_chart(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """`helm template berth deploy/helm/berth -n berth -f values`, parsed: every Kubernetes object."""
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(values, name="berth", namespace="berth")
+    return [doc for path, text in sorted(rendered.items()) if not path.endswith("NOTES.txt")
+            for doc in yaml.safe_load_all(text) if doc]
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[dict[str, Any]]:
+    return render_chart(FULL_VALUES)
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, (kind, name, [o["metadata"]["name"] for o in objects])
+    return found[0]
+
+
+def pod_specs(objects: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for o in objects:
+        if o["kind"] in {"Deployment", "DaemonSet", "StatefulSet", "Job"}:
+            yield o["metadata"]["name"], o["spec"]["template"]["spec"]
+
+
+def containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return pod.get("initContainers", []) + pod["containers"]
+
+
+def env_value(container: dict[str, Any], name: str) -> Any:
+    return next(e for e in container["env"] if e["name"] == name).get("value")
+
+
+def test_chart_lints_clean_and_renders_every_part() -> None:
+    report = helm.lint(CHART, FULL_VALUES, strict=True)
+    assert not report["errors"] and all(m["severity"] < 2 for m in report["messages"]), report
+    objects = render_chart(FULL_VALUES)
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert {("Deployment", "berth-server"), ("Service", "berth-server"), ("Deployment", "berth-worker"),
+            ("DaemonSet", "berth-node"), ("Deployment", "berth-tool-worker"), ("Ingress", "berth"),
+            ("ServiceMonitor", "berth"), ("Secret", "berth-join-token"), ("Secret", "berth-database"),
+            ("Secret", "berth-api-key")} <= kinds
+    defaults = {o["kind"] for o in render_chart({"database": FULL_VALUES["database"]})}
+    assert "ServiceMonitor" not in defaults and "Ingress" not in defaults  # optional, off by default
+
+
+def test_chart_refuses_to_render_without_a_database() -> None:
+    with pytest.raises(helm.HelmError, match="database.url"):
+        render_chart({})
+
+
+def test_every_container_command_and_berth_variable_is_real(objects: list[dict[str, Any]]) -> None:
+    commands = {}
+    for name, pod in pod_specs(objects):
+        for container in containers(pod):
+            argv = container.get("args") or container.get("command")
+            if argv and argv[0] == "berth":
+                commands[name] = parse_berth(argv)
+            assert_known_env([e["name"] for e in container.get("env", [])], f"{name}/{container['name']}")
+    assert {n: c.command for n, c in commands.items()} == {
+        "berth-server": "server", "berth-worker": "worker", "berth-tool-worker": "worker", "berth-node": "node"}
+    assert commands["berth-tool-worker"].agents == FULL_VALUES["toolWorker"]["agents"]
+
+
+def test_server_probes_hit_healthz_and_readyz_on_the_port_it_listens_on(objects: list[dict[str, Any]]) -> None:
+    deployment = one(objects, "Deployment", "berth-server")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert env_value(container, "BERTH_HOST") == "0.0.0.0"
+    listens = int(env_value(container, "BERTH_API_PORT"))
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+
+    def probe_port(probe: dict[str, Any]) -> int:
+        port = probe["httpGet"]["port"]
+        return ports[port] if isinstance(port, str) else port
+
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert probe_port(container[probe]) == listens, probe
+    service = one(objects, "Service", "berth-server")
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+
+
+def test_worker_and_node_metrics_ports_are_the_ones_they_serve(objects: list[dict[str, Any]]) -> None:
+    (worker,) = one(objects, "Deployment", "berth-worker")["spec"]["template"]["spec"]["containers"]
+    served = int(env_value(worker, "BERTH_WORKER_METRICS_PORT"))
+    assert {p["name"]: p["containerPort"] for p in worker["ports"]} == {"metrics": served}
+    (node,) = one(objects, "DaemonSet", "berth-node")["spec"]["template"]["spec"]["containers"]
+    node_args = parse_berth(node["args"])
+    assert {p["name"]: p["containerPort"] for p in node["ports"]} == {"metrics": node_args.metrics_port}
+    assert node["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    # The ServiceMonitor's ports are the Services' port names, and each Service leads to them.
+    monitor = one(objects, "ServiceMonitor", "berth")
+    scraped = {e["port"] for e in monitor["spec"]["endpoints"]}
+    labelled = [o for o in objects if o["kind"] == "Service"
+                and monitor["spec"]["selector"]["matchLabels"].items() <= o["metadata"]["labels"].items()]
+    assert {o["metadata"]["name"] for o in labelled} == {"berth-server", "berth-worker-metrics", "berth-node-metrics"}
+    for service in labelled:
+        assert {p["name"] for p in service["spec"]["ports"]} <= scraped
+
+
+def test_node_daemonset_runs_on_gpu_nodes_with_a_host_weights_cache(objects: list[dict[str, Any]]) -> None:
+    pod = one(objects, "DaemonSet", "berth-node")["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
+    (container,) = pod["containers"]
+    args = parse_berth(container["args"])
+    assert args.node_id == "$(NODE_NAME)"  # expanded by Kubernetes from the env below
+    assert next(e for e in container["env"] if e["name"] == "NODE_NAME")["valueFrom"]["fieldRef"] == {
+        "fieldPath": "spec.nodeName"}
+    assert args.label == ["tier=gold"] and args.external_url == "http://127.0.0.1:9000/v1"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    cache = next(name for name, path in mounts.items() if path == args.cache_dir)
+    assert volumes[cache]["hostPath"]["path"] and volumes[cache]["hostPath"]["type"] == "DirectoryOrCreate"
+    api = urlsplit(env_value(container, "BERTH_API_URL"))
+    server = one(objects, "Service", "berth-server")
+    assert (api.hostname, api.port) == (server["metadata"]["name"], server["spec"]["ports"][0]["port"])
+
+
+def test_secrets_are_referenced_by_the_pods_that_need_them(objects: list[dict[str, Any]]) -> None:
+    secrets = {o["metadata"]["name"]: {**o.get("data", {}), **o.get("stringData", {})}
+               for o in objects if o["kind"] == "Secret"}
+    refs: dict[str, set[tuple[str, str]]] = {}
+    for name, pod in pod_specs(objects):
+        for container in pod["containers"]:
+            for e in container.get("env", []):
+                ref = e.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    assert ref["key"] in secrets[ref["name"]], (name, e["name"], ref)
+                    refs.setdefault(name, set()).add((e["name"], ref["name"]))
+    assert ("BERTH_JOIN_TOKEN", "berth-join-token") in refs["berth-server"]
+    assert ("BERTH_JOIN_TOKEN", "berth-join-token") in refs["berth-node"]
+    for name in ("berth-server", "berth-worker"):
+        assert ("BERTH_DATABASE_URL", "berth-database") in refs[name]
+    assert ("BERTH_API_KEY", "berth-api-key") in refs["berth-tool-worker"]
+    assert secrets["berth-api-key"]["api-key"] == FULL_VALUES["apiKey"]["value"]
+    assert make_url(secrets["berth-database"]["url"]).drivername == "postgresql+psycopg"
+    # Every secret is someone's; none is made and left unused.
+    assert set(secrets) == {secret for pod_refs in refs.values() for _, secret in pod_refs}
+
+
+def test_existing_secrets_replace_the_charts_own() -> None:
+    objects = render_chart({"database": {"existingSecret": "pg"}, "joinToken": {"existingSecret": "jt"},
+                            "apiKey": {"existingSecret": "ak", "existingSecretKey": "key"},
+                            "toolWorker": {"enabled": True, "agents": "m:a"}})
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    pods = dict(pod_specs(objects))
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for c in pods["berth-tool-worker"]["containers"]
+           for e in c["env"] if "valueFrom" in e}
+    assert env["BERTH_API_KEY"] == {"name": "ak", "key": "key"}
+    (server,) = pods["berth-server"]["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in server["env"] if "valueFrom" in e}
+    assert refs == {"BERTH_DATABASE_URL": "pg", "BERTH_JOIN_TOKEN": "jt"}
+
+
+# --- `berth …` mentioned anywhere under deploy/ ----------------------------------------------------
+
+def subcommand_parser(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The (sub)parser that `berth words…` reaches, and the words it leaves for that parser."""
+    parser = build_parser()
+    while words:
+        subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subparsers or words[0].startswith("-"):
+            break
+        assert words[0] in subparsers[0].choices, f"`berth {words[0]}` is not a berth command"
+        parser, words = subparsers[0].choices[words[0]], words[1:]
+    return parser, words
+
+
+def test_every_berth_command_named_in_deploy_docs_exists_with_those_flags() -> None:
+    # Prose mentions a command with some of its flags (`berth node --metrics-port`), so these are
+    # checked for the command and each flag's existence rather than parsed as whole argvs.
+    mentions = []
+    for path in [*DEPLOY.rglob("*.md"), *DEPLOY.rglob("*.Dockerfile"), *DEPLOY.rglob("*.yml"),
+                 *(CHART / "templates").glob("*")]:
+        for snippet in re.findall(r"`(berth [^`]+)`", path.read_text()):
+            mentions.append((path.relative_to(ROOT), snippet))
+    assert len(mentions) >= 5
+    for path, snippet in mentions:
+        words = shlex.split(snippet.replace("…", ""))[1:]
+        parser, rest = subcommand_parser(words)
+        for flag in (w.split("=")[0] for w in rest if w.startswith("--")):
+            assert flag in parser._option_string_actions, f"{path}: `{snippet}`: {flag} is not a flag of it"
+
+
+def test_the_documented_admin_key_bootstrap_makes_an_admin_key(tmp_path: Path) -> None:
+    # deploy/helm/README.md's "API keys" runs this in a server pod; it must keep working as the code moves.
+    (code,) = re.findall(r'python -c "([^"]+)"', (DEPLOY / "helm" / "README.md").read_text())
+    env = {**os.environ, "BERTH_DATA_DIR": str(tmp_path), "BERTH_DATABASE_URL": f"sqlite:///{tmp_path / 'b.db'}"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    key = done.stdout.strip()
+    assert key.startswith("berth_") and (tmp_path / "admin-key").read_text().strip() == key
+    store = Store.open(env["BERTH_DATABASE_URL"])
+    try:
+        assert store.keys.authenticate(key).role.value == "admin"
+    finally:
+        store.close()

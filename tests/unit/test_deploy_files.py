@@ -459,11 +459,13 @@ def test_every_berth_command_named_in_deploy_docs_exists_with_those_flags() -> N
     mentions = []
     for path in [*DEPLOY.rglob("*.md"), *DEPLOY.rglob("*.Dockerfile"), *DEPLOY.rglob("*.yml"),
                  *(CHART / "templates").glob("*")]:
-        for snippet in re.findall(r"`(berth [^`]+)`", path.read_text()):
-            mentions.append((path.relative_to(ROOT), snippet))
+        text = path.read_text()
+        # In `inline code`, and as lines of fenced code blocks (after a shell prompt, if any).
+        snippets = re.findall(r"`(berth [^`]+)`", text) + re.findall(r"^\s*(?:\$ )?(berth [^\n]+)$", text, re.M)
+        mentions += [(path.relative_to(ROOT), snippet) for snippet in snippets]
     assert len(mentions) >= 5
     for path, snippet in mentions:
-        words = shlex.split(snippet.replace("…", ""))[1:]
+        words = shlex.split(snippet.replace("…", ""), comments=True)[1:]
         parser, rest = subcommand_parser(words)
         for flag in (w.split("=")[0] for w in rest if w.startswith("--")):
             assert flag in parser._option_string_actions, f"{path}: `{snippet}`: {flag} is not a flag of it"

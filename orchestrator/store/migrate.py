@@ -1,0 +1,108 @@
+"""Bringing a database's schema to this version at start-up: Alembic's revisions in `migrations/`.
+
+Every process that opens the store migrates (`berth up`, the API server, the worker, each
+control-plane replica), so two may start together: on PostgreSQL they take one advisory lock and
+the second finds the work done; on SQLite, whose file lock Alembic's DDL cannot hold across
+statements, a loser whose CREATE collides retries and finds the schema current. Within one process
+migrations take turns: Alembic keeps its migration context in module-wide proxies.
+
+A database made before Berth had migrations (tables, no `alembic_version`) is adopted: its
+missing tables and additive columns are added as the old start-up did, then it is stamped at the
+baseline revision and upgraded from there like any other.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy.exc import DatabaseError
+from sqlmodel import SQLModel
+
+from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+BASELINE = "0001"
+# pg_advisory_xact_lock key: "berth-migrate" folded to a bigint, the same in every process.
+_PG_LOCK_KEY = 0x62657274686D6967
+_SQLITE_ATTEMPTS = 3
+# Alembic's `context` and `op` are module-wide proxies: one migration at a time per process.
+_in_process = threading.Lock()
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "the migrations folder has no revision"
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def migrate(engine: Engine) -> None:
+    """Upgrade the database to the newest revision; a no-op when it is there already."""
+    with _in_process:
+        _migrate(engine)
+
+
+def _migrate(engine: Engine) -> None:
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+            _upgrade(conn)
+        return
+    for attempt in range(1, _SQLITE_ATTEMPTS + 1):
+        try:
+            with engine.begin() as conn:
+                _upgrade(conn)
+            return
+        except DatabaseError:
+            if attempt == _SQLITE_ATTEMPTS:
+                raise
+
+
+def _upgrade(conn: Connection) -> None:
+    config = alembic_config(conn)
+    if MigrationContext.configure(conn).get_current_revision() is None and _has_berth_tables(conn):
+        _adopt(conn)
+        command.stamp(config, BASELINE)
+    command.upgrade(config, "head")
+
+
+def _has_berth_tables(conn: Connection) -> bool:
+    found = set(inspect(conn).get_table_names())
+    return any(table in found for table in SQLModel.metadata.tables)
+
+
+def _adopt(conn: Connection) -> None:
+    """A pre-migration database: what the baseline has and it lacks, added in place.
+
+    Its start-up only ever created missing tables and added defaulted columns, so those two steps
+    bring any such database to the baseline's schema.
+    """
+    SQLModel.metadata.create_all(conn)
+    found = inspect(conn)
+    for table in SQLModel.metadata.sorted_tables:
+        present = {c["name"] for c in found.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            kind = column.type.compile(dialect=conn.dialect)
+            default = column.default.arg if column.default is not None and column.default.is_scalar else None
+            clause = f" DEFAULT '{default}'" if isinstance(default, str) else (
+                f" DEFAULT {default}" if isinstance(default, (int, float)) else "")
+            conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}{clause}'))

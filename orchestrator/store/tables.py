@@ -14,10 +14,17 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import DateTime, Index, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import BigInteger, DateTime, Index, Integer, LargeBinary, Text, UniqueConstraint
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
+
+
+# Every integer column is 64-bit, as sdk._limits.MAX_STORED_INT promises the API's callers. SQLite's
+# INTEGER already is; PostgreSQL's is 32-bit (a 16 GiB weights size overflows it), so there it is
+# BIGINT. SQLite keeps the name INTEGER: only an `INTEGER PRIMARY KEY` is its rowid (and AUTOINCREMENT
+# accepts no other type).
+Int64 = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def utcnow() -> datetime:
@@ -85,7 +92,7 @@ class AgentRow(SQLModel, table=True):
         Index("ix_agents_name_activated", "name", "activated_at"),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
     name: str
     version: str
     spec_json: str = Field(sa_type=Text)
@@ -110,16 +117,16 @@ class CheckpointRow(SQLModel, table=True):
         UniqueConstraint("task_id", "seq", name="uq_checkpoints_task_seq"),
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
     task_id: str
-    seq: int
-    step: int
+    seq: int = Field(sa_type=Int64)
+    step: int = Field(sa_type=Int64)
     parent_hash: str
     hash: str
-    message_count: int
+    message_count: int = Field(sa_type=Int64)
     encoding: str
     delta: bytes = Field(sa_type=LargeBinary)
-    delta_bytes: int
+    delta_bytes: int = Field(sa_type=Int64)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 
 
@@ -129,14 +136,14 @@ class LedgerRow(SQLModel, table=True):
     __tablename__ = "token_ledger"
     __table_args__ = (UniqueConstraint("task_id", "step", "attempt", "kind", name="uq_ledger_call"),)
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
     task_id: str
-    step: int
-    attempt: int
+    step: int = Field(sa_type=Int64)
+    attempt: int = Field(sa_type=Int64)
     kind: str
     model: str
-    prompt_tokens: int
-    completion_tokens: int
+    prompt_tokens: int = Field(sa_type=Int64)
+    completion_tokens: int = Field(sa_type=Int64)
     cost_usd: float
     ttft_s: float
     duration_s: float
@@ -167,7 +174,7 @@ class EventRow(SQLModel, table=True):
         {"sqlite_autoincrement": True},
     )
 
-    seq: int | None = Field(default=None, primary_key=True)
+    seq: int | None = Field(default=None, primary_key=True, sa_type=Int64)
     task_id: str
     kind: str
     at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
@@ -209,14 +216,14 @@ class NodeGpuRow(SQLModel, table=True):
     __tablename__ = "node_gpus"
     __table_args__ = (UniqueConstraint("node_id", "gpu_index", name="uq_node_gpus_node_index"),)
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
     node_id: str
-    gpu_index: int
+    gpu_index: int = Field(sa_type=Int64)
     type_name: str
     description_json: str = Field(sa_type=Text)
-    memory_used_mib: int | None = None
-    utilization_pct: int | None = None
-    ecc_errors: int | None = None
+    memory_used_mib: int | None = Field(default=None, sa_type=Int64)
+    utilization_pct: int | None = Field(default=None, sa_type=Int64)
+    ecc_errors: int | None = Field(default=None, sa_type=Int64)
     healthy: bool = True
     reason: str | None = None
 
@@ -227,14 +234,14 @@ class ReplicaRow(SQLModel, table=True):
     __tablename__ = "replicas"
     __table_args__ = (Index("ix_replicas_model", "model"), Index("ix_replicas_node", "node_id"))
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
     node_id: str
     replica_id: str = ""
     model: str
     gpu_indexes_json: str
     state: str
-    outstanding_tokens: int = 0
-    active_leases: int = 0
+    outstanding_tokens: int = Field(default=0, sa_type=Int64)
+    active_leases: int = Field(default=0, sa_type=Int64)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 
 
@@ -247,10 +254,10 @@ class NodeWeightsRow(SQLModel, table=True):
         Index("ix_node_weights_model", "model"),  # "which nodes hold these weights" is the disk tier's question
     )
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
     node_id: str
     model: str
-    size_bytes: int
+    size_bytes: int = Field(sa_type=Int64)
 
 
 class LeaseRow(SQLModel, table=True):
@@ -268,11 +275,11 @@ class LeaseRow(SQLModel, table=True):
 
     lease_id: str = Field(primary_key=True)
     task_id: str
-    step: int
+    step: int = Field(sa_type=Int64)
     model: str
     node_id: str
     replica_id: str
-    tokens: int
+    tokens: int = Field(sa_type=Int64)
     tenant: str
     created_replica: bool = False
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
@@ -285,8 +292,8 @@ class TenantRow(SQLModel, table=True):
 
     name: str = Field(primary_key=True)
     trust: str
-    gpu_quota: int | None = None
-    default_budget_tokens: int | None = None
+    gpu_quota: int | None = Field(default=None, sa_type=Int64)
+    default_budget_tokens: int | None = Field(default=None, sa_type=Int64)
     default_budget_usd: float | None = None
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
@@ -327,7 +334,7 @@ class AuditRow(SQLModel, table=True):
     __tablename__ = "audit_log"
     __table_args__ = (Index("ix_audit_log_key", "key_id", "id"), {"sqlite_autoincrement": True})
 
-    id: int | None = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
     at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     key_id: str | None = None
     role: str | None = None
@@ -335,4 +342,4 @@ class AuditRow(SQLModel, table=True):
     method: str
     path: str
     target: str | None = None
-    status: int
+    status: int = Field(sa_type=Int64)

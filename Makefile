@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 CHROMIUM := /usr/bin/chromium
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null || echo sudo)
 
-.PHONY: up test bench clean chromium
+.PHONY: up test bench clean chromium postgresql
 
 $(STAMP): requirements.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -26,7 +26,15 @@ chromium:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
-test: $(STAMP) chromium
+# The store and pool suites also run on a PostgreSQL server the tests start themselves (tests/postgres.py)
+# from Debian's binaries, which live under /usr/lib/postgresql/<version>/bin, off PATH.
+postgresql:
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  echo "installing Debian's postgresql for the store tests"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
+
+test: $(STAMP) chromium postgresql
 	$(VENV)/bin/pytest -q --durations=15
 
 bench: $(STAMP)

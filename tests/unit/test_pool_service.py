@@ -16,6 +16,8 @@ from sdk import ModelEntry, ScalingPolicy
 from sdk._fleet import NodeHeartbeat, NodeSpec
 from sdk._lease import LeaseRequest, ReleaseLease
 
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
+
 SECRET = "node-secret"
 
 

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from orchestrator.store import Store
 from sdk import AgentSpec, ToolSpec
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store.open(f"sqlite:///{tmp_path / 'berth.db'}")
-    yield s
-    s.close()
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 
 
 def _agent(instructions: str = "Be brief.", name: str = "writer") -> AgentSpec:

@@ -16,6 +16,8 @@ from sqlalchemy import text
 from orchestrator.store import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound, Store
 from sdk import Message, NotFound, ToolCall
 
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
+
 
 def _opening() -> list[Message]:
     return [Message(role="system", content="You are terse."), Message(role="user", content="Count to three.")]

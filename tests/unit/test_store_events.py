@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pytest
 
 from orchestrator.store import Store
 from sdk import TaskStatus
+
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 
 
 def test_events_come_back_in_order_per_task(store: Store, db_url: str) -> None:

@@ -10,6 +10,8 @@ from orchestrator.store import NodeConflict, NodeNotFound, NodeSecretRefused, St
 from orchestrator.store.tables import utcnow
 from sdk import InvalidSpec, NodeHeartbeat, NodeSpec
 
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
+
 SECRET = "s3cret-of-gpu-1"
 
 

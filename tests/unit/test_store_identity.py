@@ -16,6 +16,8 @@ from orchestrator.store.keys import hash_secret, split_key
 from sdk import Conflict, NotFound, Unauthorized
 from sdk._identity import Role, TenantSpec, TenantUpdate, Trust
 
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
+
 
 def test_a_key_reads_berth_id_secret_and_only_its_hash_is_kept(store: Store) -> None:
     created = store.keys.create(Role.agent, "default", name="tools")

@@ -9,6 +9,8 @@ import pytest
 from activities.ports import LedgerEntry
 from orchestrator.store import LedgerTotals, Store
 
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
+
 
 def _entry(task_id: str = "t", step: int = 1, attempt: int = 1, *, prompt: int = 100, completion: int = 20,
            cost: float = 0.01, kind: str = "settled") -> LedgerEntry:  # fmt: skip

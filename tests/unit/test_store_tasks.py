@@ -10,6 +10,8 @@ import pytest
 from orchestrator.store import Store, TaskConflict
 from sdk import Conflict, Spend, TaskState, TaskStatus
 
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
+
 
 def _state(task_id: str, status: TaskStatus = TaskStatus.queued, *, tenant: str = "acme", agent: str = "writer",
            parent: str | None = None, step: int = 0) -> TaskState:  # fmt: skip

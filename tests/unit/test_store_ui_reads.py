@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from activities.ports import SETTLED, LedgerEntry
 from orchestrator.store import Store
 from orchestrator.store.sessions import SESSION_LIFETIME
 from sdk import Spend, TaskState, TaskStatus
 from sdk._identity import Role
+
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 
 
 def _task(store: Store, task_id: str, *, tenant: str = "default", model: str = "m-1",

@@ -11,7 +11,7 @@ from collections.abc import Collection
 from datetime import datetime
 
 import pydantic_core
-from sqlalchemy import Engine, func
+from sqlalchemy import Engine, func, text
 from sqlmodel import Session, col, select
 
 from sdk import TaskEvent
@@ -19,6 +19,9 @@ from sdk import TaskEvent
 from .tables import EventRow, TaskRow
 
 MAX_READ = 5000
+# pg_advisory_xact_lock's first key: the class of lock (this one: "a task's event appends"), so
+# that the per-task second key cannot meet another use of advisory locks.
+_PG_APPEND_LOCK_CLASS = 0x65766E74  # "evnt"
 # An hour of a busy fleet's step and interruption events is a few thousand; past this the overview
 # counts "at least", rather than reading without end.
 RECENT_CAP = 50_000
@@ -34,6 +37,14 @@ class SqlEventLog:
         """Add one event; returns its seq. Datetimes, enums and models in `data` are stored as JSON."""
         row = EventRow(task_id=task_id, kind=kind, data_json=json.dumps(data, default=pydantic_core.to_jsonable_python))
         with Session(self._engine, expire_on_commit=False) as session:
+            if self._engine.dialect.name == "postgresql":
+                # PostgreSQL draws seq at INSERT but shows the row at COMMIT: two writers of one task can
+                # commit out of seq order, and a follower that already read past the later seq would
+                # never see the earlier one. One append per task at a time, as SQLite's single writer
+                # gives for free; appends of different tasks still run side by side.
+                session.connection().execute(
+                    text("SELECT pg_advisory_xact_lock(:lock_class, hashtext(:task_id))"),
+                    {"lock_class": _PG_APPEND_LOCK_CLASS, "task_id": task_id})
             session.add(row)
             session.commit()
         assert row.seq is not None

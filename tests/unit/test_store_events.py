@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timezone
 
 import pytest
@@ -40,3 +41,40 @@ def test_event_data_round_trips_as_json(store: Store) -> None:
     (event,) = store.events.read("t")
     assert event.seq == seq and event.kind == "state"
     assert event.data == {"status": "running", "at": "2030-01-02T03:04:05Z", "nested": {"a": [1, None]}}
+
+
+def test_a_follower_reading_while_writers_append_sees_every_event(db_url: str) -> None:
+    # On PostgreSQL a seq is drawn at INSERT and seen at COMMIT: without one writer per task at a time, a
+    # follower could read past a seq whose row commits a moment later, and never see it.
+    writers = [Store.open(db_url) for _ in range(4)]  # the worker's activity threads and the API server
+    follower = Store.open(db_url)
+    written: list[int] = []
+    seen: list[int] = []
+    done = threading.Event()
+
+    def write(store: Store) -> None:
+        for i in range(50):
+            written.append(store.events.append("t", "step", {"step": i}))
+
+    def follow() -> None:
+        after = 0
+        while True:
+            finished = done.is_set()
+            batch = follower.events.read("t", after_seq=after)
+            seen.extend(e.seq for e in batch)
+            after = batch[-1].seq if batch else after
+            if finished and not batch:
+                return
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    threads = [threading.Thread(target=write, args=(s,)) for s in writers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    reader.join()
+    assert sorted(seen) == sorted(written) and len(seen) == 200
+    for s in [*writers, follower]:
+        s.close()

@@ -80,6 +80,7 @@ class _Cluster:
         self.dir = Path(tempfile.mkdtemp(prefix="berth-pg-"))
         self.data = self.dir / "data"
         self.log = self.dir / "server.log"
+        self.running = False
         if self.as_root:
             shutil.chown(self.dir, "postgres", "postgres")
 
@@ -102,10 +103,12 @@ class _Cluster:
         # The unix socket goes into our own directory: the default one (/var/run/postgresql) may not exist.
         self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
                  "-o", f"-p {port} -k {self.dir}", "start")
+        self.running = True
 
     def stop(self) -> None:
         try:
-            self.run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+            if self.running:  # else a failed init or start is the error to report, not this stop's
+                self.run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -42,6 +42,7 @@ SETTINGS = {
     # their database is dropped: room beyond the default 100.
     "max_connections": "300",
 }
+DIR_PREFIX = "berth-pg-"
 START_ATTEMPTS = 3  # a free port found by binding can be taken by someone else before the server binds it
 
 
@@ -74,15 +75,17 @@ class PostgresServer:
 class _Cluster:
     """initdb, pg_ctl start/stop, run as the `postgres` user when we are root (initdb refuses root)."""
 
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, directory: Path | None = None) -> None:
         self.bin_dir = bin_dir
         self.as_root = os.geteuid() == 0
-        self.dir = Path(tempfile.mkdtemp(prefix="berth-pg-"))
+        self.dir = directory or Path(tempfile.mkdtemp(prefix=DIR_PREFIX))
         self.data = self.dir / "data"
         self.log = self.dir / "server.log"
-        self.running = False
-        if self.as_root:
-            shutil.chown(self.dir, "postgres", "postgres")
+        self.running = directory is not None  # an existing directory: an abandoned session's server
+        if directory is None:
+            (self.dir / "session.pid").write_text(str(os.getpid()))
+            if self.as_root:
+                shutil.chown(self.dir, "postgres", "postgres")
 
     def run(self, *args: str) -> None:
         command = [str(self.bin_dir / args[0]), *args[1:]]
@@ -113,6 +116,22 @@ class _Cluster:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _stop_abandoned(bin_dir: Path) -> None:
+    """Stop the servers of sessions that were killed before their teardown (a timeout's SIGTERM)."""
+    for directory in Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}*"):
+        try:
+            os.kill(int((directory / "session.pid").read_text()), 0)
+            continue  # its session still runs
+        except ProcessLookupError:
+            pass
+        except (OSError, ValueError):
+            continue  # not ours to judge: unreadable, or another user's session
+        try:
+            _Cluster(bin_dir, directory).stop()
+        except RuntimeError:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     bin_dir = _server_bin_dir()
@@ -120,6 +139,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         pytest.fail("PostgreSQL's server binaries (initdb, pg_ctl, postgres) are not on PATH nor under "
                     "/usr/lib/postgresql/*/bin: run `make test`, which installs Debian's postgresql package",
                     pytrace=False)
+    _stop_abandoned(bin_dir)
     cluster = _Cluster(bin_dir)
     try:
         cluster.init()

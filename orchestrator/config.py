@@ -7,6 +7,7 @@ changed in one place is seen by all of them.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -33,6 +34,10 @@ class BerthConfig(BaseModel):
     load_time_scale: float = Field(default=0.25, ge=0, description="multiplies the load time of replicas on the"
                                                                    " simulated nodes `berth up` starts")
     node_lost_after_s: float = Field(default=20.0, gt=0, description="a node silent this long is lost")
+    control_plane_id: str = Field(
+        default_factory=socket.gethostname, min_length=1, max_length=128,
+        description="this control-plane replica's name among several on one database (its pool's leases and GPU"
+                    " reservations carry it); the host name by default, a pod's name on Kubernetes")
     heartbeat_timeout_s: float = Field(
         default=5.0, ge=2, le=60, description="a generation silent this long is taken for lost with its node, and"
                                               " its step resumes elsewhere (a generation beats every second)")

@@ -75,7 +75,8 @@ async def run_worker(config: BerthConfig) -> None:
     client = await connect_temporal(config)
     pool = None
     if config.fleet:
-        pool = PoolService(store, ModelCatalogue(config, store.models), node_lost_after_s=config.node_lost_after_s)
+        pool = PoolService(store, ModelCatalogue(config, store.models), node_lost_after_s=config.node_lost_after_s,
+                           pool_id=config.control_plane_id)
     worker = build_worker(client, store, config, pool=pool)
     log.info("worker polling %s on %s", CONTROL_TASK_QUEUE, config.resolved_temporal_address)
     scaling = asyncio.ensure_future(Autoscaler(pool, client).run()) if pool is not None else None

@@ -5,6 +5,12 @@ driving one activity on the node's own queue: they survive this process restarti
 workflow id per replica makes a repeated order a no-op. A replica is taken out of placement
 (`begin_unload`) before its node is told to stop it, so no lease lands on a replica being
 unloaded; its weights stay in the node's disk cache for the next load.
+
+With several control-plane replicas, one scaler acts at a time: the one whose pool holds the
+"scaler" leadership in the store (renewed every tick, taken over by another replica once a
+silent holder's term runs out). Its pool counts the other pools' leases as load, so it never
+unloads a replica another replica's steps are using; steps that wait in another pool start
+replicas through placement itself.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from .service import PoolService
 log = logging.getLogger("berth.pool.autoscaler")
 
 TICK_S = 2.0
+SCALER_JOB = "scaler"
+# A leader that misses this many ticks in a row is taken over.
+TICKS_PER_TERM = 5
 
 
 class Autoscaler:
@@ -47,7 +56,10 @@ class Autoscaler:
             await asyncio.sleep(self.tick_s)
 
     async def tick(self) -> list[ScaleUp | ScaleDown]:
-        """Plan once and start what the plan says; returns the plan (for tests and logs)."""
+        """Plan once and start what the plan says, when this replica leads the scaler; returns the plan."""
+        store, me = self.pool.store, self.pool.pool_id
+        if not await asyncio.to_thread(store.leadership.hold, SCALER_JOB, me, TICKS_PER_TERM * self.tick_s):
+            return []
         plan = await asyncio.to_thread(self.pool.plan_scaling)
         for action in plan:
             if isinstance(action, ScaleDown):

@@ -28,10 +28,10 @@ from sdk._fleet import NodeView
 from sdk._lease import LeaseGrant, LeaseRequest, LocalityTier, ReleaseLease
 from sdk._node_io import FetchSource, LoadOnNode, LoadReplica
 
-from ..store import LeaseRecord, Store
+from ..store import LeaseRecord, Reservation, Store
 from .decision import Decision, PlacementRequest
 from .admission import may_go, place_away_from_reclaimed_spot, place_scaler_replica, starts_replica
-from .fleet import Booking, FleetState, StaleDecision, Tenant as PoolTenant
+from .fleet import Booking, FleetState, Replica, StaleDecision, Tenant as PoolTenant
 from .inventory import model_spec, node_from_view
 from .metrics import record_decision, record_grant, watch_queue
 from .queue import WaitQueue
@@ -70,8 +70,11 @@ class _Lease:
 class PoolService:
     def __init__(self, store: Store, catalogue: CatalogueReader, config: PlacementConfig = DEFAULT_CONFIG,
                  *, sync_every_s: float = 1.0, node_lost_after_s: float = 20.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, pool_id: str = "") -> None:
         self.store = store
+        # This pool's name among the pools of several control-plane replicas on one database: its leases
+        # and GPU reservations carry it, and every other pool's count as load it did not book itself.
+        self.pool_id = pool_id
         self.catalogue = catalogue
         self.config = config
         self.sync_every_s = sync_every_s
@@ -96,6 +99,11 @@ class PoolService:
         # Leases a restarted pool found in the store on replicas no node reports yet (their load had only
         # just been sent): lease id → (record, when found). Counted once a node reports the replica.
         self._unclaimed: dict[str, tuple[LeaseRecord, float]] = {}
+        # Replica id → (leases, tokens) other pools hold on it, as of the last sync (already in its load).
+        self._foreign: dict[str, tuple[int, int]] = {}
+        # Replicas other pools started that no node reports yet: their GPUs are taken, but no lease of this
+        # pool goes on them until the node reports them (the other pool may still give them up).
+        self._others_loading: set[str] = set()
 
     # --- leases ----------------------------------------------------------------------------
 
@@ -142,8 +150,9 @@ class PoolService:
             if decision.outcome == "placed" and may_go(self.fleet, decision, ahead):
                 try:
                     return self._grant(req, entry, decision, now)
-                except StaleDecision as exc:  # cannot happen under the lock; kept as a wait, not a crash
-                    log.warning("placement went stale: %s", exc)
+                except StaleDecision as exc:  # another control-plane replica took the GPUs: place again
+                    log.info("placement went stale: %s", exc)
+                    self.sync(force=True)
             self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
             position = self.queue.ahead_of(req.task_id, req.model, req.priority, now) + 1
             if decision.outcome == "placed":
@@ -172,6 +181,10 @@ class PoolService:
                 elif replica is not None and replica.active_leases == 0:
                     self.idle_since[replica.id] = self.clock()
         self.store.leases.release(req.lease_id)
+        if lease is not None and lease.booking.created_replica and lease.booking.replica_id not in self.fleet.replicas:
+            # Started for this step alone and given up before it loaded: no other pool leases a replica that
+            # no node reports, so nothing else holds it.
+            self.store.reservations.release(lease.booking.replica_id)
 
     def _grant(self, req: LeaseRequest, entry: ModelEntry, decision: Decision, now: float) -> LeaseGrant:
         booking = self.fleet.apply(decision, req.tokens)
@@ -179,6 +192,9 @@ class PoolService:
         assert chosen is not None
         replica = self.fleet.replicas[booking.replica_id]
         if booking.created_replica:
+            if not self._reserve(replica):
+                self.fleet.release(booking)  # takes the replica it started with it
+                raise StaleDecision(f"{replica.node_id} devices {replica.devices} were taken by another pool")
             self._unreported[replica.id] = now
         self.idle_since.pop(replica.id, None)
         waiter = self.queue.leave(req.task_id)
@@ -186,7 +202,7 @@ class PoolService:
                      booking.created_replica)
         record = LeaseRecord(lease_id=f"lease-{uuid.uuid4().hex[:12]}", task_id=req.task_id, step=req.step,
                              model=req.model, node_id=replica.node_id, replica_id=replica.id, tokens=req.tokens,
-                             tenant=req.tenant, created_replica=booking.created_replica)
+                             tenant=req.tenant, created_replica=booking.created_replica, pool_id=self.pool_id)
         source: FetchSource = "datacenter" if chosen.candidate.tier == "datacenter" else "origin"
         grant = self._lease_grant(record, entry, chosen.candidate.tier, source).model_copy(update={
             "expected_ttft_s": round(chosen.terms["ttft"], 3), "decided_by": decision.decided_by})
@@ -194,6 +210,16 @@ class PoolService:
         self._by_step[(req.task_id, req.step)] = record.lease_id
         self.store.leases.add(record)
         return grant
+
+    def _reserve(self, replica: Replica) -> bool:
+        """Take the new replica's GPU memory in the store, checked against every pool's (store.reservations)."""
+        node = self.fleet.nodes[replica.node_id]
+        wanted = Reservation(replica.id, node.id, replica.model, replica.devices, replica.per_device_gib,
+                             replica.boundary, self.pool_id)
+        models = self.fleet.models
+        return self.store.reservations.reserve(
+            wanted, {d.index: d.memory_gib for d in node.devices},
+            lambda model: models[model].memory_gib if model in models else 0.0, UNREPORTED_LOAD_GRACE_S)
 
     def _lease_grant(self, record: LeaseRecord, entry: ModelEntry, tier: LocalityTier,
                      source: FetchSource) -> LeaseGrant:
@@ -232,11 +258,48 @@ class PoolService:
             for replica_id, (at, _) in list(self._gone.items()):
                 if now - at > GONE_MEMORY_S:
                     del self._gone[replica_id]
+            self._sync_other_pools(now)
             if not self._restored:
                 self._restored = True
-                self._unclaimed = {record.lease_id: (record, now) for record in self.store.leases.list()}
+                self._unclaimed = {record.lease_id: (record, now) for record in self.store.leases.list()
+                                   if record.pool_id == self.pool_id}
             if self._unclaimed:
                 self._claim_restored_leases(now)
+
+    def _sync_other_pools(self, now: float) -> None:
+        """What the pools of other control-plane replicas did since the last sync: the replicas they started
+        that no node reports yet (so this pool does not place on their GPUs), and their leases' load."""
+        started_at = datetime.now(timezone.utc)
+        for r in self.store.reservations.list():
+            if (r.pool_id == self.pool_id or r.replica_id in self.fleet.replicas or r.replica_id in self._gone
+                    or r.node_id not in self.fleet.nodes or r.model not in self.fleet.models):
+                continue
+            age = (started_at - r.created_at).total_seconds() if r.created_at else 0.0
+            if age >= UNREPORTED_LOAD_GRACE_S:
+                continue
+            try:  # held as "draining": its memory counts, placement never leases it, nor caps the model by it
+                self.fleet.add_replica(r.model, r.node_id, r.gpu_indexes, state="draining", tenant=r.owner,
+                                       replica_id=r.replica_id)
+            except (StaleDecision, ValueError, KeyError) as exc:
+                log.warning("another pool's replica %s does not fit this pool's view: %s", r.replica_id, exc)
+                continue
+            self._others_loading.add(r.replica_id)
+            self._unreported[r.replica_id] = now - age
+            self.idle_since.setdefault(r.replica_id, now)
+        foreign = self.store.leases.load_of_other_pools(self.pool_id)
+        for replica_id in set(foreign) | set(self._foreign):
+            replica = self.fleet.replicas.get(replica_id)
+            if replica is None:
+                continue
+            leases, tokens = foreign.get(replica_id, (0, 0))
+            before_leases, before_tokens = self._foreign.get(replica_id, (0, 0))
+            self.fleet.set_load(replica_id, active_leases=max(replica.active_leases + leases - before_leases, 0),
+                                outstanding_tokens=max(replica.outstanding_tokens + tokens - before_tokens, 0))
+            if replica.active_leases:
+                self.idle_since.pop(replica_id, None)
+            else:
+                self.idle_since.setdefault(replica_id, now)
+        self._foreign = {rid: load for rid, load in foreign.items() if rid in self.fleet.replicas}
 
     def _sync_node(self, view: NodeView, now: float) -> None:
         fleet = self.fleet
@@ -259,7 +322,10 @@ class PoolService:
             report = reported.pop(replica.id, None)
             if report is not None:
                 self._unreported.pop(replica.id, None)
-                if _STATE_ORDER[report.state] > _STATE_ORDER[replica.state] and replica.id not in self._unloading:
+                if replica.id in self._others_loading:  # another pool's new replica, now the node's own word
+                    self._others_loading.discard(replica.id)
+                    fleet.set_replica_state(replica.id, report.state)
+                elif _STATE_ORDER[report.state] > _STATE_ORDER[replica.state] and replica.id not in self._unloading:
                     # Only forward (loading → warm → draining): a report sent before the pool saw the
                     # replica serve must not turn it back into a loading one.
                     fleet.set_replica_state(replica.id, report.state)
@@ -292,6 +358,9 @@ class PoolService:
 
     def _forget_replica(self, replica_id: str) -> None:
         self.fleet.unload(replica_id)
+        self.store.reservations.release(replica_id)
+        self._foreign.pop(replica_id, None)
+        self._others_loading.discard(replica_id)
         self._unreported.pop(replica_id, None)
         self._unloading.discard(replica_id)
         self.idle_since.pop(replica_id, None)
@@ -360,6 +429,10 @@ class PoolService:
                 return None  # no room for another replica now
             booking = self.fleet.apply(decision, 1)
             replica = self.fleet.replicas[booking.replica_id]
+            if not self._reserve(replica):
+                self.fleet.unload(replica.id)
+                self.sync(force=True)
+                return None  # another control-plane replica took those GPUs; the next tick plans again
             # Undo the booking's load but keep the replica: nobody holds a lease on it yet.
             self.fleet.set_load(replica.id, outstanding_tokens=0, active_leases=0)
             now = self.clock()

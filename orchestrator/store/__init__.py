@@ -1,6 +1,6 @@
 """The control-plane store: tasks, agents, checkpoints, the token ledger, task events,
-the model catalogue, the GPU fleet, the pool's leases, and who may call the API (tenants, API
-keys, the audit log).
+the model catalogue, the GPU fleet, the pool's leases and GPU reservations, which control-plane
+replica leads a job, and who may call the API (tenants, API keys, the audit log).
 
 One SQL database behind small classes, each over the same engine. SQLite by default
 (one file that the API server and the worker share), any SQLAlchemy URL at scale:
@@ -29,11 +29,13 @@ from .checkpoints import (
 )
 from .database import open_database
 from .events import SqlEventLog
+from .leadership import SqlLeadership
 from .leases import LeaseRecord, SqlLeases
 from .keys import KeyHolder, SqlApiKeys
 from .fleet import NodeConflict, NodeNotFound, NodeSecretRefused, SqlFleet
 from .ledger import LedgerTotals, SqlTokenLedger
 from .models import SqlModelCatalogue
+from .reservations import Reservation, SqlReservations
 from .sessions import NewSession, SqlUiSessions, UiSession
 from .tasks import SqlTaskRegistry, TaskConflict, TaskRecord
 from .tenants import SqlTenants
@@ -52,6 +54,8 @@ class Store:
     models: SqlModelCatalogue
     fleet: SqlFleet
     leases: SqlLeases
+    reservations: SqlReservations
+    leadership: SqlLeadership
     tenants: SqlTenants
     keys: SqlApiKeys
     audit: SqlAuditLog
@@ -74,6 +78,8 @@ class Store:
             models=SqlModelCatalogue(engine),
             fleet=SqlFleet(engine),
             leases=SqlLeases(engine),
+            reservations=SqlReservations(engine),
+            leadership=SqlLeadership(engine),
             tenants=SqlTenants(engine),
             keys=SqlApiKeys(engine),
             audit=SqlAuditLog(engine),
@@ -97,7 +103,9 @@ __all__ = [
     "NodeConflict",
     "NodeNotFound",
     "NodeSecretRefused",
+    "Reservation",
     "SqlFleet",
+    "SqlLeadership",
     "SqlLeases",
     "SqlAgentRegistry",
     "SqlApiKeys",
@@ -105,6 +113,7 @@ __all__ = [
     "SqlCheckpointStore",
     "SqlEventLog",
     "SqlModelCatalogue",
+    "SqlReservations",
     "SqlTaskRegistry",
     "SqlTenants",
     "SqlTokenLedger",

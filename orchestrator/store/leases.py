@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine, delete, func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -27,6 +27,7 @@ class LeaseRecord:
     tokens: int
     tenant: str
     created_replica: bool = False
+    pool_id: str = ""  # the pool that granted it
 
 
 class SqlLeases:
@@ -76,6 +77,14 @@ class SqlLeases:
         with Session(self._engine) as session:
             return [_record(r) for r in session.exec(select(LeaseRow).order_by(col(LeaseRow.created_at)))]
 
+    def load_of_other_pools(self, pool_id: str) -> dict[str, tuple[int, int]]:
+        """Replica id → (leases, tokens) that pools other than `pool_id` hold on it: load this pool's view
+        of the fleet does not book itself (several control-plane replicas share the GPUs)."""
+        with Session(self._engine) as session:
+            rows = session.exec(select(LeaseRow.replica_id, func.count(), func.coalesce(func.sum(LeaseRow.tokens), 0))
+                                .where(LeaseRow.pool_id != pool_id).group_by(LeaseRow.replica_id)).all()
+        return {replica_id: (int(count), int(tokens)) for replica_id, count, tokens in rows}
+
     def node_holds(self, node_id: str, task_id: str) -> bool:
         """Does `node_id` hold a lease for `task_id`? (A node may read only the tasks it serves.)"""
         with Session(self._engine) as session:
@@ -86,4 +95,4 @@ class SqlLeases:
 def _record(row: LeaseRow) -> LeaseRecord:
     return LeaseRecord(lease_id=row.lease_id, task_id=row.task_id, step=row.step, model=row.model,
                        node_id=row.node_id, replica_id=row.replica_id, tokens=row.tokens, tenant=row.tenant,
-                       created_replica=row.created_replica)
+                       created_replica=row.created_replica, pool_id=row.pool_id)

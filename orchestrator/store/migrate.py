@@ -7,8 +7,10 @@ statements, a loser whose CREATE collides retries and finds the schema current. 
 migrations take turns: Alembic keeps its migration context in module-wide proxies.
 
 A database made before Berth had migrations (tables, no `alembic_version`) is adopted: its
-missing tables and additive columns are added as the old start-up did, then it is stamped at the
-baseline revision and upgraded from there like any other.
+missing tables and columns are added as the old start-up did, and it is stamped at the newest
+revision. That is right while revisions only add tables and columns (0002 changes types on
+PostgreSQL alone, which Berth did not support before migrations); the first revision that changes
+or drops something must make adoption stamp the revision before it and upgrade from there.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from sqlmodel import SQLModel
 from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-BASELINE = "0001"
 # pg_advisory_xact_lock key: "berth-migrate" folded to a bigint, the same in every process.
 _PG_LOCK_KEY = 0x62657274686D6967
 _SQLITE_ATTEMPTS = 3
@@ -79,7 +80,8 @@ def _upgrade(conn: Connection) -> None:
     config = alembic_config(conn)
     if MigrationContext.configure(conn).get_current_revision() is None and _has_berth_tables(conn):
         _adopt(conn)
-        command.stamp(config, BASELINE)
+        command.stamp(config, "head")
+        return
     command.upgrade(config, "head")
 
 
@@ -89,11 +91,7 @@ def _has_berth_tables(conn: Connection) -> bool:
 
 
 def _adopt(conn: Connection) -> None:
-    """A pre-migration database: what the baseline has and it lacks, added in place.
-
-    Its start-up only ever created missing tables and added defaulted columns, so those two steps
-    bring any such database to the baseline's schema.
-    """
+    """A pre-migration database: the tables and defaulted columns the models have and it lacks, added in place."""
     SQLModel.metadata.create_all(conn)
     found = inspect(conn)
     for table in SQLModel.metadata.sorted_tables:

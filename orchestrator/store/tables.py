@@ -283,6 +283,38 @@ class LeaseRow(SQLModel, table=True):
     tenant: str
     created_replica: bool = False
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    # The pool (control-plane replica) that granted it; the other pools count it as load on its replica.
+    pool_id: str = Field(default="", sa_column_kwargs={"server_default": ""})
+
+
+class GpuReservationRow(SQLModel, table=True):
+    """GPU memory a pool took for a replica it started, checked against every pool's under the node's lock.
+
+    Several control-plane replicas each place on their own view of the fleet; this row is what makes a
+    second pool see, and be refused, GPUs another pool took a moment ago, before any node reports them.
+    """
+
+    __tablename__ = "gpu_reservations"
+    __table_args__ = (Index("ix_gpu_reservations_node", "node_id"),)
+
+    replica_id: str = Field(primary_key=True)
+    node_id: str
+    model: str
+    gpu_indexes_json: str
+    per_device_gib: float
+    owner: str | None = None  # the isolated tenant whose replica holds the devices alone
+    pool_id: str
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class LeadershipRow(SQLModel, table=True):
+    """Who does a job that only one control-plane replica may do at a time (the scaler), until when."""
+
+    __tablename__ = "leadership"
+
+    job: str = Field(primary_key=True)
+    holder: str
+    expires_at: datetime = Field(sa_type=UtcDateTime)
 
 
 class TenantRow(SQLModel, table=True):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, text
@@ -16,13 +17,17 @@ from orchestrator.store import Store, open_database
 from orchestrator.store.migrate import current_revision, head_revision
 from sdk import Spend, TaskState, TaskStatus
 
+pytestmark = pytest.mark.postgresql  # migrations run on both databases Berth supports
 
-def test_a_new_database_is_at_the_newest_revision_and_its_schema_is_the_models(db_url: str) -> None:
-    """Fails when a model changes without a revision that makes the same change (write one: see migrations/)."""
-    engine = open_database(db_url)
-    assert current_revision(engine) == head_revision()
-    assert _schema_differences(engine) == []
+
+def _emptied(db_url: str) -> str:
+    """The database without any table (a PostgreSQL test database is cloned from a migrated template)."""
+    engine = create_engine(db_url)
+    SQLModel.metadata.drop_all(engine)
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
     engine.dispose()
+    return db_url
 
 
 def _schema_differences(engine) -> list:  # noqa: ANN001
@@ -30,11 +35,19 @@ def _schema_differences(engine) -> list:  # noqa: ANN001
         return compare_metadata(MigrationContext.configure(conn), SQLModel.metadata)
 
 
+def test_a_new_database_is_at_the_newest_revision_and_its_schema_is_the_models(db_url: str) -> None:
+    """Fails when a model changes without a revision that makes the same change (write one: see migrations/)."""
+    engine = open_database(_emptied(db_url))
+    assert current_revision(engine) == head_revision()
+    assert _schema_differences(engine) == []
+    engine.dispose()
+
+
 def test_a_database_from_before_migrations_is_adopted_with_its_rows(db_url: str) -> None:
-    old = create_engine(db_url)
+    old = create_engine(_emptied(db_url))
     SQLModel.metadata.create_all(old)  # what Berth's start-up did before it had migrations
-    state = TaskState(task_id="t-old", agent="a", agent_version="1", model="m", tenant="default", status=TaskStatus.running,
-                      max_steps=3, spend=Spend(token_limit=100))
+    state = TaskState(task_id="t-old", agent="a", agent_version="1", model="m", tenant="default",
+                      status=TaskStatus.running, max_steps=3, spend=Spend(token_limit=100))
     Store.from_engine(old).tasks.create("t-old", "{}", state)  # from_engine migrates nothing
     with old.begin() as conn:
         conn.execute(text("DROP TABLE ui_sessions"))  # a table that version did not have yet
@@ -50,6 +63,7 @@ def test_a_database_from_before_migrations_is_adopted_with_its_rows(db_url: str)
 
 def test_processes_starting_together_on_a_new_database_migrate_it_once(db_url: str) -> None:
     """Control-plane replicas (processes) and the threads of one process all open the store at start-up."""
+    _emptied(db_url)
     code = "import sys; from orchestrator.store import open_database; open_database(sys.argv[1]).dispose()"
     processes = [subprocess.Popen([sys.executable, "-c", code, db_url], stderr=subprocess.PIPE, text=True)
                  for _ in range(3)]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 import sqlmodel
 from alembic import op
+
+import orchestrator.store.tables  # noqa: F401  (its column types, e.g. UtcDateTime)
 ${imports if imports else ""}
 
 revision = ${repr(up_revision)}

@@ -1,0 +1,105 @@
+"""Pools of several control-plane replicas on one database: a GPU is never booked twice, each pool counts
+the others' leases as load, and one scaler leads at a time. On SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from datetime import timedelta
+
+import pytest
+
+from orchestrator.catalogue import ModelCatalogue
+from orchestrator.config import BerthConfig
+from orchestrator.pool.service import PoolService
+from orchestrator.store import Store
+from orchestrator.store.tables import utcnow
+from sdk._lease import ReleaseLease
+
+from tests.unit.test_pool_service import Clock, join, req
+
+pytestmark = pytest.mark.postgresql
+
+
+def make_pool(store: Store, name: str, clock: Clock | None = None, sync_every_s: float = 0.0) -> PoolService:
+    return PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=sync_every_s,
+                       clock=clock or Clock(), pool_id=name)
+
+
+def test_a_pool_with_a_stale_view_is_refused_the_gpu_another_pool_just_took(store: Store) -> None:
+    join(store, "small", "A100-40GB")  # one GPU: one 8B replica (23 GiB) fits, never two
+    a, b = make_pool(store, "cp-a"), make_pool(store, "cp-b", sync_every_s=1e9)
+    b.sync(force=True)  # b's view: the GPU is free
+    first = a.acquire(req("t-a"))
+    assert first.outcome == "placed" and first.load is not None
+
+    second = b.acquire(req("t-b"))  # b places on its stale view; the store refuses the GPU
+    assert second.outcome == "wait"
+    [held] = store.reservations.list()
+    assert (held.replica_id, held.pool_id) == (first.replica_id, "cp-a")
+    # Having looked again, b sees the GPU taken; it leases a's replica once the node reports it.
+    assert b.acquire(req("t-b")).outcome == "wait"
+    join(store, "small", "A100-40GB", replicas=[{"replica_id": first.replica_id, "model": "llama-3.1-8b",
+                                                 "gpu_indexes": [0], "state": "loading"}])
+    b.sync(force=True)  # its next refresh (every second)
+    joined = b.acquire(req("t-b"))
+    assert joined.outcome == "placed" and joined.replica_id == first.replica_id and joined.tier == "loading"
+    assert len(store.reservations.list()) == 1
+
+
+def test_each_pool_counts_the_other_pools_leases_as_load(store: Store) -> None:
+    join(store, "gpu-a", replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0],
+                                   "state": "warm"}])
+    a, b = make_pool(store, "cp-a"), make_pool(store, "cp-b")
+    grant = a.acquire(req("t-a"))
+    assert grant.replica_id == "r-warm"
+    b.sync(force=True)
+    replica = b.fleet.replicas["r-warm"]
+    assert (replica.active_leases, replica.outstanding_tokens) == (1, 500)
+    assert "r-warm" not in b.idle_since  # so b's scaler would never unload it under a's step
+    a.release(ReleaseLease(lease_id=grant.lease_id, replica_warm=True))
+    b.sync(force=True)
+    assert (replica.active_leases, replica.outstanding_tokens) == (0, 0) and "r-warm" in b.idle_since
+
+
+def test_one_replica_leads_the_scaler_until_its_term_runs_out(store: Store) -> None:
+    now = utcnow()
+    assert store.leadership.hold("scaler", "cp-a", 10, now)
+    assert not store.leadership.hold("scaler", "cp-b", 10, now + timedelta(seconds=5))
+    assert store.leadership.hold("scaler", "cp-a", 10, now + timedelta(seconds=8))  # renewed
+    assert store.leadership.leader("scaler", now + timedelta(seconds=9)) == "cp-a"
+    later = now + timedelta(seconds=19)  # cp-a went silent at +8 s: its term ended at +18 s
+    assert store.leadership.hold("scaler", "cp-b", 10, later)
+    assert not store.leadership.hold("scaler", "cp-a", 10, later)
+
+
+def test_pools_acquiring_at_once_never_put_more_on_a_gpu_than_it_holds(store: Store) -> None:
+    for name in ("n1", "n2"):
+        join(store, name, "A100-40GB", count=2)  # four 40 GiB GPUs: never two 8B or 7B replicas (22-23 GiB)
+    pools = [make_pool(store, f"cp-{i}") for i in range(4)]
+    errors: list[BaseException] = []
+
+    def work(pool: PoolService, index: int) -> None:
+        try:
+            for n in range(12):
+                model = ("llama-3.1-8b", "qwen2.5-7b")[(index + n) % 2]
+                grant = pool.acquire(req(f"{pool.pool_id}-{n}", model=model))
+                if grant.outcome == "placed" and n % 3 == 0:
+                    pool.release(ReleaseLease(lease_id=grant.lease_id))
+        except BaseException as exc:  # noqa: BLE001 (asserted below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(p, i)) for i, p in enumerate(pools)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    per_gpu: dict[tuple[str, int], float] = defaultdict(float)
+    for r in store.reservations.list():
+        for i in r.gpu_indexes:
+            per_gpu[(r.node_id, i)] += r.per_device_gib
+    assert per_gpu and max(per_gpu.values()) <= 40 + 1e-6
+    # Every lease is on a replica some pool reserved.
+    reserved = {r.replica_id for r in store.reservations.list()}
+    assert {lease.replica_id for lease in store.leases.list()} <= reserved

@@ -10,7 +10,7 @@ import os
 import socket
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 
 ENV_PREFIX = "BERTH_"
 
@@ -29,6 +29,9 @@ class BerthConfig(BaseModel):
     api_url: str | None = Field(default=None, description="where clients and tool workers reach the API")
     budget_grace_s: float = Field(default=3600.0, gt=0, description="how long a task waits in awaiting_budget")
     join_token: str | None = Field(default=None, description="the secret a GPU node presents to join the fleet")
+    admin_key: SecretStr | None = Field(
+        default=None, description="a whole admin API key, berth_<12 hex>_<secret>, that `berth server` makes sure"
+                                  " exists at start-up: the first admin key of a deployment (a Secret's value)")
     fleet: bool = Field(default=True, description="self-hosted models run on GPU nodes through the pool; false:"
                                                    " every model is called at engine_url, without leases")
     load_time_scale: float = Field(default=0.25, ge=0, description="multiplies the load time of replicas on the"
@@ -83,6 +86,8 @@ class BerthConfig(BaseModel):
         env = {}
         for name in type(self).model_fields:
             value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()  # str() of it is "**********"
             if value is not None:
                 env[ENV_PREFIX + name.upper()] = str(value)
         return env

@@ -23,6 +23,7 @@ from ..telemetry import install_metrics
 from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
 from ..telemetry.task_gauges import task_reading, watch_tasks
 from . import agents, audit, checkpoints, errors, events, health, keys, metrics, models, nodes, steps, tasks, tenants
+from .admin_key import install_admin_key
 from .audit import AuditTrail
 from .auth import authenticate
 from .limits import BodySizeLimit, KeyRateLimit
@@ -36,7 +37,10 @@ ALERT_SCAN = 2000
 
 
 def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> FastAPI:
-    """The app over an open store and a (possibly not yet connected) Temporal gateway."""
+    """The app over an open store and a (possibly not yet connected) Temporal gateway. With `config.admin_key`
+    (BERTH_ADMIN_KEY), that admin key is made sure of first: AdminKeyRefused when it cannot be."""
+    if config.admin_key is not None:
+        install_admin_key(store, config.admin_key)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

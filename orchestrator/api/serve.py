@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import sys
+
 import uvicorn
 
 from ..config import BerthConfig
 from ..telemetry.tracing import configure_tracing
+from .admin_key import AdminKeyRefused
 from .app import build_app
 
 
-def run_server(config: BerthConfig) -> None:
+def run_server(config: BerthConfig) -> int:
+    """Serve until stopped: 0. A BERTH_ADMIN_KEY that cannot be used stops it before it listens: 2."""
     configure_tracing("berth-api")
-    uvicorn.run(build_app(config), host=config.host, port=config.api_port, log_level="info")
+    try:
+        app = build_app(config)
+    except AdminKeyRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(app, host=config.host, port=config.api_port, log_level="info")
+    return 0

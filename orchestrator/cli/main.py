@@ -58,8 +58,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_server(args: argparse.Namespace) -> int:
     from ..api.serve import run_server
 
-    run_server(_config(args))
-    return 0
+    return run_server(_config(args))
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

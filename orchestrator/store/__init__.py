@@ -31,7 +31,7 @@ from .database import open_database
 from .events import SqlEventLog
 from .leadership import SqlLeadership
 from .leases import LeaseRecord, SqlLeases
-from .keys import KeyHolder, SqlApiKeys
+from .keys import KeyConflict, KeyHolder, SqlApiKeys
 from .fleet import NodeConflict, NodeNotFound, NodeSecretRefused, SqlFleet
 from .ledger import LedgerTotals, SqlTokenLedger
 from .models import SqlModelCatalogue
@@ -96,6 +96,7 @@ __all__ = [
     "CheckpointCorrupt",
     "CheckpointNotFound",
     "CheckpointSummary",
+    "KeyConflict",
     "KeyHolder",
     "LeaseRecord",
     "LedgerTotals",

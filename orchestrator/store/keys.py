@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import Engine, update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from sdk import FINAL_STATUSES, NotFound, Unauthorized
@@ -57,6 +58,10 @@ class KeyHolder:
     task_id: str | None = None
 
 
+class KeyConflict(Exception):
+    """A key given from outside (BERTH_ADMIN_KEY) names an id the store holds as another key."""
+
+
 def _view(row: ApiKeyRow) -> ApiKeyView:
     return ApiKeyView.model_validate(row.model_dump(exclude={"secret_sha256"}))
 
@@ -80,6 +85,40 @@ class SqlApiKeys:
             session.refresh(row)
             view = _view(row)
         return CreatedKey(**view.model_dump(), key=f"{KEY_PREFIX}{key_id}_{secret}")
+
+    def install(self, key_id: str, secret: str, role: Role, name: str = "", description: str = "") -> tuple[ApiKeyView, bool]:
+        """Keep a key whose secret was chosen outside Berth (BERTH_ADMIN_KEY); True when it was new.
+
+        A new id is inserted; an id already held with this secret and role is left as it is (revoked or not:
+        a revocation stands); an id held with another secret or role raises KeyConflict, since overwriting
+        it would silently change who holds that key. Several control-plane replicas start at once with the
+        same key: the insert that loses the race on the primary key reads the winner's row and checks it
+        as it would any existing one.
+        """
+        digest = hash_secret(secret)
+        row = self._get(key_id)
+        created = False
+        if row is None:
+            try:
+                with Session(self._engine) as session:
+                    session.add(ApiKeyRow(key_id=key_id, secret_sha256=digest, role=role.value, name=name,
+                                          description=description))
+                    session.commit()
+                created = True
+            except IntegrityError:
+                pass  # another replica inserted it first: checked below like any existing row
+            row = self._get(key_id)
+            assert row is not None, f"API key {key_id} was inserted but cannot be read back"
+        if not hmac.compare_digest(row.secret_sha256, digest):
+            raise KeyConflict(f"API key {key_id} already exists with a different secret")
+        if row.role != role.value or row.task_id is not None or row.tenant is not None:
+            what = f"the token of task {row.task_id}" if row.task_id else f"a {row.role} key"
+            raise KeyConflict(f"API key {key_id} already exists as {what}, not as a {role.value} key")
+        return _view(row), created
+
+    def _get(self, key_id: str) -> ApiKeyRow | None:
+        with Session(self._engine) as session:
+            return session.get(ApiKeyRow, key_id)
 
     def authenticate(self, key: str) -> KeyHolder:
         """The holder of a valid key; Unauthorized for a malformed, unknown, wrong or revoked one."""

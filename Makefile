@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.load_run
 	$(PY) -m benchmarks.telemetry_overhead
 	$(PY) -m benchmarks.simulate_scenarios
+	$(PY) -m benchmarks.pool_concurrency
 
 clean:
 	rm -rf $(VENV) .berth

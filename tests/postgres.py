@@ -71,6 +71,12 @@ class PostgresServer:
     def url(self, database: str) -> str:
         return f"postgresql+psycopg://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
 
+    def new_database(self, name: str) -> str:
+        """A new database with Berth's tables and no rows (a clone of the template); its URL."""
+        with _admin(self) as admin:
+            admin.execute(text(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}{self.clone_strategy}"))
+        return self.url(name)
+
 
 class _Cluster:
     """initdb, pg_ctl start/stop, run as the `postgres` user when we are root (initdb refuses root)."""
@@ -132,13 +138,13 @@ def _stop_abandoned(bin_dir: Path) -> None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
+@contextmanager
+def local_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of our own, with the template database, until the block ends (tests, benchmarks)."""
     bin_dir = _server_bin_dir()
     if bin_dir is None:
-        pytest.fail("PostgreSQL's server binaries (initdb, pg_ctl, postgres) are not on PATH nor under "
-                    "/usr/lib/postgresql/*/bin: run `make test`, which installs Debian's postgresql package",
-                    pytrace=False)
+        raise RuntimeError("PostgreSQL's server binaries (initdb, pg_ctl, postgres) are not on PATH nor under "
+                           "/usr/lib/postgresql/*/bin: run `make test`, which installs Debian's postgresql package")
     _stop_abandoned(bin_dir)
     cluster = _Cluster(bin_dir)
     try:
@@ -161,6 +167,17 @@ def postgres_server() -> Iterator[PostgresServer]:
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    try:
+        with local_postgres() as server:
+            yield server
+    except RuntimeError as exc:
+        if "server binaries" in str(exc):
+            pytest.fail(str(exc), pytrace=False)
+        raise
+
+
 _database_numbers = itertools.count(1)
 
 
@@ -168,9 +185,7 @@ _database_numbers = itertools.count(1)
 def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     """The URL of a new database with Berth's tables and no rows, dropped after the test."""
     name = f"berth_test_{next(_database_numbers)}"
-    with _admin(postgres_server) as admin:
-        admin.execute(text(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}{postgres_server.clone_strategy}"))
-    yield postgres_server.url(name)
+    yield postgres_server.new_database(name)
     with _admin(postgres_server) as admin:
         # FORCE: stores a test opened and never closed still hold connections to it.
         admin.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))

@@ -170,8 +170,9 @@ class PoolService:
                 self._by_step.pop((lease.record.task_id, lease.record.step), None)
                 replica = self.fleet.replicas.get(lease.booking.replica_id)
                 if replica is not None and req.replica_warm and replica.state == "loading":
+                    # It served; its node's next heartbeat lists it (until then it is still unreported, not
+                    # gone: forgetting it here freed its GPUs in the store while it ran).
                     self.fleet.mark_warm(replica.id)
-                    self._unreported.pop(replica.id, None)
                 self.fleet.release(lease.booking)
                 replica = self.fleet.replicas.get(lease.booking.replica_id)
                 if req.replica_gone:

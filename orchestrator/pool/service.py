@@ -209,7 +209,12 @@ class PoolService:
             "expected_ttft_s": round(chosen.terms["ttft"], 3), "decided_by": decision.decided_by})
         self._leases[record.lease_id] = _Lease(record, booking, grant)
         self._by_step[(req.task_id, req.step)] = record.lease_id
-        self.store.leases.add(record)
+        stored = self.store.leases.add(record)
+        if stored.lease_id != record.lease_id:
+            # Another pool's lease for this step, whose grant never reached the workflow (its control-plane
+            # replica died first, so the acquire ran again here): nobody will release it but this step.
+            self.store.leases.release(stored.lease_id)
+            self.store.leases.add(record)
         return grant
 
     def _reserve(self, replica: Replica) -> bool:

@@ -103,3 +103,18 @@ def test_pools_acquiring_at_once_never_put_more_on_a_gpu_than_it_holds(store: St
     # Every lease is on a replica some pool reserved.
     reserved = {r.replica_id for r in store.reservations.list()}
     assert {lease.replica_id for lease in store.leases.list()} <= reserved
+
+
+def test_a_step_leased_again_by_another_pool_leaves_no_lease_of_the_dead_one(store: Store) -> None:
+    """A pool killed after it recorded a step's lease but before the workflow saw the grant: the step's
+    acquire runs again on another pool, whose lease replaces the dead one's row (one per task and step), so
+    the step's release leaves nothing behind."""
+    join(store, "gpu-a", replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0],
+                                   "state": "warm"}])
+    a, b = make_pool(store, "cp-a"), make_pool(store, "cp-b")
+    lost = a.acquire(req("t-a"))  # a dies here: its grant never reaches the workflow
+    again = b.acquire(req("t-a"))
+    assert again.outcome == "placed" and again.lease_id != lost.lease_id
+    assert [(r.lease_id, r.pool_id) for r in store.leases.list()] == [(again.lease_id, "cp-b")]
+    b.release(ReleaseLease(lease_id=again.lease_id, replica_warm=True))
+    assert store.leases.list() == []

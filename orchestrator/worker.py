@@ -43,6 +43,7 @@ log = logging.getLogger("berth.worker")
 # preemption events, hosted models' calls) and serves them on a port of its own: sending the pool's
 # histograms to the API's /metrics through the store would need a table and a second aggregation of figures
 # the OTel SDK already aggregates here. Unset (or 0): nothing served; OTLP still exports when configured.
+# The same port answers /healthz: 200 while the worker polls the control queue.
 WORKER_METRICS_PORT_ENV = "BERTH_WORKER_METRICS_PORT"
 
 
@@ -66,31 +67,42 @@ def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: 
     )
 
 
-async def run_worker(config: BerthConfig) -> None:
-    """Serve the control queue until cancelled (Ctrl-C / SIGTERM)."""
+async def run_worker(config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) -> None:
+    """Serve the control queue (tests: a queue of their own) until cancelled (Ctrl-C / SIGTERM)."""
     configure_tracing("berth-orchestrator")
     install_metrics("berth-worker")
-    serve_metrics(int(os.environ.get(WORKER_METRICS_PORT_ENV) or 0))
-    store = Store.open(config.resolved_database_url)
-    client = await connect_temporal(config)
-    pool = None
-    if config.fleet:
-        pool = PoolService(store, ModelCatalogue(config, store.models), node_lost_after_s=config.node_lost_after_s,
-                           pool_id=config.control_plane_id)
-    worker = build_worker(client, store, config, pool=pool)
-    log.info("worker polling %s on %s", CONTROL_TASK_QUEUE, config.resolved_temporal_address)
-    scaling = asyncio.ensure_future(Autoscaler(pool, client).run()) if pool is not None else None
-    # SIGTERM (from `berth up` or an orchestrator) shuts down gracefully: in-flight activities
-    # get a chance to finish instead of waiting out their heartbeat timeout elsewhere.
-    run = asyncio.ensure_future(worker.run())
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, run.cancel)
+    worker: Worker | None = None
+
+    def polling() -> str | None:
+        # Served from the start, so the port answers (503, with the reason) while Temporal is still awaited.
+        if worker is None:
+            return "starting: connecting to the store and Temporal"
+        return None if worker.is_running else f"the worker is not polling {task_queue}"
+
+    probes = serve_metrics(int(os.environ.get(WORKER_METRICS_PORT_ENV) or 0), live=polling)
+    scaling = None
     try:
+        store = Store.open(config.resolved_database_url)
+        client = await connect_temporal(config)
+        pool = None
+        if config.fleet:
+            pool = PoolService(store, ModelCatalogue(config, store.models),
+                               node_lost_after_s=config.node_lost_after_s, pool_id=config.control_plane_id)
+        worker = build_worker(client, store, config, task_queue=task_queue, pool=pool)
+        log.info("worker polling %s on %s", task_queue, config.resolved_temporal_address)
+        scaling = asyncio.ensure_future(Autoscaler(pool, client).run()) if pool is not None else None
+        # SIGTERM (from `berth up` or an orchestrator) shuts down gracefully: in-flight activities
+        # get a chance to finish instead of waiting out their heartbeat timeout elsewhere.
+        run = asyncio.ensure_future(worker.run())
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, run.cancel)
         await run
     except asyncio.CancelledError:
         log.info("worker stopped")
     finally:
         if scaling is not None:
             scaling.cancel()
+        if probes is not None:
+            probes.close()
 
 
 def main(config: BerthConfig) -> None:

@@ -126,6 +126,7 @@ async def _run(args: argparse.Namespace) -> int:
         async with ControlPlane(config.resolved_api_url) as control_plane:
             agent = NodeAgent(options, discovery, control_plane, replicas)
             agent.install_signal_handlers()
+            agent.start_probes()  # /healthz answers, and /readyz says why not, while Temporal and the join wait
             try:
                 # Temporal first: once the node has joined, steps are placed on it and must be picked
                 # up within seconds, or the workflow takes the node for lost.

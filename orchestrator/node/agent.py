@@ -9,6 +9,9 @@ The agent does three things side by side on one event loop:
 - on SIGTERM/SIGINT it stops taking work, stops its replicas and says so in a last heartbeat,
   so the pool stops routing to them at once instead of when the node is reaped as lost.
 
+On `--metrics-port`, beside /metrics: /healthz (the process answers) and /readyz (the node has joined
+and its heartbeats get through: `readiness`).
+
 The node secret the control plane hands out is kept in `<cache-dir>/node-secret`, so a
 restarted agent rejoins as the same node rather than being refused as an impostor.
 """
@@ -19,6 +22,7 @@ import asyncio
 import logging
 import os
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -47,6 +51,10 @@ SECRET_FILE = "node-secret"
 # In-flight loads get this long to finish once the node is told to stop; then they are
 # cancelled (their replicas stopped) and the pool retries them on another node.
 GRACEFUL_SHUTDOWN_S = 10.0
+# /readyz turns 503 when no heartbeat has got through for this many periods: one slow beat (up to the
+# control-plane client's 10 s timeout) is not yet an outage, three missed ones are. A beat that fails
+# outright turns it 503 at once.
+READY_WITHIN_BEATS = 3
 
 
 @dataclass
@@ -65,7 +73,7 @@ class NodeOptions:
     heartbeat_s: float = 5.0
     register_wait_s: float = 60.0
     replica_grace_s: float = 10.0
-    metrics_port: int = 0  # the node's own /metrics; 0: none
+    metrics_port: int = 0  # the node's own /metrics, /healthz and /readyz; 0: none
 
 
 def registration(options: NodeOptions, gpus: list[GpuInfo], cache_capacity_bytes: int) -> NodeRegistration:
@@ -93,6 +101,10 @@ class NodeAgent:
         self.node_secret: str | None = None
         self.stopping = asyncio.Event()
         self._gpus: list[GpuInfo] = []
+        # What /readyz reads, from its own thread: plain values, written by the event loop only.
+        self._beat_ok_at: float | None = None  # time.monotonic() of the last heartbeat the control plane took
+        self._beat_failure: str | None = None  # why the last heartbeat failed; None once one gets through
+        self._probes_started = False
 
     @property
     def secret_path(self) -> Path:
@@ -144,15 +156,44 @@ class NodeAgent:
         assert self.node_secret is not None, "join() before heartbeat()"
         beat = self.heartbeat_body()
         try:
-            view = await self.control_plane.heartbeat(beat, self.node_secret)
-        except NodeUnknown as exc:
-            log.warning("%s; registering again", exc)
-            await self.join()
-            view = await self.control_plane.heartbeat(beat, self.node_secret)
+            try:
+                view = await self.control_plane.heartbeat(beat, self.node_secret)
+            except NodeUnknown as exc:
+                log.warning("%s; registering again", exc)
+                await self.join()
+                view = await self.control_plane.heartbeat(beat, self.node_secret)
+        except (ControlPlaneError, httpx.HTTPError) as exc:
+            self._beat_failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise
+        self._beat_ok_at, self._beat_failure = time.monotonic(), None
         if view.preempt_by is not None and not self.stopping.is_set():
             # A preemption notice: stop taking work now; generations stop at once and hand their text over.
             log.warning("node %s is preempted: leaving by %s", self.options.node_id, view.preempt_by.isoformat())
             self.stopping.set()
+
+    def readiness(self) -> str | None:
+        """None when the node has joined and its last heartbeat got through recently; else why not (/readyz)."""
+        if self.stopping.is_set():
+            return "the node is leaving the fleet"
+        if self.node_secret is None:
+            return f"not registered with the control plane at {self.control_plane.api_url} yet"
+        if self._beat_failure is not None:
+            return f"the last heartbeat failed: {self._beat_failure}"
+        if self._beat_ok_at is None:
+            return "registered; no heartbeat has got through yet"
+        silent_s = time.monotonic() - self._beat_ok_at
+        if silent_s > READY_WITHIN_BEATS * self.options.heartbeat_s:
+            return f"no heartbeat has got through for {silent_s:.0f} s"
+        return None
+
+    def start_probes(self) -> None:
+        """Serve /metrics, /healthz and /readyz on the metrics port (none without one); before `join`, so a
+        node still waiting for its control plane answers /healthz and says why it is not ready."""
+        if self._probes_started:
+            return
+        self._probes_started = True
+        serve_node_metrics(self.options.metrics_port, self.options.node_id, self.options.datacenter, self.discovery,
+                           self.replicas.reports, ready=self.readiness)
 
     async def heartbeat_loop(self) -> None:
         """Beat every `heartbeat_s` until stopping; a failed beat is logged and the next one tried."""
@@ -187,8 +228,7 @@ class NodeAgent:
     async def serve(self, client: Client) -> None:
         """Heartbeat and run the worker until `stopping` is set, then shut down in order. Call `join` first
         (with `client` already connected: a joined node must pick its first step up at once)."""
-        serve_node_metrics(self.options.metrics_port, self.options.node_id, self.options.datacenter, self.discovery,
-                           self.replicas.reports)
+        self.start_probes()
         beats = asyncio.create_task(self.heartbeat_loop())
         worker = self.worker(client)
         running = asyncio.create_task(worker.run())

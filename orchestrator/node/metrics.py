@@ -1,8 +1,9 @@
-"""The node agent's /metrics: its own GPUs (NVML or the simulator) and replicas, on a port of its own.
+"""The node agent's /metrics: its own GPUs (NVML or the simulator) and replicas, on a port of its own, with
+its /healthz and /readyz beside them.
 
-A node agent has no HTTP server otherwise (it talks to the control plane and polls Temporal), so
-prometheus_client's small threaded server serves the process's registry; port 0 (the default) serves
-nothing. The figures are read from discovery at scrape time, so they are as fresh as the scrape, not the
+A node agent has no HTTP server otherwise (it talks to the control plane and polls Temporal), so a small
+threaded server (`telemetry.probe_server`) serves the process's registry and the agent's probes; port 0 (the
+default) serves nothing. The figures are read from discovery at scrape time, so they are as fresh as the scrape, not the
 last heartbeat.
 """
 
@@ -16,6 +17,7 @@ from opentelemetry import metrics
 from sdk._fleet import ReplicaReport
 
 from ..telemetry import serve_metrics
+from ..telemetry.probe_server import Check, ProbeServer
 from ..telemetry.fleet_gauges import FleetReading, GpuReading, watch_fleet
 from .discovery import GpuDiscovery, GpuInfo
 
@@ -44,8 +46,9 @@ def node_reading(node_id: str, datacenter: str, gpus: list[GpuInfo], replicas: l
 
 
 def serve_node_metrics(port: int, node_id: str, datacenter: str, discovery: GpuDiscovery,
-                       replicas: Callable[[], list[ReplicaReport]]) -> None:
-    """Watch this node's GPUs and replicas; with a port, serve /metrics on it (0: serve nothing). The process's
-    MeterProvider is installed by its entry point (`berth node`); without one the gauges are no-ops."""
+                       replicas: Callable[[], list[ReplicaReport]], ready: Check | None = None) -> ProbeServer | None:
+    """Watch this node's GPUs and replicas; with a port, serve /metrics, /healthz and /readyz (from `ready`) on it
+    (0: serve nothing). The process's MeterProvider is installed by its entry point (`berth node`); without one the
+    gauges are no-ops."""
     watch_fleet(lambda: node_reading(node_id, datacenter, discovery.discover(), replicas()))
-    serve_metrics(port)
+    return serve_metrics(port, ready=ready)

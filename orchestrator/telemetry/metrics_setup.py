@@ -19,7 +19,9 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from .probe_server import Check, ProbeServer
 
 OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 METRICS_CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -46,11 +48,10 @@ def install_metrics(service_name: str, extra_readers: Sequence[MetricReader] = (
     return _provider
 
 
-def serve_metrics(port: int) -> None:
-    """Serve `/metrics` on `port` from a daemon thread, for a process with no HTTP server of its own (a node
-    agent, the orchestrator worker); 0 serves nothing."""
-    if port:
-        start_http_server(port)
+def serve_metrics(port: int, live: Check | None = None, ready: Check | None = None) -> ProbeServer | None:
+    """Serve `/metrics`, and `/healthz` and `/readyz` from `live` and `ready`, on `port` from a daemon thread, for
+    a process with no HTTP server of its own (a node agent, the orchestrator worker); 0 serves nothing."""
+    return ProbeServer(port, live, ready) if port else None
 
 
 def metrics_text() -> bytes:

@@ -37,7 +37,7 @@ postgresql:
 test: $(STAMP) chromium postgresql
 	$(VENV)/bin/pytest -q --durations=15
 
-bench: $(STAMP)
+bench: $(STAMP) postgresql
 	$(PY) -m benchmarks.step_overhead
 	$(PY) -m benchmarks.fleet_step
 	$(PY) -m benchmarks.resume_time

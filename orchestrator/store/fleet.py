@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine, delete, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -164,15 +164,14 @@ class SqlFleet:
         """
         cutoff = (now or utcnow()) - timedelta(seconds=seconds)
         with Session(self._engine) as session:
-            silent = select(NodeRow).where(col(NodeRow.seen_at) < cutoff, col(NodeRow.lost).is_(False))
-            rows = session.exec(silent).all()
-            ids = sorted(r.node_id for r in rows)
-            if not ids:
-                return []
-            for row in rows:
-                row.lost, row.status = True, "lost"
-                session.add(row)
-            session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id).in_(ids)))
+            # One conditional UPDATE: of several control-plane replicas reaping at once, each node is reported
+            # lost by exactly one, and a heartbeat that lands first keeps its node.
+            marked = session.execute(update(NodeRow)
+                                     .where(col(NodeRow.seen_at) < cutoff, col(NodeRow.lost).is_(False))
+                                     .values(lost=True, status="lost").returning(NodeRow.node_id)).all()
+            ids = sorted(node_id for (node_id,) in marked)
+            if ids:
+                session.execute(delete(ReplicaRow).where(col(ReplicaRow.node_id).in_(ids)))
             session.commit()
         return ids
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete, func
+from sqlalchemy import ColumnElement, Engine, delete, func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -54,24 +54,20 @@ class SqlLeases:
             return _record(row) if row is not None else None
 
     def release(self, lease_id: str) -> LeaseRecord | None:
-        """Delete a lease; the record it was, or None when it was released already (a retried release)."""
-        with Session(self._engine) as session:
-            row = session.get(LeaseRow, lease_id)
-            if row is None:
-                return None
-            record = _record(row)
-            session.delete(row)
-            session.commit()
-            return record
+        """Delete a lease; the record it was, or None when it was released already (a retried release, or
+        another control-plane replica's release of it): one statement, so only one caller gets the record."""
+        deleted = self._delete(col(LeaseRow.lease_id) == lease_id)
+        return deleted[0] if deleted else None
 
     def release_node(self, node_id: str) -> builtins.list[LeaseRecord]:
-        """Delete every lease on a node (it was lost); the records deleted."""
+        """Delete every lease on a node (it was lost); the records this call deleted."""
+        return self._delete(col(LeaseRow.node_id) == node_id)
+
+    def _delete(self, where: ColumnElement[bool]) -> builtins.list[LeaseRecord]:
         with Session(self._engine) as session:
-            rows = session.exec(select(LeaseRow).where(LeaseRow.node_id == node_id)).all()
-            records = [_record(r) for r in rows]
-            session.exec(delete(LeaseRow).where(col(LeaseRow.node_id) == node_id))
+            rows = session.execute(delete(LeaseRow).where(where).returning(*LeaseRow.__table__.columns)).all()
             session.commit()
-            return records
+        return [_record(LeaseRow.model_validate(dict(r._mapping))) for r in rows]
 
     def list(self) -> builtins.list[LeaseRecord]:
         with Session(self._engine) as session:

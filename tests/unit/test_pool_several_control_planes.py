@@ -118,3 +118,24 @@ def test_a_step_leased_again_by_another_pool_leaves_no_lease_of_the_dead_one(sto
     assert [(r.lease_id, r.pool_id) for r in store.leases.list()] == [(again.lease_id, "cp-b")]
     b.release(ReleaseLease(lease_id=again.lease_id, replica_warm=True))
     assert store.leases.list() == []
+
+
+def test_of_replicas_releasing_one_lease_or_reaping_one_node_at_once_exactly_one_acts(store: Store) -> None:
+    join(store, "gpu-a", replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0],
+                                   "state": "warm"}])
+    grant = make_pool(store, "cp-a").acquire(req("t-a"))
+    later = utcnow() + timedelta(minutes=5)  # gpu-a has been silent for minutes by then
+    released: list[object] = []
+    reaped: list[list[str]] = []
+
+    def both() -> None:
+        released.append(store.leases.release(grant.lease_id))
+        reaped.append(store.fleet.mark_lost_after(60, now=later))
+
+    threads = [threading.Thread(target=both) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r is not None for r in released) == 1
+    assert sorted(node for ids in reaped for node in ids) == ["gpu-a"]

@@ -26,8 +26,8 @@ USER 10001:10001
 WORKDIR /var/lib/berth
 EXPOSE 8080
 # /healthz answers while the process runs; readiness (/readyz: store and Temporal) is for load
-# balancers, not for restarting a server whose database is briefly away. The worker has no HTTP
-# port of its own: run it with its own health check (docker-compose.yml checks its metrics port).
+# balancers, not for restarting a server whose database is briefly away. The worker has no API port:
+# run it with BERTH_WORKER_METRICS_PORT and its own health check on that port's /healthz (docker-compose.yml).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ['BERTH_API_PORT'], timeout=4)"]
 CMD ["berth", "server"]

@@ -46,9 +46,11 @@ VOLUME ["/var/cache/berth"]
 USER 10001:10001
 WORKDIR /var/lib/berth
 EXPOSE 9400
-# The node agent serves only /metrics (--metrics-port 9400 below); it answering is its health.
+# The agent's port (--metrics-port 9400 below) serves /metrics, /healthz (the process answers) and /readyz
+# (joined, and its heartbeats get through). The image checks liveness only: a control plane that is away for a
+# while is no reason to replace the node; docker-compose.yml and the Helm chart read /readyz as well.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9400/metrics', timeout=4)"]
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9400/healthz', timeout=4)"]
 # The node is named after the container's host name unless the command is replaced; the join
 # token, the API's URL and Temporal's address come from BERTH_JOIN_TOKEN, BERTH_API_URL and
 # BERTH_TEMPORAL_ADDRESS.

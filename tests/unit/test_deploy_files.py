@@ -11,10 +11,10 @@ SDK through the `helm-python-sdk` package, as `helm template` would), then parse
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import io
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -27,8 +27,10 @@ from urllib.parse import urlsplit
 import helm_python as helm
 import pytest
 import yaml
+from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 
+from orchestrator.api.admin_key import ADMIN_KEY_ENV, install_admin_key, parse_admin_key
 from orchestrator.cli.main import build_parser
 from orchestrator.config import ENV_PREFIX, BerthConfig
 from orchestrator.store import Store
@@ -190,7 +192,7 @@ def test_node_image_is_cuda_based_with_optional_vllm_and_checks_its_metrics_port
     node = parse_berth(berth_argv(exec_form(image, "CMD")))
     assert node.command == "node" and node.metrics_port
     assert [rest for k, rest in image if k == "EXPOSE"] == [str(node.metrics_port)]
-    assert f"127.0.0.1:{node.metrics_port}/metrics" in " ".join(healthcheck_command(image))
+    assert f"127.0.0.1:{node.metrics_port}/healthz" in " ".join(healthcheck_command(image))
     assert json.loads([rest for k, rest in image if k == "VOLUME"][-1]) == [node.cache_dir]
 
 
@@ -249,6 +251,9 @@ def test_compose_commands_and_env_are_berths_own() -> None:
     assert services["postgres"]["environment"]["POSTGRES_DB"] == "berth"
     # Both ends of the join: the server checks the token the node presents.
     assert "BERTH_JOIN_TOKEN" in services["server"]["environment"]
+    # The first admin key comes from the shell, required, and only the server holds it.
+    assert services["server"]["environment"][ADMIN_KEY_ENV].startswith(f"${{{ADMIN_KEY_ENV}:?")
+    assert [n for n in ("worker", "node") if ADMIN_KEY_ENV in services[n]["environment"]] == []
     assert "BERTH_JOIN_TOKEN" in services["node"]["environment"]
     api_url = urlsplit(services["node"]["environment"]["BERTH_API_URL"])
     assert (api_url.hostname, api_url.port) == ("server", int(services["server"]["environment"]["BERTH_API_PORT"]))
@@ -261,10 +266,11 @@ def test_compose_ports_agree_with_health_checks_and_prometheus() -> None:
     node_port = parse_berth(berth_argv(services["node"]["command"])).metrics_port
     assert services["server"]["environment"]["BERTH_HOST"] == "0.0.0.0"
     assert any(p.split(":")[-1] == str(api_port) for p in services["server"]["ports"])
-    for name, port, path in (("server", api_port, "/healthz"), ("worker", worker_port, "/metrics"),
-                             ("node", node_port, "/metrics")):
+    # The worker and the node answer /healthz (and the node /readyz) on their metrics port.
+    for name, port, path in (("server", api_port, "/healthz"), ("worker", worker_port, "/healthz"),
+                             ("node", node_port, "/readyz")):
         check = " ".join(services[name]["healthcheck"]["test"])
-        assert url_port(check) == port and path in check, name
+        assert url_port(check) == port and f":{port}{path}'" in check, name
 
     mounts = dict(v.split(":")[:2] for v in services["prometheus"]["volumes"])
     by_target = {target: (COMPOSE.parent / source).resolve() for source, target in mounts.items()}
@@ -368,10 +374,15 @@ def test_worker_and_node_metrics_ports_are_the_ones_they_serve(objects: list[dic
     (worker,) = one(objects, "Deployment", "berth-worker")["spec"]["template"]["spec"]["containers"]
     served = int(env_value(worker, "BERTH_WORKER_METRICS_PORT"))
     assert {p["name"]: p["containerPort"] for p in worker["ports"]} == {"metrics": served}
+    for probe in ("startupProbe", "livenessProbe"):
+        assert worker[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
     (node,) = one(objects, "DaemonSet", "berth-node")["spec"]["template"]["spec"]["containers"]
     node_args = parse_berth(node["args"])
     assert {p["name"]: p["containerPort"] for p in node["ports"]} == {"metrics": node_args.metrics_port}
-    assert node["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert node["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert node["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    # A node that is not ready is still scraped: its metrics are what tells why.
+    assert one(objects, "Service", "berth-node-metrics")["spec"]["publishNotReadyAddresses"] is True
     # The ServiceMonitor's ports are the Services' port names, and each Service leads to them.
     monitor = one(objects, "ServiceMonitor", "berth")
     scraped = {e["port"] for e in monitor["spec"]["endpoints"]}
@@ -416,6 +427,9 @@ def test_secrets_are_referenced_by_the_pods_that_need_them(objects: list[dict[st
                     refs.setdefault(name, set()).add((e["name"], ref["name"]))
     assert ("BERTH_JOIN_TOKEN", "berth-join-token") in refs["berth-server"]
     assert ("BERTH_JOIN_TOKEN", "berth-join-token") in refs["berth-node"]
+    assert [name for name, pod_refs in refs.items() if (ADMIN_KEY_ENV, "berth-admin-key") in pod_refs] == ["berth-server"]
+    # Generated at install (no adminKey.value here), in the format `berth server` accepts.
+    parse_admin_key(base64.b64decode(secrets["berth-admin-key"]["admin-key"]).decode())
     for name in ("berth-server", "berth-worker"):
         assert ("BERTH_DATABASE_URL", "berth-database") in refs[name]
     assert ("BERTH_API_KEY", "berth-api-key") in refs["berth-tool-worker"]
@@ -427,6 +441,7 @@ def test_secrets_are_referenced_by_the_pods_that_need_them(objects: list[dict[st
 
 def test_existing_secrets_replace_the_charts_own() -> None:
     objects = render_chart({"database": {"existingSecret": "pg"}, "joinToken": {"existingSecret": "jt"},
+                            "adminKey": {"existingSecret": "admin", "existingSecretKey": "k"},
                             "apiKey": {"existingSecret": "ak", "existingSecretKey": "key"},
                             "toolWorker": {"enabled": True, "agents": "m:a"}})
     assert not [o for o in objects if o["kind"] == "Secret"]
@@ -435,8 +450,22 @@ def test_existing_secrets_replace_the_charts_own() -> None:
            for e in c["env"] if "valueFrom" in e}
     assert env["BERTH_API_KEY"] == {"name": "ak", "key": "key"}
     (server,) = pods["berth-server"]["containers"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in server["env"] if "valueFrom" in e}
-    assert refs == {"BERTH_DATABASE_URL": "pg", "BERTH_JOIN_TOKEN": "jt"}
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in server["env"] if "valueFrom" in e}
+    assert {name: ref["name"] for name, ref in refs.items()} == {
+        "BERTH_DATABASE_URL": "pg", "BERTH_JOIN_TOKEN": "jt", ADMIN_KEY_ENV: "admin"}
+    assert refs[ADMIN_KEY_ENV]["key"] == "k"
+
+
+def test_an_admin_key_given_to_the_chart_is_checked_and_kept_as_given() -> None:
+    key = "berth_0123456789ab_" + "s" * 43
+    secret = one(render_chart({"database": FULL_VALUES["database"], "adminKey": {"value": key}}),
+                 "Secret", "berth-admin-key")
+    assert base64.b64decode(secret["data"]["admin-key"]).decode() == key
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # What `berth server` would refuse to start on is refused at install instead.
+    for malformed in ("berth_0123456789ab_short", "berth_0123456789AB_" + "s" * 43, "s" * 60):
+        with pytest.raises(helm.HelmError, match="adminKey.value must read"):
+            render_chart({"database": FULL_VALUES["database"], "adminKey": {"value": malformed}})
 
 
 # --- `berth …` mentioned anywhere under deploy/ ----------------------------------------------------
@@ -471,16 +500,32 @@ def test_every_berth_command_named_in_deploy_docs_exists_with_those_flags() -> N
             assert flag in parser._option_string_actions, f"{path}: `{snippet}`: {flag} is not a flag of it"
 
 
-def test_the_documented_admin_key_bootstrap_makes_an_admin_key(tmp_path: Path) -> None:
-    # deploy/helm/README.md's "API keys" runs this in a server pod; it must keep working as the code moves.
-    (code,) = re.findall(r'python -c "([^"]+)"', (DEPLOY / "helm" / "README.md").read_text())
-    env = {**os.environ, "BERTH_DATA_DIR": str(tmp_path), "BERTH_DATABASE_URL": f"sqlite:///{tmp_path / 'b.db'}"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+def test_the_documented_way_to_make_an_admin_key_makes_one_berth_server_accepts(tmp_path: Path) -> None:
+    # deploy/README.md, docker-compose.yml and the error `berth server` stops with tell the operator to make
+    # BERTH_ADMIN_KEY with this one-liner; each must make a key the server stores and then authenticates.
+    texts = [(DEPLOY / "README.md").read_text(), COMPOSE.read_text(), parse_admin_key_error()]
+    snippets = {snippet for text in texts for snippet in re.findall(r"python3 -c '([^']*token_hex[^']*)'", text)}
+    assert len(snippets) == 1 and all("token_hex" in t for t in texts), snippets
+    (code,) = snippets
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     key = done.stdout.strip()
-    assert key.startswith("berth_") and (tmp_path / "admin-key").read_text().strip() == key
-    store = Store.open(env["BERTH_DATABASE_URL"])
+    store = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
     try:
+        assert install_admin_key(store, SecretStr(key)) is True
         assert store.keys.authenticate(key).role.value == "admin"
     finally:
         store.close()
+
+
+def parse_admin_key_error() -> str:
+    with pytest.raises(Exception) as refused:
+        parse_admin_key("not-a-key")
+    return str(refused.value)
+
+
+def test_no_deploy_doc_still_makes_the_admin_key_by_hand() -> None:
+    # The exec-into-a-pod workaround is gone: BERTH_ADMIN_KEY replaces it.
+    for path in DEPLOY.rglob("*"):
+        if path.is_file():
+            assert "ensure_admin_key" not in path.read_text(errors="ignore"), path

@@ -37,6 +37,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- .Values.joinToken.existingSecret | default (printf "%s-join-token" (include "berth.fullname" .)) -}}
 {{- end -}}
 
+{{- define "berth.adminKeySecret" -}}
+{{- .Values.adminKey.existingSecret | default (printf "%s-admin-key" (include "berth.fullname" .)) -}}
+{{- end -}}
+
 {{- define "berth.apiKeySecret" -}}
 {{- .Values.apiKey.existingSecret | default (printf "%s-api-key" (include "berth.fullname" .)) -}}
 {{- end -}}

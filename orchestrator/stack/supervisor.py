@@ -26,6 +26,20 @@ STABLE_AFTER_S = 60.0
 STOP_GRACE_S = 10.0
 
 
+
+def terminate(processes: list[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM every one still running, together; SIGKILL whoever has not exited after `grace_s`."""
+    running = [p for p in processes if p.poll() is None]
+    for process in running:
+        process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for process in running:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
 @dataclass
 class ChildSpec:
     name: str
@@ -86,16 +100,7 @@ class Supervisor:
     def stop(self) -> None:
         self.stopping = True
         for batch in _stop_batches(list(reversed(self.children))):
-            running = [c.process for c in batch if c.process is not None and c.process.poll() is None]
-            for process in running:
-                process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + STOP_GRACE_S
-            for process in running:
-                try:
-                    process.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            terminate([c.process for c in batch if c.process is not None])
 
     def _launch(self, child: _Child) -> None:
         log = open(self._log_path(child.spec), "ab")

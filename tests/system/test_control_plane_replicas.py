@@ -28,6 +28,7 @@ import pytest
 from orchestrator.engines.replicas.processes import stop_orphans
 from orchestrator.pool.autoscaler import SCALER_JOB
 from orchestrator.stack.admin_key import ensure_admin_key
+from orchestrator.stack.supervisor import terminate
 from orchestrator.stack.up import temporal_binary
 from orchestrator.store import Store
 from orchestrator.store.reservations import EPSILON_GIB
@@ -47,7 +48,6 @@ TASKS = [("llama-3.1-8b", "H100 memory bandwidth; kv cache size for 8b; spot pre
          ("qwen2.5-7b", "spot preemption; kv cache size for 8b; A100 memory bandwidth"),
          ("llama-3.1-8b", "decode speed for an 8b model; spot preemption; H100 memory bandwidth")]
 BUDGET = 60_000
-STOP_GRACE_S = 10.0
 
 
 @dataclass
@@ -74,16 +74,7 @@ class Processes:
 
     def stop_all(self) -> None:
         """SIGTERM in reverse start order, SIGKILL after the grace."""
-        live = [p for p in reversed(self.running.values()) if p.poll() is None]
-        for process in live:
-            process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for process in live:
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        terminate(list(reversed(self.running.values())))
 
     def print_logs(self) -> None:
         for path in sorted(self.log_dir.glob("*.log")):

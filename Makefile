@@ -34,8 +34,13 @@ postgresql:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
 
+# Two runs: the in-process suites on both cores (pytest-xdist), then the suites that start whole
+# stacks of real processes (system, browser), one at a time, since each of those fills both cores.
+SERIAL_SUITES := tests/system tests/browser
+
 test: $(STAMP) chromium postgresql
-	$(VENV)/bin/pytest -q --durations=15
+	$(VENV)/bin/pytest -q -n 2 --durations=10 $(addprefix --ignore=,$(SERIAL_SUITES))
+	$(VENV)/bin/pytest -q --durations=15 $(SERIAL_SUITES)
 
 bench: $(STAMP) postgresql
 	$(PY) -m benchmarks.step_overhead

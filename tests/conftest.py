@@ -34,10 +34,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def metrics_reader() -> InMemoryMetricReader:
     """This test process's MeterProvider (one per process, as in Berth's), with an in-memory reader beside
-    the Prometheus one. Readings are cumulative over the session: tests label what they record uniquely."""
+    the Prometheus one. Readings are cumulative over the session: tests label what they record uniquely.
+    Installed first in every test process (autouse): a test that starts a Berth process's code in-process
+    (an app, a worker) would otherwise install the provider without this reader, whatever order tests run in."""
     reader = InMemoryMetricReader()
     install_metrics("berth-tests", extra_readers=[reader])
     return reader

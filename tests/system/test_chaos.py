@@ -20,9 +20,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from orchestrator.engines.simulated.app import CHUNK_TOKENS
 from sdk import Budget, SyncClient, TaskStatus
 from tests.conftest import ROOT
+from tests.system.books import assert_nothing_hidden_nothing_twice
 from tests.system.conftest import Stack, fleet_stack, wait_until
 
 FLEET = [
@@ -100,23 +100,6 @@ def assert_no_step_finished_twice(events: list) -> None:
     for step, attempts in calls.items():
         placements = [a // 100 for a in attempts]
         assert placements == sorted(set(placements)), f"step {step} called twice on one placement: {attempts}"
-
-
-def assert_nothing_hidden_nothing_twice(stack: Stack, task_id: str) -> None:
-    """Every settled call is one an engine completed; every token that reached Berth is booked.
-
-    A generation cut off mid-stream may have had one more chunk on the wire, written by the engine
-    into the closing connection and never read: the engine counts it, nobody received it.
-    """
-    ledger = stack.http.get(f"/v1/tasks/{task_id}/ledger").json()["totals"]
-    engine = stack.engine_usage(task_id)
-    assert ledger["calls"] <= engine["requests"] <= ledger["calls"] + 1, (ledger, engine)
-    generated = engine["completion_tokens"] + engine.get("aborted_completion_tokens", 0)
-    in_flight = CHUNK_TOKENS * engine.get("aborted_requests", 0)
-    booked = ledger["completion_tokens"] + ledger["lost_tokens"] + ledger["kept_tokens"]
-    assert booked >= generated - in_flight, (ledger, engine)
-    runs = stack.tool_runs()
-    assert runs and max(runs.values()) == 1, f"a tool call ran twice: {runs.most_common(3)}"
 
 
 def _no_leases_left(stack: Stack) -> bool:

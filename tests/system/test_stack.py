@@ -17,22 +17,12 @@ from temporalio.client import Client as TemporalClient
 
 from sdk import Budget, SyncClient, TaskStatus
 from tests.conftest import ROOT
+from tests.system.books import assert_books_balance, assert_nothing_hidden_nothing_twice
 from tests.system.conftest import PROVIDER_CANARIES, Stack
 
 pytestmark = pytest.mark.system
 
 RESEARCH_INPUT = "H100 memory bandwidth; A100 memory bandwidth; decode speed for an 8b model"
-
-
-def assert_books_balance(stack: Stack, task_id: str) -> None:
-    """The ledger equals what the engine reports it generated; no tool call ran twice."""
-    ledger = stack.http.get(f"/v1/tasks/{task_id}/ledger").json()["totals"]
-    engine = stack.engine_usage(task_id)
-    assert ledger["calls"] == engine["requests"]
-    assert ledger["prompt_tokens"] == engine["prompt_tokens"]
-    assert ledger["completion_tokens"] == engine["completion_tokens"]
-    runs = stack.tool_runs()
-    assert runs and max(runs.values()) == 1, f"a tool call ran twice: {runs.most_common(3)}"
 
 
 def test_sdk_submit_runs_to_a_result(stack: Stack) -> None:
@@ -97,7 +87,9 @@ def test_whole_stack_restarted_mid_task_resumes_it(tmp_path) -> None:
         state = handle.status()
         assert state.status == TaskStatus.completed
         assert state.step == 11
-        assert_books_balance(stack, "sys-restart")
+        # The stop hands a generation in flight over like any node stop: the engine may have finished
+        # writing a reply whose last chunk the stopping node never read.
+        assert_nothing_hidden_nothing_twice(stack, "sys-restart")
     finally:
         stack.stop()
 

@@ -1,7 +1,7 @@
 """The fleet as real processes: `berth up` with three `berth node` agents on simulated GPUs.
 
 Each node runs its replicas as real simulated-engine processes that take real time to load
-(scaled by the load-time factor: a 7B model from origin ~15 s here, from disk ~7 s), so the
+(scaled by the load-time factor: a 7B model from origin ~8 s here, from disk ~4 s), so the
 differences these tests check are measured, not configured: where steps ran, that an idle
 replica goes away and leaves its weights on disk, and that prewarmed weights load faster.
 """
@@ -25,7 +25,7 @@ SUBJECTS = "H100 memory bandwidth; decode speed for an 8b model"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    with fleet_stack(tmp_path_factory.mktemp("fleet"), FLEET, latency_scale=0.1, load_time_scale=0.3) as stack:
+    with fleet_stack(tmp_path_factory.mktemp("fleet"), FLEET, latency_scale=0.1, load_time_scale=0.15) as stack:
         yield stack
 
 

@@ -69,29 +69,25 @@ def test_worker_killed_mid_task_is_restarted_and_the_task_completes(stack: Stack
     assert "worker exited with code -9" in stack.log_tail()
 
 
-def test_whole_stack_restarted_mid_task_resumes_it(tmp_path) -> None:
-    stack = Stack.create(tmp_path)
-    stack.start()
-    try:
-        client = SyncClient(stack.api, stack.admin_key())
-        subjects = "; ".join(["H100 memory bandwidth", "A100 memory bandwidth", "L4 memory bandwidth",
-                              "spot preemption", "kv cache size"])
-        client.submit("research", subjects, budget=Budget(50_000), task_id="sys-restart")
-        stack.wait_for_step("sys-restart", 3)
-        stack.stop()
-        assert stack.process.returncode == 0, stack.log_tail()
+def test_whole_stack_restarted_mid_task_resumes_it(stack: Stack) -> None:
+    """Stops and starts the shared stack itself (on the same data dir), as an operator would."""
+    client = SyncClient(stack.api, stack.admin_key())
+    subjects = "; ".join(["H100 memory bandwidth", "A100 memory bandwidth", "L4 memory bandwidth",
+                          "spot preemption", "kv cache size"])
+    client.submit("research", subjects, budget=Budget(50_000), task_id="sys-restart")
+    stack.wait_for_step("sys-restart", 3)
+    stack.stop()
+    assert stack.process.returncode == 0, stack.log_tail()
 
-        stack.start()
-        handle = SyncClient(stack.api, stack.admin_key()).task("sys-restart")
-        handle.result(timeout=180)
-        state = handle.status()
-        assert state.status == TaskStatus.completed
-        assert state.step == 11
-        # The stop hands a generation in flight over like any node stop: the engine may have finished
-        # writing a reply whose last chunk the stopping node never read.
-        assert_nothing_hidden_nothing_twice(stack, "sys-restart")
-    finally:
-        stack.stop()
+    stack.start()
+    handle = SyncClient(stack.api, stack.admin_key()).task("sys-restart")
+    handle.result(timeout=180)
+    state = handle.status()
+    assert state.status == TaskStatus.completed
+    assert state.step == 11
+    # The stop hands a generation in flight over like any node stop: the engine may have finished
+    # writing a reply whose last chunk the stopping node never read.
+    assert_nothing_hidden_nothing_twice(stack, "sys-restart")
 
 
 def _secrets(stack: Stack, extra_keys: list[str]) -> dict[str, str]:

@@ -37,7 +37,7 @@ DEMO_TASKS = [
     ("research", "kv cache size for 8b; 70b memory needs; spot GPU pricing", 700),
 ]
 TOP_UP_TOKENS = 10_000
-PREWARMED = ("research", "qwen2.5-7b", "west", "L4 memory for a 7b model; decode speed for a 7b model", 20_000)
+PREWARMED = ("research", "qwen2.5-7b", "east", "H100 memory for a 7b model; decode speed for a 7b model", 20_000)
 PREWARM_WAIT_S = 60.0
 # A batch task prefers spot capacity; once its tool steps are done there and it writes its long
 # answer, the demo reclaims that spot node (as a cloud would, with a short notice): the answer's
@@ -137,14 +137,16 @@ async def _preempt_spot_node_serving(client: Client, task_id: str) -> str | None
 
 
 async def _prewarm(client: Client, console: Console, model: str, datacenter: str) -> None:
-    """Put `model`'s weights on the disks of `datacenter`'s nodes and wait until one reports them."""
+    """Put `model`'s weights on the disks of `datacenter`'s nodes and wait until each of them reports them
+    (the step then goes to the one that suits it, not to the first copy to land)."""
     started = await client.prewarm(model, datacenter=datacenter)
     console.print(f"prewarming {model} in {datacenter}: "
                   + (", ".join(f"{n.node_id} (from {n.source})" for n in started.nodes) or "already there"))
+    fetching = {n.node_id for n in started.nodes}
     deadline = time.monotonic() + PREWARM_WAIT_S
     while time.monotonic() < deadline:
         nodes = await client.nodes(datacenter=datacenter)
-        if any(w.model == model for n in nodes for w in n.cached_weights):
+        if fetching <= {n.node_id for n in nodes if any(w.model == model for w in n.cached_weights)}:
             return
         await asyncio.sleep(0.5)
 

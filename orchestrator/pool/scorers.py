@@ -36,8 +36,36 @@ def load_seconds(fleet: FleetState, model: str, node: Node, tier: str, config: P
 
 
 def queue_wait(fleet: FleetState, replica: Replica) -> float:
-    """Outstanding reserved tokens over throughput: tokens, not requests, since a step costs 1–100k of them."""
-    return replica.queue_s
+    """Seconds a new lease waits for its first token on a replica with a free slot (every replica candidate has one).
+
+    Continuous batching admits it into the running batch at once: it never waits for the batch to drain
+    (`replica.queue_s`, outstanding reserved tokens over throughput), only for its share of each iteration,
+    that drain shared among the batch's slots. Still tokens, not requests, since a step costs 1–100k of them.
+    Charging the whole drain made a busy replica with free slots look slower than a cold load, so steps
+    started replicas (and waited for their loads) beside ones that could serve them at once.
+    """
+    return replica.queue_s / max(replica.concurrency, 1)
+
+
+def generation(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
+    """Seconds to prefill the prompt and write the reserved answer on the candidate's devices.
+
+    A batch shares its throughput among its slots, so one lease writes at tokens_per_s / concurrency of the
+    slowest device. An L4 writes ~8× slower than an H100: over a thousand-token answer that is minutes, which
+    no cheaper hour makes up for, and which a first-token estimate alone never sees. Batch and low_priority
+    steps are judged by what they cost, not how long they take (the cost term counts the GPU time they
+    hold), so for them it is 0 and they still go to spot and cheap GPUs.
+    """
+    if request.priority != "interactive":
+        return 0.0
+    if cand.replica_id is not None:
+        replica = fleet.replicas[cand.replica_id]
+        rate, slots = replica.tokens_per_s, replica.concurrency
+    else:
+        node, spec = fleet.nodes[cand.node_id], fleet.models[request.model]
+        rate, slots = spec.tokens_per_s * min(node.device(i).speed for i in cand.devices), spec.concurrency
+    answer = max(request.tokens - request.prompt_tokens, 0)
+    return request.prompt_tokens / (rate * config.prefill_speedup) + answer * max(slots, 1) / rate
 
 
 def ttft(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
@@ -94,8 +122,8 @@ def affinity(request: PlacementRequest, cand: Candidate, fleet: FleetState, conf
     if cand.replica_id is None or cand.replica_id != request.previous_replica:
         return 0.0
     replica = fleet.replicas[cand.replica_id]
-    if queue_wait(fleet, replica) > config.affinity_max_queue_s:
-        return 0.0  # overloaded: a prefix hit is not worth the queue
+    if replica.queue_s > config.affinity_max_queue_s:
+        return 0.0  # overloaded: its KV cache has likely evicted the prefix for the batch's own
     prefill_rate = replica_throughput(fleet, replica) * config.prefill_speedup
     return -(request.prompt_tokens * config.prefix_cacheable_fraction) / prefill_rate
 
@@ -116,6 +144,7 @@ def capacity_class(request: PlacementRequest, cand: Candidate, fleet: FleetState
 # Name → scorer; the names are the ScorerWeights fields and the keys of a Decision's terms.
 SCORERS: dict[str, Scorer] = {
     "ttft": ttft,
+    "generation": generation,
     "cost": cost,
     "fragmentation": fragmentation,
     "affinity": affinity,
@@ -123,7 +152,7 @@ SCORERS: dict[str, Scorer] = {
 }
 
 
-_BUILTIN = (ttft, cost, fragmentation, affinity, capacity_class)
+_BUILTIN = (ttft, generation, cost, fragmentation, affinity, capacity_class)
 
 
 def weighted_total(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
@@ -138,14 +167,21 @@ def weighted_total(request: PlacementRequest, cand: Candidate, fleet: FleetState
         return sum(getattr(w, name) * scorer(request, cand, fleet, config) for name, scorer in SCORERS.items())
     node = fleet.nodes[cand.node_id]
     rid = cand.replica_id
+    speed = min(node.device(i).speed for i in cand.devices)
     if rid is not None:
         replica = fleet.replicas[rid]
-        wait = replica.queue_s
+        wait = replica.queue_s / max(replica.concurrency, 1)
         t = wait + replica.load_s if cand.tier == "loading" else wait
+        rate, slots = replica.tokens_per_s, replica.concurrency
     else:
         t = load_seconds(fleet, request.model, node, cand.tier, config)
+        spec = fleet.models[request.model]
+        rate, slots = spec.tokens_per_s * speed, spec.concurrency
+    gen = 0.0
+    if request.priority == "interactive":
+        answer = max(request.tokens - request.prompt_tokens, 0)
+        gen = request.prompt_tokens / (rate * config.prefill_speedup) + answer * max(slots, 1) / rate
     share = node.usd_per_hour * len(cand.devices) / max(len(node.devices), 1)
-    speed = min(node.device(i).speed for i in cand.devices)
     held_s = t + request.tokens / (fleet.models[request.model].tokens_per_s * speed)
     if rid is None:
         held_s += config.replica_min_hold_s
@@ -160,4 +196,5 @@ def weighted_total(request: PlacementRequest, cand: Candidate, fleet: FleetState
         cc = 1.0 if spot else 0.0
     else:
         cc = 0.0 if spot or rid is not None else 1.0
-    return sum((w.ttft * t, w.cost * usd, w.fragmentation * frag, w.affinity * aff, w.capacity_class * cc))
+    return sum((w.ttft * t, w.generation * gen, w.cost * usd, w.fragmentation * frag, w.affinity * aff,
+                w.capacity_class * cc))

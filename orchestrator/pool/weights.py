@@ -17,6 +17,7 @@ class ScorerWeights:
     """Seconds of TTFT that one unit of each scorer's raw value is worth."""
 
     ttft: float = 1.0  # already in seconds
+    generation: float = 1.0  # already in seconds: the step's own prefill and answer on that GPU
     # $1 of GPU time is worth a minute of waiting: a new replica on one H100 ($2.5/h) held for
     # its load and idle window (~6 min) costs ~$0.25 ≈ 15 s, so a 3× cheaper node wins ~10 s
     # among new replicas, yet never outweighs a ~30 s cold start against a warm replica.
@@ -45,8 +46,8 @@ class PlacementConfig:
     prefix_cacheable_fraction: float = 0.86
     # Prefill runs ~4× faster per token than decode on the same GPU (compute- vs memory-bound).
     prefill_speedup: float = 4.0
-    # Affinity is dropped once the previous replica's queue is longer than this: a prefix hit
-    # saves seconds of prefill, never worth queueing longer than that.
+    # Affinity is dropped once the previous replica's batch needs longer than this to drain: that
+    # many outstanding tokens fill its KV cache, which has likely evicted the task's prefix.
     affinity_max_queue_s: float = 10.0
     # A new replica holds its GPUs at least this long after its last lease (the scale-to-zero
     # idle window, 5 minutes by default), so its cost counts that hold too. This is what makes a

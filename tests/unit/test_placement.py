@@ -16,7 +16,7 @@ from orchestrator.pool import (
     place,
 )
 from orchestrator.pool.decision import Candidate
-from orchestrator.pool.scorers import affinity, capacity_class, cost, fragmentation, ttft
+from orchestrator.pool.scorers import affinity, capacity_class, cost, fragmentation, generation, ttft
 
 SMALL = ModelSpec("llama-3.1-8b", weights_gib=16, kv_headroom_gib=4, usd_per_1m_tokens=0.3)
 BIG = ModelSpec("llama-3.1-70b", weights_gib=140, kv_headroom_gib=10, tensor_parallel=(2, 4))
@@ -191,6 +191,32 @@ def test_queue_wait_counts_tokens_not_requests() -> None:
     assert d.decided_by == "ttft"
 
 
+def test_a_busy_replica_with_a_free_slot_beats_a_cold_load() -> None:
+    # 20 agent steps of 22k tokens each: 176 s for the batch to drain, but the 21st joins it at once.
+    f = fleet(node("a"), node("b"))
+    f.cache_weights("b", "llama-3.1-8b")
+    busy = f.add_replica("llama-3.1-8b", "a", (0,))
+    f.set_load(busy.id, active_leases=20, outstanding_tokens=20 * 22_000)
+    d = place(f, req(prompt_tokens=20_000, tokens=22_000))
+    assert d.chosen is not None and d.chosen.candidate.replica_id == busy.id
+    assert d.chosen.terms["ttft"] == pytest.approx(busy.queue_s / busy.concurrency)
+    assert d.runner_up is not None and d.runner_up.candidate.replica_id is None  # a load: ~30 s more
+    f.set_load(busy.id, active_leases=busy.concurrency)  # full: only now does a step start a replica
+    assert place(f, req(prompt_tokens=20_000, tokens=22_000)).chosen.candidate.replica_id is None  # type: ignore[union-attr]
+
+
+def test_a_long_answer_goes_to_the_fast_gpu_and_a_short_one_to_the_cheap_one() -> None:
+    f = fleet(node("fast", gpus(1, "H100-80GB", 80, speed=1.0), price=2.99),
+              node("slow", gpus(1, "L4-24GB", 24, speed=0.122), price=0.805))
+    long_answer, short_answer = req(prompt_tokens=2_000, tokens=3_000), req(prompt_tokens=2_000, tokens=2_016)
+    on = {n: Candidate("origin", n, (0,)) for n in ("fast", "slow")}
+    assert generation(long_answer, on["slow"], f, DEFAULT_CONFIG) == pytest.approx(
+        8.1 * generation(long_answer, on["fast"], f, DEFAULT_CONFIG), rel=0.05)  # 1 / 0.122
+    d = place(f, long_answer)
+    assert d.chosen.candidate.node_id == "fast" and d.decided_by == "generation"  # type: ignore[union-attr]
+    assert place(f, short_answer).chosen.candidate.node_id == "slow"  # type: ignore[union-attr]
+
+
 def test_cost_grosses_up_spot_by_its_risk() -> None:
     f = fleet(node("a", capacity="spot", price=20.0), node("b", price=20.0))
     request = req()
@@ -243,7 +269,7 @@ def test_decision_records_every_term_and_the_deciding_one() -> None:
     f.cache_weights("b", "llama-3.1-8b")
     d = place(f, req())
     assert d.chosen is not None and d.runner_up is not None
-    assert set(d.chosen.terms) == {"ttft", "cost", "fragmentation", "affinity", "capacity_class"}
+    assert set(d.chosen.terms) == {"ttft", "generation", "cost", "fragmentation", "affinity", "capacity_class"}
     assert d.chosen.candidate.node_id == "b" and d.decided_by == "ttft"
     assert d.chosen.total == pytest.approx(sum(d.chosen.contributions.values()))
 

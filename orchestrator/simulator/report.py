@@ -158,11 +158,10 @@ def _times(ratio: float) -> str:
     return "∞×" if math.isinf(ratio) else f"{ratio:.1f}×"
 
 
-def _ten_times_fewer(name: str, target: str, mine: float, theirs: float, describe: Callable[[str], str],
-                     none_either: str) -> Goal:
-    """Met when `theirs` is at least ten times `mine`; `describe` words the figures around the ratio."""
+def _ten_times_fewer(name: str, target: str, mine: float, theirs: float, describe: Callable[[str], str]) -> Goal:
+    """Met when `theirs` (> 0) is at least ten times `mine`; `describe` words the figures around the ratio."""
     if mine == 0:
-        return Goal(name, target, none_either, False) if theirs == 0 else Goal(name, target, describe("∞×"), True)
+        return Goal(name, target, describe("∞×"), True)
     ratio = theirs / mine
     return Goal(name, target, describe(_times(ratio)), ratio >= 10)
 
@@ -171,10 +170,11 @@ def _cold_start_goal(berth: PolicyReport, spread: PolicyReport | None) -> Goal:
     name, target = COLD_START_GOAL
     if spread is None:
         return Goal(name, target, "no k8s-spread run", None)
+    if spread.cold_start_s == 0:
+        return Goal(name, target, f"berth {_seconds(berth.cold_start_s)}; k8s-spread had no cold starts", False)
     return _ten_times_fewer(
         name, target, berth.cold_start_s, spread.cold_start_s,
-        lambda ratio: f"berth {_seconds(berth.cold_start_s)} vs k8s-spread {_seconds(spread.cold_start_s)} ({ratio})",
-        "berth 0 s; k8s-spread had no cold starts either")
+        lambda ratio: f"berth {_seconds(berth.cold_start_s)} vs k8s-spread {_seconds(spread.cold_start_s)} ({ratio})")
 
 
 def _gpu_hours_goal(berth: PolicyReport, warm: PolicyReport | None) -> Goal:
@@ -194,10 +194,11 @@ def _tokens_goal(berth: PolicyReport) -> Goal:
     name, target = TOKENS_GOAL
     if berth.preemptions == 0:
         return Goal(name, target, "no preemptions in this run", None)
+    if berth.tokens_lost_restart == 0:
+        return Goal(name, target, f"{berth.preemptions} preemption(s), none under a running step", None)
     return _ten_times_fewer(
         name, target, berth.tokens_lost, berth.tokens_lost_restart,
-        lambda ratio: f"{berth.tokens_lost} tokens lost vs {berth.tokens_lost_restart} on restart ({ratio})",
-        "0 tokens lost; a restart would have lost none either")
+        lambda ratio: f"{berth.tokens_lost} tokens lost vs {berth.tokens_lost_restart} on restart ({ratio})")
 
 
 def goals(reports: Mapping[str, PolicyReport]) -> list[Goal]:

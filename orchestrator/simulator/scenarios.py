@@ -5,7 +5,8 @@ The fleet: two datacenters, H100, L40S and A100 nodes, a third of them spot. The
 hours each):
 - steady: sessions arrive at an even rate with a mild diurnal swing;
 - bursty: a low base rate and, every 20 minutes on average, 60 sessions within a minute;
-- spot-heavy: steady traffic while spot nodes are reclaimed about every 2 hours each, 30 s notice;
+- spot-heavy: steady traffic, 30% of it batch (which Berth puts on spot), while spot nodes are reclaimed
+  about every 2 hours each, 30 s notice;
 - many-models: 16 fine-tunes of an 8B model beside the base models, popularity skewed (Zipf).
 """
 
@@ -36,8 +37,8 @@ SCENARIOS: dict[str, WorkloadSpec] = {
                            diurnal_period_s=4 * HOURS),
     "bursty": WorkloadSpec(duration_s=4 * HOURS, sessions_per_hour=20, burst_every_s=1200, burst_sessions=60,
                            burst_spread_s=60),
-    "spot-heavy": WorkloadSpec(duration_s=4 * HOURS, sessions_per_hour=90, spot_preemptions_per_node_hour=0.5,
-                               preemption_notice_s=30),
+    "spot-heavy": WorkloadSpec(duration_s=4 * HOURS, sessions_per_hour=90, batch_share=0.3,
+                               spot_preemptions_per_node_hour=0.5, preemption_notice_s=30),
     "many-models": WorkloadSpec(duration_s=4 * HOURS, sessions_per_hour=90,
                                 models=zipf_shares((*DEFAULT_MODELS, *FINE_TUNES), s=1.0)),
 }

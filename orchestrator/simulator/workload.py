@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -65,6 +66,8 @@ class WorkloadSpec(BaseModel):
     models: list[ModelShare] = Field(default_factory=lambda: zipf_shares(DEFAULT_MODELS), min_length=1)
     subagent_probability: float = Field(default=0.05, ge=0, le=1, description="per tool-calling call")
     subagent_calls_mean: float = Field(default=6.0, ge=1, le=1000)
+    batch_share: float = Field(default=0.0, ge=0, le=1,
+                               description="share of sessions submitted as batch (they and their sub-agents)")
     spot_preemptions_per_node_hour: float = Field(default=0.0, ge=0)
     preemption_notice_s: float = Field(default=30.0, ge=0, description="0 = no notice")
 
@@ -94,9 +97,10 @@ def generate(spec: WorkloadSpec, seed: int, spot_nodes: Sequence[str] = ()) -> W
     root = random.Random(seed)
     # Separate streams, so that changing one knob (say the model shares) leaves the arrival times and
     # the preemptions where they were, and two runs differ only in what was changed.
-    arrivals_rng, sessions_rng, preemptions_rng = (random.Random(root.getrandbits(64)) for _ in range(3))
+    arrivals_rng, sessions_rng, preemptions_rng, classes_rng = (random.Random(root.getrandbits(64)) for _ in range(4))
     arrivals = _arrival_times(spec, arrivals_rng)
     sessions = tuple(_session(spec, sessions_rng, f"s-{i:06d}", t) for i, t in enumerate(arrivals))
+    sessions = tuple(_as_batch(s) if classes_rng.random() < spec.batch_share else s for s in sessions)
     preemptions = preemption_schedule(spot_nodes, spec.spot_preemptions_per_node_hour, spec.preemption_notice_s,
                                       spec.duration_s, preemptions_rng)
     return Workload(sessions=sessions, duration_s=spec.duration_s, preemptions=preemptions)
@@ -177,6 +181,12 @@ def _calls(spec: WorkloadSpec, rng: random.Random, model: str, turns: list[int],
             calls.append(CallPlan(model=model, prompt_tokens=prompt, output_tokens=output, tool_s=pause, spawn=spawn))
             prompt = min(prompt + output + added, spec.context_limit_tokens)
     return tuple(calls)
+
+
+def _as_batch(session: SessionPlan) -> SessionPlan:
+    """The session submitted as batch: it, and every sub-agent it starts (they inherit their parent's class)."""
+    calls = tuple(replace(c, spawn=_as_batch(c.spawn)) if c.spawn is not None else c for c in session.calls)
+    return replace(session, calls=calls, priority="batch")
 
 
 def _subagent(spec: WorkloadSpec, rng: random.Random, model: str, session_id: str) -> SessionPlan:

@@ -124,6 +124,21 @@ def test_subagents_spawn_at_the_configured_rate_and_never_nest() -> None:
     assert 3.5 < sum(len(sub.calls) for sub in spawns) / len(spawns) < 4.5
 
 
+def test_a_batch_share_marks_whole_sessions_and_changes_nothing_else() -> None:
+    spec = WorkloadSpec(duration_s=3 * 3600, sessions_per_hour=200, subagent_probability=0.2)
+    interactive = generate(spec, seed=4)
+    mixed = generate(spec.model_copy(update={"batch_share": 0.3}), seed=4)
+    assert {s.priority for s in all_sessions(interactive)} == {"interactive"}
+    batch = [s for s in mixed.sessions if s.priority == "batch"]
+    assert abs(len(batch) / len(mixed.sessions) - 0.3) < 0.05
+    # A batch session's sub-agents are batch too; the traffic itself is the same draw.
+    assert all(c.spawn.priority == s.priority for s in mixed.sessions for c in s.calls if c.spawn is not None)
+    assert [(s.session_id, s.arrival_s, len(s.calls)) for s in mixed.sessions] == \
+        [(s.session_id, s.arrival_s, len(s.calls)) for s in interactive.sessions]
+    assert [(c.model, c.prompt_tokens, c.output_tokens) for c in all_calls(mixed)] == \
+        [(c.model, c.prompt_tokens, c.output_tokens) for c in all_calls(interactive)]
+
+
 def test_preemption_schedule_is_deterministic_and_poisson() -> None:
     nodes = [f"spot-{i}" for i in range(10)]
     schedule = preemption_schedule(nodes, 0.5, 30.0, 100 * 3600, random.Random(9))

@@ -33,6 +33,9 @@ class LeaseRequest(BaseModel):
     step: int = Field(ge=1)
     model: str
     tokens: int = Field(ge=1, description="completion tokens this step may generate: its load on the replica")
+    prompt_tokens: int = Field(default=0, ge=0, description="the step's prompt as far as the task knows it (what its"
+                                                            " previous step's prompt and answer held): prefix affinity"
+                                                            " and prefill time weigh it")
     tenant: str = "default"
     priority: int = Field(default=0, ge=0, le=9, description="higher goes first in the wait queue")
     service_class: ServiceClass = "interactive"

@@ -109,6 +109,8 @@ class FleetStep:
         self._inherited: dict | None = None  # the last heartbeat of this step's interrupted generation
         self.preempt_requested = False  # a simulated preemption: cut the running generation off
         self.previous_replica: str | None = None
+        # The next step's prompt re-sends the conversation: at least what the last step's prompt and answer held.
+        self.context_tokens = 0
         self._direct_until: dict[str, int] = {}  # model → the step before which it is called without a lease
 
     async def generate(self, inp: LlmStepInput, request: LeaseRequest) -> LlmStepResult | None:
@@ -130,7 +132,8 @@ class FleetStep:
         def asking() -> LeaseRequest:  # made again at each ask: a node's exclusion ends while the step waits
             return request.model_copy(update={
                 "exclude_nodes": request.exclude_nodes + still_excluded(excluded, workflow.now()),
-                "avoid_spot_zones": avoided_zones, "previous_replica": self.previous_replica})
+                "avoid_spot_zones": avoided_zones, "previous_replica": self.previous_replica,
+                "prompt_tokens": self.context_tokens})
 
         for placement_index in itertools.count():
             grant = await self._acquire(asking, trouble)
@@ -207,6 +210,7 @@ class FleetStep:
                 served = True
                 self._inherited = None
                 self.previous_replica = grant.replica_id
+                self.context_tokens = reply.prompt_tokens + reply.completion_tokens
                 return reply
             finally:
                 await workflow.execute_local_activity_method(

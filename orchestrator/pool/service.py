@@ -472,7 +472,8 @@ def _listed_since(view: NodeView, gone_at: datetime) -> bool:
 
 
 def _placement_request(req: LeaseRequest, max_replicas: int) -> PlacementRequest:
-    return PlacementRequest(model=req.model, tokens=req.tokens, tenant=req.tenant, priority=req.service_class,
+    return PlacementRequest(model=req.model, tokens=req.prompt_tokens + req.tokens, prompt_tokens=req.prompt_tokens,
+                            tenant=req.tenant, priority=req.service_class,
                             exclude_nodes=frozenset(req.exclude_nodes),
                             exclude_spot_zones=frozenset(req.avoid_spot_zones), previous_replica=req.previous_replica,
                             max_replicas=max_replicas)

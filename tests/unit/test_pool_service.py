@@ -103,6 +103,17 @@ def test_a_warm_replica_beats_a_cold_load_and_release_starts_its_idle_clock(stor
     assert pool.fleet.replicas["r-warm"].active_leases == 0
 
 
+def test_a_steps_context_takes_it_back_to_the_replica_holding_its_prefix(store: Store, pool: PoolService) -> None:
+    warm = [{"replica_id": r, "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"} for r in ("r-a", "r-b")]
+    join(store, "gpu-a", replicas=warm[:1])
+    join(store, "gpu-b", replicas=warm[1:])
+    # Without a context the tie goes to the stable order; the replica that served step 1 holds 30k tokens of prefix.
+    assert pool.acquire(req("t0")).replica_id == "r-a"
+    grant = pool.acquire(req("t1", step=2, previous_replica="r-b", prompt_tokens=30_000))
+    assert (grant.replica_id, grant.decided_by) == ("r-b", "affinity")
+    assert pool.acquire(req("t2", step=2, previous_replica="r-b")).decided_by != "affinity"
+
+
 def test_steps_wait_in_priority_then_age_order_and_newcomers_queue_behind(store: Store, pool: PoolService) -> None:
     store.models.put(ModelEntry(name="solo", weights_gib=10, kv_headroom_gib=2, engine_args={"max_num_seqs": 1}))
     join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "solo", "gpu_indexes": [0], "state": "warm"}])

@@ -162,13 +162,15 @@ async def test_the_worker_is_live_while_it_polls(tmp_path: Path, temporal_env: W
 
 
 async def wait_for_answer(port: int, timeout_s: float = 20.0) -> httpx.Response:
-    """The first answer of the port's /healthz (the server starts a moment after the process does)."""
+    """The first answer of the port's /healthz (the server starts a moment after the process does). A connect
+    that times out counts as no answer yet: the worker under test shares this event loop, and its start-up
+    (opening and migrating the store) holds the loop for seconds on a loaded 2-core machine."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
         try:
             return await probe(port, "/healthz")
-        except httpx.ConnectError:
+        except (httpx.ConnectError, httpx.ConnectTimeout):
             if loop.time() > deadline:
                 raise
             await asyncio.sleep(0.05)

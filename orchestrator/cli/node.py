@@ -128,21 +128,18 @@ async def _run(args: argparse.Namespace) -> int:
             agent.install_signal_handlers()
             agent.start_probes()  # /healthz answers, and /readyz says why not, while Temporal and the join wait
             try:
-                # Temporal first: once the node has joined, steps are placed on it and must be picked
-                # up within seconds, or the workflow takes the node for lost.
+                # Temporal first: the node's worker polls before it joins (NodeAgent.serve).
                 temporal = await connect_temporal(config)
             except ConnectionError as exc:  # Temporal never answered
                 print(f"error: temporal: {exc}", file=sys.stderr)
                 return 1
             try:
-                if not await agent.join_unless_stopped():
-                    return 0  # told to stop before the control plane answered
-            except ControlPlaneError as exc:
+                await agent.serve(temporal)  # returns at once when told to stop before the control plane answered
+            except ControlPlaneError as exc:  # the join was refused or never answered
                 raise NodeSetupError(str(exc)) from None
             except ValidationError as exc:
                 first = exc.errors()[0]
                 raise NodeSetupError(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
-            await agent.serve(temporal)
     finally:
         close = getattr(discovery, "close", None)
         if close is not None:

@@ -225,14 +225,28 @@ class NodeAgent:
                       max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
                       graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S))
 
-    async def serve(self, client: Client) -> None:
-        """Heartbeat and run the worker until `stopping` is set, then shut down in order. Call `join` first
-        (with `client` already connected: a joined node must pick its first step up at once)."""
+    async def serve(self, client: Client) -> bool:
+        """Poll for work, join, heartbeat until `stopping` is set, then shut down in order; False when told to
+        stop before the control plane took the join. Join errors (`JoinRefused`, `ControlPlaneUnreachable`)
+        propagate once the worker has stopped.
+
+        The worker polls before the node joins: once joined, steps are placed here and must be picked up within
+        seconds, or the workflow takes the node for lost. On a loaded machine building the worker took longer
+        than that, and a node that joined first lost its first steps to other nodes.
+        """
         self.start_probes()
-        beats = asyncio.create_task(self.heartbeat_loop())
         worker = self.worker(client)
         running = asyncio.create_task(worker.run())
         log.info("node %s polling %s", self.options.node_id, node_task_queue(self.options.node_id))
+        try:
+            joined = await self.join_unless_stopped()
+        except BaseException:
+            await self._stop_worker(worker, running)
+            raise
+        if not joined:
+            await self._stop_worker(worker, running)
+            return False
+        beats = asyncio.create_task(self.heartbeat_loop())
         stop = asyncio.create_task(self.stopping.wait())
         await asyncio.wait([running, stop], return_when=asyncio.FIRST_COMPLETED)
         self.stopping.set()
@@ -241,9 +255,8 @@ class NodeAgent:
         except (ControlPlaneError, httpx.HTTPError) as exc:
             log.warning("could not say the node is leaving: %s", exc)
         try:
-            if not running.done():
-                await worker.shutdown()  # no new activities; generations stop now, loads get GRACEFUL_SHUTDOWN_S
-            await running
+            # No new activities; generations stop now, loads get GRACEFUL_SHUTDOWN_S.
+            await self._stop_worker(worker, running)
         finally:
             await beats
             await self.replicas.stop_all(self.options.replica_grace_s)
@@ -252,6 +265,13 @@ class NodeAgent:
             except (ControlPlaneError, httpx.HTTPError) as exc:
                 log.warning("last heartbeat failed: %s", exc)
             log.info("node %s stopped", self.options.node_id)
+        return True
+
+    @staticmethod
+    async def _stop_worker(worker: Worker, running: asyncio.Task) -> None:
+        if not running.done():
+            await worker.shutdown()
+        await running
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()

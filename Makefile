@@ -9,22 +9,28 @@ STAMP  := $(VENV)/.installed-stamp
 CHROMIUM := /usr/bin/chromium
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null || echo sudo)
 
-.PHONY: up test bench clean system-packages
+.PHONY: up test bench clean system-packages bytecode
 
 # uv installs the lock in seconds where pip takes over a minute (most of a CI run's set-up); pip
-# remains the way in wherever uv cannot run or reach the index.
+# remains the way in wherever uv cannot run or reach the index. Both compile the bytecode at install:
+# with PYTHONDONTWRITEBYTECODE set (as on CI machines) Python never caches it, and every process of the
+# test stacks would compile litellm, temporalio and the rest from source again at each start.
 UV_VERSION := 0.13.9
 
 $(STAMP): requirements.lock pyproject.toml
 	python3 -m venv $(VENV)
 	{ $(PY) -m pip install --quiet uv==$(UV_VERSION) && \
-	  $(VENV)/bin/uv pip install --quiet --native-tls --python $(PY) -r requirements.lock && \
+	  $(VENV)/bin/uv pip install --quiet --native-tls --compile-bytecode --python $(PY) -r requirements.lock && \
 	  $(VENV)/bin/uv pip install --quiet --native-tls --python $(PY) --no-deps -e .; } || { \
 	  echo "uv could not install the lock; installing it with pip"; \
 	  $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet -r requirements.lock && $(PY) -m pip install --quiet --no-deps -e .; }
 	touch $(STAMP)
 
-up: $(STAMP)
+# Berth's own modules compiled too (Python checks each cached file against its source's time stamp).
+bytecode: $(STAMP)
+	@$(PY) -m compileall -q orchestrator activities workflows sdk
+
+up: $(STAMP) bytecode
 	$(VENV)/bin/berth up --demo
 
 # The browser tests drive Debian's chromium; the store and pool suites also run on a PostgreSQL server the
@@ -42,7 +48,7 @@ system-packages:
 # stacks of real processes (system, browser), one at a time, since each of those fills both cores.
 SERIAL_SUITES := tests/system tests/browser
 
-test: $(STAMP) system-packages
+test: $(STAMP) system-packages bytecode
 	$(VENV)/bin/pytest -q -n 2 --durations=10 $(addprefix --ignore=,$(SERIAL_SUITES))
 	$(VENV)/bin/pytest -q --durations=15 $(SERIAL_SUITES)
 

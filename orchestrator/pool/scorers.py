@@ -56,14 +56,18 @@ def generation(request: PlacementRequest, cand: Candidate, fleet: FleetState, co
     steps are judged by what they cost, not how long they take (the cost term counts the GPU time they
     hold), so for them it is 0 and they still go to spot and cheap GPUs.
     """
-    if request.priority != "interactive":
-        return 0.0
     if cand.replica_id is not None:
         replica = fleet.replicas[cand.replica_id]
-        rate, slots = replica.tokens_per_s, replica.concurrency
-    else:
-        node, spec = fleet.nodes[cand.node_id], fleet.models[request.model]
-        rate, slots = spec.tokens_per_s * min(node.device(i).speed for i in cand.devices), spec.concurrency
+        return _writing_seconds(request, replica.tokens_per_s, replica.concurrency, config)
+    node, spec = fleet.nodes[cand.node_id], fleet.models[request.model]
+    rate = spec.tokens_per_s * min(node.device(i).speed for i in cand.devices)
+    return _writing_seconds(request, rate, spec.concurrency, config)
+
+
+def _writing_seconds(request: PlacementRequest, rate: float, slots: int, config: PlacementConfig) -> float:
+    """`generation` once the candidate's batch throughput and slots are known (shared with `weighted_total`)."""
+    if request.priority != "interactive":
+        return 0.0
     answer = max(request.tokens - request.prompt_tokens, 0)
     return request.prompt_tokens / (rate * config.prefill_speedup) + answer * max(slots, 1) / rate
 
@@ -170,17 +174,13 @@ def weighted_total(request: PlacementRequest, cand: Candidate, fleet: FleetState
     speed = min(node.device(i).speed for i in cand.devices)
     if rid is not None:
         replica = fleet.replicas[rid]
-        wait = replica.queue_s / max(replica.concurrency, 1)
+        wait = queue_wait(fleet, replica)
         t = wait + replica.load_s if cand.tier == "loading" else wait
-        rate, slots = replica.tokens_per_s, replica.concurrency
+        gen = _writing_seconds(request, replica.tokens_per_s, replica.concurrency, config)
     else:
         t = load_seconds(fleet, request.model, node, cand.tier, config)
         spec = fleet.models[request.model]
-        rate, slots = spec.tokens_per_s * speed, spec.concurrency
-    gen = 0.0
-    if request.priority == "interactive":
-        answer = max(request.tokens - request.prompt_tokens, 0)
-        gen = request.prompt_tokens / (rate * config.prefill_speedup) + answer * max(slots, 1) / rate
+        gen = _writing_seconds(request, spec.tokens_per_s * speed, spec.concurrency, config)
     share = node.usd_per_hour * len(cand.devices) / max(len(node.devices), 1)
     held_s = t + request.tokens / (fleet.models[request.model].tokens_per_s * speed)
     if rid is None:

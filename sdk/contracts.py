@@ -135,6 +135,7 @@ RAISE_BUDGET_UPDATE = "raise_budget"
 ANSWER_UPDATE = "answer"
 CANCEL_SIGNAL = "cancel"
 SIMULATE_PREEMPTION_SIGNAL = "simulate_preemption"  # cut the running (or next) generation off, as a lost node would
+NODE_GONE_SIGNAL = "node_gone"  # a node was revoked or removed: cut a generation running there and place it elsewhere
 
 
 class RaiseBudget(BaseModel):
@@ -155,6 +156,13 @@ class SpawnedChild(BaseModel):
     task_id: str
     tokens: int
     usd: float | None = None
+
+
+class NodeGone(BaseModel):
+    """A node the control plane no longer trusts (revoked, removed): the task's step must not stay on it."""
+
+    node_id: str
+    reason: str = "the node was revoked"
 
 
 class CancelRequest(BaseModel):

@@ -35,6 +35,7 @@ from sdk.contracts import (
     ANSWER_UPDATE,
     CANCEL_SIGNAL,
     CONTROL_TASK_QUEUE,
+    NODE_GONE_SIGNAL,
     RAISE_BUDGET_UPDATE,
     SIMULATE_PREEMPTION_SIGNAL,
     SPAWN_UPDATE,
@@ -42,6 +43,7 @@ from sdk.contracts import (
     WORKFLOW_NAME,
     CancelRequest,
     HumanAnswer,
+    NodeGone,
     RaiseBudget,
     SpawnedChild,
 )
@@ -198,6 +200,15 @@ class TemporalGateway:
         try:
             await client.get_workflow_handle(task_id).signal(
                 SIMULATE_PREEMPTION_SIGNAL, rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
+        except RPCError as exc:
+            raise _rpc_error(task_id, exc) from exc
+
+    async def node_gone(self, task_id: str, gone: NodeGone) -> None:
+        """Tell a task that a node it may be running on is no longer trusted: its step moves elsewhere."""
+        client = await self.client()
+        try:
+            await client.get_workflow_handle(task_id).signal(
+                NODE_GONE_SIGNAL, gone, rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
         except RPCError as exc:
             raise _rpc_error(task_id, exc) from exc
 

@@ -91,6 +91,22 @@ def field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
     return ".".join(str(p) for p in parts) or None
 
 
+def validation_refusal(exc: RequestValidationError) -> ApiError:
+    """FastAPI's refusal of a path, query or body as one 422 naming the first field at fault (the UI shows the
+    same refusal as a page)."""
+    errors = exc.errors()
+    if not errors:
+        return invalid(None, "the request is not valid")
+    first = errors[0]
+    field = field_of(first.get("loc", ()))
+    message = str(first.get("msg", "invalid value"))
+    if first.get("type") == "missing" and field is None:
+        message = "a JSON request body is required"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return invalid(field, message)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -98,17 +114,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        if not errors:
-            return error_response(422, "the request is not valid")
-        first = errors[0]
-        field = field_of(first.get("loc", ()))
-        message = str(first.get("msg", "invalid value"))
-        if first.get("type") == "missing" and field is None:
-            message = "a JSON request body is required"
-        if len(errors) > 1:
-            message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-        return error_response(422, message, field=field)
+        refusal = validation_refusal(exc)
+        return error_response(refusal.status, refusal.message, field=refusal.field)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
-from ..api.errors import ApiError, error_response
+from ..api.errors import ApiError, error_response, validation_refusal
 from ..store import Store
 from . import actions, login, pages
 from .fleet_history import FleetHistory
@@ -53,6 +54,20 @@ def install(app: FastAPI, store: Store) -> FleetHistory:
         if api_error_handler is not None:
             return await api_error_handler(request, exc)
         return error_response(exc.status, exc.message, field=exc.field, code=exc.code, headers=exc.headers)
+
+    validation_handler = app.exception_handlers.get(RequestValidationError)
+
+    @app.exception_handler(RequestValidationError)
+    async def _not_valid(request: Request, exc: RequestValidationError) -> Response:
+        # A page's path or query out of bounds (a checkpoint seq beyond 64 bits) is a page naming the field.
+        if is_ui_path(request.url.path):
+            refusal = validation_refusal(exc)
+            message = f"{refusal.field}: {refusal.message}" if refusal.field else refusal.message
+            return await error_page(request, refusal.status, message)
+        if validation_handler is not None:
+            return await validation_handler(request, exc)
+        refusal = validation_refusal(exc)
+        return error_response(refusal.status, refusal.message, field=refusal.field)
 
     app.state.failed_logins = login.failed_logins_limit()
     app.state.fleet_history = FleetHistory(store)

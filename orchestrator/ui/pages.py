@@ -10,11 +10,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from sse_starlette import EventSourceResponse
 
 from sdk import TaskStatus
+from sdk._limits import MAX_STORED_INT
 
 from ..api import events as events_api
 from ..api.auth import forbidden
@@ -89,7 +90,7 @@ async def task_panel(request: Request, task_id: str, svc: Svc, viewer: Signed) -
 
 @router.get("/tasks/{task_id}/live")
 async def task_live(task_id: str, svc: Svc, viewer: Signed,
-                    after: Annotated[int, Query(ge=0)] = 0) -> EventSourceResponse:
+                    after: Annotated[int, Query(ge=0, le=MAX_STORED_INT)] = 0) -> EventSourceResponse:
     """The task's events as SSE, exactly as /v1 streams them, for a signed-in browser (EventSource sends cookies)."""
     await svc.task_record(task_id, viewer.principal)
     return EventSourceResponse(events_api.tail(svc, task_id, after, viewer.principal.key_id),
@@ -97,7 +98,8 @@ async def task_live(task_id: str, svc: Svc, viewer: Signed,
 
 
 @router.get("/tasks/{task_id}/checkpoints/{seq}", response_class=HTMLResponse)
-async def checkpoint_page(request: Request, task_id: str, seq: int, svc: Svc, viewer: Signed) -> HTMLResponse:
+async def checkpoint_page(request: Request, task_id: str, seq: Annotated[int, Path(ge=0, le=MAX_STORED_INT)], svc: Svc,
+                          viewer: Signed) -> HTMLResponse:
     # The API's route does the reading, the tenant check and the refusals (404, corrupt).
     checkpoint = await read_checkpoint(task_id, seq, svc, viewer.principal)
     return render(request, "checkpoint.html", viewer, task_id=task_id, checkpoint=checkpoint)

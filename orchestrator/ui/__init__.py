@@ -69,7 +69,7 @@ def install(app: FastAPI, store: Store) -> FleetHistory:
         refusal = validation_refusal(exc)
         return error_response(refusal.status, refusal.message, field=refusal.field)
 
-    app.state.failed_logins = login.failed_logins_limit()
+    app.state.failed_logins = login.FailedSignIns()
     app.state.fleet_history = FleetHistory(store)
     return app.state.fleet_history
 

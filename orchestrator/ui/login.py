@@ -1,8 +1,10 @@
 """Signing in to the admin UI with an API key, and out again.
 
 Failed sign-ins are rate limited twice over: per client address (someone trying many keys) and
-per key id (someone trying many secrets of one key). Only failures count, so a person signing
-in and out all day is never slowed down.
+per client address and key id (someone trying many secrets of one key). Never per key id alone: then
+anyone who knows a key id (it is in the audit log, in every refusal) could lock its holder out from
+everywhere with ten wrong secrets. Only failures count, so a person signing in and out all day is
+never slowed down.
 """
 
 from __future__ import annotations
@@ -32,17 +34,34 @@ from .session_auth import (
     signed_in,
 )
 
-# Ten wrong keys at once, then one more a minute: plenty for typos, hopeless for guessing.
+# Ten wrong secrets of one key from one address at once, then one more a minute: plenty for typos, hopeless
+# for guessing a 256-bit secret. An address may fail more often over all its keys (30), as an office behind
+# one NAT address may mistype several people's keys before anyone is guessing.
 FAILED_LOGIN_BURST = 10
+ADDRESS_FAILED_LOGIN_BURST = 30
 FAILED_LOGINS_PER_S = 1 / 60
 
 router = APIRouter(include_in_schema=False)
 Svc = Annotated[Services, Depends(services)]
 
 
-def failed_logins_limit() -> KeyRateLimit:
-    """The app's limiter of failed sign-ins (made once, by ui.install)."""
-    return KeyRateLimit(FAILED_LOGINS_PER_S, FAILED_LOGIN_BURST)
+class FailedSignIns:
+    """The app's two limiters of failed sign-ins (made once, by ui.install): by address, by address and key id."""
+
+    def __init__(self) -> None:
+        self._by_address = KeyRateLimit(FAILED_LOGINS_PER_S, ADDRESS_FAILED_LOGIN_BURST)
+        self._by_key = KeyRateLimit(FAILED_LOGINS_PER_S, FAILED_LOGIN_BURST)
+
+    def locked(self, address: str, key_id: str) -> bool:
+        """Whether a sign-in from `address` with key `key_id` ("" for a malformed key) must wait."""
+        if self._by_address.exhausted(address):
+            return True
+        return bool(key_id) and self._by_key.exhausted(f"{address}|{key_id}")
+
+    def failed(self, address: str, key_id: str) -> None:
+        self._by_address.take(address)
+        if key_id:
+            self._by_key.take(f"{address}|{key_id}")
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -56,11 +75,10 @@ async def login(request: Request, svc: Svc) -> Response:
     next_path = safe_next(form.get("next"))
     check_login_csrf(request, form)
     key = form.get("api_key", "").strip()
-    limiter: KeyRateLimit = request.app.state.failed_logins
-    client = f"addr:{request.client.host if request.client else 'unknown'}"
+    failures: FailedSignIns = request.app.state.failed_logins
+    address = request.client.host if request.client else "unknown"
     key_id = (split_key(key) or ("", ""))[0]
-    buckets = [client] + ([f"key:{key_id}"] if key_id else [])
-    if any(limiter.exhausted(bucket) for bucket in buckets):
+    if failures.locked(address, key_id):
         return _login_page(request, next_path, status=429,
                            flash=Flash("error", "too many failed sign-ins: wait a minute before trying again"))
     if not key:
@@ -68,8 +86,7 @@ async def login(request: Request, svc: Svc) -> Response:
     try:
         holder = await svc.db(svc.store.keys.authenticate, key)
     except Unauthorized as exc:
-        for bucket in buckets:
-            limiter.take(bucket)
+        failures.failed(address, key_id)
         request.scope[PRINCIPAL_SCOPE_KEY] = None
         return _login_page(request, next_path, status=401, flash=Flash("error", f"api_key: {exc.message}"))
     if holder.task_id is not None:

@@ -15,7 +15,7 @@ import pytest
 from activities.ports import LedgerEntry
 from activities.step_books import StoreStepBooks
 from orchestrator.store import Store
-from orchestrator.ui.login import FAILED_LOGIN_BURST
+from orchestrator.ui.login import ADDRESS_FAILED_LOGIN_BURST
 from sdk import AgentSpec, TaskSpec
 from sdk._identity import Role, TenantSpec
 
@@ -131,7 +131,7 @@ async def test_failed_sign_ins_are_rate_limited_per_address(app, store: Store, b
     browser = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth")
     browsers.append(browser)
     token = csrf_of(await browser.get("/login"))
-    for i in range(FAILED_LOGIN_BURST):
+    for i in range(ADDRESS_FAILED_LOGIN_BURST):
         wrong = await browser.post("/login", data={"api_key": f"berth_{i:012x}_guess", "csrf_token": token})
         assert wrong.status_code == 401
     good = store.keys.create(Role.admin).key

@@ -184,9 +184,10 @@ class EventRow(SQLModel, table=True):
 class NodeRow(SQLModel, table=True):
     """A registered node: its spec as JSON, and the columns the fleet is filtered on.
 
-    `status` is derived from the flags (lost > draining > unhealthy > healthy) on every write,
-    so a list by status is one indexed read. `seen_at` is the last contact of any kind
-    (registration or heartbeat): the reaper's clock, indexed because it scans by it.
+    `status` is derived from the admission and the flags (revoked > pending > lost > draining >
+    unhealthy > healthy) on every write, so a list by status is one indexed read. `seen_at` is the
+    last contact of any kind (registration or heartbeat): the reaper's clock, indexed because it
+    scans by it.
     """
 
     __tablename__ = "nodes"
@@ -200,7 +201,10 @@ class NodeRow(SQLModel, table=True):
     status: str
     datacenter: str
     spec_json: str = Field(sa_type=Text)
-    secret_sha256: str
+    secret_sha256: str  # "" once revoked: no secret hashes to it
+    # "admitted" (a per-node token, or an operator's approval), "pending" (joined with the cluster token,
+    # waiting for approval) or "revoked". Rows from before admission existed were all in the fleet.
+    admission: str = Field(default="admitted", sa_column_kwargs={"server_default": "admitted"})
     draining: bool = False  # an operator's drain
     leaving: bool = False  # the node said it is shutting down; cleared when it registers again
     preempt_by: datetime | None = Field(default=None, sa_type=UtcDateTime)  # a preemption notice's deadline
@@ -208,6 +212,23 @@ class NodeRow(SQLModel, table=True):
     registered_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     seen_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     last_heartbeat_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+
+
+class NodeJoinTokenRow(SQLModel, table=True):
+    """A per-node join token: the sha256 of its secret (never the secret), the one node id it admits, until when.
+
+    A used token stays (with `used_at`) until it expires, so a second use is refused as used, not as unknown.
+    """
+
+    __tablename__ = "node_join_tokens"
+    __table_args__ = (Index("ix_node_join_tokens_node", "node_id"),)  # voided together when the node is admitted
+
+    token_sha256: str = Field(primary_key=True)
+    node_id: str
+    created_by: str | None = None  # the API key that minted it
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    expires_at: datetime = Field(sa_type=UtcDateTime)
+    used_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
 
 
 class NodeGpuRow(SQLModel, table=True):

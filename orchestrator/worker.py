@@ -50,7 +50,7 @@ WORKER_METRICS_PORT_ENV = "BERTH_WORKER_METRICS_PORT"
 def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE,
                  pool: LeasePool | None = None) -> Worker:
     """The control-queue worker; without `pool`, every model is called from here (no fleet)."""
-    leases = PoolLeases(pool or DirectRouting())
+    leases = PoolLeases(pool or DirectRouting(), store.ledger)
     llm = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger),
                             ModelCatalogue(config, store.models))
     books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents)
@@ -79,7 +79,7 @@ async def run_worker(config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) 
             return "starting: connecting to the store and Temporal"
         return None if worker.is_running else f"the worker is not polling {task_queue}"
 
-    probes = serve_metrics(int(os.environ.get(WORKER_METRICS_PORT_ENV) or 0), live=polling)
+    probes = serve_metrics(int(os.environ.get(WORKER_METRICS_PORT_ENV) or 0), live=polling, host=config.host)
     scaling = None
     try:
         store = Store.open(config.resolved_database_url)

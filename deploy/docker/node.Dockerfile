@@ -38,6 +38,7 @@ RUN useradd --system --uid 10001 --home-dir /var/lib/berth --create-home berth \
 ENV PATH=/opt/berth/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     BERTH_DATA_DIR=/var/lib/berth \
+    BERTH_HOST=0.0.0.0 \
     NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 # The weights cache and the node's secret (--cache-dir): keep it on the host's disk, so a restarted

@@ -38,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="multiplies simulated replicas' load time (0.01 turns 40 s into 0.4 s)")
     p.add_argument("--heartbeat-s", type=float, default=5.0, help="seconds between heartbeats")
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: none)")
+    p.add_argument("--host", help="the address the metrics port binds (env BERTH_HOST, default 127.0.0.1)")
     p.add_argument("--external-url", help="an OpenAI-compatible server that serves 'openai-compatible' models")
     p.set_defaults(func=cmd_node)
 
@@ -77,7 +78,7 @@ async def _run(args: argparse.Namespace) -> int:
     from ..temporal import connect_temporal
 
     configure_tracing("berth-node")
-    config = BerthConfig.load(data_dir=args.data_dir, join_token=args.join_token, api_url=args.api)
+    config = BerthConfig.load(data_dir=args.data_dir, join_token=args.join_token, api_url=args.api, host=args.host)
     if not config.join_token:
         raise NodeSetupError("join-token: give --join-token or set BERTH_JOIN_TOKEN "
                              "(the control plane's <data_dir>/join-token)")
@@ -122,7 +123,7 @@ async def _run(args: argparse.Namespace) -> int:
         options = NodeOptions(node_id=args.node_id, join_token=config.join_token, cache_dir=cache_dir,
                               datacenter=args.datacenter, zone=args.zone, capacity=args.capacity,
                               usd_per_hour=args.usd_per_hour, labels=_labels(args.label),
-                              heartbeat_s=args.heartbeat_s, metrics_port=args.metrics_port)
+                              heartbeat_s=args.heartbeat_s, metrics_port=args.metrics_port, metrics_host=config.host)
         async with ControlPlane(config.resolved_api_url) as control_plane:
             agent = NodeAgent(options, discovery, control_plane, replicas)
             agent.install_signal_handlers()

@@ -74,6 +74,7 @@ class NodeOptions:
     register_wait_s: float = 60.0
     replica_grace_s: float = 10.0
     metrics_port: int = 0  # the node's own /metrics, /healthz and /readyz; 0: none
+    metrics_host: str = "127.0.0.1"  # where that port listens (`berth node --host`): loopback unless told
 
 
 def registration(options: NodeOptions, gpus: list[GpuInfo], cache_capacity_bytes: int) -> NodeRegistration:
@@ -192,8 +193,8 @@ class NodeAgent:
         if self._probes_started:
             return
         self._probes_started = True
-        serve_node_metrics(self.options.metrics_port, self.options.node_id, self.options.datacenter, self.discovery,
-                           self.replicas.reports, ready=self.readiness)
+        serve_node_metrics(self.options.metrics_host, self.options.metrics_port, self.options.node_id,
+                           self.options.datacenter, self.discovery, self.replicas.reports, ready=self.readiness)
 
     async def heartbeat_loop(self) -> None:
         """Beat every `heartbeat_s` until stopping; a failed beat is logged and the next one tried."""

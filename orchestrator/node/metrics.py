@@ -45,10 +45,10 @@ def node_reading(node_id: str, datacenter: str, gpus: list[GpuInfo], replicas: l
     )
 
 
-def serve_node_metrics(port: int, node_id: str, datacenter: str, discovery: GpuDiscovery,
+def serve_node_metrics(host: str, port: int, node_id: str, datacenter: str, discovery: GpuDiscovery,
                        replicas: Callable[[], list[ReplicaReport]], ready: Check | None = None) -> ProbeServer | None:
-    """Watch this node's GPUs and replicas; with a port, serve /metrics, /healthz and /readyz (from `ready`) on it
-    (0: serve nothing). The process's MeterProvider is installed by its entry point (`berth node`); without one the
-    gauges are no-ops."""
+    """Watch this node's GPUs and replicas; with a port, serve /metrics, /healthz and /readyz (from `ready`) on
+    `host`:`port` (port 0: serve nothing). The process's MeterProvider is installed by its entry point
+    (`berth node`); without one the gauges are no-ops."""
     watch_fleet(lambda: node_reading(node_id, datacenter, discovery.discover(), replicas()))
-    return serve_metrics(port, ready=ready)
+    return serve_metrics(port, ready=ready, host=host)

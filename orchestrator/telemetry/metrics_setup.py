@@ -48,10 +48,11 @@ def install_metrics(service_name: str, extra_readers: Sequence[MetricReader] = (
     return _provider
 
 
-def serve_metrics(port: int, live: Check | None = None, ready: Check | None = None) -> ProbeServer | None:
-    """Serve `/metrics`, and `/healthz` and `/readyz` from `live` and `ready`, on `port` from a daemon thread, for
-    a process with no HTTP server of its own (a node agent, the orchestrator worker); 0 serves nothing."""
-    return ProbeServer(port, live, ready) if port else None
+def serve_metrics(port: int, live: Check | None = None, ready: Check | None = None, *,
+                  host: str) -> ProbeServer | None:
+    """Serve `/metrics`, and `/healthz` and `/readyz` from `live` and `ready`, on `host`:`port` from a daemon thread,
+    for a process with no HTTP server of its own (a node agent, the orchestrator worker); port 0 serves nothing."""
+    return ProbeServer(port, live, ready, host=host) if port else None
 
 
 def metrics_text() -> bytes:

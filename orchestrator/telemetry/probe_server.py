@@ -71,10 +71,12 @@ def probe_app(live: Check | None = None, ready: Check | None = None) -> Callable
 
 
 class ProbeServer:
-    """`probe_app` on a port, from a daemon thread; `port` 0 binds a free one (read it back from `.port`)."""
+    """`probe_app` on `host`:`port`, from a daemon thread; `port` 0 binds a free one (read it back from `.port`).
 
-    def __init__(self, port: int, live: Check | None = None, ready: Check | None = None,
-                 host: str = "0.0.0.0") -> None:
+    `host` has no default: the process's own `--host` (BERTH_HOST) decides, as it does for the API, so a process
+    told to stay on loopback never shows its metrics to the network."""
+
+    def __init__(self, port: int, live: Check | None = None, ready: Check | None = None, *, host: str) -> None:
         self._server = make_server(host, port, probe_app(live, ready), server_class=_ThreadingWSGIServer,
                                    handler_class=_QuietHandler)
         self.port: int = self._server.server_port

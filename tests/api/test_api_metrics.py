@@ -1,6 +1,6 @@
-"""`GET /metrics` on the control-plane app: Prometheus text, with the per-model step histograms a booked call
-adds. The call is booked through StoreStepBooks, the path both the worker and the nodes' settle route take;
-no Temporal is needed, so the gateway points at a closed port."""
+"""`GET /metrics` on the control-plane app (read with a key of no tenant): Prometheus text, with the per-model
+step histograms a booked call adds. The call is booked through StoreStepBooks, the path both the worker and the
+nodes' settle route take; no Temporal is needed, so the gateway points at a closed port."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from activities.ports import LedgerEntry
 from activities.step_books import StoreStepBooks
 from orchestrator.api import TemporalGateway
 from orchestrator.store import Store
+from sdk._identity import Role
 
 import pytest
 
@@ -30,8 +31,10 @@ async def test_metrics_serve_the_per_model_ttft_histogram_after_a_booked_call(ap
     assert books.settle(entry, {"step": 1, "tenant": "acme"})
     assert not books.settle(entry, {"step": 1, "tenant": "acme"})  # a retried settle counts once
 
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as http:
-        response = await http.get("/metrics")  # no key: a scraper holds none
+    scraper = store.keys.create(Role.viewer, name="prometheus").key  # a key of no tenant: /metrics names them all
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
+                                 headers={"authorization": f"Bearer {scraper}"}) as http:
+        response = await http.get("/metrics")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(response.text)}
 

@@ -188,6 +188,8 @@ def test_node_image_is_cuda_based_with_optional_vllm_and_checks_its_metrics_port
     user = [rest for k, rest in image if k == "USER"][-1]
     assert user.split(":")[0] not in {"root", "0"}
     assert_known_env(list(dockerfile_env(image)), NODE_DOCKERFILE.name)
+    # The agent binds its metrics port on BERTH_HOST (loopback by default): a container's must take outside probes.
+    assert dockerfile_env(image)["BERTH_HOST"] == "0.0.0.0"
 
     node = parse_berth(berth_argv(exec_form(image, "CMD")))
     assert node.command == "node" and node.metrics_port
@@ -264,7 +266,8 @@ def test_compose_ports_agree_with_health_checks_and_prometheus() -> None:
     api_port = int(services["server"]["environment"]["BERTH_API_PORT"])
     worker_port = int(services["worker"]["environment"]["BERTH_WORKER_METRICS_PORT"])
     node_port = parse_berth(berth_argv(services["node"]["command"])).metrics_port
-    assert services["server"]["environment"]["BERTH_HOST"] == "0.0.0.0"
+    # Each binds its port (the API's, the worker's and node's metrics) on BERTH_HOST, loopback by default.
+    assert [services[n]["environment"]["BERTH_HOST"] for n in ("server", "worker", "node")] == ["0.0.0.0"] * 3
     assert any(p.split(":")[-1] == str(api_port) for p in services["server"]["ports"])
     # The worker and the node answer /healthz (and the node /readyz) on their metrics port.
     for name, port, path in (("server", api_port, "/healthz"), ("worker", worker_port, "/healthz"),
@@ -282,6 +285,13 @@ def test_compose_ports_agree_with_health_checks_and_prometheus() -> None:
     targets = {t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
     assert targets == {f"server:{api_port}", f"worker:{worker_port}", f"node:{node_port}"}
     assert all(job.get("metrics_path", "/metrics") == "/metrics" for job in prometheus["scrape_configs"])
+    # The API's /metrics names every tenant: Prometheus reads it with the key of a compose secret.
+    (server_job,) = [j for j in prometheus["scrape_configs"] if f"server:{api_port}" in j["static_configs"][0]["targets"]]
+    secret_file = server_job["authorization"]["credentials_file"]
+    assert secret_file.startswith("/run/secrets/")
+    secret = secret_file.removeprefix("/run/secrets/")
+    assert secret in services["prometheus"]["secrets"]
+    assert compose()["secrets"][secret] == {"environment": ADMIN_KEY_ENV}
 
 
 # --- the Helm chart ---------------------------------------------------------------------------------
@@ -391,6 +401,22 @@ def test_worker_and_node_metrics_ports_are_the_ones_they_serve(objects: list[dic
     assert {o["metadata"]["name"] for o in labelled} == {"berth-server", "berth-worker-metrics", "berth-node-metrics"}
     for service in labelled:
         assert {p["name"] for p in service["spec"]["ports"]} <= scraped
+    # Both bind their metrics port on BERTH_HOST, loopback by default: the kubelet and Prometheus come from outside.
+    assert env_value(worker, "BERTH_HOST") == env_value(node, "BERTH_HOST") == "0.0.0.0"
+
+
+def test_the_service_monitor_reads_the_apis_metrics_with_a_key_from_a_secret(objects: list[dict[str, Any]]) -> None:
+    endpoints = {e["port"]: e for e in one(objects, "ServiceMonitor", "berth")["spec"]["endpoints"]}
+    # The API's /metrics names every tenant, so it needs a key; the worker's and nodes' ports have no keys.
+    assert "authorization" not in endpoints["metrics"]
+    credentials = endpoints["http"]["authorization"]
+    assert credentials["type"] == "Bearer"
+    admin_key = one(objects, "Secret", credentials["credentials"]["name"])  # by default, the admin key's
+    assert credentials["credentials"]["key"] in admin_key["data"]
+    own = {"metrics": {"serviceMonitor": {"enabled": True, "apiKeySecret": "prometheus-key", "apiKeySecretKey": "key"}}}
+    monitor = one(render_chart({**FULL_VALUES, **own}), "ServiceMonitor", "berth")
+    (http,) = [e for e in monitor["spec"]["endpoints"] if e["port"] == "http"]
+    assert http["authorization"]["credentials"] == {"name": "prometheus-key", "key": "key"}
 
 
 def test_node_daemonset_runs_on_gpu_nodes_with_a_host_weights_cache(objects: list[dict[str, Any]]) -> None:

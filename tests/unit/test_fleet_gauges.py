@@ -81,7 +81,7 @@ def test_a_node_serves_its_gpus_on_its_metrics_port(metrics_reader: InMemoryMetr
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     nvml = FakeNvml([FakeGpu("NVIDIA H100 80GB HBM3", "GPU-aaaa", 81559, used_mib=512, util=5, ecc=0)])
-    serve_node_metrics(port, node, "dc1", NvmlDiscovery(nvml=nvml), list)
+    serve_node_metrics("127.0.0.1", port, node, "dc1", NvmlDiscovery(nvml=nvml), list)
 
     text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
     totals = [s.value for f in text_string_to_metric_families(text) if f.name == "berth_gpu_memory_total_bytes"

@@ -49,7 +49,7 @@ def test_the_probe_server_answers_each_check_with_its_reason() -> None:
     def crashing() -> str | None:
         raise RuntimeError("boom")
 
-    server = ProbeServer(0, live=lambda: None, ready=lambda: broken["reason"])
+    server = ProbeServer(0, live=lambda: None, ready=lambda: broken["reason"], host="127.0.0.1")
     try:
         url = f"http://127.0.0.1:{server.port}"
         assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}
@@ -61,7 +61,7 @@ def test_the_probe_server_answers_each_check_with_its_reason() -> None:
         assert metrics.status_code == 200 and "# TYPE" in metrics.text
     finally:
         server.close()
-    bare = ProbeServer(0, live=crashing)  # no readiness check: /readyz is not there; a check that raises is a 503
+    bare = ProbeServer(0, live=crashing, host="127.0.0.1")  # no readiness check: /readyz is not there; a check that raises is a 503
     try:
         assert httpx.get(f"http://127.0.0.1:{bare.port}/readyz").status_code == 404
         sick = httpx.get(f"http://127.0.0.1:{bare.port}/healthz")

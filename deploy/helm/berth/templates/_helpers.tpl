@@ -41,6 +41,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- .Values.adminKey.existingSecret | default (printf "%s-admin-key" (include "berth.fullname" .)) -}}
 {{- end -}}
 
+{{/* The key Prometheus reads the API's /metrics with: a Secret of your own, or the admin key's. */}}
+{{- define "berth.metricsKeySecret" -}}
+{{- .Values.metrics.serviceMonitor.apiKeySecret | default (include "berth.adminKeySecret" .) -}}
+{{- end -}}
+
+{{- define "berth.metricsKeySecretKey" -}}
+{{- if .Values.metrics.serviceMonitor.apiKeySecret }}{{ .Values.metrics.serviceMonitor.apiKeySecretKey }}
+{{- else if .Values.adminKey.existingSecret }}{{ .Values.adminKey.existingSecretKey }}
+{{- else }}admin-key{{ end -}}
+{{- end -}}
+
 {{- define "berth.apiKeySecret" -}}
 {{- .Values.apiKey.existingSecret | default (printf "%s-api-key" (include "berth.fullname" .)) -}}
 {{- end -}}

@@ -2,11 +2,13 @@
 
 One ASGI middleware, so no route can forget it: it lets the request run, notes the status
 the answer started with, and then appends a row (key, role, method, path, target, status).
-Refusals are logged too (a 401 with no key, a viewer's 403), since attempts are what an
-audit is read for. Node agents' own traffic (join, heartbeats, step books) is not a user's
-action and would drown the log; it is left out. So is /mcp, where every message (a listing, a
-read) is a POST: its tools act through /v1 in-process, and those requests are audited as the
-caller's. Only the key id is logged, never a secret.
+Only requests whose key authenticated are logged: the refusals of a known key are (a viewer's 403,
+another tenant's 404, a 409, a body too large), since attempts are what an audit is read for, but
+a request with no valid key (a 401, a failed sign-in) is no one's action, and logging it would let
+anyone on the network grow the log without end. Node agents' own traffic (join, heartbeats, step
+books) is not a user's action and would drown the log; it is left out. So is /mcp, where every
+message (a listing, a read) is a POST: its tools act through /v1 in-process, and those requests are
+audited as the caller's. Only the key id is logged, never a secret.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sdk import Unauthorized
 from sdk._identity import AuditEntry
 from sdk._limits import MAX_STORED_INT
 
@@ -71,15 +74,41 @@ class AuditTrail:
             await self._record(scope, status)
 
     async def _record(self, scope: Scope, status: int) -> None:
-        caller = scope.get(PRINCIPAL_SCOPE_KEY)
-        who = caller if isinstance(caller, Principal) else None
         try:
+            who = await self._caller(scope, status)
+            if who is None:
+                return
             await run_in_threadpool(
-                self.store.audit.record, key_id=who.key_id if who else None, role=who.role.value if who else None,
-                tenant=who.tenant if who else None, method=scope["method"], path=scope["path"],
-                target=_target(scope), status=status)
+                self.store.audit.record, key_id=who.key_id, role=who.role.value, tenant=who.tenant,
+                method=scope["method"], path=scope["path"], target=_target(scope), status=status)
         except Exception:  # the request has been answered; a lost audit row must be loud, not fatal
             log.exception("could not write the audit row of %s %s", scope["method"], scope["path"])
+
+    async def _caller(self, scope: Scope, status: int) -> Principal | None:
+        """Who sent the request, if its key authenticated: as the route left it in the scope, or, for a request
+        refused before any route read its key (a body too large, JSON that does not parse), its bearer key."""
+        if PRINCIPAL_SCOPE_KEY in scope:
+            caller = scope[PRINCIPAL_SCOPE_KEY]
+            return caller if isinstance(caller, Principal) else None  # None: a sign-in that failed
+        if status == 401:
+            return None  # the route read the key and refused it
+        key = _bearer_key(scope)
+        if key is None:
+            return None
+        try:
+            holder = await run_in_threadpool(self.store.keys.authenticate, key)
+        except Unauthorized:
+            return None
+        return Principal(key_id=holder.key_id, role=holder.role, tenant=holder.tenant, task_id=holder.task_id)
+
+
+def _bearer_key(scope: Scope) -> str | None:
+    for name, value in scope.get("headers") or []:
+        if name == b"authorization":
+            scheme, _, key = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and key.strip():
+                return key.strip()
+    return None
 
 
 def _target(scope: Scope) -> str | None:

@@ -21,13 +21,14 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from sdk import Message, ToolCall
+from sdk import CheckpointRef, Message, ToolCall
 from sdk._limits import MIN_ANSWER_TOKENS
 from sdk.contracts import LlmStepInput, LlmStepResult
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
-from .ports import (GENERATION_CUT, KEPT, LOST, NODE_STOPPING, REPLICA_UNAVAILABLE, LedgerEntry, ModelRoute, ModelRouter,
-                    ReplicaUnavailable, StepBooks)
+from .ports import (GENERATION_CUT, KEPT, LOST, NODE_STOPPING, REPLICA_UNAVAILABLE, CallReport, DeadTokens, ModelRoute,
+                    ModelRouter, ReplicaUnavailable, StepBooks, StepRef)
+from .prices import Prices, call_cost, generated_cost
 from .spans import annotate_checkpoint, annotate_generation, record_cut
 from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
 
@@ -40,9 +41,24 @@ ALIVE_EVERY_S = 2.0
 IDEMPOTENCY_HEADER = "Idempotency-Key"  # one key per task step: a retry gets a finished reply back
 # How vLLM (and the simulated engine) is asked to go on writing the last, assistant, message.
 CONTINUE_FINAL_MESSAGE = {"continue_final_message": True, "add_generation_prompt": False}
-# What the "llm_call" event records of where the step ran (DESIGN.md: every step records where it ran).
-PLACEMENT_EVENT_KEYS = ("node_id", "replica_id", "gpu_indexes", "gpu_type", "tier", "decided_by", "queue_wait_s",
-                        "load_s")
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A call the budget allows, as planned before it is made."""
+
+    checkpoint: CheckpointRef
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    max_tokens: int
+    shortfall_usd: float | None
+
+
+@dataclass(frozen=True)
+class _Streamed:
+    chunks: list[Any]
+    ttft_s: float
+    duration_s: float
 
 
 class LlmStepActivities:
@@ -55,130 +71,23 @@ class LlmStepActivities:
 
     @activity.defn(name="berth.generate")
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
-        info = activity.info()
-        attempt = inp.attempt_base + info.attempt  # numbered across the step's placements
-        # A first attempt on a new placement takes over the heartbeat of the generation an interruption
-        # cut off, so what that one generated is booked as lost, never hidden.
-        details = info.heartbeat_details or ([inp.inherited_progress] if inp.inherited_progress else [])
-        progress = Attempts.resume(attempt, details)
-        if attempt > 1:
-            progress.booked = await asyncio.to_thread(self._booked_earlier, inp, attempt)
-        activity.heartbeat(progress.details())
+        """Resume what earlier attempts left, plan the call within the allowance, stream it, settle it."""
+        attempt = inp.attempt_base + activity.info().attempt  # numbered across the step's placements
+        step = StepRef(inp.task_id, inp.step, inp.model, inp.tenant,
+                       inp.placement.lease_id if inp.placement is not None else None)
+        progress = await self._resume(inp, step, attempt)
         # Beat on a clock as well as on tokens: before the first token (bookkeeping, a long prefill) the
         # workflow must still see the node alive, or it would move the step elsewhere.
         beating = asyncio.create_task(_keep_beating(progress))
         try:
             route = self._route(inp)
-            if progress.carried is not None:
-                # Fleet engines continue a final assistant message; a hosted API would answer it anew.
-                if inp.placement is not None and continuable(progress.carried, inp.max_tokens):
-                    await asyncio.to_thread(self._book_interrupted, inp, progress.continue_prefix())
-                else:
-                    progress.drop_prefix()
-            allowance = inp.token_allowance - progress.held_back
-            prepared = await asyncio.to_thread(self.books.prepare, inp.task_id, inp.checkpoint, inp.pending)
-            checkpoint = prepared.checkpoint
-            messages = [m.to_openai() for m in prepared.messages]
-            continuing: dict[str, Any] = {}
-            if progress.prefix:
-                messages.append({"role": "assistant", "content": progress.prefix})
-                continuing = {"extra_body": CONTINUE_FINAL_MESSAGE}
-            tools = sendable_tools(inp.tools) or None
-            prompt_estimate = count_prompt_tokens(messages, tools)
-            reserve = prompt_estimate + reservation_margin(prompt_estimate)
-            max_tokens = min(inp.max_tokens - progress.prefix_tokens, allowance - reserve)
-            usd_prices = _prices(route)
-            shortfall_usd = None
-            if inp.usd_allowance is not None and usd_prices is not None:
-                max_tokens = min(max_tokens, _affordable_completion(inp.usd_allowance, reserve, *usd_prices))
-                needed_usd = reserve * usd_prices[0] + MIN_ANSWER_TOKENS * usd_prices[1]
-                shortfall_usd = needed_usd - inp.usd_allowance if needed_usd > inp.usd_allowance else None
-            if max_tokens < MIN_ANSWER_TOKENS:
-                if dead := progress.resolve(None):
-                    await asyncio.to_thread(self._book_interrupted, inp, dead)
-                return LlmStepResult(
-                    shortfall_tokens=max(0, reserve + MIN_ANSWER_TOKENS - allowance),
-                    shortfall_usd=shortfall_usd,
-                    lost_tokens=progress.lost_before + progress.unreported_tokens, kept_tokens=progress.kept_before,
-                    cost_usd=progress.unreported_usd,
-                    attempt=attempt,
-                    checkpoint=checkpoint,
-                    placement=inp.placement,
-                )
-
-            started = time.monotonic()
-            ttft: float | None = None
-            chunks: list[Any] = []
-            stream = await _litellm().acompletion(
-                model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=messages,
-                tools=tools, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True},
-                extra_headers={"X-Berth-Task": inp.task_id, IDEMPOTENCY_HEADER: f"{inp.task_id}/{inp.step}"},
-                timeout=600, **continuing,
-                # Berth books usage and cost itself (ledger, catalogue prices); litellm's own success
-                # logging would recount and reprice every reply, about 10 ms per call.
-                **{"no-log": True},
-            )
-            try:
-                async for chunk in stream:
-                    chunks.append(chunk)
-                    if progress.response_id is None and getattr(chunk, "id", None):
-                        if dead := progress.resolve(chunk.id):
-                            await asyncio.to_thread(self._book_interrupted, inp, dead)
-                        activity.heartbeat(progress.details())
-                    if _is_closing_usage(chunk):
-                        # litellm sends the usage last, once the engine's stream has ended. Asking it
-                        # for one more chunk would only run its end-of-stream success logging, which
-                        # ignores no-log and reprices and recounts the whole conversation (~15 ms of
-                        # CPU per call); Berth books usage and cost itself.
-                        break
-                    text, delta_tokens, plain = _delta(chunk)
-                    if delta_tokens and ttft is None:
-                        ttft = time.monotonic() - started
-                    progress.wrote(text, delta_tokens, plain)  # `_keep_beating` reports it
-            except Exception as exc:
-                activity.heartbeat(progress.details())
-                raise _classify(exc) from exc
-            finally:
-                await stream.aclose()  # releases the engine connection; a no-op when litellm closed it already
-            duration = time.monotonic() - started
-
-            reply = _assemble(chunks, progress.prefix)
-            if reply.usage is None:
-                raise ApplicationError(f"{route.served_by} returned no usage for {inp.model}")
-            prompt_tokens, completion_tokens = reply.usage
-            message = reply.message
-            cost = _cost(usd_prices, prompt_tokens, completion_tokens)
-
-            # A reply an earlier attempt already booked is not booked (nor announced) again.
-            if not progress.replayed:
-                event = {
-                    "step": inp.step, "attempt": attempt, "model": inp.model, "tenant": inp.tenant,
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens, "lost_tokens": progress.lost_before,
-                    "kept_tokens": progress.kept_before, "cost_usd": cost,
-                    "ttft_s": round(ttft or duration, 4), "duration_s": round(duration, 4),
-                    "tokens_per_s": round(completion_tokens / duration, 1) if duration > 0 else None,
-                    "served_by": route.served_by, "finish_reason": reply.finish_reason,
-                    "tool_calls": [c.name for c in message.tool_calls or []],
-                }
-                if inp.placement is not None:
-                    event.update(inp.placement.model_dump(mode="json", include=set(PLACEMENT_EVENT_KEYS)))
-                await asyncio.to_thread(self.books.settle, LedgerEntry(
-                    task_id=inp.task_id, step=inp.step, attempt=attempt, model=inp.model,
-                    prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
-                    ttft_s=ttft or duration, duration_s=duration, served_by=route.served_by,
-                    response_id=progress.response_id or "",
-                ), event)
-            annotate_generation(inp.task_id, inp.step, inp.model, inp.placement, ttft or duration, prompt_tokens,
-                                completion_tokens, duration)
-            annotate_checkpoint(inp.task_id, checkpoint)
-            return LlmStepResult(
-                message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
-                kept_tokens=progress.kept_before, cost_usd=cost + progress.unreported_usd,
-                ttft_s=ttft or duration, duration_s=duration, attempt=attempt, served_by=route.served_by,
-                checkpoint=checkpoint, budget_limited=max_tokens < inp.max_tokens, placement=inp.placement,
-            )
+            prices = _prices(route)
+            await self._take_over_prefix(inp, step, progress, prices)
+            call = await asyncio.to_thread(self._plan, inp, step, progress, prices)
+            if call.max_tokens < MIN_ANSWER_TOKENS:
+                return await self._shortfall(inp, step, progress, call, prices, attempt)
+            streamed = await self._stream(inp, step, route, call, progress, prices)
+            return await self._settle(inp, step, route, call, streamed, progress, prices, attempt)
         except asyncio.CancelledError:
             # Cut off mid-generation: by the worker leaving (SIGTERM, a preemption notice), or by the
             # workflow itself (a simulated preemption). Say which, with what was generated, so the
@@ -194,10 +103,141 @@ class LlmStepActivities:
         finally:
             beating.cancel()
 
-    def _booked_earlier(self, inp: LlmStepInput, attempt: int) -> list[BookedAttempt]:
+    # ----- phases ---------------------------------------------------------------------------
+    async def _resume(self, inp: LlmStepInput, step: StepRef, attempt: int) -> Attempts:
+        """What earlier attempts of the step left: a first attempt on a new placement takes over the heartbeat
+        of the generation an interruption cut off, so what that one generated is booked, never hidden."""
+        info = activity.info()
+        details = info.heartbeat_details or ([inp.inherited_progress] if inp.inherited_progress else [])
+        progress = Attempts.resume(attempt, details)
+        if attempt > 1:
+            progress.booked = await asyncio.to_thread(self._booked_earlier, step, attempt)
+        activity.heartbeat(progress.details())
+        return progress
+
+    async def _take_over_prefix(self, inp: LlmStepInput, step: StepRef, progress: Attempts,
+                                prices: Prices | None) -> None:
+        """Continue the text a cut generation had written (its tokens are booked once, as kept), or start over.
+        Fleet engines continue a final assistant message; a hosted API would answer it anew."""
+        if progress.carried is None:
+            return
+        if inp.placement is not None and continuable(progress.carried, inp.max_tokens):
+            await asyncio.to_thread(self._book_dead, step, progress.continue_prefix(), prices)
+        else:
+            progress.drop_prefix()
+
+    def _plan(self, inp: LlmStepInput, step: StepRef, progress: Attempts, prices: Prices | None) -> _Call:
+        """Read the conversation and size the answer to what the allowance (and, on the fleet, the control
+        plane's own grant) pays for. The kept text a continuation re-sends is counted in neither the
+        reservation nor the prompt charged: it is paid for once, as kept tokens."""
+        prepared = self.books.prepare(step, inp.checkpoint, inp.pending)
+        messages = [m.to_openai() for m in prepared.messages]
+        tools = sendable_tools(inp.tools) or None
+        prompt_estimate = count_prompt_tokens(messages, tools)
+        reserve = prompt_estimate + reservation_margin(prompt_estimate)
+        max_tokens = min(inp.max_tokens - progress.prefix_tokens, inp.token_allowance - progress.held_back - reserve)
+        if prepared.max_tokens is not None:
+            max_tokens = min(max_tokens, prepared.max_tokens)
+        shortfall_usd = None
+        if inp.usd_allowance is not None and prices is not None:
+            usd_left = inp.usd_allowance - _held_back_usd(progress, prices)
+            max_tokens = min(max_tokens, prices.affordable_completion(usd_left, reserve))
+            needed_usd = prices.call(reserve, MIN_ANSWER_TOKENS)
+            shortfall_usd = needed_usd - usd_left if needed_usd > usd_left else None
+        if progress.prefix:
+            messages.append({"role": "assistant", "content": progress.prefix})
+        return _Call(prepared.checkpoint, messages, tools, max_tokens, shortfall_usd)
+
+    async def _shortfall(self, inp: LlmStepInput, step: StepRef, progress: Attempts, call: _Call,
+                         prices: Prices | None, attempt: int) -> LlmStepResult:
+        """No call is made: the allowance cannot pay for a prompt and a minimum answer. What is missing is what
+        would lift the answer tokens to that minimum."""
+        if dead := progress.resolve(None):
+            await asyncio.to_thread(self._book_dead, step, dead, prices)
+        return LlmStepResult(
+            shortfall_tokens=MIN_ANSWER_TOKENS - call.max_tokens, shortfall_usd=call.shortfall_usd,
+            lost_tokens=progress.lost_before + progress.unreported_tokens, kept_tokens=progress.kept_before,
+            cost_usd=progress.unreported_usd + generated_cost(prices, progress.lost_before + progress.kept_before),
+            attempt=attempt, checkpoint=call.checkpoint, placement=inp.placement,
+        )
+
+    async def _stream(self, inp: LlmStepInput, step: StepRef, route: ModelRoute, call: _Call, progress: Attempts,
+                      prices: Prices | None) -> _Streamed:
+        """Stream the reply, counting what arrives for the heartbeats (the ledger uses the engine's usage)."""
+        started = time.monotonic()
+        ttft: float | None = None
+        chunks: list[Any] = []
+        continuing = {"extra_body": CONTINUE_FINAL_MESSAGE} if progress.prefix else {}
+        stream = await _litellm().acompletion(
+            model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=call.messages,
+            tools=call.tools, max_tokens=call.max_tokens, stream=True, stream_options={"include_usage": True},
+            extra_headers={"X-Berth-Task": inp.task_id, IDEMPOTENCY_HEADER: f"{inp.task_id}/{inp.step}"},
+            timeout=600, **continuing,
+            # Berth books usage and cost itself (ledger, catalogue prices); litellm's own success
+            # logging would recount and reprice every reply, about 10 ms per call.
+            **{"no-log": True},
+        )
+        try:
+            async for chunk in stream:
+                chunks.append(chunk)
+                if progress.response_id is None and getattr(chunk, "id", None):
+                    if dead := progress.resolve(chunk.id):
+                        await asyncio.to_thread(self._book_dead, step, dead, prices)
+                    activity.heartbeat(progress.details())
+                if _is_closing_usage(chunk):
+                    # litellm sends the usage last, once the engine's stream has ended. Asking it
+                    # for one more chunk would only run its end-of-stream success logging, which
+                    # ignores no-log and reprices and recounts the whole conversation (~15 ms of
+                    # CPU per call); Berth books usage and cost itself.
+                    break
+                text, delta_tokens, plain = _delta(chunk)
+                if delta_tokens and ttft is None:
+                    ttft = time.monotonic() - started
+                progress.wrote(text, delta_tokens, plain)  # `_keep_beating` reports it
+        except Exception as exc:
+            activity.heartbeat(progress.details())
+            raise _classify(exc) from exc
+        finally:
+            await stream.aclose()  # releases the engine connection; a no-op when litellm closed it already
+        duration = time.monotonic() - started
+        return _Streamed(chunks, ttft or duration, duration)
+
+    async def _settle(self, inp: LlmStepInput, step: StepRef, route: ModelRoute, call: _Call, streamed: _Streamed,
+                      progress: Attempts, prices: Prices | None, attempt: int) -> LlmStepResult:
+        """Book the reply under (task, step, attempt), unless an earlier attempt already booked this very reply."""
+        reply = _assemble(streamed.chunks, progress.prefix)
+        if reply.usage is None:
+            raise ApplicationError(f"{route.served_by} returned no usage for {inp.model}")
+        engine_prompt, completion_tokens = reply.usage
+        continued = progress.prefix_tokens if progress.prefix else 0
+        prompt_tokens = max(0, engine_prompt - continued)  # the kept text is booked once, as kept
+        cost = call_cost(prices, prompt_tokens, completion_tokens)
+        message = reply.message
+        if not progress.replayed:
+            settled = await asyncio.to_thread(self.books.settle, step, CallReport(
+                attempt=attempt, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
+                ttft_s=streamed.ttft_s, duration_s=streamed.duration_s, served_by=route.served_by,
+                response_id=progress.response_id or "", finish_reason=reply.finish_reason,
+                tool_calls=tuple(c.name for c in message.tool_calls or []), lost_tokens=progress.lost_before,
+                kept_tokens=progress.kept_before, continued_tokens=continued, placement=inp.placement))
+            cost = settled.cost_usd
+        annotate_generation(inp.task_id, inp.step, inp.model, inp.placement, streamed.ttft_s, prompt_tokens,
+                            completion_tokens, streamed.duration_s)
+        annotate_checkpoint(inp.task_id, call.checkpoint)
+        dead_cost = generated_cost(prices, progress.lost_before + progress.kept_before)
+        return LlmStepResult(
+            message=message, finish_reason=reply.finish_reason, prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
+            kept_tokens=progress.kept_before, cost_usd=cost + progress.unreported_usd + dead_cost,
+            ttft_s=streamed.ttft_s, duration_s=streamed.duration_s, attempt=attempt, served_by=route.served_by,
+            checkpoint=call.checkpoint, budget_limited=call.max_tokens < inp.max_tokens, placement=inp.placement,
+        )
+
+    # ----- helpers --------------------------------------------------------------------------
+    def _booked_earlier(self, step: StepRef, attempt: int) -> list[BookedAttempt]:
         """Replies earlier attempts of this step booked before dying unheard (rare: retries only)."""
         return [BookedAttempt(e.attempt, e.prompt_tokens + e.completion_tokens, e.cost_usd, e.response_id)
-                for e in self.books.booked(inp.task_id, inp.step, attempt)]
+                for e in self.books.booked(step, attempt)]
 
     def _route(self, inp: LlmStepInput) -> ModelRoute:
         try:
@@ -208,13 +248,18 @@ class LlmStepActivities:
         except ValueError as exc:
             raise ApplicationError(str(exc), type="UnknownModel", non_retryable=True) from exc
 
-    def _book_interrupted(self, inp: LlmStepInput, dead: list[DeadAttempt]) -> None:
+    def _book_dead(self, step: StepRef, dead: list[DeadAttempt], prices: Prices | None) -> None:
         """Book dead attempts' tokens: those the reply continues from as kept, the others as lost."""
-        self.books.book_interrupted([LedgerEntry(
-            task_id=inp.task_id, step=inp.step, attempt=attempt.attempt, model=inp.model, prompt_tokens=0,
-            completion_tokens=tokens, cost_usd=0.0, ttft_s=0.0, duration_s=0.0, served_by="", kind=kind,
-        ) for attempt in dead for kind, tokens in ((LOST, attempt.generated - attempt.kept), (KEPT, attempt.kept))
+        self.books.book_interrupted(step, [
+            DeadTokens(attempt.attempt, kind, tokens, generated_cost(prices, tokens))
+            for attempt in dead for kind, tokens in ((LOST, attempt.generated - attempt.kept), (KEPT, attempt.kept))
             if tokens > 0])
+
+
+def _held_back_usd(progress: Attempts, prices: Prices) -> float:
+    """Dollars the allowance must not give this attempt: what dead attempts generated, and replies booked."""
+    booked_tokens = sum(b.tokens for b in progress.booked)
+    return generated_cost(prices, progress.held_back - booked_tokens) + sum(b.usd for b in progress.booked)
 
 
 async def _keep_beating(progress: Attempts) -> None:
@@ -290,29 +335,17 @@ def _assemble(chunks: list[Any], prefix: str = "") -> _Reply:
     return _Reply(message, finish_reason, usage)
 
 
-def _prices(route: ModelRoute) -> tuple[float, float] | None:
-    """USD per token (prompt, completion): the catalogue's for self-hosted, litellm's map for hosted."""
-    if route.usd_per_1m_prompt is not None and route.usd_per_1m_completion is not None:
-        return route.usd_per_1m_prompt / 1e6, route.usd_per_1m_completion / 1e6
+def _prices(route: ModelRoute) -> Prices | None:
+    """USD per token: the catalogue's for self-hosted, litellm's map for hosted."""
+    prices = Prices.per_million(route.usd_per_1m_prompt, route.usd_per_1m_completion)
+    if prices is not None:
+        return prices
     try:
         info = _litellm().get_model_info(route.litellm_model)
     except Exception:
         return None
     prompt, completion = info.get("input_cost_per_token"), info.get("output_cost_per_token")
-    return (float(prompt), float(completion)) if prompt is not None and completion is not None else None
-
-
-def _affordable_completion(usd_allowance: float, prompt_tokens: int, prompt_price: float, completion_price: float) -> int:
-    left = usd_allowance - prompt_tokens * prompt_price
-    if completion_price <= 0:
-        return 1 << 30
-    return max(0, int(left / completion_price))
-
-
-def _cost(prices: tuple[float, float] | None, prompt_tokens: int, completion_tokens: int) -> float:
-    if prices is None:
-        return 0.0
-    return prompt_tokens * prices[0] + completion_tokens * prices[1]
+    return Prices(float(prompt), float(completion)) if prompt is not None and completion is not None else None
 
 
 def _classify(exc: Exception) -> Exception:

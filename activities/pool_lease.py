@@ -2,22 +2,25 @@
 
 A lease is bookkeeping, not work: running it as a local activity in the orchestrator worker
 (where the pool's fleet lives) keeps it inside the workflow task that schedules the step's
-generation, instead of costing a Temporal round trip of its own before and after it.
+generation, instead of costing a Temporal round trip of its own before and after it. The
+release also answers what the ledger booked for the step, so the workflow charges the books,
+not what a node's reply says, at no extra round trip.
 """
 
 from __future__ import annotations
 
 from temporalio import activity
 
-from sdk._lease import ACQUIRE_LEASE, RELEASE_LEASE, LeaseGrant, LeaseRequest, ReleaseLease
+from sdk._lease import ACQUIRE_LEASE, RELEASE_LEASE, BookedRound, LeaseGrant, LeaseRequest, ReleaseLease, StepRound
 
-from .ports import LeasePool
+from .ports import KEPT, LOST, LeasePool, TokenLedger
 from .spans import annotate_acquire
 
 
 class PoolLeases:
-    def __init__(self, pool: LeasePool) -> None:
+    def __init__(self, pool: LeasePool, ledger: TokenLedger) -> None:
         self.pool = pool
+        self.ledger = ledger
 
     @activity.defn(name=ACQUIRE_LEASE)
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
@@ -26,5 +29,18 @@ class PoolLeases:
         return grant
 
     @activity.defn(name=RELEASE_LEASE)
-    def release(self, req: ReleaseLease) -> None:
+    def release(self, req: ReleaseLease) -> BookedRound | None:
+        """End the lease; with `booked_round`, what the ledger booked for that round of the step."""
         self.pool.release(req)
+        return booked(self.ledger, req.booked_round) if req.booked_round is not None else None
+
+
+def booked(ledger: TokenLedger, round_: StepRound) -> BookedRound:
+    entries = ledger.round_entries(round_.task_id, round_.step, round_.first_attempt)
+    settled = [e for e in entries if e.kind not in (LOST, KEPT)]
+    return BookedRound(
+        settled_calls=len(settled), prompt_tokens=sum(e.prompt_tokens for e in settled),
+        completion_tokens=sum(e.completion_tokens for e in settled),
+        lost_tokens=sum(e.completion_tokens for e in entries if e.kind == LOST),
+        kept_tokens=sum(e.completion_tokens for e in entries if e.kind == KEPT),
+        cost_usd=sum(e.cost_usd for e in entries))

@@ -83,6 +83,8 @@ class TokenLedger(Protocol):
 
     def entries(self, task_id: str) -> list[LedgerEntry]: ...
 
+    def round_entries(self, task_id: str, step: int, from_attempt: int) -> list[LedgerEntry]: ...
+
 
 class TaskRegistry(Protocol):
     def save_state(self, state: TaskState, spec_json: str | None = None) -> None: ...
@@ -112,11 +114,69 @@ class ModelRouter(Protocol):
 
 
 @dataclass(frozen=True)
+class StepRef:
+    """The step a model call books under. `lease_id` is the lease a GPU node holds for it (None on the control
+    queue, beside the store): the control plane checks every node's booking against that lease."""
+
+    task_id: str
+    step: int
+    model: str
+    tenant: str
+    lease_id: str | None = None
+
+
+@dataclass(frozen=True)
 class PreparedStep:
-    """What a step starts from: the checkpoint after its pending step, and the conversation up to it."""
+    """What a step starts from: the checkpoint after its pending step, the conversation up to it, and (on the
+    fleet) the answer tokens the control plane granted after counting that conversation itself."""
 
     checkpoint: CheckpointRef
     messages: list[Message]
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class CallReport:
+    """What a step saw of its one model call, for the ledger and the "llm_call" event.
+
+    `prompt_tokens` is what the step is charged for: the engine's count, less the kept text a continuation
+    re-sent (booked once already, as kept). `lost_tokens`/`kept_tokens` are the step's dead attempts', shown
+    in the event; on the fleet the control plane takes them (and the cost) from its own books instead.
+    """
+
+    attempt: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    ttft_s: float
+    duration_s: float
+    served_by: str
+    response_id: str = ""
+    finish_reason: str | None = None
+    tool_calls: tuple[str, ...] = ()
+    lost_tokens: int = 0
+    kept_tokens: int = 0
+    continued_tokens: int = 0  # the kept text's tokens the engine counted in its prompt (not charged again)
+    placement: StepPlacement | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A booked call as the books priced it: on the fleet the control plane's price, whatever the node said."""
+
+    recorded: bool  # False: the attempt was booked already (a retried settle)
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class DeadTokens:
+    """Tokens an attempt generated before it died: LOST (nobody received them) or KEPT (the reply went on from
+    them), priced at the completion rate."""
+
+    attempt: int
+    kind: str
+    tokens: int
+    cost_usd: float
 
 
 class StepBooks(Protocol):
@@ -124,23 +184,25 @@ class StepBooks(Protocol):
 
     On the control plane these are store calls (activities/step_books.py); on a GPU node,
     which has no database, they are HTTP calls to the control plane, so each method is one
-    round trip and a normal step costs two (prepare, settle).
+    round trip and a normal step costs two (prepare, settle). There every call names the node's
+    lease, and the control plane bounds what it books by that lease (orchestrator/api/steps.py).
     """
 
-    def prepare(self, task_id: str, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
-        """Write `pending` (checkpoint, task state, step event) when given, then read the conversation."""
+    def prepare(self, step: StepRef, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
+        """Write `pending` (checkpoint, task state, step event) when given, then read the conversation.
+        A node never writes: its step's predecessor was written beside the store before the lease."""
         ...
 
-    def settle(self, entry: LedgerEntry, event: dict) -> bool:
-        """Book a call under its idempotency key and announce it once ("llm_call"); True when newly booked."""
+    def settle(self, step: StepRef, call: CallReport) -> Settled:
+        """Book a call under its idempotency key (task, step, attempt) and announce it once ("llm_call")."""
         ...
 
-    def booked(self, task_id: str, step: int, before_attempt: int) -> list[LedgerEntry]:
+    def booked(self, step: StepRef, before_attempt: int) -> list[LedgerEntry]:
         """The settled entries of the step's attempts before `before_attempt`."""
         ...
 
-    def book_interrupted(self, entries: list[LedgerEntry]) -> None:
-        """Book tokens of attempts that died unheard (entries of kind LOST or KEPT)."""
+    def book_interrupted(self, step: StepRef, dead: list[DeadTokens]) -> None:
+        """Book tokens of attempts that died unheard."""
         ...
 
 

@@ -1,16 +1,23 @@
 """The LLM step's bookkeeping over the store's ports, for activities that run beside the store.
 
 A GPU node has no database and does the same through the control plane's HTTP API
-(orchestrator/node/step_books.py), whose routes call this class; so both paths write alike.
+(orchestrator/node/step_books.py), whose routes check the node's lease and bound its figures,
+then call this class; so both paths write alike, and every "llm_call" event has one shape.
 """
 
 from __future__ import annotations
 
 from sdk import CheckpointRef
+from sdk._step_books import LlmCallEvent
 from sdk.contracts import PendingStep
 
-from .ports import SETTLED, CheckpointStore, EventLog, LedgerEntry, PreparedStep, TaskRegistry, TokenLedger
+from .ports import (SETTLED, CallReport, CheckpointStore, DeadTokens, EventLog, LedgerEntry, PreparedStep, Settled,
+                    StepRef, TaskRegistry, TokenLedger)
 from .step_metrics import record_settled_call
+
+
+class CheckpointOfAnotherTask(ValueError):
+    """A step named a checkpoint that is not its task's: its conversation must not be read for it."""
 
 
 class StoreStepBooks:
@@ -22,33 +29,61 @@ class StoreStepBooks:
         self.events = events
         self.ledger = ledger
 
-    def prepare(self, task_id: str, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
+    def prepare(self, step: StepRef, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
         if pending is not None:
-            checkpoint = record_step(self.checkpoints, self.tasks, self.events, task_id, checkpoint, pending)
-        return PreparedStep(checkpoint=checkpoint, messages=self.checkpoints.read(checkpoint.id).messages)
+            checkpoint = record_step(self.checkpoints, self.tasks, self.events, step.task_id, checkpoint, pending)
+        content = self.checkpoints.read(checkpoint.id)
+        if content.task_id != step.task_id or content.ref.hash != checkpoint.hash:
+            raise CheckpointOfAnotherTask(f"checkpoint {checkpoint.id} is not one of task {step.task_id!r}'s")
+        return PreparedStep(checkpoint=content.ref, messages=content.messages)
 
-    def settle(self, entry: LedgerEntry, event: dict) -> bool:
+    def settle(self, step: StepRef, call: CallReport) -> Settled:
         """A retried settle neither re-books, re-announces nor re-counts: the ledger's key (task, step, attempt)
-        holds. The event's "tenant" labels the booked tokens and cost."""
+        holds."""
+        entry = settled_entry(step, call)
         if not self.ledger.record(entry):
-            return False
-        self.events.append(entry.task_id, "llm_call", event)
-        record_settled_call(entry, str(event.get("tenant", "")))
-        return True
+            return Settled(recorded=False, cost_usd=call.cost_usd)
+        self.events.append(step.task_id, "llm_call", llm_call_event(step, call).data())
+        record_settled_call(entry, step.tenant)
+        return Settled(recorded=True, cost_usd=call.cost_usd)
 
-    def booked(self, task_id: str, step: int, before_attempt: int) -> list[LedgerEntry]:
-        return [e for e in self.ledger.entries(task_id)
-                if e.step == step and e.kind == SETTLED and e.attempt < before_attempt]
+    def booked(self, step: StepRef, before_attempt: int) -> list[LedgerEntry]:
+        return [e for e in self.ledger.entries(step.task_id)
+                if e.step == step.step and e.kind == SETTLED and e.attempt < before_attempt]
 
-    def book_interrupted(self, entries: list[LedgerEntry]) -> None:
-        for entry in entries:
-            self.ledger.record(entry)
+    def book_interrupted(self, step: StepRef, dead: list[DeadTokens]) -> None:
+        for d in dead:
+            self.ledger.record(LedgerEntry(
+                task_id=step.task_id, step=step.step, attempt=d.attempt, model=step.model, prompt_tokens=0,
+                completion_tokens=d.tokens, cost_usd=d.cost_usd, ttft_s=0.0, duration_s=0.0, served_by="", kind=d.kind))
+
+
+def settled_entry(step: StepRef, call: CallReport) -> LedgerEntry:
+    return LedgerEntry(task_id=step.task_id, step=step.step, attempt=call.attempt, model=step.model,
+                       prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens,
+                       cost_usd=call.cost_usd, ttft_s=call.ttft_s, duration_s=call.duration_s,
+                       served_by=call.served_by, response_id=call.response_id)
+
+
+def llm_call_event(step: StepRef, call: CallReport) -> LlmCallEvent:
+    """The call's event: the ledger's figures, where it ran and what it waited for."""
+    placement = call.placement
+    return LlmCallEvent(
+        step=step.step, attempt=call.attempt, model=step.model, tenant=step.tenant,
+        prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens, lost_tokens=call.lost_tokens,
+        kept_tokens=call.kept_tokens, continued_tokens=call.continued_tokens, cost_usd=call.cost_usd,
+        ttft_s=round(call.ttft_s, 4), duration_s=round(call.duration_s, 4),
+        tokens_per_s=round(call.completion_tokens / call.duration_s, 1) if call.duration_s > 0 else None,
+        served_by=call.served_by, finish_reason=call.finish_reason, tool_calls=list(call.tool_calls),
+        **(placement.model_dump(exclude={"lease_id"}) if placement is not None else {}),
+    )
 
 
 def record_step(checkpoints: CheckpointStore, tasks: TaskRegistry, events: EventLog, task_id: str,
                 parent: CheckpointRef, pending: PendingStep) -> CheckpointRef:
     """Write a finished step: append its messages to the checkpoint chain, list the task's progress,
-    announce a "step" event. Idempotent, so retries are harmless."""
+    announce a "step" event. Idempotent, so retries are harmless. Only code beside the store (the
+    workflow's own activities) calls this: a GPU node never writes a task's state."""
     spend = pending.state.spend
     already = checkpoints.find(task_id, parent.seq + 1)
     ref = checkpoints.append(task_id, parent, pending.step, pending.new_messages, {},

@@ -110,6 +110,11 @@ def _request_tokens(tools: list[dict[str, Any]] | None, has_system: bool) -> int
     return _remember(key, int(with_request) - int(messages_only))
 
 
+def warm_up_counting() -> None:
+    """Import litellm and load its tokenizer (seconds of CPU) before the first prompt is counted."""
+    count_prompt_tokens([{"role": "user", "content": "warm up"}], None)
+
+
 def count_text_tokens(text: str) -> int:
     return int(_litellm().token_counter(model=COUNTING_MODEL, text=text, count_response_tokens=True))
 

@@ -13,10 +13,11 @@ A step asks before every model call. The pool answers with one of four outcomes:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, FiniteFloat, model_validator
 
+from ._limits import MAX_STORED_INT, MAX_TOKEN_BUDGET, MAX_TOKENS_PER_STEP, MAX_USD_BUDGET, StoredInt
 from ._node_io import LoadReplica
 
 ServiceClass = Literal["interactive", "batch", "low_priority"]
@@ -26,6 +27,26 @@ WaitReason = Literal["no_capacity", "cold_start", "busy", "tenant_quota", "low_p
 
 ACQUIRE_LEASE = "berth.pool.acquire"
 RELEASE_LEASE = "berth.pool.release"
+
+
+class StepLimits(BaseModel):
+    """What one placement of a step may spend, as its workflow (the budget's owner) sets it.
+
+    The node the lease goes to books its call through the control plane, which bounds every number the node
+    sends by these: its answer by `max_tokens`, everything the step's round books (this placement's call, and
+    the tokens of attempts that died before it) by `token_allowance`, and the attempt numbers it books under by
+    the placement's range. A node never sets them.
+    """
+
+    max_tokens: int = Field(ge=1, le=MAX_TOKENS_PER_STEP, description="the step's answer limit")
+    token_allowance: int = Field(ge=0, le=MAX_TOKEN_BUDGET, description="tokens the round may book at most")
+    usd_allowance: float | None = Field(default=None, ge=0, le=MAX_USD_BUDGET, description="dollars, likewise")
+    first_attempt: int = Field(default=1, ge=1, le=MAX_STORED_INT, description="this placement's attempt numbers")
+    last_attempt: int = Field(default=MAX_STORED_INT, ge=1, le=MAX_STORED_INT)
+    round_first_attempt: int = Field(
+        default=1, ge=1, le=MAX_STORED_INT,
+        description="the first attempt of the round this placement belongs to (a step asked again after waiting"
+                    " for budget starts a new round): attempts that died before it are booked from there on")
 
 
 class LeaseRequest(BaseModel):
@@ -44,6 +65,14 @@ class LeaseRequest(BaseModel):
         default_factory=list, description="zones whose spot capacity was reclaimed under this step: their spot"
                                           " nodes are used only when nothing else can serve")
     previous_replica: str | None = Field(default=None, description="served the previous step: prefix affinity")
+    limits: StepLimits | None = Field(default=None, description="what the step may spend (default: `tokens`, no"
+                                                                 " prompt, any attempt)")
+
+    @model_validator(mode="after")
+    def _limits_default_to_the_load(self) -> LeaseRequest:
+        if self.limits is None:
+            self.limits = StepLimits(max_tokens=min(self.tokens, MAX_TOKENS_PER_STEP), token_allowance=self.tokens)
+        return self
 
 
 class LeaseGrant(BaseModel):
@@ -74,16 +103,43 @@ class ReleaseLease(BaseModel):
     lease_id: str
     replica_warm: bool = Field(default=False, description="the step was served: the replica is warm now")
     replica_gone: bool = Field(default=False, description="the node no longer has the replica: stop placing on it")
+    booked_round: StepRound | None = Field(default=None, description="answer with what the ledger booked for it")
+
+
+class StepRound(BaseModel):
+    """A round of a step: its attempts from `first_attempt` on (a step asked again after waiting for budget starts
+    a new round)."""
+
+    task_id: str
+    step: int = Field(ge=1)
+    first_attempt: int = Field(ge=1)
+
+
+class BookedRound(BaseModel):
+    """What the control plane booked for one round of a step (its attempts from one number on), whatever its
+    nodes said: the workflow charges these figures, so a node that lies in its reply cannot move a budget."""
+
+    settled_calls: StoredInt = 0
+    prompt_tokens: StoredInt = 0
+    completion_tokens: StoredInt = 0
+    lost_tokens: StoredInt = 0
+    kept_tokens: StoredInt = 0
+    cost_usd: FiniteFloat = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens + self.lost_tokens + self.kept_tokens
 
 
 class StepPlacement(BaseModel):
     """Where a step ran and what it waited for, recorded with its model call (ledger event, UI timeline)."""
 
-    node_id: str
-    replica_id: str
-    gpu_indexes: list[int]
-    gpu_type: str | None = None
+    lease_id: str = Field(default="", max_length=64, description="the lease the node books the step under")
+    node_id: str = Field(max_length=128)
+    replica_id: str = Field(max_length=128)
+    gpu_indexes: list[Annotated[int, Field(ge=0, le=1023)]] = Field(max_length=64)
+    gpu_type: str | None = Field(default=None, max_length=64)
     tier: LocalityTier
-    decided_by: str | None = None
-    queue_wait_s: float = Field(default=0.0, description="from the first acquire to the lease")
-    load_s: float = Field(default=0.0, description="waiting for the replica to load")
+    decided_by: str | None = Field(default=None, max_length=32)
+    queue_wait_s: FiniteFloat = Field(default=0.0, ge=0, le=1e9, description="from the first acquire to the lease")
+    load_s: FiniteFloat = Field(default=0.0, ge=0, le=1e9, description="waiting for the replica to load")

@@ -1,32 +1,77 @@
 """What a GPU node's LLM step sends the control plane to do its bookkeeping, and what comes back.
 
 A node agent has no database, so the step's bookkeeping (activities/ports.py `StepBooks`)
-crosses HTTP: `prepare` writes the pending step and returns the conversation, `settle` books
-the call; `booked` and `book_interrupted` serve retries and resumed attempts only. Each is one POST under
-`/v1/nodes/{node_id}/steps/`, authenticated by the node's secret.
+crosses HTTP: `prepare` returns the conversation to send and the answer tokens granted, `settle`
+books the call; `booked` and `interrupted` serve retries and resumed attempts only. Each is one
+POST under `/v1/nodes/{node_id}/steps/`, authenticated by the node's secret and naming the lease
+the node holds. A node may lie, so it sends only what it alone can know (the engine's usage and
+timing) and every number is bounded here; which task and step, the model, the tenant and every
+price come from the lease and the catalogue on the control plane's side.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, FiniteFloat
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
 
-from ._limits import StoredInt
+from ._lease import LocalityTier, StepPlacement
+from ._limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
 from ._messages import Message
 from ._spec import CheckpointRef
-from .contracts import PendingStep
+
+_STRICT = ConfigDict(extra="forbid")
+LEASE_ID = Field(min_length=1, max_length=64, description="the lease the node holds for the step")
+# A reply id (vLLM's are ~40 characters), a finish reason, a tool name: bounded so a node cannot store a novel.
+MAX_RESPONSE_ID_CHARS = 256
+MAX_TOOL_CALLS = 128
+MAX_SECONDS = 1e7  # a call's timing: nothing runs for four months
+Seconds = Field(ge=0, le=MAX_SECONDS)
+Attempt = Field(ge=1, le=MAX_STORED_INT)
 
 
 class PrepareStepRequest(BaseModel):
-    task_id: str
-    checkpoint: CheckpointRef
-    pending: PendingStep | None = Field(default=None, description="the previous step, written before the read")
+    model_config = _STRICT
+
+    lease_id: str = LEASE_ID
+    checkpoint: CheckpointRef = Field(description="the task's current checkpoint, as the step's input names it")
 
 
 class PreparedStepBody(BaseModel):
-    checkpoint: CheckpointRef = Field(description="after writing the pending step, when there was one")
+    checkpoint: CheckpointRef = Field(description="the task's current checkpoint")
     messages: list[Message] = Field(description="the conversation up to that checkpoint")
+    max_tokens: int = Field(description="answer tokens granted: what the lease's limits leave after the prompt")
+
+
+class SettleStepRequest(BaseModel):
+    """One model call as the node saw it; the control plane prices it and bounds it by the lease's reservation."""
+
+    model_config = _STRICT
+
+    lease_id: str = LEASE_ID
+    attempt: int = Attempt
+    prompt_tokens: StoredInt = Field(description="the engine's count, less the kept text a continuation re-sent")
+    completion_tokens: StoredInt
+    continued_tokens: StoredInt = 0
+    ttft_s: FiniteFloat = Seconds
+    duration_s: FiniteFloat = Seconds
+    response_id: str = Field(default="", max_length=MAX_RESPONSE_ID_CHARS)
+    finish_reason: str | None = Field(default=None, max_length=32)
+    tool_calls: list[str] = Field(default_factory=list, max_length=MAX_TOOL_CALLS)
+    placement: StepPlacement | None = Field(default=None, description="queue wait and load time as the step saw"
+                                                                      " them; where it ran comes from the lease")
+
+
+class SettleStepResult(BaseModel):
+    recorded: bool = Field(description="false when the entry was booked already (a retried settle)")
+    cost_usd: float = Field(description="the call's price from the control plane's catalogue")
+
+
+class BookedRequest(BaseModel):
+    model_config = _STRICT
+
+    lease_id: str = LEASE_ID
+    before_attempt: int = Attempt
 
 
 class LedgerEntryBody(BaseModel):
@@ -42,26 +87,63 @@ class LedgerEntryBody(BaseModel):
     ttft_s: FiniteFloat
     duration_s: FiniteFloat
     served_by: str
-    kind: Literal["settled", "lost", "kept"] = Field(
-        default="settled", description='"settled": usage an engine reported; "lost"/"kept": tokens of an attempt'
-                                       ' that died, which nobody received / which the reply went on from')
+    kind: Literal["settled", "lost", "kept"] = "settled"
     response_id: str = ""
 
 
-class SettleStepRequest(BaseModel):
-    entry: LedgerEntryBody
-    event: dict = Field(description='the "llm_call" event, appended only when the entry is newly booked')
+class DeadAttemptBody(BaseModel):
+    model_config = _STRICT
 
-
-class SettleStepResult(BaseModel):
-    recorded: bool = Field(description="false when the entry was booked already (a retried settle)")
-
-
-class BookedRequest(BaseModel):
-    task_id: str
-    step: StoredInt
-    before_attempt: StoredInt
+    attempt: int = Attempt
+    kind: Literal["lost", "kept"] = Field(description='"lost": nobody received them; "kept": the reply went on from'
+                                                      ' them')
+    tokens: int = Field(ge=1, le=MAX_TOKENS_PER_STEP)
 
 
 class BookInterruptedRequest(BaseModel):
-    entries: list[LedgerEntryBody]
+    model_config = _STRICT
+
+    lease_id: str = LEASE_ID
+    # A step's placements retry at most a few times each (workflows/fleet_step.py): far fewer than this.
+    entries: list[DeadAttemptBody] = Field(min_length=1, max_length=256)
+
+
+class LlmCallEvent(BaseModel):
+    """The "llm_call" event of a booked call: what the task's event stream, the UI and the model figures read.
+
+    Built by the books from the ledger entry and the placement (on the fleet from the lease), never from a
+    node's free-form dict, so every event has this shape and every number in it is bounded.
+    """
+
+    step: int
+    attempt: int
+    model: str
+    tenant: str
+    prompt_tokens: int
+    completion_tokens: int
+    lost_tokens: int
+    kept_tokens: int
+    continued_tokens: int = 0
+    cost_usd: float
+    ttft_s: float
+    duration_s: float
+    tokens_per_s: float | None
+    served_by: str
+    finish_reason: str | None
+    tool_calls: list[str]
+    # Where it ran (absent off the fleet).
+    node_id: str | None = None
+    replica_id: str | None = None
+    gpu_indexes: list[int] | None = None
+    gpu_type: str | None = None
+    tier: LocalityTier | None = None
+    decided_by: str | None = None
+    queue_wait_s: float | None = None
+    load_s: float | None = None
+
+    def data(self) -> dict:
+        """The event's data: placement keys only when the call ran on the fleet."""
+        return self.model_dump(mode="json", exclude=set(PLACEMENT_KEYS) if self.node_id is None else None)
+
+
+PLACEMENT_KEYS = ("node_id", "replica_id", "gpu_indexes", "gpu_type", "tier", "decided_by", "queue_wait_s", "load_s")

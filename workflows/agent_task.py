@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from sdk.contracts import (
         ANSWER_UPDATE,
         CANCEL_SIGNAL,
+        NODE_GONE_SIGNAL,
         RAISE_BUDGET_UPDATE,
         SIMULATE_PREEMPTION_SIGNAL,
         SPAWN_UPDATE,
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         HumanAnswer,
         LlmStepInput,
         LlmStepResult,
+        NodeGone,
         PendingStep,
         RaiseBudget,
         RecordStateInput,
@@ -55,6 +57,9 @@ with workflow.unsafe.imports_passed_through():
 
 # A tool worker may be restarting: wait this long for one before the call is reported as failed.
 TOOL_WORKER_WAIT = timedelta(minutes=10)
+# Each call is an activity (3 history events at least): 64 calls a step keep a step's history in the hundreds of
+# events, far from Temporal's 51,200-event limit, and no model needs more at once.
+MAX_TOOL_CALLS_PER_STEP = 64
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -68,6 +73,7 @@ class AgentTaskWorkflow:
             token_limit=carried.token_limit if carried else run.spec.budget.tokens,
             usd_limit=carried.usd_limit if carried else run.spec.budget.usd,
             tokens_used=carried.tokens_used if carried else 0,
+            tokens_lost=carried.tokens_lost if carried else 0,
             usd_used=carried.usd_used if carried else 0.0,
         )
         self.status = TaskStatus.queued
@@ -77,7 +83,9 @@ class AgentTaskWorkflow:
         self.fleet = FleetStep(self._set_waiting_for_gpu, self._stop_waiting, self._record_interruption,
                                max_interruptions=run.spec.max_interruptions,
                                heartbeat_timeout=timedelta(seconds=run.heartbeat_timeout_s),
-                               interruptions=carried.interruptions if carried else 0)
+                               interruptions=carried.interruptions if carried else 0,
+                               placements_step=self.steps_done + 1 if carried else 0,
+                               placements_used=carried.placements_of_next_step if carried else 0)
         self.checkpoint: CheckpointRef | None = run.resume_from
         self.pending: PendingStep | None = None  # the last finished step, until the next activity writes it
         self.result: str | None = None
@@ -117,7 +125,7 @@ class AgentTaskWorkflow:
             if reply.checkpoint is not None:
                 self.checkpoint, self.pending = reply.checkpoint, None
             if reply.shortfall_tokens is not None:
-                self.budget.charge(reply.lost_tokens + reply.kept_tokens, lost=reply.lost_tokens)
+                self.budget.charge(reply.lost_tokens + reply.kept_tokens, reply.cost_usd, lost=reply.lost_tokens)
                 missing = _missing(reply)
                 if not await self._await_budget(missing):
                     return await self._finish(TaskStatus.out_of_budget, error=f"needed {missing}")
@@ -141,7 +149,7 @@ class AgentTaskWorkflow:
                 self.result = reply.message.content or ""
                 self._step_done(step, new_messages)
                 return await self._finish(TaskStatus.completed)
-            new_messages += await asyncio.gather(*(self._run_tool(step, call) for call in reply.tool_calls))
+            new_messages += await asyncio.gather(*(self._run_tool(step, call, i) for i, call in enumerate(reply.tool_calls)))
             self.result = reply.message.content or self.result
             self._step_done(step, new_messages)
 
@@ -221,8 +229,11 @@ class AgentTaskWorkflow:
         return True
 
     # ----- tools ----------------------------------------------------------------------------
-    async def _run_tool(self, step: int, call: ToolCall) -> Message:
-        if call.name == SPAWN_AGENT_TOOL and self.agent.allow_spawn:
+    async def _run_tool(self, step: int, call: ToolCall, index: int) -> Message:
+        if index >= MAX_TOOL_CALLS_PER_STEP:
+            # A reply (a model's, or a node's that lies) asking for thousands of calls must not fill the task's history.
+            content = f"tool error: at most {MAX_TOOL_CALLS_PER_STEP} tool calls run per step; this one was not run"
+        elif call.name == SPAWN_AGENT_TOOL and self.agent.allow_spawn:
             content = await self.sub_agents.run_tool(step, call.arguments)
         elif call.name == ASK_HUMAN_TOOL and self.agent.allow_ask_human:
             content = await self._ask_human(call)
@@ -325,6 +336,11 @@ class AgentTaskWorkflow:
         """For authors testing their tools: the step's generation is cut off and resumes on another node."""
         self.fleet.preempt_requested = True
 
+    @workflow.signal(name=NODE_GONE_SIGNAL)
+    def node_gone(self, gone: NodeGone) -> None:
+        """A node was revoked or removed: a step loading or generating there moves, and none goes there again."""
+        self.fleet.node_gone(gone.node_id)
+
     @workflow.signal(name=CANCEL_SIGNAL)
     def cancel(self, req: CancelRequest) -> None:
         if self.cancel_reason is None:
@@ -371,7 +387,10 @@ class AgentTaskWorkflow:
             "resume_from": self.checkpoint, "fork_of": None,
             "carried": CarriedProgress(tokens_used=b.tokens_used, usd_used=b.usd_used, steps_done=self.steps_done,
                                        interruptions=self.fleet.interruptions,
-                                       children=self.children, token_limit=b.token_limit, usd_limit=b.usd_limit),
+                                       children=self.children, token_limit=b.token_limit, usd_limit=b.usd_limit,
+                                       tokens_lost=b.tokens_lost, placements_of_next_step=(
+                                           self.fleet.placements_used
+                                           if self.fleet.placements_step == self.steps_done + 1 else 0)),
         })
 
 

@@ -1,9 +1,15 @@
 """A step's model call on the GPU fleet: acquire a lease, (wait for the load), generate, release.
 
+    checkpoint(pending step)                local activity: the step's predecessor, written beside the store
     grant = acquire(lease request)          local activity, next to the pool
     load_replica on node/<id>               only while the leased replica is still loading
     generate on node/<id>                   heartbeats; bookkeeping inside, through the API
-    release(lease)                          local activity, whatever happened
+    release(lease) -> booked                local activity, whatever happened; says what the ledger booked
+
+A node may lie, so nothing it says moves the task's books: it never writes the task's checkpoints
+(the predecessor is written here first), the control plane bounds what it books by the lease's
+limits (which this workflow sets), and the step is charged what the ledger booked, read back at
+release, not what the node's reply claims. A reply the node never booked is a failed call.
 
 While the pool cannot place the step it waits in the pool's queue: the task shows
 `waiting_for_gpu` with the reason and its place, and asks again with a growing pause (short
@@ -29,14 +35,16 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.attempts import carried_prefix, continuable
+    from activities.bookkeeping import TaskBookkeeping
     from activities.llm_step import LlmStepActivities
     from activities.pool_lease import PoolLeases
-    from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease, StepPlacement
+    from sdk._lease import BookedRound, LeaseGrant, LeaseRequest, ReleaseLease, StepLimits, StepPlacement, StepRound
     from sdk._node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
     from sdk._state import GpuTrouble
-    from sdk.contracts import LlmStepInput, LlmStepResult
+    from sdk import CheckpointRef
+    from sdk.contracts import CheckpointInput, LlmStepInput, LlmStepResult
 
-    from .interruptions import Interruption, interruption, is_permanent
+    from .interruptions import Interruption, NodeRevoked, books_refused, interruption, is_permanent
     from .options import BOOKKEEPING
 
 # A generation heartbeats every 0.5 s while tokens stream (every 2 s before them); by default 5 s of
@@ -97,7 +105,8 @@ class FleetStep:
     def __init__(self, set_waiting: Callable[[str | None, GpuTrouble | None], Awaitable[None]],
                  stop_waiting: Callable[[], bool],
                  on_interruption: Callable[[dict], Awaitable[None]], max_interruptions: int,
-                 heartbeat_timeout: timedelta = GENERATE_HEARTBEAT, interruptions: int = 0) -> None:
+                 heartbeat_timeout: timedelta = GENERATE_HEARTBEAT, interruptions: int = 0,
+                 placements_step: int = 0, placements_used: int = 0) -> None:
         self._set_waiting = set_waiting  # (None, None): waiting is over
         self._said: tuple[str, GpuTrouble] | None = None
         self._stop_waiting = stop_waiting
@@ -112,6 +121,10 @@ class FleetStep:
         # The next step's prompt re-sends the conversation: at least what the last step's prompt and answer held.
         self.context_tokens = 0
         self._direct_until: dict[str, int] = {}  # model → the step before which it is called without a lease
+        self.gone_nodes: set[str] = set()  # revoked or removed while this task ran: never placed on again
+        # The step whose placements were counted last, and how many it used (across its rounds).
+        self.placements_step = placements_step
+        self.placements_used = placements_used
 
     async def generate(self, inp: LlmStepInput, request: LeaseRequest) -> LlmStepResult | None:
         """The step's reply; None when the task must stop waiting (cancelled, deadline).
@@ -128,33 +141,45 @@ class FleetStep:
         failures = load_failures = 0
         pending: _Pending | None = None  # an interruption waiting to be recorded with where the step resumed
         trouble: GpuTrouble = "capacity"
+        # A step asked again (it waited for budget) is a new round: its attempts go on from the last round's.
+        first_placement = self.placements_used if request.step == self.placements_step else 0
+        self.placements_step = request.step
+        round_first_attempt = first_placement * ATTEMPT_STRIDE + 1
 
-        def asking() -> LeaseRequest:  # made again at each ask: a node's exclusion ends while the step waits
+        def asking(placement_index: int) -> LeaseRequest:  # made again at each ask: exclusions end while it waits
             return request.model_copy(update={
-                "exclude_nodes": request.exclude_nodes + still_excluded(excluded, workflow.now()),
+                "exclude_nodes": request.exclude_nodes + sorted(self.gone_nodes)
+                + still_excluded(excluded, workflow.now()),
                 "avoid_spot_zones": avoided_zones, "previous_replica": self.previous_replica,
-                "prompt_tokens": self.context_tokens})
+                "prompt_tokens": self.context_tokens,
+                "limits": StepLimits(max_tokens=inp.max_tokens, token_allowance=inp.token_allowance,
+                                     usd_allowance=inp.usd_allowance,
+                                     first_attempt=placement_index * ATTEMPT_STRIDE + 1,
+                                     last_attempt=(placement_index + 1) * ATTEMPT_STRIDE,
+                                     round_first_attempt=round_first_attempt)})
 
-        for placement_index in itertools.count():
-            grant = await self._acquire(asking, trouble)
+        for placement_index in itertools.count(first_placement):
+            self.placements_used = placement_index + 1
+            grant = await self._acquire(lambda: asking(placement_index), trouble)
             if grant is None:
                 return None
             if grant.outcome == "direct":
                 self._direct_until[request.model] = request.step + DIRECT_RECHECK_STEPS
                 return await _generate(inp, task_queue=None)
             assert grant.lease_id is not None and grant.node_id is not None and grant.replica_id is not None
+            if inp.pending is not None:
+                # Written here, beside the store: a node reads the task's conversation, never writes it.
+                inp = inp.model_copy(update={"checkpoint": await self._write_pending(inp), "pending": None})
             served = gone = False
+            reply: LlmStepResult | None = None
+            placement: StepPlacement | None = None
             try:
                 load_s = 0.0
                 if grant.load is not None:
                     load_started = workflow.now()
                     try:
-                        await workflow.execute_activity(
-                            LOAD_REPLICA, grant.load, task_queue=node_task_queue(grant.node_id),
-                            result_type=ReplicaReady, start_to_close_timeout=LOAD_TIMEOUT,
-                            schedule_to_start_timeout=self.node_pickup, heartbeat_timeout=LOAD_HEARTBEAT,
-                            retry_policy=LOAD_RETRY)
-                    except ActivityError as err:
+                        await self._load(grant)
+                    except (ActivityError, NodeRevoked) as err:
                         if pending is not None:  # placed here after an interruption; its load failed too
                             await self._record(pending, request.step, grant)
                             pending = None
@@ -167,6 +192,7 @@ class FleetStep:
                             await self._say(f"gpu: step {request.step} resuming: {lost.detail} ({grant.node_id})",
                                             trouble)
                             continue
+                        assert isinstance(err, ActivityError)
                         load_failures += 1
                         workflow.logger.warning("load of %s on %s failed: %s", grant.replica_id, grant.node_id, err)
                         if load_failures >= MAX_LOAD_FAILURES:
@@ -181,19 +207,24 @@ class FleetStep:
                     await self._record(pending, request.step, grant)
                     pending = None
                 placement = StepPlacement(
-                    node_id=grant.node_id, replica_id=grant.replica_id, gpu_indexes=grant.gpu_indexes,
-                    gpu_type=grant.gpu_type, tier=grant.tier or "warm", decided_by=grant.decided_by,
-                    queue_wait_s=round((workflow.now() - asked_at).total_seconds() - load_s, 3),
+                    lease_id=grant.lease_id, node_id=grant.node_id, replica_id=grant.replica_id,
+                    gpu_indexes=grant.gpu_indexes, gpu_type=grant.gpu_type, tier=grant.tier or "warm",
+                    decided_by=grant.decided_by,
+                    queue_wait_s=max(0.0, round((workflow.now() - asked_at).total_seconds() - load_s, 3)),
                     load_s=round(load_s, 3))
                 try:
                     reply = await self._generate_on_node(inp.model_copy(update={
                         "placement": placement, "attempt_base": placement_index * ATTEMPT_STRIDE,
                         "inherited_progress": self._inherited}), grant.node_id)
-                except ActivityError as err:
+                except (ActivityError, NodeRevoked) as err:
                     lost = interruption(err)
                     if lost is None:
+                        assert isinstance(err, ActivityError)
                         failures += 1
-                        if is_permanent(err) or failures >= MAX_STEP_FAILURES:
+                        refused = books_refused(err)
+                        if refused:  # the control plane would not book this node's call: not this node again
+                            excluded[grant.node_id] = workflow.now()
+                        if (is_permanent(err) and not refused) or failures >= MAX_STEP_FAILURES:
                             raise
                         trouble = "crash_loop"
                         await self._say(f"gpu: the model call failed on {grant.node_id} ({failures} of"
@@ -208,24 +239,70 @@ class FleetStep:
                     await self._say(f"gpu: step {request.step} resuming: {lost.detail} ({grant.node_id})", trouble)
                     continue
                 served = True
-                self._inherited = None
-                self.previous_replica = grant.replica_id
-                self.context_tokens = reply.prompt_tokens + reply.completion_tokens
-                return reply
             finally:
-                await workflow.execute_local_activity_method(
+                booked = await workflow.execute_local_activity_method(
                     PoolLeases.release,
-                    ReleaseLease(lease_id=grant.lease_id, replica_warm=served, replica_gone=gone), **BOOKKEEPING)
+                    ReleaseLease(lease_id=grant.lease_id, replica_warm=served, replica_gone=gone, booked_round=StepRound(
+                        task_id=inp.task_id, step=inp.step, first_attempt=round_first_attempt) if served else None),
+                    **BOOKKEEPING)
+            assert reply is not None and placement is not None
+            charged = _as_booked(reply, booked, inp, placement)
+            if charged is None:  # it answered without booking the call: a node to stop trusting with this step
+                failures += 1
+                excluded[grant.node_id] = workflow.now()
+                if failures >= MAX_STEP_FAILURES:
+                    raise Unplaceable(f"step {request.step}: {grant.node_id} and others answered without booking"
+                                      f" their calls ({failures} times)")
+                workflow.logger.warning("node %s answered step %s without booking it", grant.node_id, request.step)
+                continue
+            self._inherited = None
+            self.previous_replica = grant.replica_id
+            self.context_tokens = charged.prompt_tokens + charged.completion_tokens
+            return charged
         raise AssertionError("unreachable")
 
+    def node_gone(self, node_id: str) -> None:
+        """The control plane no longer trusts the node: a load or generation there is cut, and no placement of
+        this task's goes there again."""
+        self.gone_nodes.add(node_id)
+
+    async def _write_pending(self, inp: LlmStepInput) -> CheckpointRef:
+        assert inp.pending is not None
+        return await workflow.execute_local_activity_method(
+            TaskBookkeeping.checkpoint, CheckpointInput(task_id=inp.task_id, parent=inp.checkpoint, pending=inp.pending),
+            **BOOKKEEPING)
+
+    async def _load(self, grant: LeaseGrant) -> None:
+        """Wait for the leased replica's load on its node, unless the node is revoked meanwhile."""
+        assert grant.load is not None and grant.node_id is not None
+        node_id = grant.node_id
+        handle = workflow.start_activity(
+            LOAD_REPLICA, grant.load, task_queue=node_task_queue(node_id), result_type=ReplicaReady,
+            start_to_close_timeout=LOAD_TIMEOUT, schedule_to_start_timeout=self.node_pickup,
+            heartbeat_timeout=LOAD_HEARTBEAT, retry_policy=LOAD_RETRY)
+        await workflow.wait_condition(lambda: handle.done() or node_id in self.gone_nodes)
+        if not handle.done():
+            handle.cancel()
+            raise NodeRevoked(node_id)
+        await handle
+
     async def _generate_on_node(self, inp: LlmStepInput, node_id: str) -> LlmStepResult:
-        """Generate on the node's queue; a simulated preemption arriving meanwhile cuts it off."""
+        """Generate on the node's queue; a simulated preemption arriving meanwhile cuts it off, and so does the
+        node's revocation (a revoked node is not waited for: it may never answer the cancellation)."""
         handle = workflow.start_activity_method(
             LlmStepActivities.generate, inp, task_queue=node_task_queue(node_id), start_to_close_timeout=GENERATE_TIMEOUT,
             heartbeat_timeout=self.heartbeat_timeout, schedule_to_start_timeout=self.node_pickup, retry_policy=NO_RETRY,
             # Wait for the cut-off generation to report what it had generated, so its tokens are booked.
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
-        await workflow.wait_condition(lambda: handle.done() or self.preempt_requested)
+        await workflow.wait_condition(lambda: handle.done() or self.preempt_requested or node_id in self.gone_nodes)
+        if not handle.done() and node_id in self.gone_nodes:
+            handle.cancel()
+            try:
+                await workflow.wait_condition(handle.done, timeout=self.heartbeat_timeout)
+            except TimeoutError:
+                raise NodeRevoked(node_id) from None
+            if handle.exception() is not None:
+                raise NodeRevoked(node_id) from handle.exception()
         cut = not handle.done()
         if cut:
             self.preempt_requested = False
@@ -302,6 +379,26 @@ async def _generate(inp: LlmStepInput, task_queue: str | None) -> LlmStepResult:
     return await workflow.execute_activity_method(
         LlmStepActivities.generate, inp, task_queue=task_queue, start_to_close_timeout=GENERATE_TIMEOUT,
         heartbeat_timeout=GENERATE_HEARTBEAT, retry_policy=GENERATE_RETRY)
+
+
+def _as_booked(reply: LlmStepResult, booked: BookedRound | None, inp: LlmStepInput,
+               placement: StepPlacement) -> LlmStepResult | None:
+    """The node's reply with the figures the ledger booked for the step's round in place of the node's own, the
+    checkpoint this step sent, and where it ran; None for a reply whose call the node never booked."""
+    if booked is None:
+        booked = BookedRound()
+    if reply.message is None and reply.shortfall_tokens is None:  # neither an answer nor a shortfall
+        return None
+    if reply.message is not None and booked.settled_calls == 0:
+        return None
+    if reply.message is None:  # no call was made (a shortfall): whatever the round booked was for nothing
+        figures = {"prompt_tokens": 0, "completion_tokens": 0, "kept_tokens": booked.kept_tokens,
+                   "lost_tokens": booked.tokens - booked.kept_tokens}
+    else:
+        figures = {"prompt_tokens": booked.prompt_tokens, "completion_tokens": booked.completion_tokens,
+                   "lost_tokens": booked.lost_tokens, "kept_tokens": booked.kept_tokens}
+    return reply.model_copy(update={**figures, "cost_usd": booked.cost_usd, "checkpoint": inp.checkpoint,
+                                    "placement": placement})
 
 
 def still_excluded(excluded: dict[str, datetime], now: datetime) -> list[str]:

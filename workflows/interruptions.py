@@ -21,7 +21,16 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from activities.ports import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE
 
-InterruptionKind = Literal["lost", "notice", "replica_gone", "simulated"]
+InterruptionKind = Literal["lost", "notice", "replica_gone", "simulated", "revoked"]
+BOOKS_REFUSED = "StepBooksRefused"  # the control plane would not book a node's call (orchestrator/node/generation.py)
+
+
+class NodeRevoked(Exception):
+    """The control plane revoked (or removed) the node a step was loading or generating on."""
+
+    def __init__(self, node_id: str) -> None:
+        super().__init__(f"node {node_id} was revoked")
+        self.node_id = node_id
 
 
 @dataclass(frozen=True)
@@ -34,8 +43,12 @@ class Interruption:
     replica_gone: bool = True
 
 
-def interruption(err: ActivityError) -> Interruption | None:
+def interruption(err: ActivityError | NodeRevoked) -> Interruption | None:
     """The interruption `err` is, or None when it is a failure."""
+    if isinstance(err, NodeRevoked):
+        # What a revoked node wrote is not continued from (it is no longer trusted), nor booked: the control
+        # plane books nothing for it any more.
+        return Interruption("revoked", f"the control plane revoked node {err.node_id}", None)
     cause = err.cause
     if isinstance(cause, TimeoutError) and cause.type in (TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_START):
         silent = cause.type == TimeoutType.HEARTBEAT
@@ -52,6 +65,12 @@ def interruption(err: ActivityError) -> Interruption | None:
     if isinstance(cause, ApplicationError) and cause.type == REPLICA_UNAVAILABLE:
         return Interruption("replica_gone", str(cause.message), None)
     return None
+
+
+def books_refused(err: ActivityError) -> bool:
+    """The control plane refused to book the node's call (its lease ended, or the node booked beyond it)."""
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type == BOOKS_REFUSED
 
 
 def is_permanent(err: ActivityError) -> bool:

@@ -2,10 +2,14 @@
 
 A node has no database, so the LLM step activity running there does its bookkeeping
 (activities/ports.py `StepBooks`) through these routes: `prepare` before the model call and
-`settle` after it, two round trips per step; `booked` and `interrupted` serve retried and resumed attempts only.
-They write exactly what a step on the control queue writes (activities/step_books.py), and
-only for a node that presents its node secret, like its heartbeats, and that holds a lease for
-the task: a node reads and books only the tasks the pool sent it.
+`settle` after it, two round trips per step; `booked` and `interrupted` serve retried and resumed
+attempts only. A node may lie, so each route acts only on the lease the node holds right now:
+- the node presents its node secret, and names a lease the store says it holds;
+- `prepare` returns only the task's current checkpoint (its id and hash checked against the store),
+  counts its prompt here and grants the answer tokens the lease's limits leave;
+- `settle` and `interrupted` book under the lease's task and step, within what was reserved and
+  allowed (orchestrator/api/lease_books.py), priced from the catalogue, with an event built here;
+- a node writes no task state: a step's predecessor is written beside the store before the lease.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Header
 
-from activities.ports import LedgerEntry
+from activities.ports import KEPT, LOST, SETTLED, CallReport, DeadTokens, StepRef
+from activities.prices import Prices, generated_cost
 from activities.step_books import StoreStepBooks
-from sdk import NotFound, TaskState, Unauthorized
+from activities.tokens import count_prompt_tokens, sendable_tools
+from sdk import NotFound, Unauthorized
+from sdk._builtins import tools_offered
 from sdk._fleet import NODE_SECRET_HEADER
 from sdk._step_books import (
     BookedRequest,
@@ -30,13 +37,15 @@ from sdk._step_books import (
     SettleStepResult,
 )
 
+from ..store import LeaseRecord, Store
 from ..store.checkpoints import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
+from .lease_books import BookingRefused, Round, booked_settled, check_dead, check_settle, reserve_call
 from .services import Services, Svc
 
 router = APIRouter(prefix="/v1/nodes/{node_id}/steps", tags=["fleet"], responses={
     **ERROR_RESPONSES, 401: {"description": "the node secret is missing or wrong"},
-    403: {"description": "the node holds no lease for the task"},
+    403: {"description": "the node holds no such lease"},
 })
 NodeSecret = Annotated[str | None, Header(alias=NODE_SECRET_HEADER)]
 T = TypeVar("T")
@@ -44,82 +53,122 @@ T = TypeVar("T")
 
 @router.post("/prepare", response_model=PreparedStepBody)
 async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: NodeSecret = None) -> PreparedStepBody:
-    """Node agents only: write the step's pending predecessor (when given), return the conversation to send."""
-    if req.pending is not None and req.pending.state.task_id != req.task_id:
-        raise invalid("pending.state.task_id", f"the pending step's state is of task {req.pending.state.task_id!r},"
-                                               f" not of {req.task_id!r}, the task this step books")
-    prepared = await _call(svc, node_id, node_secret, {req.task_id},
-                           lambda books: books.prepare(req.task_id, req.checkpoint, req.pending),
-                           keeps_tenant=req.pending.state if req.pending is not None else None)
-    return PreparedStepBody(checkpoint=prepared.checkpoint, messages=prepared.messages)
+    """Node agents only: the conversation of the leased step's task and the answer tokens granted."""
+
+    def run(lease: LeaseRecord, store: Store) -> PreparedStepBody:
+        current = store.checkpoints.latest(lease.task_id)
+        if current is None or req.checkpoint != current:
+            raise ApiError(409, f"checkpoint {req.checkpoint.id} is not task {lease.task_id!r}'s current one",
+                           field="checkpoint")
+        prepared = _books(store).prepare(_step_of(lease), current, None)
+        messages = [m.to_openai() for m in prepared.messages]
+        counted = count_prompt_tokens(messages, sendable_tools(_tools_of(store, lease.task_id)) or None)
+        assert lease.limits is not None
+        reservation = reserve_call(lease.limits, _round(store, lease).totals, counted, _prices(svc, lease.model))
+        if store.leases.reserve_call(lease.lease_id, reservation) is None:
+            raise NoLease(node_id)
+        return PreparedStepBody(checkpoint=prepared.checkpoint, messages=prepared.messages,
+                                max_tokens=reservation.max_tokens)
+
+    return await _call(svc, node_id, node_secret, req.lease_id, run)
 
 
 @router.post("/settle", response_model=SettleStepResult)
 async def settle(node_id: str, req: SettleStepRequest, svc: Svc, node_secret: NodeSecret = None) -> SettleStepResult:
-    """Node agents only: book a model call under its (task, step, attempt) key and announce it once."""
-    def book(books: StoreStepBooks) -> bool:
-        return books.settle(_entry(req.entry), _labelled_by_owner(svc, req.entry.task_id, req.event))
+    """Node agents only: book the leased step's call under its (task, step, attempt) key and announce it once."""
 
-    recorded = await _call(svc, node_id, node_secret, {req.entry.task_id}, book)
-    return SettleStepResult(recorded=recorded)
+    def run(lease: LeaseRecord, store: Store) -> SettleStepResult:
+        assert lease.limits is not None
+        booked = _round(store, lease)
+        prices = _prices(svc, lease.model)
+        if booked.has(req.attempt, SETTLED):  # a retried settle: booked already, as it was priced then
+            return SettleStepResult(recorded=False, cost_usd=next(
+                e.cost_usd for e in booked.entries if (e.attempt, e.kind) == (req.attempt, SETTLED)))
+        cost = check_settle(lease.limits, lease.reservation, booked, req, prices)
+        totals = booked.totals
+        placement = None
+        if req.placement is not None:  # its timings are the node's word; where it ran is the lease's
+            placement = req.placement.model_copy(update={
+                "lease_id": lease.lease_id, "node_id": lease.node_id, "replica_id": lease.replica_id})
+        settled = _books(store).settle(_step_of(lease), CallReport(
+            attempt=req.attempt, prompt_tokens=req.prompt_tokens, completion_tokens=req.completion_tokens,
+            cost_usd=cost, ttft_s=req.ttft_s, duration_s=req.duration_s,
+            served_by=f"{lease.node_id}/{lease.replica_id}", response_id=req.response_id,
+            finish_reason=req.finish_reason, tool_calls=tuple(req.tool_calls), lost_tokens=totals.lost_tokens,
+            kept_tokens=totals.kept_tokens, continued_tokens=req.continued_tokens, placement=placement))
+        return SettleStepResult(recorded=settled.recorded, cost_usd=settled.cost_usd)
 
-
-def _labelled_by_owner(svc: Services, task_id: str, event: dict) -> dict:
-    """The call's event with the tenant the store says owns the task: its tokens and cost are booked to that
-    tenant's metrics, whatever tenant the node wrote (a node is trusted with its steps, not with who owns them)."""
-    labelled = {k: v for k, v in event.items() if k != "tenant"}
-    if (stored := svc.store.tasks.get(task_id)) is not None:
-        labelled["tenant"] = stored.state.tenant
-    return labelled
+    return await _call(svc, node_id, node_secret, req.lease_id, run)
 
 
 @router.post("/booked", response_model=list[LedgerEntryBody])
 async def booked(node_id: str, req: BookedRequest, svc: Svc, node_secret: NodeSecret = None) -> list[LedgerEntryBody]:
-    """Node agents only: what earlier attempts of a step booked (a retried attempt asks)."""
-    entries = await _call(svc, node_id, node_secret, {req.task_id},
-                          lambda books: books.booked(req.task_id, req.step, req.before_attempt))
-    return [LedgerEntryBody(**dataclasses.asdict(e)) for e in entries]
+    """Node agents only: what earlier attempts of the leased step's round booked (a retried attempt asks)."""
+
+    def run(lease: LeaseRecord, store: Store) -> list[LedgerEntryBody]:
+        return [LedgerEntryBody(**dataclasses.asdict(e)) for e in booked_settled(_round(store, lease), req.before_attempt)]
+
+    return await _call(svc, node_id, node_secret, req.lease_id, run)
 
 
 @router.post("/interrupted", status_code=204, response_model=None)
 async def book_interrupted(node_id: str, req: BookInterruptedRequest, svc: Svc, node_secret: NodeSecret = None) -> None:
-    """Node agents only: book the tokens of attempts that died unheard (lost, or kept by a continuation)."""
-    await _call(svc, node_id, node_secret, {e.task_id for e in req.entries},
-                lambda books: books.book_interrupted([_entry(e) for e in req.entries]))
+    """Node agents only: book the tokens of the round's attempts that died unheard (lost, or kept by a continuation)."""
 
+    def run(lease: LeaseRecord, store: Store) -> None:
+        assert lease.limits is not None
+        prices = _prices(svc, lease.model)
+        new = check_dead(lease.limits, _round(store, lease), req.entries, prices)
+        _books(store).book_interrupted(_step_of(lease), [
+            DeadTokens(e.attempt, LOST if e.kind == "lost" else KEPT, e.tokens, generated_cost(prices, e.tokens))
+            for e in new])
 
-def _entry(body: LedgerEntryBody) -> LedgerEntry:
-    return LedgerEntry(**body.model_dump())
+    await _call(svc, node_id, node_secret, req.lease_id, run)
 
 
 class NoLease(Exception):
-    def __init__(self, node_id: str, task_id: str) -> None:
-        super().__init__(f"node {node_id!r} holds no lease for task {task_id!r}; it may book only the steps"
-                         " the pool leased to it")
+    def __init__(self, node_id: str) -> None:
+        super().__init__(f"node {node_id!r} holds no such lease; it may read and book only the step the pool leased"
+                         " to it, while it holds the lease")
 
 
-class TenantMoved(Exception):
-    def __init__(self, task_id: str) -> None:
-        super().__init__(f"the pending step's state gives task {task_id!r} another tenant; a node may not move a task")
+def _books(store: Store) -> StoreStepBooks:
+    return StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger)
 
 
-async def _call(svc: Services, node_id: str, node_secret: str | None, task_ids: set[str],
-                fn: Callable[[StoreStepBooks], T], keeps_tenant: TaskState | None = None) -> T:
-    """Authenticate the node and check its leases, then run `fn` over the store's books: one thread hop;
-    refusals in the API's shape. `keeps_tenant`: a task state the node would write, which must not move
-    its task to another tenant (a node is trusted with its leased steps, not with who owns them)."""
+def _step_of(lease: LeaseRecord) -> StepRef:
+    return StepRef(lease.task_id, lease.step, lease.model, lease.tenant, lease.lease_id)
+
+
+def _round(store: Store, lease: LeaseRecord) -> Round:
+    assert lease.limits is not None
+    return Round(store.ledger.round_entries(lease.task_id, lease.step, lease.limits.round_first_attempt))
+
+
+def _prices(svc: Services, model: str) -> Prices | None:
+    entry = svc.catalogue.get(model)
+    return Prices.per_million(entry.usd_per_1m_prompt, entry.usd_per_1m_completion) if entry is not None else None
+
+
+def _tools_of(store: Store, task_id: str) -> list[dict]:
+    """The tool schemas the task's agent offers the model: part of the prompt the control plane counts."""
+    record = store.tasks.get(task_id)
+    agent = store.agents.get(record.state.agent, record.state.agent_version) if record is not None else None
+    return [t.to_openai() for t in tools_offered(agent)] if agent is not None else []
+
+
+async def _call(svc: Services, node_id: str, node_secret: str | None, lease_id: str,
+                fn: Callable[[LeaseRecord, Store], T]) -> T:
+    """Authenticate the node, find the lease it names and holds, then run `fn` over the store: one thread hop;
+    refusals in the API's shape."""
     store = svc.store
 
     def run() -> T:
         store.fleet.authenticate(node_id, node_secret)
-        for task_id in sorted(task_ids):
-            if not store.leases.node_holds(node_id, task_id):
-                raise NoLease(node_id, task_id)
-        if keeps_tenant is not None:
-            stored = store.tasks.get(keeps_tenant.task_id)
-            if stored is not None and stored.state.tenant != keeps_tenant.tenant:
-                raise TenantMoved(keeps_tenant.task_id)
-        return fn(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger))
+        lease = store.leases.get(lease_id)
+        if lease is None or lease.node_id != node_id or lease.limits is None:
+            raise NoLease(node_id)
+        return fn(lease, store)
 
     try:
         return await svc.db(run)
@@ -128,10 +177,10 @@ async def _call(svc: Services, node_id: str, node_secret: str | None, task_ids: 
     except NotFound as exc:
         raise not_found(exc.message, field=exc.field or "node_id") from None
     except Unauthorized as exc:
-        raise ApiError(401, exc.message, field=exc.field) from None
+        raise ApiError(exc.status_code or 401, exc.message, field=exc.field) from None  # 403: a pending node
     except (CheckpointConflict, CheckpointCorrupt) as exc:
         raise conflict(str(exc), field="checkpoint") from None
     except NoLease as exc:
-        raise ApiError(403, str(exc), field="task_id") from None
-    except TenantMoved as exc:
-        raise ApiError(403, str(exc), field="pending.state.tenant") from None
+        raise ApiError(403, str(exc), field="lease_id") from None
+    except BookingRefused as exc:
+        raise invalid(exc.field, exc.message) from None

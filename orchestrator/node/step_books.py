@@ -13,18 +13,15 @@ accepted (`permanent`). Connection errors propagate as httpx's, for Temporal to 
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from typing import Any
-
 import httpx
 
-from activities.ports import LedgerEntry, PreparedStep
+from activities.ports import CallReport, DeadTokens, LedgerEntry, PreparedStep, Settled, StepRef
 from sdk import CheckpointRef
 from sdk._fleet import NODE_SECRET_HEADER
 from sdk._step_books import (
     BookedRequest,
     BookInterruptedRequest,
+    DeadAttemptBody,
     LedgerEntryBody,
     PreparedStepBody,
     PrepareStepRequest,
@@ -76,26 +73,35 @@ class RemoteStepBooks:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def prepare(self, task_id: str, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
+    def prepare(self, step: StepRef, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
+        if pending is not None:
+            raise ValueError(f"step {step.step} of task {step.task_id!r} reached a node with its predecessor unwritten;"
+                             " a node never writes a task's steps")
         body = PreparedStepBody.model_validate(self._post(
-            "prepare", PrepareStepRequest(task_id=task_id, checkpoint=checkpoint, pending=pending),
-            f"preparing step of task {task_id!r}"))
-        return PreparedStep(checkpoint=body.checkpoint, messages=body.messages)
+            "prepare", PrepareStepRequest(lease_id=_lease(step), checkpoint=checkpoint),
+            f"preparing step {step.step} of task {step.task_id!r}"))
+        return PreparedStep(checkpoint=body.checkpoint, messages=body.messages, max_tokens=body.max_tokens)
 
-    def settle(self, entry: LedgerEntry, event: dict) -> bool:
-        answer = self._post("settle", SettleStepRequest(entry=_body(entry), event=event),
-                            f"settling step {entry.step} of task {entry.task_id!r}")
-        return SettleStepResult.model_validate(answer).recorded
+    def settle(self, step: StepRef, call: CallReport) -> Settled:
+        answer = SettleStepResult.model_validate(self._post("settle", SettleStepRequest(
+            lease_id=_lease(step), attempt=call.attempt, prompt_tokens=call.prompt_tokens,
+            completion_tokens=call.completion_tokens, continued_tokens=call.continued_tokens, ttft_s=call.ttft_s,
+            duration_s=call.duration_s, response_id=call.response_id, finish_reason=call.finish_reason,
+            tool_calls=list(call.tool_calls), placement=call.placement,
+        ), f"settling step {step.step} of task {step.task_id!r}"))
+        return Settled(recorded=answer.recorded, cost_usd=answer.cost_usd)
 
-    def booked(self, task_id: str, step: int, before_attempt: int) -> list[LedgerEntry]:
-        answer = self._post("booked", BookedRequest(task_id=task_id, step=step, before_attempt=before_attempt),
-                            f"reading what step {step} of task {task_id!r} booked")
+    def booked(self, step: StepRef, before_attempt: int) -> list[LedgerEntry]:
+        answer = self._post("booked", BookedRequest(lease_id=_lease(step), before_attempt=before_attempt),
+                            f"reading what step {step.step} of task {step.task_id!r} booked")
         return [LedgerEntry(**LedgerEntryBody.model_validate(e).model_dump()) for e in answer]
 
-    def book_interrupted(self, entries: list[LedgerEntry]) -> None:
-        if entries:
-            self._post("interrupted", BookInterruptedRequest(entries=[_body(e) for e in entries]),
-                       f"booking the tokens of interrupted attempts of task {entries[0].task_id!r}")
+    def book_interrupted(self, step: StepRef, dead: list[DeadTokens]) -> None:
+        if dead:
+            self._post("interrupted", BookInterruptedRequest(lease_id=_lease(step), entries=[
+                DeadAttemptBody.model_validate({"attempt": d.attempt, "kind": d.kind, "tokens": d.tokens})
+                for d in dead]),
+                f"booking the tokens of interrupted attempts of step {step.step} of task {step.task_id!r}")
 
     def _post(self, route: str, request: Any, what: str) -> Any:
         secret = self._node_secret()
@@ -107,5 +113,7 @@ class RemoteStepBooks:
         return response.json() if response.status_code != 204 else None
 
 
-def _body(entry: LedgerEntry) -> LedgerEntryBody:
-    return LedgerEntryBody(**dataclasses.asdict(entry))
+def _lease(step: StepRef) -> str:
+    if not step.lease_id:
+        raise ValueError(f"step {step.step} of task {step.task_id!r} carries no lease; a node books only leased steps")
+    return step.lease_id

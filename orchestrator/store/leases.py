@@ -2,18 +2,39 @@
 
 The pool books a lease in memory first (placement must see it at once) and then here; a
 lease is deleted when its step releases it, or with its node when the node is lost.
+
+A lease is also what a GPU node's bookkeeping is checked against: it names the one step the node
+may read and book right now, the limits the step's workflow set (`StepLimits`), and, once the
+control plane has counted the step's prompt, what it reserved for the call (`CallReservation`).
 """
 
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import json
 from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, Engine, delete, func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from sdk._lease import StepLimits
+
 from .tables import LeaseRow
+
+
+@dataclass(frozen=True)
+class CallReservation:
+    """What the control plane set aside for a leased step's call: the prompt it counted (with the margin for
+    an engine's template) and the answer tokens it granted. A node books at most their sum."""
+
+    prompt_tokens: int
+    max_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.max_tokens
 
 
 @dataclass(frozen=True)
@@ -28,6 +49,8 @@ class LeaseRecord:
     tenant: str
     created_replica: bool = False
     pool_id: str = ""  # the pool that granted it
+    limits: StepLimits | None = None  # None only for leases from before limits were kept: a node books nothing on it
+    reservation: CallReservation | None = None  # set when the node prepared the call
 
 
 class SqlLeases:
@@ -37,7 +60,7 @@ class SqlLeases:
     def add(self, lease: LeaseRecord) -> LeaseRecord:
         """Record a lease; when (task, step) already holds one, that one is returned instead."""
         with Session(self._engine) as session:
-            session.add(LeaseRow(**lease.__dict__))
+            session.add(_row(lease))
             try:
                 session.commit()
                 return lease
@@ -47,6 +70,24 @@ class SqlLeases:
         if existing is None:  # released between the two statements: record it again
             return self.add(lease)
         return existing
+
+    def get(self, lease_id: str) -> LeaseRecord | None:
+        with Session(self._engine) as session:
+            row = session.get(LeaseRow, lease_id)
+            return _record(row) if row is not None else None
+
+    def reserve_call(self, lease_id: str, reservation: CallReservation) -> LeaseRecord | None:
+        """Keep what was reserved for the lease's call (a prepare retried later replaces it); None when the lease
+        is gone (released meanwhile)."""
+        with Session(self._engine) as session:
+            row = session.get(LeaseRow, lease_id)
+            if row is None:
+                return None
+            row.reservation_json = json.dumps(dataclasses.asdict(reservation))
+            session.add(row)
+            session.commit()
+            session.refresh(row)
+            return _record(row)
 
     def for_step(self, task_id: str, step: int) -> LeaseRecord | None:
         with Session(self._engine) as session:
@@ -81,14 +122,17 @@ class SqlLeases:
                                 .where(LeaseRow.pool_id != pool_id).group_by(LeaseRow.replica_id)).all()
         return {replica_id: (int(count), int(tokens)) for replica_id, count, tokens in rows}
 
-    def node_holds(self, node_id: str, task_id: str) -> bool:
-        """Does `node_id` hold a lease for `task_id`? (A node may read only the tasks it serves.)"""
-        with Session(self._engine) as session:
-            query = select(LeaseRow.lease_id).where(LeaseRow.node_id == node_id, LeaseRow.task_id == task_id)
-            return session.exec(query).first() is not None
+
+def _row(lease: LeaseRecord) -> LeaseRow:
+    fields = {k: v for k, v in lease.__dict__.items() if k not in ("limits", "reservation")}
+    return LeaseRow(**fields, limits_json=lease.limits.model_dump_json() if lease.limits is not None else "",
+                    reservation_json=(json.dumps(dataclasses.asdict(lease.reservation))
+                                      if lease.reservation is not None else None))
 
 
 def _record(row: LeaseRow) -> LeaseRecord:
     return LeaseRecord(lease_id=row.lease_id, task_id=row.task_id, step=row.step, model=row.model,
                        node_id=row.node_id, replica_id=row.replica_id, tokens=row.tokens, tenant=row.tenant,
-                       created_replica=row.created_replica, pool_id=row.pool_id)
+                       created_replica=row.created_replica, pool_id=row.pool_id,
+                       limits=StepLimits.model_validate_json(row.limits_json) if row.limits_json else None,
+                       reservation=CallReservation(**json.loads(row.reservation_json)) if row.reservation_json else None)

@@ -85,14 +85,18 @@ class SqlTokenLedger:
                 .where(LedgerRow.task_id == task_id)
                 .order_by(col(LedgerRow.step), col(LedgerRow.attempt), col(LedgerRow.id))
             ).all()
-        return [
-            LedgerEntry(
-                task_id=r.task_id, step=r.step, attempt=r.attempt, model=r.model, prompt_tokens=r.prompt_tokens,
-                completion_tokens=r.completion_tokens, cost_usd=r.cost_usd, ttft_s=r.ttft_s, duration_s=r.duration_s,
-                served_by=r.served_by, kind=r.kind, response_id=r.response_id,
-            )  # fmt: skip
-            for r in rows
-        ]
+        return [_entry(r) for r in rows]
+
+    def round_entries(self, task_id: str, step: int, from_attempt: int) -> list[LedgerEntry]:
+        """One round of a step: its rows from attempt `from_attempt` on (a step asked again after waiting for
+        budget numbers its attempts on from where the last round stopped), by attempt."""
+        with Session(self._engine) as session:
+            rows = session.exec(
+                select(LedgerRow)
+                .where(LedgerRow.task_id == task_id, LedgerRow.step == step, col(LedgerRow.attempt) >= from_attempt)
+                .order_by(col(LedgerRow.attempt), col(LedgerRow.id))
+            ).all()
+        return [_entry(r) for r in rows]
 
     def totals(self, task_id: str) -> LedgerTotals:
         return self.totals_by_tasks([task_id])[task_id]
@@ -100,7 +104,7 @@ class SqlTokenLedger:
     def totals_by_tasks(self, task_ids: Iterable[str]) -> dict[str, LedgerTotals]:
         """Totals for each id asked for (zeros for a task with no entries), summed in the database."""
         wanted = list(dict.fromkeys(task_ids))
-        sums: dict[str, dict[str, float]] = {t: {} for t in wanted}
+        by_task: dict[str, dict[str, tuple[int, int, int, float]]] = {t: {} for t in wanted}
         with Session(self._engine) as session:
             for start in range(0, len(wanted), _IN_CHUNK):
                 chunk = wanted[start : start + _IN_CHUNK]
@@ -117,25 +121,8 @@ class SqlTokenLedger:
                     .group_by(col(LedgerRow.task_id), col(LedgerRow.kind))
                 ).all()
                 for task_id, kind, count, prompt, completion, cost in rows:
-                    acc = sums[task_id]
-                    if kind in (LOST, KEPT):
-                        acc[kind] = acc.get(kind, 0) + completion
-                    else:
-                        acc["calls"] = acc.get("calls", 0) + count
-                        acc["prompt"] = acc.get("prompt", 0) + prompt
-                        acc["completion"] = acc.get("completion", 0) + completion
-                    acc["cost"] = acc.get("cost", 0.0) + cost
-        return {
-            task_id: LedgerTotals(
-                calls=int(acc.get("calls", 0)),
-                prompt_tokens=int(acc.get("prompt", 0)),
-                completion_tokens=int(acc.get("completion", 0)),
-                lost_tokens=int(acc.get(LOST, 0)),
-                kept_tokens=int(acc.get(KEPT, 0)),
-                cost_usd=float(acc.get("cost", 0.0)),
-            )
-            for task_id, acc in sums.items()
-        }
+                    by_task[task_id][kind] = (count, prompt, completion, cost)
+        return {task_id: _totals(kinds) for task_id, kinds in by_task.items()}
 
     def tokens_per_minute(self, since: datetime, tenant: str | None = None) -> list[tuple[datetime, int]]:
         """Tokens booked in each whole minute from `since` to now (every task's, or one tenant's), oldest first.
@@ -171,3 +158,33 @@ class SqlTokenLedger:
                 ).all()
                 found.update({who: at for who, at in rows if at is not None})
         return found
+
+
+def _totals(by_kind: dict[str, tuple[int, int, int, float]]) -> LedgerTotals:
+    """Totals from (calls, prompt, completion, cost) per row kind: lost and kept rows count completion tokens only."""
+    settled = [v for kind, v in by_kind.items() if kind not in (LOST, KEPT)]
+    return LedgerTotals(
+        calls=sum(int(v[0]) for v in settled),
+        prompt_tokens=sum(int(v[1]) for v in settled),
+        completion_tokens=sum(int(v[2]) for v in settled),
+        lost_tokens=int(by_kind.get(LOST, (0, 0, 0, 0.0))[2]),
+        kept_tokens=int(by_kind.get(KEPT, (0, 0, 0, 0.0))[2]),
+        cost_usd=float(sum(v[3] for v in by_kind.values())),
+    )
+
+
+def totals_of(entries: Iterable[LedgerEntry]) -> LedgerTotals:
+    """The totals of some entries (a round of a step), summed as the database sums a task's."""
+    by_kind: dict[str, tuple[int, int, int, float]] = {}
+    for e in entries:
+        calls, prompt, completion, cost = by_kind.get(e.kind, (0, 0, 0, 0.0))
+        by_kind[e.kind] = (calls + 1, prompt + e.prompt_tokens, completion + e.completion_tokens, cost + e.cost_usd)
+    return _totals(by_kind)
+
+
+def _entry(r: LedgerRow) -> LedgerEntry:
+    return LedgerEntry(
+        task_id=r.task_id, step=r.step, attempt=r.attempt, model=r.model, prompt_tokens=r.prompt_tokens,
+        completion_tokens=r.completion_tokens, cost_usd=r.cost_usd, ttft_s=r.ttft_s, duration_s=r.duration_s,
+        served_by=r.served_by, kind=r.kind, response_id=r.response_id,
+    )  # fmt: skip

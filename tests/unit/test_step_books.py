@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from activities.ports import LedgerEntry
-from activities.step_books import StoreStepBooks
+from activities.ports import CallReport, DeadTokens, LedgerEntry, StepRef
+from activities.step_books import CheckpointOfAnotherTask, StoreStepBooks
 from orchestrator.store import Store
 from orchestrator.store.checkpoints import CheckpointConflict
 from sdk import Message, Spend, TaskState, TaskStatus, ToolCall
 from sdk.contracts import PendingStep
+
+
+STEP = StepRef("t1", 1, "llama-3.2-1b", "default")
 
 
 def books_of(store: Store) -> StoreStepBooks:
@@ -41,7 +44,7 @@ def entry(task_id: str = "t1", step: int = 1, attempt: int = 1, kind: str = "set
 
 def test_prepare_without_a_pending_step_reads_the_conversation_only(store: Store) -> None:
     root = store.checkpoints.write_root("t1", [Message(role="user", content="Explain KV caches")], {})
-    prepared = books_of(store).prepare("t1", root, None)
+    prepared = books_of(store).prepare(STEP, root, None)
     assert prepared.checkpoint == root
     assert [m.content for m in prepared.messages] == ["Explain KV caches"]
     assert store.events.read("t1") == [] and store.tasks.get("t1") is None
@@ -49,7 +52,7 @@ def test_prepare_without_a_pending_step_reads_the_conversation_only(store: Store
 
 def test_prepare_writes_the_pending_step_first_then_reads_past_it(store: Store) -> None:
     root = store.checkpoints.write_root("t1", [Message(role="user", content="What is a berth?")], {})
-    prepared = books_of(store).prepare("t1", root, pending_step("t1"))
+    prepared = books_of(store).prepare(STEP, root, pending_step("t1"))
     assert (prepared.checkpoint.seq, prepared.checkpoint.step) == (1, 1)
     assert store.checkpoints.latest("t1") == prepared.checkpoint
     assert [m.role for m in prepared.messages] == ["user", "assistant", "tool"]
@@ -63,8 +66,8 @@ def test_prepare_writes_the_pending_step_first_then_reads_past_it(store: Store) 
 def test_a_retried_prepare_writes_the_step_once(store: Store) -> None:
     root = store.checkpoints.write_root("t1", [Message(role="user", content="What is a berth?")], {})
     books = books_of(store)
-    first = books.prepare("t1", root, pending_step("t1"))
-    again = books.prepare("t1", root, pending_step("t1"))
+    first = books.prepare(STEP, root, pending_step("t1"))
+    again = books.prepare(STEP, root, pending_step("t1"))
     assert again.checkpoint == first.checkpoint and len(again.messages) == 3
 
 
@@ -72,15 +75,35 @@ def test_prepare_from_a_parent_of_another_task_is_refused(store: Store) -> None:
     other = store.checkpoints.write_root("t2", [Message(role="user", content="hi")], {})
     store.checkpoints.write_root("t1", [Message(role="user", content="hi")], {})
     with pytest.raises(CheckpointConflict):
-        books_of(store).prepare("t1", other, pending_step("t1"))
+        books_of(store).prepare(STEP, other, pending_step("t1"))
 
 
-def test_settle_books_once_and_announces_once(store: Store) -> None:
+def test_reading_another_tasks_checkpoint_is_refused(store: Store) -> None:
+    """Before, any checkpoint id was read for any task, and its hash never checked."""
+    secret = store.checkpoints.write_root("t2", [Message(role="user", content="tenant B's plans")], {})
+    own = store.checkpoints.write_root("t1", [Message(role="user", content="hi")], {})
+    with pytest.raises(CheckpointOfAnotherTask):
+        books_of(store).prepare(STEP, secret, None)
+    with pytest.raises(CheckpointOfAnotherTask):
+        books_of(store).prepare(STEP, own.model_copy(update={"hash": "0" * 16}), None)
+
+
+def call(attempt: int = 1, **fields: object) -> CallReport:
+    values: dict = dict(attempt=attempt, prompt_tokens=30, completion_tokens=12, cost_usd=0.001, ttft_s=0.05,
+                        duration_s=0.2, served_by="engine", response_id=f"r{attempt}", finish_reason="stop")
+    values.update(fields)
+    return CallReport(**values)
+
+
+def test_settle_books_once_and_announces_once_in_the_typed_shape(store: Store) -> None:
     books = books_of(store)
-    assert books.settle(entry(), {"step": 1, "model": "llama-3.2-1b"}) is True
-    assert books.settle(entry(), {"step": 1, "model": "llama-3.2-1b"}) is False
+    assert books.settle(STEP, call()).recorded is True
+    assert books.settle(STEP, call()).recorded is False
     assert [e.kind for e in store.events.read("t1")] == ["llm_call"]
-    assert store.events.read("t1")[0].data == {"step": 1, "model": "llama-3.2-1b"}
+    data = store.events.read("t1")[0].data
+    assert (data["step"], data["model"], data["tenant"], data["prompt_tokens"], data["tokens_per_s"]) == (
+        1, "llama-3.2-1b", "default", 30, 60.0)
+    assert "node_id" not in data  # off the fleet: no placement keys
     assert store.ledger.totals("t1").calls == 1
 
 
@@ -89,16 +112,16 @@ def test_booked_lists_the_settled_entries_of_earlier_attempts_of_that_step(store
     for e in (entry(attempt=1), entry(attempt=2), entry(attempt=3), entry(step=2, attempt=1),
               entry(attempt=1, kind="lost", response_id="", served_by=""), entry(task_id="t2")):
         store.ledger.record(e)
-    assert [(e.step, e.attempt, e.response_id) for e in books.booked("t1", 1, before_attempt=3)] == [
+    assert [(e.step, e.attempt, e.response_id) for e in books.booked(STEP, before_attempt=3)] == [
         (1, 1, "r1"), (1, 2, "r2")]
-    assert books.booked("t1", 1, before_attempt=1) == []
+    assert books.booked(STEP, before_attempt=1) == []
 
 
 def test_book_interrupted_records_each_entry_once(store: Store) -> None:
     books = books_of(store)
-    lost = [entry(attempt=1, kind="lost", prompt_tokens=0, completion_tokens=40, cost_usd=0.0),
-            entry(attempt=2, kind="lost", prompt_tokens=0, completion_tokens=15, cost_usd=0.0)]
-    books.book_interrupted(lost)
-    books.book_interrupted(lost)
+    lost = [DeadTokens(1, "lost", 40, 0.004), DeadTokens(2, "lost", 15, 0.0015)]
+    books.book_interrupted(STEP, lost)
+    books.book_interrupted(STEP, lost)
     assert store.ledger.totals("t1").lost_tokens == 55
+    assert store.ledger.totals("t1").cost_usd == pytest.approx(0.0055)
     assert store.events.read("t1") == []

@@ -1,0 +1,118 @@
+"""What a GPU node may book under the lease it holds: the checks and the arithmetic, with no I/O.
+
+A node is trusted to run a step's model call, not with money: everything it books is bounded by
+what the step's workflow set on the lease (`StepLimits`) and by what the control plane reserved
+once it had counted the step's prompt itself (`CallReservation`). So whatever a node says:
+- its answer is at most the tokens granted, its prompt at most what was reserved for it;
+- everything a round of the step books (the call, and the tokens of attempts that died before it)
+  stays within the allowance the workflow gave the round, so the task's `used <= limit` holds;
+- it books only under attempt numbers of its own placement (its round's, for dead attempts);
+- the price is the catalogue's, computed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from activities.ports import KEPT, LOST, SETTLED, LedgerEntry
+from activities.prices import Prices, call_cost, generated_cost
+from activities.tokens import reservation_margin
+from sdk._lease import StepLimits
+from sdk._step_books import DeadAttemptBody, SettleStepRequest
+
+from ..store import CallReservation, LedgerTotals
+from ..store.ledger import totals_of
+
+# Float sums of prices drift by a few ulps; a booking this far past a dollar allowance is still within it.
+USD_SLACK = 1e-9
+
+
+class BookingRefused(Exception):
+    """A node's booking that its lease does not allow, with the field to blame."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Round:
+    """What a round of a step has booked so far."""
+
+    entries: list[LedgerEntry]
+
+    @property
+    def totals(self) -> LedgerTotals:
+        return totals_of(self.entries)
+
+    def has(self, attempt: int, kind: str) -> bool:
+        return any(e.attempt == attempt and e.kind == kind for e in self.entries)
+
+
+def reserve_call(limits: StepLimits, booked: LedgerTotals, counted_prompt: int, prices: Prices | None) -> CallReservation:
+    """Set aside the prompt (as counted here, with the margin for an engine's template) and grant what the
+    round's allowance leaves for the answer: never more than the step's max_tokens less the kept text it
+    goes on from, nor than its dollars pay for."""
+    prompt = counted_prompt + reservation_margin(counted_prompt)
+    max_tokens = min(limits.max_tokens - booked.kept_tokens, limits.token_allowance - booked.tokens - prompt)
+    if limits.usd_allowance is not None and prices is not None:
+        max_tokens = min(max_tokens, prices.affordable_completion(limits.usd_allowance - booked.cost_usd, prompt))
+    return CallReservation(prompt_tokens=prompt, max_tokens=max(0, max_tokens))
+
+
+def check_settle(limits: StepLimits, reservation: CallReservation | None, booked: Round, req: SettleStepRequest,
+                 prices: Prices | None) -> float:
+    """The call's price when the lease allows booking it; BookingRefused naming the field otherwise."""
+    if reservation is None:
+        raise BookingRefused("lease_id", "nothing was reserved for this lease's call: prepare it first")
+    _check_attempt(req.attempt, limits.first_attempt, limits.last_attempt, "attempt")
+    if req.completion_tokens > reservation.max_tokens:
+        raise BookingRefused("completion_tokens", f"{req.completion_tokens} answer tokens, but the lease granted"
+                                                  f" {reservation.max_tokens}")
+    if req.prompt_tokens + req.completion_tokens > reservation.tokens:
+        raise BookingRefused("prompt_tokens", f"{req.prompt_tokens} prompt and {req.completion_tokens} answer tokens,"
+                                              f" but the lease reserved {reservation.tokens} in all")
+    totals = booked.totals
+    if req.continued_tokens > totals.kept_tokens:
+        raise BookingRefused("continued_tokens", f"the call continued {req.continued_tokens} tokens, but the step"
+                                                 f" kept {totals.kept_tokens}")
+    _check_within(limits, totals, req.prompt_tokens + req.completion_tokens, call_cost(prices, req.prompt_tokens,
+                                                                                        req.completion_tokens))
+    return call_cost(prices, req.prompt_tokens, req.completion_tokens)
+
+
+def check_dead(limits: StepLimits, booked: Round, entries: Iterable[DeadAttemptBody],
+               prices: Prices | None) -> list[DeadAttemptBody]:
+    """The dead attempts' entries not booked yet, when the lease allows booking them all."""
+    new: list[DeadAttemptBody] = []
+    for i, entry in enumerate(entries):
+        _check_attempt(entry.attempt, limits.round_first_attempt, limits.last_attempt, f"entries.{i}.attempt")
+        if entry.tokens > limits.max_tokens:
+            raise BookingRefused(f"entries.{i}.tokens", f"attempt {entry.attempt} cannot have generated {entry.tokens}"
+                                                        f" tokens: the step's answers are at most {limits.max_tokens}")
+        kind = LOST if entry.kind == "lost" else KEPT
+        if not booked.has(entry.attempt, kind) and all((e.attempt, e.kind) != (entry.attempt, entry.kind) for e in new):
+            new.append(entry)
+    tokens = sum(e.tokens for e in new)
+    _check_within(limits, booked.totals, tokens, generated_cost(prices, tokens))
+    return new
+
+
+def booked_settled(booked: Round, before_attempt: int) -> list[LedgerEntry]:
+    return [e for e in booked.entries if e.kind == SETTLED and e.attempt < before_attempt]
+
+
+def _check_attempt(attempt: int, first: int, last: int, field: str) -> None:
+    if not first <= attempt <= last:
+        raise BookingRefused(field, f"attempt {attempt} is not one this lease books (attempts {first} to {last})")
+
+
+def _check_within(limits: StepLimits, totals: LedgerTotals, tokens: int, usd: float) -> None:
+    if totals.tokens + tokens > limits.token_allowance:
+        raise BookingRefused("tokens", f"the step would book {totals.tokens + tokens} tokens, beyond the"
+                                       f" {limits.token_allowance} its task allowed it")
+    if limits.usd_allowance is not None and totals.cost_usd + usd > limits.usd_allowance + USD_SLACK:
+        raise BookingRefused("usd", f"the step would book ${totals.cost_usd + usd:.6f}, beyond the"
+                                    f" ${limits.usd_allowance:.6f} its task allowed it")

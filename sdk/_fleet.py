@@ -28,7 +28,17 @@ UNKNOWN_GPU_TYPE = "unknown"  # what discovery reports for a device not in the G
 
 Capacity = Literal["spot", "on-demand"]
 ReplicaState = Literal["loading", "warm", "draining"]
-NodeStatus = Literal["healthy", "unhealthy", "draining", "lost"]
+NodeStatus = Literal["healthy", "unhealthy", "draining", "lost", "pending", "revoked"]
+# Nodes that are not part of the fleet: one waiting for an operator's approval (joined with the cluster
+# token) and one whose credential was revoked. Nothing is placed on them, nothing is read from them.
+UNADMITTED: frozenset[NodeStatus] = frozenset({"pending", "revoked"})
+# A per-node join token lives an hour unless the operator says otherwise: long enough to start the machine
+# it is for, short enough that one left in a script or a shell history is dead when it is found. A minute at
+# least (a node takes that long to start), a week at most (7 × 86,400 = 604,800 s: shipping a machine to a
+# datacenter, never a standing credential).
+DEFAULT_ADMIT_TTL_S = 3600
+MIN_ADMIT_TTL_S = 60
+MAX_ADMIT_TTL_S = 7 * 86_400
 
 _STRICT = ConfigDict(extra="forbid")
 
@@ -82,7 +92,8 @@ class NodeSpec(BaseModel):
 
 
 class NodeRegistration(NodeSpec):
-    """A node asking to join: its spec and the cluster's join token (never stored, never shown)."""
+    """A node asking to join: its spec and a join token (never stored, never shown): a per-node token from
+    `berth nodes admit` lets it in at once, the cluster's token leaves it pending until an operator approves it."""
 
     join_token: str = Field(min_length=1, max_length=512)
 
@@ -203,3 +214,31 @@ class NodeRegistered(BaseModel):
 
     node: NodeView
     node_secret: str
+
+
+class AdmitRequest(BaseModel):
+    """Mint a per-node join token: how long it may wait to be used."""
+
+    model_config = _STRICT
+
+    ttl_s: int = Field(default=DEFAULT_ADMIT_TTL_S, ge=MIN_ADMIT_TTL_S, le=MAX_ADMIT_TTL_S,
+                       description="seconds until the token expires, used or not")
+
+
+class NodeAdmission(BaseModel):
+    """A per-node join token: it admits one node id, once, until `expires_at`. Only its hash is kept, so this
+    is the one time it is shown; the node presents it as its join token (`berth node --join-token`)."""
+
+    node_id: str
+    join_token: str
+    expires_at: datetime
+
+
+class NodeRevocation(BaseModel):
+    """What revoking (or removing) a node did: its credential is dead, and the tasks it ran steps for were told
+    to move them (`tasks_unreached`: a workflow that had ended, or Temporal did not answer)."""
+
+    node_id: str
+    removed: bool = Field(description="the node's rows are gone too: its id may be admitted anew")
+    tasks_moved: list[str] = Field(default_factory=list)
+    tasks_unreached: list[str] = Field(default_factory=list)

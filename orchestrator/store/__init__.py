@@ -1,6 +1,7 @@
 """The control-plane store: tasks, agents, checkpoints, the token ledger, task events,
-the model catalogue, the GPU fleet, the pool's leases and GPU reservations, which control-plane
-replica leads a job, and who may call the API (tenants, API keys, the audit log).
+the model catalogue, the GPU fleet and who is admitted to it, the pool's leases and GPU
+reservations, which control-plane replica leads a job, and who may call the API (tenants,
+API keys, the audit log).
 
 One SQL database behind small classes, each over the same engine. SQLite by default
 (one file that the API server and the worker share), any SQLAlchemy URL at scale:
@@ -32,7 +33,8 @@ from .events import SqlEventLog
 from .leadership import SqlLeadership
 from .leases import LeaseRecord, SqlLeases
 from .keys import KeyConflict, KeyHolder, SqlApiKeys
-from .fleet import NodeConflict, NodeNotFound, NodeSecretRefused, SqlFleet
+from .fleet import NodeConflict, NodeNotApproved, NodeNotFound, NodeRevoked, NodeSecretRefused, SqlFleet
+from .node_admission import Joined, JoinTokenRefused, SqlNodeAdmission
 from .ledger import LedgerTotals, SqlTokenLedger
 from .models import SqlModelCatalogue
 from .reservations import Reservation, SqlReservations
@@ -53,6 +55,7 @@ class Store:
     events: SqlEventLog
     models: SqlModelCatalogue
     fleet: SqlFleet
+    node_admission: SqlNodeAdmission
     leases: SqlLeases
     reservations: SqlReservations
     leadership: SqlLeadership
@@ -77,6 +80,7 @@ class Store:
             events=SqlEventLog(engine),
             models=SqlModelCatalogue(engine),
             fleet=SqlFleet(engine),
+            node_admission=SqlNodeAdmission(engine),
             leases=SqlLeases(engine),
             reservations=SqlReservations(engine),
             leadership=SqlLeadership(engine),
@@ -101,8 +105,12 @@ __all__ = [
     "LeaseRecord",
     "LedgerTotals",
     "NewSession",
+    "Joined",
+    "JoinTokenRefused",
     "NodeConflict",
+    "NodeNotApproved",
     "NodeNotFound",
+    "NodeRevoked",
     "NodeSecretRefused",
     "Reservation",
     "SqlFleet",
@@ -114,6 +122,7 @@ __all__ = [
     "SqlCheckpointStore",
     "SqlEventLog",
     "SqlModelCatalogue",
+    "SqlNodeAdmission",
     "SqlReservations",
     "SqlTaskRegistry",
     "SqlTenants",

@@ -7,8 +7,11 @@ the authority on two things only: whether an operator drained the node, and whet
 node has gone silent for too long (lost), in which case its replicas are removed at once so
 that no placement is sent to a GPU nobody answers for.
 
-A node proves it is the node that registered an id with a per-node secret; only its sha256
-is stored, so a copy of the database lets nobody heartbeat for a node.
+A node proves it is the node that registered an id with a per-node secret the control plane
+minted; only its sha256 is stored, so a copy of the database lets nobody heartbeat for a node.
+Who may join at all, and how a node is approved, revoked and removed, is node_admission.py's:
+a node waiting for approval (`pending`) heartbeats so that operators see its GPUs, but books no
+step and is given no work; a revoked one is refused everything.
 """
 
 from __future__ import annotations
@@ -59,12 +62,31 @@ class NodeSecretRefused(Unauthorized):
         super().__init__(f"the node secret of {node_id!r} is missing or wrong", field="node_id", status_code=401)
 
 
+class NodeRevoked(Unauthorized):
+    """The node's credential was revoked: nothing it presents works until it is admitted again."""
+
+    def __init__(self, node_id: str) -> None:
+        super().__init__(f"node {node_id!r} was revoked: its node secret no longer works; it must be admitted again"
+                         f" (berth nodes admit {node_id})", field="node_id", status_code=401)
+
+
+class NodeNotApproved(Unauthorized):
+    """A pending node proved who it is, but is not in the fleet yet: it may heartbeat, not book steps."""
+
+    def __init__(self, node_id: str) -> None:
+        super().__init__(f"node {node_id!r} is not approved: it joined with the cluster token and waits for an"
+                         f" operator (berth nodes approve {node_id})", field="node_id", status_code=403)
+
+
 def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def node_status(*, lost: bool, draining: bool, gpus_healthy: bool) -> NodeStatus:
-    """Lost outranks draining (a silent node serves nothing either way), draining outranks health."""
+def node_status(*, admission: str, lost: bool, draining: bool, gpus_healthy: bool) -> NodeStatus:
+    """A node outside the fleet (revoked, or pending approval) is that whatever else holds; then lost outranks
+    draining (a silent node serves nothing either way), draining outranks health."""
+    if admission in ("revoked", "pending"):
+        return "revoked" if admission == "revoked" else "pending"
     if lost:
         return "lost"
     if draining:
@@ -83,44 +105,25 @@ class SqlFleet:
     # -- writes from node agents ------------------------------------------------------------
 
     def register(self, spec: NodeSpec, node_secret: str) -> NodeView:
-        """Register a node, or re-register it (idempotent) when `node_secret` is the one it registered with.
+        """Register an admitted node under `node_secret`, or re-register it (idempotent) with that secret.
 
-        A re-registration replaces the spec (the node may have a new GPU or a new price) and
-        keeps the metrics of GPUs still present; a reused id with another secret is refused.
+        The store's primitive, for callers that vouch for the node themselves (fixtures, benchmarks): a node
+        agent joins through `SqlNodeAdmission.join`, which decides whether it is let in and mints its secret.
+        A reused id with another secret is refused.
         """
         now = utcnow()
         with Session(self._engine) as session:
             row = session.get(NodeRow, spec.node_id)
-            if row is not None and not hmac.compare_digest(row.secret_sha256, secret_hash(node_secret)):
+            if row is not None and not proves(row, node_secret):
                 raise NodeConflict(spec.node_id)
             if row is None:
-                row = NodeRow(node_id=spec.node_id, status="healthy", datacenter=spec.datacenter,
-                              spec_json="", secret_sha256=secret_hash(node_secret), registered_at=now)
-            row.spec_json = spec.model_dump_json(exclude={"gpus"})
-            row.datacenter = spec.datacenter
-            row.seen_at = now
-            old = {g.gpu_index: g for g in session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == spec.node_id))}
-            kept: builtins.list[NodeGpuRow] = []
-            for gpu in spec.gpus:
-                gpu_row = old.pop(gpu.index, None) or NodeGpuRow(
-                    node_id=spec.node_id, gpu_index=gpu.index, type_name="", description_json="")
-                gpu_row.type_name = gpu.type_name
-                gpu_row.description_json = gpu.model_dump_json()
-                session.add(gpu_row)
-                kept.append(gpu_row)
-            for gone in old.values():
-                session.delete(gone)
-            if old:  # a GPU left the node: replicas on it are gone; the next heartbeat reports the rest
-                session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id) == spec.node_id))
-            row.lost = row.leaving = False  # a node that registers is alive and staying
-            row.preempt_by = None
-            row.status = node_status(lost=False, draining=row.draining, gpus_healthy=all(g.healthy for g in kept))
-            session.add(row)
+                row = new_node_row(spec, node_secret, "admitted", now)
+            write_spec(session, row, spec, now)
             try:
                 session.commit()
             except IntegrityError:  # the same new id registered concurrently, so with another fresh secret
                 raise NodeConflict(spec.node_id) from None
-            return self._view(session, row)
+            return node_view(session, row)
 
     def heartbeat(self, hb: NodeHeartbeat, node_secret: str | None) -> NodeView:
         """Record a heartbeat: metrics, cached weights and replicas replace the previous ones.
@@ -134,6 +137,8 @@ class SqlFleet:
             row = self._authenticated(session, hb.node_id, node_secret)
             gpus = {g.gpu_index: g for g in session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == hb.node_id))}
             _check_indexes(hb, set(gpus))
+            if row.admission == "pending":  # given no work, it runs none: only its GPUs are shown, for approval
+                hb = hb.model_copy(update={"cached_weights": [], "replicas": []})
             for metrics in hb.gpus:
                 gpu = gpus[metrics.index]
                 gpu.memory_used_mib, gpu.utilization_pct = metrics.memory_used_mib, metrics.utilization_pct
@@ -149,25 +154,26 @@ class SqlFleet:
             row.lost = False
             row.leaving = row.leaving or hb.leaving
             row.seen_at = row.last_heartbeat_at = now
-            row.status = node_status(lost=False, draining=row.draining or row.leaving,
-                                     gpus_healthy=all(g.healthy for g in gpus.values()))
+            restatus(row, gpus.values())
             session.add(row)
             session.commit()
-            return self._view(session, row)
+            return node_view(session, row)
 
     # -- writes from the control plane ------------------------------------------------------
 
     def mark_lost_after(self, seconds: float, now: datetime | None = None) -> builtins.list[str]:
-        """Mark lost every node not heard from for `seconds`, remove its replicas; returns their ids.
+        """Mark lost every admitted node not heard from for `seconds`, remove its replicas; returns their ids.
 
-        Weights on the node's disk are kept: if the node comes back, its cache is still there.
+        Weights on the node's disk are kept: if the node comes back, its cache is still there. A pending or
+        revoked node serves nothing to lose, and keeps the status that says why.
         """
         cutoff = (now or utcnow()) - timedelta(seconds=seconds)
         with Session(self._engine) as session:
             # One conditional UPDATE: of several control-plane replicas reaping at once, each node is reported
             # lost by exactly one, and a heartbeat that lands first keeps its node.
             marked = session.execute(update(NodeRow)
-                                     .where(col(NodeRow.seen_at) < cutoff, col(NodeRow.lost).is_(False))
+                                     .where(col(NodeRow.seen_at) < cutoff, col(NodeRow.lost).is_(False),
+                                            col(NodeRow.admission) == "admitted")
                                      .values(lost=True, status="lost").returning(NodeRow.node_id)).all()
             ids = sorted(node_id for (node_id,) in marked)
             if ids:
@@ -186,10 +192,10 @@ class SqlFleet:
             row.leaving = True
             row.preempt_by = min(row.preempt_by, deadline) if row.preempt_by else deadline
             gpus = session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == node_id)).all()
-            row.status = node_status(lost=row.lost, draining=True, gpus_healthy=all(g.healthy for g in gpus))
+            restatus(row, gpus)
             session.add(row)
             session.commit()
-            return self._view(session, row)
+            return node_view(session, row)
 
     def drain(self, node_id: str) -> NodeView:
         """Stop placing new work on the node; what runs there finishes (the node drains its replicas)."""
@@ -201,17 +207,21 @@ class SqlFleet:
     def authenticate(self, node_id: str, node_secret: str | None) -> None:
         """Check a node's secret before it writes through the control plane (its steps' bookkeeping).
 
-        Raises NodeNotFound for an id never registered, NodeSecretRefused for a missing or wrong secret.
+        Raises NodeNotFound for an id never registered; NodeRevoked (401) for a revoked node, NodeSecretRefused
+        (401) for a missing or wrong secret; NodeNotApproved (403) for a pending node, which proved who it is
+        but is not in the fleet.
         """
         with Session(self._engine) as session:
-            self._authenticated(session, node_id, node_secret)
+            row = self._authenticated(session, node_id, node_secret)
+            if row.admission == "pending":
+                raise NodeNotApproved(node_id)
 
     # -- reads --------------------------------------------------------------------------------
 
     def get(self, node_id: str) -> NodeView | None:
         with Session(self._engine) as session:
             row = session.get(NodeRow, node_id)
-            return self._view(session, row) if row is not None else None
+            return node_view(session, row) if row is not None else None
 
     def list(self, status: str | None = None, datacenter: str | None = None) -> builtins.list[NodeView]:
         """Every node by id, optionally only those with one status or in one datacenter."""
@@ -221,7 +231,7 @@ class SqlFleet:
         if datacenter is not None:
             query = query.where(NodeRow.datacenter == datacenter)
         with Session(self._engine) as session:
-            return [self._view(session, row) for row in session.exec(query).all()]
+            return [node_view(session, row) for row in session.exec(query).all()]
 
     def replicas(self, model: str | None = None) -> builtins.list[ReplicaView]:
         """Every replica on the fleet (of one model when given), by node then model."""
@@ -241,42 +251,85 @@ class SqlFleet:
                 raise NodeNotFound(node_id)
             gpus = session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == node_id)).all()
             row.draining = draining
-            row.status = node_status(lost=row.lost, draining=draining or row.leaving,
-                                     gpus_healthy=all(g.healthy for g in gpus))
+            restatus(row, gpus)
             session.add(row)
             session.commit()
-            return self._view(session, row)
+            return node_view(session, row)
 
     @staticmethod
     def _authenticated(session: Session, node_id: str, node_secret: str | None) -> NodeRow:
         row = session.get(NodeRow, node_id)
         if row is None:
             raise NodeNotFound(node_id)
-        if not node_secret or not hmac.compare_digest(row.secret_sha256, secret_hash(node_secret)):
+        if row.admission == "revoked":
+            raise NodeRevoked(node_id)
+        if not proves(row, node_secret):
             raise NodeSecretRefused(node_id)
         return row
 
-    @staticmethod
-    def _view(session: Session, row: NodeRow) -> NodeView:
-        spec = _spec(row)
-        gpus = session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == row.node_id)
-                            .order_by(col(NodeGpuRow.gpu_index))).all()
-        weights = session.exec(select(NodeWeightsRow).where(NodeWeightsRow.node_id == row.node_id)
-                               .order_by(col(NodeWeightsRow.model))).all()
-        replicas = session.exec(select(ReplicaRow).where(ReplicaRow.node_id == row.node_id)
-                                .order_by(col(ReplicaRow.model), col(ReplicaRow.id))).all()
-        return NodeView(
-            **spec.model_dump(exclude={"gpus"}),
-            gpus=[GpuView.model_validate({**json.loads(g.description_json), "memory_used_mib": g.memory_used_mib,
-                                          "utilization_pct": g.utilization_pct, "ecc_errors": g.ecc_errors,
-                                          "healthy": g.healthy, "reason": g.reason}) for g in gpus],
-            cached_weights=[CachedModelWeights(model=w.model, size_bytes=w.size_bytes) for w in weights],
-            replicas=[_replica_view(r, spec) for r in replicas],
-            status=row.status,  # type: ignore[arg-type]  (written only by node_status)
-            registered_at=row.registered_at,
-            last_heartbeat_at=row.last_heartbeat_at,
-            preempt_by=row.preempt_by,
-        )
+
+def proves(row: NodeRow, node_secret: str | None) -> bool:
+    """Does `node_secret` prove the caller is the node of `row`? Never for a revoked one (its hash is "")."""
+    return bool(node_secret) and bool(row.secret_sha256) and hmac.compare_digest(
+        row.secret_sha256, secret_hash(node_secret or ""))
+
+
+def new_node_row(spec: NodeSpec, node_secret: str, admission: str, now: datetime) -> NodeRow:
+    return NodeRow(node_id=spec.node_id, status="pending", admission=admission, datacenter=spec.datacenter,
+                   spec_json="", secret_sha256=secret_hash(node_secret), registered_at=now)
+
+
+def write_spec(session: Session, row: NodeRow, spec: NodeSpec, now: datetime) -> None:
+    """Write a (re-)registration: the spec replaces the old one (the node may have a new GPU or a new price), the
+    metrics of GPUs still present are kept, and the node is alive and staying; its status follows."""
+    row.spec_json = spec.model_dump_json(exclude={"gpus"})
+    row.datacenter = spec.datacenter
+    row.seen_at = now
+    old = {g.gpu_index: g for g in session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == spec.node_id))}
+    kept: builtins.list[NodeGpuRow] = []
+    for gpu in spec.gpus:
+        gpu_row = old.pop(gpu.index, None) or NodeGpuRow(
+            node_id=spec.node_id, gpu_index=gpu.index, type_name="", description_json="")
+        gpu_row.type_name = gpu.type_name
+        gpu_row.description_json = gpu.model_dump_json()
+        session.add(gpu_row)
+        kept.append(gpu_row)
+    for gone in old.values():
+        session.delete(gone)
+    if old:  # a GPU left the node: replicas on it are gone; the next heartbeat reports the rest
+        session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id) == spec.node_id))
+    row.lost = row.leaving = False  # a node that registers is alive and staying
+    row.preempt_by = None
+    restatus(row, kept)
+    session.add(row)
+
+
+def restatus(row: NodeRow, gpus: Iterable[NodeGpuRow]) -> None:
+    """Derive the row's status again from its admission, its flags and its GPUs' health."""
+    row.status = node_status(admission=row.admission, lost=row.lost, draining=row.draining or row.leaving,
+                             gpus_healthy=all(g.healthy for g in gpus))
+
+
+def node_view(session: Session, row: NodeRow) -> NodeView:
+    spec = _spec(row)
+    gpus = session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == row.node_id)
+                        .order_by(col(NodeGpuRow.gpu_index))).all()
+    weights = session.exec(select(NodeWeightsRow).where(NodeWeightsRow.node_id == row.node_id)
+                           .order_by(col(NodeWeightsRow.model))).all()
+    replicas = session.exec(select(ReplicaRow).where(ReplicaRow.node_id == row.node_id)
+                            .order_by(col(ReplicaRow.model), col(ReplicaRow.id))).all()
+    return NodeView(
+        **spec.model_dump(exclude={"gpus"}),
+        gpus=[GpuView.model_validate({**json.loads(g.description_json), "memory_used_mib": g.memory_used_mib,
+                                      "utilization_pct": g.utilization_pct, "ecc_errors": g.ecc_errors,
+                                      "healthy": g.healthy, "reason": g.reason}) for g in gpus],
+        cached_weights=[CachedModelWeights(model=w.model, size_bytes=w.size_bytes) for w in weights],
+        replicas=[_replica_view(r, spec) for r in replicas],
+        status=row.status,  # type: ignore[arg-type]  (written only by node_status)
+        registered_at=row.registered_at,
+        last_heartbeat_at=row.last_heartbeat_at,
+        preempt_by=row.preempt_by,
+    )
 
 
 def _spec(row: NodeRow) -> NodeSpec:

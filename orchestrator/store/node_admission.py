@@ -1,0 +1,244 @@
+"""Who is in the fleet: per-node join tokens, joining, approval, revocation and removal.
+
+One leaked secret must not be a key to the fleet, so a node gets in one of two ways:
+- with a **per-node join token** an operator minted for its id (`berth nodes admit`): bound to that id,
+  usable once, expiring; only its sha256 is kept (as for API keys, keys.py), so a copy of the database
+  admits nobody. The node is admitted at once;
+- with the **cluster join token** (config `join_token`): the node is `pending` until an operator approves
+  it. It heartbeats, so its GPUs are seen, but it is given no work and books no step (fleet.py).
+
+Either way the control plane mints the node's secret at its first registration; a secret the node offers
+then is ignored. A node that holds a credential proves itself with it: re-registering under its id needs
+its secret, not a join token again (a per-node token is spent by then), and keeps its admission. A
+revoked node's secret is gone, so it must be admitted anew, like a node never seen.
+
+Spending a token happens in the registration's own transaction, so two registrations racing with one
+token admit one node; a refused registration spends nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, delete, func, update
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from sdk import Conflict, Unauthorized
+from sdk._fleet import NodeAdmission, NodeSpec, NodeView
+
+from .fleet import NodeConflict, NodeNotFound, new_node_row, node_view, proves, restatus, write_spec
+from .tables import (
+    GpuReservationRow,
+    LeaseRow,
+    NodeGpuRow,
+    NodeJoinTokenRow,
+    NodeRow,
+    NodeWeightsRow,
+    ReplicaRow,
+    utcnow,
+)
+
+TOKEN_PREFIX = "berth-join_"  # tells a per-node token from the cluster token, in a log line or a secret scanner
+_TOKEN_BYTES = 32  # 256 bits, as urlsafe base64: far beyond guessing, so a plain sha256 is as strong
+# Nodes that may wait for approval at once: more than an operator reviews in one sitting, few enough that a
+# leaked cluster token cannot fill the store with rogue nodes. Past it, a node needs a per-node token.
+MAX_PENDING_NODES = 256
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class JoinTokenRefused(Unauthorized):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field="join_token", status_code=401)
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A registration let in: the node, the secret its heartbeats carry, and whether the id was new to the fleet."""
+
+    node: NodeView
+    node_secret: str
+    created: bool
+
+
+class SqlNodeAdmission:
+    """Join tokens and the admission of nodes, on the control-plane database."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def mint(self, node_id: str, ttl_s: float, created_by: str | None = None,
+             now: datetime | None = None) -> NodeAdmission:
+        """A per-node join token for `node_id`, valid for `ttl_s`; the answer is the only place it appears.
+
+        Refused for a node already admitted: a second machine under a live node's id would take its GPUs and
+        its leases. Revoke or remove that node first. Expired tokens are cleared here, so they never pile up.
+        """
+        now = now or utcnow()
+        token = TOKEN_PREFIX + secrets.token_urlsafe(_TOKEN_BYTES)
+        expires_at = now + timedelta(seconds=ttl_s)
+        with Session(self._engine) as session:
+            row = session.get(NodeRow, node_id)
+            if row is not None and row.admission == "admitted":
+                raise Conflict(f"node {node_id!r} is admitted already (status {row.status}); revoke or remove it"
+                               " before admitting a machine under its id", field="node_id", status_code=409)
+            session.exec(delete(NodeJoinTokenRow).where(col(NodeJoinTokenRow.expires_at) <= now))
+            session.add(NodeJoinTokenRow(token_sha256=_digest(token), node_id=node_id, created_by=created_by,
+                                         created_at=now, expires_at=expires_at))
+            session.commit()
+        return NodeAdmission(node_id=node_id, join_token=token, expires_at=expires_at)
+
+    def join(self, spec: NodeSpec, node_secret: str | None, join_token: str, *, cluster_token: bool,
+             now: datetime | None = None) -> Joined:
+        """Let a registering node in, or refuse it (changing nothing), naming the field to blame.
+
+        `cluster_token`: the caller found `join_token` to be the cluster's. A node that proves its id with its
+        secret re-registers (a valid per-node token then approves a pending one). Otherwise a per-node token
+        admits the node, replacing a pending registration of its id (the operator's word outranks a stranger's
+        claim); the cluster token makes it pending; an id held by another node is refused (409).
+        """
+        now = now or utcnow()
+        with Session(self._engine) as session:
+            row = session.get(NodeRow, spec.node_id)
+            ticket = _ticket(session, join_token, spec.node_id, now)
+            if row is not None and row.admission != "revoked" and proves(row, node_secret):
+                if isinstance(ticket, NodeJoinTokenRow):
+                    _spend(session, ticket, row, now)
+                write_spec(session, row, spec, now)
+                return self._commit(session, row, node_secret or "", created=False)
+            if isinstance(ticket, str) and not cluster_token:
+                raise JoinTokenRefused(ticket)
+            admission = "admitted" if isinstance(ticket, NodeJoinTokenRow) else "pending"
+            held = row is not None and (row.admission == "admitted" or row.admission == admission == "pending")
+            if held:  # another node's id: it re-registers with its secret, no other machine takes it over
+                raise NodeConflict(spec.node_id)
+            if admission == "pending":
+                _check_room_to_wait(session)
+            secret = secrets.token_urlsafe(_TOKEN_BYTES)
+            if row is not None:  # revoked, or a pending claim a per-node token outranks: nothing of it is kept
+                _forget_state(session, spec.node_id)
+                session.delete(row)
+                session.flush()
+            row = new_node_row(spec, secret, admission, now)
+            if isinstance(ticket, NodeJoinTokenRow):
+                _spend(session, ticket, row, now)
+            write_spec(session, row, spec, now)
+            return self._commit(session, row, secret, created=True)
+
+    def approve(self, node_id: str) -> NodeView:
+        """Let a pending node into the fleet (idempotent for one admitted already); a revoked node must join anew."""
+        with Session(self._engine) as session:
+            row = _existing(session, node_id)
+            if row.admission == "revoked":
+                raise Conflict(f"node {node_id!r} was revoked, and its secret with it: it joins again with a new"
+                               f" per-node token (berth nodes admit {node_id})", field="node_id", status_code=409)
+            row.admission = "admitted"
+            _void_tokens(session, node_id)
+            restatus(row, _gpus(session, node_id))
+            session.add(row)
+            session.commit()
+            return node_view(session, row)
+
+    def revoke(self, node_id: str) -> NodeView:
+        """Kill the node's credential at once: its secret and any token minted for it stop working, its replicas
+        are dropped as a lost node's are, and placement never uses it. The pool releases its leases."""
+        with Session(self._engine) as session:
+            row = _existing(session, node_id)
+            row.admission, row.secret_sha256 = "revoked", ""
+            _void_tokens(session, node_id)
+            session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id) == node_id))
+            restatus(row, _gpus(session, node_id))
+            session.add(row)
+            session.commit()
+            return node_view(session, row)
+
+    def remove(self, node_id: str) -> None:
+        """Forget a node: every row of it (GPUs, replicas, weights, GPU reservations, leases, tokens), so its id
+        may be admitted anew. The caller revokes it first, so its steps are told to move."""
+        with Session(self._engine) as session:
+            row = _existing(session, node_id)
+            _forget_state(session, node_id)
+            for table in (GpuReservationRow, LeaseRow, NodeJoinTokenRow):
+                session.exec(delete(table).where(col(table.node_id) == node_id))
+            session.delete(row)
+            session.commit()
+
+    @staticmethod
+    def _commit(session: Session, row: NodeRow, secret: str, *, created: bool) -> Joined:
+        session.add(row)
+        try:
+            session.commit()
+        except IntegrityError:  # the same new id joined concurrently: the other registration holds it
+            raise NodeConflict(row.node_id) from None
+        return Joined(node=node_view(session, row), node_secret=secret, created=created)
+
+
+def _ticket(session: Session, token: str, node_id: str, now: datetime) -> NodeJoinTokenRow | str:
+    """The unspent per-node token `token` is for `node_id`, or why it is not one (the refusal's wording)."""
+    wrong = ("the join token is wrong: use a per-node token from `berth nodes admit NODE_ID`, or the cluster's"
+             " token (the control plane's <data_dir>/join-token)")
+    if not token.startswith(TOKEN_PREFIX):
+        return wrong
+    row = session.get(NodeJoinTokenRow, _digest(token))
+    if row is None:
+        return wrong
+    # compare_digest: the node id is public, but the check should read the same whatever it is.
+    if not hmac.compare_digest(row.node_id.encode(), node_id.encode()):
+        return f"this join token admits node {row.node_id!r}, not {node_id!r}"
+    if row.used_at is not None:
+        return f"this join token was used already (at {row.used_at.isoformat(timespec='seconds')}); mint another"
+    if row.expires_at <= now:
+        return f"this join token expired at {row.expires_at.isoformat(timespec='seconds')}; mint another"
+    return row
+
+
+def _spend(session: Session, ticket: NodeJoinTokenRow, row: NodeRow, now: datetime) -> None:
+    """Use the token (one conditional UPDATE: of two registrations racing with it, one gets it) and admit the node."""
+    spent = session.execute(update(NodeJoinTokenRow)
+                            .where(col(NodeJoinTokenRow.token_sha256) == ticket.token_sha256,
+                                   col(NodeJoinTokenRow.used_at).is_(None))
+                            .values(used_at=now)).rowcount
+    if spent != 1:
+        raise JoinTokenRefused("this join token was used already, by a registration a moment ago; mint another")
+    row.admission = "admitted"
+    _void_tokens(session, row.node_id, keep=ticket.token_sha256)
+
+
+def _void_tokens(session: Session, node_id: str, keep: str | None = None) -> None:
+    """The node is admitted (or revoked): no other token minted for it may admit a machine under its id."""
+    query = delete(NodeJoinTokenRow).where(col(NodeJoinTokenRow.node_id) == node_id)
+    if keep is not None:
+        query = query.where(col(NodeJoinTokenRow.token_sha256) != keep)
+    session.exec(query)
+
+
+def _check_room_to_wait(session: Session) -> None:
+    waiting = session.exec(select(func.count()).select_from(NodeRow).where(NodeRow.admission == "pending")).one()
+    if waiting >= MAX_PENDING_NODES:
+        raise Conflict(f"{waiting} nodes already wait for approval (at most {MAX_PENDING_NODES}): approve or remove"
+                       " some, or admit this one with a per-node token (berth nodes admit NODE_ID)",
+                       field="join_token", status_code=409)
+
+
+def _existing(session: Session, node_id: str) -> NodeRow:
+    row = session.get(NodeRow, node_id)
+    if row is None:
+        raise NodeNotFound(node_id)
+    return row
+
+
+def _gpus(session: Session, node_id: str) -> list[NodeGpuRow]:
+    return list(session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == node_id)).all())
+
+
+def _forget_state(session: Session, node_id: str) -> None:
+    """What a node reported and registered: its GPUs, replicas and weights."""
+    for table in (NodeGpuRow, ReplicaRow, NodeWeightsRow):
+        session.exec(delete(table).where(col(table.node_id) == node_id))

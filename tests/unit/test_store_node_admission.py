@@ -1,0 +1,123 @@
+"""Who is in the fleet, on the store: per-node tokens, pending nodes, approval, revocation and removal.
+
+The API's attacker tests (tests/security/test_node_admission.py) run on SQLite; these hold the same
+rules on PostgreSQL too, where the conditional UPDATE that spends a token and the deletes of a removed
+node must mean the same.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlmodel import Session, select
+
+from orchestrator.store import (
+    JoinTokenRefused,
+    LeaseRecord,
+    NodeConflict,
+    NodeNotApproved,
+    NodeNotFound,
+    NodeRevoked,
+    Store,
+)
+from orchestrator.store.node_admission import TOKEN_PREFIX
+from orchestrator.store.tables import NodeJoinTokenRow, utcnow
+from sdk import Conflict, NodeHeartbeat, NodeSpec
+
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
+
+
+def spec(node_id: str = "gpu-1") -> NodeSpec:
+    return NodeSpec.model_validate({"node_id": node_id, "datacenter": "dc1", "zone": "dc1-a",
+                                    "gpus": [{"index": 0, "type_name": "H100-80GB", "memory_total_mib": 81559}]})
+
+
+def beat(node_id: str = "gpu-1") -> NodeHeartbeat:
+    return NodeHeartbeat.model_validate({
+        "node_id": node_id, "gpus": [{"index": 0, "memory_used_mib": 1000}],
+        "cached_weights": [{"model": "llama-3.1-8b", "size_bytes": 2**30}],
+        "replicas": [{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}]})
+
+
+def test_the_cluster_token_leaves_a_node_pending_until_an_operator_approves_it(store: Store) -> None:
+    joined = store.node_admission.join(spec(), "chosen-by-the-node", "cluster", cluster_token=True)
+    assert joined.created and joined.node.status == "pending" and joined.node_secret != "chosen-by-the-node"
+    secret = joined.node_secret
+    seen = store.fleet.heartbeat(beat(), secret)
+    assert seen.status == "pending" and seen.gpus[0].memory_used_mib == 1000 and seen.replicas == []
+    with pytest.raises(NodeNotApproved) as refused:
+        store.fleet.authenticate("gpu-1", secret)
+    assert refused.value.status_code == 403 and refused.value.field == "node_id"
+    assert store.fleet.mark_lost_after(0, now=utcnow() + timedelta(hours=1)) == []  # pending is not lost
+    again = store.node_admission.join(spec(), secret, "cluster", cluster_token=True)
+    assert not again.created and again.node_secret == secret and again.node.status == "pending"
+    assert store.node_admission.approve("gpu-1").status == "healthy"
+    store.fleet.authenticate("gpu-1", secret)
+    with pytest.raises(NodeConflict):  # another machine with the cluster token cannot take the id
+        store.node_admission.join(spec(), None, "cluster", cluster_token=True)
+
+
+def test_a_per_node_token_admits_its_node_once(store: Store) -> None:
+    minted = store.node_admission.mint("gpu-1", 600, created_by="k-1")
+    assert minted.join_token.startswith(TOKEN_PREFIX) and minted.node_id == "gpu-1"
+    with Session(store.engine) as session:
+        rows = session.exec(select(NodeJoinTokenRow)).all()
+    assert [r.node_id for r in rows] == ["gpu-1"] and minted.join_token not in rows[0].token_sha256
+    with pytest.raises(JoinTokenRefused, match="admits node 'gpu-1', not 'gpu-2'"):
+        store.node_admission.join(spec("gpu-2"), None, minted.join_token, cluster_token=False)
+    joined = store.node_admission.join(spec(), None, minted.join_token, cluster_token=False)
+    assert joined.node.status == "healthy"
+    with pytest.raises(JoinTokenRefused, match="used already"):  # another machine replaying it
+        store.node_admission.join(spec(), None, minted.join_token, cluster_token=False)
+    restarted = store.node_admission.join(spec(), joined.node_secret, minted.join_token, cluster_token=False)
+    assert not restarted.created and restarted.node.status == "healthy"  # a restart proves itself by its secret
+    with pytest.raises(NodeConflict):  # the id is held: the cluster token does not take it over
+        store.node_admission.join(spec(), None, "cluster", cluster_token=True)
+    with pytest.raises(Conflict, match="admitted already"):
+        store.node_admission.mint("gpu-1", 600)
+
+
+def test_an_expired_token_admits_nobody_and_expired_ones_are_cleared(store: Store) -> None:
+    old = store.node_admission.mint("gpu-1", 60, now=utcnow() - timedelta(minutes=5))
+    with pytest.raises(JoinTokenRefused, match="expired"):
+        store.node_admission.join(spec(), None, old.join_token, cluster_token=False)
+    store.node_admission.mint("gpu-2", 60)
+    with Session(store.engine) as session:
+        assert [r.node_id for r in session.exec(select(NodeJoinTokenRow)).all()] == ["gpu-2"]
+
+
+def test_revocation_kills_the_secret_and_the_tokens_and_removal_forgets_the_node(store: Store) -> None:
+    joined = store.node_admission.join(spec(), None, store.node_admission.mint("gpu-1", 600).join_token,
+                                       cluster_token=False)
+    store.fleet.heartbeat(beat(), joined.node_secret)
+    store.leases.add(LeaseRecord(lease_id="l-1", task_id="t-1", step=1, model="llama-3.1-8b", node_id="gpu-1",
+                                 replica_id="r-1", tokens=10, tenant="default"))
+    revoked = store.node_admission.revoke("gpu-1")
+    assert revoked.status == "revoked" and revoked.replicas == []
+    for presented in (joined.node_secret, None, "guess"):
+        with pytest.raises(NodeRevoked):
+            store.fleet.authenticate("gpu-1", presented)
+        with pytest.raises(NodeRevoked):
+            store.fleet.heartbeat(beat(), presented)
+    assert store.fleet.mark_lost_after(0, now=utcnow() + timedelta(hours=1)) == []  # revoked is not lost
+    with pytest.raises(Conflict, match="revoked"):
+        store.node_admission.approve("gpu-1")
+
+    store.node_admission.remove("gpu-1")
+    assert store.fleet.get("gpu-1") is None and store.leases.list() == []
+    with pytest.raises(NodeNotFound):
+        store.node_admission.remove("gpu-1")
+    again = store.node_admission.join(spec(), None, store.node_admission.mint("gpu-1", 600).join_token,
+                                      cluster_token=False)
+    assert again.created and again.node.status == "healthy" and again.node.cached_weights == []
+
+
+def test_a_revoked_node_comes_back_only_as_a_new_admission(store: Store) -> None:
+    joined = store.node_admission.join(spec(), None, "cluster", cluster_token=True)
+    store.node_admission.approve("gpu-1")
+    store.node_admission.revoke("gpu-1")
+    with pytest.raises(JoinTokenRefused):
+        store.node_admission.join(spec(), joined.node_secret, "not-a-token", cluster_token=False)
+    back = store.node_admission.join(spec(), joined.node_secret, "cluster", cluster_token=True)
+    assert back.created and back.node.status == "pending" and back.node_secret != joined.node_secret

@@ -3,13 +3,14 @@ fleet at submission, so an impossible task fails at once instead of queueing for
 
 Only hardware counts (whatever the nodes' health or load): a busy or briefly unhealthy fleet
 makes a task wait, never fail. A fleet with no nodes yet answers "maybe": nodes join after
-the control plane starts.
+the control plane starts. A node pending approval or revoked is not part of the fleet: a rogue
+machine's claimed GPUs must not make a task no admitted node could hold look servable.
 """
 
 from __future__ import annotations
 
 from sdk._catalogue import TENSOR_PARALLEL_DEGREES, ModelEntry
-from sdk._fleet import NodeView
+from sdk._fleet import UNADMITTED, NodeView
 
 from ..node.gpu_types import GPU_TYPES
 from .decision import PlacementRequest
@@ -20,6 +21,7 @@ from .reasons import never_possible
 
 def never_reason(nodes: list[NodeView], entry: ModelEntry) -> str | None:
     """Why no node of `nodes` could ever hold `entry`, or None when one could (or none has joined)."""
+    nodes = [view for view in nodes if view.status not in UNADMITTED]
     if entry.provider != "self-hosted" or not nodes:
         return None
     fleet = FleetState()

@@ -197,6 +197,27 @@ class FleetState:
             lst.sort()
         self._reindex(node)
 
+    def remove_node(self, node_id: str) -> None:
+        """Take a node out of the fleet (revoked, or forgotten by the store): its replicas come off its GPUs
+        first, so no device or tenant keeps memory or quota booked on hardware that is gone; its cached
+        weights leave the locality indexes; nothing of it is left to place on, nor to cap the fleet's shapes."""
+        node = self.nodes[node_id]
+        for replica_id in [r.id for r in self.replicas.values() if r.node_id == node_id]:
+            self.unload(replica_id)
+        for model in [m for m, holders in self.cached.items() if node_id in holders]:
+            self.evict_weights(node_id, model)
+        self.free_index.update(node_id, node.datacenter, node.capacity, None)
+        shape = _shape(node)
+        self.shapes[shape] -= 1
+        if self.shapes[shape] <= 0:
+            del self.shapes[shape]
+        if node.dedicated_to:
+            owned = self.dedicated_nodes[node.dedicated_to]
+            owned.remove(node_id)
+            if not owned:
+                del self.dedicated_nodes[node.dedicated_to]
+        del self.nodes[node_id]
+
     def add_model(self, model: ModelSpec) -> None:
         self.models[model.name] = model
 

@@ -10,14 +10,15 @@ nothing. Pure: it reads node views, starts nothing.
 from __future__ import annotations
 
 from sdk._catalogue import ModelEntry
-from sdk._fleet import GpuView, NodeView
+from sdk._fleet import UNADMITTED, GpuView, NodeView
 from sdk._node_io import FetchSource
 
 from ..weights_transfer import GIB
 
 MIB_PER_GIB = 1024
-# A node this far gone cannot serve its disk to a peer; any other node caching the weights can.
-_UNREADABLE = frozenset({"lost"})
+# A node this far gone cannot serve its disk to a peer, and one outside the fleet (pending, revoked) is
+# trusted with nothing; any other node caching the weights can.
+_UNREADABLE = frozenset({"lost"}) | UNADMITTED
 
 
 class PrewarmRefused(ValueError):

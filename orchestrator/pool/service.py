@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
 from sdk._catalogue import ModelEntry, ScalingPolicy
-from sdk._fleet import NodeView
+from sdk._fleet import UNADMITTED, NodeView
 from sdk._lease import LeaseGrant, LeaseRequest, LocalityTier, ReleaseLease
 from sdk._node_io import FetchSource, LoadOnNode, LoadReplica
 
@@ -259,7 +259,10 @@ class PoolService:
                 self.policies[model.entry.name] = model.policy
             for tenant in self.store.tenants.list():  # trust boundaries and GPU quotas, as admins set them
                 self.fleet.add_tenant(PoolTenant(tenant.name, tenant.trust.value, tenant.gpu_quota))
-            for view in self.store.fleet.list():
+            views = [view for view in self.store.fleet.list() if view.status not in UNADMITTED]
+            for node_id in set(self.fleet.nodes) - {view.node_id for view in views}:
+                self._forget_node(node_id)
+            for view in views:
                 self._sync_node(view, now)
             for replica_id, (at, _) in list(self._gone.items()):
                 if now - at > GONE_MEMORY_S:
@@ -361,6 +364,19 @@ class PoolService:
         if view.status == "lost":
             for record in self.store.leases.release_node(node.id):
                 self._drop_lease(record.lease_id)
+
+    def _forget_node(self, node_id: str) -> None:
+        """A node revoked or removed is no part of the fleet any more (one pending approval never was): as for a
+        lost node, its leases are released in the store and here (their steps were told to move), then its
+        replicas and the node itself leave the in-memory fleet, so nothing is placed there again."""
+        for record in self.store.leases.release_node(node_id):
+            self._drop_lease(record.lease_id)
+        for lease_id in [lease_id for lease_id, lease in self._leases.items() if lease.record.node_id == node_id]:
+            self._drop_lease(lease_id)  # removed from the store already, with the node's other rows
+        for replica_id in [r.id for r in self.fleet.replicas.values() if r.node_id == node_id]:
+            self._forget_replica(replica_id)
+        self.fleet.remove_node(node_id)
+        log.warning("node %s left the fleet (revoked or removed): its leases are released", node_id)
 
     def _forget_replica(self, replica_id: str) -> None:
         self.fleet.unload(replica_id)

@@ -53,7 +53,8 @@ operations = st.lists(
 )
 
 
-def build(specs: list, reverse: bool = False) -> FleetState:
+def build(specs: list, reverse: bool = False, skip: int | None = None) -> FleetState:
+    """The fleet of `specs` (node i is "n<i>"), added in reverse with `reverse`, without node `skip`."""
     fleet = FleetState()
     for m in MODELS:
         fleet.add_model(m)
@@ -61,6 +62,8 @@ def build(specs: list, reverse: bool = False) -> FleetState:
         fleet.add_tenant(t)
     order = list(enumerate(specs))
     for i, ((type_name, memory, mig), n, dc, capacity, cached) in reversed(order) if reverse else order:
+        if i == skip:
+            continue
         devices = [Device(j, f"n{i}-{j}", type_name, memory, mig_profile=mig) for j in range(n)]
         fleet.add_node(Node(f"n{i}", dc, f"{dc}-z{i % 2}", capacity, 2.5 * n, devices))
         for model in sorted(cached):
@@ -129,6 +132,31 @@ def test_same_state_same_decision_however_built(specs: list, ops: list, probe: P
     first = place(fleets[0], probe)
     assert place(fleets[0], probe) == first
     assert place(fleets[1], probe) == first
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs=node_specs, ops=st.lists(requests, max_size=12), probe=requests, gone=st.integers(0, 3))
+def test_a_removed_node_leaves_no_trace(specs: list, ops: list, probe: PlacementRequest, gone: int) -> None:
+    """A node revoked or forgotten is removed with the replicas it held: no GPU stays booked, and every later
+    decision is the one a fleet that never had the node makes (same nodes, caches and replicas elsewhere)."""
+    fleet = build(specs)
+    for request in ops:
+        decision = place(fleet, request)
+        if decision.placed:
+            fleet.apply(decision, request.tokens)
+    fleet.remove_node(f"n{gone % len(specs)}")
+    check_invariants(fleet)
+    never_had_it = build(specs, skip=gone % len(specs))
+    for r in sorted(fleet.replicas.values(), key=lambda r: r.id):
+        copy = never_had_it.add_replica(r.model, r.node_id, r.devices, state=r.state, tenant=r.tenant, load_s=r.load_s,
+                                        replica_id=r.id)
+        never_had_it.set_load(copy.id, outstanding_tokens=r.outstanding_tokens, active_leases=r.active_leases)
+    assert place(fleet, probe) == place(never_had_it, probe)
+    def indexes(f: FleetState) -> tuple:  # an emptied entry (weights evicted everywhere) is as good as none
+        return (f.shapes, {m: ids for m, ids in f.cached_sorted.items() if ids},
+                {m: dcs for m, dcs in f.weights_in_dc.items() if +dcs}, f.tenant_devices, f.dedicated_nodes)
+
+    assert indexes(fleet) == indexes(never_had_it)
 
 
 @settings(max_examples=300, deadline=None)

@@ -34,7 +34,7 @@ from ._errors import (
     Unauthorized,
 )
 from ._events import END_EVENT, REVOKED_EVENT, SseParser
-from ._fleet import NodeView, PreemptRequest, ReplicaView
+from ._fleet import DEFAULT_ADMIT_TTL_S, NodeAdmission, NodeRevocation, NodeView, PreemptRequest, ReplicaView
 from ._identity import ApiKeyView, AuditEntry, CreatedKey, KeyRequest, Role, Tenant, TenantSpec, TenantUpdate
 from ._lease import ServiceClass
 from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
@@ -220,6 +220,24 @@ class Client:
 
     async def undrain(self, node_id: str) -> NodeView:
         return NodeView.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "undrain")))
+
+    async def admit_node(self, node_id: str, ttl_s: int = DEFAULT_ADMIT_TTL_S) -> NodeAdmission:
+        """A per-node join token: `node_id` may join with it once, admitted at once, within `ttl_s`."""
+        body = {"ttl_s": ttl_s}  # the server bounds it, and names the field when it refuses
+        return NodeAdmission.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "admit"),
+                                                                json=body))
+
+    async def approve_node(self, node_id: str) -> NodeView:
+        """Let a node that joined with the cluster token (and waits, `pending`) into the fleet."""
+        return NodeView.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "approve")))
+
+    async def revoke_node(self, node_id: str) -> NodeRevocation:
+        """Kill a node's credential now; the steps it runs move elsewhere. It must be admitted again to return."""
+        return NodeRevocation.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "revoke")))
+
+    async def remove_node(self, node_id: str) -> NodeRevocation:
+        """Revoke a node and forget it, so its id may be admitted anew."""
+        return NodeRevocation.model_validate(await self._request("DELETE", _path("v1", "nodes", node_id)))
 
     async def replicas(self, model: str | None = None) -> list[ReplicaView]:
         params = {"model": model} if model is not None else None

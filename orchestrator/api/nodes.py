@@ -1,33 +1,39 @@
-"""Fleet routes: nodes join and heartbeat; operators list, inspect, drain and undrain them.
+"""Fleet routes: nodes join and heartbeat; operators list, inspect, admit, approve, drain, revoke and remove them.
 
 The two kinds live on two routers: `node_router` for the node agents (join, heartbeat), which
 carry no API key, and `router` for people and their tools, behind an API key like every
-other user route (reading needs any role; drain, undrain and preempt need operator or admin).
+other user route (reading needs any role; the rest needs operator or admin, not confined to a tenant).
 
-Two secrets guard the writes from nodes. The cluster's join token (config `join_token`) lets
-a machine join at all; the answer to a registration carries a node secret of its own, which
-every heartbeat (and any re-registration of the same id) must present in the
-`X-Berth-Node-Secret` header. So one leaked join token cannot be used to impersonate a node
-that already joined, and a second machine started with a copy-pasted node id is refused
-instead of silently taking over the first one's GPUs.
+Two secrets guard the writes from nodes. A join token lets a machine join at all: a per-node
+token (`berth nodes admit`: one node id, once, expiring) admits it at once; the cluster's token
+(config `join_token`) leaves it pending until an operator approves it, so one leaked cluster
+token gets a rogue machine no work and no tenant's data (store/node_admission.py). The answer
+to a first registration carries a node secret the control plane mints, which every heartbeat
+(and any re-registration of the same id) must present in the `X-Berth-Node-Secret` header. So
+a join token cannot be used to impersonate a node that already joined, a second machine started
+with a copy-pasted node id is refused instead of silently taking over the first one's GPUs, and
+revoking a node kills its secret.
 """
 
 from __future__ import annotations
 
 import hmac
-import secrets
-from collections.abc import Callable
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Body, Header, Query, Response, status
+from fastapi import APIRouter, Body, Header, Path, Query, Response, status
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
 from sdk._fleet import (
+    NODE_ID_PATTERN,
     NODE_SECRET_HEADER,
     UNKNOWN_GPU_TYPE,
+    AdmitRequest,
+    NodeAdmission,
     NodeHeartbeat,
     NodeRegistered,
     NodeRegistration,
+    NodeRevocation,
     NodeStatus,
     NodeView,
     PreemptRequest,
@@ -37,32 +43,41 @@ from sdk._fleet import (
 from ..node.gpu_types import GPU_TYPES, known_types
 from .auth import Caller, Operator
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
+from .node_revocation import revoke_node
 from .principal import Principal
 from .services import Services, Svc
 
 node_router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
 router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
 NodeSecret = Annotated[str | None, Header(alias=NODE_SECRET_HEADER)]
+NodeId = Annotated[str, Path(pattern=NODE_ID_PATTERN)]
+T = TypeVar("T")
 
-_NODE_SECRET_BYTES = 32  # 256 bits, as urlsafe base64
 DEDICATED_LABEL = "dedicated"  # the pool places only that tenant's steps on such a node (pool/filters.py)
 ANOTHER_TENANT = "(another tenant)"  # no tenant can be called this (NAME_PATTERN)
 
 
 @node_router.post("/v1/nodes/register", status_code=status.HTTP_201_CREATED, response_model=NodeRegistered,
              responses={200: {"model": NodeRegistered, "description": "the node was already registered"},
-                        401: {"description": "the join token is wrong"}})
+                        401: {"description": "the join token is wrong, used or expired"}})
 async def register(reg: NodeRegistration, response: Response, svc: Svc,
                    node_secret: NodeSecret = None) -> NodeRegistered:
-    """Join the fleet (201), or re-register a node that presents its node secret (200)."""
-    _check_join_token(svc, reg.join_token)
+    """Join the fleet (201: admitted with a per-node token, `pending` with the cluster token), or re-register a
+    node that presents its node secret (200). The node secret is always the control plane's: one sent with a
+    first registration is ignored."""
     _check_gpu_types(reg)
-    secret = node_secret or secrets.token_urlsafe(_NODE_SECRET_BYTES)
-    existed = await svc.db(svc.store.fleet.get, reg.node_id) is not None
-    node = await _call(svc, svc.store.fleet.register, reg.spec(), secret)
-    if existed:
+    cluster = _is_cluster_token(svc, reg.join_token)
+    try:
+        joined = await _call(svc, svc.store.node_admission.join, reg.spec(), node_secret, reg.join_token,
+                             cluster_token=cluster)
+    except ApiError as exc:
+        if exc.field == "join_token" and exc.status == 401 and not svc.config.join_token:
+            raise ApiError(401, f"{exc.message}; this control plane has no cluster join token (BERTH_JOIN_TOKEN),"
+                                " so only per-node tokens let nodes in", field="join_token") from None
+        raise
+    if not joined.created:
         response.status_code = status.HTTP_200_OK
-    return NodeRegistered(node=node, node_secret=secret)
+    return NodeRegistered(node=joined.node, node_secret=joined.node_secret)
 
 
 @node_router.post("/v1/nodes/{node_id}/heartbeat", response_model=NodeView,
@@ -87,6 +102,34 @@ async def get_node(node_id: str, svc: Svc, caller: Caller) -> NodeView:
     if node is None:
         raise not_found(f"node {node_id!r} is not registered", field="node_id")
     return seen_by(caller, node)
+
+
+@router.post("/v1/nodes/{node_id}/admit", status_code=status.HTTP_201_CREATED, response_model=NodeAdmission,
+             responses={409: {"description": "the node is admitted already"}})
+async def admit(node_id: NodeId, svc: Svc, caller: Operator,
+                req: Annotated[AdmitRequest | None, Body()] = None) -> NodeAdmission:
+    """A per-node join token: it lets `node_id` join once, admitted at once, until it expires (1 h by default)."""
+    return await _call(svc, svc.store.node_admission.mint, node_id, (req or AdmitRequest()).ttl_s, caller.key_id)
+
+
+@router.post("/v1/nodes/{node_id}/approve", response_model=NodeView)
+async def approve(node_id: str, svc: Svc, caller: Operator) -> NodeView:
+    """Let a node that joined with the cluster token (`pending`) into the fleet: placement may use it now."""
+    return seen_by(caller, await _call(svc, svc.store.node_admission.approve, node_id))
+
+
+@router.post("/v1/nodes/{node_id}/revoke", response_model=NodeRevocation)
+async def revoke(node_id: str, svc: Svc, _caller: Operator) -> NodeRevocation:
+    """Kill the node's credential now (heartbeats and step books answer 401), take it out of placement, and tell
+    the tasks it runs steps for to move them. It comes back only if admitted again."""
+    return await _call_async(revoke_node(svc, node_id, remove=False))
+
+
+@router.delete("/v1/nodes/{node_id}", response_model=NodeRevocation)
+async def remove(node_id: str, svc: Svc, _caller: Operator) -> NodeRevocation:
+    """Revoke the node, then forget it (its GPUs, replicas, weights, reservations and leases), so its id may
+    be admitted anew."""
+    return await _call_async(revoke_node(svc, node_id, remove=True))
 
 
 @router.post("/v1/nodes/{node_id}/drain", response_model=NodeView)
@@ -121,15 +164,10 @@ def seen_by(caller: Principal, node: NodeView) -> NodeView:
     return node.model_copy(update={"labels": {**node.labels, DEDICATED_LABEL: ANOTHER_TENANT}})
 
 
-def _check_join_token(svc: Services, presented: str) -> None:
+def _is_cluster_token(svc: Services, presented: str) -> bool:
     expected = svc.config.join_token
-    if not expected:
-        raise ApiError(401, "this control plane has no join token configured (BERTH_JOIN_TOKEN); no node can join",
-                       field="join_token")
     # compare_digest: the time a wrong token takes to refuse must not tell how much of it was right.
-    if not hmac.compare_digest(presented.encode(), expected.encode()):
-        raise ApiError(401, "the join token is wrong; use the one in the control plane's <data_dir>/join-token",
-                       field="join_token")
+    return bool(expected) and hmac.compare_digest(presented.encode(), (expected or "").encode())
 
 
 def _check_gpu_types(reg: NodeRegistration) -> None:
@@ -140,15 +178,19 @@ def _check_gpu_types(reg: NodeRegistration) -> None:
                           f"unknown GPU type {gpu.type_name!r}; known: {known_types()}, or {UNKNOWN_GPU_TYPE!r}")
 
 
-async def _call(svc: Services, fn: Callable[..., NodeView], *args: object) -> NodeView:
+async def _call(svc: Services, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
     """A fleet store call, its refusals turned into the API's error shape."""
+    return await _call_async(svc.db(fn, *args, **kwargs))
+
+
+async def _call_async(call: Awaitable[T]) -> T:
     try:
-        return await svc.db(fn, *args)
+        return await call
     except NotFound as exc:
         raise not_found(exc.message, field=exc.field) from None
     except Conflict as exc:
         raise conflict(exc.message, field=exc.field) from None
     except Unauthorized as exc:
-        raise ApiError(401, exc.message, field=exc.field) from None
+        raise ApiError(exc.status_code or 401, exc.message, field=exc.field) from None
     except InvalidSpec as exc:
         raise invalid(exc.field, exc.message) from None

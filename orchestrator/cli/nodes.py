@@ -1,8 +1,13 @@
-"""`berth nodes …`: the GPU fleet as the control plane sees it, and draining nodes for maintenance."""
+"""`berth nodes …`: the GPU fleet as the control plane sees it; who is admitted to it; draining nodes for maintenance.
+
+`admit` prints the per-node join token alone on stdout (how to use it goes to stderr), so a script can hand it
+straight to the node: `berth node --node-id gpu-9 --join-token "$(berth nodes admit gpu-9)"`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
 from datetime import datetime, timezone
 
@@ -14,7 +19,8 @@ from sdk import Client, NodeView
 from . import output
 from .output import EXIT_OK, add_api_flag, fail, run_with_client
 
-_STATUS_STYLE = {"healthy": "green", "unhealthy": "red", "draining": "yellow", "lost": "magenta"}
+_STATUS_STYLE = {"healthy": "green", "unhealthy": "red", "draining": "yellow", "lost": "magenta", "pending": "cyan",
+                 "revoked": "bright_black"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,6 +45,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         add_api_flag(p)
         p.set_defaults(func=cmd_drain, undrain=name == "undrain")
 
+
+    p = sub.add_parser("admit", help="mint a per-node join token: the node joins with it once, admitted at once")
+    p.add_argument("node_id")
+    p.add_argument("--ttl", default="1h", help="how long the token may wait to be used: 10m, 1h, 7d (default 1h)")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_admit)
+
+    p = sub.add_parser("approve", help="let a node that joined with the cluster token (pending) into the fleet")
+    p.add_argument("node_id")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_approve)
+
+    for name, text in (("revoke", "kill a node's credential now: its steps move elsewhere; it must be admitted again"),
+                       ("remove", "revoke a node and forget it, so its id may be admitted anew")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("node_id")
+        add_api_flag(p)
+        p.set_defaults(func=cmd_revoke, remove=name == "remove")
 
     p = sub.add_parser("preempt", help="take a node away as a spot reclaim would: its tasks resume elsewhere")
     p.add_argument("node_id")
@@ -72,6 +96,44 @@ def cmd_drain(args: argparse.Namespace) -> int:
     return run_with_client(args, command)
 
 
+def cmd_admit(args: argparse.Namespace) -> int:
+    try:
+        ttl_s = parse_duration(args.ttl)
+    except ValueError as exc:
+        return fail(str(exc), "ttl")
+
+    async def command(client: Client) -> int:
+        admission = await client.admit_node(args.node_id, round(ttl_s))
+        print(admission.join_token)
+        until = admission.expires_at.isoformat(timespec="seconds")
+        print(f"a join token for node {admission.node_id}, usable once until {until}:"
+              f" berth node --node-id {admission.node_id} --join-token TOKEN", file=sys.stderr)
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        node = await client.approve_node(args.node_id)
+        print(f"{node.node_id} is approved: it is {node.status}")
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        done = await (client.remove_node if args.remove else client.revoke_node)(args.node_id)
+        what = "revoked and removed" if done.removed else "revoked"
+        print(f"{done.node_id} is {what}; {len(done.tasks_moved)} task(s) told to move their steps")
+        if done.tasks_unreached:
+            print(f"not reached (their steps end as a lost node's): {', '.join(done.tasks_unreached)}", file=sys.stderr)
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
 def cmd_preempt(args: argparse.Namespace) -> int:
     try:
         notice_s = parse_duration(args.notice)
@@ -88,8 +150,8 @@ def cmd_preempt(args: argparse.Namespace) -> int:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from "30s", "2m", "1h" or a plain number of seconds."""
-    units = {"s": 1, "m": 60, "h": 3600}
+    """Seconds from "30s", "2m", "1h", "7d" or a plain number of seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
     number, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
     try:
         seconds = float(number) * unit

@@ -1,4 +1,5 @@
-"""The fleet through the API, the SDK and `berth nodes`: joining, heartbeats, the reaper, draining.
+"""The fleet through the API, the SDK and `berth nodes`: admitting, joining, heartbeats, the reaper, draining,
+revoking and removing (a node's steps are told to move by a signal: tests/security/test_node_admission.py).
 
 These routes never touch Temporal, so the gateway here points at a closed port: the tests
 need no dev server, and a route that did reach for Temporal would fail loudly.
@@ -60,21 +61,40 @@ def heartbeat(node_id: str = "gpu-1", **fields: object) -> dict:
     }
 
 
+async def admit(api: httpx.AsyncClient, node_id: str = "gpu-1") -> str:
+    """A per-node join token for `node_id`, minted by the admin key."""
+    admitted = await api.post(f"/v1/nodes/{node_id}/admit")
+    assert admitted.status_code == 201, admitted.text
+    return admitted.json()["join_token"]
+
+
 async def join(api: httpx.AsyncClient, node_id: str = "gpu-1", **fields: object) -> str:
-    joined = await api.post("/v1/nodes/register", json=registration(node_id, **fields))
+    """Join admitted, with a per-node token; the node's secret."""
+    joined = await api.post("/v1/nodes/register", json=registration(node_id, join_token=await admit(api, node_id),
+                                                                    **fields))
     assert joined.status_code == 201, joined.text
     return joined.json()["node_secret"]
 
 
 async def test_a_node_joins_and_is_listed(api: httpx.AsyncClient) -> None:
-    joined = await api.post("/v1/nodes/register", json=registration())
+    token = await admit(api)
+    joined = await api.post("/v1/nodes/register", json=registration(join_token=token))
     assert joined.status_code == 201
     body = joined.json()
     assert len(body["node_secret"]) >= 40 and "join_token" not in body["node"]
     assert body["node"]["status"] == "healthy" and body["node"]["last_heartbeat_at"] is None
     listed = (await api.get("/v1/nodes")).json()
     assert [n["node_id"] for n in listed] == ["gpu-1"] and listed[0]["gpus"][1]["type_name"] == "H100-80GB"
-    assert JOIN_TOKEN not in (await api.get("/v1/nodes/gpu-1")).text
+    assert JOIN_TOKEN not in (await api.get("/v1/nodes/gpu-1")).text and token not in (await api.get("/v1/nodes")).text
+
+
+async def test_a_node_that_joins_with_the_cluster_token_waits_for_approval(api: httpx.AsyncClient) -> None:
+    joined = await api.post("/v1/nodes/register", json=registration())
+    assert joined.status_code == 201 and joined.json()["node"]["status"] == "pending"
+    assert [n["node_id"] for n in (await api.get("/v1/nodes", params={"status": "pending"})).json()] == ["gpu-1"]
+    approved = await api.post("/v1/nodes/gpu-1/approve")
+    assert approved.status_code == 200 and approved.json()["status"] == "healthy"
+    assert (await api.post("/v1/nodes/gpu-1/approve")).json()["status"] == "healthy"  # idempotent
 
 
 async def test_registering_again_with_the_node_secret_is_idempotent(api: httpx.AsyncClient) -> None:
@@ -102,10 +122,13 @@ async def test_a_wrong_join_token_is_refused_with_a_clear_reason(api: httpx.Asyn
     assert (await api.get("/v1/nodes")).json() == []
 
 
-async def test_without_a_configured_join_token_no_node_can_join(api: httpx.AsyncClient, app) -> None:
+async def test_without_a_cluster_join_token_only_per_node_tokens_let_nodes_in(api: httpx.AsyncClient, app) -> None:
     app.state.services.config.join_token = None
     refused = await api.post("/v1/nodes/register", json=registration())
-    assert refused.status_code == 401 and "no join token configured" in error_of(refused)["message"]
+    assert refused.status_code == 401 and error_of(refused)["field"] == "join_token"
+    assert "no cluster join token" in error_of(refused)["message"]
+    await join(api)
+    assert (await api.get("/v1/nodes/gpu-1")).json()["status"] == "healthy"
 
 
 @pytest.mark.parametrize("change, field", [
@@ -244,6 +267,54 @@ def test_nodes_list_shows_place_gpus_status_and_replicas(cli, store: Store, caps
     assert capsys.readouterr().out.strip() == "gpu-2 is healthy"
     assert cli("nodes", "show", "gpu-1") == 0
     assert NodeView.model_validate_json(capsys.readouterr().out).replicas[0].state == "warm"
+
+
+def test_berth_nodes_admits_approves_revokes_and_removes(cli, store: Store, capsys) -> None:
+    assert cli("nodes", "admit", "gpu-9", "--ttl", "10m") == 0
+    out, err = capsys.readouterr()
+    token = out.strip()  # alone on stdout: `--join-token "$(berth nodes admit gpu-9)"`
+    assert token.startswith("berth-join_") and "gpu-9, usable once until" in err
+    store.node_admission.join(_spec("gpu-9", ["H100-80GB"]), None, token, cluster_token=False)
+    store.node_admission.join(_spec("gpu-p", ["H100-80GB"]), None, JOIN_TOKEN, cluster_token=True)
+    assert cli("nodes", "list", "--status", "pending") == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]] == ["gpu-p"]
+    assert cli("nodes", "approve", "gpu-p") == 0
+    assert capsys.readouterr().out.strip() == "gpu-p is approved: it is healthy"
+    assert cli("nodes", "revoke", "gpu-9") == 0
+    assert capsys.readouterr().out.strip() == "gpu-9 is revoked; 0 task(s) told to move their steps"
+    assert cli("nodes", "remove", "gpu-9") == 0
+    assert capsys.readouterr().out.strip() == "gpu-9 is revoked and removed; 0 task(s) told to move their steps"
+    assert store.fleet.get("gpu-9") is None
+
+
+@pytest.mark.parametrize("argv, line", [
+    (("nodes", "admit", "gpu-9", "--ttl", "soon"), "error: ttl: expected a duration such as 30s, 2m or 45, got 'soon'"),
+    (("nodes", "admit", "gpu-9", "--ttl", "8d"), "error: ttl_s: "),
+    (("nodes", "admit", "GPU 9"), "error: node_id: "),
+    (("nodes", "approve", "ghost"), "error: node_id: node 'ghost' is not registered"),
+    (("nodes", "revoke", "ghost"), "error: node_id: node 'ghost' is not registered"),
+    (("nodes", "remove", "ghost"), "error: node_id: node 'ghost' is not registered"),
+])
+def test_admission_refusals_name_the_field(cli, capsys, argv: tuple[str, ...], line: str) -> None:
+    assert cli(*argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(line), err
+
+
+async def test_a_revocation_holds_while_temporal_is_down_and_names_the_tasks_it_could_not_tell(
+        app, api: httpx.AsyncClient, store: Store, admin_key: str) -> None:
+    """This module's Temporal is a closed port: the credential dies anyway, the task is named as not reached."""
+    from orchestrator.store import LeaseRecord
+
+    secret = await join(api)
+    store.leases.add(LeaseRecord(lease_id="l-1", task_id="t-on-gpu-1", step=1, model="llama-3.1-8b", node_id="gpu-1",
+                                 replica_id="r-1", tokens=500, tenant="default"))
+    async with Client("http://berth", api_key=admin_key, transport=httpx.ASGITransport(app)) as client:
+        done = await client.revoke_node("gpu-1")
+        assert (done.removed, done.tasks_moved, done.tasks_unreached) == (False, [], ["t-on-gpu-1"])
+        assert (await client.node("gpu-1")).status == "revoked"
+    refused = await api.post("/v1/nodes/gpu-1/heartbeat", json=heartbeat(), headers={SECRET_HEADER: secret})
+    assert refused.status_code == 401 and "revoked" in error_of(refused)["message"]
 
 
 @pytest.mark.parametrize("argv", [("nodes", "show", "ghost"), ("nodes", "drain", "ghost")])

@@ -58,8 +58,9 @@ def gateway(temporal_client: TemporalClient, started: list[str]) -> TemporalGate
 
 async def join(api: httpx.AsyncClient, node_id: str, dc: str = "us-east", gpus: tuple[int, ...] = (H100_MIB, H100_MIB),
                cached: tuple[str, ...] = ()) -> None:
+    token = (await api.post(f"/v1/nodes/{node_id}/admit")).json()["join_token"]  # admitted, not pending
     body = {
-        "node_id": node_id, "join_token": JOIN_TOKEN, "datacenter": dc, "zone": f"{dc}-1a",
+        "node_id": node_id, "join_token": token, "datacenter": dc, "zone": f"{dc}-1a",
         "weights_cache_capacity_bytes": 10**12,
         "gpus": [{"index": i, "type_name": "H100-80GB" if m == H100_MIB else "L4-24GB", "memory_total_mib": m}
                  for i, m in enumerate(gpus)],

@@ -161,10 +161,12 @@ async def two_nodes(tmp: Path, agent: Agent, queue: str) -> AsyncIterator[TwoNod
         assert store.models.set_policy(model, ScalingPolicy(min_replicas=2)) is not None, model
         autoscaler = Autoscaler(pool, env.client, task_queue=queue)
         with ApiThread(create_app(config, api_store, TemporalGateway(address, config.temporal_namespace))) as api:
-            node_env = {**os.environ, "BERTH_JOIN_TOKEN": JOIN_TOKEN, "BERTH_API_URL": api.url,
+            node_env = {**os.environ, "BERTH_API_URL": api.url,
                         "BERTH_TEMPORAL_ADDRESS": address, "BERTH_ENGINE_LATENCY_SCALE": "1.0",
                         "BERTH_DATA_DIR": str(tmp / "node-data")}
-            nodes = {n: NodeProcess(n, tmp, node_env) for n in NODES}
+            # Each joins admitted with a token of its own (with the cluster token it would wait for approval).
+            tokens = {n: store.node_admission.mint(n, 600).join_token for n in NODES}
+            nodes = {n: NodeProcess(n, tmp, {**node_env, "BERTH_JOIN_TOKEN": tokens[n]}) for n in NODES}
             for node in nodes.values():
                 node.start()
             async with contextlib.AsyncExitStack() as stack:

@@ -239,7 +239,8 @@ async def main() -> dict:
                                                                            log_dir=tmp / "node" / "replica-logs")},
                                       gpu_indexes={0})
             control_plane = ControlPlane(api.url)
-            agent = NodeAgent(NodeOptions(node_id=NODE_ID, join_token=JOIN_TOKEN, cache_dir=tmp / "node",
+            admitted = store.node_admission.mint(NODE_ID, 600).join_token  # the cluster token would leave it pending
+            agent = NodeAgent(NodeOptions(node_id=NODE_ID, join_token=admitted, cache_dir=tmp / "node",
                                           heartbeat_s=1.0), discovery, control_plane, replicas)
             await agent.join()
             serving = asyncio.create_task(agent.serve(client))

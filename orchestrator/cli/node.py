@@ -1,7 +1,7 @@
 """`berth node`: run this machine as a GPU node of the fleet (see `orchestrator.node.agent`).
 
-Bad flags, a refused join token and an unreachable control plane end the command with one
-`error: …` line and exit status 2, like every other `berth` refusal.
+Bad flags, a refused join token, an unreachable control plane and a revoked node end the command
+with one `error: …` line and exit status 2, like every other `berth` refusal.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label", action="append", default=[], metavar="K=V", help="a node label (repeatable)")
     p.add_argument("--cache-dir", help="weights cache and node secret (default <data-dir>/node/<node-id>)")
     p.add_argument("--cache-gib", type=float, default=DEFAULT_CACHE_GIB, help="weights cache size in GiB")
-    p.add_argument("--join-token", help="the cluster join token (env BERTH_JOIN_TOKEN)")
+    p.add_argument("--join-token", help="a per-node token from `berth nodes admit`, or the cluster join token"
+                                        " (the node then waits for approval) (env BERTH_JOIN_TOKEN)")
     p.add_argument("--api", help="the control plane's URL (env BERTH_API_URL, default http://127.0.0.1:8080)")
     p.add_argument("--data-dir", help="state directory (env BERTH_DATA_DIR, default ./.berth)")
     p.add_argument("--load-time-scale", type=float, default=1.0,
@@ -81,7 +82,7 @@ async def _run(args: argparse.Namespace) -> int:
     config = BerthConfig.load(data_dir=args.data_dir, join_token=args.join_token, api_url=args.api, host=args.host)
     if not config.join_token:
         raise NodeSetupError("join-token: give --join-token or set BERTH_JOIN_TOKEN "
-                             "(the control plane's <data_dir>/join-token)")
+                             "(`berth nodes admit NODE_ID`, or the control plane's <data_dir>/join-token)")
     if args.heartbeat_s <= 0:
         raise NodeSetupError(f"heartbeat-s: must be > 0, got {args.heartbeat_s}")
     if args.load_time_scale < 0:
@@ -136,7 +137,7 @@ async def _run(args: argparse.Namespace) -> int:
                 return 1
             try:
                 await agent.serve(temporal)  # returns at once when told to stop before the control plane answered
-            except ControlPlaneError as exc:  # the join was refused or never answered
+            except ControlPlaneError as exc:  # the join was refused or never answered, or the node was revoked
                 raise NodeSetupError(str(exc)) from None
             except ValidationError as exc:
                 first = exc.errors()[0]

@@ -7,7 +7,12 @@ The agent does three things side by side on one event loop:
   and unloads of replicas (`orchestrator.node.activities`) and tasks send the model calls
   of the steps leased to its replicas (`orchestrator.node.generation`);
 - on SIGTERM/SIGINT it stops taking work, stops its replicas and says so in a last heartbeat,
-  so the pool stops routing to them at once instead of when the node is reaped as lost.
+  so the pool stops routing to them at once instead of when the node is reaped as lost; when the
+  control plane refuses its secret (the node was revoked) it stops the same way, without the
+  heartbeats nobody would take, and ends with that refusal.
+
+A node that joined with the cluster token is `pending` until an operator approves it: it heartbeats
+(so its GPUs are seen) but is given no work, and its /readyz says it waits for approval.
 
 On `--metrics-port`, beside /metrics: /healthz (the process answers) and /readyz (the node has joined
 and its heartbeats get through: `readiness`).
@@ -34,11 +39,11 @@ from temporalio.worker import Worker
 
 from activities.llm_step import HEARTBEAT_EVERY_S, LlmStepActivities
 from sdk._fleet import (Capacity, CachedModelWeights, GpuDescription, GpuHealth, MigDeviceDescription, NodeHeartbeat,
-                        NodeRegistration)
+                        NodeRegistration, NodeStatus)
 from sdk._node_io import node_task_queue
 
 from .activities import NodeActivities
-from .control_plane import ControlPlane, ControlPlaneError, NodeUnknown
+from .control_plane import ControlPlane, ControlPlaneError, CredentialRefused, NodeUnknown
 from .discovery import GpuDiscovery, GpuInfo, SimulatedDiscovery
 from .generation import NodeGeneration, ReplicaRouter, warm_up
 from .metrics import serve_node_metrics
@@ -105,6 +110,8 @@ class NodeAgent:
         # What /readyz reads, from its own thread: plain values, written by the event loop only.
         self._beat_ok_at: float | None = None  # time.monotonic() of the last heartbeat the control plane took
         self._beat_failure: str | None = None  # why the last heartbeat failed; None once one gets through
+        self._status: NodeStatus | None = None  # as the control plane last said
+        self.refused: CredentialRefused | None = None  # the control plane refused the secret: the node stops
         self._probes_started = False
 
     @property
@@ -122,6 +129,7 @@ class NodeAgent:
         self._write_secret(joined.node_secret)
         log.info("node %s joined the fleet at %s with %d GPU(s)", self.options.node_id, self.control_plane.api_url,
                  len(self._gpus))
+        self._note_status(joined.node.status)
 
     async def join_unless_stopped(self) -> bool:
         """`join`, unless SIGTERM comes first (the control plane may be down for a minute): False then.
@@ -167,10 +175,19 @@ class NodeAgent:
             self._beat_failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise
         self._beat_ok_at, self._beat_failure = time.monotonic(), None
+        self._note_status(view.status)
         if view.preempt_by is not None and not self.stopping.is_set():
             # A preemption notice: stop taking work now; generations stop at once and hand their text over.
             log.warning("node %s is preempted: leaving by %s", self.options.node_id, view.preempt_by.isoformat())
             self.stopping.set()
+
+    def _note_status(self, status: NodeStatus) -> None:
+        if status == "pending" and self._status != "pending":
+            log.warning("node %s waits for approval: it joined with the cluster token, and gets no work until an"
+                        " operator runs `berth nodes approve %s`", self.options.node_id, self.options.node_id)
+        elif self._status == "pending" and status != "pending":
+            log.info("node %s was approved: it takes work now", self.options.node_id)
+        self._status = status
 
     def readiness(self) -> str | None:
         """None when the node has joined and its last heartbeat got through recently; else why not (/readyz)."""
@@ -178,6 +195,8 @@ class NodeAgent:
             return "the node is leaving the fleet"
         if self.node_secret is None:
             return f"not registered with the control plane at {self.control_plane.api_url} yet"
+        if self._status == "pending":
+            return f"waiting for an operator's approval (berth nodes approve {self.options.node_id})"
         if self._beat_failure is not None:
             return f"the last heartbeat failed: {self._beat_failure}"
         if self._beat_ok_at is None:
@@ -197,10 +216,15 @@ class NodeAgent:
                            self.options.datacenter, self.discovery, self.replicas.reports, ready=self.readiness)
 
     async def heartbeat_loop(self) -> None:
-        """Beat every `heartbeat_s` until stopping; a failed beat is logged and the next one tried."""
+        """Beat every `heartbeat_s` until stopping; a failed beat is logged and the next one tried, unless the
+        control plane refused the node's secret: then the node stops."""
         while not self.stopping.is_set():
             try:
                 await self.heartbeat()
+            except CredentialRefused as exc:
+                self.refused = exc
+                self.stopping.set()
+                return
             except (ControlPlaneError, httpx.HTTPError) as exc:
                 log.warning("heartbeat failed: %s", exc)
             try:
@@ -229,7 +253,8 @@ class NodeAgent:
     async def serve(self, client: Client) -> bool:
         """Poll for work, join, heartbeat until `stopping` is set, then shut down in order; False when told to
         stop before the control plane took the join. Join errors (`JoinRefused`, `ControlPlaneUnreachable`)
-        propagate once the worker has stopped.
+        propagate once the worker has stopped, and a refused secret (`CredentialRefused`: the node was revoked)
+        once the whole node has.
 
         The worker polls before the node joins: once joined, steps are placed here and must be picked up within
         seconds, or the workflow takes the node for lost. On a loaded machine building the worker took longer
@@ -252,7 +277,8 @@ class NodeAgent:
         await asyncio.wait([running, stop], return_when=asyncio.FIRST_COMPLETED)
         self.stopping.set()
         try:
-            await self.heartbeat()  # "leaving": the pool places nothing new here while the worker stops
+            if self.refused is None:
+                await self.heartbeat()  # "leaving": the pool places nothing new here while the worker stops
         except (ControlPlaneError, httpx.HTTPError) as exc:
             log.warning("could not say the node is leaving: %s", exc)
         try:
@@ -262,10 +288,13 @@ class NodeAgent:
             await beats
             await self.replicas.stop_all(self.options.replica_grace_s)
             try:
-                await self.heartbeat()  # the replicas are gone: say so before going quiet
+                if self.refused is None:
+                    await self.heartbeat()  # the replicas are gone: say so before going quiet
             except (ControlPlaneError, httpx.HTTPError) as exc:
                 log.warning("last heartbeat failed: %s", exc)
             log.info("node %s stopped", self.options.node_id)
+        if self.refused is not None:
+            raise self.refused
         return True
 
     @staticmethod

@@ -2,9 +2,10 @@
 
 Why the errors are split as they are: a refused join token will never start working, so the
 agent stops with one clear line; a control plane that is not up yet (both started by the same
-`berth up`, or a rolling restart) will, so connection errors are retried for a while; and a
+`berth up`, or a rolling restart) will, so connection errors are retried for a while; a
 heartbeat for a node the control plane does not know (it lost its database) means the node
-must join again, under the same id and secret.
+must join again, under the same id and secret; and a heartbeat whose secret is refused means the
+node was revoked, which no retry undoes: the agent stops, with one clear line.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ class JoinRefused(ControlPlaneError):
 
 class NodeUnknown(ControlPlaneError):
     """The control plane does not know this node (any more): register again."""
+
+
+class CredentialRefused(ControlPlaneError):
+    """The control plane refused the node's secret: the node was revoked, and must be admitted again."""
 
 
 class ControlPlaneUnreachable(ControlPlaneError):
@@ -92,7 +97,8 @@ class ControlPlane:
             raise ControlPlaneError(f"registration of node {registration.node_id!r} refused: {_message(response)}")
 
     async def heartbeat(self, beat: NodeHeartbeat, node_secret: str) -> NodeView:
-        """Send one heartbeat; `NodeUnknown` when the control plane no longer knows the node.
+        """Send one heartbeat; `NodeUnknown` when the control plane no longer knows the node, `CredentialRefused`
+        when it refuses the node's secret.
 
         Connection errors propagate: the agent's loop logs them and tries at the next beat.
         """
@@ -102,4 +108,7 @@ class ControlPlane:
             return NodeView.model_validate(response.json())
         if response.status_code == 404:
             raise NodeUnknown(f"the control plane does not know node {beat.node_id!r}: {_message(response)}")
+        if response.status_code == 401:
+            raise CredentialRefused(f"the control plane refused the credential of node {beat.node_id!r}, so the"
+                                    f" node stops: {_message(response)}")
         raise ControlPlaneError(f"heartbeat of node {beat.node_id!r} refused: {_message(response)}")

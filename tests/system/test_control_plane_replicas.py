@@ -174,9 +174,11 @@ def test_a_killed_control_plane_replica_leaves_its_tasks_to_the_other(
         wait_until(lambda: _ready(urls["a"]) and _ready(urls["b"]), 60, "both APIs ready")
         node_env = {**envs["b"], "BERTH_DATA_DIR": str(tmp_path / "node-data")}
         for node_id, datacenter, zone in NODES:
+            token = store.node_admission.mint(node_id, 600).join_token  # admitted: no approval to wait for
             processes.start(node_id, _berth("node", "--node-id", node_id, "--simulate", GPUS,
                                              "--datacenter", datacenter, "--zone", zone, "--api", urls["b"],
-                                             "--load-time-scale", "0.02", "--heartbeat-s", "2"), node_env)
+                                             "--load-time-scale", "0.02", "--heartbeat-s", "2"),
+                            {**node_env, "BERTH_JOIN_TOKEN": token})
         processes.start("tools", _berth("worker", "--agents", AGENTS), {**envs["b"], "BERTH_API_KEY": admin_key})
 
         with SyncClient(urls["a"], admin_key) as via_a, SyncClient(urls["b"], admin_key) as via_b:

@@ -1,5 +1,5 @@
 """`berth node` as a real process beside a real `berth server`: it joins, heartbeats, loads a replica
-that serves a chat completion, unloads it, and stops cleanly on SIGTERM.
+that serves a chat completion, unloads it, and stops cleanly on SIGTERM; revoked, it stops with the refusal.
 
 The node's activities are called the way the pool will call them: from a workflow, on the
 node's own task queue `node/<node_id>`. The calling workflow is a tiny one defined here and
@@ -122,13 +122,20 @@ def start_node(env: dict[str, str], api: str, *extra: str) -> subprocess.Popen:
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def node_view(http: httpx.Client) -> dict:
-    return http.get(f"/v1/nodes/{NODE_ID}", timeout=5).json()
+def node_view(http: httpx.Client, node_id: str = NODE_ID) -> dict:
+    return http.get(f"/v1/nodes/{node_id}", timeout=5).json()
+
+
+def admitted(env: dict[str, str], http: httpx.Client, node_id: str = NODE_ID) -> dict[str, str]:
+    """The node's environment with a per-node join token: it joins admitted (with the cluster token it would wait)."""
+    minted = http.post(f"/v1/nodes/{node_id}/admit", timeout=10)
+    assert minted.status_code == 201, minted.text
+    return {**env, "BERTH_JOIN_TOKEN": minted.json()["join_token"]}
 
 
 async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
         env: dict[str, str], api: str, http: httpx.Client, temporal_env: WorkflowEnvironment) -> None:
-    node = start_node(env, api)
+    node = start_node(admitted(env, http), api)
     try:
         joined = wait_until(lambda: (n := node_view(http))["last_heartbeat_at"] and n, what="the node's heartbeat")
         assert joined["status"] == "healthy"
@@ -183,6 +190,18 @@ def test_a_wrong_join_token_ends_the_node_with_one_error_line(env: dict[str, str
     out, _ = node.communicate(timeout=60)
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert node.returncode == 2 and len(errors) == 1 and "join token is wrong" in errors[0], out
+
+
+def test_a_revoked_node_stops_with_one_error_line(env: dict[str, str], api: str, http: httpx.Client) -> None:
+    node = start_node(admitted(env, http, "sys-revoked"), api, "--node-id", "sys-revoked")
+    try:
+        wait_until(lambda: node_view(http, "sys-revoked")["last_heartbeat_at"], what="the node's heartbeat")
+        assert http.post("/v1/nodes/sys-revoked/revoke", timeout=10).status_code == 200
+        out, _ = node.communicate(timeout=60)
+    finally:
+        stop(node)
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert node.returncode == 2 and len(errors) == 1 and "was revoked" in errors[0], out
 
 
 def test_sigterm_while_the_control_plane_is_still_down_exits_at_once(env: dict[str, str]) -> None:

@@ -6,6 +6,7 @@ at a closed port, since fleet routes never reach Temporal.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 
@@ -18,7 +19,13 @@ from orchestrator.config import BerthConfig
 from orchestrator.engines.replicas import SimulatedReplicaEngine
 from orchestrator.node import SimulatedDiscovery, WeightsCache, parse_simulate
 from orchestrator.node.agent import NodeAgent, NodeOptions, registration
-from orchestrator.node.control_plane import ControlPlane, ControlPlaneUnreachable, JoinRefused, NodeUnknown
+from orchestrator.node.control_plane import (
+    ControlPlane,
+    ControlPlaneUnreachable,
+    CredentialRefused,
+    JoinRefused,
+    NodeUnknown,
+)
 from orchestrator.node.replicas import ReplicaManager
 from orchestrator.store import Store
 from sdk import NodeHeartbeat
@@ -58,8 +65,14 @@ def plane(app) -> ControlPlane:
 
 
 def options(tmp_path: Path, **fields: object) -> NodeOptions:
+    """gpu-a's options; with the cluster token unless `join_token` says otherwise (it then waits for approval)."""
     return NodeOptions(**{"node_id": "gpu-a", "join_token": JOIN_TOKEN, "cache_dir": tmp_path / "node",
                           "zone": "z1", **fields})  # type: ignore[arg-type]
+
+
+def admitted(app, node_id: str = "gpu-a") -> str:
+    """A per-node join token for `node_id`: the node joins admitted."""
+    return app.state.services.store.node_admission.mint(node_id, 600).join_token
 
 
 def agent_for(app, tmp_path: Path, simulate: str = "2xH100-80GB", **fields: object) -> NodeAgent:
@@ -73,7 +86,7 @@ def agent_for(app, tmp_path: Path, simulate: str = "2xH100-80GB", **fields: obje
 async def test_register_then_heartbeat(app, tmp_path: Path) -> None:
     gpus = SimulatedDiscovery(parse_simulate("1xH100-80GB"), "gpu-a").discover()
     async with plane(app) as cp:
-        joined = await cp.register(registration(options(tmp_path), gpus, 10 * 2**30))
+        joined = await cp.register(registration(options(tmp_path, join_token=admitted(app)), gpus, 10 * 2**30))
         assert joined.node.node_id == "gpu-a" and joined.node.gpus[0].type_name == "H100-80GB"
         view = await cp.heartbeat(NodeHeartbeat(node_id="gpu-a"), joined.node_secret)
         assert view.last_heartbeat_at is not None and view.status == "healthy"
@@ -112,7 +125,7 @@ async def test_the_agent_keeps_its_secret_and_rejoins_as_itself_after_a_restart(
 
 
 async def test_a_heartbeat_carries_gpus_cache_and_replicas(app, tmp_path: Path) -> None:
-    agent = agent_for(app, tmp_path)
+    agent = agent_for(app, tmp_path, join_token=admitted(app))
     await agent.join()
     small = next(m for m in SEED_MODELS if m.name == "llama-3.2-1b")
     try:
@@ -129,6 +142,7 @@ async def test_a_heartbeat_carries_gpus_cache_and_replicas(app, tmp_path: Path) 
 
 
 async def test_a_control_plane_that_lost_the_node_gets_a_registration(app, tmp_path: Path) -> None:
+    """With the cluster token: the node is back, pending (an empty database admits nobody on its own)."""
     agent = agent_for(app, tmp_path)
     await agent.join()
     fresh, store = make_app(tmp_path, "fresh")  # the control plane came back with an empty database
@@ -137,6 +151,25 @@ async def test_a_control_plane_that_lost_the_node_gets_a_registration(app, tmp_p
         await agent.heartbeat()
         async with reader(fresh) as api:
             node = (await api.get("/v1/nodes/gpu-a")).json()
-        assert node["status"] == "healthy" and node["last_heartbeat_at"] is not None
+        assert node["status"] == "pending" and node["last_heartbeat_at"] is not None
     finally:
         store.close()
+
+
+async def test_a_pending_node_says_it_waits_until_it_is_approved(app, tmp_path: Path) -> None:
+    agent = agent_for(app, tmp_path)
+    await agent.join()
+    await agent.heartbeat()
+    assert agent.readiness() == "waiting for an operator's approval (berth nodes approve gpu-a)"
+    app.state.services.store.node_admission.approve("gpu-a")
+    await agent.heartbeat()
+    assert agent.readiness() is None
+
+
+async def test_a_revoked_node_stops_heartbeating_and_keeps_the_refusal(app, tmp_path: Path) -> None:
+    agent = agent_for(app, tmp_path, join_token=admitted(app), heartbeat_s=0.05)
+    await agent.join()
+    app.state.services.store.node_admission.revoke("gpu-a")
+    await asyncio.wait_for(agent.heartbeat_loop(), timeout=5)  # returns: it does not beat on against a 401
+    assert agent.stopping.is_set() and isinstance(agent.refused, CredentialRefused)
+    assert "was revoked" in str(agent.refused) and "gpu-a" in str(agent.refused)

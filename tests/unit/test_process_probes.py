@@ -79,7 +79,9 @@ def app(tmp_path: Path):
 
 
 def node_agent(app, tmp_path: Path, port: int) -> NodeAgent:
-    options = NodeOptions(node_id=f"gpu-{uuid.uuid4().hex[:6]}", join_token=JOIN_TOKEN, cache_dir=tmp_path / "node",
+    node_id = f"gpu-{uuid.uuid4().hex[:6]}"
+    token = app.state.services.store.node_admission.mint(node_id, 600).join_token  # admitted: no approval to wait for
+    options = NodeOptions(node_id=node_id, join_token=token, cache_dir=tmp_path / "node",
                           zone="z1", heartbeat_s=5.0, metrics_port=port)
     discovery = SimulatedDiscovery(parse_simulate("1xH100-80GB"), options.node_id)
     engine = SimulatedReplicaEngine(load_time_scale=0.001, latency_scale=0, log_dir=tmp_path / "logs")

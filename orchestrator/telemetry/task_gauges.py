@@ -38,7 +38,7 @@ def task_reading(nodes: Iterable[NodeView], waiting: Iterable[TaskState], runnin
     now = now or datetime.now(timezone.utc)
     reading = TaskReading()
     for node in nodes:
-        if node.status != "lost":
+        if node.status not in ("lost", "revoked"):  # a pending node heartbeats: its silence is news too
             seen = node.last_heartbeat_at or node.registered_at
             reading.heartbeat_age_s[(node.node_id, node.datacenter)] = max(0.0, (now - seen).total_seconds())
     reading.gpu_trouble.update((t.model, t.gpu_trouble or "capacity") for t in waiting)

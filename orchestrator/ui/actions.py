@@ -131,10 +131,21 @@ async def node_action(request: Request, node_id: str, action: str, svc: Svc) -> 
         await nodes_api.preempt(node_id, svc, caller, notice)
         return Done(f"{node_id} preempted: it leaves within {notice.notice_s:g} s")
 
+    async def approve() -> Done:
+        await nodes_api.approve(node_id, svc, caller)
+        return Done(f"{node_id} is approved: placement may use it now")
+
+    async def revoke() -> Done:
+        # Not undone by a click: the node must be admitted again. The operator types its id to confirm.
+        if form.get("confirm", "").strip() != node_id:
+            raise ApiError(422, f"type the node id {node_id!r} to confirm revoking it", field="confirm")
+        done = await nodes_api.revoke(node_id, svc, caller)
+        return Done(f"{node_id} is revoked: {len(done.tasks_moved)} task(s) told to move their steps")
+
     async def again(**kwargs: Any) -> Response:
         return await show_fleet(request, svc, viewer, **kwargs)
 
-    actions = {"drain": drain, "undrain": undrain, "preempt": preempt}
+    actions = {"drain": drain, "undrain": undrain, "preempt": preempt, "approve": approve, "revoke": revoke}
     return await _act(actions.get(action, _unknown(action, actions)), "/fleet", again)
 
 

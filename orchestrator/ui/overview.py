@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from sdk import TaskState, TaskStatus
+from sdk._fleet import UNADMITTED
 
 from ..store import Store
 from ..telemetry.fleet_gauges import fleet_reading
@@ -44,7 +45,7 @@ def overview(store: Store, tenant: str | None, now: datetime | None = None) -> O
     # The current minute is still filling up; the last whole one is the honest "per minute".
     last_whole = per_minute[-2][1] if len(per_minute) > 1 else 0
     recent = store.events.recent(("llm_call", "interruption"), now - HOUR, tenant)
-    fleet = fleet_reading(n for n in store.fleet.list() if n.status != "lost")
+    fleet = fleet_reading(n for n in store.fleet.list() if n.status != "lost" and n.status not in UNADMITTED)
     replicas: Counter[str] = Counter()
     for (_model, state, _node, _datacenter), count in fleet.replicas.items():
         replicas[state] += count

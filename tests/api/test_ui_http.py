@@ -280,3 +280,27 @@ async def test_the_models_page_shows_each_models_last_hour_from_its_booked_calls
         "calls": "3", "cold-starts": "1", "ttft-p50": "300 ms", "ttft-p95": "9.0 s", "speed": "40 tok/s"}
     idle = page[page.index('data-model="llama-3.1-8b"'):]
     assert re.search(r'<b class="calls">0</b>.*?<b class="ttft-p50">–</b>', idle, re.S)
+
+
+async def test_the_fleet_page_shows_pending_and_revoked_nodes_and_revoking_needs_the_node_id_typed(
+        sign_in: SignIn, store: Store) -> None:
+    from sdk import NodeSpec
+
+    store.node_admission.join(NodeSpec(node_id="gpu-p", datacenter="dc1", zone="z1"), None, "cluster", cluster_token=True)
+    viewer = await (await sign_in(Role.viewer)).get("/fleet")
+    assert re.search(r'action="/fleet/nodes/gpu-p/approve"[^>]*>\s*<input[^>]*>\s*<button type="submit" disabled',
+                     viewer.text)  # shown, greyed out: a viewer may not approve
+    admin = await sign_in(Role.admin)
+    page = await admin.get("/fleet")
+    assert "joined with the cluster token: no work until approved" in page.text
+    approved = await admin.post("/fleet/nodes/gpu-p/approve", data={"csrf_token": csrf_of(page)})
+    assert approved.status_code == 303 and store.fleet.get("gpu-p").status == "healthy"
+    page = await admin.get("/fleet")
+    assert 'action="/fleet/nodes/gpu-p/approve"' not in page.text and 'name="confirm"' in page.text
+    for typed in ({}, {"confirm": "gpu-q"}):  # one click, or another node's id, revokes nothing
+        refused = await admin.post("/fleet/nodes/gpu-p/revoke", data={"csrf_token": csrf_of(page), **typed})
+        assert refused.status_code == 422 and "type the node id &#39;gpu-p&#39; to confirm" in flash_of(refused)
+    assert store.fleet.get("gpu-p").status == "healthy"
+    revoked = await admin.post("/fleet/nodes/gpu-p/revoke", data={"csrf_token": csrf_of(page), "confirm": "gpu-p"})
+    assert revoked.status_code == 303 and store.fleet.get("gpu-p").status == "revoked"
+    assert "its credential is dead" in (await admin.get("/fleet")).text

@@ -11,6 +11,11 @@ that were in flight when it stopped.
 The API refuses requests without a key, so the first start makes an admin key, keeps it in
 <data_dir>/admin-key and prints it once; the children that call the API (the tool worker,
 the demo) get it as BERTH_API_KEY.
+
+The stack's own nodes join admitted: each one the store has never seen gets a per-node join token
+minted here, before it starts; one that joined before rejoins with the node secret kept in its
+cache dir. The cluster join token (<data_dir>/join-token) is for nodes started by hand, which
+wait for an operator's approval (`berth nodes approve`), as does a stack node that was revoked.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import httpx
 
 from sdk._client import API_KEY_ENV
 
-from ..config import BerthConfig
+from ..config import ENV_PREFIX, BerthConfig
 from ..store import Store
 from ..telemetry.tracing import CONSOLE_ENV
 from ..worker import WORKER_METRICS_PORT_ENV
@@ -39,6 +44,10 @@ from .fleet import DEFAULT_FLEET, SimulatedNode, node_argv
 from .supervisor import ChildSpec, Supervisor, python_module
 
 READY_TIMEOUT_S = 120.0
+# A stack node's join token waits for the API to be ready (READY_TIMEOUT_S), the node's own join retries
+# (60 s) and a few supervisor restarts (1 + 2 + 5 + 10 + 30 s of backoff): ten minutes covers them all.
+NODE_TOKEN_TTL_S = 600
+JOIN_TOKEN_ENV = f"{ENV_PREFIX}JOIN_TOKEN"
 # Simulated nodes beat faster than real ones (5 s): a demo's placements see a load finish sooner.
 NODE_HEARTBEAT_S = 2.0
 DEMO_AGENTS = "orchestrator.demo.sample_agents:ALL"
@@ -72,11 +81,14 @@ def metrics_ports(host: str, fleet: Sequence[SimulatedNode]) -> dict[str, int]:
 
 def stack_children(config: BerthConfig, tool_agents: list[str],
                    fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, api_key: str | None = None,
-                   otel_console: bool = False, metrics: dict[str, int] | None = None) -> list[ChildSpec]:
+                   otel_console: bool = False, metrics: dict[str, int] | None = None,
+                   node_tokens: dict[str, str] | None = None) -> list[ChildSpec]:
     """The processes of the stack; only those that call the API (the tool worker) get `api_key`.
     With `otel_console` each Berth process prints its spans to its own log; `metrics` gives the worker
-    and nodes their /metrics ports (none without)."""
+    and nodes their /metrics ports (none without); `node_tokens` the per-node join tokens of the nodes
+    that have them (the others join with the cluster token of `config`)."""
     metrics = metrics or {}
+    node_tokens = node_tokens or {}
     env = {**config.to_env(), CONSOLE_ENV: "1"} if otel_console else config.to_env()
     data = config.data_dir.resolve()
     children = [
@@ -99,7 +111,8 @@ def stack_children(config: BerthConfig, tool_agents: list[str],
     if config.fleet:
         children += [ChildSpec(node.node_id, python_module("orchestrator.cli.main", *node_argv(
             node, config.load_time_scale, NODE_HEARTBEAT_S), "--metrics-port", str(metrics.get(node.node_id, 0))),
-            env, stop_group=EDGE) for node in fleet]
+            {**env, JOIN_TOKEN_ENV: node_tokens[node.node_id]} if node.node_id in node_tokens else env,
+            stop_group=EDGE) for node in fleet]
     if tool_agents:
         tools_env = {**env, API_KEY_ENV: api_key} if api_key else env
         children.append(ChildSpec("tools", python_module("orchestrator.cli.main", "worker", "--agents",
@@ -126,7 +139,8 @@ def wait_ready(config: BerthConfig, supervisor: Supervisor, stop: "_StopFlag",
 
 
 def cluster_join_token(config: BerthConfig) -> str:
-    """The token GPU nodes join with: configured, or made once and kept in <data_dir>/join-token."""
+    """The cluster join token (nodes started by hand join with it, and wait for approval): configured, or made
+    once and kept in <data_dir>/join-token."""
     if config.join_token:
         return config.join_token
     path = config.data_dir / "join-token"
@@ -138,6 +152,12 @@ def cluster_join_token(config: BerthConfig) -> str:
     return token
 
 
+def admit_stack_nodes(store: Store, fleet: Sequence[SimulatedNode]) -> dict[str, str]:
+    """A per-node join token for each node of the stack the store has never seen (or has forgotten)."""
+    return {node.node_id: store.node_admission.mint(node.node_id, NODE_TOKEN_TTL_S, created_by="berth up").join_token
+            for node in fleet if store.fleet.get(node.node_id) is None}
+
+
 def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | None = None,
            fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, otel_console: bool = False) -> int:
     config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -145,6 +165,7 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
     store = Store.open(config.resolved_database_url)
     try:
         admin_key, new_key = ensure_admin_key(store, config.admin_key_path)
+        node_tokens = admit_stack_nodes(store, fleet) if config.fleet else {}
     finally:
         store.close()
     agents = list(tool_agents or [])
@@ -154,7 +175,7 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
     supervisor = Supervisor(config.data_dir / "logs", config.data_dir / "run")
     try:
         metrics = metrics_ports(config.host, fleet if config.fleet else ())
-        for spec in stack_children(config, agents, fleet, admin_key, otel_console, metrics):
+        for spec in stack_children(config, agents, fleet, admin_key, otel_console, metrics, node_tokens):
             supervisor.start(spec)
         if not wait_ready(config, supervisor, stop):
             return 0

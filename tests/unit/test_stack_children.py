@@ -34,3 +34,31 @@ def test_berth_up_gives_the_worker_and_each_node_a_metrics_port_of_its_own(tmp_p
     for node in DEFAULT_FLEET:
         argv = children[node.node_id].argv
         assert argv[argv.index("--metrics-port") + 1] == str(ports[node.node_id])
+
+
+def test_berth_up_admits_its_own_nodes_and_leaves_the_cluster_token_to_the_others(tmp_path: Path) -> None:
+    """Each stack node the store has not seen joins with a per-node token of its own; one that joined before
+    rejoins with its secret, so it gets none (it keeps the cluster token, which alone would leave it pending)."""
+    from orchestrator.stack.fleet import DEFAULT_FLEET
+    from orchestrator.stack.up import JOIN_TOKEN_ENV, admit_stack_nodes
+    from orchestrator.store import Store
+    from sdk import NodeSpec
+
+    config = BerthConfig(data_dir=tmp_path, fleet=True, join_token="cluster",
+                         database_url=f"sqlite:///{tmp_path / 'berth.db'}")
+    store = Store.open(config.resolved_database_url)
+    try:
+        known = DEFAULT_FLEET[0]
+        store.fleet.register(NodeSpec(node_id=known.node_id, datacenter=known.datacenter, zone=known.zone), "s")
+        tokens = admit_stack_nodes(store, DEFAULT_FLEET)
+        assert set(tokens) == {n.node_id for n in DEFAULT_FLEET[1:]}
+        for node in DEFAULT_FLEET[1:]:
+            joined = store.node_admission.join(NodeSpec(node_id=node.node_id, datacenter=node.datacenter,
+                                                        zone=node.zone), None, tokens[node.node_id], cluster_token=False)
+            assert joined.node.status == "healthy"
+    finally:
+        store.close()
+    children = {c.name: c for c in stack_children(config, [], DEFAULT_FLEET, node_tokens=tokens)}
+    assert children[known.node_id].env[JOIN_TOKEN_ENV] == "cluster"
+    assert all(children[n].env[JOIN_TOKEN_ENV] == tokens[n] for n in tokens)
+    assert children["server"].env[JOIN_TOKEN_ENV] == "cluster"  # the server checks the cluster token

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from rich.table import Table
@@ -33,42 +34,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_api_flag(p)
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("show", help="one node: its spec, GPU metrics, cached weights and replicas")
+    node_command(sub, "show", "one node: its spec, GPU metrics, cached weights and replicas", cmd_show)
+    node_command(sub, "drain", "stop placing new work on a node (what it runs finishes)", cmd_drain, undrain=False)
+    node_command(sub, "undrain", "let a drained node take new work again", cmd_drain, undrain=True)
+    node_command(sub, "admit", "mint a per-node join token: the node joins with it once, admitted at once",
+                 cmd_admit).add_argument("--ttl", default="1h", help="how long the token may wait to be used:"
+                                                                     " 10m, 1h, 7d (default 1h)")
+    node_command(sub, "approve", "let a node that joined with the cluster token (pending) into the fleet", cmd_approve)
+    node_command(sub, "revoke", "kill a node's credential now: its steps move elsewhere; it must be admitted again",
+                 cmd_revoke, remove=False)
+    node_command(sub, "remove", "revoke a node and forget it, so its id may be admitted anew", cmd_revoke, remove=True)
+    node_command(sub, "preempt", "take a node away as a spot reclaim would: its tasks resume elsewhere",
+                 cmd_preempt).add_argument("--notice", default="30s",
+                                           help="the warning it gets: 30s, 2m or seconds (default 30s)")
+
+
+def node_command(sub: argparse._SubParsersAction, name: str, text: str, func: Callable[[argparse.Namespace], int],
+                 **defaults: object) -> argparse.ArgumentParser:
+    """A subcommand that acts on one node, named by its id."""
+    p = sub.add_parser(name, help=text)
     p.add_argument("node_id")
     add_api_flag(p)
-    p.set_defaults(func=cmd_show)
-
-    for name, text in (("drain", "stop placing new work on a node (what it runs finishes)"),
-                       ("undrain", "let a drained node take new work again")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("node_id")
-        add_api_flag(p)
-        p.set_defaults(func=cmd_drain, undrain=name == "undrain")
-
-
-    p = sub.add_parser("admit", help="mint a per-node join token: the node joins with it once, admitted at once")
-    p.add_argument("node_id")
-    p.add_argument("--ttl", default="1h", help="how long the token may wait to be used: 10m, 1h, 7d (default 1h)")
-    add_api_flag(p)
-    p.set_defaults(func=cmd_admit)
-
-    p = sub.add_parser("approve", help="let a node that joined with the cluster token (pending) into the fleet")
-    p.add_argument("node_id")
-    add_api_flag(p)
-    p.set_defaults(func=cmd_approve)
-
-    for name, text in (("revoke", "kill a node's credential now: its steps move elsewhere; it must be admitted again"),
-                       ("remove", "revoke a node and forget it, so its id may be admitted anew")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("node_id")
-        add_api_flag(p)
-        p.set_defaults(func=cmd_revoke, remove=name == "remove")
-
-    p = sub.add_parser("preempt", help="take a node away as a spot reclaim would: its tasks resume elsewhere")
-    p.add_argument("node_id")
-    p.add_argument("--notice", default="30s", help="the warning it gets: 30s, 2m or seconds (default 30s)")
-    add_api_flag(p)
-    p.set_defaults(func=cmd_preempt)
+    p.set_defaults(func=func, **defaults)
+    return p
 
 
 def cmd_list(args: argparse.Namespace) -> int:

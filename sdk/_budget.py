@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ._limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET
+from ._limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET, numbers_not_booleans
 
 
 class Budget(BaseModel):
@@ -22,6 +22,8 @@ class Budget(BaseModel):
     tokens: int = Field(gt=0, le=MAX_TOKEN_BUDGET, description="token limit, prompt and completion together")
     usd: float | None = Field(default=None, gt=0, le=MAX_USD_BUDGET, description="spend limit in US dollars")
     deadline: datetime | None = Field(default=None, description="instant after which no new step starts")
+
+    _numbers = numbers_not_booleans("tokens", "usd")
 
     def __init__(self, tokens: int | None = None, **data: object) -> None:
         if tokens is not None:

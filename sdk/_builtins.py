@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ._limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET, NAME_PATTERN
+from ._limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET, NAME_PATTERN, numbers_not_booleans
 from ._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL, AgentSpec, ToolSpec
 
 
@@ -16,6 +16,8 @@ class SpawnAgentArgs(BaseModel):
     agent: str = Field(pattern=NAME_PATTERN, description="name of a registered agent")
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS, description="the sub-task")
     tokens: int | None = Field(default=None, gt=0, le=MAX_TOKEN_BUDGET, description="budget to carve out")
+
+    _numbers = numbers_not_booleans("tokens")
 
 
 class AskHumanArgs(BaseModel):

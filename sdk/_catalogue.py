@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator, model_validator
 
+from ._limits import numbers_not_booleans
+from ._refusal import refused_at
 
 TENSOR_PARALLEL_DEGREES = (1, 2, 4, 8)  # what vLLM shards across on one node's NVLink domain
 
@@ -45,9 +47,11 @@ class ModelEntry(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> "ModelEntry":
         if self.provider == "self-hosted" and self.weights_gib <= 0:
-            raise ValueError("weights_gib: a self-hosted model needs its weights size (> 0)")
+            raise refused_at("ModelEntry", ("weights_gib",), "a self-hosted model needs its weights size (> 0)",
+                             self.weights_gib)
         if self.provider == "hosted" and not self.api_key_env:
-            raise ValueError("api_key_env: a hosted model needs the variable holding its provider key")
+            raise refused_at("ModelEntry", ("api_key_env",), "a hosted model needs the variable holding its provider"
+                             " key", self.api_key_env)
         return self
 
 
@@ -63,10 +67,14 @@ class ScalingPolicy(BaseModel):
     target: float = Field(default=2.0, gt=0, allow_inf_nan=False, description="seconds of queue delay, or leases per replica")
     warm_buffer: int = Field(default=0, ge=0, le=100, description="extra idle replicas kept ready")
 
+    _numbers = numbers_not_booleans("min_replicas", "max_replicas", "idle_timeout_s", "target", "warm_buffer")
+
     @model_validator(mode="after")
     def _min_not_above_max(self) -> "ScalingPolicy":
         if self.min_replicas > self.max_replicas:
-            raise ValueError(f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})")
+            raise refused_at("ScalingPolicy", ("min_replicas",),
+                             f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})",
+                             self.min_replicas)
         return self
 
 

@@ -13,13 +13,13 @@ knows: the node's status and when it was last heard from.
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._limits import MAX_STORED_INT, NAME_PATTERN
+from ._refusal import refused_at
 
 NODE_ID_PATTERN = NAME_PATTERN  # a node id is typed and grepped like an agent name
 PLACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"  # datacenter and zone names, e.g. "us-east-1a"
@@ -85,9 +85,12 @@ class NodeSpec(BaseModel):
 
     @model_validator(mode="after")
     def _distinct_gpu_indexes(self) -> NodeSpec:
-        repeated = [i for i, n in Counter(g.index for g in self.gpus).items() if n > 1]
-        if repeated:
-            raise ValueError(f"gpus: index {repeated[0]} is listed more than once")
+        seen: set[int] = set()
+        for position, gpu in enumerate(self.gpus):
+            if gpu.index in seen:  # the refusal names the second listing: gpus.<position>.index
+                raise refused_at("NodeSpec", ("gpus", position, "index"),
+                                 f"index {gpu.index} is listed more than once", gpu.index)
+            seen.add(gpu.index)
         return self
 
 

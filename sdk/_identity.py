@@ -11,7 +11,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET, NAME_PATTERN
+from ._limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET, NAME_PATTERN, numbers_not_booleans
 
 DEFAULT_TENANT = "default"
 # `berth_<key id>_<secret>`: the id is readable from the key, so a log line or an audit row can
@@ -47,6 +47,8 @@ class TenantUpdate(BaseModel):
         default=None, gt=0, le=MAX_TOKEN_BUDGET, description="the token budget of a task submitted without one")
     default_budget_usd: float | None = Field(
         default=None, gt=0, le=MAX_USD_BUDGET, description="the dollar limit of a task submitted without one")
+
+    _numbers = numbers_not_booleans("gpu_quota", "default_budget_tokens", "default_budget_usd")
 
 
 class TenantSpec(TenantUpdate):

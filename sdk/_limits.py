@@ -4,9 +4,10 @@ They exist so that a typo (an extra zero on a budget, a pasted file as input) is
 with a clear reason instead of being accepted and costing money or memory later.
 """
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 MAX_TOKEN_BUDGET = 100_000_000  # 100 M tokens is about $1,500 at frontier prices: anything above is a typo
 MAX_USD_BUDGET = 10_000.0
@@ -17,8 +18,40 @@ MIN_ANSWER_TOKENS = 16  # a call that cannot afford this many answer tokens is n
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 MAX_TOOL_RESULT_CHARS = 32_000  # tool results pass through workflow history: keep them bounded
+# A cancel reason is a sentence: it becomes the task's error, shown on every later refusal about the task.
+MAX_REASON_CHARS = 500
+MAX_MODEL_NAME_CHARS = 200  # a catalogue name is 128 at most; a hosted route (provider/model) a little more
+MAX_PAGE = 500  # rows one list request returns
+# OpenAI's API takes at most 128 tools in one request, and other providers fewer: what an agent's model is
+# offered (its own tools, its MCP servers' and the built-ins) must fit.
+MAX_MODEL_TOOLS = 128
+# Each MCP server is a process or connection the tool worker holds (one per task for berth_token servers), and
+# all their tools share the model's 128: sixteen servers of eight tools fill it.
+MAX_MCP_SERVERS = 16
 # The store's integers are 64-bit signed (SQLite, Postgres BIGINT): a larger sequence number or offset
 # cannot even be looked up, and must be refused by name rather than fail in the database driver.
 MAX_STORED_INT = 2**63 - 1
+
+
+def _refuse_booleans(value: object) -> object:
+    """pydantic's lax mode reads `true` as 1 (bool is an int in Python): a budget of `true` tokens is a client's
+    mistake, never a one-token task. Strings stay accepted: the admin UI's forms send numbers as text."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("number_not_boolean", "a number is required, not a boolean")
+    return value
+
+
+# Last in an Annotated, after the Field's bounds (which then still show in the JSON schema): `Annotated[int,
+# Field(gt=0), NOT_A_BOOLEAN]`, for a tool's argument or a type of its own.
+NOT_A_BOOLEAN = BeforeValidator(_refuse_booleans)
+
+
+def numbers_not_booleans(*fields: str) -> Any:
+    """The validator that refuses a boolean for any of a request model's number `fields`; assign it in the
+    model's body: `_numbers = numbers_not_booleans("tokens", "usd")`. A validator rather than a type, so the
+    fields keep their own bounds and JSON schema as they are."""
+    return field_validator(*fields, mode="before")(_refuse_booleans)
+
+
 # A count, sequence number or row id that lands in a store column.
-StoredInt = Annotated[int, Field(ge=0, le=MAX_STORED_INT)]
+StoredInt = Annotated[int, Field(ge=0, le=MAX_STORED_INT), NOT_A_BOOLEAN]

@@ -14,6 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from ._limits import numbers_not_booleans
+
 # A server's name prefixes its tools' names (`<server>__<tool>`, at most 64 characters for an
 # OpenAI tool), so it is an agent name without dots (not allowed in tool names), 32 at most
 # (which leaves 30 for the tool's own name).
@@ -45,6 +47,8 @@ class McpServer(BaseModel):
     berth_token: bool = Field(default=False, description="a stdio server per task, holding that task's token")
     timeout_s: float = Field(default=60.0, gt=0, le=24 * 3600, description="per attempt of each call")
     max_attempts: int = Field(default=3, ge=1, le=100)
+
+    _numbers = numbers_not_booleans("timeout_s", "max_attempts")
 
     @field_validator("command")
     @classmethod

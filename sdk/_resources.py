@@ -11,7 +11,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from ._budget import Budget
-from ._limits import MAX_INPUT_CHARS, MAX_STEPS, MAX_STORED_INT, TASK_ID_PATTERN
+from ._limits import (MAX_INPUT_CHARS, MAX_MODEL_NAME_CHARS, MAX_STEPS, MAX_STORED_INT, TASK_ID_PATTERN,
+                      numbers_not_booleans)
 from ._messages import Message
 from ._spec import CheckpointRef
 
@@ -86,9 +87,11 @@ class ForkRequest(BaseModel):
     checkpoint_seq: int = Field(ge=0, le=MAX_STORED_INT)
     task_id: str | None = Field(default=None, pattern=TASK_ID_PATTERN)
     budget: Budget | None = None
-    model: str | None = Field(default=None, min_length=1, max_length=200)
+    model: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME_CHARS)
     input: str | None = Field(default=None, min_length=1, max_length=MAX_INPUT_CHARS)
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
+
+    _numbers = numbers_not_booleans("checkpoint_seq", "max_steps")
 
 
 class ErrorDetail(BaseModel):

@@ -11,17 +11,23 @@ from ._budget import Budget
 from ._lease import ServiceClass
 from ._limits import (
     MAX_INPUT_CHARS,
+    MAX_MCP_SERVERS,
+    MAX_MODEL_NAME_CHARS,
+    MAX_MODEL_TOOLS,
     MAX_STEPS,
     MAX_TOKENS_PER_STEP,
     NAME_PATTERN,
     TASK_ID_PATTERN,
     StoredInt,
+    numbers_not_booleans,
 )
 from ._mcp_server import McpServer
 
 SPAWN_AGENT_TOOL = "spawn_agent"
 ASK_HUMAN_TOOL = "ask_human"
 BUILTIN_TOOLS = (SPAWN_AGENT_TOOL, ASK_HUMAN_TOOL)
+# The model is offered the agent's own tools and the built-ins in one request: 128 - 2 = 126 of its own.
+MAX_AGENT_TOOLS = MAX_MODEL_TOOLS - len(BUILTIN_TOOLS)
 
 
 class ToolSpec(BaseModel):
@@ -34,6 +40,8 @@ class ToolSpec(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     timeout_s: float = Field(default=60.0, gt=0, le=24 * 3600)
     max_attempts: int = Field(default=3, ge=1, le=100)
+
+    _numbers = numbers_not_booleans("timeout_s", "max_attempts")
 
     def to_openai(self) -> dict[str, Any]:
         return {
@@ -49,16 +57,18 @@ class AgentSpec(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN)
     version: str = Field(default="", description="content hash, filled in on registration")
-    model: str = Field(min_length=1, max_length=200)
+    model: str = Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)
     instructions: str = Field(default="", max_length=MAX_INPUT_CHARS)
-    tools: list[ToolSpec] = Field(default_factory=list)
+    tools: list[ToolSpec] = Field(default_factory=list, max_length=MAX_AGENT_TOOLS)
     max_steps: int = Field(default=50, ge=1, le=MAX_STEPS)
     max_tokens_per_step: int = Field(default=1024, ge=16, le=MAX_TOKENS_PER_STEP)
     allow_spawn: bool = False
     allow_ask_human: bool = False
     ask_human_timeout_s: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
-    mcp_servers: list[McpServer] = Field(default_factory=list,
+    mcp_servers: list[McpServer] = Field(default_factory=list, max_length=MAX_MCP_SERVERS,
                                          description="servers whose tools the tool worker offers as <server>__<tool>")
+
+    _numbers = numbers_not_booleans("max_steps", "max_tokens_per_step", "ask_human_timeout_s")
 
     @property
     def task_queue(self) -> str:
@@ -132,11 +142,14 @@ class TaskSpec(BaseModel):
         default="interactive",
         description="interactive prefers on-demand GPUs; batch and low_priority prefer spot; low_priority never"
                     " starts a replica")
-    model: str | None = Field(default=None, description="override the agent's model (e.g. for a fork)")
+    model: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME_CHARS,
+                              description="override the agent's model (e.g. for a fork)")
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
     max_interruptions: int = Field(default=50, ge=0, le=10_000,
                                    description="node losses and preemptions the task rides out (not errors)")
     budget_grace_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
+
+    _numbers = numbers_not_booleans("priority", "max_steps", "max_interruptions", "budget_grace_s")
 
     @field_validator("input")
     @classmethod

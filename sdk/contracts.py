@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from ._lease import StepPlacement
-from ._limits import StoredInt
+from ._limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET, StoredInt, numbers_not_booleans
 from ._messages import Message, ToolCall
 from ._spec import AgentSpec, CheckpointRef, TaskRun
 from ._state import TaskState
@@ -139,12 +139,14 @@ NODE_GONE_SIGNAL = "node_gone"  # a node was revoked or removed: cut a generatio
 
 
 class RaiseBudget(BaseModel):
-    tokens: int = Field(default=0, ge=0, le=100_000_000, description="tokens to add to the limit")
-    usd: float = Field(default=0.0, ge=0, le=10_000.0, description="dollars to add to the limit")
+    tokens: int = Field(default=0, ge=0, le=MAX_TOKEN_BUDGET, description="tokens to add to the limit")
+    usd: float = Field(default=0.0, ge=0, le=MAX_USD_BUDGET, description="dollars to add to the limit")
+
+    _numbers = numbers_not_booleans("tokens", "usd")
 
 
 class HumanAnswer(BaseModel):
-    text: str = Field(min_length=1, max_length=200_000)
+    text: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
 
 
 SPAWN_UPDATE = "spawn"

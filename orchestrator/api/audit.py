@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sdk import Unauthorized
 from sdk._identity import AuditEntry
-from sdk._limits import MAX_STORED_INT
+from sdk._limits import MAX_PAGE, MAX_STORED_INT
 
 from ..store import Store
 from .auth import PRINCIPAL_SCOPE_KEY, Admin
@@ -37,7 +37,6 @@ WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MCP_PATH = "/mcp"
 _NODE_AGENT_PATH = re.compile(r"^/v1/nodes/(register|[^/]+/heartbeat|[^/]+/steps/[^/]+)$")
 TARGET_SCOPE_KEY = "berth.audit_target"
-MAX_PAGE = 500
 
 
 def note_target(scope: Scope, target: str) -> None:

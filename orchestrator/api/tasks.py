@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request, Response, status
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from sdk import Spend, TaskEvent, TaskState, TaskStatus
 from sdk._builtins import SpawnAgentArgs
-from sdk._limits import MAX_STORED_INT
+from sdk._limits import MAX_PAGE, MAX_REASON_CHARS, MAX_STORED_INT
 from sdk._identity import CreatedKey, Role
 from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget, SpawnedChild
 
@@ -24,8 +24,6 @@ from .services import Services, Svc
 from .submission import check_submission_rate, submit_task
 from .temporal_gateway import TemporalUnavailable, UpdateRejected, WorkflowGone
 
-MAX_PAGE = 500
-
 
 # The contracts accept unknown fields (they travel through Temporal and may grow); a client
 # request must not, so that a typo ("token": 100) is refused instead of silently ignored.
@@ -39,6 +37,11 @@ class AnswerRequest(HumanAnswer):
 
 class CancelBody(CancelRequest):
     model_config = ConfigDict(extra="forbid")
+
+    # Bounded here, where a client sends it, as MCP and the CLI bound it: the reason becomes the task's error,
+    # echoed by every later refusal. The signal's own contract stays open for the workflow's reasons.
+    reason: str = Field(default=CancelRequest.model_fields["reason"].default, min_length=1,
+                        max_length=MAX_REASON_CHARS)
 
 
 class SpawnRequest(SpawnAgentArgs):

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from sdk import Budget, Client, TaskHandle, TaskState, TaskStatus
 from sdk._client import invalid_from_validation
+from sdk._limits import MAX_REASON_CHARS
 
 from . import output
 from .output import EXIT_FAILED, EXIT_OK, add_api_flag, fail, run_with_client
@@ -24,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", type=int, required=True, metavar="TOKENS", help="token limit, sub-agents included")
     p.add_argument("--usd", type=float, help="dollar limit")
     p.add_argument("--task-id", help="your own id (resubmitting the same id and spec is a no-op)")
-    p.add_argument("--tenant", default="default")
+    p.add_argument("--tenant", help="whose task it is (default: the key's own tenant, or default for a key of none)")
     p.add_argument("--priority", type=int, default=0, help="0 (default) to 9")
     p.add_argument("--model", help="use this model instead of the agent's")
     p.add_argument("--service-class", choices=["interactive", "batch", "low_priority"], default="interactive",
@@ -54,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("cancel", help="stop a task after its current step")
     p.add_argument("task_id")
-    p.add_argument("--reason", default="cancelled from the CLI")
+    p.add_argument("--reason", default="cancelled from the CLI", help=f"why (at most {MAX_REASON_CHARS} characters)")
     add_api_flag(p)
     p.set_defaults(func=cmd_cancel)
 
@@ -172,6 +173,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
+    if not 1 <= len(args.reason) <= MAX_REASON_CHARS:  # the API's and MCP's bound, refused before sending
+        return fail(f"a reason of 1 to {MAX_REASON_CHARS} characters is required, got {len(args.reason):,}", "reason")
+
     async def command(client: Client) -> int:
         state = await client.task(args.task_id).cancel(args.reason)
         print(f"cancel requested for {state.task_id} (status {state.status.value})")

@@ -16,15 +16,29 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from sdk import Budget, Spend, TaskState, TaskStatus
-from sdk._limits import MAX_INPUT_CHARS, MAX_STEPS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET, TASK_ID_PATTERN
+from sdk._limits import (
+    MAX_INPUT_CHARS,
+    MAX_MODEL_NAME_CHARS,
+    MAX_PAGE,
+    MAX_REASON_CHARS,
+    MAX_STEPS,
+    MAX_STORED_INT,
+    MAX_TOKEN_BUDGET,
+    MAX_USD_BUDGET,
+    NAME_PATTERN,
+    NOT_A_BOOLEAN,
+    TASK_ID_PATTERN,
+)
 
 from .caller import Caller
 from .results import AgentList, FleetStatus, ModelList, TaskList, WaitOutcome
 from .waiting import wait_for
 
 TaskId = Annotated[str, Field(pattern=TASK_ID_PATTERN, description="the task's id, e.g. from submit_task")]
-Tokens = Annotated[int, Field(gt=0, le=MAX_TOKEN_BUDGET, description="tokens, prompt and completion together")]
-Usd = Annotated[float | None, Field(gt=0, le=MAX_USD_BUDGET, description="a spend limit in US dollars")]
+Tokens = Annotated[int, Field(gt=0, le=MAX_TOKEN_BUDGET, description="tokens, prompt and completion together"),
+                   NOT_A_BOOLEAN]
+Usd = Annotated[float | None, Field(gt=0, le=MAX_USD_BUDGET, description="a spend limit in US dollars"), NOT_A_BOOLEAN]
+AgentName = Annotated[str, Field(pattern=NAME_PATTERN, description="a registered agent's name (see list_agents)")]
 MAX_WAIT_S = 3600.0
 
 
@@ -33,11 +47,12 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
 
     @server.tool()
     async def submit_task(
-        agent: Annotated[str, Field(min_length=1, description="a registered agent's name (see list_agents)")],
+        agent: AgentName,
         input: Annotated[str, Field(min_length=1, max_length=MAX_INPUT_CHARS, description="what the agent is to do")],
         budget_tokens: Tokens,
         budget_usd: Usd = None,
-        priority: Annotated[int, Field(ge=0, le=9, description="higher is served first when GPUs are short")] = 0,
+        priority: Annotated[int, Field(ge=0, le=9, description="higher is served first when GPUs are short"),
+                            NOT_A_BOOLEAN] = 0,
         task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN,
                                              description="your own id; resubmitting it with the same spec"
                                                          " returns the same task")] = None,
@@ -61,7 +76,7 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
     async def list_tasks(
         status: Annotated[TaskStatus | None, Field(description="only tasks in this status")] = None,
         agent: Annotated[str | None, Field(description="only tasks of this agent")] = None,
-        limit: Annotated[int, Field(ge=1, le=500)] = 20,
+        limit: Annotated[int, Field(ge=1, le=MAX_PAGE), NOT_A_BOOLEAN] = 20,
     ) -> TaskList:
         """Your tasks (your tenant's, for a key confined to one), newest first."""
         async with caller.client(ToolError) as client:
@@ -71,7 +86,8 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
     async def wait_for_task(
         task_id: TaskId,
         ctx: Context,
-        timeout_s: Annotated[float, Field(gt=0, le=MAX_WAIT_S, description="give up waiting after this long")] = 60.0,
+        timeout_s: Annotated[float, Field(gt=0, le=MAX_WAIT_S, description="give up waiting after this long"),
+                             NOT_A_BOOLEAN] = 60.0,
     ) -> WaitOutcome:
         """Wait until the task ends, reporting progress (step of max steps, tokens used) as it goes.
 
@@ -82,7 +98,7 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
     @server.tool()
     async def cancel_task(
         task_id: TaskId,
-        reason: Annotated[str, Field(min_length=1, max_length=500)] = "cancelled through MCP",
+        reason: Annotated[str, Field(min_length=1, max_length=MAX_REASON_CHARS)] = "cancelled through MCP",
     ) -> TaskState:
         """Ask a task to stop; it ends `cancelled` once its current step is settled."""
         async with caller.client(ToolError) as client:
@@ -91,7 +107,7 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
     @server.tool()
     async def raise_budget(
         task_id: TaskId,
-        tokens: Annotated[int, Field(ge=0, le=MAX_TOKEN_BUDGET, description="tokens to add")] = 0,
+        tokens: Annotated[int, Field(ge=0, le=MAX_TOKEN_BUDGET, description="tokens to add"), NOT_A_BOOLEAN] = 0,
         usd: Usd = None,
     ) -> Spend:
         """Add tokens and/or dollars to a task's budget (at least one of them); a task in awaiting_budget resumes."""
@@ -110,14 +126,17 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
     @server.tool()
     async def fork_task(
         task_id: TaskId,
-        checkpoint_seq: Annotated[int, Field(ge=0, description="which checkpoint (see the task's checkpoint_seq)")],
+        checkpoint_seq: Annotated[int, Field(ge=0, le=MAX_STORED_INT,
+                                             description="which checkpoint (see the task's checkpoint_seq)"),
+                                  NOT_A_BOOLEAN],
         budget_tokens: Annotated[int | None, Field(gt=0, le=MAX_TOKEN_BUDGET,
-                                                   description="the fork's budget; the source's when absent")] = None,
-        model: Annotated[str | None, Field(min_length=1, max_length=200,
+                                                   description="the fork's budget; the source's when absent"),
+                                 NOT_A_BOOLEAN] = None,
+        model: Annotated[str | None, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS,
                                            description="run the fork on another model")] = None,
         input: Annotated[str | None, Field(min_length=1, max_length=MAX_INPUT_CHARS,
                                            description="a new user message to continue with")] = None,
-        max_steps: Annotated[int | None, Field(ge=1, le=MAX_STEPS)] = None,
+        max_steps: Annotated[int | None, Field(ge=1, le=MAX_STEPS), NOT_A_BOOLEAN] = None,
         new_task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN, description="the fork's id")] = None,
     ) -> TaskState:
         """Start a new task from one of a task's checkpoints: its conversation so far, other limits if given."""

@@ -84,7 +84,8 @@ async def task_action(request: Request, task_id: str, action: str, svc: Svc) -> 
     caller = viewer.principal
 
     async def cancel() -> Done:
-        body = tasks_api.CancelBody(reason=form.get("reason") or "cancelled from the admin UI")
+        body = model_from_form(tasks_api.CancelBody, {"reason": form.get("reason") or "cancelled from the admin UI"},
+                               ("reason",))
         await tasks_api.cancel(task_id, svc, caller, body)
         return Done("cancel requested: the task stops after its current step")
 

@@ -24,6 +24,12 @@ from ..stack.fleet import SimulatedNode
 from ..weights_transfer import DISK_BYTES_PER_S, GIB
 from .json_input import field_errors, read_json
 
+# The standard fleet is 12 nodes; a 12,000-node fleet (96,000 GPUs) took ~10 s for the bursty scenario here,
+# most of it the calls, not the nodes. Past that, nodes cost memory and time without end (a 100,000-node file
+# ran without bound): ten thousand nodes, one group's own limit, and 8 GPUs for each of them bound a run.
+MAX_FLEET_NODES = 10_000
+MAX_FLEET_GPUS = 8 * MAX_FLEET_NODES
+
 
 class Network(BaseModel):
     """How fast weights reach a GPU: the placement scorers' figures and the simulated loads' alike."""
@@ -79,11 +85,22 @@ def parse_fleet(raw: object, source: str = "fleet") -> FleetFile:
         fleet = FleetFile.model_validate(raw)
     except ValidationError as exc:
         raise field_errors(source, exc) from None
+    _within_bounds(fleet, source)
     names = [n.id for n, _ in fleet.expand()]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ValueError(f"{source}.nodes: node {repeated[0]!r} is named twice (node_id and count expand to it)")
     return fleet
+
+
+def _within_bounds(fleet: FleetFile, source: str) -> None:
+    """Counted before the nodes are made, so a fleet too large to simulate is refused at once."""
+    nodes = sum(group.count for group in fleet.nodes)
+    if nodes > MAX_FLEET_NODES:
+        raise ValueError(f"{source}.nodes: {nodes:,} nodes (counts included); at most {MAX_FLEET_NODES:,}")
+    gpus = sum(group.count * len(parse_simulate(group.gpus)) for group in fleet.nodes)
+    if gpus > MAX_FLEET_GPUS:
+        raise ValueError(f"{source}.nodes: {gpus:,} GPUs; at most {MAX_FLEET_GPUS:,}")
 
 
 def load_fleet_file(path: Path) -> FleetFile:

@@ -4,6 +4,8 @@ pool's own placement function."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,8 @@ from orchestrator.pool import admission, service
 from orchestrator.pool.placement import place
 from orchestrator.simulator.compare import run_policies, spot_nodes
 from orchestrator.simulator.engine import Simulation
-from orchestrator.simulator.fleet_file import parse_fleet
+from orchestrator.simulator.fleet_file import MAX_FLEET_GPUS, MAX_FLEET_NODES, parse_fleet
+from orchestrator.simulator.json_input import MAX_JSON_DEPTH
 from orchestrator.simulator.plan import CallPlan, SessionPlan, Workload
 from orchestrator.simulator.policies import POLICY_NAMES, berth_policy, policy_named
 from orchestrator.simulator.report import summarize
@@ -153,3 +156,33 @@ def test_berth_simulate_refuses_bad_input_naming_the_field(tmp_path: Path, capsy
     assert main(["simulate", "--preemptions-per-node-hour", "-1", "--out", str(tmp_path / "o")]) == 2
     assert "preemptions-per-node-hour" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # nothing written for a refused run
+
+
+def _berth_simulate(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`berth simulate` as a real process: a traceback is what a user would see, not something pytest catches."""
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "simulate", *argv],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 100_000])  # nested past the bound; past Python's own
+def test_berth_simulate_refuses_a_deeply_nested_file_naming_the_bound(tmp_path: Path, depth: int) -> None:
+    for flag in ("--fleet", "--workload"):
+        nested = tmp_path / f"nested{flag}.json"
+        nested.write_text("[" * depth + "]" * depth)
+        refused = _berth_simulate(flag, str(nested), "--out", str(tmp_path / "o"))
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        (line,) = refused.stderr.strip().splitlines()  # one line, no traceback
+        assert line.startswith(f"error: {flag[2:]}: ") and f"at most {MAX_JSON_DEPTH}" in line, line
+
+
+def test_berth_simulate_refuses_a_fleet_beyond_its_node_or_gpu_bound(tmp_path: Path) -> None:
+    group = {"datacenter": "east", "zone": "east-1a", "gpus": "8xH100-80GB", "count": 10_000}
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps([{**group, "node_id": f"g{i}"} for i in range(10)]))  # 100,000 nodes
+    refused = _berth_simulate("--fleet", str(huge), "--out", str(tmp_path / "o"))
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip() == (f"error: fleet.nodes: 100,000 nodes (counts included); at most"
+                                      f" {MAX_FLEET_NODES:,}")
+    with pytest.raises(ValueError, match=f"fleet.nodes: {MAX_FLEET_NODES * 16:,} GPUs; at most {MAX_FLEET_GPUS:,}"):
+        parse_fleet([{**group, "node_id": "wide", "gpus": "16xH100-80GB"}])
+    assert not (tmp_path / "o").exists()

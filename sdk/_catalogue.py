@@ -25,8 +25,9 @@ class ModelEntry(BaseModel):
     engine: Literal["simulated", "vllm", "openai-compatible"] = "simulated"
     engine_args: dict[str, str | int | FiniteFloat | bool] = Field(default_factory=dict)
     litellm_route: str | None = Field(default=None, description="litellm model string; derived when absent")
-    usd_per_1m_prompt: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    usd_per_1m_completion: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    # Frontier models charge tens of dollars per million tokens; a thousand is a typo, not a price.
+    usd_per_1m_prompt: float | None = Field(default=None, ge=0, le=1000, allow_inf_nan=False)
+    usd_per_1m_completion: float | None = Field(default=None, ge=0, le=1000, allow_inf_nan=False)
     context_window: int = Field(default=131_072, ge=256, le=10_000_000)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]*$")
 
@@ -64,7 +65,8 @@ class ScalingPolicy(BaseModel):
     max_replicas: int = Field(default=4, ge=1, le=1000)
     idle_timeout_s: float = Field(default=300.0, gt=0, le=7 * 24 * 3600, description="scale-down window")
     scaler: Literal["queue_delay", "request_count"] = "queue_delay"
-    target: float = Field(default=2.0, gt=0, allow_inf_nan=False, description="seconds of queue delay, or leases per replica")
+    target: float = Field(default=2.0, gt=0, le=3600, allow_inf_nan=False,
+                          description="seconds of queue delay, or leases per replica (an hour, or 3,600, at most)")
     warm_buffer: int = Field(default=0, ge=0, le=100, description="extra idle replicas kept ready")
 
     _numbers = numbers_not_booleans("min_replicas", "max_replicas", "idle_timeout_s", "target", "warm_buffer")

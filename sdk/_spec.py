@@ -64,7 +64,8 @@ class AgentSpec(BaseModel):
     max_tokens_per_step: int = Field(default=1024, ge=16, le=MAX_TOKENS_PER_STEP)
     allow_spawn: bool = False
     allow_ask_human: bool = False
-    ask_human_timeout_s: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    ask_human_timeout_s: float = Field(default=3600.0, gt=0, le=30 * 24 * 3600, allow_inf_nan=False,
+                                       description="how long a question waits for its answer (30 days at most)")
     mcp_servers: list[McpServer] = Field(default_factory=list, max_length=MAX_MCP_SERVERS,
                                          description="servers whose tools the tool worker offers as <server>__<tool>")
 

@@ -188,3 +188,16 @@ async def test_mcp_refuses_what_the_api_refuses_before_calling_it(app, admin_key
             ("raise_budget", {"task_id": task.task_id, "tokens": True}, "tokens")):
         with pytest.raises(ToolError, match=named):
             await server.call_tool(tool, arguments)
+
+
+@pytest.mark.parametrize(("method", "path", "body", "field"), [
+    # A timer of 1e300 seconds is an OverflowError in the workflow's timedelta, not a long wait.
+    ("POST", "/v1/agents", {"name": "patient", "model": "llama-3.1-8b", "ask_human_timeout_s": 1e300},
+     "ask_human_timeout_s"),
+    ("PUT", "/v1/models/llama-3.2-1b/policy", {"target": 1e300}, "target"),
+    ("PUT", "/v1/models/priced", {"name": "priced", "weights_gib": 1, "usd_per_1m_prompt": 1e300}, "usd_per_1m_prompt"),
+])
+async def test_a_number_past_any_sensible_value_is_refused_by_name(api: httpx.AsyncClient, method: str, path: str,
+                                                                   body: dict, field: str) -> None:
+    refused = await api.request(method, path, json=body)
+    assert refused.status_code == 422 and error_of(refused)["field"] == field, refused.text

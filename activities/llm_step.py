@@ -22,7 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from sdk import CheckpointRef, Message, ToolCall
-from sdk._limits import MIN_ANSWER_TOKENS
+from sdk._limits import MIN_ANSWER_TOKENS, reservation_margin
 from sdk.contracts import LlmStepInput, LlmStepResult
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
@@ -30,7 +30,7 @@ from .ports import (GENERATION_CUT, KEPT, LOST, NODE_STOPPING, REPLICA_UNAVAILAB
                     ModelRouter, ReplicaUnavailable, StepBooks, StepRef)
 from .prices import Prices, call_cost, generated_cost
 from .spans import annotate_checkpoint, annotate_generation, record_cut
-from .tokens import _litellm, count_prompt_tokens, encode, reservation_margin, sendable_tools
+from .tokens import _litellm, count_prompt_tokens, encode, sendable_tools
 
 # While tokens stream, progress is heartbeated twice a second: a node killed without notice loses
 # what the last heartbeat that reached Temporal did not carry, so at most ~0.5-1 s of tokens. Before

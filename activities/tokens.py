@@ -146,8 +146,3 @@ def sendable_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from litellm.utils import remove_additional_properties, remove_strict_from_schema
 
     return remove_strict_from_schema(remove_additional_properties(copy.deepcopy(tools)))
-
-
-def reservation_margin(counted_prompt_tokens: int) -> int:
-    """Slack for engines whose chat template counts a little more than OpenAI's formula (≈2% + 8)."""
-    return counted_prompt_tokens // 50 + 8

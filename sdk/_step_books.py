@@ -131,7 +131,7 @@ class LlmCallEvent(BaseModel):
     served_by: str
     finish_reason: str | None
     tool_calls: list[str]
-    # Where it ran (absent off the fleet).
+    # Where it ran (None off the fleet).
     node_id: str | None = None
     replica_id: str | None = None
     gpu_indexes: list[int] | None = None
@@ -142,8 +142,5 @@ class LlmCallEvent(BaseModel):
     load_s: float | None = None
 
     def data(self) -> dict:
-        """The event's data: placement keys only when the call ran on the fleet."""
-        return self.model_dump(mode="json", exclude=set(PLACEMENT_KEYS) if self.node_id is None else None)
-
-
-PLACEMENT_KEYS = ("node_id", "replica_id", "gpu_indexes", "gpu_type", "tier", "decided_by", "queue_wait_s", "load_s")
+        """The event's data: every key, always (None where it does not apply), so readers meet one shape."""
+        return self.model_dump(mode="json")

@@ -15,6 +15,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
+from activities.tokens import warm_up_counting
+
 from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
 from .. import mcp_server, ui
@@ -50,6 +52,9 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
             await temporal.client()
         except TemporalUnavailable as exc:
             log.warning("starting without Temporal: %s", exc)
+        if config.fleet:
+            # The step routes count GPU nodes' prompts: load the tokenizer now, not inside the first step.
+            asyncio.get_running_loop().run_in_executor(None, warm_up_counting)
         sampling = asyncio.create_task(fleet_history.run(), name="ui-fleet-history")
         try:
             async with mcp.running():

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from activities.ports import KEPT, LOST, SETTLED, LedgerEntry
 from activities.prices import Prices, call_cost, generated_cost
-from activities.tokens import reservation_margin
 from sdk._lease import StepLimits
+from sdk._limits import reservation_margin
 from sdk._step_books import DeadAttemptBody, SettleStepRequest
 
 from ..store import CallReservation, LedgerTotals

@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.llm_step import LlmStepActivities
 from activities.ports import ModelRoute, ReplicaUnavailable
-from activities.tokens import count_prompt_tokens
+from activities.tokens import warm_up_counting
 from sdk._lease import StepPlacement
 from sdk.contracts import LlmStepInput, LlmStepResult
 
@@ -34,7 +34,7 @@ def warm_up() -> None:
     Done inside the first generation it would stall the node's event loop past the step's
     heartbeat timeout, and the workflow would take the node for lost.
     """
-    count_prompt_tokens([{"role": "user", "content": "warm up"}], None)
+    warm_up_counting()
 
 
 class ReplicaRouter:

@@ -203,7 +203,8 @@ class PoolService:
                      booking.created_replica)
         record = LeaseRecord(lease_id=f"lease-{uuid.uuid4().hex[:12]}", task_id=req.task_id, step=req.step,
                              model=req.model, node_id=replica.node_id, replica_id=replica.id, tokens=req.tokens,
-                             tenant=req.tenant, created_replica=booking.created_replica, pool_id=self.pool_id)
+                             tenant=req.tenant, created_replica=booking.created_replica, pool_id=self.pool_id,
+                             limits=req.limits)
         source: FetchSource = "datacenter" if chosen.candidate.tier == "datacenter" else "origin"
         grant = self._lease_grant(record, entry, chosen.candidate.tier, source).model_copy(update={
             "expected_ttft_s": round(chosen.terms["ttft"], 3), "decided_by": decision.decided_by})

@@ -31,7 +31,7 @@ from .checkpoints import (
 from .database import open_database
 from .events import SqlEventLog
 from .leadership import SqlLeadership
-from .leases import LeaseRecord, SqlLeases
+from .leases import CallReservation, LeaseRecord, SqlLeases
 from .keys import KeyConflict, KeyHolder, SqlApiKeys
 from .fleet import NodeConflict, NodeNotApproved, NodeNotFound, NodeRevoked, NodeSecretRefused, SqlFleet
 from .node_admission import Joined, JoinTokenRefused, SqlNodeAdmission
@@ -102,6 +102,7 @@ __all__ = [
     "CheckpointSummary",
     "KeyConflict",
     "KeyHolder",
+    "CallReservation",
     "LeaseRecord",
     "LedgerTotals",
     "NewSession",

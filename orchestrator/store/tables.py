@@ -306,6 +306,10 @@ class LeaseRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     # The pool (control-plane replica) that granted it; the other pools count it as load on its replica.
     pool_id: str = Field(default="", sa_column_kwargs={"server_default": ""})
+    # What the step may spend (sdk._lease.StepLimits, from its workflow), and what the control plane reserved
+    # for its call once it counted the prompt: the bounds on everything the node books under this lease.
+    limits_json: str = Field(default="", sa_type=Text, sa_column_kwargs={"server_default": ""})
+    reservation_json: str | None = Field(default=None, sa_type=Text)
 
 
 class GpuReservationRow(SQLModel, table=True):

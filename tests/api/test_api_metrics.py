@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from activities.ports import LedgerEntry
+from activities.ports import CallReport, StepRef
 from activities.step_books import StoreStepBooks
 from orchestrator.api import TemporalGateway
 from orchestrator.store import Store
@@ -26,10 +26,11 @@ def gateway(closed_port: int) -> TemporalGateway:
 async def test_metrics_serve_the_per_model_ttft_histogram_after_a_booked_call(app, store: Store, metrics_reader) -> None:
     model = unique("metered-model")
     books = StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger)
-    entry = LedgerEntry(task_id="t-metrics", step=1, attempt=1, model=model, prompt_tokens=30, completion_tokens=12,
-                        cost_usd=0.0015, ttft_s=0.07, duration_s=0.3, served_by="gpu-1/r-1")
-    assert books.settle(entry, {"step": 1, "tenant": "acme"})
-    assert not books.settle(entry, {"step": 1, "tenant": "acme"})  # a retried settle counts once
+    step = StepRef("t-metrics", 1, model, "acme")
+    call = CallReport(attempt=1, prompt_tokens=30, completion_tokens=12, cost_usd=0.0015, ttft_s=0.07, duration_s=0.3,
+                      served_by="gpu-1/r-1")
+    assert books.settle(step, call).recorded
+    assert not books.settle(step, call).recorded  # a retried settle counts once
 
     scraper = store.keys.create(Role.viewer, name="prometheus").key  # a key of no tenant: /metrics names them all
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",

@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import httpx
 import pytest
 
-from activities.ports import LedgerEntry
+from activities.ports import CallReport, StepRef
 from activities.step_books import StoreStepBooks
+from sdk._lease import StepPlacement
 from orchestrator.store import Store
 from orchestrator.ui.login import ADDRESS_FAILED_LOGIN_BURST
 from sdk import AgentSpec, TaskSpec
@@ -268,10 +269,11 @@ async def test_an_operator_confined_to_a_tenant_may_not_change_what_every_tenant
 async def test_the_models_page_shows_each_models_last_hour_from_its_booked_calls(sign_in: SignIn, store: Store) -> None:
     """The same settle that feeds berth_step_ttft_seconds writes the calls this page counts."""
     books = StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger)
+    served = StepRef("t-served", 1, "qwen2.5-7b", "default")
     for attempt, (ttft, tier) in enumerate(((9.0, "origin"), (0.12, "warm"), (0.3, "warm")), start=1):
-        books.settle(LedgerEntry(task_id="t-served", step=1, attempt=attempt, model="qwen2.5-7b", prompt_tokens=20,
-                                 completion_tokens=40, cost_usd=0, ttft_s=ttft, duration_s=1.0, served_by="n/r"),
-                     {"model": "qwen2.5-7b", "tier": tier, "ttft_s": ttft, "tokens_per_s": 40.0})
+        placement = StepPlacement(node_id="n", replica_id="r", gpu_indexes=[0], tier=tier)
+        books.settle(served, CallReport(attempt=attempt, prompt_tokens=20, completion_tokens=40, cost_usd=0,
+                                        ttft_s=ttft, duration_s=1.0, served_by="n/r", placement=placement))
     page = (await (await sign_in(Role.viewer)).get("/models")).text
     section = page[page.index('data-model="qwen2.5-7b"'):]
     section = section[:section.index("</section>")]

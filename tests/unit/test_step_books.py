@@ -103,7 +103,7 @@ def test_settle_books_once_and_announces_once_in_the_typed_shape(store: Store) -
     data = store.events.read("t1")[0].data
     assert (data["step"], data["model"], data["tenant"], data["prompt_tokens"], data["tokens_per_s"]) == (
         1, "llama-3.2-1b", "default", 30, 60.0)
-    assert "node_id" not in data  # off the fleet: no placement keys
+    assert data["node_id"] is None and data["queue_wait_s"] is None  # off the fleet: every key, None
     assert store.ledger.totals("t1").calls == 1
 
 

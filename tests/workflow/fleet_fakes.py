@@ -1,0 +1,182 @@
+"""A bench for fleet tests on the real workflow: a stand-in pool, one real node, and nodes that misbehave.
+
+The pool places a step on the first of its nodes the step was not told to exclude. The real node runs
+the real LLM step against the simulated engine. The others: a node whose generation a preemption cuts
+(it reports the start of the real answer, as the real activity does when its worker is told to stop),
+a node that answers without booking its call, and one that stalls and never lets go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from activities.llm_step import LlmStepActivities
+from activities.ports import NODE_STOPPING
+from activities.step_books import StoreStepBooks
+from activities.tokens import encode
+from orchestrator.catalogue import ModelCatalogue
+from orchestrator.config import BerthConfig
+from orchestrator.node.generation import warm_up
+from orchestrator.store import Store
+from orchestrator.worker import build_worker
+from sdk import Agent, Budget, Message, TaskRun, TaskSpec, TaskState
+from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease
+from sdk._node_io import node_task_queue
+from sdk.contracts import LlmStepInput, LlmStepResult
+
+INPUT = "alpha; beta\nlength: 400 tokens"
+CUT_CHARS = 600
+UNSEEN_TOKENS = 7  # generated after the cut generation's last report: lost
+
+
+class TwoNodePool:
+    """Places every step on the first node it may use; records releases."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        self.nodes = nodes
+        self.ids = itertools.count(1)
+        self.released: list[ReleaseLease] = []
+        self.placed: Counter[str] = Counter()
+        self.asked: list[LeaseRequest] = []
+
+    def acquire(self, req: LeaseRequest) -> LeaseGrant:
+        self.asked.append(req)
+        node = next((n for n in self.nodes if n not in req.exclude_nodes), None)
+        if node is None:
+            return LeaseGrant(outcome="never", reason=f"every node is excluded: {req.exclude_nodes}")
+        self.placed[node] += 1
+        spot = node == self.nodes[0]  # the first node is spot capacity, in zone z1
+        return LeaseGrant(outcome="placed", lease_id=f"lease-{next(self.ids)}", node_id=node, replica_id=f"{node}-r1",
+                          gpu_indexes=[0], gpu_type="H100-80GB", tier="warm", decided_by="locality",
+                          zone="z1" if spot else "z2", capacity="spot" if spot else "on-demand")
+
+    def release(self, req: ReleaseLease) -> None:
+        self.released.append(req)
+
+
+class PreemptedNode:
+    """A node whose generation is cut by a notice after writing `answer[:CUT_CHARS]`."""
+
+    def __init__(self, answer: str) -> None:
+        self.prefix = answer[:CUT_CHARS]
+        self.calls = 0
+
+    @activity.defn(name="berth.generate")
+    async def generate(self, inp: LlmStepInput) -> LlmStepResult:
+        self.calls += 1
+        written = len(encode(self.prefix))
+        details = {"attempt": inp.attempt_base + 1, "generated": written + UNSEEN_TOKENS, "response_id": "chatcmpl-cut",
+                   "lost_before": 0, "kept_before": 0, "unresolved": [], "prefix": self.prefix,
+                   "prefix_tokens": written, "prefix_own": written}
+        raise ApplicationError("the worker shut down mid-generation", details, type=NODE_STOPPING)
+
+
+class LyingNode:
+    """A node that answers without booking its call, claiming whatever usage it likes."""
+
+    def __init__(self, completion_tokens: int) -> None:
+        self.completion_tokens = completion_tokens
+        self.calls = 0
+
+    @activity.defn(name="berth.generate")
+    async def generate(self, inp: LlmStepInput) -> LlmStepResult:
+        self.calls += 1
+        return LlmStepResult(message=Message(role="assistant", content="forged answer"), finish_reason="stop",
+                             prompt_tokens=0, completion_tokens=self.completion_tokens, attempt=inp.attempt_base + 1,
+                             checkpoint=inp.checkpoint, placement=inp.placement)
+
+
+class StalledNode:
+    """A node that takes the call and then only heartbeats, never answering, not even a cancellation, until the
+    test lets it go (a worker cannot shut down while one of its activities runs)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.released = asyncio.Event()
+
+    @activity.defn(name="berth.generate")
+    async def generate(self, inp: LlmStepInput) -> LlmStepResult:
+        self.started.set()
+        while not self.released.is_set():
+            activity.heartbeat({"attempt": inp.attempt_base + 1, "generated": 0})
+            try:
+                await asyncio.wait_for(self.released.wait(), timeout=0.5)
+            except (asyncio.CancelledError, asyncio.TimeoutError):
+                pass  # it does not let go of the step
+        raise ApplicationError("let go at the end of the test")
+
+
+@dataclass
+class FleetBench:
+    """A control worker over a stand-in pool, and a real node (`real_node`) running the real LLM step against the
+    simulated engine; other nodes are the fakes a test brings."""
+
+    client: Client
+    store: Store
+    config: BerthConfig
+    agent: Agent
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+
+    @property
+    def queue(self) -> str:
+        return f"control-{self.tag}"
+
+    def node(self, name: str) -> str:
+        return f"{name}-{self.tag}"
+
+    @property
+    def real_node(self) -> str:
+        return self.node("gpu-b")
+
+    @asynccontextmanager
+    async def workers(self, pool: TwoNodePool, fakes: dict[str, object]) -> AsyncIterator[None]:
+        real = LlmStepActivities(StoreStepBooks(self.store.checkpoints, self.store.tasks, self.store.events,
+                                                self.store.ledger), ModelCatalogue(self.config, self.store.models))
+        async with contextlib.AsyncExitStack() as running:
+            await running.enter_async_context(build_worker(self.client, self.store, self.config, task_queue=self.queue,
+                                                           pool=pool))
+            await running.enter_async_context(Worker(self.client, task_queue=node_task_queue(self.real_node),
+                                                     activities=[real.generate]))
+            for node, fake in fakes.items():
+                await running.enter_async_context(Worker(self.client, task_queue=node_task_queue(node),
+                                                         activities=[fake.generate]))  # type: ignore[attr-defined]
+            yield
+
+    async def start(self, task_id: str, tokens: int, grace_s: float = 3600) -> WorkflowHandle:
+        spec = TaskSpec(task_id=task_id, agent=self.agent.name, input=INPUT, budget=Budget(tokens))
+        task = TaskRun(task_id=task_id, spec=spec, agent=self.store.agents.get(self.agent.name),
+                       submitted_at=datetime.now(timezone.utc), budget_grace_s=grace_s)
+        return await self.client.start_workflow("AgentTaskWorkflow", task, id=task_id, task_queue=self.queue,
+                                                result_type=TaskState)
+
+    async def run(self, task_id: str, tokens: int, pool: TwoNodePool, fakes: dict[str, object],
+                  grace_s: float = 3600) -> TaskState:
+        async with self.workers(pool, fakes):
+            return await (await self.start(task_id, tokens, grace_s)).result()
+
+
+@asynccontextmanager
+async def fleet_bench(client: Client, engine_url: str, tmp_path: Path) -> AsyncIterator[FleetBench]:
+    warm_up()  # as a node does before it joins: litellm's import would stall the first generation's heartbeats
+    config = BerthConfig(data_dir=tmp_path, engine_url=engine_url, database_url=f"sqlite:///{tmp_path}/berth.db")
+    store = Store.open(config.resolved_database_url)
+    agent = Agent(f"writer-{uuid.uuid4().hex[:8]}", "llama-3.1-8b", "Write at length.", [], max_tokens_per_step=2048)
+    store.agents.register(agent.spec())
+    try:
+        yield FleetBench(client, store, config, agent)
+    finally:
+        store.close()

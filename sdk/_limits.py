@@ -15,8 +15,24 @@ MAX_INPUT_CHARS = 200_000  # about 50 k tokens, a quarter of a large context win
 MAX_STEPS = 10_000
 MAX_TOKENS_PER_STEP = 32_768
 MIN_ANSWER_TOKENS = 16  # a call that cannot afford this many answer tokens is not worth making
+
+
+def reservation_margin(counted_prompt_tokens: int) -> int:
+    """Slack a reservation leaves for engines whose chat template counts a little more than OpenAI's formula
+    (≈2% + 8): the step, the control plane's step routes and the workflow's shortfall all reserve alike."""
+    return counted_prompt_tokens // 50 + 8
+
+
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+# A task id a client chooses. It is scoped to the task's tenant: the task's id is `<tenant>:<chosen id>`
+# (orchestrator/api/task_ids.py), so no tenant can take, or learn of, another tenant's ids.
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
+# A sub-agent's id extends its parent's after this mark, which no client-chosen id may hold: so an id with
+# `<task>~` in front is that task's sub-agent, and no client can pre-empt (or pose as) one.
+SUB_AGENT_MARK = "~"
+# An id the server made (a client's id with its tenant in front, a sub-agent's): what naming a task accepts.
+TASK_REF_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:~-]{0,254}$"
+MAX_TASK_ID_CHARS = 255
 MAX_TOOL_RESULT_CHARS = 32_000  # tool results pass through workflow history: keep them bounded
 # A cancel reason is a sentence: it becomes the task's error, shown on every later refusal about the task.
 MAX_REASON_CHARS = 500

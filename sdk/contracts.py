@@ -150,6 +150,16 @@ class HumanAnswer(BaseModel):
 
 
 SPAWN_UPDATE = "spawn"
+# A sub-agent's budget grows only out of its parent's remainder: the parent's workflow carves it and then grants it
+# to the child with this signal (the child's own raise_budget refuses: it is not the tree's account).
+RAISE_CHILD_BUDGET_UPDATE = "raise_child_budget"
+GRANT_BUDGET_SIGNAL = "grant_budget"
+
+
+class RaiseChildBudget(BaseModel):
+    child_task_id: str
+    tokens: int = Field(default=0, ge=0, le=100_000_000)
+    usd: float = Field(default=0.0, ge=0, le=10_000.0)
 
 
 class SpawnedChild(BaseModel):

@@ -22,14 +22,16 @@ with workflow.unsafe.imports_passed_through():
     from sdk import CheckpointRef, Message, Spend, TaskRun, TaskState, TaskStatus, ToolCall
     from sdk._builtins import AskHumanArgs, SpawnAgentArgs, tools_offered
     from sdk._lease import LeaseRequest
-    from sdk._limits import MAX_TOOL_RESULT_CHARS
+    from sdk._limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS, reservation_margin
     from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL, CarriedProgress
     from sdk._state import GpuTrouble
     from sdk.contracts import (
         ANSWER_UPDATE,
         CANCEL_SIGNAL,
+        GRANT_BUDGET_SIGNAL,
         NODE_GONE_SIGNAL,
         RAISE_BUDGET_UPDATE,
+        RAISE_CHILD_BUDGET_UPDATE,
         SIMULATE_PREEMPTION_SIGNAL,
         SPAWN_UPDATE,
         STATE_QUERY,
@@ -44,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         NodeGone,
         PendingStep,
         RaiseBudget,
+        RaiseChildBudget,
         RecordStateInput,
         SpawnedChild,
         ToolCallInput,
@@ -142,7 +145,7 @@ class AgentTaskWorkflow:
                 # result and wait for more budget rather than calling a truncated reply done.
                 self.result = reply.message.content or self.result
                 self._step_done(step, new_messages)
-                if not await self._await_budget(f"{self.agent.max_tokens_per_step} more tokens to finish the answer"):
+                if not await self._await_budget(self._shortfall_after_cut(reply)):
                     return await self._finish(TaskStatus.out_of_budget, error="the answer was cut short by the budget")
                 continue
             if not reply.tool_calls:
@@ -154,6 +157,8 @@ class AgentTaskWorkflow:
             self._step_done(step, new_messages)
 
     def _reason_to_stop(self) -> tuple[TaskStatus, str | None] | None:
+        if self.sub_agents.violation is not None:
+            return TaskStatus.failed, f"budget violation: {self.sub_agents.violation}"
         if self.cancel_reason is not None:
             return TaskStatus.cancelled, self.cancel_reason
         if self.steps_done >= self.agent.max_steps:
@@ -177,6 +182,15 @@ class AgentTaskWorkflow:
                              tokens=max(1, min(self.agent.max_tokens_per_step, self.budget.token_allowance)),
                              tenant=spec.tenant, priority=spec.priority, service_class=spec.service_class)
         return await self.fleet.generate(inp, lease)
+
+    def _shortfall_after_cut(self, reply: LlmStepResult) -> str:
+        """What the next step is short of, as the step would reserve it: its prompt (this conversation, the cut
+        answer included) with the template margin, and at least a minimum answer (at most a full one)."""
+        prompt = reply.prompt_tokens + reply.kept_tokens + reply.completion_tokens
+        reserve = prompt + reservation_margin(prompt) - self.budget.token_allowance
+        least = max(1, reserve + MIN_ANSWER_TOKENS)
+        full = max(least, reserve + self.agent.max_tokens_per_step)
+        return f"{least} more tokens for the next step (up to {full} for a full {self.agent.max_tokens_per_step}-token answer)"
 
     async def _set_waiting_for_gpu(self, reason: str | None, trouble: GpuTrouble | None) -> None:
         self.waiting_for, self.gpu_trouble = reason, trouble
@@ -296,12 +310,35 @@ class AgentTaskWorkflow:
 
     @raise_budget.validator
     def _check_raise(self, req: RaiseBudget) -> None:
+        if self.run_input.parent_task_id is not None:
+            raise ApplicationError(f"task_id: {self.run_input.task_id} is a sub-agent of"
+                                   f" {self.run_input.parent_task_id}; its budget grows only out of its parent's"
+                                   " remainder, through the parent")
         if self.status.is_final:
             raise ApplicationError(f"task is {self.status.value}; its budget can no longer change")
         if req.tokens <= 0 and req.usd <= 0:
             raise ApplicationError("tokens: raise by at least one token (or usd by more than 0)")
         if req.usd > 0 and self.budget.usd_limit is None:
             raise ApplicationError("usd: this task has no dollar limit to raise")
+
+    @workflow.update(name=RAISE_CHILD_BUDGET_UPDATE)
+    async def raise_child_budget(self, req: RaiseChildBudget) -> SpawnedChild:
+        """Grow a running sub-agent's budget out of this task's remainder (the tree is one account)."""
+        return await self.sub_agents.raise_child(req)
+
+    @raise_child_budget.validator
+    def _check_raise_child(self, req: RaiseChildBudget) -> None:
+        if self.status.is_final:
+            raise ApplicationError(f"task is {self.status.value}; its sub-agents' budgets can no longer change")
+        if req.tokens <= 0 and req.usd <= 0:
+            raise ApplicationError("tokens: raise by at least one token (or usd by more than 0)")
+        self.sub_agents.check_raise(req)
+
+    @workflow.signal(name=GRANT_BUDGET_SIGNAL)
+    def grant_budget(self, req: RaiseBudget) -> None:
+        """Budget the parent carved for this sub-agent out of its own remainder (only the parent sends it)."""
+        self.budget.raise_limit(req.tokens, req.usd)
+        self.budget_raised = True
 
     @workflow.update(name=ANSWER_UPDATE)
     def answer(self, req: HumanAnswer) -> None:

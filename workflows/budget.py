@@ -78,6 +78,15 @@ class TokenBudget:
             self.reserved_usd -= usd_granted
         self.usd_used += usd_used
 
+    def settle_overrun(self, granted: int, usd_granted: float | None, used: int, usd_used: float = 0.0) -> None:
+        """Settle a child that spent beyond its carve: the carve comes back and everything it used is charged,
+        so the spend stays truthful; the caller ends the task, since the guarantee no longer holds."""
+        self.reserved_tokens -= granted
+        self.tokens_used += used
+        if usd_granted is not None:
+            self.reserved_usd -= usd_granted
+        self.usd_used += usd_used
+
     def raise_limit(self, tokens: int = 0, usd: float = 0.0) -> None:
         self.token_limit += tokens
         if usd and self.usd_limit is not None:

@@ -3,7 +3,12 @@
 A child's whole budget is set aside from the parent's remainder when it starts and only
 what it really used is charged when it ends, so the tree obeys used ≤ limit however its
 members interleave. Children run with no budget grace: a child out of tokens ends at once
-and hands its partial answer back instead of stalling its parent.
+and hands its partial answer back instead of stalling its parent. A child's budget grows
+only here, out of the parent's remainder (`raise_child`): the tree is one account. A child
+that still spent more than it was given (a bug, never silent) ends its parent `failed`.
+
+A child's id extends its parent's after a mark no client-chosen id holds, with a random part
+(sdk._limits.SUB_AGENT_MARK): no client can take it first, so no spawn is ever wedged by one.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
     from sdk import TaskRun, TaskState
     from sdk._builtins import SpawnAgentArgs
-    from sdk._limits import MIN_ANSWER_TOKENS
+    from sdk._limits import MAX_TASK_ID_CHARS, MIN_ANSWER_TOKENS, SUB_AGENT_MARK
     from sdk._spec import AgentSpec, TaskSpec
-    from sdk.contracts import CANCEL_SIGNAL, WORKFLOW_NAME, CancelRequest, ResolveAgentInput, SpawnedChild
+    from sdk.contracts import (CANCEL_SIGNAL, GRANT_BUDGET_SIGNAL, WORKFLOW_NAME, CancelRequest, RaiseBudget,
+                               RaiseChildBudget, ResolveAgentInput, SpawnedChild)
 
-    from .budget import TokenBudget
+    from .budget import BudgetViolation, TokenBudget
     from .options import BOOKKEEPING
 
 
@@ -32,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
 class _Started:
     task_id: str
     handle: workflow.ChildWorkflowHandle
-    tokens: int
+    tokens: int  # carved for it so far (raise_child adds to it)
     usd: float | None
 
 
@@ -42,6 +48,8 @@ class SubAgents:
         self.budget = budget
         self.children = children
         self.running: set[str] = set()
+        self._started: dict[str, _Started] = {}
+        self.violation: str | None = None  # a child that spent beyond its carve: the parent ends failed
 
     async def run_tool(self, step: int, arguments: str) -> str:
         """The spawn_agent tool: run a child to its end and report its answer to the model."""
@@ -61,10 +69,49 @@ class SubAgents:
                            "error": child.error, "tokens_used": child.spend.tokens_used})
 
     async def spawn(self, args: SpawnAgentArgs) -> SpawnedChild:
-        """A child asked for from outside (SDK, API): started now, settled in the background."""
+        """A child asked for from outside (SDK, API): started now, settled in the background (`_settle` never
+        raises, so nothing it finds is lost in the background task)."""
         started = await self._start(args, "x")
         asyncio.create_task(self._settle(started))
         return SpawnedChild(task_id=started.task_id, tokens=started.tokens, usd=started.usd)
+
+    def check_raise(self, req: RaiseChildBudget) -> None:
+        """Refuse a raise the parent's remainder cannot pay for, or of a task that is not a running child."""
+        if req.child_task_id not in self.running:
+            raise ApplicationError(f"task_id: {req.child_task_id} is not a running sub-agent of"
+                                   f" {self.parent.task_id}")
+        remaining = self.budget.token_allowance
+        if req.tokens > remaining:
+            raise ApplicationError(f"tokens: a sub-agent's budget grows out of its parent's remainder: asked for"
+                                   f" {req.tokens} tokens, but only {remaining} remain of task {self.parent.task_id}")
+        usd_left = self.budget.usd_allowance
+        if req.usd > 0 and (usd_left is None or self._started[req.child_task_id].usd is None):
+            raise ApplicationError("usd: this sub-agent has no dollar limit to raise")
+        if usd_left is not None and req.usd > usd_left:
+            raise ApplicationError(f"usd: asked for ${req.usd}, but only ${usd_left:.6f} remain of task"
+                                   f" {self.parent.task_id}")
+
+    async def raise_child(self, req: RaiseChildBudget) -> SpawnedChild:
+        """Carve more for a running child out of this task's remainder, then tell the child: the carve is taken
+        first, so whether or not the child hears before it ends, it never spends what the parent did not set
+        aside (its settlement returns whatever it did not use)."""
+        started = self._started[req.child_task_id]
+        usd = req.usd if started.usd is not None else 0.0
+        self._carve_more(started, req.tokens, usd)
+        try:
+            await workflow.get_external_workflow_handle(req.child_task_id).signal(
+                GRANT_BUDGET_SIGNAL, RaiseBudget(tokens=req.tokens, usd=usd))
+        except Exception as exc:  # it ended meanwhile: nothing more was given, so nothing more is set aside
+            self._carve_more(started, -req.tokens, -usd)
+            raise ApplicationError(f"sub-agent {req.child_task_id} has ended: {exc}") from exc
+        return SpawnedChild(task_id=started.task_id, tokens=started.tokens, usd=started.usd)
+
+    def _carve_more(self, started: _Started, tokens: int, usd: float) -> None:
+        self.budget.reserved_tokens += tokens
+        started.tokens += tokens
+        if usd and started.usd is not None:
+            self.budget.reserved_usd += usd
+            started.usd += usd
 
     async def wait_all(self) -> None:
         await workflow.wait_condition(lambda: not self.running)
@@ -78,23 +125,33 @@ class SubAgents:
         if self.budget.token_allowance < 2 * MIN_ANSWER_TOKENS or (
                 self.budget.usd_allowance is not None and self.budget.usd_allowance <= 0):
             raise ApplicationError("no budget left to give a sub-agent", non_retryable=True)
+        task_id = f"{self.parent.task_id}{SUB_AGENT_MARK}{origin}.{len(self.children) + 1}.{workflow.uuid4().hex[:8]}"
+        if len(task_id) > MAX_TASK_ID_CHARS:
+            raise ApplicationError(f"sub-agents nest too deep under {self.parent.task_id}: a sub-agent's id would be"
+                                   f" longer than {MAX_TASK_ID_CHARS} characters", non_retryable=True)
         tokens, usd = self.budget.carve(args.tokens)
         if tokens < 2 * MIN_ANSWER_TOKENS:
             self.budget.settle_child(tokens, usd, 0)
             raise ApplicationError(f"only {tokens} tokens left, too few for a sub-agent", non_retryable=True)
-        task_id = f"{self.parent.task_id}.{origin}.{len(self.children) + 1}"
-        self.children.append(task_id)
-        self.running.add(task_id)
         spec = TaskSpec(task_id=task_id, agent=args.agent, input=args.input, budget={"tokens": tokens, "usd": usd or None},
                         tenant=self.parent.spec.tenant, priority=self.parent.spec.priority)
         run = TaskRun(task_id=task_id, spec=spec, agent=agent, parent_task_id=self.parent.task_id,
                       submitted_at=workflow.now(), budget_grace_s=0,
                       heartbeat_timeout_s=self.parent.heartbeat_timeout_s)
-        handle = await workflow.start_child_workflow(WORKFLOW_NAME, run, id=task_id, result_type=TaskState,
-                                                     task_queue=workflow.info().task_queue)
-        return _Started(task_id, handle, tokens, usd)
+        try:
+            handle = await workflow.start_child_workflow(WORKFLOW_NAME, run, id=task_id, result_type=TaskState,
+                                                         task_queue=workflow.info().task_queue)
+        except Exception as exc:  # the start failed (an id taken, say): the carve goes back, nothing waits on it
+            self.budget.settle_child(tokens, usd, 0)
+            raise ApplicationError(f"sub-agent {task_id} could not start: {exc}", non_retryable=True) from exc
+        self.children.append(task_id)
+        self.running.add(task_id)
+        started = self._started[task_id] = _Started(task_id, handle, tokens, usd)
+        return started
 
     async def _settle(self, started: _Started) -> TaskState | str:
+        """Return the child's carve and charge what it used. Never raises: a violation is recorded for the
+        parent to end on, and the books stay truthful."""
         try:
             child: TaskState = await started.handle
         except ChildWorkflowError as err:
@@ -103,7 +160,14 @@ class SubAgents:
             return f"sub-agent {started.task_id} failed: {err.cause or err}"
         finally:
             self.running.discard(started.task_id)
-        self.budget.settle_child(started.tokens, started.usd, child.spend.tokens_used, child.spend.usd_used)
+            self._started.pop(started.task_id, None)
+        spent = child.spend
+        try:
+            self.budget.settle_child(started.tokens, started.usd, spent.tokens_used, spent.usd_used)
+        except BudgetViolation as violation:
+            self.budget.settle_overrun(started.tokens, started.usd, spent.tokens_used, spent.usd_used)
+            self.violation = f"sub-agent {started.task_id}: {violation}"
+            workflow.logger.error("budget violation in %s's tree: %s", self.parent.task_id, self.violation)
         return child
 
     async def _resolve(self, name: str) -> AgentSpec:

@@ -11,13 +11,13 @@ from sdk import Spend, TaskEvent, TaskState, TaskStatus
 from sdk._builtins import SpawnAgentArgs
 from sdk._limits import MAX_PAGE, MAX_REASON_CHARS, MAX_STORED_INT
 from sdk._identity import CreatedKey, Role
-from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget, SpawnedChild
+from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget, RaiseChildBudget, SpawnedChild
 
 from ..store import TaskRecord
 from .admission import SubmitRequest, admit
 from .audit import note_target
 from .auth import Caller, TaskWriter
-from .delegation import refuse_escape, submit_as_child
+from .delegation import submit_as_child
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, unavailable
 from .principal import in_tree
 from .services import Services, Svc
@@ -139,15 +139,24 @@ async def simulate_preemption(task_id: str, svc: Svc, caller: TaskWriter) -> Tas
 
 @router.post("/{task_id}/raise-budget", response_model=Spend)
 async def raise_budget(task_id: str, request: RaiseBudgetRequest, svc: Svc, caller: TaskWriter) -> Spend:
-    """Add tokens and/or dollars to the task's budget; a task in awaiting_budget resumes."""
-    refuse_escape(caller, "raise budgets")
+    """Add tokens and/or dollars to the task's budget; a task in awaiting_budget resumes. A sub-agent's budget
+    grows only out of its parent's remainder: the parent's workflow carves it (409 with the numbers beyond it)."""
     if request.tokens <= 0 and request.usd <= 0:
         raise invalid("tokens", "raise at least one of tokens or usd by more than 0")
-    require_running(await svc.task_record(task_id, caller))
+    record = await svc.task_record(task_id, caller)
+    require_running(record)
+    parent = record.state.parent_task_id
     try:
-        return await svc.temporal.raise_budget(task_id, RaiseBudget(tokens=request.tokens, usd=request.usd))
+        if parent is None:
+            return await svc.temporal.raise_budget(task_id, RaiseBudget(tokens=request.tokens, usd=request.usd))
+        child = await svc.temporal.raise_child(parent, RaiseChildBudget(child_task_id=task_id, tokens=request.tokens,
+                                                                        usd=request.usd))
     except (TemporalUnavailable, WorkflowGone, UpdateRejected) as exc:
         raise _refusal(exc) from None
+    spend = (await current_state(svc, record)).spend
+    # The child hears of its grant by a signal the parent sends after carving it: it may not have yet.
+    return spend.model_copy(update={"token_limit": max(spend.token_limit, child.tokens),
+                                    "usd_limit": child.usd if child.usd is not None else spend.usd_limit})
 
 
 @router.post("/{task_id}/spawn", status_code=status.HTTP_201_CREATED, response_model=SpawnedChild)
@@ -209,4 +218,10 @@ def require_running(record: TaskRecord) -> None:
 def _refusal(exc: Exception) -> ApiError:
     if isinstance(exc, TemporalUnavailable):
         return unavailable(str(exc))
-    return conflict(str(exc))
+    return conflict(str(exc), field=_field_named_by(str(exc)))
+
+
+def _field_named_by(message: str) -> str | None:
+    """The field a workflow's refusal names ("tokens: ..."), as the API's other refusals carry it."""
+    head, sep, _ = message.partition(": ")
+    return head if sep and head.replace(".", "").replace("_", "").isalpha() and head.islower() else None

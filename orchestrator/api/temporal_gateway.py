@@ -37,6 +37,7 @@ from sdk.contracts import (
     CONTROL_TASK_QUEUE,
     NODE_GONE_SIGNAL,
     RAISE_BUDGET_UPDATE,
+    RAISE_CHILD_BUDGET_UPDATE,
     SIMULATE_PREEMPTION_SIGNAL,
     SPAWN_UPDATE,
     STATE_QUERY,
@@ -45,6 +46,7 @@ from sdk.contracts import (
     HumanAnswer,
     NodeGone,
     RaiseBudget,
+    RaiseChildBudget,
     SpawnedChild,
 )
 from ..telemetry.tracing import tracing_interceptor
@@ -179,6 +181,10 @@ class TemporalGateway:
 
     async def raise_budget(self, task_id: str, request: RaiseBudget) -> Spend:
         return await self._update(task_id, RAISE_BUDGET_UPDATE, request, Spend)
+
+    async def raise_child(self, parent_task_id: str, request: RaiseChildBudget) -> SpawnedChild:
+        """Grow a sub-agent's budget through its parent's workflow, out of the parent's remainder."""
+        return await self._update(parent_task_id, RAISE_CHILD_BUDGET_UPDATE, request, SpawnedChild)
 
     async def spawn(self, task_id: str, request: SpawnAgentArgs) -> SpawnedChild:
         return await self._update(task_id, SPAWN_UPDATE, request, SpawnedChild)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+import uuid
 from pathlib import Path
 
 import httpx
@@ -20,8 +21,9 @@ from temporalio.service import RPCError
 from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
+from orchestrator.worker import build_worker
 from sdk._identity import Role
-from tests.security.parties import JOIN_TOKEN
+from tests.security.parties import JOIN_TOKEN, Live
 
 
 @pytest.fixture
@@ -78,3 +80,21 @@ def client_as(app, store: Store):
             yield client
 
     return make
+
+
+@pytest.fixture
+async def live(temporal_client: TemporalClient, engine_url: str, tmp_path: Path) -> AsyncIterator[Live]:
+    """The app with a real worker behind it on a queue of its own and the simulated engine: workflows run."""
+    config = BerthConfig(data_dir=tmp_path / "live", engine_url=engine_url,
+                         database_url=f"sqlite:///{tmp_path}/live.db", join_token=JOIN_TOKEN)
+    store = Store.open(config.resolved_database_url)
+    queue = f"control-{uuid.uuid4().hex[:8]}"
+    app = create_app(config, store, TemporalGateway.from_client(temporal_client, task_queue=queue))
+    async with build_worker(temporal_client, store, config, task_queue=queue):
+        yield Live(app, store, temporal_client, queue)
+    for state in store.tasks.list(limit=500):
+        try:
+            await temporal_client.get_workflow_handle(state.task_id).terminate("security test over")
+        except RPCError:
+            pass
+    store.close()

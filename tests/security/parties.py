@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
+from temporalio.client import Client as TemporalClient
+
+from orchestrator.store import Store
+from sdk import Agent, TaskState, TaskStatus
+from sdk._identity import Role
 
 JOIN_TOKEN = "join-security-6b1f"
 
@@ -29,3 +38,41 @@ def error_of(response: httpx.Response) -> dict:
     assert set(body) >= {"error"}, body
     assert set(body["error"]) == {"code", "message", "field"}, body
     return body["error"]
+
+
+@dataclass
+class Live:
+    """The app with a real worker behind it (`live` fixture): tasks run on the simulated engine."""
+
+    app: Any
+    store: Store
+    temporal: TemporalClient
+    queue: str
+
+    @asynccontextmanager
+    async def as_key(self, key: str) -> AsyncIterator[httpx.AsyncClient]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(self.app), base_url="http://berth",
+                                     headers={"authorization": f"Bearer {key}"}) as client:
+            yield client
+
+    def key(self, role: Role = Role.admin, tenant: str | None = None) -> str:
+        return self.store.keys.create(role, tenant, name=f"security-{role.value}").key
+
+    def register(self, agent: Agent, tenant: str | None = None) -> None:
+        self.store.agents.register(agent.spec(), tenant=tenant)
+
+    async def wait_for(self, http: httpx.AsyncClient, task_id: str, *statuses: TaskStatus,
+                       timeout_s: float = 120) -> TaskState:
+        """The task's state once it is in one of `statuses` (a generous deadline: the suite runs on busy machines)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            answer = await http.get(f"/v1/tasks/{task_id}")
+            # A sub-agent's row is written by its own workflow's first state: a moment after its spawn answered.
+            assert answer.status_code in (200, 404), answer.text
+            if answer.status_code == 200:
+                state = TaskState.model_validate(answer.json())
+                if state.status in statuses:
+                    return state
+            assert loop.time() < deadline, f"{task_id} is not {[s.value for s in statuses]}: {answer.text}"
+            await asyncio.sleep(0.2)

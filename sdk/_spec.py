@@ -17,7 +17,7 @@ from ._limits import (
     MAX_STEPS,
     MAX_TOKENS_PER_STEP,
     NAME_PATTERN,
-    TASK_ID_PATTERN,
+    TASK_REF_PATTERN,
     StoredInt,
     numbers_not_booleans,
 )
@@ -133,7 +133,8 @@ class TaskSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task_id: str | None = Field(default=None, pattern=TASK_ID_PATTERN)
+    task_id: str | None = Field(default=None, pattern=TASK_REF_PATTERN,
+                                description="the task's id (a client chooses one matching TASK_ID_PATTERN)")
     agent: str = Field(pattern=NAME_PATTERN, description="registered agent name")
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     budget: Budget
@@ -190,6 +191,10 @@ class CarriedProgress(BaseModel):
     children: list[str] = Field(default_factory=list)
     token_limit: int = 0
     usd_limit: float | None = None
+    tokens_lost: int = 0
+    # Placements the next step already used in earlier rounds (it waited for budget, then the run continued as
+    # new): its attempt numbers go on from there, so no ledger key of the step is used twice.
+    placements_of_next_step: int = 0
 
 
 TaskRun.model_rebuild()

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field
 
 from sdk import Budget, TaskSpec
 from sdk._identity import Tenant
+from sdk._limits import TASK_ID_PATTERN
 
 from .errors import ApiError, invalid
 from .principal import Principal
@@ -25,6 +26,9 @@ class SubmitRequest(TaskSpec):
 
     model_config = ConfigDict(extra="forbid")
 
+    task_id: str | None = Field(default=None, pattern=TASK_ID_PATTERN, description=(
+        "an id of your choosing, scoped to the task's tenant: the task's id is `<tenant>:<task_id>`, and submitting"
+        " it again with the same spec returns that task"))
     budget: Budget | None = Field(  # type: ignore[assignment]  # optional here; a TaskSpec always has one
         default=None, description="the task's limits; the tenant's default budget when absent")
 

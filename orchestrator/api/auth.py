@@ -3,7 +3,9 @@
 `authenticate` is hung on each user router in app.py, so a route cannot be added without
 it; node agents' routes (join, heartbeat, step books) are the exception, guarded by the join
 token and node secrets instead. Routes that need more than reading name the roles they
-allow with `allow`. The caller is left in the request's scope for the audit middleware,
+allow with `allow`. A task token is held to a short list of what its task may do (below):
+anything not on it is refused here, so a route added later is closed to task tokens until it
+is put on the list. The caller is left in the request's scope for the audit middleware,
 which logs who sent each write.
 """
 
@@ -27,6 +29,14 @@ _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 _bearer = HTTPBearer(auto_error=False, description="an API key: `berth keys create`, or <data_dir>/admin-key")
 
+# What a task token may do: read its own task's tree (and the agents and models it may start sub-agents of),
+# submit sub-agents, and spawn or cancel within its tree. Raising a budget or forking would be money from
+# nowhere, answering its own question would open its own human gate, registering an agent would rewrite a
+# prompt every task of the tenant runs: none of them is its task's to do.
+TASK_TOKEN_READS = ("/v1/tasks", "/v1/agents", "/v1/models")
+TASK_TOKEN_WRITES = frozenset({("POST", "/v1/tasks"), ("POST", "/v1/tasks/{task_id}/spawn"),
+                               ("POST", "/v1/tasks/{task_id}/cancel")})
+
 
 async def authenticate(
     request: Request,
@@ -45,7 +55,26 @@ async def authenticate(
     request.scope[PRINCIPAL_SCOPE_KEY] = caller
     if caller.role == Role.viewer and request.method not in SAFE_METHODS:
         raise forbidden(caller, "change anything")
+    if caller.task_id is not None:
+        _hold_task_token_to_its_task(caller, request)
     return caller
+
+
+def _hold_task_token_to_its_task(caller: Principal, request: Request) -> None:
+    """403 for whatever a task token's task may not do (TASK_TOKEN_READS, TASK_TOKEN_WRITES)."""
+    assert caller.task_id is not None
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path)
+    if request.method in SAFE_METHODS and path.startswith(TASK_TOKEN_READS):
+        return
+    if (request.method, path) in TASK_TOKEN_WRITES:
+        target = request.path_params.get("task_id")
+        # It may stop its sub-agents, not itself: its task ends by its own agent's answer, or by a person.
+        if not (path.endswith("/cancel") and target == caller.task_id):
+            return
+    raise ApiError(403, f"API key {caller.key_id} is the token of task {caller.task_id}: it may submit sub-agents out"
+                        " of that task's budget, cancel them and read its own tree, nothing else",
+                   field="authorization")
 
 
 def allow(roles: frozenset[Role], action: str, *, fleet_wide: bool = False) -> Callable[..., Awaitable[Principal]]:

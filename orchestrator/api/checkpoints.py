@@ -14,7 +14,6 @@ from sdk._resources import CheckpointDetail, CheckpointSummary, ForkRequest, Led
 from ..store import CheckpointCorrupt, CheckpointNotFound
 from .audit import note_target
 from .auth import Caller, TaskWriter
-from .delegation import refuse_escape
 from .errors import ERROR_RESPONSES, ApiError, field_of, invalid, not_found
 from .services import Svc
 from .submission import check_submission_rate, submit_task
@@ -54,7 +53,6 @@ async def fork(task_id: str, request: ForkRequest, http: Request, response: Resp
     The workflow of the new task copies the checkpoint as its starting conversation; it is a task of the
     source's tenant, and counts against the caller's submission rate.
     """
-    refuse_escape(caller, "fork tasks (a fork has a budget of its own)")
     record = await svc.task_record(task_id, caller)
     if record.spec_json is None:
         raise invalid("task_id", f"task {task_id} has no stored spec to fork from")

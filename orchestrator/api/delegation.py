@@ -14,7 +14,7 @@ from sdk._builtins import SpawnAgentArgs
 
 from ..store import TaskConflict
 from .admission import SubmitRequest
-from .errors import ApiError, conflict, invalid, unavailable
+from .errors import conflict, invalid, unavailable
 from .principal import Principal
 from .services import Services
 from .submission import resolve_agent
@@ -59,10 +59,3 @@ async def submit_as_child(svc: Services, caller: Principal, request: SubmitReque
     except TaskConflict:
         pass
     return state
-
-
-def refuse_escape(caller: Principal, action: str) -> None:
-    """Refuse what would let a task token spend beyond its task's budget (raising a budget, forking)."""
-    if caller.task_id is not None:
-        raise ApiError(403, f"API key {caller.key_id} is the token of task {caller.task_id} and may not {action}:"
-                            " a task spends only its own budget", field="authorization")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sdk._identity import Role
+from sdk._limits import SUB_AGENT_MARK
 
 # Roles by what they may do; each route names the set it needs (viewers are refused every
 # write before any route runs, in auth.authenticate).
@@ -32,5 +33,6 @@ class Principal:
 
 
 def in_tree(root: str, task_id: str) -> bool:
-    """Whether `task_id` is `root` or one of its sub-agents (a sub-agent's id extends its parent's: `<parent>.<n>`)."""
-    return task_id == root or task_id.startswith(root + ".")
+    """Whether `task_id` is `root` or one of its sub-agents. A sub-agent's id extends its parent's after a mark no
+    client-chosen id holds (`<parent>~x1.<random>`), so no task a client submitted can pass for one."""
+    return task_id == root or task_id.startswith(root + SUB_AGENT_MARK)

@@ -5,12 +5,12 @@ returns and the workflow's first state save finds its row. If the start then fai
 is removed again (unless the start only timed out and Temporal has the workflow after all): a
 client sees either a task that runs or a refusal, never a task stuck in `queued` with nothing
 behind it, nor a workflow without its row. The id is the workflow id, which is what makes a resubmit
-idempotent end to end (the store compares specs, Temporal keeps one run per id).
+idempotent end to end (the store compares specs, Temporal keeps one run per id); an id the client
+chose is its tenant's (task_ids.py), so the comparison only ever meets the tenant's own tasks.
 """
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -22,6 +22,7 @@ from ..store import TaskConflict
 from .errors import ApiError, conflict, invalid, unavailable
 from .principal import Principal
 from .services import Services
+from .task_ids import scoped_task_id
 from .temporal_gateway import TemporalUnavailable
 
 
@@ -31,10 +32,6 @@ async def _started_all_the_same(services: Services, task_id: str) -> bool:
         return await services.temporal.is_started(task_id)
     except TemporalUnavailable:
         return False
-
-
-def new_task_id() -> str:
-    return "t-" + secrets.token_hex(6)
 
 
 @dataclass(frozen=True)
@@ -103,7 +100,7 @@ async def submit_task(
     model = spec.model or agent.model
     await check_model(services, model)
 
-    spec = spec.model_copy(update={"task_id": spec.task_id or new_task_id()})
+    spec = spec.model_copy(update={"task_id": scoped_task_id(spec.tenant, spec.task_id)})
     task_id = spec.task_id
     assert task_id is not None
     run = TaskRun(

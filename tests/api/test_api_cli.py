@@ -90,8 +90,8 @@ def test_submit_prints_the_task_id_and_starts_it(server: Server, agent: AgentSpe
                  "--usd", "1.5", "--task-id", task_id, "--tenant", "acme")
 
     out = capsys.readouterr().out
-    assert code == 0 and out.strip() == task_id
-    record = server.store.tasks.get(task_id)
+    assert code == 0 and out.strip() == f"acme:{task_id}"  # a chosen id is its tenant's
+    record = server.store.tasks.get(f"acme:{task_id}")
     assert record is not None and record.state.tenant == "acme" and record.state.spend.usd_limit == 1.5
 
 
@@ -232,7 +232,7 @@ def finisher(server: Server) -> Iterator:
 
 
 def test_submit_wait_follows_progress_and_prints_the_result(server: Server, agent: AgentSpec, finisher, capsys) -> None:
-    task_id = unique("t")
+    task_id = f"default:{unique('t')}"  # chosen with its tenant in front: the id as given
     finisher(task_id, TaskStatus.completed, "report filed under F")
 
     code = berth(server, "submit", agent.name, "--input", "File it.", "--budget", "1000", "--task-id", task_id, "--wait")
@@ -246,7 +246,7 @@ def test_submit_wait_follows_progress_and_prints_the_result(server: Server, agen
 def test_submit_wait_exits_1_when_the_task_does_not_complete(
     server: Server, agent: AgentSpec, finisher, capsys
 ) -> None:
-    task_id = unique("t")
+    task_id = f"default:{unique('t')}"
     finisher(task_id, TaskStatus.out_of_budget, "half a report", "token budget exhausted")
 
     code = berth(server, "submit", agent.name, "--input", "File it.", "--budget", "1000", "--task-id", task_id, "--wait")

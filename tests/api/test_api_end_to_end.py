@@ -143,7 +143,7 @@ async def test_a_task_token_starts_sub_agents_paid_from_its_task_and_never_more(
         assert {t.task_id for t in await as_task.tasks()} == {task.task_id, child.task_id}
         with pytest.raises(NotFound):
             await as_task.task(outsider.task_id).status()
-        with pytest.raises(Unauthorized, match="a task spends only its own budget") as escape:
+        with pytest.raises(Unauthorized, match="it may submit sub-agents out of that task's budget") as escape:
             await as_task.task(task.task_id).raise_budget(100_000)
         assert escape.value.status_code == 403
         await child.result(timeout=120)
@@ -172,6 +172,6 @@ async def test_a_task_token_refuses_what_a_sub_agent_takes_from_its_parent(stack
             with pytest.raises(InvalidSpec) as refused:
                 await as_task.submit(lead, "x", budget=Budget(tokens=1_000), **kwargs)
             assert refused.value.field == field
-        with pytest.raises(Unauthorized, match="may not fork"):
+        with pytest.raises(Unauthorized, match="read its own tree, nothing else"):
             await as_task.task(task.task_id).fork(0)
     await task.cancel()

@@ -69,10 +69,11 @@ async def test_fork_starts_a_new_task_from_the_checkpoint_with_overrides(
 ) -> None:
     source = put_task(store, agent, TaskStatus.out_of_budget)
     write_checkpoints(store, source.task_id)
-    new_id = unique("fork")
+    chosen = unique("fork")
+    new_id = f"default:{chosen}"  # the fork is a task of the source's tenant, and a chosen id is the tenant's
 
     response = await api.post(f"/v1/tasks/{source.task_id}/fork", json={
-        "checkpoint_seq": 1, "task_id": new_id, "budget": {"tokens": 9000}, "model": "llama-3.1-70b"})
+        "checkpoint_seq": 1, "task_id": chosen, "budget": {"tokens": 9000}, "model": "llama-3.1-70b"})
 
     assert response.status_code == 201, response.text
     state = response.json()

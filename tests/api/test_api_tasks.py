@@ -32,8 +32,9 @@ async def started_run(client: TemporalClient, task_id: str) -> TaskRun:
 async def test_submit_records_the_task_and_starts_its_workflow(
     api: httpx.AsyncClient, store: Store, agent: AgentSpec, temporal_client: TemporalClient
 ) -> None:
-    task_id = unique("t")
-    response = await api.post("/v1/tasks", json=task_body(agent, task_id=task_id, budget={"tokens": 4000, "usd": 2.5}))
+    chosen = unique("t")
+    task_id = f"default:{chosen}"  # a chosen id is its tenant's
+    response = await api.post("/v1/tasks", json=task_body(agent, task_id=chosen, budget={"tokens": 4000, "usd": 2.5}))
 
     assert response.status_code == 201, response.text
     state = response.json()
@@ -73,7 +74,7 @@ async def test_submit_overrides_model_and_steps_and_generates_an_id(
 async def test_resubmitting_the_same_spec_is_idempotent(
     api: httpx.AsyncClient, store: Store, agent: AgentSpec, temporal_client: TemporalClient
 ) -> None:
-    body = task_body(agent, task_id=unique("t"))
+    body = task_body(agent, task_id=f"default:{unique('t')}")  # chosen with its tenant in front: kept as given
     first = await api.post("/v1/tasks", json=body)
     run_id = (await temporal_client.get_workflow_handle(body["task_id"]).describe()).run_id
 
@@ -88,7 +89,7 @@ async def test_resubmitting_the_same_spec_is_idempotent(
 async def test_reusing_an_id_with_another_spec_is_a_conflict(
     api: httpx.AsyncClient, store: Store, agent: AgentSpec
 ) -> None:
-    body = task_body(agent, task_id=unique("t"))
+    body = task_body(agent, task_id=f"default:{unique('t')}")
     assert (await api.post("/v1/tasks", json=body)).status_code == 201
 
     response = await api.post("/v1/tasks", json={**body, "input": "Something else entirely."})

@@ -119,9 +119,11 @@ def test_a_task_token_works_while_its_task_runs_and_names_it(store: Store) -> No
 def test_a_task_tokens_tree_is_its_task_and_the_ids_that_extend_it() -> None:
     from orchestrator.api.principal import Principal, in_tree
 
-    assert in_tree("t-1", "t-1") and in_tree("t-1", "t-1.x.2") and in_tree("t-1", "t-1.s3.1.x.1")
-    assert not in_tree("t-1", "t-10") and not in_tree("t-1", "t-2") and not in_tree("t-1.x.1", "t-1")
+    assert in_tree("t-1", "t-1") and in_tree("t-1", "t-1~x.2.0a1b2c3d") and in_tree("t-1", "t-1~s3.1.aa~x.1.bb")
+    assert not in_tree("t-1", "t-10") and not in_tree("t-1", "t-2") and not in_tree("t-1~x.1.aa", "t-1")
+    # A client-chosen id that extends another's is no sub-agent of it: only the mark, which no client id holds, is.
+    assert not in_tree("acme:job", "acme:job.x.1") and not in_tree("acme:job", "acme:jobs")
     token = Principal("k", Role.agent, "default", task_id="t-1")
-    assert token.sees_task("t-1.x.1", "default") and not token.sees_task("t-1.x.1", "acme")
+    assert token.sees_task("t-1~x.1.aa", "default") and not token.sees_task("t-1~x.1.aa", "acme")
     assert not token.sees_task("t-2", "default")
     assert Principal("k", Role.agent, "default").sees_task("t-2", "default")

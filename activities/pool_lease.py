@@ -9,11 +9,13 @@ not what a node's reply says, at no extra round trip.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from temporalio import activity
 
-from sdk._lease import ACQUIRE_LEASE, RELEASE_LEASE, BookedRound, LeaseGrant, LeaseRequest, ReleaseLease, StepRound
+from sdk._lease import ACQUIRE_LEASE, RELEASE_LEASE, BookedRound, LeaseGrant, LeaseRequest, ReleaseLease
 
-from .ports import KEPT, LOST, LeasePool, TokenLedger
+from .ports import KEPT, LOST, LeasePool, LedgerEntry, TokenLedger
 from .spans import annotate_acquire
 
 
@@ -32,11 +34,15 @@ class PoolLeases:
     def release(self, req: ReleaseLease) -> BookedRound | None:
         """End the lease; with `booked_round`, what the ledger booked for that round of the step."""
         self.pool.release(req)
-        return booked(self.ledger, req.booked_round) if req.booked_round is not None else None
+        if req.booked_round is None:
+            return None
+        r = req.booked_round
+        return booked_round(self.ledger.round_entries(r.task_id, r.step, r.first_attempt))
 
 
-def booked(ledger: TokenLedger, round_: StepRound) -> BookedRound:
-    entries = ledger.round_entries(round_.task_id, round_.step, round_.first_attempt)
+def booked_round(entries: Iterable[LedgerEntry]) -> BookedRound:
+    """What some ledger entries (a round of a step) add up to: lost and kept rows count completion tokens only."""
+    entries = tuple(entries)
     settled = [e for e in entries if e.kind not in (LOST, KEPT)]
     return BookedRound(
         settled_calls=len(settled), prompt_tokens=sum(e.prompt_tokens for e in settled),

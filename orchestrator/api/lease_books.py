@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from activities.pool_lease import booked_round
 from activities.ports import KEPT, LOST, SETTLED, LedgerEntry
 from activities.prices import Prices, call_cost, generated_cost
-from sdk._lease import StepLimits
+from sdk._lease import BookedRound, StepLimits
 from sdk._limits import reservation_margin
 from sdk._step_books import DeadAttemptBody, SettleStepRequest
 
-from ..store import CallReservation, LedgerTotals
-from ..store.ledger import totals_of
+from ..store import CallReservation
 
 # Float sums of prices drift by a few ulps; a booking this far past a dollar allowance is still within it.
 USD_SLACK = 1e-9
@@ -44,14 +44,14 @@ class Round:
     entries: list[LedgerEntry]
 
     @property
-    def totals(self) -> LedgerTotals:
-        return totals_of(self.entries)
+    def totals(self) -> BookedRound:
+        return booked_round(self.entries)
 
     def has(self, attempt: int, kind: str) -> bool:
         return any(e.attempt == attempt and e.kind == kind for e in self.entries)
 
 
-def reserve_call(limits: StepLimits, booked: LedgerTotals, counted_prompt: int, prices: Prices | None) -> CallReservation:
+def reserve_call(limits: StepLimits, booked: BookedRound, counted_prompt: int, prices: Prices | None) -> CallReservation:
     """Set aside the prompt (as counted here, with the margin for an engine's template) and grant what the
     round's allowance leaves for the answer: never more than the step's max_tokens less the kept text it
     goes on from, nor than its dollars pay for."""
@@ -109,7 +109,7 @@ def _check_attempt(attempt: int, first: int, last: int, field: str) -> None:
         raise BookingRefused(field, f"attempt {attempt} is not one this lease books (attempts {first} to {last})")
 
 
-def _check_within(limits: StepLimits, totals: LedgerTotals, tokens: int, usd: float) -> None:
+def _check_within(limits: StepLimits, totals: BookedRound, tokens: int, usd: float) -> None:
     if totals.tokens + tokens > limits.token_allowance:
         raise BookingRefused("tokens", f"the step would book {totals.tokens + tokens} tokens, beyond the"
                                        f" {limits.token_allowance} its task allowed it")

@@ -173,15 +173,6 @@ def _totals(by_kind: dict[str, tuple[int, int, int, float]]) -> LedgerTotals:
     )
 
 
-def totals_of(entries: Iterable[LedgerEntry]) -> LedgerTotals:
-    """The totals of some entries (a round of a step), summed as the database sums a task's."""
-    by_kind: dict[str, tuple[int, int, int, float]] = {}
-    for e in entries:
-        calls, prompt, completion, cost = by_kind.get(e.kind, (0, 0, 0, 0.0))
-        by_kind[e.kind] = (calls + 1, prompt + e.prompt_tokens, completion + e.completion_tokens, cost + e.cost_usd)
-    return _totals(by_kind)
-
-
 def _entry(r: LedgerRow) -> LedgerEntry:
     return LedgerEntry(
         task_id=r.task_id, step=r.step, attempt=r.attempt, model=r.model, prompt_tokens=r.prompt_tokens,

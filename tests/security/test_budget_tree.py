@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+import httpx
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
@@ -30,6 +31,14 @@ def agents(live: Live) -> tuple[str, str]:
     return lead.name, helper.name
 
 
+async def asking_root(live: Live, http: httpx.AsyncClient, agent: str) -> str:
+    """A root task of ROOT_LIMIT tokens, waiting for its human (so it runs as long as the test needs)."""
+    answer = await http.post("/v1/tasks", json={"agent": agent, "input": "ask: which GPU?",
+                                                "budget": {"tokens": ROOT_LIMIT}})
+    await live.wait_for(http, answer.json()["task_id"], TaskStatus.awaiting_input)
+    return answer.json()["task_id"]
+
+
 @pytest.fixture
 def acme(live: Live) -> str:
     live.store.tenants.create(TenantSpec(name="acme"))
@@ -39,9 +48,7 @@ def acme(live: Live) -> str:
 async def test_a_sub_agents_budget_grows_only_out_of_its_parents_remainder(live: Live, acme: str) -> None:
     lead, helper = agents(live)
     async with live.as_key(acme) as http:
-        parent = (await http.post("/v1/tasks", json={"agent": lead, "input": "ask: which GPU?",
-                                                     "budget": {"tokens": ROOT_LIMIT}})).json()["task_id"]
-        await live.wait_for(http, parent, TaskStatus.awaiting_input)
+        parent = await asking_root(live, http, lead)
         spawned = await http.post(f"/v1/tasks/{parent}/spawn", json={"agent": helper, "input": "ask: how deep?",
                                                                        "tokens": CHILD_TOKENS})
         assert spawned.status_code == 201, spawned.text
@@ -77,9 +84,7 @@ async def test_a_sub_agents_budget_grows_only_out_of_its_parents_remainder(live:
 async def test_a_task_token_cannot_raise_its_own_sub_agent(live: Live, acme: str) -> None:
     lead, helper = agents(live)
     async with live.as_key(acme) as http:
-        parent = (await http.post("/v1/tasks", json={"agent": lead, "input": "ask: which GPU?",
-                                                     "budget": {"tokens": ROOT_LIMIT}})).json()["task_id"]
-        await live.wait_for(http, parent, TaskStatus.awaiting_input)
+        parent = await asking_root(live, http, lead)
         token = (await http.post(f"/v1/tasks/{parent}/token")).json()["key"]
     async with live.as_key(token) as tool:
         child = await tool.post("/v1/tasks", json={"agent": helper, "input": "ask: how deep?",

@@ -14,11 +14,11 @@ knows: the node's status and when it was last heard from.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ._limits import MAX_STORED_INT, NAME_PATTERN
+from ._limits import MAX_STORED_INT, NAME_PATTERN, numbers_not_booleans
 from ._refusal import refused_at
 
 NODE_ID_PATTERN = NAME_PATTERN  # a node id is typed and grepped like an agent name
@@ -41,6 +41,8 @@ MIN_ADMIT_TTL_S = 60
 MAX_ADMIT_TTL_S = 7 * 86_400
 
 _STRICT = ConfigDict(extra="forbid")
+# The largest GPU memory a device can report, in MiB: 16 TiB, a hundred times today's largest (H200, 141 GB).
+MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024
 
 
 class MigDeviceDescription(BaseModel):
@@ -50,7 +52,9 @@ class MigDeviceDescription(BaseModel):
 
     uuid: str = Field(min_length=1, max_length=128)
     profile: str | None = Field(default=None, max_length=32, description='e.g. "1g.10gb"')
-    memory_total_mib: int | None = Field(default=None, ge=0)
+    memory_total_mib: int | None = Field(default=None, ge=0, le=MAX_GPU_MEMORY_MIB)
+
+    _numbers = numbers_not_booleans("memory_total_mib")
 
 
 class GpuDescription(BaseModel):
@@ -62,9 +66,11 @@ class GpuDescription(BaseModel):
     uuid: str | None = Field(default=None, max_length=128)
     type_name: str = Field(min_length=1, max_length=64,
                            description='GPU type catalogue key, e.g. "H100-80GB", or "unknown"')
-    memory_total_mib: int | None = Field(default=None, ge=0)
+    memory_total_mib: int | None = Field(default=None, ge=0, le=MAX_GPU_MEMORY_MIB)
     mig_mode: bool = False
     mig_devices: list[MigDeviceDescription] = Field(default_factory=list, max_length=7)  # 7 compute slices per GPU
+
+    _numbers = numbers_not_booleans("index", "memory_total_mib")
 
 
 class NodeSpec(BaseModel):
@@ -77,11 +83,14 @@ class NodeSpec(BaseModel):
     zone: str = Field(pattern=PLACE_PATTERN)
     capacity: Capacity = "on-demand"
     usd_per_hour: float = Field(default=0.0, ge=0, le=10_000, description="the whole node's price")
-    labels: dict[str, str] = Field(default_factory=dict, description='e.g. {"dedicated": "tenant-a"}')
+    labels: dict[Annotated[str, Field(min_length=1, max_length=63)], Annotated[str, Field(max_length=255)]] = Field(
+        default_factory=dict, max_length=32, description='e.g. {"dedicated": "tenant-a"}')
     # Gigabytes (not gigabits) per second: the pool's disk tier divides weight bytes by it.
     disk_bandwidth_gbps: float = Field(default=2.0, gt=0, le=1000, description="local disk read, GB/s")
     gpus: list[GpuDescription] = Field(default_factory=list, max_length=64)
-    weights_cache_capacity_bytes: int = Field(default=0, ge=0)
+    weights_cache_capacity_bytes: int = Field(default=0, ge=0, le=MAX_STORED_INT)
+
+    _numbers = numbers_not_booleans("usd_per_hour", "disk_bandwidth_gbps", "weights_cache_capacity_bytes")
 
     @model_validator(mode="after")
     def _distinct_gpu_indexes(self) -> NodeSpec:
@@ -116,6 +125,8 @@ class GpuHealth(BaseModel):
     healthy: bool = True
     reason: str | None = Field(default=None, max_length=500, description="why it is unhealthy")
 
+    _numbers = numbers_not_booleans("index", "memory_used_mib", "utilization_pct", "ecc_errors")
+
 
 class CachedModelWeights(BaseModel):
     """A model's weights on the node's local disk (`orchestrator.node.weights_cache.CachedWeights`)."""
@@ -125,6 +136,8 @@ class CachedModelWeights(BaseModel):
     model: str = Field(min_length=1, max_length=128)
     size_bytes: int = Field(ge=0, le=MAX_STORED_INT)
 
+    _numbers = numbers_not_booleans("size_bytes")
+
 
 class ReplicaReport(BaseModel):
     """A model loaded on some of the node's GPUs, as the node reports it."""
@@ -133,12 +146,14 @@ class ReplicaReport(BaseModel):
 
     replica_id: str = Field(min_length=1, max_length=128, description="the id the pool gave it when it was placed")
     model: str = Field(min_length=1, max_length=128)
-    gpu_indexes: list[int] = Field(min_length=1, max_length=8)  # one tensor-parallel gang, on one node
+    gpu_indexes: list[Annotated[int, Field(ge=0, le=1023)]] = Field(min_length=1, max_length=8)  # one gang
     state: ReplicaState
     # Queue wait is measured in tokens still to generate, not requests: one long answer
     # outweighs many short ones.
     outstanding_tokens: int = Field(default=0, ge=0, le=MAX_STORED_INT)
     active_leases: int = Field(default=0, ge=0, le=MAX_STORED_INT)
+
+    _numbers = numbers_not_booleans("outstanding_tokens", "active_leases")
 
 
 class NodeHeartbeat(BaseModel):
@@ -206,6 +221,8 @@ class PreemptRequest(BaseModel):
     model_config = _STRICT
 
     notice_s: float = Field(default=30.0, ge=0, le=3600, description="the warning it gets (spot: ~120 s)")
+
+    _numbers = numbers_not_booleans("notice_s")
 
 
 class NodeRegistered(BaseModel):

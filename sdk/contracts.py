@@ -158,8 +158,8 @@ GRANT_BUDGET_SIGNAL = "grant_budget"
 
 class RaiseChildBudget(BaseModel):
     child_task_id: str
-    tokens: int = Field(default=0, ge=0, le=100_000_000)
-    usd: float = Field(default=0.0, ge=0, le=10_000.0)
+    tokens: int = Field(default=0, ge=0, le=MAX_TOKEN_BUDGET)
+    usd: float = Field(default=0.0, ge=0, le=MAX_USD_BUDGET)
 
 
 class SpawnedChild(BaseModel):

@@ -63,6 +63,8 @@ TOOL_WORKER_WAIT = timedelta(minutes=10)
 # Each call is an activity (3 history events at least): 64 calls a step keep a step's history in the hundreds of
 # events, far from Temporal's 51,200-event limit, and no model needs more at once.
 MAX_TOOL_CALLS_PER_STEP = 64
+# What a message adds to a prompt beyond its content in OpenAI's count (its role and separators: 3, and 1 to spare).
+MESSAGE_OVERHEAD_TOKENS = 4
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -186,7 +188,7 @@ class AgentTaskWorkflow:
     def _shortfall_after_cut(self, reply: LlmStepResult) -> str:
         """What the next step is short of, as the step would reserve it: its prompt (this conversation, the cut
         answer included) with the template margin, and at least a minimum answer (at most a full one)."""
-        prompt = reply.prompt_tokens + reply.kept_tokens + reply.completion_tokens
+        prompt = reply.prompt_tokens + reply.kept_tokens + reply.completion_tokens + MESSAGE_OVERHEAD_TOKENS
         reserve = prompt + reservation_margin(prompt) - self.budget.token_allowance
         least = max(1, reserve + MIN_ANSWER_TOKENS)
         full = max(least, reserve + self.agent.max_tokens_per_step)

@@ -178,7 +178,7 @@ async def answer(task_id: str, request: AnswerRequest, svc: Svc, caller: TaskWri
     record = await svc.task_record(task_id, caller)
     require_running(record)
     if record.state.status == TaskStatus.queued:
-        raise conflict(f"task {task_id} is not awaiting input (it has not started)")
+        raise conflict(f"task {task_id} is not awaiting input (it has not started)", field="task_id")
     try:
         await svc.temporal.answer(task_id, HumanAnswer(text=request.text))
     except (TemporalUnavailable, WorkflowGone, UpdateRejected) as exc:
@@ -212,16 +212,17 @@ def require_running(record: TaskRecord) -> None:
     state = record.state
     if state.status.is_final:
         reason = f": {state.error}" if state.error else ""
-        raise conflict(f"task {state.task_id} has already ended ({state.status.value}{reason})")
+        raise conflict(f"task {state.task_id} has already ended ({state.status.value}{reason})", field="task_id")
 
 
 def _refusal(exc: Exception) -> ApiError:
     if isinstance(exc, TemporalUnavailable):
         return unavailable(str(exc))
-    return conflict(str(exc), field=_field_named_by(str(exc)))
+    return conflict(str(exc), field=_field_named_by(str(exc)) or "task_id")
 
 
 def _field_named_by(message: str) -> str | None:
-    """The field a workflow's refusal names ("tokens: ..."), as the API's other refusals carry it."""
+    """The field a workflow's refusal names ("tokens: ..."), as the API's other refusals carry it; else the task's
+    own state is to blame (`task_id`)."""
     head, sep, _ = message.partition(": ")
     return head if sep and head.replace(".", "").replace("_", "").isalpha() and head.islower() else None

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from sdk._fleet import NODE_ID_PATTERN, PLACE_PATTERN
 
@@ -33,10 +33,11 @@ class SimulatedNode(BaseModel):
     gpus: str = Field(description='as for `berth node --simulate`, e.g. "2xH100-80GB"')
     usd_per_hour: float | None = Field(default=None, ge=0)
 
-    @model_validator(mode="after")
-    def _known_gpus(self) -> SimulatedNode:
-        parse_simulate(self.gpus)  # raises ValueError naming the unknown type
-        return self
+    @field_validator("gpus")
+    @classmethod
+    def _known_gpus(cls, gpus: str) -> str:
+        parse_simulate(gpus)  # raises ValueError naming the unknown type, refused as nodes.N.gpus
+        return gpus
 
     @property
     def price(self) -> float:

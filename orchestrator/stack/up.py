@@ -218,7 +218,7 @@ def _print_urls(config: BerthConfig, supervisor: Supervisor, fleet: Sequence[Sim
                   f" ${node.price:g}/h")
     else:
         print(f"  Engine       {config.resolved_engine_url}")
-    print(f"  Metrics      {config.resolved_api_url}/metrics"
+    print(f"  Metrics      {config.resolved_api_url}/metrics (with the admin key)"
           + "".join(f", {name} http://{config.host}:{port}/metrics" for name, port in metrics.items()))
     print(f"  Logs         {supervisor.log_dir}", flush=True)
 

@@ -9,12 +9,16 @@ preemption notice after writing the start of the real answer, the second runs th
 
 from __future__ import annotations
 
+import asyncio
+import re
+import uuid
 from pathlib import Path
 
 from temporalio.client import Client
 
 from activities.tokens import encode
-from sdk import TaskStatus
+from sdk import Agent, TaskStatus
+from tests.security.parties import Live
 from tests.workflow.fleet_fakes import UNSEEN_TOKENS, PreemptedNode, TwoNodePool, fleet_bench
 
 
@@ -43,3 +47,27 @@ async def test_a_cut_job_that_fits_its_budget_uncut_fits_it_cut(temporal_client:
         # Charged as the uncut job plus what was lost, and the few tokens that wrap the re-sent text as an
         # assistant message (~4, and the tokenizers' seam at the cut): not the kept text a second time.
         assert 0 <= cut.spend.tokens_used - job - UNSEEN_TOKENS <= 8
+
+
+async def test_waiting_for_says_what_the_next_step_really_needs(live: Live) -> None:
+    """An answer cut short by the budget waits for more: raising by exactly what `waiting_for` asks lets the next
+    step run. Before, it asked for the agent's whole max_tokens_per_step whatever was needed."""
+    writer = Agent(f"writer-{uuid.uuid4().hex[:6]}", "llama-3.2-1b", "Write at length.", max_tokens_per_step=1024)
+    live.register(writer)
+    async with live.as_key(live.key()) as http:
+        task = (await http.post("/v1/tasks", json={"agent": writer.name, "input": "alpha\nlength: 400 tokens",
+                                                   "budget": {"tokens": 200}, "budget_grace_s": 600})).json()["task_id"]
+        waiting = await live.wait_for(http, task, TaskStatus.awaiting_budget)
+        asked = re.fullmatch(r"budget: (\d+) more tokens for the next step \(up to (\d+) for a full 1024-token answer\)",
+                             waiting.waiting_for or "")
+        assert asked is not None, waiting.waiting_for
+        least, full = int(asked[1]), int(asked[2])
+        assert least < full - 900  # the next step's prompt and a minimum answer, not a whole answer's worth
+        calls = len(live.store.events.of_kind(task, "llm_call"))
+        assert (await http.post(f"/v1/tasks/{task}/raise-budget", json={"tokens": least})).status_code == 200
+        for _ in range(600):  # the step runs again: a call is made, not another shortfall
+            if len(live.store.events.of_kind(task, "llm_call")) > calls:
+                break
+            await asyncio.sleep(0.2)
+        assert len(live.store.events.of_kind(task, "llm_call")) == calls + 1
+        await http.post(f"/v1/tasks/{task}/cancel", json={"reason": "seen enough"})

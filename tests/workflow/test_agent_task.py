@@ -7,8 +7,9 @@ import asyncio
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from sdk import Agent, Spend, TaskState, TaskStatus
+from sdk import Agent, Spend, TaskState, TaskStatus, tool
 from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget
+from workflows.agent_task import MAX_TOOL_CALLS_PER_STEP
 
 
 async def wait_status(handle, status: TaskStatus, timeout_s: float = 30) -> TaskState:
@@ -258,3 +259,27 @@ async def test_the_deadline_ends_a_task_that_is_waiting(berth) -> None:
                                                 result_type=TaskState)
     assert state.status == TaskStatus.out_of_budget
     assert state.error == "deadline passed"
+
+
+async def test_a_reply_asking_for_more_tool_calls_than_a_step_runs_gets_errors_for_the_rest(berth) -> None:
+    """A model (or a node that lies) asking for thousands of calls at once must not fill the task's history."""
+    ran: list[str] = []
+
+    def probe(i: int):
+        def look(topic: str) -> str:
+            ran.append(f"t{i}")
+            return f"t{i} on {topic}"
+        return tool(look, name=f"t{i}", description=f"Probe {i}.")
+
+    wanted = MAX_TOOL_CALLS_PER_STEP + 6
+    agent = Agent(berth.unique("wide"), "llama-3.1-8b", "Use every probe.", [probe(i) for i in range(wanted)],
+                  max_steps=1)
+    handle = await berth.start(agent, "parallel\nthe H100", 200_000)  # one subject: every tool at once
+    state = await handle.result()
+    assert state.status == TaskStatus.max_steps, state.error
+    record = berth.store.checkpoints.latest(state.task_id)
+    assert record is not None
+    answers = [m.content or "" for m in berth.store.checkpoints.read(record.id).messages if m.role == "tool"]
+    refused = [a for a in answers if a.startswith(f"tool error: at most {MAX_TOOL_CALLS_PER_STEP} tool calls")]
+    assert len(answers) == wanted and len(refused) == 6
+    assert sorted(ran) == sorted(f"t{i}" for i in range(MAX_TOOL_CALLS_PER_STEP))

@@ -137,7 +137,7 @@ def test_refusals_of_task_commands_exit_2(server: Server, agent: AgentSpec, caps
     for argv, prefix in [
         (["tasks", "show", unique("missing")], "error: task_id: "),
         (["tasks", "raise-budget", done.task_id, "0"], "error: tokens: "),
-        (["tasks", "cancel", done.task_id], "error: task "),
+        (["tasks", "cancel", done.task_id], "error: task_id: task "),
         (["tasks", "list", "--status", "sleeping"], "error: status: "),
         (["tasks", "fork", done.task_id, "--checkpoint", "4"], "error: checkpoint_seq: "),
         (["agents", "show", unique("ghost")], "error: name: "),

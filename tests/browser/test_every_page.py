@@ -16,9 +16,9 @@ pytestmark = [pytest.mark.system, pytest.mark.browser]
 # Each page and the element that proves it rendered its own content, not an error page.
 PAGES = {
     "/": "#overview svg.chart#chart-tokens",
-    "/tasks": "table#tasks tr[data-task-id='ui-pages-task']",
-    "/tasks/ui-pages-task": "table#steps tr.step",
-    "/tasks/ui-pages-task/checkpoints/1": "#checkpoint .message",
+    "/tasks": "table#tasks tr[data-task-id='default:ui-pages-task']",
+    "/tasks/default:ui-pages-task": "table#steps tr.step",
+    "/tasks/default:ui-pages-task/checkpoints/1": "#checkpoint .message",
     "/fleet": "section.datacenter tr.node",
     "/models": "form.policy[data-model='llama-3.2-1b']",
     "/tenants": "table#keys tr[data-key-id]",
@@ -28,7 +28,7 @@ PAGES = {
 
 def test_every_page_renders_within_its_content_security_policy(ui: Ui, stack: Stack) -> None:
     admin_client(stack).submit("research", "L4 memory bandwidth", budget=Budget(20_000),
-                               task_id="ui-pages-task").result(timeout=120)
+                               task_id="default:ui-pages-task").result(timeout=120)
     problems: list[str] = []
     ui.page.on("console", lambda m: problems.append(m.text) if _is_problem(m) else None)
     ui.page.on("pageerror", lambda e: problems.append(str(e)))

@@ -26,22 +26,23 @@ SHOWN_PROGRESS = """() => [parseInt(document.querySelector('#task-step').textCon
 
 def test_the_tasks_list_shows_the_submitted_tasks(ui: Ui, stack: Stack) -> None:
     berth = admin_client(stack)
-    berth.submit("research", "H100 memory bandwidth", budget=Budget(20_000), task_id="ui-list-research")
-    berth.submit("research", "L4 memory bandwidth", budget=Budget(20_000), task_id="ui-list-other")
-    berth.submit("coordinator", "H100 versus A100 memory bandwidth", budget=Budget(40_000), task_id="ui-list-coord")
+    berth.submit("research", "H100 memory bandwidth", budget=Budget(20_000), task_id="default:ui-list-research")
+    berth.submit("research", "L4 memory bandwidth", budget=Budget(20_000), task_id="default:ui-list-other")
+    berth.submit("coordinator", "H100 versus A100 memory bandwidth", budget=Budget(40_000),
+                 task_id="default:ui-list-coord")
     statuses = {s.value for s in TaskStatus}
 
     ui.login(stack.admin_key(), "/tasks")
-    for task_id in ("ui-list-research", "ui-list-other", "ui-list-coord"):
+    for task_id in ("default:ui-list-research", "default:ui-list-other", "default:ui-list-coord"):
         row = ui.page.locator(f"table#tasks tbody tr[data-task-id='{task_id}']")
         expect(row).to_have_count(1)
         assert row.locator("a.task-link").get_attribute("href") == f"/tasks/{task_id}"
         assert row.locator("td.status").inner_text().strip() in statuses
 
-    ui.page.fill("form#task-filter input[name=q]", "ui-list-other")
+    ui.page.fill("form#task-filter input[name=q]", "default:ui-list-other")
     ui.submit("form#task-filter")
     rows = ui.page.locator("table#tasks tbody tr[data-task-id]")
-    assert [rows.nth(i).get_attribute("data-task-id") for i in range(rows.count())] == ["ui-list-other"]
+    assert [rows.nth(i).get_attribute("data-task-id") for i in range(rows.count())] == ["default:ui-list-other"]
 
 
 def test_a_wrong_key_is_refused_and_the_session_cookie_is_http_only(ui: Ui, stack: Stack) -> None:
@@ -102,10 +103,10 @@ def test_raising_the_budget_from_the_page_resumes_the_task(ui: Ui, stack: Stack)
 
 def test_text_from_a_task_is_shown_literally_and_never_run(ui: Ui, stack: Stack) -> None:
     task = admin_client(stack).submit("research", f"H100 memory bandwidth {PAYLOAD}", budget=Budget(20_000),
-                                      task_id="ui-escape")
-    wait_until(lambda: task.checkpoints(), 60, "a checkpoint of ui-escape")
+                                      task_id="default:ui-escape")
+    wait_until(lambda: task.checkpoints(), 60, "a checkpoint of default:ui-escape")
 
-    ui.login(stack.admin_key(), "/tasks/ui-escape")
+    ui.login(stack.admin_key(), "/tasks/default:ui-escape")
     assert PAYLOAD in (ui.page.text_content("main") or "")
     assert ui.page.evaluate("typeof window.__pwned") == "undefined"
     href = ui.page.locator("table#checkpoints tbody tr[data-seq] a").first.get_attribute("href")
@@ -113,5 +114,5 @@ def test_text_from_a_task_is_shown_literally_and_never_run(ui: Ui, stack: Stack)
     ui.open(href)
     assert PAYLOAD in ui.page.inner_text("#checkpoint")
     assert ui.page.locator("#checkpoint img[src=x], #checkpoint script").count() == 0
-    ui.open("/tasks?q=ui-escape")
+    ui.open("/tasks?q=default:ui-escape")
     assert ui.page.evaluate("typeof window.__pwned") == "undefined"

@@ -146,8 +146,8 @@ def test_a_node_stopped_with_sigterm_hands_its_task_over(chaos_stack: Stack) -> 
 def test_a_node_preempted_mid_answer_hands_its_text_over_and_the_answer_goes_on_from_it(chaos_stack: Stack) -> None:
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
     handle = client.submit("writer", f"{SUBJECTS}\nlength: 1500 tokens", budget=Budget(BUDGET),
-                           task_id="chaos-preempt", model="llama-3.1-8b")
-    chaos_stack.wait_for_step("chaos-preempt", 6, timeout_s=120)  # its searches are done: it writes the report
+                           task_id="default:chaos-preempt", model="llama-3.1-8b")
+    chaos_stack.wait_for_step("default:chaos-preempt", 6, timeout_s=120)  # its searches are done: it writes the report
     node = wait_until(lambda: _generating_on(chaos_stack), 30, "the report's generation to hold a lease")
     # The cut point: 2 s into a ~12 s report, so it has text to hand over (a notice that lands before its
     # first token keeps nothing, rightly, and proves nothing here).
@@ -162,10 +162,10 @@ def test_a_node_preempted_mid_answer_hands_its_text_over_and_the_answer_goes_on_
     # With notice the generation stopped at once and handed its text over: nothing it had sent was lost.
     assert (cut["kind"], cut["node_id"], cut["tokens_lost"]) == ("notice", node, 0), cut
     assert cut["tokens_kept"] > 0 and cut["resumed_on"] != node, cut
-    ledger = chaos_stack.http.get("/v1/tasks/chaos-preempt/ledger").json()["totals"]
+    ledger = chaos_stack.http.get("/v1/tasks/default:chaos-preempt/ledger").json()["totals"]
     assert (ledger["kept_tokens"], ledger["lost_tokens"]) == (cut["tokens_kept"], 0)
     assert_no_step_finished_twice(list(handle.events()))
-    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-preempt")
+    assert_nothing_hidden_nothing_twice(chaos_stack, "default:chaos-preempt")
     wait_until(lambda: client.node(node).status == "healthy", 60, "the preempted node to come back (berth up restarts it)")
 
 
@@ -177,22 +177,23 @@ def _generating_on(stack: Stack) -> str | None:
 
 def test_the_control_plane_server_killed_mid_task_is_restarted_and_the_task_completes(chaos_stack: Stack) -> None:
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
-    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-server", model="llama-3.1-8b")
-    chaos_stack.wait_for_step("chaos-server", 3, timeout_s=120)
+    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-server",
+                           model="llama-3.1-8b")
+    chaos_stack.wait_for_step("default:chaos-server", 3, timeout_s=120)
     os.kill(chaos_stack.child_pid("server"), signal.SIGKILL)  # nodes cannot book steps until it is back
     handle.result(timeout=240)
     state = handle.status()
     assert state.status == TaskStatus.completed and state.spend.tokens_used <= BUDGET
     assert_no_step_finished_twice(list(handle.events()))
-    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-server")
+    assert_nothing_hidden_nothing_twice(chaos_stack, "default:chaos-server")
     assert "server exited with code -9" in chaos_stack.log_tail()
 
 
 def test_an_author_can_simulate_a_preemption_and_see_tools_stay_idempotent(chaos_stack: Stack) -> None:
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
-    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-simulated",
+    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-simulated",
                            model="llama-3.1-8b")
-    chaos_stack.wait_for_step("chaos-simulated", 3, timeout_s=120)
+    chaos_stack.wait_for_step("default:chaos-simulated", 3, timeout_s=120)
     handle.simulate_preemption()
     handle.result(timeout=240)
     state = handle.status()
@@ -200,16 +201,17 @@ def test_an_author_can_simulate_a_preemption_and_see_tools_stay_idempotent(chaos
     [cut] = handle.interruptions()
     assert cut.data["kind"] == "simulated" and cut.data["resumed_on"] != cut.data["node_id"], cut.data
     assert_no_step_finished_twice(list(handle.events()))
-    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-simulated")
+    assert_nothing_hidden_nothing_twice(chaos_stack, "default:chaos-simulated")
 
 
 def test_the_orchestrator_worker_killed_mid_step_is_restarted_and_the_task_completes(chaos_stack: Stack) -> None:
     # The worker runs the workflows and holds the pool. Killed while the task holds a lease, the
     # restarted pool finds the lease in the store and counts it again; the step resumes from history.
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
-    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-worker", model="llama-3.1-8b")
-    chaos_stack.wait_for_step("chaos-worker", 3, timeout_s=120)
-    wait_until(lambda: _leases_held(chaos_stack, "chaos-worker") > 0, 30, "a step of the task to hold a lease")
+    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-worker",
+                           model="llama-3.1-8b")
+    chaos_stack.wait_for_step("default:chaos-worker", 3, timeout_s=120)
+    wait_until(lambda: _leases_held(chaos_stack, "default:chaos-worker") > 0, 30, "a step of the task to hold a lease")
     pid = chaos_stack.child_pid("worker")
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: _restarted(chaos_stack, "worker", pid), 30, "berth up to restart the worker")
@@ -218,8 +220,8 @@ def test_the_orchestrator_worker_killed_mid_step_is_restarted_and_the_task_compl
     assert state.status == TaskStatus.completed, state.error
     assert state.spend.tokens_used <= BUDGET
     assert_no_step_finished_twice(list(handle.events()))
-    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-worker")
-    assert _leases_held(chaos_stack, "chaos-worker") == 0
+    assert_nothing_hidden_nothing_twice(chaos_stack, "default:chaos-worker")
+    assert _leases_held(chaos_stack, "default:chaos-worker") == 0
     wait_until(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
     assert "worker exited with code -9" in chaos_stack.log_tail()
 
@@ -229,7 +231,7 @@ def test_temporal_killed_mid_step_restarts_on_its_database_and_every_task_comple
     # restarts it on the same --db-filename, and every process that talks to Temporal (API, worker,
     # node agents, tool worker) must find it again by itself.
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
-    before = ["chaos-temporal-a", "chaos-temporal-b"]
+    before = ["default:chaos-temporal-a", "default:chaos-temporal-b"]
     handles = [client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id=task_id, model="llama-3.1-8b")
                for task_id in before]
     chaos_stack.wait_for_step(before[0], 3, timeout_s=120)
@@ -239,7 +241,7 @@ def test_temporal_killed_mid_step_restarts_on_its_database_and_every_task_comple
     wait_until(lambda: _restarted(chaos_stack, "temporal", pid), 30, "berth up to restart Temporal")
     wait_until(lambda: _ready(chaos_stack), 30, "the API to reach Temporal again")
     # A task started through the API after the restart: the API's Temporal client reconnected too.
-    handles.append(client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="chaos-temporal-after",
+    handles.append(client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-temporal-after",
                                  model="llama-3.1-8b"))
     for handle in handles:
         handle.result(timeout=240)

@@ -73,32 +73,32 @@ async def test_stdio_berth_mcp_submits_waits_with_progress_and_reads_the_task(st
     async with McpClient(server) as client:
         assert "submit_task" in {t.name for t in (await client.list_tools()).tools}
         outcome, progress = await submit_and_wait(client, agent="research", input=ONE_QUESTION, budget_tokens=8000,
-                                                  task_id="mcp-stdio-1")
+                                                  task_id="default:mcp-stdio-1")
         final = outcome["state"]
         assert not outcome["timed_out"] and final["status"] == TaskStatus.completed.value
         assert "H100" in final["result"]
         assert_reported_steps(progress, final)
-        read = await client.read_resource("task://mcp-stdio-1")
+        read = await client.read_resource("task://default:mcp-stdio-1")
         assert json.loads(read.contents[0].text)["status"] == "completed"
 
 
 async def test_http_mcp_runs_a_task_and_serves_its_resources(stack: Stack) -> None:
     async with over_http(stack, stack.admin_key()) as client:
         outcome, progress = await submit_and_wait(client, agent="research", input=ONE_QUESTION, budget_tokens=8000,
-                                                  priority=3, task_id="mcp-http-1")
+                                                  priority=3, task_id="default:mcp-http-1")
         final = outcome["state"]
         assert final["status"] == "completed" and final["spend"]["tokens_used"] <= 8000
         assert_reported_steps(progress, final)
 
-        state = json.loads((await client.read_resource("task://mcp-http-1")).contents[0].text)
-        assert state["task_id"] == "mcp-http-1" and state["status"] == "completed"
-        checkpoint = json.loads((await client.read_resource("task://mcp-http-1/checkpoints/1")).contents[0].text)
+        state = json.loads((await client.read_resource("task://default:mcp-http-1")).contents[0].text)
+        assert state["task_id"] == "default:mcp-http-1" and state["status"] == "completed"
+        checkpoint = json.loads((await client.read_resource("task://default:mcp-http-1/checkpoints/1")).contents[0].text)
         assert checkpoint["ref"]["seq"] == 1 and checkpoint["messages"]
         nodes = json.loads((await client.read_resource("fleet://nodes")).contents[0].text)
         fleet = (await client.call_tool("fleet_status", {})).structured_content
         assert {n["node_id"] for n in fleet["nodes"]} == {n["node_id"] for n in nodes} and fleet["gpus"] > 0
         listed = (await client.call_tool("list_tasks", {"agent": "research", "status": "completed"})).structured_content
-        assert "mcp-http-1" in {t["task_id"] for t in listed["tasks"]}
+        assert "default:mcp-http-1" in {t["task_id"] for t in listed["tasks"]}
 
 
 async def test_http_mcp_refuses_no_key_another_tenant_and_bad_input_and_stays_usable(stack: Stack) -> None:

@@ -27,13 +27,13 @@ RESEARCH_INPUT = "H100 memory bandwidth; A100 memory bandwidth; decode speed for
 
 def test_sdk_submit_runs_to_a_result(stack: Stack) -> None:
     client = SyncClient(stack.api, stack.admin_key())
-    handle = client.submit("research", RESEARCH_INPUT, budget=Budget(20_000), task_id="sys-sdk-1")
+    handle = client.submit("research", RESEARCH_INPUT, budget=Budget(20_000), task_id="default:sys-sdk-1")
     answer = handle.result(timeout=120)
     state = handle.status()
     assert state.status == TaskStatus.completed
     assert "H100" in answer and state.step == 7
     assert state.spend.tokens_used <= 20_000
-    assert_books_balance(stack, "sys-sdk-1")
+    assert_books_balance(stack, "default:sys-sdk-1")
     kinds = {e.kind for e in handle.events()}
     assert {"state", "llm_call", "step"} <= kinds
 
@@ -58,14 +58,14 @@ def test_cli_submit_wait_and_refusal(stack: Stack) -> None:
 def test_worker_killed_mid_task_is_restarted_and_the_task_completes(stack: Stack) -> None:
     client = SyncClient(stack.api, stack.admin_key())
     handle = client.submit("research", RESEARCH_INPUT + "; L4 memory bandwidth", budget=Budget(30_000),
-                           task_id="sys-kill-worker")
-    stack.wait_for_step("sys-kill-worker", 2)
+                           task_id="default:sys-kill-worker")
+    stack.wait_for_step("default:sys-kill-worker", 2)
     os.kill(stack.child_pid("worker"), signal.SIGKILL)
     handle.result(timeout=180)
     state = handle.status()
     assert state.status == TaskStatus.completed
     assert state.step == 9
-    assert_books_balance(stack, "sys-kill-worker")
+    assert_books_balance(stack, "default:sys-kill-worker")
     assert "worker exited with code -9" in stack.log_tail()
 
 
@@ -74,20 +74,20 @@ def test_whole_stack_restarted_mid_task_resumes_it(stack: Stack) -> None:
     client = SyncClient(stack.api, stack.admin_key())
     subjects = "; ".join(["H100 memory bandwidth", "A100 memory bandwidth", "L4 memory bandwidth",
                           "spot preemption", "kv cache size"])
-    client.submit("research", subjects, budget=Budget(50_000), task_id="sys-restart")
-    stack.wait_for_step("sys-restart", 3)
+    client.submit("research", subjects, budget=Budget(50_000), task_id="default:sys-restart")
+    stack.wait_for_step("default:sys-restart", 3)
     stack.stop()
     assert stack.process.returncode == 0, stack.log_tail()
 
     stack.start()
-    handle = SyncClient(stack.api, stack.admin_key()).task("sys-restart")
+    handle = SyncClient(stack.api, stack.admin_key()).task("default:sys-restart")
     handle.result(timeout=180)
     state = handle.status()
     assert state.status == TaskStatus.completed
     assert state.step == 11
     # The stop hands a generation in flight over like any node stop: the engine may have finished
     # writing a reply whose last chunk the stopping node never read.
-    assert_nothing_hidden_nothing_twice(stack, "sys-restart")
+    assert_nothing_hidden_nothing_twice(stack, "default:sys-restart")
 
 
 def _secrets(stack: Stack, extra_keys: list[str]) -> dict[str, str]:
@@ -118,7 +118,7 @@ def _pages(stack: Stack, key: str, task_id: str) -> str:
 def test_no_credential_or_key_is_in_a_log_a_history_an_answer_or_a_page(stack: Stack) -> None:
     made = stack.http.post("/v1/keys", json={"role": "agent", "tenant": "default", "name": "leak-check"}).json()["key"]
     handle = SyncClient(stack.api, made).submit("research", "L4 memory bandwidth", budget=Budget(20_000),
-                                                task_id="sys-secrets-1")
+                                                task_id="default:sys-secrets-1")
     handle.result(timeout=120)
     secrets = _secrets(stack, [made])
 
@@ -127,9 +127,9 @@ def test_no_credential_or_key_is_in_a_log_a_history_an_answer_or_a_page(stack: S
         # terminal output prints the first admin key once, on purpose, and is not among them.
         **{f"log {p.name}": p.read_text(errors="replace") for p in stack.data_dir.rglob("*.log")},
         "workflow histories": asyncio.run(_histories(stack)),
-        "pages": _pages(stack, stack.admin_key(), "sys-secrets-1"),
+        "pages": _pages(stack, stack.admin_key(), "default:sys-secrets-1"),
         **{f"GET {path}": stack.http.get(path).text for path in (
-            "/v1/tasks", "/v1/tasks/sys-secrets-1", "/v1/tasks/sys-secrets-1/ledger", "/v1/tasks/sys-secrets-1/checkpoints/1",
+            "/v1/tasks", "/v1/tasks/default:sys-secrets-1", "/v1/tasks/default:sys-secrets-1/ledger", "/v1/tasks/default:sys-secrets-1/checkpoints/1",
             "/v1/keys", "/v1/audit", "/v1/models", "/v1/nodes", "/v1/agents", "/v1/tenants", "/openapi.json")},
     }
     assert len([name for name in readable if name.startswith("log ")]) >= 3

@@ -20,17 +20,24 @@ from typing import Any
 COUNTING_MODEL = "gpt-4o"
 
 
+# litellm's first import takes seconds, and two threads importing it at once (a warm-up and a request) can meet
+# it half-initialised ("cannot import name ... partially initialized module"): the first import is taken alone.
+_importing = threading.Lock()
+
+
 def _litellm() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import litellm
+    with _importing:
+        import litellm
+        import litellm.utils  # noqa: F401  (sendable_tools' helpers, imported under the same lock)
 
-    if not getattr(litellm, "_berth_quiet", False):
-        # litellm prices every response itself and, for self-hosted names it has no tokenizer
-        # for, logs a fallback warning each minute; Berth prices calls from its catalogue.
-        litellm.suppress_debug_info = True
-        logging.getLogger("LiteLLM").setLevel(logging.ERROR)
-        litellm._berth_quiet = True
+        if not getattr(litellm, "_berth_quiet", False):
+            # litellm prices every response itself and, for self-hosted names it has no tokenizer
+            # for, logs a fallback warning each minute; Berth prices calls from its catalogue.
+            litellm.suppress_debug_info = True
+            logging.getLogger("LiteLLM").setLevel(logging.ERROR)
+            litellm._berth_quiet = True
     return litellm
 
 
@@ -143,6 +150,5 @@ def sendable_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     litellm drops `additionalProperties: false` and `strict` on the way out for some routes;
     dropping them before counting keeps Berth's count equal to the engine's.
     """
-    from litellm.utils import remove_additional_properties, remove_strict_from_schema
-
-    return remove_strict_from_schema(remove_additional_properties(copy.deepcopy(tools)))
+    utils = _litellm().utils
+    return utils.remove_strict_from_schema(utils.remove_additional_properties(copy.deepcopy(tools)))

@@ -7,11 +7,14 @@ activity calls its books through `asyncio.to_thread`, as it does the store's.
 
 Refusals raise `StepBooksRefused` with the status and the control plane's message. A 401 or
 404 may stop after the node registers again (the control plane lost its database, or the
-node's secret was reset), and 5xx may pass; any other 4xx is a request that will never be
-accepted (`permanent`). Connection errors propagate as httpx's, for Temporal to retry.
+node's secret was reset); any other 4xx is a request that will never be accepted (`permanent`).
+A control plane that cannot be reached or answers 5xx is asked again for up to a minute (it is
+restarting), then the error propagates.
 """
 
 from __future__ import annotations
+
+import time
 
 import httpx
 
@@ -33,6 +36,10 @@ from sdk.contracts import PendingStep
 from .control_plane import ControlPlaneError, _message
 
 _TRANSIENT_4XX = frozenset({401, 404, 408, 429})
+# A control plane restarting (`berth up` restarts a killed server in seconds; a rolling update takes longer) is
+# waited for this long, at a growing pause, while the step keeps heartbeating.
+RETRY_FOR_S = 60.0
+RETRY_FIRST_S, RETRY_MAX_S = 0.25, 5.0
 
 
 class StepBooksRefused(ControlPlaneError):
@@ -58,11 +65,12 @@ class RemoteStepBooks:
     """
 
     def __init__(self, api_url: str, node_id: str, node_secret: Callable[[], str | None], timeout_s: float = 30,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, retry_for_s: float = RETRY_FOR_S) -> None:
         self.api_url = api_url.rstrip("/")
         self.node_id = node_id
         self._node_secret = node_secret
         self._http = httpx.Client(base_url=self.api_url, timeout=timeout_s, transport=transport)
+        self.retry_for_s = retry_for_s
 
     def close(self) -> None:
         self._http.close()
@@ -104,13 +112,27 @@ class RemoteStepBooks:
                 f"booking the tokens of interrupted attempts of step {step.step} of task {step.task_id!r}")
 
     def _post(self, route: str, request: Any, what: str) -> Any:
-        secret = self._node_secret()
-        headers = {NODE_SECRET_HEADER: secret} if secret else {}
-        response = self._http.post(f"/v1/nodes/{self.node_id}/steps/{route}", json=request.model_dump(mode="json"),
-                                   headers=headers)
-        if not response.is_success:
-            raise StepBooksRefused(what, response)
-        return response.json() if response.status_code != 204 else None
+        """One POST, sent again while the control plane is unreachable or failing (a restart) for up to
+        `retry_for_s`: every step route is idempotent, and giving up on a settle would lose a reply the engine
+        already wrote (the step is placed again, maybe on a node whose engine cannot replay it)."""
+        body = request.model_dump(mode="json")
+        deadline = time.monotonic() + self.retry_for_s
+        pause = RETRY_FIRST_S
+        while True:
+            secret = self._node_secret()
+            headers = {NODE_SECRET_HEADER: secret} if secret else {}
+            try:
+                response = self._http.post(f"/v1/nodes/{self.node_id}/steps/{route}", json=body, headers=headers)
+            except httpx.TransportError:
+                if time.monotonic() + pause > deadline:
+                    raise
+            else:
+                if response.is_success:
+                    return response.json() if response.status_code != 204 else None
+                if response.status_code < 500 or time.monotonic() + pause > deadline:
+                    raise StepBooksRefused(what, response)
+            time.sleep(pause)
+            pause = min(pause * 2, RETRY_MAX_S)
 
 
 def _lease(step: StepRef) -> str:

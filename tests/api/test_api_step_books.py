@@ -9,11 +9,13 @@ tests/security/test_lying_node.py.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 
 from activities.ports import CallReport, DeadTokens, StepRef
 from orchestrator.api import TemporalGateway
@@ -22,6 +24,7 @@ from orchestrator.node.step_books import RemoteStepBooks, StepBooksRefused
 from orchestrator.store import LeaseRecord, Store
 from sdk import CheckpointRef, Message, Spend, TaskState, TaskStatus
 from sdk._lease import StepLimits, StepPlacement
+from tests.conftest import free_port
 
 JOIN_TOKEN = "join-me-books"
 
@@ -181,3 +184,25 @@ def test_a_released_lease_books_nothing_more(books: RemoteStepBooks, store: Stor
     with pytest.raises(StepBooksRefused, match="403"):
         books.prepare(STEP, start, None)
     assert store.ledger.entries("t1") == [] and store.events.read("t1") == []
+
+
+def test_a_step_waits_out_a_control_plane_restart_and_gives_up_only_after_its_wait(app, node_secret: str,
+                                                                                  leased: None, store: Store) -> None:
+    """Every step route is idempotent: a node asks again while the control plane is down, rather than losing a
+    reply its engine already wrote (a server killed mid-task is restarted within seconds)."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    comes_back = threading.Timer(1.0, server.run)  # down for a second, then up on the same address
+    comes_back.start()
+    try:
+        with RemoteStepBooks(f"http://127.0.0.1:{port}", "gpu-books", lambda: node_secret, retry_for_s=60) as books:
+            prepared = books.prepare(STEP, root(store), None)
+            assert prepared.max_tokens == 500 and books.settle(STEP, call()).recorded
+    finally:
+        server.should_exit = True
+        comes_back.join(30)
+    assert [e.attempt for e in store.ledger.entries("t1")] == [1]
+    with RemoteStepBooks(f"http://127.0.0.1:{free_port()}", "gpu-books", lambda: node_secret,
+                         retry_for_s=0.5) as nobody_there:
+        with pytest.raises(httpx.ConnectError):
+            nobody_there.settle(STEP, call(attempt=2))

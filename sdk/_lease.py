@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, FiniteFloat, model_validator
 
-from ._limits import MAX_STORED_INT, MAX_TOKEN_BUDGET, MAX_TOKENS_PER_STEP, MAX_USD_BUDGET, StoredInt
+from ._limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
 from ._node_io import LoadReplica
 
 ServiceClass = Literal["interactive", "batch", "low_priority"]
@@ -38,9 +38,11 @@ class StepLimits(BaseModel):
     the placement's range. A node never sets them.
     """
 
+    # Set by the workflow, never by a client: a budget raised again and again may pass what one submit may ask for,
+    # so only the store's bound applies (a validation error here would stall the workflow).
     max_tokens: int = Field(ge=1, le=MAX_TOKENS_PER_STEP, description="the step's answer limit")
-    token_allowance: int = Field(ge=0, le=MAX_TOKEN_BUDGET, description="tokens the round may book at most")
-    usd_allowance: float | None = Field(default=None, ge=0, le=MAX_USD_BUDGET, description="dollars, likewise")
+    token_allowance: int = Field(ge=0, le=MAX_STORED_INT, description="tokens the round may book at most")
+    usd_allowance: FiniteFloat | None = Field(default=None, ge=0, description="dollars, likewise")
     first_attempt: int = Field(default=1, ge=1, le=MAX_STORED_INT, description="this placement's attempt numbers")
     last_attempt: int = Field(default=MAX_STORED_INT, ge=1, le=MAX_STORED_INT)
     round_first_attempt: int = Field(

@@ -56,14 +56,16 @@ class TokenBudget:
         self.tokens_lost += lost
         self.usd_used += usd
 
-    def carve(self, requested: int | None) -> tuple[int, float | None]:
-        """Set aside a child's budget: what it asked for, at most what is left (half of it by default)."""
+    def carve(self, requested: int | None, most: int, most_usd: float) -> tuple[int, float | None]:
+        """Set aside a child's budget: what it asked for, at most what is left (half of it by default), and at most
+        what one task's budget may be (`most`, `most_usd`: a parent raised past them must not make a child that
+        no budget may be)."""
         allowance = self.token_allowance
         granted = allowance // 2 if requested is None else min(requested, allowance)
-        granted = max(0, granted)
+        granted = max(0, min(granted, most))
         usd_granted = None
         if self.usd_limit is not None and allowance > 0:
-            usd_granted = max(0.0, (self.usd_allowance or 0.0) * granted / allowance)
+            usd_granted = min(most_usd, max(0.0, (self.usd_allowance or 0.0) * granted / allowance))
             self.reserved_usd += usd_granted
         self.reserved_tokens += granted
         return granted, usd_granted

@@ -152,8 +152,8 @@ class FleetStep:
                 + still_excluded(excluded, workflow.now()),
                 "avoid_spot_zones": avoided_zones, "previous_replica": self.previous_replica,
                 "prompt_tokens": self.context_tokens,
-                "limits": StepLimits(max_tokens=inp.max_tokens, token_allowance=inp.token_allowance,
-                                     usd_allowance=inp.usd_allowance,
+                "limits": StepLimits(max_tokens=inp.max_tokens, token_allowance=max(0, inp.token_allowance),
+                                     usd_allowance=None if inp.usd_allowance is None else max(0.0, inp.usd_allowance),
                                      first_attempt=placement_index * ATTEMPT_STRIDE + 1,
                                      last_attempt=(placement_index + 1) * ATTEMPT_STRIDE,
                                      round_first_attempt=round_first_attempt)})

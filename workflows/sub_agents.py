@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
     from sdk import TaskRun, TaskState
     from sdk._builtins import SpawnAgentArgs
-    from sdk._limits import MAX_TASK_ID_CHARS, MIN_ANSWER_TOKENS, SUB_AGENT_MARK
+    from sdk._limits import MAX_TASK_ID_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET, MIN_ANSWER_TOKENS, SUB_AGENT_MARK
     from sdk._spec import AgentSpec, TaskSpec
     from sdk.contracts import (CANCEL_SIGNAL, GRANT_BUDGET_SIGNAL, WORKFLOW_NAME, CancelRequest, RaiseBudget,
                                RaiseChildBudget, ResolveAgentInput, SpawnedChild)
@@ -129,7 +129,7 @@ class SubAgents:
         if len(task_id) > MAX_TASK_ID_CHARS:
             raise ApplicationError(f"sub-agents nest too deep under {self.parent.task_id}: a sub-agent's id would be"
                                    f" longer than {MAX_TASK_ID_CHARS} characters", non_retryable=True)
-        tokens, usd = self.budget.carve(args.tokens)
+        tokens, usd = self.budget.carve(args.tokens, MAX_TOKEN_BUDGET, MAX_USD_BUDGET)
         if tokens < 2 * MIN_ANSWER_TOKENS:
             self.budget.settle_child(tokens, usd, 0)
             raise ApplicationError(f"only {tokens} tokens left, too few for a sub-agent", non_retryable=True)

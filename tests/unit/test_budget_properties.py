@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sdk._limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET
 from workflows.budget import BudgetViolation, TokenBudget
 
 # An operation: ("call", fraction of the allowance the engine really used),
@@ -30,7 +31,7 @@ def test_used_never_exceeds_limit(limit: int, ops: list[tuple]) -> None:
         if op[0] == "call":
             budget.charge(int(budget.token_allowance * op[1]))
         elif op[0] == "spawn":
-            granted, usd = budget.carve(op[1])
+            granted, usd = budget.carve(op[1], MAX_TOKEN_BUDGET, MAX_USD_BUDGET)
             children.append((granted, usd, op[2]))
         elif op[0] == "raise":
             budget.raise_limit(op[1])
@@ -49,7 +50,7 @@ def test_used_never_exceeds_limit(limit: int, ops: list[tuple]) -> None:
 def test_children_never_get_more_dollars_than_are_left(limit: int, usd_limit: float, spends: list[float]) -> None:
     budget = TokenBudget(token_limit=limit, usd_limit=usd_limit)
     for fraction in spends:
-        granted, usd = budget.carve(None)
+        granted, usd = budget.carve(None, MAX_TOKEN_BUDGET, MAX_USD_BUDGET)
         assert usd is not None and usd <= usd_limit
         budget.settle_child(granted, usd, int(granted * fraction), (usd or 0) * fraction)
         assert budget.usd_used <= usd_limit + 1e-9
@@ -65,6 +66,14 @@ def test_a_charge_beyond_the_allowance_is_refused() -> None:
 
 def test_a_child_reporting_more_than_its_grant_is_refused() -> None:
     budget = TokenBudget(token_limit=100)
-    granted, usd = budget.carve(40)
+    granted, usd = budget.carve(40, MAX_TOKEN_BUDGET, MAX_USD_BUDGET)
     with pytest.raises(BudgetViolation):
         budget.settle_child(granted, usd, 41)
+
+
+def test_a_child_carved_from_a_budget_raised_past_one_tasks_limit_gets_at_most_that_limit() -> None:
+    """A parent raised past what one submit may ask for: its child is still a budget a task may have."""
+    budget = TokenBudget(token_limit=3 * MAX_TOKEN_BUDGET, usd_limit=3 * MAX_USD_BUDGET)
+    granted, usd = budget.carve(None, MAX_TOKEN_BUDGET, MAX_USD_BUDGET)
+    assert granted == MAX_TOKEN_BUDGET and usd is not None and usd <= MAX_USD_BUDGET
+    assert budget.token_allowance == 2 * MAX_TOKEN_BUDGET

@@ -28,13 +28,15 @@ from sdk._limits import (
     NAME_PATTERN,
     NOT_A_BOOLEAN,
     TASK_ID_PATTERN,
+    TASK_REF_PATTERN,
 )
 
 from .caller import Caller
 from .results import AgentList, FleetStatus, ModelList, TaskList, WaitOutcome
 from .waiting import wait_for
 
-TaskId = Annotated[str, Field(pattern=TASK_ID_PATTERN, description="the task's id, e.g. from submit_task")]
+# Naming a task takes any id the server gives (a sub-agent's, a tenant's scoped one); choosing one, the client's form.
+TaskId = Annotated[str, Field(pattern=TASK_REF_PATTERN, description="the task's id, e.g. from submit_task")]
 Tokens = Annotated[int, Field(gt=0, le=MAX_TOKEN_BUDGET, description="tokens, prompt and completion together"),
                    NOT_A_BOOLEAN]
 Usd = Annotated[float | None, Field(gt=0, le=MAX_USD_BUDGET, description="a spend limit in US dollars"), NOT_A_BOOLEAN]
@@ -54,8 +56,9 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
         priority: Annotated[int, Field(ge=0, le=9, description="higher is served first when GPUs are short"),
                             NOT_A_BOOLEAN] = 0,
         task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN,
-                                             description="your own id; resubmitting it with the same spec"
-                                                         " returns the same task")] = None,
+                                             description="your own id, scoped to your tenant (the task's id is"
+                                                         " <tenant>:<task_id>); resubmitting it with the same"
+                                                         " spec returns the same task")] = None,
     ) -> TaskState:
         """Start an agent on a task with a hard budget; returns at once with the task's state.
 

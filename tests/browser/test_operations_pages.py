@@ -96,14 +96,14 @@ def test_a_forged_form_without_the_csrf_token_is_refused(ui: Ui, stack: Stack) -
 
 
 def test_a_viewer_sees_disabled_buttons_and_cannot_forge_a_post(ui: Ui, stack: Stack) -> None:
-    task = park_for_budget(stack, "ui-viewer", "L4 memory bandwidth")
+    task = park_for_budget(stack, "default:ui-viewer", "L4 memory bandwidth")
     ui.login(make_key(stack, "viewer", "ui-viewer"), "/fleet")
     assert "viewer" in ui.page.inner_text("#whoami")
     assert_buttons_disabled(ui, f"{NODE_ROW} form.drain, {NODE_ROW} form.undrain, {NODE_ROW} form.preempt")
     drain_action, drain_fields = ui.form(f"{NODE_ROW} form.drain")
     ui.open("/models")
     assert_buttons_disabled(ui, POLICY_FORM)
-    ui.open("/tasks/ui-viewer")
+    ui.open("/tasks/default:ui-viewer")
     assert_buttons_disabled(ui, "form#raise-budget, form#cancel")
     raise_action, raise_fields = ui.form("form#raise-budget")
     token = ui.csrf_token()

@@ -65,8 +65,8 @@ def test_a_wrong_key_is_refused_and_the_session_cookie_is_http_only(ui: Ui, stac
 
 def test_a_step_arrives_live_without_a_reload(ui: Ui, stack: Stack) -> None:
     # Parked until the budget is raised, so the page is surely open before the first step comes.
-    task = park_for_budget(stack, "ui-live", LONG_INPUT)
-    ui.login(stack.admin_key(), "/tasks/ui-live")
+    task = park_for_budget(stack, "default:ui-live", LONG_INPUT)
+    ui.login(stack.admin_key(), "/tasks/default:ui-live")
     page = ui.page
     page.evaluate("window.__samePage = true")
     navigations: list[str] = []
@@ -86,9 +86,9 @@ def test_a_step_arrives_live_without_a_reload(ui: Ui, stack: Stack) -> None:
 
 
 def test_raising_the_budget_from_the_page_resumes_the_task(ui: Ui, stack: Stack) -> None:
-    task = park_for_budget(stack, "ui-budget", "L4 memory bandwidth")
+    task = park_for_budget(stack, "default:ui-budget", "L4 memory bandwidth")
 
-    ui.login(stack.admin_key(), "/tasks/ui-budget")
+    ui.login(stack.admin_key(), "/tasks/default:ui-budget")
     expect(ui.page.locator("#task-status")).to_have_text("awaiting_budget")
     ui.page.fill("form#raise-budget input[name=tokens]", "20000")
     ui.submit_ok("form#raise-budget")

@@ -128,18 +128,18 @@ def _restarted(stack: Stack, name: str, pid: int) -> bool:
 
 
 def test_a_node_killed_under_a_task_is_left_behind_and_the_task_completes_elsewhere(chaos_stack: Stack) -> None:
-    (node, replica, step), calls = _run_and_take_away_its_node(chaos_stack, "chaos-kill-9", signal.SIGKILL)
+    (node, replica, step), calls = _run_and_take_away_its_node(chaos_stack, "default:chaos-kill-9", signal.SIGKILL)
     # The killed replica served nothing once the task had moved on (a step or two may have finished there
     # between reading the ledger and the kill); the agent `berth up` restarts serves with new replicas.
     moved = next(i for i, c in enumerate(calls) if c["step"] > step and c["replica_id"] != replica)
     assert all(c["replica_id"] != replica for c in calls[moved:]), (node, replica, calls[moved:])
-    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-kill-9")
+    assert_nothing_hidden_nothing_twice(chaos_stack, "default:chaos-kill-9")
     wait_until(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
 
 
 def test_a_node_stopped_with_sigterm_hands_its_task_over(chaos_stack: Stack) -> None:
-    _run_and_take_away_its_node(chaos_stack, "chaos-sigterm", signal.SIGTERM)
-    assert_nothing_hidden_nothing_twice(chaos_stack, "chaos-sigterm")
+    _run_and_take_away_its_node(chaos_stack, "default:chaos-sigterm", signal.SIGTERM)
+    assert_nothing_hidden_nothing_twice(chaos_stack, "default:chaos-sigterm")
     wait_until(lambda: _no_leases_left(chaos_stack), 30, "no lease left on any replica")
 
 

@@ -41,16 +41,16 @@ def test_sdk_submit_runs_to_a_result(stack: Stack) -> None:
 def test_cli_submit_wait_and_refusal(stack: Stack) -> None:
     env = {**stack.env}
     ok = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "submit", "research", "--input",
-                         "L4 memory bandwidth", "--budget", "10000", "--task-id", "sys-cli-1", "--wait"],
+                         "L4 memory bandwidth", "--budget", "10000", "--task-id", "default:sys-cli-1", "--wait"],
                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert "sys-cli-1" in ok.stdout
+    assert "default:sys-cli-1" in ok.stdout
     refused = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "submit", "research", "--input",
                               "x", "--budget", "0"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: budget")
-    shown = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", "sys-cli-1"],
+    shown = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", "default:sys-cli-1"],
                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and "completed" in shown.stdout
 

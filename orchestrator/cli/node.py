@@ -9,9 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..config import BerthConfig
+
+T = TypeVar("T")
 
 DEFAULT_CACHE_GIB = 200.0  # room for a 70B model's bf16 weights (~140 GB) plus a few small ones
 
@@ -130,11 +134,14 @@ async def _run(args: argparse.Namespace) -> int:
             agent.install_signal_handlers()
             agent.start_probes()  # /healthz answers, and /readyz says why not, while Temporal and the join wait
             try:
-                # Temporal first: the node's worker polls before it joins (NodeAgent.serve).
-                temporal = await connect_temporal(config)
+                # Temporal first: the node's worker polls before it joins (NodeAgent.serve). A SIGTERM while it
+                # is still awaited ends the wait at once, as it ends everything else the node does.
+                temporal = await _unless_stopped(agent.stopping, connect_temporal(config))
             except ConnectionError as exc:  # Temporal never answered
                 print(f"error: temporal: {exc}", file=sys.stderr)
                 return 1
+            if temporal is None:
+                return 0
             try:
                 await agent.serve(temporal)  # returns at once when told to stop before the control plane answered
             except ControlPlaneError as exc:  # the join was refused or never answered, or the node was revoked
@@ -147,3 +154,16 @@ async def _run(args: argparse.Namespace) -> int:
         if close is not None:
             close()
     return 0
+
+
+async def _unless_stopped(stopping: asyncio.Event, wait: Coroutine[Any, Any, T]) -> T | None:
+    """What `wait` returns, or None as soon as `stopping` is set first (`wait` is then cancelled)."""
+    waiting, stopped = asyncio.ensure_future(wait), asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not waiting.done():
+        waiting.cancel()
+        return None
+    return waiting.result()

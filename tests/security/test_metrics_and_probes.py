@@ -135,3 +135,6 @@ async def test_a_node_agents_probe_server_listens_only_on_its_host_flag(
     assert answer.status_code == 200, answer.text
     assert node.poll() is None
     assert await asyncio.to_thread(refuses_connections, "127.0.0.2", port)
+    # Told to stop while it still waits for Temporal, it stops then (it waited out its minute of retries before).
+    node.terminate()
+    assert await asyncio.to_thread(node.wait, 10) == 0

@@ -67,21 +67,22 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
     client = Client(config.resolved_api_url, api_key=api_key)
     await _wait_for_agents(client, {"research", "coordinator", "writer"})
     await _wait_for_nodes(client, nodes)
-    stamp = time.strftime("%H%M%S")
+    # The demo's task ids share a stamp (tables print them without it); a chosen id is its tenant's, `default:…`.
+    prefix = f"default:demo-{time.strftime('%H%M%S')}-"
     handles = [
-        await _submit(client, agent, text, tokens, f"demo-{stamp}-{i}")
+        await _submit(client, agent, text, tokens, f"{prefix}{i}")
         for i, (agent, text, tokens) in enumerate(DEMO_TASKS, 1)
     ]
     spot_policy: ScalingPolicy | None = None
     if nodes:
         agent, model, datacenter, text, tokens = PREWARMED
         await _prewarm(client, console, model, datacenter)
-        handles.append(await _submit(client, agent, text, tokens, f"demo-{stamp}-{len(handles) + 1}", model=model))
+        handles.append(await _submit(client, agent, text, tokens, f"{prefix}{len(handles) + 1}", model=model))
         agent, model, text, tokens = ON_SPOT
         spot_policy = (await client.model(model)).policy
         await client.set_policy(model, spot_policy.model_copy(update={
             "min_replicas": SPOT_MODEL_REPLICAS, "max_replicas": max(spot_policy.max_replicas, SPOT_MODEL_REPLICAS)}))
-        handles.append(await _submit(client, agent, text, tokens, f"demo-{stamp}-{len(handles) + 1}", model=model,
+        handles.append(await _submit(client, agent, text, tokens, f"{prefix}{len(handles) + 1}", model=model,
                                      service_class="batch"))
     spot_task = handles[-1].task_id if nodes else None
     preempted: str | None = None
@@ -106,11 +107,11 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
         await client.set_policy(ON_SPOT[1], spot_policy)  # as it was: its idle replicas go again
     if nodes and states and all(s.status.is_final for s in states):
         rows = [row for state in states for row in await step_rows(client, state)]
-        console.print(placements_table(rows, prefix=f"demo-{stamp}-"))
+        console.print(placements_table(rows, prefix=prefix))
         if preempted is not None:
             interrupted = await interruption_rows(client, states)
             if interrupted:
-                console.print(interruptions_table(interrupted, prefix=f"demo-{stamp}-"))
+                console.print(interruptions_table(interrupted, prefix=prefix))
             moved = next((d for task_id, d in rows if task_id == spot_task and d.get("node_id") != preempted), None)
             cut = next((d for task_id, d in interrupted if task_id == spot_task), None)
             if moved is not None:
@@ -121,7 +122,7 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
                               f" preemption {what}. The batch task resumed at step {moved['step']} on"
                               f" {moved['node_id']} from its checkpoint.")
     if states:
-        console.print(f"See them in the admin UI: {config.resolved_api_url}/tasks?q=demo-{stamp}- (sign in with the"
+        console.print(f"See them in the admin UI: {config.resolved_api_url}/tasks?q={prefix} (sign in with the"
                       f" admin key); a task's page shows its steps, budget, interruptions and checkpoints.")
     return states
 

@@ -29,6 +29,7 @@ from .admin_key import install_admin_key
 from .audit import AuditTrail
 from .auth import authenticate
 from .limits import BodySizeLimit, KeyRateLimit
+from .listening import listen_for_heartbeats
 from .services import Services
 from .temporal_gateway import TemporalGateway, TemporalUnavailable
 
@@ -56,11 +57,13 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
             # The step routes count GPU nodes' prompts: load the tokenizer now, not inside the first step.
             asyncio.get_running_loop().run_in_executor(None, warm_up_counting)
         sampling = asyncio.create_task(fleet_history.run(), name="ui-fleet-history")
+        listening = asyncio.create_task(listen_for_heartbeats(store), name="heartbeat-listener")
         try:
             async with mcp.running():
                 yield
         finally:
             sampling.cancel()
+            listening.cancel()
 
     app = FastAPI(
         title="Berth",

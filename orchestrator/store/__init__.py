@@ -31,6 +31,7 @@ from .checkpoints import (
 from .database import open_database
 from .events import SqlEventLog
 from .leadership import SqlLeadership
+from .listeners import SqlHeartbeatListeners
 from .leases import CallReservation, LeaseRecord, SqlLeases
 from .keys import KeyConflict, KeyHolder, SqlApiKeys
 from .fleet import NodeConflict, NodeNotApproved, NodeNotFound, NodeRevoked, NodeSecretRefused, SqlFleet
@@ -59,6 +60,7 @@ class Store:
     leases: SqlLeases
     reservations: SqlReservations
     leadership: SqlLeadership
+    heartbeat_listeners: SqlHeartbeatListeners
     tenants: SqlTenants
     keys: SqlApiKeys
     audit: SqlAuditLog
@@ -84,6 +86,7 @@ class Store:
             leases=SqlLeases(engine),
             reservations=SqlReservations(engine),
             leadership=SqlLeadership(engine),
+            heartbeat_listeners=SqlHeartbeatListeners(engine),
             tenants=SqlTenants(engine),
             keys=SqlApiKeys(engine),
             audit=SqlAuditLog(engine),
@@ -115,6 +118,7 @@ __all__ = [
     "NodeSecretRefused",
     "Reservation",
     "SqlFleet",
+    "SqlHeartbeatListeners",
     "SqlLeadership",
     "SqlLeases",
     "SqlAgentRegistry",

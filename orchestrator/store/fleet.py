@@ -38,6 +38,7 @@ from sdk._fleet import (
     ReplicaView,
 )
 
+from .listeners import silence_cutoff
 from .tables import NodeGpuRow, NodeRow, NodeWeightsRow, ReplicaRow, utcnow
 
 
@@ -162,13 +163,16 @@ class SqlFleet:
     # -- writes from the control plane ------------------------------------------------------
 
     def mark_lost_after(self, seconds: float, now: datetime | None = None) -> builtins.list[str]:
-        """Mark lost every admitted node not heard from for `seconds`, remove its replicas; returns their ids.
+        """Mark lost every admitted node not heard from for `seconds` while a control-plane API was up to hear
+        it (see listeners.py), remove its replicas; returns their ids.
 
         Weights on the node's disk are kept: if the node comes back, its cache is still there. A pending or
         revoked node serves nothing to lose, and keeps the status that says why.
         """
-        cutoff = (now or utcnow()) - timedelta(seconds=seconds)
         with Session(self._engine) as session:
+            cutoff = silence_cutoff(session, seconds, now or utcnow())
+            if cutoff is None:
+                return []
             # One conditional UPDATE: of several control-plane replicas reaping at once, each node is reported
             # lost by exactly one, and a heartbeat that lands first keeps its node.
             marked = session.execute(update(NodeRow)

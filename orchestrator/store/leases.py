@@ -15,7 +15,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Engine, delete, func
+from sqlalchemy import ColumnElement, Engine, delete, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -80,14 +80,13 @@ class SqlLeases:
         """Keep what was reserved for the lease's call (a prepare retried later replaces it); None when the lease
         is gone (released meanwhile)."""
         with Session(self._engine) as session:
-            row = session.get(LeaseRow, lease_id)
-            if row is None:
-                return None
-            row.reservation_json = json.dumps(dataclasses.asdict(reservation))
-            session.add(row)
+            # One conditional UPDATE: a lease released meanwhile (its node lost, its step released) matches
+            # nothing, where a read-then-write would fail on the vanished row.
+            rows = session.execute(update(LeaseRow).where(col(LeaseRow.lease_id) == lease_id)
+                                   .values(reservation_json=json.dumps(dataclasses.asdict(reservation)))
+                                   .returning(*LeaseRow.__table__.columns)).all()
             session.commit()
-            session.refresh(row)
-            return _record(row)
+        return _record(LeaseRow.model_validate(dict(rows[0]._mapping))) if rows else None
 
     def for_step(self, task_id: str, step: int) -> LeaseRecord | None:
         with Session(self._engine) as session:

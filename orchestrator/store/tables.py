@@ -342,6 +342,17 @@ class LeadershipRow(SQLModel, table=True):
     expires_at: datetime = Field(sa_type=UtcDateTime)
 
 
+class HeartbeatListenerRow(SQLModel, table=True):
+    """A control-plane API process that takes node heartbeats: listening since it started, alive at its last
+    beat. A node's silence counts as evidence of its loss only while some listener was there to hear it."""
+
+    __tablename__ = "heartbeat_listeners"
+
+    listener_id: str = Field(primary_key=True)
+    since: datetime = Field(sa_type=UtcDateTime)
+    alive_at: datetime = Field(sa_type=UtcDateTime)
+
+
 class TenantRow(SQLModel, table=True):
     """A tenant: how far its work may share GPUs, how many it may hold, and its tasks' default budget."""
 

@@ -189,6 +189,29 @@ def test_the_control_plane_server_killed_mid_task_is_restarted_and_the_task_comp
     assert "server exited with code -9" in chaos_stack.log_tail()
 
 
+def test_a_control_plane_server_frozen_longer_than_a_nodes_silence_allowance_loses_no_node(chaos_stack: Stack) -> None:
+    """Nodes fall silent because the server that hears them is gone, not they: none is marked lost (which
+    would take the lease from under a reply already on its way, and leave its tokens unbooked)."""
+    client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
+    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-frozen",
+                           model="llama-3.1-8b")
+    chaos_stack.wait_for_step("default:chaos-frozen", 3, timeout_s=120)
+    worker_log = chaos_stack.data_dir / "logs" / "worker.log"
+    lost_before = worker_log.read_text().count(" is lost: ")
+    server = chaos_stack.child_pid("server")
+    os.kill(server, signal.SIGSTOP)
+    try:
+        time.sleep(9)  # the stack marks a node lost after 6 s of silence
+    finally:
+        os.kill(server, signal.SIGCONT)
+    handle.result(timeout=240)
+    state = handle.status()
+    assert state.status == TaskStatus.completed and state.spend.tokens_used <= BUDGET and state.interruptions == 0
+    assert_no_step_finished_twice(list(handle.events()))
+    assert_nothing_hidden_nothing_twice(chaos_stack, "default:chaos-frozen")
+    assert worker_log.read_text().count(" is lost: ") == lost_before
+
+
 def test_an_author_can_simulate_a_preemption_and_see_tools_stay_idempotent(chaos_stack: Stack) -> None:
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
     handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-simulated",

@@ -128,6 +128,32 @@ def test_nodes_silent_too_long_are_lost_and_lose_their_replicas(store: Store) ->
     assert back.status == "healthy" and len(back.replicas) == 1
 
 
+def test_silence_counts_only_while_a_heartbeat_listener_was_up_to_hear_it(store: Store) -> None:
+    store.fleet.register(spec("gpu-1"), SECRET)
+    store.fleet.heartbeat(beat("gpu-1"), SECRET)
+    heard_at = utcnow()
+    # The API that took that beat dies 5 s later; the node's beats meet a closed port from then on.
+    store.heartbeat_listeners.beat("api-1", since=heard_at - timedelta(hours=1), now=heard_at + timedelta(seconds=5))
+    down_a_minute = heard_at + timedelta(seconds=60)
+    assert store.fleet.mark_lost_after(30, now=down_a_minute) == []  # silent 60 s, but only 5 s of it heard
+    # A restarted API listens from its start: the node's old silence is not held against it either.
+    store.heartbeat_listeners.beat("api-2", since=down_a_minute, now=down_a_minute + timedelta(seconds=20))
+    assert store.fleet.mark_lost_after(30, now=down_a_minute + timedelta(seconds=20)) == []
+    # Silent through 30 s of that API's listening: now it is lost.
+    store.heartbeat_listeners.beat("api-2", since=down_a_minute, now=down_a_minute + timedelta(seconds=31))
+    assert store.fleet.mark_lost_after(30, now=down_a_minute + timedelta(seconds=31)) == ["gpu-1"]
+
+
+def test_a_node_heard_by_one_listener_is_judged_by_the_one_that_listened_longest(store: Store) -> None:
+    store.fleet.register(spec("gpu-1"), SECRET)
+    store.fleet.heartbeat(beat("gpu-1"), SECRET)
+    later = utcnow() + timedelta(seconds=31)
+    store.heartbeat_listeners.beat("api-new", since=later - timedelta(seconds=1), now=later)
+    assert store.fleet.mark_lost_after(30, now=later) == []  # the only listener just started
+    store.heartbeat_listeners.beat("api-old", since=later - timedelta(hours=1), now=later)
+    assert store.fleet.mark_lost_after(30, now=later) == ["gpu-1"]  # the other one was there all along
+
+
 def test_drain_and_undrain(store: Store) -> None:
     store.fleet.register(spec(), SECRET)
     assert store.fleet.drain("gpu-1").status == "draining"

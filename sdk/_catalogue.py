@@ -12,6 +12,68 @@ from ._refusal import refused_at
 TENSOR_PARALLEL_DEGREES = (1, 2, 4, 8)  # what vLLM shards across on one node's NVLink domain
 
 
+ORIGIN_SCHEMES = ("file", "http", "https", "s3", "hf", "package")
+SHA256 = r"^[0-9a-f]{64}$"
+
+
+class WeightsFile(BaseModel):
+    """One file of a model revision: its path within the revision, what it hashes to, how big it is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(pattern=r"^[A-Za-z0-9_.+-][A-Za-z0-9_.+/-]{0,254}$",
+                      description="relative, no '..': where the file lies under the revision's origin and cache entry")
+    sha256: str = Field(pattern=SHA256)
+    size_bytes: int = Field(gt=0, le=2**44)
+
+    _numbers = numbers_not_booleans("size_bytes")
+
+    @field_validator("path")
+    @classmethod
+    def _inside_the_revision(cls, path: str) -> str:
+        if any(part in ("", ".", "..") for part in path.split("/")):
+            raise ValueError("must stay inside the revision: no empty, '.' or '..' parts")
+        return path
+
+
+class WeightsSource(BaseModel):
+    """Where a model's real weights come from and exactly which bytes they are.
+
+    `origin` is the revision's root: `file:///…`, `https://…`, `s3://bucket/prefix`, `hf://org/model@rev`
+    or `package://python_package/subdir` (weights shipped inside an installed Python package). Every file
+    is named with its sha256, so a node's cache is content-addressed and a copy from any peer is checked.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    origin: str = Field(min_length=1, max_length=2048)
+    revision: str = Field(default="main", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    files: list[WeightsFile] = Field(min_length=1, max_length=4096)
+    tokenizer: str | None = Field(default=None, description="the file holding the tokenizer: tokenizer.json, "
+                                                            "or a GGUF file's own vocabulary")
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+    @field_validator("origin")
+    @classmethod
+    def _known_scheme(cls, origin: str) -> str:
+        scheme, sep, rest = origin.partition("://")
+        if not sep or scheme not in ORIGIN_SCHEMES or not rest:
+            raise ValueError(f"origin must be <scheme>://… with a scheme among {', '.join(ORIGIN_SCHEMES)}")
+        return origin
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "WeightsSource":
+        paths = [f.path for f in self.files]
+        if len(set(paths)) != len(paths):
+            raise refused_at("WeightsSource", ("files",), "each path may appear once", paths)
+        if self.tokenizer is not None and self.tokenizer not in paths:
+            raise refused_at("WeightsSource", ("tokenizer",), "must be one of the files", self.tokenizer)
+        return self
+
+
 class ModelEntry(BaseModel):
     """A model a task may name: how big it is, how it is served and routed, what it costs."""
 
@@ -22,7 +84,8 @@ class ModelEntry(BaseModel):
     weights_gib: float = Field(default=0.0, ge=0, le=4096, description="weights on disk and in GPU memory")
     kv_headroom_gib: float = Field(default=0.0, ge=0, le=4096, description="GPU memory kept for the KV cache")
     tensor_parallel: list[int] = Field(default_factory=lambda: [1], description="allowed degrees")
-    engine: Literal["simulated", "vllm", "openai-compatible"] = "simulated"
+    engine: Literal["simulated", "vllm", "sglang", "llama.cpp", "openai-compatible"] = "simulated"
+    weights: WeightsSource | None = Field(default=None, description="real weights (none for the simulated engine)")
     engine_args: dict[str, str | int | FiniteFloat | bool] = Field(default_factory=dict)
     litellm_route: str | None = Field(default=None, description="litellm model string; derived when absent")
     # Frontier models charge tens of dollars per million tokens; a thousand is a typo, not a price.
@@ -50,6 +113,12 @@ class ModelEntry(BaseModel):
         if self.provider == "self-hosted" and self.weights_gib <= 0:
             raise refused_at("ModelEntry", ("weights_gib",), "a self-hosted model needs its weights size (> 0)",
                              self.weights_gib)
+        if self.engine == "llama.cpp" and (self.weights is None
+                                           or not any(f.path.endswith(".gguf") for f in self.weights.files)):
+            raise refused_at("ModelEntry", ("weights",), "a llama.cpp model needs real weights with a .gguf file",
+                             None)
+        if self.weights is not None and self.provider == "hosted":
+            raise refused_at("ModelEntry", ("weights",), "a hosted model's weights are its provider's", None)
         if self.provider == "hosted" and not self.api_key_env:
             raise refused_at("ModelEntry", ("api_key_env",), "a hosted model needs the variable holding its provider"
                              " key", self.api_key_env)

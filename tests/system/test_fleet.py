@@ -69,7 +69,7 @@ def test_an_idle_replica_scales_to_zero_and_keeps_its_weights_on_disk(fleet: Sta
     assert (back[0]["tier"], back[0]["node_id"]) == ("disk", node_id), back[0]
 
 
-def test_a_prewarmed_model_starts_faster_than_a_cold_one(fleet: Stack) -> None:
+def test_a_prewarmed_model_loads_from_disk_where_a_cold_one_comes_from_origin(fleet: Stack) -> None:
     client = SyncClient(fleet.api, fleet.admin_key())
     # Two models of the same size that no node has seen: one prewarmed onto the east nodes' disks (where an
     # interactive step wants to run: the on-demand H100 writes ~8x faster than the west node's L4s).
@@ -83,4 +83,5 @@ def test_a_prewarmed_model_starts_faster_than_a_cold_one(fleet: Stack) -> None:
     cold = _run(fleet, "fleet-cold", "cold-7b")[0]
     assert (prewarmed["tier"], prewarmed["node_id"]) == ("disk", "east-a"), prewarmed
     assert cold["tier"] == "origin", cold
-    assert prewarmed["load_s"] < cold["load_s"], (prewarmed, cold)
+    # How much sooner the disk copy serves is the weights_tiers benchmark's to measure: on a busy machine the
+    # seconds of two loads say more about the other processes than about the tiers.

@@ -19,11 +19,14 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ._limits import MAX_STORED_INT, NAME_PATTERN, numbers_not_booleans
+from ._peers import TransferSample
 from ._refusal import refused_at
 
 NODE_ID_PATTERN = NAME_PATTERN  # a node id is typed and grepped like an agent name
 PLACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"  # datacenter and zone names, e.g. "us-east-1a"
 NODE_SECRET_HEADER = "X-Berth-Node-Secret"
+# A peer server's host as a node names it: a DNS name or an IPv4/IPv6 literal, no scheme, port or path.
+PEER_HOST_PATTERN = r"^[A-Za-z0-9.:-]{1,253}$"
 UNKNOWN_GPU_TYPE = "unknown"  # what discovery reports for a device not in the GPU type catalogue
 
 Capacity = Literal["spot", "on-demand"]
@@ -166,6 +169,14 @@ class NodeHeartbeat(BaseModel):
     cached_weights: list[CachedModelWeights] = Field(default_factory=list, max_length=10_000)
     replicas: list[ReplicaReport] = Field(default_factory=list, max_length=512)
     leaving: bool = Field(default=False, description="the node is shutting down: place nothing new on it")
+    # Where the node serves its cached weights to peers of its datacenter (sdk/_peers.py); none: it serves none.
+    # The host defaults to the address the heartbeat came from (a node bound to 0.0.0.0 cannot name one).
+    peer_port: int | None = Field(default=None, ge=1, le=65_535)
+    peer_host: str | None = Field(default=None, pattern=PEER_HOST_PATTERN)
+    transfers: list[TransferSample] = Field(default_factory=list, max_length=64,
+                                            description="its disk and origin reads measured since the last beat")
+
+    _hb_numbers = numbers_not_booleans("peer_port")
 
 
 class GpuView(GpuDescription):

@@ -24,7 +24,8 @@ from ..store import Store
 from ..telemetry import install_metrics
 from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
 from ..telemetry.task_gauges import task_reading, watch_tasks
-from . import agents, audit, checkpoints, errors, events, health, keys, metrics, models, nodes, steps, tasks, tenants
+from . import (agents, audit, checkpoints, errors, events, health, keys, metrics, models, nodes, peers, steps, tasks,
+               tenants)
 from .admin_key import install_admin_key
 from .audit import AuditTrail
 from .auth import authenticate
@@ -82,6 +83,7 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(nodes.node_router)
+    app.include_router(peers.router)
     app.include_router(steps.router)
     for module in (agents, models, tasks, checkpoints, events, nodes, tenants, keys, audit):
         app.include_router(module.router, dependencies=[Depends(authenticate)])

@@ -21,7 +21,7 @@ import hmac
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Body, Header, Path, Query, Response, status
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
 from sdk._fleet import (
@@ -82,10 +82,14 @@ async def register(reg: NodeRegistration, response: Response, svc: Svc,
 
 @node_router.post("/v1/nodes/{node_id}/heartbeat", response_model=NodeView,
              responses={401: {"description": "the node secret is missing or wrong"}})
-async def heartbeat(node_id: str, hb: NodeHeartbeat, svc: Svc, node_secret: NodeSecret = None) -> NodeView:
+async def heartbeat(node_id: str, hb: NodeHeartbeat, svc: Svc, request: Request,
+                    node_secret: NodeSecret = None) -> NodeView:
     """A node's metrics, cached weights and replicas, replacing the previous report."""
     if hb.node_id != node_id:
         raise invalid("node_id", f"the body names node {hb.node_id!r} but the path names {node_id!r}")
+    if hb.peer_port is not None and hb.peer_host in (None, "0.0.0.0", "::") and request.client is not None:
+        # A peer server bound to every interface names none: peers reach it where its heartbeats come from.
+        hb = hb.model_copy(update={"peer_host": request.client.host})
     return await _call(svc, svc.store.fleet.heartbeat, hb, node_secret)
 
 

@@ -38,6 +38,7 @@ from .fleet import NodeConflict, NodeNotApproved, NodeNotFound, NodeRevoked, Nod
 from .node_admission import Joined, JoinTokenRefused, SqlNodeAdmission
 from .ledger import LedgerTotals, SqlTokenLedger
 from .models import SqlModelCatalogue
+from .peers import SqlPeers
 from .reservations import Reservation, SqlReservations
 from .sessions import NewSession, SqlUiSessions, UiSession
 from .tasks import SqlTaskRegistry, TaskConflict, TaskRecord
@@ -56,6 +57,7 @@ class Store:
     events: SqlEventLog
     models: SqlModelCatalogue
     fleet: SqlFleet
+    peers: SqlPeers
     node_admission: SqlNodeAdmission
     leases: SqlLeases
     reservations: SqlReservations
@@ -82,6 +84,7 @@ class Store:
             events=SqlEventLog(engine),
             models=SqlModelCatalogue(engine),
             fleet=SqlFleet(engine),
+            peers=SqlPeers(engine),
             node_admission=SqlNodeAdmission(engine),
             leases=SqlLeases(engine),
             reservations=SqlReservations(engine),

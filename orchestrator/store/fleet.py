@@ -38,8 +38,10 @@ from sdk._fleet import (
     ReplicaView,
 )
 
+from sdk._peers import plausible_transfer
+
 from .listeners import silence_cutoff
-from .tables import NodeGpuRow, NodeRow, NodeWeightsRow, ReplicaRow, utcnow
+from .tables import NodeGpuRow, NodeRow, NodeWeightsRow, ReplicaRow, TransferSampleRow, utcnow
 
 
 class NodeNotFound(NotFound):
@@ -152,6 +154,10 @@ class SqlFleet:
             session.add_all(ReplicaRow(node_id=hb.node_id, replica_id=r.replica_id, model=r.model, state=r.state,
                                        gpu_indexes_json=json.dumps(sorted(r.gpu_indexes)), outstanding_tokens=r.outstanding_tokens,
                                        active_leases=r.active_leases, updated_at=now) for r in hb.replicas)
+            row.peer_host, row.peer_port = (hb.peer_host, hb.peer_port) if hb.peer_port else (None, None)
+            if row.admission == "admitted":  # its own disk and origin reads: what the pool learns rates from
+                session.add_all(TransferSampleRow(node_id=hb.node_id, tier=t.tier, bytes=t.bytes, seconds=t.seconds,
+                                                  at=now) for t in hb.transfers if plausible_transfer(t.bytes, t.seconds))
             row.lost = False
             row.leaving = row.leaving or hb.leaving
             row.seen_at = row.last_heartbeat_at = now

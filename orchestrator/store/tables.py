@@ -212,6 +212,9 @@ class NodeRow(SQLModel, table=True):
     registered_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     seen_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     last_heartbeat_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    # Where the node serves its cached weights to peers of its datacenter, as its last heartbeat said.
+    peer_host: str | None = None
+    peer_port: int | None = Field(default=None, sa_type=Int64)
 
 
 class NodeJoinTokenRow(SQLModel, table=True):
@@ -279,6 +282,56 @@ class NodeWeightsRow(SQLModel, table=True):
     node_id: str
     model: str
     size_bytes: int = Field(sa_type=Int64)
+
+
+class PeerTicketRow(SQLModel, table=True):
+    """A ticket for one node to copy one model's files from one peer (store/peers.py): its sha256 (never the
+    ticket), who may present it to whom, the files it covers, until when, and whether its copy was reported
+    (a closed ticket is refused: no replay)."""
+
+    __tablename__ = "peer_tickets"
+    __table_args__ = (Index("ix_peer_tickets_created", "created_at"),)  # old tickets are swept by age
+
+    ticket_sha256: str = Field(primary_key=True)
+    source_node: str
+    dest_node: str
+    model: str
+    files_json: str = Field(sa_type=Text)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    expires_at: datetime = Field(sa_type=UtcDateTime)
+    closed_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    outcome: str | None = None
+
+
+class PeerDisputeRow(SQLModel, table=True):
+    """A copy from `node_id` of `model` that failed its hash (or could not be served), as `reported_by` said."""
+
+    __tablename__ = "peer_disputes"
+    __table_args__ = (Index("ix_peer_disputes_node_model", "node_id", "model"), Index("ix_peer_disputes_at", "at"))
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
+    node_id: str
+    model: str
+    reported_by: str
+    outcome: str
+    reason: str | None = None
+    at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
+class TransferSampleRow(SQLModel, table=True):
+    """One measured transfer into `node_id`: from its disk, the origin, or a peer (`source_node`). The pool's
+    learned bandwidths replay these in id order (pool/bandwidth.py)."""
+
+    __tablename__ = "transfer_samples"
+    __table_args__ = (Index("ix_transfer_samples_at", "at"),)
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
+    node_id: str
+    tier: str  # "disk", "origin" or "datacenter"
+    source_node: str | None = None  # the peer, for "datacenter"
+    bytes: int = Field(sa_type=Int64)
+    seconds: float
+    at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 
 
 class LeaseRow(SQLModel, table=True):

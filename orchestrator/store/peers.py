@@ -1,0 +1,244 @@
+"""Peer copies of weights inside a datacenter: tickets, their checks and reports, disputes, measured transfers.
+
+The protocol is in sdk/_peers.py; this is what the control plane keeps of it. Three rules carry the trust:
+- a ticket is minted only for an admitted node (B), from an admitted, live node (A) of B's datacenter that
+  reports the model in its heartbeats, and only the ticket's sha256 is stored;
+- A serves a file only after the control plane says, to A authenticated as A, that this ticket is A's to
+  serve, for that file, not expired, not closed (its copy was reported), and that A's claim of the model is
+  still believed;
+- B's report closes the ticket. A verified copy is a sample of A's rate into B. A corrupt or unservable one
+  drops A's claim of the model from its reported cache at once (until A's next heartbeat reports it again)
+  and holds A back as a peer source of that model for `DISPUTE_HOLD_S`, heartbeats or not: tickets are not
+  minted from it and the pool does not count it for the datacenter tier (pool/service.py). A lying B can do
+  no more than that to A, and only once per ticket it really held.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Engine, delete
+from sqlmodel import Session, col, select
+
+from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
+from sdk._catalogue import ModelEntry, WeightsFile
+from sdk._peers import (PeerTicket, PeerTicketRequest, ReportAnswer, TicketCheck, TicketGrant, TransferReport,
+                        plausible_transfer)
+
+from ..weights_transfer import DATACENTER_BYTES_PER_S, learned_bytes_per_s
+from .fleet import NodeNotApproved, SqlFleet
+from .tables import NodeRow, NodeWeightsRow, PeerDisputeRow, PeerTicketRow, TransferSampleRow, utcnow
+
+# A disputed claim is not used for peer copies for 10 minutes: two heartbeats cannot restore it, a node that
+# re-fetched its copy is a source again soon after, and 10 min is a few copies' worth of time at most.
+DISPUTE_HOLD_S = 600.0
+# Tickets, disputes and samples older than a day are swept at the next mint or report: a ticket lives an hour
+# at most, and the pool's estimate has long absorbed a day-old sample (pools replay what is left after a restart).
+RETAIN_S = 86_400.0
+# The per-source rate that orders candidate peers is learned from that many of its latest copies.
+SOURCE_SAMPLES = 20
+# A page of samples the pool replays at once: a day of transfers of a large fleet fits in a few.
+SAMPLE_PAGE = 10_000
+
+
+class PeerTicketRefused(Unauthorized):
+    """The ticket does not let this node do this (403); the message says why, the field which part."""
+
+    def __init__(self, message: str, field: str = "ticket") -> None:
+        super().__init__(message, field=field, status_code=403)
+
+
+@dataclass(frozen=True)
+class MeasuredTransfer:
+    """One sample as the pool replays it."""
+
+    id: int
+    node_id: str
+    tier: str  # "disk", "origin", "datacenter"
+    source_node: str | None
+    bytes: int
+    seconds: float
+
+
+def ticket_hash(ticket: str) -> str:
+    return hashlib.sha256(ticket.encode()).hexdigest()
+
+
+class SqlPeers:
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    # -- node B: a ticket, then the report --------------------------------------------------------
+
+    def mint(self, dest_node: str, node_secret: str | None, req: PeerTicketRequest, entry: ModelEntry | None,
+             now: datetime | None = None) -> PeerTicket:
+        """A ticket for `dest_node` to copy `req.model` from the best peer of its datacenter.
+
+        Refuses: the model without real weights (field model), no peer to copy from (404, field model).
+        """
+        now = now or utcnow()
+        with Session(self._engine) as session:
+            dest = _admitted(session, dest_node, node_secret)
+            if entry is None or entry.weights is None:
+                raise InvalidSpec(f"model {req.model!r} has no real weights in the catalogue to copy", field="model")
+            source = self._best_source(session, dest, req, now)
+            if source is None:
+                raise NotFound(f"no peer in datacenter {dest.datacenter!r} serves the weights of {req.model!r}",
+                               field="model", status_code=404)
+            ticket = secrets.token_urlsafe(32)
+            expires = now + timedelta(seconds=req.ttl_s)
+            files = entry.weights.files
+            session.add(PeerTicketRow(ticket_sha256=ticket_hash(ticket), source_node=source.node_id,
+                                      dest_node=dest_node, model=req.model, created_at=now, expires_at=expires,
+                                      files_json=json.dumps([f.model_dump() for f in files])))
+            _sweep(session, now)
+            session.commit()
+            return PeerTicket(ticket=ticket, source_node=source.node_id, peer_url=_peer_url(source), model=req.model,
+                              files=files, expires_at=expires)
+
+    def report(self, dest_node: str, node_secret: str | None, rep: TransferReport,
+               now: datetime | None = None) -> ReportAnswer:
+        """Close the ticket with how its copy went (see the module's docstring for what follows)."""
+        now = now or utcnow()
+        with Session(self._engine) as session:
+            _admitted(session, dest_node, node_secret)
+            row = session.get(PeerTicketRow, ticket_hash(rep.ticket))
+            if row is None or row.dest_node != dest_node:
+                raise PeerTicketRefused("this node holds no such ticket")
+            if row.closed_at is not None:
+                raise Conflict(f"the copy under this ticket was reported already ({row.outcome})", field="ticket",
+                               status_code=409)
+            files = _files(row)
+            total = sum(f.size_bytes for f in files)
+            if rep.bytes > total:
+                raise InvalidSpec(f"the ticket's files hold {total} bytes; {rep.bytes} cannot have been copied",
+                                  field="bytes")
+            if rep.sha256 is not None and rep.sha256 not in {f.sha256 for f in files}:
+                raise InvalidSpec("not a file of the ticket's model", field="sha256")
+            row.closed_at, row.outcome = now, rep.outcome
+            session.add(row)
+            sampled = disputed = False
+            if rep.outcome == "verified":
+                sampled = plausible_transfer(rep.bytes, rep.seconds)
+                if sampled:
+                    session.add(TransferSampleRow(node_id=dest_node, tier="datacenter", source_node=row.source_node,
+                                                  bytes=rep.bytes, seconds=rep.seconds, at=now))
+            else:
+                disputed = True
+                session.exec(delete(NodeWeightsRow).where(col(NodeWeightsRow.node_id) == row.source_node,
+                                                          col(NodeWeightsRow.model) == row.model))
+                session.add(PeerDisputeRow(node_id=row.source_node, model=row.model, reported_by=dest_node,
+                                           outcome=rep.outcome, reason=rep.reason, at=now))
+            _sweep(session, now)
+            session.commit()
+            return ReportAnswer(recorded_sample=sampled, disputed=disputed)
+
+    # -- node A: may it serve this file to this ticket? -------------------------------------------
+
+    def check(self, source_node: str, node_secret: str | None, chk: TicketCheck,
+              now: datetime | None = None) -> TicketGrant:
+        """Let `source_node` serve file `chk.sha256` to the ticket's holder, or refuse (403) saying why."""
+        now = now or utcnow()
+        with Session(self._engine) as session:
+            _admitted(session, source_node, node_secret)
+            row = session.get(PeerTicketRow, ticket_hash(chk.ticket))
+            if row is None:
+                raise PeerTicketRefused("unknown ticket")
+            if row.source_node != source_node:
+                raise PeerTicketRefused("the ticket is for another source node")
+            if row.closed_at is not None:
+                raise PeerTicketRefused(f"the ticket is used up: its copy was reported ({row.outcome})")
+            if row.expires_at <= now:
+                raise PeerTicketRefused(f"the ticket expired at {row.expires_at.isoformat()}")
+            file = next((f for f in _files(row) if f.sha256 == chk.sha256), None)
+            if file is None:
+                raise PeerTicketRefused(f"not a file of {row.model!r}, the ticket's model", field="sha256")
+            dest = session.get(NodeRow, row.dest_node)
+            if dest is None or dest.admission != "admitted":
+                raise PeerTicketRefused(f"node {row.dest_node!r}, the ticket's holder, is no longer admitted")
+            if not _claims(session, source_node, row.model) or _disputed_since(session, source_node, row.model, now):
+                raise PeerTicketRefused(f"the control plane no longer believes this node holds {row.model!r}")
+            return TicketGrant(dest_node=row.dest_node, model=row.model, file=file, expires_at=row.expires_at)
+
+    # -- what the pool reads (heartbeats write their own samples: fleet.py) -----------------------------------------------
+
+    def samples_after(self, last_id: int, limit: int = SAMPLE_PAGE) -> list[MeasuredTransfer]:
+        """Samples with an id past `last_id`, oldest first: the pool replays them in order."""
+        with Session(self._engine) as session:
+            rows = session.exec(select(TransferSampleRow).where(col(TransferSampleRow.id) > last_id)
+                                .order_by(col(TransferSampleRow.id)).limit(limit)).all()
+            return [MeasuredTransfer(r.id or 0, r.node_id, r.tier, r.source_node, r.bytes, r.seconds) for r in rows]
+
+    def disputed(self, now: datetime | None = None) -> set[tuple[str, str]]:
+        """(node, model) pairs held back as peer sources now."""
+        cutoff = (now or utcnow()) - timedelta(seconds=DISPUTE_HOLD_S)
+        with Session(self._engine) as session:
+            rows = session.exec(select(PeerDisputeRow.node_id, PeerDisputeRow.model)
+                                .where(col(PeerDisputeRow.at) > cutoff)).all()
+            return {(node, model) for node, model in rows}
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _best_source(self, session: Session, dest: NodeRow, req: PeerTicketRequest, now: datetime) -> NodeRow | None:
+        """The admitted, live peer of `dest`'s datacenter that reports the model, is not held back by a dispute
+        and serves fastest by its measured copies (unmeasured: the configured datacenter rate); ties by id."""
+        rows = session.exec(
+            select(NodeRow).join(NodeWeightsRow, col(NodeWeightsRow.node_id) == col(NodeRow.node_id))
+            .where(col(NodeRow.datacenter) == dest.datacenter, col(NodeRow.node_id) != dest.node_id,
+                   col(NodeRow.admission) == "admitted", col(NodeRow.lost).is_(False),
+                   col(NodeRow.peer_port).is_not(None), col(NodeWeightsRow.model) == req.model)
+        ).all()
+        excluded = set(req.exclude_nodes)
+        candidates = [r for r in rows if r.node_id not in excluded and r.status in ("healthy", "draining")
+                      and not _disputed_since(session, r.node_id, req.model, now)]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda r: (-_source_rate(session, r.node_id), r.node_id))
+
+
+def _admitted(session: Session, node_id: str, node_secret: str | None) -> NodeRow:
+    row = SqlFleet._authenticated(session, node_id, node_secret)
+    if row.admission == "pending":
+        raise NodeNotApproved(node_id)
+    return row
+
+
+def _files(row: PeerTicketRow) -> list[WeightsFile]:
+    return [WeightsFile.model_validate(f) for f in json.loads(row.files_json)]
+
+
+def _claims(session: Session, node_id: str, model: str) -> bool:
+    return session.exec(select(NodeWeightsRow.id).where(NodeWeightsRow.node_id == node_id,
+                                                        NodeWeightsRow.model == model)).first() is not None
+
+
+def _disputed_since(session: Session, node_id: str, model: str, now: datetime) -> bool:
+    cutoff = now - timedelta(seconds=DISPUTE_HOLD_S)
+    return session.exec(select(PeerDisputeRow.id).where(PeerDisputeRow.node_id == node_id,
+                                                        PeerDisputeRow.model == model,
+                                                        col(PeerDisputeRow.at) > cutoff)).first() is not None
+
+
+def _source_rate(session: Session, node_id: str) -> float:
+    rows = session.exec(select(TransferSampleRow).where(TransferSampleRow.source_node == node_id)
+                        .order_by(col(TransferSampleRow.id).desc()).limit(SOURCE_SAMPLES)).all()
+    rate = DATACENTER_BYTES_PER_S
+    for r in reversed(rows):
+        rate = learned_bytes_per_s(rate, r.bytes, r.seconds)
+    return rate
+
+
+def _peer_url(row: NodeRow) -> str:
+    host = row.peer_host or "127.0.0.1"
+    return f"http://[{host}]:{row.peer_port}" if ":" in host else f"http://{host}:{row.peer_port}"
+
+
+def _sweep(session: Session, now: datetime) -> None:
+    cutoff = now - timedelta(seconds=RETAIN_S)
+    session.exec(delete(PeerTicketRow).where(col(PeerTicketRow.created_at) < cutoff))
+    session.exec(delete(PeerDisputeRow).where(col(PeerDisputeRow.at) < cutoff))
+    session.exec(delete(TransferSampleRow).where(col(TransferSampleRow.at) < cutoff))

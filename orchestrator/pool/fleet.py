@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from ..weights_transfer import DISK_BYTES_PER_S, GIB
+from .bandwidth import LearnedBandwidth
 from .capacity import DeviceFree, FreeCapacityIndex
 
 if TYPE_CHECKING:
@@ -181,6 +182,8 @@ class FleetState:
         self.tenant_devices: Counter[str] = Counter()  # tenant → devices its replicas hold
         self.shapes: Counter[tuple[tuple[str, float, bool], ...]] = Counter()  # node hardware shapes
         self.free_index = FreeCapacityIndex()
+        # Transfer rates learned from what nodes measured (the scorers' load times); priors until then.
+        self.bandwidth = LearnedBandwidth()
         self._next_replica = 0
         self._next_lease = 0
 

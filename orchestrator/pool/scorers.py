@@ -25,13 +25,16 @@ def load_seconds(fleet: FleetState, model: str, node: Node, tier: str, config: P
 
     Weights always land in the node's disk cache first (so an unload keeps them), then load
     from it: a copy from the same datacenter or from origin adds its transfer to the disk read.
+    Each rate is the one learned from measured transfers (`fleet.bandwidth`), the configured one
+    until a transfer was measured, so a slow peer or a fast origin changes the decision.
     """
     weights = fleet.models[model].weights_gib
-    seconds = weights / node.disk_gib_per_s + config.engine_start_s
+    bandwidth = fleet.bandwidth
+    seconds = weights / bandwidth.disk_gib_per_s(node) + config.engine_start_s
     if tier == "datacenter":
-        seconds += weights / config.intra_dc_gib_per_s
+        seconds += weights / bandwidth.datacenter_gib_per_s(fleet, model, node, config)
     elif tier == "origin":
-        seconds += weights / config.wan_gib_per_s
+        seconds += weights / bandwidth.origin_gib_per_s(node, config)
     return seconds
 
 

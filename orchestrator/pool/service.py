@@ -104,6 +104,7 @@ class PoolService:
         # Replicas other pools started that no node reports yet: their GPUs are taken, but no lease of this
         # pool goes on them until the node reports them (the other pool may still give them up).
         self._others_loading: set[str] = set()
+        self._disputed: set[tuple[str, str]] = set()  # (node, model) claims held back, as of the last sync
 
     # --- leases ----------------------------------------------------------------------------
 
@@ -263,8 +264,13 @@ class PoolService:
             views = [view for view in self.store.fleet.list() if view.status not in UNADMITTED]
             for node_id in set(self.fleet.nodes) - {view.node_id for view in views}:
                 self._forget_node(node_id)
+            # A claim a peer copy found false is not believed for the dispute's hold (store/peers.py), whatever
+            # the node's heartbeats say: neither its disk tier nor its datacenter's counts on it.
+            self._disputed = self.store.peers.disputed()
             for view in views:
                 self._sync_node(view, now)
+            self.fleet.bandwidth.observe(self.store.peers.samples_after(self.fleet.bandwidth.last_id), self.fleet,
+                                         self.config)
             for replica_id, (at, _) in list(self._gone.items()):
                 if now - at > GONE_MEMORY_S:
                     del self._gone[replica_id]
@@ -321,7 +327,7 @@ class PoolService:
             fleet.set_health(node.id, healthy)
         if node.draining != (view.status == "draining"):
             fleet.set_draining(node.id, view.status == "draining")
-        cached = {w.model for w in view.cached_weights}
+        cached = {w.model for w in view.cached_weights if (node.id, w.model) not in self._disputed}
         for model in list(fleet.cached):
             if node.id in fleet.cached[model] and model not in cached:
                 fleet.evict_weights(node.id, model)

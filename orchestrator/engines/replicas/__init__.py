@@ -1,7 +1,7 @@
 """How a node starts, checks and stops one model replica, whatever engine serves it.
 
-One protocol (`ReplicaEngine`) with the simulated engine as the default and vLLM and
-already-running OpenAI-compatible servers beside it:
+One protocol (`ReplicaEngine`) with the simulated engine as the default and llama.cpp (a real
+model on the CPU), vLLM and already-running OpenAI-compatible servers beside it:
 
     engine = SimulatedReplicaEngine(load_time_scale=0.01, latency_scale=0)
     handle = await engine.start(ReplicaSpec("r1", "llama-3.1-8b", (0,), weights_bytes=16 * 10**9))
@@ -12,6 +12,7 @@ already-running OpenAI-compatible servers beside it:
 """
 
 from .external import ExternalReplicaEngine
+from .llamacpp import LlamaCppReplicaEngine
 from .protocol import (LOAD_TIERS, LoadTier, ReplicaEngine, ReplicaHandle, ReplicaSpec, ReplicaStartError,
                        replica_spec)
 from .simulated import SimulatedReplicaEngine, planned_load_delay_s
@@ -20,6 +21,7 @@ from .vllm import VllmReplicaEngine
 __all__ = [
     "LOAD_TIERS",
     "ExternalReplicaEngine",
+    "LlamaCppReplicaEngine",
     "LoadTier",
     "ReplicaEngine",
     "ReplicaHandle",

@@ -46,6 +46,9 @@ class ReplicaSpec:
     bytes_to_fetch: int = 0  # from the weights cache's LoadPlan; 0 for "warm" and "disk"
     engine_args: dict[str, EngineArg] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)  # added to the child's environment
+    # The weights cache's local copy the engine loads (a llama.cpp replica: the .gguf file). Engines start on
+    # it and never on a hub id, so none downloads on its own; "" for the simulated engine, which reads none.
+    weights_path: str = ""
 
     def __post_init__(self) -> None:
         if not self.replica_id:
@@ -73,7 +76,7 @@ class ReplicaSpec:
 
 
 def replica_spec(entry: "ModelEntry", replica_id: str, gpu_indexes: tuple[int, ...], plan: "LoadPlan",
-                 port: int = 0, env: dict[str, str] | None = None) -> ReplicaSpec:
+                 port: int = 0, env: dict[str, str] | None = None, weights_path: str = "") -> ReplicaSpec:
     """The spec for a replica of catalogue `entry` on `gpu_indexes`, loading as the weights cache planned.
 
     Tensor parallelism is one GPU per shard, so the degree is the number of GPUs placement gave.
@@ -83,7 +86,7 @@ def replica_spec(entry: "ModelEntry", replica_id: str, gpu_indexes: tuple[int, .
         tensor_parallel=max(len(gpu_indexes), 1), port=port,
         weights_bytes=round(entry.weights_gib * 2**30),  # the catalogue counts GiB
         load_tier=plan.tier, bytes_to_fetch=plan.bytes_to_fetch,
-        engine_args=dict(entry.engine_args), env=dict(env or {}),
+        engine_args=dict(entry.engine_args), env=dict(env or {}), weights_path=weights_path,
     )
 
 

@@ -12,6 +12,8 @@ from ._refusal import refused_at
 TENSOR_PARALLEL_DEGREES = (1, 2, 4, 8)  # what vLLM shards across on one node's NVLink domain
 
 
+# What serves a self-hosted model's replicas; a node says which of them it runs (NodeSpec.engines).
+EngineKind = Literal["simulated", "vllm", "sglang", "llama.cpp", "openai-compatible"]
 ORIGIN_SCHEMES = ("file", "http", "https", "s3", "hf", "package")
 SHA256 = r"^[0-9a-f]{64}$"
 
@@ -84,7 +86,7 @@ class ModelEntry(BaseModel):
     weights_gib: float = Field(default=0.0, ge=0, le=4096, description="weights on disk and in GPU memory")
     kv_headroom_gib: float = Field(default=0.0, ge=0, le=4096, description="GPU memory kept for the KV cache")
     tensor_parallel: list[int] = Field(default_factory=lambda: [1], description="allowed degrees")
-    engine: Literal["simulated", "vllm", "sglang", "llama.cpp", "openai-compatible"] = "simulated"
+    engine: EngineKind = "simulated"
     weights: WeightsSource | None = Field(default=None, description="real weights (none for the simulated engine)")
     engine_args: dict[str, str | int | FiniteFloat | bool] = Field(default_factory=dict)
     litellm_route: str | None = Field(default=None, description="litellm model string; derived when absent")

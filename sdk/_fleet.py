@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ._catalogue import EngineKind
 from ._limits import MAX_STORED_INT, NAME_PATTERN, numbers_not_booleans
 from ._peers import TransferSample
 from ._refusal import refused_at
@@ -92,6 +93,8 @@ class NodeSpec(BaseModel):
     disk_bandwidth_gbps: float = Field(default=2.0, gt=0, le=1000, description="local disk read, GB/s")
     gpus: list[GpuDescription] = Field(default_factory=list, max_length=64)
     weights_cache_capacity_bytes: int = Field(default=0, ge=0, le=MAX_STORED_INT)
+    engines: list[EngineKind] = Field(default_factory=list, max_length=8,
+                                      description="the engines it runs replicas with; empty: not stated, any")
 
     _numbers = numbers_not_booleans("usd_per_hour", "disk_bandwidth_gbps", "weights_cache_capacity_bytes")
 
@@ -217,6 +220,7 @@ class NodeView(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     disk_bandwidth_gbps: float
     weights_cache_capacity_bytes: int = 0
+    engines: list[str] = Field(default_factory=list, description="the engines it runs; empty: not stated, any")
     gpus: list[GpuView] = Field(default_factory=list)
     cached_weights: list[CachedModelWeights] = Field(default_factory=list)
     replicas: list[ReplicaView] = Field(default_factory=list)

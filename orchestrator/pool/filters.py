@@ -7,7 +7,7 @@ the names, so a request that waits can say what stopped it ("memory: 812, tenant
 from __future__ import annotations
 
 from .decision import PlacementRequest
-from .fleet import EPSILON_GIB, Device, Node, Replica, Trust
+from .fleet import EPSILON_GIB, Device, ModelSpec, Node, Replica, Trust
 
 
 def boundary_owner(request: PlacementRequest, trust: Trust) -> str | None:
@@ -30,6 +30,14 @@ def node_filter(request: PlacementRequest, node: Node, trust: Trust) -> str | No
         return "not_dedicated"
     if node.dedicated_to is not None and node.dedicated_to != request.tenant:
         return "dedicated_elsewhere"
+    return None
+
+
+def engine_filter(model: ModelSpec, node: Node) -> str | None:
+    """A new replica needs a node that runs its engine: a CPU node with llama.cpp serves no simulated H100 model,
+    and a GPU node without llama.cpp would only refuse the load."""
+    if node.engines is not None and model.engine not in node.engines:
+        return "engine"
     return None
 
 

@@ -64,6 +64,7 @@ class Node:
     draining: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     preemption_risk: float | None = None  # measured for this node; None → the config's default for spot
+    engines: frozenset[str] | None = None  # the engines it runs replicas with; None: not stated, any
     _by_index: dict[int, Device] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -94,6 +95,7 @@ class ModelSpec:
     usd_per_1m_tokens: float = 0.0
     tokens_per_s: float = 2500.0  # one replica's batch throughput on a speed-1.0 GPU
     concurrency: int = 32  # leases one replica serves at once (continuous batching)
+    engine: str = "simulated"  # a new replica goes only to a node that runs it
 
     @property
     def memory_gib(self) -> float:

@@ -40,6 +40,7 @@ def node_from_view(view: NodeView) -> Node:
         usd_per_hour=view.usd_per_hour, devices=devices, labels=dict(view.labels),
         disk_gib_per_s=view.disk_bandwidth_gbps * 1e9 / GIB,
         healthy=view.status in ("healthy", "draining"), draining=view.status == "draining",
+        engines=frozenset(view.engines) or None,
     )
 
 
@@ -51,4 +52,4 @@ def model_spec(entry: ModelEntry) -> ModelSpec:
     price = entry.usd_per_1m_completion or 0.0
     return ModelSpec(name=entry.name, weights_gib=entry.weights_gib, kv_headroom_gib=entry.kv_headroom_gib,
                      tensor_parallel=tuple(entry.tensor_parallel), usd_per_1m_tokens=price,
-                     tokens_per_s=tokens_per_s, concurrency=max(concurrency, 1))
+                     tokens_per_s=tokens_per_s, concurrency=max(concurrency, 1), engine=entry.engine)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from .decision import Candidate, Decision, PlacementRequest, ScoredCandidate, Tier
-from .filters import boundary_owner, gang_fit, node_filter, replica_filter
+from .filters import boundary_owner, engine_filter, gang_fit, node_filter, replica_filter
 from .fleet import FleetState, ModelSpec, Node, Replica, Trust
 from .reasons import never_possible
 from .scorers import SCORERS, weighted_total
@@ -150,7 +150,7 @@ def _new_replica_candidates(
     def consider(node: Node, tier: Tier) -> None:
         if found.get((tier, node.capacity), 0) >= k:
             return
-        why = node_filter(request, node, trust)
+        why = node_filter(request, node, trust) or engine_filter(model, node)
         if why is not None:
             rejections[why] = rejections.get(why, 0) + 1
             return

@@ -90,6 +90,26 @@ def test_gpu_type_restriction() -> None:
     assert d.chosen is not None and d.chosen.candidate.node_id == "b"
 
 
+def test_a_new_replica_goes_only_to_a_node_that_runs_its_engine() -> None:
+    tiny = ModelSpec("smollm2-135m", weights_gib=0.1, kv_headroom_gib=0.5, engine="llama.cpp")
+    f = fleet(node("h100", engines=frozenset({"simulated"})), node("cpu", gpus(1, "CPU-16GB", 16, 0.0004),
+                                                                       engines=frozenset({"llama.cpp"})),
+              models=(SMALL, tiny))
+    d = place(f, req("smollm2-135m"))
+    assert d.chosen is not None and d.chosen.candidate.node_id == "cpu"
+    assert d.rejections.get("engine") == 1  # the H100 is far faster, but runs no llama.cpp
+    d = place(f, req())
+    assert d.chosen is not None and d.chosen.candidate.node_id == "h100"  # nor does the CPU node run simulated
+    f.set_health("cpu", False)
+    assert place(f, req("smollm2-135m")).outcome == "wait"
+
+
+def test_a_node_that_does_not_say_its_engines_takes_any() -> None:
+    tiny = ModelSpec("smollm2-135m", weights_gib=0.1, kv_headroom_gib=0.5, engine="llama.cpp")
+    d = place(fleet(node("old"), models=(tiny,)), req("smollm2-135m"))
+    assert d.chosen is not None and d.chosen.candidate.node_id == "old"
+
+
 def test_tensor_parallel_gang_never_spans_nodes() -> None:
     a, b = node("a", gpus(2)), node("b", gpus(2))
     f = fleet(a, b)

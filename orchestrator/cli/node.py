@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -49,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: none)")
     p.add_argument("--host", help="the address the metrics port binds (env BERTH_HOST, default 127.0.0.1)")
     p.add_argument("--external-url", help="an OpenAI-compatible server that serves 'openai-compatible' models")
+    p.add_argument("--engines", help="the engines this node runs replicas with, e.g. \"llama.cpp\" (default: every"
+                                     " one that can run here: simulated, llama.cpp once installed, vllm on PATH, ...)")
     p.set_defaults(func=cmd_node)
 
 
@@ -124,6 +127,8 @@ async def _run(args: argparse.Namespace) -> int:
             engines["openai-compatible"] = ExternalReplicaEngine(args.external_url)
         except ValueError as exc:
             raise NodeSetupError(f"external-{exc}") from None
+    stated = _engines(args.engines, engines)
+    engines = {kind: engine for kind, engine in engines.items() if kind in stated}
     rates = {"datacenter": DATACENTER_BYTES_PER_S, "origin": ORIGIN_BYTES_PER_S}
     replicas = ReplicaManager(cache, engines, gpu_indexes={g.index for g in discovery.discover()},
                               fetch_delay_s=lambda tier, size: size / rates[tier] * args.load_time_scale)
@@ -132,7 +137,8 @@ async def _run(args: argparse.Namespace) -> int:
         options = NodeOptions(node_id=args.node_id, join_token=config.join_token, cache_dir=cache_dir,
                               datacenter=args.datacenter, zone=args.zone, capacity=args.capacity,
                               usd_per_hour=args.usd_per_hour, labels=_labels(args.label),
-                              heartbeat_s=args.heartbeat_s, metrics_port=args.metrics_port, metrics_host=config.host)
+                              heartbeat_s=args.heartbeat_s, metrics_port=args.metrics_port, metrics_host=config.host,
+                              engines=stated)
         async with ControlPlane(config.resolved_api_url) as control_plane:
             agent = NodeAgent(options, discovery, control_plane, replicas)
             agent.install_signal_handlers()
@@ -158,6 +164,40 @@ async def _run(args: argparse.Namespace) -> int:
         if close is not None:
             close()
     return 0
+
+
+def _engines(flag: str | None, built: dict[str, "ReplicaEngine"]) -> list[str]:
+    """The engines the node registers: those named by --engines (each one must be able to run here), or every
+    one that can. Placement sends a node only models of its engines, so a node that names an engine it cannot
+    run would only fail its loads."""
+    from typing import get_args
+
+    from sdk._catalogue import EngineKind
+
+    from ..engines.replicas.unavailable import UnavailableReplicaEngine
+    from ..engines.replicas.vllm import VllmReplicaEngine
+
+    def why_not(kind: str) -> str | None:
+        engine = built.get(kind)
+        if engine is None:
+            return "it needs --external-url" if kind == "openai-compatible" else "this node has no such engine"
+        if isinstance(engine, UnavailableReplicaEngine):
+            return engine.reason
+        if isinstance(engine, VllmReplicaEngine) and shutil.which(engine.executable) is None:
+            return f"{engine.executable!r} is not on PATH"
+        return None
+
+    if flag is None:
+        return [kind for kind in built if why_not(kind) is None]
+    named = [part.strip() for part in flag.split(",") if part.strip()]
+    if not named:
+        raise NodeSetupError("engines: name at least one engine")
+    for kind in named:
+        if kind not in get_args(EngineKind):
+            raise NodeSetupError(f"engines: {kind!r} is not an engine; engines are {', '.join(get_args(EngineKind))}")
+        if (reason := why_not(kind)) is not None:
+            raise NodeSetupError(f"engines: {kind!r} cannot run here: {reason}")
+    return list(dict.fromkeys(named))
 
 
 def llamacpp_engine(log_dir: Path) -> "ReplicaEngine":

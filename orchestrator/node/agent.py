@@ -80,6 +80,7 @@ class NodeOptions:
     replica_grace_s: float = 10.0
     metrics_port: int = 0  # the node's own /metrics, /healthz and /readyz; 0: none
     metrics_host: str = "127.0.0.1"  # where that port listens (`berth node --host`): loopback unless told
+    engines: list[str] = field(default_factory=list)  # what it runs replicas with, as registered; empty: any
 
 
 def registration(options: NodeOptions, gpus: list[GpuInfo], cache_capacity_bytes: int) -> NodeRegistration:
@@ -87,6 +88,7 @@ def registration(options: NodeOptions, gpus: list[GpuInfo], cache_capacity_bytes
         node_id=options.node_id, join_token=options.join_token, datacenter=options.datacenter, zone=options.zone,
         capacity=options.capacity, usd_per_hour=options.usd_per_hour, labels=options.labels,
         disk_bandwidth_gbps=options.disk_bandwidth_gbps, weights_cache_capacity_bytes=cache_capacity_bytes,
+        engines=options.engines,  # type: ignore[arg-type]  (validated as engine kinds by NodeRegistration)
         gpus=[GpuDescription(index=g.index, uuid=g.uuid, type_name=g.type_name, memory_total_mib=g.memory_total_mib,
                              mig_mode=g.mig_mode,
                              mig_devices=[MigDeviceDescription(uuid=m.uuid, profile=m.profile,

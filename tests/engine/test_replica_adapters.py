@@ -240,30 +240,75 @@ def test_a_bad_spec_names_the_field(overrides: dict[str, object], field: str) ->
 
 def test_vllm_command_line_and_environment(tmp_path: Path) -> None:
     engine = VllmReplicaEngine(log_dir=tmp_path)
+    cached = "/var/lib/berth/node/cache/revisions/" + "ab" * 32
     replica = spec(model="llama-3.1-70b", gpu_indexes=(4, 5, 6, 7), tensor_parallel=4, weights_bytes=140 * GB,
-                   engine_args={"model": "meta-llama/Llama-3.1-70B-Instruct", "max_model_len": 32768,
-                                "enforce-eager": True, "enable_prefix_caching": False},
+                   weights_path=cached,
+                   engine_args={"max_model_len": 32768, "enforce-eager": True, "enable_prefix_caching": False},
                    env={"HF_HOME": "/models/hf"})
     assert engine.command(replica, 8123) == [
-        "vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct", "--host", "127.0.0.1", "--port", "8123",
+        "vllm", "serve", cached, "--host", "127.0.0.1", "--port", "8123",
         "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "4", "--gpu-memory-utilization", "0.9",
         "--max-model-len", "32768", "--enforce-eager", "--no-enable-prefix-caching",
     ]
     env = engine.environment(replica)
     assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7" and env["HF_HOME"] == "/models/hf"
-    small = spec(engine_args={"gpu_memory_utilization": 0.5})
-    assert engine.command(small, 1)[2] == "llama-3.1-8b"
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"  # it never downloads on its own
+    small = spec(weights_path=cached, engine_args={"gpu_memory_utilization": 0.5})
+    assert engine.command(small, 1)[2] == cached
     assert engine.command(small, 1)[-2:] == ["--gpu-memory-utilization", "0.5"]
     with pytest.raises(ReplicaStartError, match="port"):
-        engine.command(spec(engine_args={"port": 9000}), 1)
+        engine.command(spec(weights_path=cached, engine_args={"port": 9000}), 1)
+
+
+def test_vllm_never_starts_on_a_hub_id(tmp_path: Path) -> None:
+    engine = VllmReplicaEngine(log_dir=tmp_path)
+    with pytest.raises(ReplicaStartError, match="weights_path: vLLM starts on the node's cached copy of llama-3.1-8b"):
+        engine.command(spec(), 1)
+    with pytest.raises(ReplicaStartError, match="'meta-llama/Llama-3.1-8B' is not a local path"):
+        engine.command(spec(engine_args={"model": "meta-llama/Llama-3.1-8B"}), 1)
+    assert engine.command(spec(engine_args={"model": "/models/llama-3.1-8b"}), 1)[2] == "/models/llama-3.1-8b"
+    with pytest.raises(ReplicaStartError, match="model comes from the node's weights cache"):
+        engine.command(spec(weights_path="/cache/x", engine_args={"model": "/models/other"}), 1)
 
 
 async def test_starting_vllm_without_the_executable_names_it(tmp_path: Path) -> None:
     engine = VllmReplicaEngine(log_dir=tmp_path)
     with pytest.raises(ReplicaStartError, match="'vllm' not found"):
-        await engine.start(spec(env={"PATH": str(tmp_path)}))  # a PATH with nothing on it
+        await engine.start(spec(weights_path="/cache/x", env={"PATH": str(tmp_path)}))  # a PATH with nothing on it
     with pytest.raises(ReplicaStartError, match="vllm-nightly"):
-        await VllmReplicaEngine(executable="vllm-nightly", log_dir=tmp_path).start(spec())
+        await VllmReplicaEngine(executable="vllm-nightly", log_dir=tmp_path).start(spec(weights_path="/cache/x"))
+
+
+# --- SGLang: the command and environment it builds -------------------------------------------------
+
+
+def test_sglang_command_line_and_environment(tmp_path: Path) -> None:
+    from orchestrator.engines.replicas.sglang import SglangReplicaEngine
+
+    engine = SglangReplicaEngine(log_dir=tmp_path)
+    cached = "/var/lib/berth/node/cache/revisions/" + "cd" * 32
+    replica = spec(model="qwen2.5-7b", gpu_indexes=(2, 3), tensor_parallel=2, weights_path=cached,
+                   engine_args={"context_length": 32768, "mem_fraction_static": 0.85, "disable_radix_cache": True})
+    assert engine.command(replica, 30000) == [
+        "python3", "-m", "sglang.launch_server", "--model-path", cached, "--served-model-name", "qwen2.5-7b",
+        "--tp", "2", "--host", "127.0.0.1", "--port", "30000",
+        "--context-length", "32768", "--mem-fraction-static", "0.85", "--disable-radix-cache",
+    ]
+    env = engine.environment(replica)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["HF_HUB_OFFLINE"] == "1"
+    with pytest.raises(ReplicaStartError, match="weights_path: SGLang starts on the node's cached copy"):
+        engine.command(spec(), 1)
+    with pytest.raises(ReplicaStartError, match="tp come from the replica spec"):
+        engine.command(spec(weights_path=cached, engine_args={"tp": 4}), 1)
+    with pytest.raises(ReplicaStartError, match="enable-torch-compile is false.*no --no- form"):
+        engine.command(spec(weights_path=cached, engine_args={"enable_torch_compile": False}), 1)
+
+
+async def test_starting_sglang_without_its_python_names_it(tmp_path: Path) -> None:
+    from orchestrator.engines.replicas.sglang import SglangReplicaEngine
+
+    with pytest.raises(ReplicaStartError, match="'python-sglang' not found"):
+        await SglangReplicaEngine(python="python-sglang", log_dir=tmp_path).start(spec(weights_path="/cache/x"))
 
 
 # --- an external server Berth does not run --------------------------------------------------------

@@ -7,6 +7,7 @@ that dies while loading is a real executable that prints an error and exits.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 
 import httpx
@@ -99,11 +100,17 @@ async def test_a_replica_that_dies_while_loading_fails_with_its_log_tail(cache: 
     crashing.write_text("#!/bin/sh\necho 'torch.OutOfMemoryError: CUDA out of memory'\nexit 1\n")
     crashing.chmod(0o755)
     manager = ReplicaManager(cache, {"vllm": VllmReplicaEngine(executable=str(crashing), log_dir=tmp_path)})
-    entry = SMALL.model_copy(update={"engine": "vllm"})
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "config.json").write_bytes(b"{}")
+    weights = {"origin": (tmp_path / "w").as_uri(), "files": [
+        {"path": "config.json", "sha256": hashlib.sha256(b"{}").hexdigest(), "size_bytes": 2}]}
+    entry = ModelEntry.model_validate({**SMALL.model_dump(), "engine": "vllm", "weights": weights})
     with pytest.raises(ReplicaLoadError, match="died while loading(.|\n)*CUDA out of memory"):
         await manager.load(entry, (0,), "r1")
-    assert manager.replicas() == [] and cache.contents() == []
-    assert cache.free_bytes() == cache.capacity_bytes  # the room reserved for the fetch is given back
+    assert manager.replicas() == []
+    [kept] = cache.contents()  # the verified copy stays on disk for the next try, evictable
+    assert kept.model == "llama-3.2-1b" and not kept.pinned and kept.size_bytes == 2
+    assert cache.free_bytes() == cache.capacity_bytes - 2  # the room reserved for the fetch is given back
 
 
 @pytest.mark.parametrize("change, gpus, reason", [

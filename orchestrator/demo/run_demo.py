@@ -6,6 +6,8 @@
   up (as an operator would with `berth tasks raise-budget`) and it finishes;
 - on a fleet, a research task on a second model whose weights the demo prewarmed first
   (`berth models prewarm`), so its replica loads from disk instead of origin;
+- on a fleet with a CPU node, the real model (SmolLM2-135M through llama.cpp) answers a question in its own
+  words, once llama.cpp is installed;
 - on a fleet, a batch `writer` task that runs on the spot node until the demo reclaims that
   node (`berth nodes preempt`, 5 s notice) while it writes its long report: the generation
   stops, hands over its text, and the step goes on from that text on another node.
@@ -19,7 +21,7 @@ import asyncio
 import time
 from typing import Callable, Protocol
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
@@ -49,6 +51,11 @@ PREEMPT_NOTICE_S = 5.0
 # While the demo runs, the spot task's model keeps two replicas (the scaler spreads them over two
 # nodes), so the report resumes on a warm replica within a second instead of waiting for a load.
 SPOT_MODEL_REPLICAS = 2
+# The real model: SmolLM2-135M on this machine's CPU through llama.cpp; its answer is the model's own text. Its
+# node joins once llama.cpp is installed (built in the background on a machine's first `make up`), and the demo
+# puts the question then, waiting for the build for up to REAL_MODEL_WAIT_S.
+REAL_MODEL = ("ask", "smollm2-135m", "What is the capital of France?", 2_000)
+REAL_MODEL_WAIT_S = 45 * 60.0
 
 
 class _Stop(Protocol):
@@ -56,13 +63,14 @@ class _Stop(Protocol):
 
 
 def run_demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int = 0,
-             api_key: str | None = None) -> list[TaskState]:
-    """Run the demo workload; `nodes` is how many GPU nodes the stack started (0: no fleet)."""
-    return asyncio.run(_demo(config, tick, stop, nodes, api_key))
+             api_key: str | None = None, real_model: bool = False) -> list[TaskState]:
+    """Run the demo workload; `nodes` is how many GPU nodes the stack started (0: no fleet), `real_model` whether
+    a node that serves the real model is to join (now or once llama.cpp is installed)."""
+    return asyncio.run(_demo(config, tick, stop, nodes, api_key, real_model))
 
 
 async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int,
-                api_key: str | None) -> list[TaskState]:
+                api_key: str | None, real_model: bool) -> list[TaskState]:
     console = Console()
     client = Client(config.resolved_api_url, api_key=api_key)
     await _wait_for_agents(client, {"research", "coordinator", "writer"})
@@ -88,9 +96,12 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
     preempted: str | None = None
     topped_up: set[str] = set()
     states: list[TaskState] = []
+    real = _RealModelTask(f"{prefix}{len(handles) + 1}") if real_model else None
     with Live(console=console, refresh_per_second=4) as live:
         while not stop.requested:
             tick()
+            if real is not None and (handle := await real.submit_once_served(client)) is not None:
+                handles.append(handle)
             states = [await h.status() for h in handles]
             for state in states:
                 if state.status == TaskStatus.awaiting_budget and state.task_id not in topped_up:
@@ -98,8 +109,8 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
                     await client.task(state.task_id).raise_budget(TOP_UP_TOKENS)
                 if state.task_id == spot_task and preempted is None and state.step >= PREEMPT_AFTER_STEP:
                     preempted = await _preempt_spot_node_serving(client, state.task_id)
-            live.update(_table(states, topped_up))
-            if all(s.status.is_final for s in states):
+            live.update(Group(_table(states, topped_up), real.note if real is not None else ""))
+            if all(s.status.is_final for s in states) and (real is None or real.settled):
                 break
             await asyncio.sleep(0.5)
     console.print(_summary(states))
@@ -125,6 +136,37 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
         console.print(f"See them in the admin UI: {config.resolved_api_url}/tasks?q={prefix} (sign in with the"
                       f" admin key); a task's page shows its steps, budget, interruptions and checkpoints.")
     return states
+
+
+class _RealModelTask:
+    """The real model's question, put once a node that runs llama.cpp has joined; given up after REAL_MODEL_WAIT_S."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        self.submitted = False
+        self.gave_up = False
+        self.note = f"{REAL_MODEL[1]} (the real model, on this CPU) joins when llama.cpp is installed"
+        self._deadline = time.monotonic() + REAL_MODEL_WAIT_S
+        self._looked_at = 0.0
+
+    @property
+    def settled(self) -> bool:
+        return self.submitted or self.gave_up
+
+    async def submit_once_served(self, client: Client) -> TaskHandle | None:
+        if self.settled or time.monotonic() - self._looked_at < 2.0:
+            return None
+        self._looked_at = time.monotonic()
+        if not any("llama.cpp" in n.engines for n in await client.nodes(status="healthy")):
+            if time.monotonic() > self._deadline:
+                self.gave_up = True
+                self.note = (f"{REAL_MODEL[1]} did not join within {REAL_MODEL_WAIT_S / 60:.0f} min: see"
+                             " .berth/engine-build.log and the cpu-local node's log")
+            return None
+        agent, model, text, tokens = REAL_MODEL
+        self.submitted = True
+        self.note = f"{model} joined: llama.cpp is installed, and the real model answers {self.task_id}"
+        return await _submit(client, agent, text, tokens, self.task_id, model=model)
 
 
 async def _preempt_spot_node_serving(client: Client, task_id: str) -> str | None:

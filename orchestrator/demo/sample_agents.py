@@ -3,7 +3,8 @@
 `research` looks things up in a small built-in knowledge base and keeps notes;
 `coordinator` splits a question between two `research` sub-agents; both are used by the
 demo, the README and the system tests. `writer` researches the same way and then writes a
-long report (the demo preempts its node mid-report). Each tool appends its idempotency key to the file
+long report (the demo preempts its node mid-report). `ask` puts a question to the real model that runs
+on CPU (SmolLM2-135M through llama.cpp), whose answer is the model's own text. Each tool appends its idempotency key to the file
 named by BERTH_TOOL_JOURNAL (when set), so tests can prove that no finished tool call ran twice.
 """
 
@@ -77,4 +78,12 @@ writer = Agent(
     max_tokens_per_step=4096,
 )
 
-ALL = [research, coordinator, writer]
+ask = Agent(
+    "ask",
+    model="smollm2-135m",
+    instructions="Answer the question in one or two sentences.",
+    max_steps=2,
+    max_tokens_per_step=128,
+)
+
+ALL = [research, coordinator, writer, ask]

@@ -1,4 +1,5 @@
-"""The simulated GPU fleet `berth up` starts: a few `berth node` processes with simulated GPUs.
+"""The fleet `berth up` starts: a few `berth node` processes with simulated GPUs, and one on this machine's CPU
+that serves a real model through llama.cpp.
 
 The default is small but has everything placement weighs: two datacenters, three GPU types,
 on-demand and spot capacity. A JSON file (`berth up --fleet FILE`) replaces it:
@@ -18,9 +19,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from sdk._catalogue import EngineKind
 from sdk._fleet import NODE_ID_PATTERN, PLACE_PATTERN
 
-from ..node.gpu_types import parse_simulate
+from ..node.gpu_types import CPU_TYPES, parse_simulate
 
 
 class SimulatedNode(BaseModel):
@@ -32,12 +34,23 @@ class SimulatedNode(BaseModel):
     capacity: Literal["spot", "on-demand"] = "on-demand"
     gpus: str = Field(description='as for `berth node --simulate`, e.g. "2xH100-80GB"')
     usd_per_hour: float | None = Field(default=None, ge=0)
+    engines: list[EngineKind] | None = Field(default=None, description="what it runs; default: llama.cpp on a CPU"
+                                                                        " device, the simulated engine on GPUs")
 
     @field_validator("gpus")
     @classmethod
     def _known_gpus(cls, gpus: str) -> str:
         parse_simulate(gpus)  # raises ValueError naming the unknown type, refused as nodes.N.gpus
         return gpus
+
+    @property
+    def on_cpu(self) -> bool:
+        """The host's CPU is its device: its replicas are real llama.cpp processes, nothing simulated."""
+        return all(g.name in CPU_TYPES for g in parse_simulate(self.gpus))
+
+    @property
+    def runs(self) -> list[str]:
+        return list(self.engines) if self.engines is not None else (["llama.cpp"] if self.on_cpu else ["simulated"])
 
     @property
     def price(self) -> float:
@@ -52,6 +65,9 @@ DEFAULT_FLEET: tuple[SimulatedNode, ...] = (
     SimulatedNode(node_id="gpu-east-a", datacenter="east", zone="east-1a", gpus="2xH100-80GB"),
     SimulatedNode(node_id="gpu-east-b", datacenter="east", zone="east-1b", capacity="spot", gpus="2xA100-40GB"),
     SimulatedNode(node_id="gpu-west-a", datacenter="west", zone="west-1a", gpus="4xL4-24GB"),
+    # This machine's CPU, serving the real model (smollm2-135m) through llama.cpp; it starts once llama.cpp is
+    # installed (`make up` builds it in the background on a machine's first run).
+    SimulatedNode(node_id="cpu-local", datacenter="east", zone="east-1a", gpus="1xCPU-16GB"),
 )
 
 
@@ -79,4 +95,5 @@ def node_argv(node: SimulatedNode, load_time_scale: float, heartbeat_s: float) -
     """`berth node` arguments for one simulated node (config comes through BERTH_* variables)."""
     return ["node", "--node-id", node.node_id, "--simulate", node.gpus, "--datacenter", node.datacenter,
             "--zone", node.zone, "--capacity", node.capacity, "--usd-per-hour", repr(node.price),
-            "--load-time-scale", repr(load_time_scale), "--heartbeat-s", repr(heartbeat_s)]
+            "--load-time-scale", repr(load_time_scale), "--heartbeat-s", repr(heartbeat_s),
+            "--engines", ",".join(node.runs)]

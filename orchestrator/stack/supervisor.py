@@ -48,6 +48,10 @@ class ChildSpec:
     # Neighbours (in start order) of one stop group stop together: they do not depend on each other,
     # so waiting for each in turn would only add their drain times up.
     stop_group: str | None = None
+    # A child that can only run once something outside the stack is done (the CPU node, once llama.cpp's
+    # build is installed): checked at every `check`, the child starts the first time it holds.
+    start_when: Callable[[], bool] | None = None
+    started_because: str = ""  # said when a deferred child starts
 
 
 @dataclass
@@ -57,6 +61,7 @@ class _Child:
     restarts: int = 0
     next_start_at: float = 0.0
     started_at: float = 0.0
+    deferred: bool = False  # waiting for its spec's start_when
 
 
 class Supervisor:
@@ -72,7 +77,10 @@ class Supervisor:
     def start(self, spec: ChildSpec) -> None:
         child = _Child(spec)
         self.children.append(child)
-        self._launch(child)
+        if spec.start_when is None or spec.start_when():
+            self._launch(child)
+        else:
+            child.deferred = True
 
     def pid(self, name: str) -> int | None:
         for child in self.children:
@@ -94,6 +102,12 @@ class Supervisor:
                 child.process = None
                 child.restarts += 1
                 child.next_start_at = now + delay
+            if child.deferred and not self.stopping:
+                assert child.spec.start_when is not None
+                if not child.spec.start_when():
+                    continue
+                child.deferred = False
+                self.report(f"{child.spec.name} starts: {child.spec.started_because or 'it can run now'}")
             if child.process is None and now >= child.next_start_at and not self.stopping:
                 self._launch(child)
 

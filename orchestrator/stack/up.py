@@ -27,7 +27,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 import httpx
@@ -40,6 +40,7 @@ from ..telemetry.tracing import CONSOLE_ENV
 from ..worker import WORKER_METRICS_PORT_ENV
 from .admin_key import ensure_admin_key
 from ..engines.replicas.processes import stop_orphans
+from .engine_install import EngineInstall
 from .fleet import DEFAULT_FLEET, SimulatedNode, node_argv
 from .supervisor import ChildSpec, Supervisor, python_module
 
@@ -158,14 +159,46 @@ def admit_stack_nodes(store: Store, fleet: Sequence[SimulatedNode]) -> dict[str,
             for node in fleet if store.fleet.get(node.node_id) is None}
 
 
+def defer_cpu_nodes(config: BerthConfig, specs: list[ChildSpec], fleet: Sequence[SimulatedNode],
+                    install: EngineInstall, report: Callable[[str], None] = print) -> None:
+    """Start the stack's CPU nodes once llama.cpp is installed, admitting each then (a token minted at the
+    stack's start could expire during a first build's minutes), and say that they wait."""
+    cpu_nodes = {node.node_id for node in fleet if node.on_cpu}
+    if not cpu_nodes or install.ready():
+        return
+    report(f"{', '.join(sorted(cpu_nodes))} (the real model on this CPU) will join when llama.cpp is installed;"
+           " `make up` builds it in the background (log: .berth/engine-build.log)")
+    for spec in specs:
+        if spec.name in cpu_nodes:
+            spec.start_when = _installed_then_admitted(config, spec, install)
+            spec.started_because = "llama.cpp is installed; the real model joins the fleet"
+
+
+def _installed_then_admitted(config: BerthConfig, spec: ChildSpec, install: EngineInstall) -> Callable[[], bool]:
+    def ready() -> bool:
+        if not install.ready():
+            return False
+        store = Store.open(config.resolved_database_url)
+        try:
+            if store.fleet.get(spec.name) is None:
+                spec.env = {**spec.env, JOIN_TOKEN_ENV: store.node_admission.mint(
+                    spec.name, NODE_TOKEN_TTL_S, created_by="berth up").join_token}
+        finally:
+            store.close()
+        return True
+    return ready
+
+
 def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | None = None,
            fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, otel_console: bool = False) -> int:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     config = config.model_copy(update={"join_token": cluster_join_token(config)})
+    engine = EngineInstall()
     store = Store.open(config.resolved_database_url)
     try:
         admin_key, new_key = ensure_admin_key(store, config.admin_key_path)
-        node_tokens = admit_stack_nodes(store, fleet) if config.fleet else {}
+        node_tokens = admit_stack_nodes(store, [n for n in fleet if not n.on_cpu or engine.ready()]) \
+            if config.fleet else {}
     finally:
         store.close()
     agents = list(tool_agents or [])
@@ -175,7 +208,10 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
     supervisor = Supervisor(config.data_dir / "logs", config.data_dir / "run")
     try:
         metrics = metrics_ports(config.host, fleet if config.fleet else ())
-        for spec in stack_children(config, agents, fleet, admin_key, otel_console, metrics, node_tokens):
+        specs = stack_children(config, agents, fleet, admin_key, otel_console, metrics, node_tokens)
+        if config.fleet:
+            defer_cpu_nodes(config, specs, fleet, engine)
+        for spec in specs:
             supervisor.start(spec)
         if not wait_ready(config, supervisor, stop):
             return 0
@@ -185,7 +221,9 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
             from ..demo.run_demo import run_demo
 
             try:
-                run_demo(config, supervisor.check, stop, nodes=len(fleet) if config.fleet else 0, api_key=admin_key)
+                started = [n for n in fleet if not n.on_cpu or engine.ready()] if config.fleet else []
+                run_demo(config, supervisor.check, stop, nodes=len(started), api_key=admin_key,
+                         real_model=config.fleet and any(n.on_cpu for n in fleet))
             except Exception as exc:  # a failed demo must not take the stack down with it
                 print(f"the demo stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
             print("The stack stays up; Ctrl-C to stop.", flush=True)

@@ -62,3 +62,14 @@ def test_berth_up_admits_its_own_nodes_and_leaves_the_cluster_token_to_the_other
     assert children[known.node_id].env[JOIN_TOKEN_ENV] == "cluster"
     assert all(children[n].env[JOIN_TOKEN_ENV] == tokens[n] for n in tokens)
     assert children["server"].env[JOIN_TOKEN_ENV] == "cluster"  # the server checks the cluster token
+
+
+def test_the_default_fleet_runs_simulated_gpus_and_the_real_model_on_this_cpu() -> None:
+    from orchestrator.stack.fleet import DEFAULT_FLEET, SimulatedNode, node_argv
+
+    runs = {node.node_id: node.runs for node in DEFAULT_FLEET}
+    assert runs["cpu-local"] == ["llama.cpp"] and all(r == ["simulated"] for n, r in runs.items() if n != "cpu-local")
+    argv = node_argv(next(n for n in DEFAULT_FLEET if n.on_cpu), 0.1, 2.0)
+    assert argv[argv.index("--engines") + 1] == "llama.cpp" and argv[argv.index("--simulate") + 1] == "1xCPU-16GB"
+    stated = SimulatedNode(node_id="gpu-x", datacenter="d", zone="z", gpus="1xH100-80GB", engines=["simulated", "vllm"])
+    assert node_argv(stated, 1.0, 2.0)[-1] == "simulated,vllm"

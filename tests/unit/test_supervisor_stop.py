@@ -52,3 +52,23 @@ def test_a_stop_group_stops_together_and_the_rest_in_reverse_start_order(tmp_pat
     assert [c.process.returncode for c in stack.children if c.process] == [0] * 5  # none had to be killed
     order = (marks / "order").read_text().split()
     assert set(order[:3]) == {"node-a", "node-b", "tools"} and order[3:] == ["worker", "temporal"]
+
+
+def test_a_deferred_child_starts_the_first_time_its_condition_holds(tmp_path: Path) -> None:
+    reports: list[str] = []
+    installed = {"yes": False}
+    supervisor = Supervisor(tmp_path / "logs", tmp_path / "run", report=reports.append)
+    supervisor.start(ChildSpec("late", [sys.executable, "-c", "import time; time.sleep(30)"],
+                               start_when=lambda: installed["yes"], started_because="the engine is installed"))
+    try:
+        supervisor.check()
+        assert supervisor.pid("late") is None and reports == []
+        installed["yes"] = True
+        supervisor.check()
+        assert supervisor.pid("late") is not None
+        assert reports == ["late starts: the engine is installed"]
+        installed["yes"] = False  # started once, it is supervised as any child: the condition is not asked again
+        supervisor.check()
+        assert supervisor.pid("late") is not None and len(reports) == 1
+    finally:
+        supervisor.stop()

@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a Jinja chat template to use instead of the GGUF's own tokenizer.chat_template")
     parser.add_argument("--usage-journal", type=Path, default=None,
                         help="append every request's usage to this file and replay it at start")
+    parser.add_argument("--timings-log", type=Path, default=None,
+                        help="append each streamed request's engine-side instants (monotonic clock) to this file")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     if args.n_ctx < 0:
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     return serve(args.model_path, args.served_model_name, args.host, args.port, n_ctx=args.n_ctx,
                  n_threads=args.threads, usage_journal=args.usage_journal,
                  default_temperature=args.default_temperature, log_level=args.log_level,
-                 chat_template=template)
+                 chat_template=template, timings_log=args.timings_log)
 
 
 if __name__ == "__main__":

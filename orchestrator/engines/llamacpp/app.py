@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -82,10 +83,28 @@ class _Reply:
     calls: list[dict[str, Any]] = field(default_factory=list)
     completion_tokens: int = 0
     finish_reason: str = "stop"
+    first_token_at: float | None = None  # monotonic: when the first generated text was handed to the transport
+
+
+class TimingsLog:
+    """Each streamed request's engine-side instants (monotonic clock, which every process on a Linux host
+    shares): received, first token sent, last chunk sent. A client on the same host subtracts them from its
+    own to tell what it added from what the engine took (benchmarks/real_engine.py)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def record(self, task: str | None, reply_id: str, received: float, first_token: float | None,
+               finished: float, completion_tokens: int) -> None:
+        line = json.dumps({"task": task, "id": reply_id, "received_s": received, "first_token_s": first_token,
+                           "finished_s": finished, "completion_tokens": completion_tokens})
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
 
 
 def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = None,
-               default_temperature: float = 1.0) -> FastAPI:
+               default_temperature: float = 1.0, timings: TimingsLog | None = None) -> FastAPI:
     """The server over an already loaded model: it is ready (lists the model) as soon as it listens."""
     usage = tally or UsageTally()
     finished: FinishedReplies[_Reply] = FinishedReplies()
@@ -103,6 +122,7 @@ def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = N
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
+        received = time.monotonic()
         try:
             body = json.loads(await request.body())
             if not isinstance(body, dict):
@@ -152,6 +172,9 @@ def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = N
 
         def completed() -> None:
             nonlocal delivered
+            if timings is not None:
+                timings.record(task, reply.id, received, reply.first_token_at, time.monotonic(),
+                               reply.completion_tokens)
             usage.completed(served_name, task, reply.prompt_tokens, reply.completion_tokens)
             finished.remember(key, same_request, reply.completion_tokens, reply)
             delivered = True
@@ -218,6 +241,8 @@ async def _stream(pieces: asyncio.Queue[Piece | None], outcome: asyncio.Future[A
     async for delta in _deltas(pieces, reply, parser):
         reply.deltas.append(delta)
         yield _event(reply, served_name, delta)
+        if reply.first_token_at is None:
+            reply.first_token_at = time.monotonic()
     result = await outcome
     reply.completion_tokens = result.completion_tokens
     reply.finish_reason = _finish_reason(result.finish_reason, reply)

@@ -107,7 +107,10 @@ class LlamaModel:
         from llama_cpp import Llama  # imported here: the node imports this module without llama-cpp-python
 
         try:
-            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False)
+            # One thread count for decode and prefill, as llama.cpp's own server sets -tb from -t: Llama's default
+            # prefills on every core, and its OpenMP workers spin against anything else on a busy machine.
+            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
+                             verbose=False)
         except (ValueError, RuntimeError) as exc:  # a truncated or corrupt file: llama.cpp says only "failed"
             raise ModelLoadError(f"{path}: llama.cpp cannot load it ({exc}); is the file complete?") from exc
         self.path = path

@@ -16,7 +16,7 @@ from pathlib import Path
 from orchestrator.engines.simulated.server import listening_socket
 from orchestrator.engines.usage import UsageTally
 
-from .app import create_app
+from .app import TimingsLog, create_app
 from .model import LlamaModel, ModelLoadError
 
 LOG_PREFIX = "berth llama.cpp engine"
@@ -24,7 +24,7 @@ LOG_PREFIX = "berth llama.cpp engine"
 
 def serve(model_path: Path, served_name: str, host: str = "127.0.0.1", port: int = 0, n_ctx: int = 0,
           n_threads: int | None = None, usage_journal: Path | None = None, default_temperature: float = 1.0,
-          log_level: str = "warning", chat_template: str | None = None) -> int:
+          log_level: str = "warning", chat_template: str | None = None, timings_log: Path | None = None) -> int:
     """Load `model_path` and serve it as `served_name` until interrupted; 1 when the model cannot load."""
     import uvicorn
 
@@ -40,7 +40,8 @@ def serve(model_path: Path, served_name: str, host: str = "127.0.0.1", port: int
     print(f"{LOG_PREFIX}: {served_name} loaded in {time.monotonic() - started:.2f}s (context {model.n_ctx}, "
           f"tools {'yes' if model.template.tool_syntax else 'no: its chat template has no tool syntax'}); "
           f"http://{host}:{bound}/v1", flush=True)
-    app = create_app(model, served_name, UsageTally(journal=usage_journal), default_temperature)
+    app = create_app(model, served_name, UsageTally(journal=usage_journal), default_temperature,
+                     TimingsLog(timings_log) if timings_log is not None else None)
     uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5)).run(sockets=[sock])
     return 0
 

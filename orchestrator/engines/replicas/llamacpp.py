@@ -55,13 +55,14 @@ class LlamaCppReplicaEngine(ChildProcessEngine):
     """
 
     def __init__(self, host: str = "127.0.0.1", log_dir: Path | None = None, python: str = sys.executable,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, timings: bool = False) -> None:
         if threads is not None and threads < 1:
             raise ValueError(f"threads: must be >= 1, got {threads}")
         self.host = host
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="berth-replicas-"))
         self.python = python
         self.threads = threads
+        self.timings = timings  # each replica also logs its requests' engine-side instants (<replica>.timings.jsonl)
 
     def command(self, spec: ReplicaSpec, port: int) -> list[str]:
         unknown = sorted(set(spec.engine_args) - set(ENGINE_FLAGS) - POOL_ARGS)
@@ -72,6 +73,8 @@ class LlamaCppReplicaEngine(ChildProcessEngine):
         argv = [self.python, "-m", "orchestrator.engines.llamacpp", "--model-path", str(gguf_file(spec)),
                 "--served-model-name", spec.model, "--host", self.host, "--port", str(port),
                 "--usage-journal", str(journal)]
+        if self.timings:
+            argv.extend(["--timings-log", str(journal.with_name(f"{quote(spec.replica_id, safe='')}.timings.jsonl"))])
         args = {name: value for name, value in spec.engine_args.items() if name in ENGINE_FLAGS}
         if self.threads is not None:
             args.setdefault("threads", self.threads)

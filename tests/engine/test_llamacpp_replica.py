@@ -143,3 +143,26 @@ async def test_a_node_without_llama_cpp_refuses_the_load_saying_why() -> None:
 @needs_the_model
 def test_a_node_with_llama_cpp_registers_the_engine(tmp_path: Path) -> None:
     assert isinstance(llamacpp_engine(tmp_path), LlamaCppReplicaEngine)
+
+
+@needs_the_model
+async def test_the_node_loads_the_seed_model_from_its_package_and_serves_it(tmp_path: Path) -> None:
+    from orchestrator.catalogue import SEED_MODELS
+    from orchestrator.node.replicas import ReplicaManager
+    from orchestrator.node.weights_cache import WeightsCache
+
+    entry = next(m for m in SEED_MODELS if m.name == "smollm2-135m")
+    engine = LlamaCppReplicaEngine(log_dir=tmp_path / "logs", threads=1)
+    replicas = ReplicaManager(WeightsCache(tmp_path / "cache", 1 << 30), {"llama.cpp": engine}, gpu_indexes={0})
+    replica = await asyncio.wait_for(replicas.load(entry, (0,), "r-smol", source="origin"), START_TIMEOUT_S)
+    try:
+        assert replica.state == "warm" and replica.handle is not None
+        started_on = Path(replica.handle.spec.weights_path)
+        assert started_on.is_relative_to(tmp_path / "cache") and started_on.name.endswith(".gguf")  # the copy
+        async with httpx.AsyncClient(timeout=60) as client:
+            reply = (await client.post(f"{replica.handle.base_url}/chat/completions", json={
+                "model": "smollm2-135m", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})).json()
+        assert reply["usage"]["completion_tokens"] >= 1
+    finally:
+        assert await replicas.unload("r-smol", grace_s=10)
+    assert replica.handle.process is not None and replica.handle.process.poll() is not None

@@ -31,7 +31,8 @@ if GGUF is None:
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 # At temperature 0 SmolLM2-135M falls into a loop on this prompt and would write until max_tokens:
 # a long generation to cut off.
-RAMBLE = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": QUESTION[0]["content"]}]
+RAMBLE = [{"role": "system", "content": "You are a helpful assistant."},
+          {"role": "user", "content": QUESTION[0]["content"]}]
 # A Hermes-style template (the shape of Qwen 2.5's): it writes the tools into the system turn and
 # tells the model to answer with <tool_call> tags, which SmolLM2's own template has no syntax for.
 HERMES_TEMPLATE = (
@@ -41,8 +42,9 @@ HERMES_TEMPLATE = (
     "{%- for message in messages %}\n<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>{%- endfor %}\n"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
 )
-WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
 
 
 @pytest.fixture(scope="module")
@@ -150,20 +152,26 @@ async def test_a_request_waiting_its_turn_is_dropped_when_its_client_leaves(
         engine: EngineThread, journal: Path) -> None:
     async with httpx.AsyncClient(base_url=engine.base_url, timeout=120) as first, \
             httpx.AsyncClient(base_url=engine.base_url, timeout=120) as second:
-        running = asyncio.create_task(first.post("/chat/completions", json=_body(RAMBLE, max_tokens=40),
-                                                 headers={"X-Berth-Task": "t-first"}))
-        waiting = asyncio.create_task(second.post("/chat/completions", json=_body(RAMBLE, max_tokens=40),
-                                                  headers={"X-Berth-Task": "t-queued"}))
-        await asyncio.sleep(0.2)  # both sent; the second is behind the first on the model's one thread
-        waiting.cancel()
-        answered = (await running).json()
-    assert answered["usage"]["completion_tokens"] == 40
+        body = _body(RAMBLE, max_tokens=80, stream=True)  # the loop it falls into runs to max_tokens
+        async with first.stream("POST", "/chat/completions", json=body, headers={"X-Berth-Task": "t-first"}) as running:
+            lines = running.aiter_lines()
+            async for line in lines:
+                if '"content":"' in line and '"content":""' not in line:
+                    break  # the first is generating on the model's one thread
+            async with second.stream("POST", "/chat/completions", json=body,
+                                     headers={"X-Berth-Task": "t-queued"}) as queued:
+                async for line in queued.aiter_lines():
+                    if line.startswith("data: "):
+                        break  # accepted (its opening chunk comes at once) and waiting its turn; now leave
+            rest = [line async for line in lines]
+    assert "data: [DONE]" in rest
     for _ in range(600):
-        queued = [e for e in _entries(journal) if e["task"] == "t-queued"]
-        if queued:
+        dropped = [e for e in _entries(journal) if e["task"] == "t-queued"]
+        if dropped:
             break
         await asyncio.sleep(0.05)
-    assert [e["kind"] for e in queued] == ["aborted"] and queued[0]["completion"] <= 40
+    assert [(e["kind"], e["completion"]) for e in dropped] == [("aborted", 0)]  # it never started
+    assert [e["kind"] for e in _entries(journal) if e["task"] == "t-first"] == ["completed"]
 
 
 async def test_a_final_assistant_message_is_continued_not_answered_anew(

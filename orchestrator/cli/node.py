@@ -10,7 +10,8 @@ import argparse
 import asyncio
 import shutil
 import sys
-from collections.abc import Coroutine
+import threading
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -50,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: none)")
     p.add_argument("--host", help="the address the metrics port binds (env BERTH_HOST, default 127.0.0.1)")
     p.add_argument("--external-url", help="an OpenAI-compatible server that serves 'openai-compatible' models")
+    p.add_argument("--peer-port", type=int, help="serve this node's cached weights to its datacenter's nodes on this"
+                                                 " port (binds --host; 0: any free port; default: serve none)")
+    p.add_argument("--peer-limit-mb-s", type=float, help="at most this many MB/s to peers (default: no limit)")
     p.add_argument("--engines", help="the engines this node runs replicas with, e.g. \"llama.cpp\" (default: every"
                                      " one that can run here: simulated, llama.cpp once installed, vllm on PATH, ...)")
     p.set_defaults(func=cmd_node)
@@ -84,7 +88,11 @@ async def _run(args: argparse.Namespace) -> int:
     from ..node import GpuDiscovery, NvmlDiscovery, NvmlUnavailable, SimulatedDiscovery, WeightsCache, parse_simulate
     from ..node.agent import NodeAgent, NodeOptions
     from ..node.control_plane import ControlPlane, ControlPlaneError
+    from ..node.peer_fetch import fill_from_peers
     from ..node.replicas import ReplicaManager
+    from ..node.transfers import TransferLog
+    from ..node.weights_files import Revision
+    from ..node.weights_fill import FillReport
     from ..telemetry import install_metrics
     from ..telemetry.tracing import configure_tracing
     from ..temporal import connect_temporal
@@ -130,17 +138,31 @@ async def _run(args: argparse.Namespace) -> int:
     stated = _engines(args.engines, engines)
     engines = {kind: engine for kind, engine in engines.items() if kind in stated}
     rates = {"datacenter": DATACENTER_BYTES_PER_S, "origin": ORIGIN_BYTES_PER_S}
+    if args.peer_port is not None and not 0 <= args.peer_port <= 65535:
+        raise NodeSetupError(f"peer-port: must be within 0..65535, got {args.peer_port}")
+    if args.peer_limit_mb_s is not None and not 0 < args.peer_limit_mb_s <= 1e6:
+        raise NodeSetupError(f"peer-limit-mb-s: must be > 0 (and at most 10^6), got {args.peer_limit_mb_s}")
+    transfers = TransferLog()
+    agent: NodeAgent | None = None
+
+    async def from_peers(cache: WeightsCache, revision: Revision, *, stop: threading.Event | None = None,
+                         on_bytes: Callable[[int], None] | None = None) -> FillReport:
+        assert agent is not None, "a load runs only once the agent serves"
+        return await fill_from_peers(cache, revision, agent.peer_tickets, stop=stop, on_bytes=on_bytes)
+
     replicas = ReplicaManager(cache, engines, gpu_indexes={g.index for g in discovery.discover()},
-                              fetch_delay_s=lambda tier, size: size / rates[tier] * args.load_time_scale)
+                              fetch_delay_s=lambda tier, size: size / rates[tier] * args.load_time_scale,
+                              sources={"datacenter": from_peers}, on_fill=transfers.record)
     try:
         install_metrics("berth-node")
         options = NodeOptions(node_id=args.node_id, join_token=config.join_token, cache_dir=cache_dir,
                               datacenter=args.datacenter, zone=args.zone, capacity=args.capacity,
                               usd_per_hour=args.usd_per_hour, labels=_labels(args.label),
                               heartbeat_s=args.heartbeat_s, metrics_port=args.metrics_port, metrics_host=config.host,
-                              engines=stated)
+                              engines=stated, peer_port=args.peer_port,
+                              peer_limit_bytes_per_s=args.peer_limit_mb_s * 1e6 if args.peer_limit_mb_s else None)
         async with ControlPlane(config.resolved_api_url) as control_plane:
-            agent = NodeAgent(options, discovery, control_plane, replicas)
+            agent = NodeAgent(options, discovery, control_plane, replicas, transfers)
             agent.install_signal_handlers()
             agent.start_probes()  # /healthz answers, and /readyz says why not, while Temporal and the join wait
             try:

@@ -47,8 +47,11 @@ from .control_plane import ControlPlane, ControlPlaneError, CredentialRefused, N
 from .discovery import GpuDiscovery, GpuInfo, SimulatedDiscovery
 from .generation import NodeGeneration, ReplicaRouter, warm_up
 from .metrics import serve_node_metrics
+from .peer_server import CacheBlobs, PeerServer
+from .peer_tickets import PeerTickets
 from .replicas import ReplicaManager
 from .step_books import RemoteStepBooks
+from .transfers import TransferLog
 
 log = logging.getLogger("berth.node")
 
@@ -81,6 +84,8 @@ class NodeOptions:
     metrics_port: int = 0  # the node's own /metrics, /healthz and /readyz; 0: none
     metrics_host: str = "127.0.0.1"  # where that port listens (`berth node --host`): loopback unless told
     engines: list[str] = field(default_factory=list)  # what it runs replicas with, as registered; empty: any
+    peer_port: int | None = None  # serve this node's cached weights to its datacenter's nodes here; 0: any; None: no
+    peer_limit_bytes_per_s: float | None = None  # what those copies may take of the node's network; None: all
 
 
 def registration(options: NodeOptions, gpus: list[GpuInfo], cache_capacity_bytes: int) -> NodeRegistration:
@@ -101,11 +106,15 @@ class NodeAgent:
     """Joins the fleet, heartbeats, and serves the node's activities until told to stop."""
 
     def __init__(self, options: NodeOptions, discovery: GpuDiscovery, control_plane: ControlPlane,
-                 replicas: ReplicaManager) -> None:
+                 replicas: ReplicaManager, transfers: TransferLog | None = None) -> None:
         self.options = options
         self.discovery = discovery
         self.control_plane = control_plane
         self.replicas = replicas
+        # Measured fills (the replicas record them), sent with the next heartbeat for the pool to learn rates from.
+        self.transfers = transfers or TransferLog()
+        self.peer_tickets = PeerTickets(control_plane.api_url, options.node_id, lambda: self.node_secret)
+        self.peer_server: PeerServer | None = None
         self.node_secret: str | None = None
         self.stopping = asyncio.Event()
         self._gpus: list[GpuInfo] = []
@@ -160,6 +169,10 @@ class NodeAgent:
             cached_weights=[CachedModelWeights(model=w.model, size_bytes=w.size_bytes)
                             for w in self.replicas.cache.contents()],
             replicas=self.replicas.reports(),
+            peer_port=self.peer_server.port if self.peer_server is not None else None,
+            # Bound to every address, it is reached where its heartbeats come from (the control plane says so).
+            peer_host=None if self.options.metrics_host in ("0.0.0.0", "::") else self.options.metrics_host,
+            transfers=self.transfers.drain(),
         )
 
     async def heartbeat(self) -> None:
@@ -175,6 +188,7 @@ class NodeAgent:
                 view = await self.control_plane.heartbeat(beat, self.node_secret)
         except (ControlPlaneError, httpx.HTTPError) as exc:
             self._beat_failure = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.transfers.restore(beat.transfers)  # measured once: they go with a later beat
             raise
         self._beat_ok_at, self._beat_failure = time.monotonic(), None
         self._note_status(view.status)
@@ -252,6 +266,16 @@ class NodeAgent:
                       max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
                       graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S))
 
+    async def _start_peer_server(self) -> None:
+        """Serve verified cache files to the datacenter's nodes that hold a ticket the control plane checks."""
+        if self.options.peer_port is None:
+            return
+        self.peer_server = PeerServer(CacheBlobs(self.replicas.cache), self.peer_tickets, host=self.options.metrics_host,
+                                      port=self.options.peer_port, limit_bytes_per_s=self.options.peer_limit_bytes_per_s)
+        await self.peer_server.start()
+        log.info("node %s serves its weights to peers on %s:%d", self.options.node_id, self.options.metrics_host,
+                 self.peer_server.port)
+
     async def serve(self, client: Client) -> bool:
         """Poll for work, join, heartbeat until `stopping` is set, then shut down in order; False when told to
         stop before the control plane took the join. Join errors (`JoinRefused`, `ControlPlaneUnreachable`)
@@ -274,6 +298,7 @@ class NodeAgent:
         if not joined:
             await self._stop_worker(worker, running)
             return False
+        await self._start_peer_server()
         beats = asyncio.create_task(self.heartbeat_loop())
         stop = asyncio.create_task(self.stopping.wait())
         await asyncio.wait([running, stop], return_when=asyncio.FIRST_COMPLETED)
@@ -289,6 +314,8 @@ class NodeAgent:
         finally:
             await beats
             await self.replicas.stop_all(self.options.replica_grace_s)
+            if self.peer_server is not None:
+                await self.peer_server.stop()
             try:
                 if self.refused is None:
                     await self.heartbeat()  # the replicas are gone: say so before going quiet

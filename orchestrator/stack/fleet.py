@@ -96,4 +96,4 @@ def node_argv(node: SimulatedNode, load_time_scale: float, heartbeat_s: float) -
     return ["node", "--node-id", node.node_id, "--simulate", node.gpus, "--datacenter", node.datacenter,
             "--zone", node.zone, "--capacity", node.capacity, "--usd-per-hour", repr(node.price),
             "--load-time-scale", repr(load_time_scale), "--heartbeat-s", repr(heartbeat_s),
-            "--engines", ",".join(node.runs)]
+            "--engines", ",".join(node.runs), "--peer-port", "0"]

@@ -21,6 +21,7 @@ from orchestrator.node import SimulatedDiscovery, WeightsCache, parse_simulate
 from orchestrator.node.agent import NodeAgent, NodeOptions, registration
 from orchestrator.node.control_plane import (
     ControlPlane,
+    ControlPlaneError,
     ControlPlaneUnreachable,
     CredentialRefused,
     JoinRefused,
@@ -173,3 +174,25 @@ async def test_a_revoked_node_stops_heartbeating_and_keeps_the_refusal(app, tmp_
     await asyncio.wait_for(agent.heartbeat_loop(), timeout=5)  # returns: it does not beat on against a 401
     assert agent.stopping.is_set() and isinstance(agent.refused, CredentialRefused)
     assert "was revoked" in str(agent.refused) and "gpu-a" in str(agent.refused)
+
+
+async def test_a_node_serving_peers_says_where_and_sends_its_measured_transfers_once(app, tmp_path: Path) -> None:
+    store = app.state.services.store
+    agent = agent_for(app, tmp_path, join_token=admitted(app), peer_port=0, engines=["simulated"])
+    await agent.join()
+    await agent._start_peer_server()
+    try:
+        assert agent.peer_server is not None and agent.peer_server.port > 0
+        agent.transfers.record_disk(64 * 2**20, 0.5)
+        await agent.heartbeat()
+        async with reader(app) as api:
+            assert (await api.get("/v1/nodes/gpu-a")).json()["engines"] == ["simulated"]
+        assert [(s.node_id, s.tier) for s in store.peers.samples_after(0)] == [("gpu-a", "disk")]
+        assert agent.transfers.drain() == []  # sent: not sent again
+        agent.transfers.record_disk(64 * 2**20, 0.5)
+        agent.control_plane = ControlPlane(f"http://127.0.0.1:{closed_port()}")
+        with pytest.raises((ControlPlaneError, httpx.HTTPError)):
+            await agent.heartbeat()
+        assert len(agent.transfers.drain()) == 1  # kept for the next beat that gets through
+    finally:
+        await agent.peer_server.stop()

@@ -72,4 +72,5 @@ def test_the_default_fleet_runs_simulated_gpus_and_the_real_model_on_this_cpu() 
     argv = node_argv(next(n for n in DEFAULT_FLEET if n.on_cpu), 0.1, 2.0)
     assert argv[argv.index("--engines") + 1] == "llama.cpp" and argv[argv.index("--simulate") + 1] == "1xCPU-16GB"
     stated = SimulatedNode(node_id="gpu-x", datacenter="d", zone="z", gpus="1xH100-80GB", engines=["simulated", "vllm"])
-    assert node_argv(stated, 1.0, 2.0)[-1] == "simulated,vllm"
+    argv = node_argv(stated, 1.0, 2.0)
+    assert argv[argv.index("--engines") + 1] == "simulated,vllm" and argv[argv.index("--peer-port") + 1] == "0"

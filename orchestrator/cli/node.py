@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import shutil
 import sys
 import threading
@@ -82,7 +83,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from ..engines.replicas import ExternalReplicaEngine, SimulatedReplicaEngine, VllmReplicaEngine
+    from ..engines.replicas import ExternalReplicaEngine, SglangReplicaEngine, SimulatedReplicaEngine, VllmReplicaEngine
     from ..engines.replicas.processes import stop_orphans
     from ..weights_transfer import DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S
     from ..node import GpuDiscovery, NvmlDiscovery, NvmlUnavailable, SimulatedDiscovery, WeightsCache, parse_simulate
@@ -129,7 +130,8 @@ async def _run(args: argparse.Namespace) -> int:
               f" {', '.join(map(str, orphans))}", file=sys.stderr)
     engines = {"simulated": SimulatedReplicaEngine(load_time_scale=args.load_time_scale,
                                                    latency_scale=config.engine_latency_scale, log_dir=log_dir),
-               "vllm": VllmReplicaEngine(log_dir=log_dir), "llama.cpp": llamacpp_engine(log_dir)}
+               "vllm": VllmReplicaEngine(log_dir=log_dir), "sglang": SglangReplicaEngine(python=sys.executable, log_dir=log_dir),
+               "llama.cpp": llamacpp_engine(log_dir)}
     if args.external_url:
         try:
             engines["openai-compatible"] = ExternalReplicaEngine(args.external_url)
@@ -207,6 +209,8 @@ def _engines(flag: str | None, built: dict[str, "ReplicaEngine"]) -> list[str]:
             return engine.reason
         if isinstance(engine, VllmReplicaEngine) and shutil.which(engine.executable) is None:
             return f"{engine.executable!r} is not on PATH"
+        if kind == "sglang" and importlib.util.find_spec("sglang") is None:
+            return "the sglang package is not installed beside this node"
         return None
 
     if flag is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.cli.node import NodeSetupError, _engines
-from orchestrator.engines.replicas import SimulatedReplicaEngine, VllmReplicaEngine
+from orchestrator.engines.replicas import SglangReplicaEngine, SimulatedReplicaEngine, VllmReplicaEngine
 from orchestrator.engines.replicas.unavailable import UnavailableReplicaEngine
 
 
@@ -13,6 +13,7 @@ from orchestrator.engines.replicas.unavailable import UnavailableReplicaEngine
 def built(tmp_path):
     return {"simulated": SimulatedReplicaEngine(log_dir=tmp_path),
             "vllm": VllmReplicaEngine(executable="no-such-vllm-here", log_dir=tmp_path),
+            "sglang": SglangReplicaEngine(log_dir=tmp_path),
             "llama.cpp": UnavailableReplicaEngine("llama.cpp", "llama-cpp-python is not installed")}
 
 
@@ -28,6 +29,7 @@ def test_named_engines_are_registered_once_each_in_the_order_given(built) -> Non
     ("llama.cpp", "'llama.cpp' cannot run here: llama-cpp-python is not installed"),
     ("vllm", "'vllm' cannot run here: 'no-such-vllm-here' is not on PATH"),
     ("openai-compatible", "needs --external-url"),
+    ("sglang", "the sglang package is not installed"),
     ("tgi", "'tgi' is not an engine"),
     (" , ", "name at least one engine"),
 ])

@@ -16,6 +16,7 @@ from .llamacpp import LlamaCppReplicaEngine
 from .protocol import (LOAD_TIERS, LoadTier, ReplicaEngine, ReplicaHandle, ReplicaSpec, ReplicaStartError,
                        replica_spec)
 from .simulated import SimulatedReplicaEngine, planned_load_delay_s
+from .sglang import SglangReplicaEngine
 from .vllm import VllmReplicaEngine
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "ReplicaHandle",
     "ReplicaSpec",
     "ReplicaStartError",
+    "SglangReplicaEngine",
     "SimulatedReplicaEngine",
     "VllmReplicaEngine",
     "planned_load_delay_s",

@@ -22,7 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from sdk import CheckpointRef, Message, ToolCall
-from sdk._limits import MIN_ANSWER_TOKENS, reservation_margin
+from sdk._limits import MIN_ANSWER_TOKENS
 from sdk.contracts import LlmStepInput, LlmStepResult
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
@@ -30,7 +30,7 @@ from .ports import (GENERATION_CUT, KEPT, LOST, NODE_STOPPING, REPLICA_UNAVAILAB
                     ModelRouter, ReplicaUnavailable, StepBooks, StepRef)
 from .prices import Prices, call_cost, generated_cost
 from .spans import annotate_checkpoint, annotate_generation, record_cut
-from .tokens import _litellm, count_prompt_tokens, encode, sendable_tools
+from .tokens import _litellm, count_prompt, encode, sendable_tools
 
 # While tokens stream, progress is heartbeated twice a second: a node killed without notice loses
 # what the last heartbeat that reached Temporal did not carry, so at most ~0.5-1 s of tokens. Before
@@ -83,7 +83,7 @@ class LlmStepActivities:
             route = self._route(inp)
             prices = _prices(route)
             await self._take_over_prefix(inp, step, progress, prices)
-            call = await asyncio.to_thread(self._plan, inp, step, progress, prices)
+            call = await asyncio.to_thread(self._plan, inp, step, route, progress, prices)
             if call.max_tokens < MIN_ANSWER_TOKENS:
                 return await self._shortfall(inp, step, progress, call, prices, attempt)
             streamed = await self._stream(inp, step, route, call, progress, prices)
@@ -126,15 +126,17 @@ class LlmStepActivities:
         else:
             progress.drop_prefix()
 
-    def _plan(self, inp: LlmStepInput, step: StepRef, progress: Attempts, prices: Prices | None) -> _Call:
+    def _plan(self, inp: LlmStepInput, step: StepRef, route: ModelRoute, progress: Attempts,
+              prices: Prices | None) -> _Call:
         """Read the conversation and size the answer to what the allowance (and, on the fleet, the control
         plane's own grant) pays for. The kept text a continuation re-sends is counted in neither the
-        reservation nor the prompt charged: it is paid for once, as kept tokens."""
+        reservation nor the prompt charged: it is paid for once, as kept tokens. The prompt is counted by the
+        model's own tokenizer where the route has one (exact, as the control plane counts it too)."""
         prepared = self.books.prepare(step, inp.checkpoint, inp.pending)
         messages = [m.to_openai() for m in prepared.messages]
         tools = sendable_tools(inp.tools) or None
-        prompt_estimate = count_prompt_tokens(messages, tools)
-        reserve = prompt_estimate + reservation_margin(prompt_estimate)
+        continued = progress.prefix_tokens if progress.prefix else 0
+        reserve = count_prompt(messages, tools, route.tokenizer).reserved(continued)
         max_tokens = min(inp.max_tokens - progress.prefix_tokens, inp.token_allowance - progress.held_back - reserve)
         if prepared.max_tokens is not None:
             max_tokens = min(max_tokens, prepared.max_tokens)

@@ -14,6 +14,8 @@ from sdk import AgentSpec, Message, TaskState
 from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease, StepPlacement
 from sdk.contracts import CheckpointRef, PendingStep
 
+from .tokens import PromptTokenizer
+
 
 @dataclass(frozen=True)
 class CheckpointContent:
@@ -60,6 +62,9 @@ class ModelRoute:
     usd_per_1m_prompt: float | None
     usd_per_1m_completion: float | None
     served_by: str
+    # The model's own prompt counting (its tokenizer and chat template) when it has real weights naming one;
+    # None: counted as OpenAI counts (litellm), with the reservation margin for the difference.
+    tokenizer: PromptTokenizer | None = None
 
 
 class CheckpointStore(Protocol):

@@ -1,9 +1,11 @@
 """Prompt token counting, the one function reservations and the simulated engine agree on.
 
 litellm is imported here lazily: importing it costs seconds and it must never reach
-workflow code. Counting uses the gpt-4o tokenizer (tiktoken o200k, shipped inside litellm,
-so no download) for every model: self-hosted engines report their own counts, which the
-ledger records, and the reservation margin below covers the difference.
+workflow code. Without a tokenizer of the model's own, counting uses the gpt-4o tokenizer
+(tiktoken o200k, shipped inside litellm, so no download): hosted models, and simulated ones,
+whose engine counts the same way. A self-hosted model with real weights is counted by its own
+tokenizer and chat template (a `PromptTokenizer`, orchestrator/tokenizers/), exactly as its
+engine counts; the reservation margin (sdk._limits.reservation_margin) covers what is not exact.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import logging
 import os
 import pickle
 import threading
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sdk._limits import reservation_margin
 
 COUNTING_MODEL = "gpt-4o"
 
@@ -39,6 +44,33 @@ def _litellm() -> Any:
             logging.getLogger("LiteLLM").setLevel(logging.ERROR)
             litellm._berth_quiet = True
     return litellm
+
+
+@dataclass(frozen=True)
+class PromptCount:
+    """A prompt's tokens, and whether they are the engine's own count (the model's tokenizer and template)."""
+
+    tokens: int
+    exact: bool
+
+    def reserved(self, continued_tokens: int = 0) -> int:
+        """What a call with this prompt sets aside for it: the count and the margin for what is not exact."""
+        return self.tokens + reservation_margin(self.tokens, exact=self.exact, continued_tokens=continued_tokens)
+
+
+class PromptTokenizer(Protocol):
+    """A model's own prompt counting, as its engine renders and tokenizes a chat request."""
+
+    def count_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> PromptCount: ...
+
+
+def count_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                 tokenizer: PromptTokenizer | None = None) -> PromptCount:
+    """The prompt as reservations count it: by the model's own tokenizer when it has one (exact), else as
+    OpenAI counts it (litellm's gpt-4o formula, which the margin covers)."""
+    if tokenizer is not None:
+        return tokenizer.count_prompt(messages, tools or None)
+    return PromptCount(count_prompt_tokens(messages, tools), exact=False)
 
 
 def count_prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:

@@ -17,10 +17,18 @@ MAX_TOKENS_PER_STEP = 32_768
 MIN_ANSWER_TOKENS = 16  # a call that cannot afford this many answer tokens is not worth making
 
 
-def reservation_margin(counted_prompt_tokens: int) -> int:
-    """Slack a reservation leaves for engines whose chat template counts a little more than OpenAI's formula
-    (≈2% + 8): the step, the control plane's step routes and the workflow's shortfall all reserve alike."""
-    return counted_prompt_tokens // 50 + 8
+def reservation_margin(counted_prompt_tokens: int, exact: bool = False, continued_tokens: int = 0) -> int:
+    """Slack a reservation leaves for what its count may miss: the step, the control plane's step routes and the
+    workflow's shortfall all reserve alike.
+
+    Counted by OpenAI's formula (gpt-4o's tokenizer), an engine's chat template counts a little more (≈2% + 8).
+    Counted by the model's own tokenizer and template (`exact`), the prompt is the engine's own count and needs
+    no slack, except for the text a continuation re-sends: its `continued_tokens` are the engine's count of
+    tokens it generated, and the same text tokenized again as part of a prompt may split a little differently
+    (the margin's formula over that text alone)."""
+    if not exact:
+        return counted_prompt_tokens // 50 + 8
+    return continued_tokens // 50 + 8 if continued_tokens > 0 else 0
 
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from activities.pool_lease import booked_round
 from activities.ports import KEPT, LOST, SETTLED, LedgerEntry
 from activities.prices import Prices, call_cost, generated_cost
+from activities.tokens import PromptCount
 from sdk._lease import BookedRound, StepLimits
-from sdk._limits import reservation_margin
 from sdk._step_books import DeadAttemptBody, SettleStepRequest
 
 from ..store import CallReservation
@@ -51,11 +51,13 @@ class Round:
         return any(e.attempt == attempt and e.kind == kind for e in self.entries)
 
 
-def reserve_call(limits: StepLimits, booked: BookedRound, counted_prompt: int, prices: Prices | None) -> CallReservation:
-    """Set aside the prompt (as counted here, with the margin for an engine's template) and grant what the
-    round's allowance leaves for the answer: never more than the step's max_tokens less the kept text it
-    goes on from, nor than its dollars pay for."""
-    prompt = counted_prompt + reservation_margin(counted_prompt)
+def reserve_call(limits: StepLimits, booked: BookedRound, counted: PromptCount,
+                 prices: Prices | None) -> CallReservation:
+    """Set aside the prompt (as counted here, with the margin for what the count may miss: an engine's template
+    when counted by OpenAI's formula, the re-sent kept text of a continuation) and grant what the round's
+    allowance leaves for the answer: never more than the step's max_tokens less the kept text it goes on from,
+    nor than its dollars pay for."""
+    prompt = counted.reserved(booked.kept_tokens)
     max_tokens = min(limits.max_tokens - booked.kept_tokens, limits.token_allowance - booked.tokens - prompt)
     if limits.usd_allowance is not None and prices is not None:
         max_tokens = min(max_tokens, prices.affordable_completion(limits.usd_allowance - booked.cost_usd, prompt))

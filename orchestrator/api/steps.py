@@ -23,7 +23,7 @@ from fastapi import APIRouter, Header
 from activities.ports import KEPT, LOST, SETTLED, CallReport, DeadTokens, StepRef
 from activities.prices import Prices, generated_cost
 from activities.step_books import StoreStepBooks
-from activities.tokens import count_prompt_tokens, sendable_tools
+from activities.tokens import count_prompt, sendable_tools
 from sdk import NotFound, Unauthorized
 from sdk._builtins import tools_offered
 from sdk._fleet import NODE_SECRET_HEADER
@@ -38,6 +38,7 @@ from sdk._step_books import (
 )
 
 from ..store import LeaseRecord, Store
+from ..tokenizers import ModelTokenizer, TokenizerUnreadable, tokenizers_under
 from ..store.checkpoints import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
 from .lease_books import BookingRefused, Round, booked_settled, check_dead, check_settle, reserve_call
@@ -62,7 +63,8 @@ async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: 
                            field="checkpoint")
         prepared = _books(store).prepare(_step_of(lease), current, None)
         messages = [m.to_openai() for m in prepared.messages]
-        counted = count_prompt_tokens(messages, sendable_tools(_tools_of(store, lease.task_id)) or None)
+        tools = sendable_tools(_tools_of(store, lease.task_id)) or None
+        counted = count_prompt(messages, tools, _tokenizer(svc, lease.model))
         assert lease.limits is not None
         reservation = reserve_call(lease.limits, _round(store, lease).totals, counted, _prices(svc, lease.model))
         if store.leases.reserve_call(lease.lease_id, reservation) is None:
@@ -148,6 +150,17 @@ def _round(store: Store, lease: LeaseRecord) -> Round:
 def _prices(svc: Services, model: str) -> Prices | None:
     entry = svc.catalogue.get(model)
     return Prices.per_million(entry.usd_per_1m_prompt, entry.usd_per_1m_completion) if entry is not None else None
+
+
+def _tokenizer(svc: Services, model: str) -> ModelTokenizer | None:
+    """The model's own tokenizer (exact counts), or None for one counted by litellm's formula. A model whose
+    tokenizer cannot be read cannot be counted as its engine counts, so its steps are refused, naming the file:
+    for now (503, the node retries) when the origin stopped sending it, for good (422) when the file is unusable."""
+    try:
+        return tokenizers_under(svc.config.data_dir).for_entry(svc.catalogue.get(model))
+    except TokenizerUnreadable as exc:
+        raise ApiError(503 if exc.transient else 422, f"model {model!r} cannot be counted with its own tokenizer: "
+                                                      f"{exc}", field="model") from None
 
 
 def _tools_of(store: Store, task_id: str) -> list[dict]:

@@ -42,6 +42,7 @@ from sdk._fleet import (Capacity, CachedModelWeights, GpuDescription, GpuHealth,
                         NodeRegistration, NodeStatus)
 from sdk._node_io import node_task_queue
 
+from ..tokenizers import tokenizers_under
 from .activities import NodeActivities
 from .control_plane import ControlPlane, ControlPlaneError, CredentialRefused, NodeUnknown
 from .discovery import GpuDiscovery, GpuInfo, SimulatedDiscovery
@@ -251,7 +252,8 @@ class NodeAgent:
     def worker(self, client: Client) -> Worker:
         node_id = self.options.node_id
         books = RemoteStepBooks(self.control_plane.api_url, node_id, lambda: self.node_secret)
-        generation = NodeGeneration(LlmStepActivities(books, ReplicaRouter(node_id, self.replicas)), self.replicas)
+        router = ReplicaRouter(node_id, self.replicas, tokenizers_under(self.options.cache_dir))
+        generation = NodeGeneration(LlmStepActivities(books, router), self.replicas)
         return Worker(client, task_queue=node_task_queue(node_id),
                       activities=[*NodeActivities(self.replicas).all(), generation.generate],
                       activity_executor=ThreadPoolExecutor(max_workers=64),

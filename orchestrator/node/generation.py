@@ -22,6 +22,7 @@ from activities.tokens import warm_up_counting
 from sdk._lease import StepPlacement
 from sdk.contracts import LlmStepInput, LlmStepResult
 
+from ..tokenizers import ModelTokenizers
 from .replicas import ReplicaManager
 from .step_books import StepBooksRefused
 
@@ -40,9 +41,10 @@ def warm_up() -> None:
 class ReplicaRouter:
     """Routes a leased step to its replica on this node (activities.ports.ModelRouter)."""
 
-    def __init__(self, node_id: str, replicas: ReplicaManager) -> None:
+    def __init__(self, node_id: str, replicas: ReplicaManager, tokenizers: ModelTokenizers | None = None) -> None:
         self.node_id = node_id
         self.replicas = replicas
+        self.tokenizers = tokenizers
 
     def route(self, model: str, placement: StepPlacement | None) -> ModelRoute:
         if placement is None:
@@ -54,7 +56,10 @@ class ReplicaRouter:
         return ModelRoute(
             name=model, litellm_model=entry.litellm_route or f"hosted_vllm/{model}", api_base=replica.handle.base_url,
             api_key="berth-node", usd_per_1m_prompt=entry.usd_per_1m_prompt,
-            usd_per_1m_completion=entry.usd_per_1m_completion, served_by=f"{self.node_id}/{replica.replica_id}")
+            usd_per_1m_completion=entry.usd_per_1m_completion, served_by=f"{self.node_id}/{replica.replica_id}",
+            # Counted as the control plane counts it (the model's own tokenizer), once loaded; routing runs on the
+            # event loop, so a tokenizer still loading leaves this step to litellm's count, within the plane's grant.
+            tokenizer=self.tokenizers.ready(entry) if self.tokenizers is not None else None)
 
 
 class NodeGeneration:

@@ -52,6 +52,7 @@ class _Call:
     tools: list[dict[str, Any]] | None
     max_tokens: int
     shortfall_usd: float | None
+    budget_limited: bool  # the allowance (not the step's own answer room) set max_tokens
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,8 @@ class LlmStepActivities:
         tools = sendable_tools(inp.tools) or None
         continued = progress.prefix_tokens if progress.prefix else 0
         reserve = count_prompt(messages, tools, route.tokenizer).reserved(continued)
-        max_tokens = min(inp.max_tokens - progress.prefix_tokens, inp.token_allowance - progress.held_back - reserve)
+        room = inp.max_tokens - progress.prefix_tokens  # a continuation's answer room is what the cut text left
+        max_tokens = min(room, inp.token_allowance - progress.held_back - reserve)
         if prepared.max_tokens is not None:
             max_tokens = min(max_tokens, prepared.max_tokens)
         shortfall_usd = None
@@ -148,7 +150,7 @@ class LlmStepActivities:
             shortfall_usd = needed_usd - usd_left if needed_usd > usd_left else None
         if progress.prefix:
             messages.append({"role": "assistant", "content": progress.prefix})
-        return _Call(prepared.checkpoint, messages, tools, max_tokens, shortfall_usd)
+        return _Call(prepared.checkpoint, messages, tools, max_tokens, shortfall_usd, budget_limited=max_tokens < room)
 
     async def _shortfall(self, inp: LlmStepInput, step: StepRef, progress: Attempts, call: _Call,
                          prices: Prices | None, attempt: int) -> LlmStepResult:
@@ -232,7 +234,7 @@ class LlmStepActivities:
             completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
             kept_tokens=progress.kept_before, cost_usd=cost + progress.unreported_usd + dead_cost,
             ttft_s=streamed.ttft_s, duration_s=streamed.duration_s, attempt=attempt, served_by=route.served_by,
-            checkpoint=call.checkpoint, budget_limited=call.max_tokens < inp.max_tokens, placement=inp.placement,
+            checkpoint=call.checkpoint, budget_limited=call.budget_limited, placement=inp.placement,
         )
 
     # ----- helpers --------------------------------------------------------------------------

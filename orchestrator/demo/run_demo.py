@@ -1,4 +1,4 @@
-"""The demo workload: five tasks that show Berth's contract, followed live in the terminal.
+"""The demo workload: six tasks that show Berth's contract, followed live in the terminal.
 
 - a tool-using research task;
 - a coordinator that spawns two research sub-agents with slices of its budget;

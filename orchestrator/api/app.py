@@ -21,6 +21,7 @@ from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
 from .. import mcp_server, ui
 from ..store import Store
+from ..tokenizers import tokenizers_under
 from ..telemetry import install_metrics
 from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
 from ..telemetry.task_gauges import task_reading, watch_tasks
@@ -55,8 +56,10 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
         except TemporalUnavailable as exc:
             log.warning("starting without Temporal: %s", exc)
         if config.fleet:
-            # The step routes count GPU nodes' prompts: load the tokenizer now, not inside the first step.
+            # The step routes count GPU nodes' prompts: load the tokenizers now (gpt-4o's, and each real-weights
+            # model's own, in threads), not inside the first step.
             asyncio.get_running_loop().run_in_executor(None, warm_up_counting)
+            warming = asyncio.create_task(_warm_model_tokenizers(config, catalogue), name="tokenizer-warm-up")
         sampling = asyncio.create_task(fleet_history.run(), name="ui-fleet-history")
         listening = asyncio.create_task(listen_for_heartbeats(store), name="heartbeat-listener")
         try:
@@ -65,6 +68,8 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
         finally:
             sampling.cancel()
             listening.cancel()
+            if config.fleet:
+                warming.cancel()
 
     app = FastAPI(
         title="Berth",
@@ -102,3 +107,9 @@ def build_app(config: BerthConfig) -> FastAPI:
     store = Store.open(config.resolved_database_url)
     temporal = TemporalGateway(config.resolved_temporal_address, config.temporal_namespace)
     return create_app(config, store, temporal)
+
+
+async def _warm_model_tokenizers(config: BerthConfig, catalogue: ModelCatalogue) -> None:
+    """Load the own tokenizer of every catalogue model that names one (a model added later loads at its first step)."""
+    entries = await asyncio.to_thread(lambda: [e for name in catalogue.names() if (e := catalogue.get(name))])
+    await tokenizers_under(config.data_dir).warm(entries)

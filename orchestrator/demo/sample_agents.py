@@ -4,7 +4,8 @@
 `coordinator` splits a question between two `research` sub-agents; both are used by the
 demo, the README and the system tests. `writer` researches the same way and then writes a
 long report (the demo preempts its node mid-report). `ask` puts a question to the real model that runs
-on CPU (SmolLM2-135M through llama.cpp), whose answer is the model's own text. Each tool appends its idempotency key to the file
+on CPU (SmolLM2-135M through llama.cpp), whose answer is the model's own text; `essay` has it write at
+length (the system tests take its node away mid-essay). Each tool appends its idempotency key to the file
 named by BERTH_TOOL_JOURNAL (when set), so tests can prove that no finished tool call ran twice.
 """
 
@@ -86,4 +87,12 @@ ask = Agent(
     max_tokens_per_step=128,
 )
 
-ALL = [research, coordinator, writer, ask]
+essay = Agent(
+    "essay",
+    model="smollm2-135m",
+    instructions="Write a long, detailed essay on the subject you are given.",
+    max_steps=2,
+    max_tokens_per_step=1024,
+)
+
+ALL = [research, coordinator, writer, ask, essay]

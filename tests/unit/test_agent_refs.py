@@ -10,7 +10,7 @@ from orchestrator.cli.tool_worker import AgentRefError, load_agents
 
 def test_a_good_reference_loads_the_agents() -> None:
     agents = load_agents("orchestrator.demo.sample_agents:ALL")
-    assert [a.name for a in agents] == ["research", "coordinator", "writer", "ask"]
+    assert [a.name for a in agents] == ["research", "coordinator", "writer", "ask", "essay"]
     assert [a.name for a in load_agents("orchestrator.demo.sample_agents:research")] == ["research"]
 
 

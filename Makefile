@@ -85,6 +85,9 @@ bench: $(STAMP) $(ENGINE_STAMP) system-packages
 	$(PY) -m benchmarks.telemetry_overhead
 	$(PY) -m benchmarks.simulate_scenarios
 	$(PY) -m benchmarks.pool_concurrency
+	$(PY) -m benchmarks.real_engine
+	$(PY) -m benchmarks.weights_tiers
+	$(PY) -m benchmarks.token_counting
 
 clean:
 	rm -rf $(VENV) .berth

@@ -42,6 +42,9 @@ from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
 from .contracts import SpawnedChild
 
+# An idle connection is dropped before the server's keep-alive (uvicorn's 5 s) closes it: at httpx's default, also
+# 5 s, a request sent as the server closed the connection failed with "server disconnected" and never ran.
+KEEPALIVE_S = 2.0
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 API_KEY_ENV = "BERTH_API_KEY"
 
@@ -152,7 +155,8 @@ class Client:
             headers["authorization"] = f"Bearer {api_key}"
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
+                                       limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
 
     async def __aenter__(self) -> "Client":
         return self

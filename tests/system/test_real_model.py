@@ -66,15 +66,19 @@ def _pending_generation_text(stack: Stack, task_id: str) -> str:
     return asyncio.run(read())
 
 
+def _generating_on(stack: Stack) -> str | None:
+    """The node of the one replica with a lease held, as its node's heartbeats report it (every 2 s)."""
+    busy = [r["node_id"] for r in stack.http.get("/v1/replicas").json() if r["active_leases"]]
+    return busy[0] if len(busy) == 1 else None
+
+
 def test_a_node_killed_mid_answer_leaves_its_text_to_the_other_node_which_goes_on_from_it(cpu_stack: Stack) -> None:
     client = SyncClient(cpu_stack.api, cpu_stack.admin_key())
     task_id = "default:real-essay"
     handle = client.submit("essay", "the history of Paris", budget=Budget(6_000), task_id=task_id, model=MODEL)
     written = wait_until(lambda: len(_pending_generation_text(cpu_stack, task_id)) > 40 and
                          _pending_generation_text(cpu_stack, task_id), 240, "the essay's first words")
-    busy = [r["node_id"] for r in cpu_stack.http.get("/v1/replicas").json() if r["active_leases"]]
-    assert len(busy) == 1
-    node = busy[0]
+    node = wait_until(lambda: _generating_on(cpu_stack), 30, "the essay's replica to report its lease")
     os.kill(cpu_stack.child_pid(node), signal.SIGKILL)  # the machine is gone: its replica with it
     found = subprocess.run(["pgrep", "-f", f"node/{node}/replica-logs"], capture_output=True, text=True)
     for pid in found.stdout.split():

@@ -45,7 +45,7 @@ from orchestrator.api import TemporalGateway, create_app  # noqa: E402
 from orchestrator.catalogue import ModelCatalogue  # noqa: E402
 from orchestrator.config import BerthConfig  # noqa: E402
 from orchestrator.engines.replicas import SimulatedReplicaEngine  # noqa: E402
-from orchestrator.engines.simulated.server import listening_socket  # noqa: E402
+from orchestrator.engines.serving import listening_socket  # noqa: E402
 from orchestrator.node import SimulatedDiscovery, WeightsCache, parse_simulate  # noqa: E402
 from orchestrator.node.agent import NodeAgent, NodeOptions  # noqa: E402
 from orchestrator.node.control_plane import ControlPlane  # noqa: E402

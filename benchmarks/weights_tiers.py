@@ -45,7 +45,7 @@ from starlette.routing import Route
 
 from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
-from orchestrator.engines.simulated.server import listening_socket
+from orchestrator.engines.serving import listening_socket
 from orchestrator.node.fetchers import origin_fetcher
 from orchestrator.node.peer_fetch import fill_from_peers
 from orchestrator.node.peer_server import CacheBlobs, PeerServer, Throttle

@@ -32,7 +32,7 @@ from starlette.routing import Route
 
 from sdk._peers import PEER_FILES_PATH, PEER_TICKET_HEADER, TICKET_PATTERN
 
-from ..engines.simulated.server import listening_socket
+from ..engines.serving import listening_socket
 from .peer_tickets import PeerTickets, TicketRefused
 
 if TYPE_CHECKING:

@@ -8,12 +8,10 @@ with one line saying why, which the node reads from the replica's log (its crash
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from pathlib import Path
 
-from orchestrator.engines.simulated.server import listening_socket
+from orchestrator.engines.serving import AppThread, listening_socket
 from orchestrator.engines.usage import UsageTally
 
 from .app import TimingsLog, create_app
@@ -46,7 +44,7 @@ def serve(model_path: Path, served_name: str, host: str = "127.0.0.1", port: int
     return 0
 
 
-class EngineThread:
+class EngineThread(AppThread):
     """The engine over a loaded model on a free loopback port in a background thread, for tests and benchmarks.
 
         with EngineThread(model, "smollm2-135m") as engine:
@@ -55,34 +53,6 @@ class EngineThread:
 
     def __init__(self, model: LlamaModel, served_name: str, host: str = "127.0.0.1",
                  usage_journal: Path | None = None, default_temperature: float = 1.0) -> None:
-        import uvicorn
-
-        self.app = create_app(model, served_name, UsageTally(journal=usage_journal), default_temperature)
+        super().__init__(create_app(model, served_name, UsageTally(journal=usage_journal), default_temperature),
+                         "llama.cpp engine", host)
         self.tally: UsageTally = self.app.state.tally
-        self._sock = listening_socket(host, 0)
-        self.port: int = self._sock.getsockname()[1]
-        self.base_url = f"http://{host}:{self.port}/v1"
-        self._server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=1))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
-
-    def start(self, timeout_s: float = 60.0) -> "EngineThread":
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the llama.cpp engine did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self._sock.close()
-
-    def __enter__(self) -> "EngineThread":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-

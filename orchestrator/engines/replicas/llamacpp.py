@@ -17,10 +17,9 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from .processes import ChildProcessEngine, launch, pick_free_port, release_port, replica_env
-from .protocol import ReplicaHandle, ReplicaSpec, ReplicaStartError
+from .processes import ChildProcessEngine, berth_module_env, replica_env
+from .protocol import ReplicaSpec, ReplicaStartError
 
-_REPO_ROOT = Path(__file__).resolve().parents[3]  # so `python -m orchestrator...` imports from any cwd
 # engine_args a catalogue entry may set, and the server flag each becomes.
 ENGINE_FLAGS = {"n_ctx": "--n-ctx", "threads": "--threads", "default_temperature": "--default-temperature"}
 # engine_args the pool reads for every engine (orchestrator.pool.inventory.model_spec), not the server's.
@@ -82,16 +81,5 @@ class LlamaCppReplicaEngine(ChildProcessEngine):
             argv.extend([ENGINE_FLAGS[name], str(value)])
         return argv
 
-    async def start(self, spec: ReplicaSpec) -> ReplicaHandle:
-        port = spec.port or pick_free_port(self.host)
-        try:
-            argv = self.command(spec, port)
-            env = replica_env(spec.gpu_indexes, spec.env)
-            env["PYTHONPATH"] = f"{_REPO_ROOT}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(_REPO_ROOT)
-            log_path = self.log_dir / f"{quote(spec.replica_id, safe='')}.log"
-            process = launch(argv, env, log_path)
-        except BaseException:
-            release_port(port)
-            raise
-        return ReplicaHandle(spec=spec, base_url=f"http://{self.host}:{port}/v1", port=port, process=process,
-                             log_path=log_path)
+    def environment(self, spec: ReplicaSpec) -> dict[str, str]:
+        return berth_module_env(replica_env(spec.gpu_indexes, spec.env))

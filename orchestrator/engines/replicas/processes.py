@@ -21,9 +21,10 @@ import subprocess
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 from . import probe
-from .protocol import ReplicaHandle, ReplicaStartError
+from .protocol import ReplicaHandle, ReplicaSpec, ReplicaStartError
 
 _ports_lock = threading.Lock()
 _ports_handed_out: set[int] = set()  # picked for a replica that has not been stopped yet
@@ -156,12 +157,46 @@ def replica_env(gpu_indexes: Sequence[int], additions: dict[str, str],
     return env
 
 
+_REPO_ROOT = Path(__file__).resolve().parents[3]  # so `python -m orchestrator...` imports from any cwd
+
+
+def berth_module_env(env: dict[str, str]) -> dict[str, str]:
+    """A child's environment for an engine that is one of Berth's own modules: it imports this checkout."""
+    return {**env, "PYTHONPATH": f"{_REPO_ROOT}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(_REPO_ROOT)}
+
+
 class ChildProcessEngine:
-    """What every engine that runs a replica as a child process does the same way.
+    """What every engine that runs a replica as a child process does the same way: a port, a log, the
+    child started with the engine's `command` and `environment`, then ready and alive probed apart.
 
     Readiness is the server listing the model; liveness is only the process existing, so a
     replica still loading its weights is alive and never killed for being slow.
     """
+
+    host: str
+    log_dir: Path
+
+    def command(self, spec: ReplicaSpec, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self, spec: ReplicaSpec) -> dict[str, str]:
+        """The node's environment, the spec's additions, and CUDA_VISIBLE_DEVICES."""
+        return replica_env(spec.gpu_indexes, spec.env)
+
+    def load_delay_s(self, spec: ReplicaSpec) -> float:
+        """How long the replica will take to load, when the engine plans it (the simulated one); 0 for real ones."""
+        return 0.0
+
+    async def start(self, spec: ReplicaSpec) -> ReplicaHandle:
+        port = spec.port or pick_free_port(self.host)
+        try:
+            log_path = self.log_dir / f"{quote(spec.replica_id, safe='')}.log"
+            process = launch(self.command(spec, port), self.environment(spec), log_path)
+        except BaseException:
+            release_port(port)
+            raise
+        return ReplicaHandle(spec=spec, base_url=f"http://{self.host}:{port}/v1", port=port, process=process,
+                             log_path=log_path, load_delay_s=self.load_delay_s(spec))
 
     async def ready(self, handle: ReplicaHandle) -> bool:
         return await self.alive(handle) and await probe.serves_model(handle.base_url, handle.spec.model)

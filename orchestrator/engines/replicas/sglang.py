@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from urllib.parse import quote
 
-from .processes import ChildProcessEngine, launch, pick_free_port, release_port, replica_env
-from .protocol import EngineArg, ReplicaHandle, ReplicaSpec, ReplicaStartError
+from .processes import ChildProcessEngine, replica_env
+from .protocol import EngineArg, ReplicaSpec, ReplicaStartError
 from .vllm import OFFLINE_ENV, local_weights
 
 # SGLang's static share of each GPU for weights and KV cache; it picks one by GPU size when none is given
@@ -51,18 +50,6 @@ class SglangReplicaEngine(ChildProcessEngine):
 
     def environment(self, spec: ReplicaSpec) -> dict[str, str]:
         return replica_env(spec.gpu_indexes, {**OFFLINE_ENV, **spec.env})
-
-    async def start(self, spec: ReplicaSpec) -> ReplicaHandle:
-        port = spec.port or pick_free_port(self.host)
-        try:
-            log_path = self.log_dir / f"{quote(spec.replica_id, safe='')}.log"
-            process = launch(self.command(spec, port), self.environment(spec), log_path)
-        except BaseException:
-            release_port(port)
-            raise
-        return ReplicaHandle(spec=spec, base_url=f"http://{self.host}:{port}/v1", port=port,
-                             process=process, log_path=log_path)
-
 
 def _flag(name: str, value: EngineArg) -> list[str]:
     if value is True:

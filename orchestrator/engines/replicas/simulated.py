@@ -23,8 +23,8 @@ from orchestrator.weights_transfer import (
     ORIGIN_BYTES_PER_S,
 )
 
-from .processes import ChildProcessEngine, launch, pick_free_port, release_port, replica_env
-from .protocol import ReplicaHandle, ReplicaSpec, ReplicaStartError
+from .processes import ChildProcessEngine, berth_module_env, replica_env
+from .protocol import ReplicaSpec, ReplicaStartError
 
 _FETCH_BYTES_PER_S = {"datacenter": DATACENTER_BYTES_PER_S, "origin": ORIGIN_BYTES_PER_S}
 
@@ -37,7 +37,6 @@ DECODE_BYTES_PER_S = 1.9e12
 TTFT_S_PER_WEIGHT_BYTE = 0.15 / 16e9
 MIN_TTFT_S = 0.05
 
-_REPO_ROOT = Path(__file__).resolve().parents[3]  # so `python -m orchestrator...` imports from any cwd
 
 
 def planned_load_delay_s(spec: ReplicaSpec, load_time_scale: float = 1.0) -> float:
@@ -123,17 +122,8 @@ class SimulatedReplicaEngine(ChildProcessEngine):
                 "--load-delay", repr(planned_load_delay_s(spec, self.load_time_scale)),
                 "--usage-journal", str(journal)]
 
-    async def start(self, spec: ReplicaSpec) -> ReplicaHandle:
-        port = spec.port or pick_free_port(self.host)
-        load_delay_s = planned_load_delay_s(spec, self.load_time_scale)
-        try:
-            argv = self.command(spec, port)
-            env = replica_env(spec.gpu_indexes, spec.env)
-            env["PYTHONPATH"] = f"{_REPO_ROOT}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(_REPO_ROOT)
-            log_path = self.log_dir / f"{quote(spec.replica_id, safe='')}.log"
-            process = launch(argv, env, log_path)
-        except BaseException:
-            release_port(port)
-            raise
-        return ReplicaHandle(spec=spec, base_url=f"http://{self.host}:{port}/v1", port=port, process=process,
-                             log_path=log_path, load_delay_s=load_delay_s)
+    def environment(self, spec: ReplicaSpec) -> dict[str, str]:
+        return berth_module_env(replica_env(spec.gpu_indexes, spec.env))
+
+    def load_delay_s(self, spec: ReplicaSpec) -> float:
+        return planned_load_delay_s(spec, self.load_time_scale)

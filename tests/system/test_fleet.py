@@ -45,7 +45,7 @@ def test_steps_go_where_the_weights_are_and_stay_on_the_warm_replica(fleet: Stac
         first, rest = steps[0], steps[1:]
         assert first["tier"] == "origin" and first["load_s"] > 0, first
         assert rest and all(s["tier"] == "warm" and s["replica_id"] == first["replica_id"] for s in rest), steps
-        assert all(s["node_id"] == first["node_id"] and s["queue_wait_s"] < 1 for s in steps)
+        assert all(s["node_id"] == first["node_id"] for s in steps)  # (how long each waited is the benchmarks')
     # The next task of a model goes to the replica already serving it: no new load.
     again = _run(fleet, "fleet-small-2", "llama-3.2-1b")
     assert {s["replica_id"] for s in again} == {small[0]["replica_id"]} and {s["tier"] for s in again} == {"warm"}

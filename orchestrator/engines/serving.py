@@ -1,4 +1,5 @@
-"""What every Berth-run HTTP server shares: a listener with Nagle off, and an app served on a thread.
+"""What every Berth-run HTTP server shares: a listener with Nagle off, an app served on a thread, a stream that
+says how it ended.
 
 The simulated engine, the llama.cpp engine and the node's peer server each bind their own socket (so a port
 clash fails before anything loads) and hand it to uvicorn; tests and benchmarks run the engines in-process
@@ -10,7 +11,10 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Self
+
+from starlette.responses import StreamingResponse
 
 
 def listening_socket(host: str, port: int, listen: bool = True) -> socket.socket:
@@ -67,3 +71,20 @@ class AppThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ReportingStream(StreamingResponse):
+    """An SSE stream that reports how it ended: Starlette ends a stream silently when the client leaves, and an
+    engine must know (to stop generating, and to journal what it wrote as aborted)."""
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._on_close = on_close
+        self._content = content
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+            await self._content.aclose()  # type: ignore[attr-defined]

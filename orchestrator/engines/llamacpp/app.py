@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.engines.simulated.replay import IDEMPOTENCY_HEADER, FinishedReplies, fingerprint
 from orchestrator.engines.usage import UsageTally
 
+from ..serving import ReportingStream
 from .chat import ChatTemplateError, ParsedCall, ToolCallStream
 from .model import LlamaModel, Piece, Sampling
 
@@ -159,7 +160,7 @@ def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = N
         earlier = finished.get(key, same_request, max_tokens)
         if earlier is not None:  # the same step again, already answered: hand that reply back, generate nothing
             if chat.stream:
-                return _SSE(_replayed(earlier, served_name, include_usage), on_close=lambda: None)
+                return ReportingStream(_replayed(earlier, served_name, include_usage), on_close=lambda: None)
             return _completion(earlier, served_name)
         sampling = Sampling(max_tokens=max_tokens, stop=stops,
                             temperature=default_temperature if chat.temperature is None else chat.temperature,
@@ -189,7 +190,7 @@ def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = N
                 f.result().completion_tokens if not f.cancelled() and f.exception() is None else 0))
 
         if chat.stream:
-            return _SSE(_stream(generation.pieces, generation.outcome, reply, parser, served_name, include_usage,
+            return ReportingStream(_stream(generation.pieces, generation.outcome, reply, parser, served_name, include_usage,
                                 completed), on_close=aborted)
         if await _client_left(request, generation.outcome):
             aborted()
@@ -262,22 +263,6 @@ def _closing(reply: _Reply, served_name: str, include_usage: bool) -> str:
     usage = _sse({"id": reply.id, "object": "chat.completion.chunk", "created": reply.created, "model": served_name,
                   "choices": [], "usage": _usage(reply)}) if include_usage else ""
     return _event(reply, served_name, {}, reply.finish_reason) + usage + "data: [DONE]\n\n"
-
-
-class _SSE(StreamingResponse):
-    """A stream that reports how it ended: Starlette ends a stream silently when the client leaves."""
-
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        self._on_close = on_close
-        self._content = content
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()
-            await self._content.aclose()  # type: ignore[attr-defined]
 
 
 async def _client_left(request: Request, outcome: asyncio.Future[Any]) -> bool:

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from activities import tokens
 
+from ..serving import ReportingStream
 from .models import DEFAULT_MODELS, SimulatedModel
 from .policy import PlannedCall, Reply, reply
 from .replay import IDEMPOTENCY_HEADER, FinishedReplies, fingerprint
@@ -186,7 +187,7 @@ def create_app(
         if earlier is not None:  # the same step again: hand back the finished reply, generate nothing
             call, generation = earlier
             if chat.stream:
-                return _TalliedStream(_stream(call, generation, 0.0, _StreamProgress(), lambda: None), lambda: None)
+                return ReportingStream(_stream(call, generation, 0.0, _StreamProgress(), lambda: None), lambda: None)
             return _completion(call, generation)
         call = _Call(f"chatcmpl-{uuid.uuid4().hex}", model, request.headers.get(TASK_HEADER), prompt_tokens)
         if prefix is None:
@@ -201,7 +202,7 @@ def create_app(
 
         if chat.stream:
             progress = _StreamProgress()
-            return _TalliedStream(
+            return ReportingStream(
                 _stream(call, generation, latency_scale, progress, done),
                 on_close=lambda: None if progress.completed else usage.aborted(
                     model.name, call.task, prompt_tokens, progress.sent_tokens),
@@ -249,22 +250,6 @@ async def _stream(
                 "choices": [], "usage": _usage(call, generation)})
         + "data: [DONE]\n\n"
     )
-
-
-class _TalliedStream(StreamingResponse):
-    """A stream that reports how it ended: Starlette ends a stream silently when the client leaves."""
-
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        self._on_close = on_close
-        self._content = content
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()
-            await self._content.aclose()  # type: ignore[attr-defined]
 
 
 def _unusable_prefix(chat: ChatRequest) -> str | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .processes import ChildProcessEngine, replica_env
 from .protocol import EngineArg, ReplicaSpec, ReplicaStartError
-from .vllm import OFFLINE_ENV, local_weights
+from .vllm import OFFLINE_ENV, engine_flags, local_weights
 
 # SGLang's static share of each GPU for weights and KV cache; it picks one by GPU size when none is given
 # (0.8-0.9). Berth leaves it to SGLang unless a catalogue entry sets mem_fraction_static.
@@ -36,10 +36,7 @@ class SglangReplicaEngine(ChildProcessEngine):
 
     def command(self, spec: ReplicaSpec, port: int) -> list[str]:
         """The `python -m sglang.launch_server` argv for `spec` listening on `port`."""
-        args = {key.replace("_", "-"): value for key, value in spec.engine_args.items()}
-        reserved = sorted(_RESERVED_FLAGS & args.keys())
-        if reserved:
-            raise ReplicaStartError(f"engine_args: {', '.join(reserved)} come from the replica spec, not engine_args")
+        args = engine_flags(spec, _RESERVED_FLAGS)
         source = local_weights(spec, args.pop("model", None), "SGLang")
         argv = [self.python, "-m", "sglang.launch_server", "--model-path", source,
                 "--served-model-name", spec.model, "--tp", str(spec.tensor_parallel),
@@ -50,6 +47,7 @@ class SglangReplicaEngine(ChildProcessEngine):
 
     def environment(self, spec: ReplicaSpec) -> dict[str, str]:
         return replica_env(spec.gpu_indexes, {**OFFLINE_ENV, **spec.env})
+
 
 def _flag(name: str, value: EngineArg) -> list[str]:
     if value is True:

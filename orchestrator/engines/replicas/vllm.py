@@ -62,10 +62,7 @@ class VllmReplicaEngine(ChildProcessEngine):
 
     def command(self, spec: ReplicaSpec, port: int) -> list[str]:
         """The `vllm serve` argv for `spec` listening on `port`."""
-        args = {key.replace("_", "-"): value for key, value in spec.engine_args.items()}
-        reserved = sorted(_RESERVED_FLAGS & args.keys())
-        if reserved:
-            raise ReplicaStartError(f"engine_args: {', '.join(reserved)} come from the replica spec, not engine_args")
+        args = engine_flags(spec, _RESERVED_FLAGS)
         source = local_weights(spec, args.pop("model", None), "vLLM")
         utilization = args.pop("gpu-memory-utilization", self.gpu_memory_utilization)
         argv = [self.executable, "serve", source, "--host", self.host, "--port", str(port),
@@ -78,6 +75,17 @@ class VllmReplicaEngine(ChildProcessEngine):
     def environment(self, spec: ReplicaSpec) -> dict[str, str]:
         """The child's environment: the node's, the spec's additions, and CUDA_VISIBLE_DEVICES."""
         return replica_env(spec.gpu_indexes, {**OFFLINE_ENV, **spec.env})
+
+
+def engine_flags(spec: ReplicaSpec, reserved: frozenset[str]) -> dict[str, EngineArg]:
+    """A catalogue entry's engine_args as command-line flag names (`max_model_len` → `max-model-len`); refused
+    when one names a flag the replica spec or the node sets (the replica would serve where nobody looks)."""
+    args = {key.replace("_", "-"): value for key, value in spec.engine_args.items()}
+    taken = sorted(reserved & args.keys())
+    if taken:
+        raise ReplicaStartError(f"engine_args: {', '.join(taken)} come from the replica spec, not engine_args")
+    return args
+
 
 def _flag(name: str, value: EngineArg) -> list[str]:
     # vLLM's boolean options are argparse BooleanOptionalAction: --x turns on, --no-x turns off

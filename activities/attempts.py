@@ -23,13 +23,9 @@ only what the last heartbeat did not carry is lost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from sdk._limits import MIN_ANSWER_TOKENS
-
-# The prefix rides in every heartbeat (and an interruption's failure, in workflow history):
-# past this many characters (~8 k tokens) a cut generation's further text is not kept.
-MAX_PREFIX_CHARS = 32_000
+from sdk._limits import MAX_PREFIX_CHARS, MIN_ANSWER_TOKENS
+from sdk.contracts import GenerationProgress, UnresolvedAttempt
 
 
 @dataclass(frozen=True)
@@ -49,11 +45,11 @@ class Prefix:
     own_tokens: int  # written by the attempt that was cut; the rest was kept from earlier ones
 
 
-def carried_prefix(details: dict[str, Any] | None) -> Prefix | None:
-    """The prefix a generation's last heartbeat (`Attempts.details`) carries, if any."""
-    if not isinstance(details, dict) or not details.get("prefix"):
+def carried_prefix(progress: GenerationProgress | None) -> Prefix | None:
+    """The prefix a generation's last heartbeat carries, if any."""
+    if progress is None or not progress.prefix:
         return None
-    return Prefix(str(details["prefix"]), int(details.get("prefix_tokens", 0)), int(details.get("prefix_own", 0)))
+    return Prefix(progress.prefix, progress.prefix_tokens, progress.prefix_own)
 
 
 def continuable(prefix: Prefix | None, max_tokens: int) -> bool:
@@ -91,16 +87,14 @@ class Attempts:
     unreported_usd: float = 0.0
 
     @classmethod
-    def resume(cls, attempt: int, heartbeat_details: Any) -> "Attempts":
-        """This attempt's view, from the details the previous attempt last sent (if any)."""
-        last = heartbeat_details[0] if isinstance(heartbeat_details, (list, tuple)) and heartbeat_details else None
-        if not isinstance(last, dict) or int(last.get("attempt", attempt)) == attempt:
+    def resume(cls, attempt: int, last: GenerationProgress | None) -> "Attempts":
+        """This attempt's view, from the progress the previous attempt last sent (if any)."""
+        if last is None or last.attempt == attempt:
             return cls(attempt)
-        unresolved = [DeadAttempt(int(u["attempt"]), int(u["generated"]), u.get("response_id"))
-                      for u in last.get("unresolved", [])]
-        if int(last.get("generated", 0)) > 0:
-            unresolved.append(DeadAttempt(int(last["attempt"]), int(last["generated"]), last.get("response_id")))
-        return cls(attempt, lost_before=int(last.get("lost_before", 0)), kept_before=int(last.get("kept_before", 0)),
+        unresolved = [DeadAttempt(u.attempt, u.generated, u.response_id) for u in last.unresolved]
+        if last.generated > 0:
+            unresolved.append(DeadAttempt(last.attempt, last.generated, last.response_id))
+        return cls(attempt, lost_before=last.lost_before, kept_before=last.kept_before,
                    carried=carried_prefix(last), unresolved=unresolved)
 
     def continue_prefix(self) -> list[DeadAttempt]:
@@ -166,13 +160,13 @@ class Attempts:
         self.response_id = response_id
         return lost
 
-    def details(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "attempt": self.attempt, "generated": self.generated, "response_id": self.response_id,
-            "lost_before": self.lost_before, "kept_before": self.kept_before,
-            "unresolved": [{"attempt": u.attempt, "generated": u.generated, "response_id": u.response_id}
-                           for u in self.unresolved]}
-        if self.prefix or self.written:
-            out.update(prefix=self.text, prefix_tokens=self.prefix_tokens + self.written_tokens,
-                       prefix_own=self.written_tokens)
-        return out
+    def progress(self) -> GenerationProgress:
+        """What the next heartbeat carries."""
+        carried = bool(self.prefix or self.written)
+        return GenerationProgress(
+            attempt=self.attempt, generated=self.generated, response_id=self.response_id,
+            lost_before=self.lost_before, kept_before=self.kept_before,
+            unresolved=[UnresolvedAttempt(attempt=u.attempt, generated=u.generated, response_id=u.response_id)
+                        for u in self.unresolved],
+            prefix=self.text if carried else "", prefix_tokens=self.prefix_tokens + self.written_tokens if carried else 0,
+            prefix_own=self.written_tokens if carried else 0)

@@ -13,7 +13,8 @@ from collections.abc import Iterable
 
 from temporalio import activity
 
-from sdk._lease import ACQUIRE_LEASE, RELEASE_LEASE, BookedRound, LeaseGrant, LeaseRequest, ReleaseLease
+from sdk._lease import (ACQUIRE_LEASE, BOOK_CUT, NODE_LIVENESS, RELEASE_LEASE, BookedRound, CutGeneration, LeaseGrant,
+                        LeaseRequest, NodeLiveness, ReleaseLease)
 
 from .ports import KEPT, LOST, LeasePool, LedgerEntry, TokenLedger
 from .spans import annotate_acquire
@@ -38,6 +39,22 @@ class PoolLeases:
             return None
         r = req.booked_round
         return booked_round(self.ledger.round_entries(r.task_id, r.step, r.first_attempt))
+
+
+    @activity.defn(name=NODE_LIVENESS)
+    def node_liveness(self, node_id: str) -> NodeLiveness:
+        """Evidence about a node a step's timeout made suspect: asked before the step is given up on it."""
+        return self.pool.liveness(node_id)
+
+    @activity.defn(name=BOOK_CUT)
+    def book_cut(self, cut: CutGeneration) -> BookedRound:
+        """Book what a cancelled generation had written as lost (the engine served it; nobody will use it), under
+        the attempt's own key, so a retry books it once."""
+        cost = cut.tokens * (cut.usd_per_1m_completion or 0.0) / 1e6
+        self.ledger.record(LedgerEntry(task_id=cut.task_id, step=cut.step, attempt=cut.attempt, model=cut.model,
+                                       prompt_tokens=0, completion_tokens=cut.tokens, cost_usd=cost, ttft_s=0.0,
+                                       duration_s=0.0, served_by=cut.served_by, kind=LOST))
+        return BookedRound(lost_tokens=cut.tokens, cost_usd=cost)
 
 
 def booked_round(entries: Iterable[LedgerEntry]) -> BookedRound:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sdk import AgentSpec, Message, TaskState
-from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease, StepPlacement
+from sdk._lease import LeaseGrant, LeaseRequest, NodeLiveness, ReleaseLease, StepPlacement
 from sdk.contracts import CheckpointRef, PendingStep
 
 from .tokens import PromptTokenizer
@@ -53,7 +53,7 @@ class LedgerEntry:
 
 @dataclass(frozen=True)
 class ModelRoute:
-    """How litellm reaches a model: its route string, base URL and key, and what it costs."""
+    """How a step reaches a model: its litellm route string, base URL and key, and what it costs."""
 
     name: str
     litellm_model: str
@@ -65,6 +65,9 @@ class ModelRoute:
     # The model's own prompt counting (its tokenizer and chat template) when it has real weights naming one;
     # None: counted as OpenAI counts (litellm), with the reservation margin for the difference.
     tokenizer: PromptTokenizer | None = None
+    # Berth's own engines speak the OpenAI API: the step streams from them with a plain HTTP client
+    # (activities/model_stream.py); hosted providers go through litellm, which knows each one's dialect.
+    openai_compatible: bool = False
 
 
 class CheckpointStore(Protocol):
@@ -217,3 +220,5 @@ class LeasePool(Protocol):
     def acquire(self, req: LeaseRequest) -> LeaseGrant: ...
 
     def release(self, req: ReleaseLease) -> None: ...
+
+    def liveness(self, node_id: str) -> NodeLiveness: ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from opentelemetry import trace
 
-from sdk._lease import LeaseGrant, LeaseRequest, StepPlacement
+from sdk._lease import LeaseGrant, LeaseRequest, Placed, StepPlacement, Wait
 from sdk.contracts import CheckpointRef
 
 INTERRUPTION_EVENT = "berth.interruption"
@@ -24,11 +24,15 @@ def _annotate(attributes: dict[str, object]) -> None:
 
 def annotate_acquire(req: LeaseRequest, grant: LeaseGrant) -> None:
     """The placement decision and the score term that decided it."""
-    _annotate({"berth.task_id": req.task_id, "berth.step": req.step, "berth.model": req.model,
-               "berth.tenant": req.tenant, "berth.lease.outcome": grant.outcome, "berth.node": grant.node_id,
-               "berth.replica": grant.replica_id, "berth.tier": grant.tier, "berth.decided_by": grant.decided_by,
-               "berth.capacity": grant.capacity, "berth.zone": grant.zone, "berth.wait_reason": grant.wait_reason,
-               "berth.queue_position": grant.queue_position, "berth.load": grant.load is not None})
+    attributes: dict[str, object] = {"berth.task_id": req.task_id, "berth.step": req.step, "berth.model": req.model,
+                                     "berth.tenant": req.tenant, "berth.lease.outcome": grant.outcome}
+    if isinstance(grant, Placed):
+        attributes.update({"berth.node": grant.node_id, "berth.replica": grant.replica_id, "berth.tier": grant.tier,
+                           "berth.decided_by": grant.decided_by, "berth.capacity": grant.capacity,
+                           "berth.zone": grant.zone, "berth.load": grant.load is not None})
+    elif isinstance(grant, Wait):
+        attributes.update({"berth.wait_reason": grant.wait_reason, "berth.queue_position": grant.queue_position})
+    _annotate(attributes)
 
 
 def annotate_generation(task_id: str, step: int, model: str, placement: StepPlacement | None, ttft_s: float,

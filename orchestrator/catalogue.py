@@ -130,6 +130,7 @@ class ModelCatalogue:
             usd_per_1m_prompt=entry.usd_per_1m_prompt,
             usd_per_1m_completion=entry.usd_per_1m_completion,
             served_by=f"engine@{self._config.resolved_engine_url}",
+            openai_compatible=True,
         )
 
 

@@ -1,13 +1,14 @@
 """A step's worker lease: what the workflow asks the pool for, and what the pool answers.
 
-A step asks before every model call. The pool answers with one of four outcomes:
-- `placed`: run on `node_id`'s queue against `replica_id`; when `load` is set the replica is
+A step asks before every model call. The pool answers with one of four outcomes, each its
+own type (a union, so a caller matches on what it got instead of asserting optionals away):
+- `Placed`: run on `node_id`'s queue against `replica_id`; when `load` is set the replica is
   not serving yet and the step first waits for it on that node (loads are idempotent per
   replica id, so every lease on a loading replica waits on the same load);
-- `wait`: nothing can serve now; `reason`, `wait_reason` and `queue_position` say why and
+- `Wait`: nothing can serve now; `reason`, `wait_reason` and `queue_position` say why and
   where the task stands, and the step asks again;
-- `never`: no node of this fleet could ever serve it; the task fails with `reason`;
-- `direct`: the model is not served by the fleet (a hosted provider, or a stack run without
+- `Never`: no node of this fleet could ever serve it; the task fails with `reason`;
+- `Direct`: the model is not served by the fleet (a hosted provider, or a stack run without
   GPU nodes), so the step calls it from the control queue without a lease.
 """
 
@@ -21,12 +22,13 @@ from ._limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
 from ._node_io import LoadReplica
 
 ServiceClass = Literal["interactive", "batch", "low_priority"]
-LeaseOutcome = Literal["placed", "wait", "never", "direct"]
 LocalityTier = Literal["warm", "loading", "disk", "datacenter", "origin"]
 WaitReason = Literal["no_capacity", "cold_start", "busy", "tenant_quota", "low_priority", "queued"]
 
 ACQUIRE_LEASE = "berth.pool.acquire"
 RELEASE_LEASE = "berth.pool.release"
+NODE_LIVENESS = "berth.pool.node_liveness"
+BOOK_CUT = "berth.pool.book_cut"
 
 
 class StepLimits(BaseModel):
@@ -77,28 +79,53 @@ class LeaseRequest(BaseModel):
         return self
 
 
-class LeaseGrant(BaseModel):
-    outcome: LeaseOutcome
-    lease_id: str | None = None
-    node_id: str | None = None
-    replica_id: str | None = None
+class Placed(BaseModel):
+    """Run on `node_id`'s queue against `replica_id`; with `load`, wait for the replica's load first."""
+
+    outcome: Literal["placed"] = "placed"
+    lease_id: str
+    node_id: str
+    replica_id: str
     gpu_indexes: list[int] = Field(default_factory=list)
     gpu_type: str | None = None
     zone: str | None = None
-    capacity: Literal["on-demand", "spot"] | None = None
-    tier: LocalityTier | None = None
+    capacity: Literal["on-demand", "spot"] = "on-demand"
+    tier: LocalityTier = "warm"
     load: LoadReplica | None = Field(default=None, description="set while the replica still has to be loaded")
     usd_per_1m_prompt: float | None = None
     usd_per_1m_completion: float | None = None
     expected_ttft_s: float | None = None
     decided_by: str | None = Field(default=None, description="the score term that chose this placement")
-    reason: str | None = None
-    wait_reason: WaitReason | None = None
-    queue_position: int | None = Field(default=None, description="1 = next to be served, for `wait`")
 
     @property
     def served_by(self) -> str:
-        return f"{self.node_id}/{self.replica_id}" if self.node_id else ""
+        return f"{self.node_id}/{self.replica_id}"
+
+
+class Wait(BaseModel):
+    """Nothing can serve the step now: why, and the task's place in the model's queue (1 = next)."""
+
+    outcome: Literal["wait"] = "wait"
+    reason: str
+    wait_reason: WaitReason
+    queue_position: int = Field(ge=1)
+
+
+class Never(BaseModel):
+    """No node of this fleet could ever serve the step."""
+
+    outcome: Literal["never"] = "never"
+    reason: str
+
+
+class Direct(BaseModel):
+    """The fleet does not serve the model (a hosted provider, a stack without nodes): call it without a lease."""
+
+    outcome: Literal["direct"] = "direct"
+    reason: str
+
+
+LeaseGrant = Annotated[Placed | Wait | Never | Direct, Field(discriminator="outcome")]
 
 
 class ReleaseLease(BaseModel):
@@ -145,3 +172,23 @@ class StepPlacement(BaseModel):
     decided_by: str | None = Field(default=None, max_length=32)
     queue_wait_s: FiniteFloat = Field(default=0.0, ge=0, le=1e9, description="from the first acquire to the lease")
     load_s: FiniteFloat = Field(default=0.0, ge=0, le=1e9, description="waiting for the replica to load")
+
+
+class NodeLiveness(BaseModel):
+    """What the evidence about a node says (orchestrator/pool/liveness.py), asked before a step is given up on it."""
+
+    verdict: Literal["alive", "gone", "unknown"]
+    detail: str
+
+
+class CutGeneration(BaseModel):
+    """A generation the task's cancellation cut off: what it had written is booked as lost, as the engine served
+    it. `tokens` comes from the generation's last heartbeat, so the workflow bounds it by the step's answer limit."""
+
+    task_id: str
+    step: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=MAX_STORED_INT)
+    model: str
+    tokens: int = Field(ge=0, le=MAX_TOKENS_PER_STEP)
+    usd_per_1m_completion: FiniteFloat | None = Field(default=None, ge=0)
+    served_by: str = ""

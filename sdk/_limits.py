@@ -15,6 +15,11 @@ MAX_INPUT_CHARS = 200_000  # about 50 k tokens, a quarter of a large context win
 MAX_STEPS = 10_000
 MAX_TOKENS_PER_STEP = 32_768
 MIN_ANSWER_TOKENS = 16  # a call that cannot afford this many answer tokens is not worth making
+# A cut generation's text rides in every heartbeat (and an interruption's failure, in workflow history): past
+# this many characters (~8 k tokens) its further text is not kept for a continuation.
+MAX_PREFIX_CHARS = 32_000
+# Dead attempts one generation's heartbeat may carry unresolved (a step retries at most a few times per placement).
+MAX_ATTEMPTS_CARRIED = 64
 
 
 def reservation_margin(counted_prompt_tokens: int, exact: bool = False, continued_tokens: int = 0) -> int:

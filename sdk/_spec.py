@@ -22,6 +22,7 @@ from ._limits import (
     numbers_not_booleans,
 )
 from ._mcp_server import McpServer
+from ._recovery import DEFAULT_RECOVERY, RECOVERY_RULES, RecoveryRule
 
 SPAWN_AGENT_TOOL = "spawn_agent"
 ASK_HUMAN_TOOL = "ask_human"
@@ -150,8 +151,20 @@ class TaskSpec(BaseModel):
     max_interruptions: int = Field(default=50, ge=0, le=10_000,
                                    description="node losses and preemptions the task rides out (not errors)")
     budget_grace_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
+    recovery: list[RecoveryRule] = Field(
+        default_factory=lambda: list(DEFAULT_RECOVERY), max_length=len(RECOVERY_RULES),
+        description="what an interrupted step stays away from when it is placed again: avoid_node (the node that"
+                    " went away, for a while), avoid_spot_zone (the spot capacity of a zone a cloud reclaimed)")
 
     _numbers = numbers_not_booleans("priority", "max_steps", "max_interruptions", "budget_grace_s")
+
+    @field_validator("recovery")
+    @classmethod
+    def _recovery_once_each(cls, value: list[str]) -> list[str]:
+        repeated = sorted({rule for rule in value if value.count(rule) > 1})
+        if repeated:
+            raise ValueError(f"names {', '.join(repeated)} more than once")
+        return value
 
     @field_validator("input")
     @classmethod

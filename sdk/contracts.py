@@ -7,10 +7,13 @@ the newest messages only; whole conversations stay in the checkpoint store.
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from pydantic import BaseModel, Field
 
 from ._lease import StepPlacement
-from ._limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET, StoredInt, numbers_not_booleans
+from ._limits import (MAX_ATTEMPTS_CARRIED, MAX_INPUT_CHARS, MAX_PREFIX_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET,
+                      StoredInt, numbers_not_booleans)
 from ._messages import Message, ToolCall
 from ._spec import AgentSpec, CheckpointRef, TaskRun
 from ._state import TaskState
@@ -41,6 +44,33 @@ class PendingStep(BaseModel):
     state: TaskState
 
 
+class UnresolvedAttempt(BaseModel):
+    """A dead attempt whose tokens are lost, or replayed to a later attempt: known once that one's reply id is."""
+
+    attempt: StoredInt = Field(ge=1)
+    generated: StoredInt = Field(ge=0)
+    response_id: str | None = Field(default=None, max_length=256)
+
+
+class GenerationProgress(BaseModel):
+    """What a generation has done so far, as its heartbeats carry it (and an interruption's failure after them).
+
+    Temporal retries a dead attempt with its input unchanged, so these heartbeats are all one attempt knows of the
+    ones before it (activities/attempts.py). A node sends them, so every number is bounded and the workflow books
+    from them only within the lease's limits.
+    """
+
+    attempt: StoredInt = Field(ge=1)
+    generated: StoredInt = Field(default=0, ge=0, description="tokens this attempt has streamed")
+    response_id: str | None = Field(default=None, max_length=256, description="the engine's reply id, once known")
+    lost_before: StoredInt = Field(default=0, ge=0, description="dead attempts' tokens nobody received")
+    kept_before: StoredInt = Field(default=0, ge=0, description="dead attempts' tokens this one continues")
+    unresolved: list[UnresolvedAttempt] = Field(default_factory=list, max_length=MAX_ATTEMPTS_CARRIED)
+    prefix: str = Field(default="", max_length=MAX_PREFIX_CHARS, description="the reply's text so far, continuable")
+    prefix_tokens: StoredInt = Field(default=0, ge=0, description="the tokens of `prefix`")
+    prefix_own: StoredInt = Field(default=0, ge=0, description="of those, written by this attempt")
+
+
 class LlmStepInput(BaseModel):
     task_id: str
     step: int
@@ -54,16 +84,15 @@ class LlmStepInput(BaseModel):
     tenant: str = "default"
     placement: StepPlacement | None = Field(default=None, description="the leased replica, when the fleet serves it")
     attempt_base: int = Field(default=0, ge=0, description="attempts earlier placements of this step may have used")
-    inherited_progress: dict | None = Field(
+    inherited_progress: GenerationProgress | None = Field(
         default=None, description="the last heartbeat of this step's generation that an interruption cut off")
 
 
-class LlmStepResult(BaseModel):
-    """A model reply with its real usage, or a shortfall when the allowance cannot pay for a call."""
+class Reply(BaseModel):
+    """The model answered: its message and real usage, with what dead attempts before it cost."""
 
-    shortfall_tokens: int | None = Field(default=None, description="tokens missing when the call was not made")
-    shortfall_usd: float | None = Field(default=None, description="dollars missing, when dollars were the limit")
-    message: Message | None = None
+    outcome: Literal["reply"] = "reply"
+    message: Message
     finish_reason: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -74,7 +103,7 @@ class LlmStepResult(BaseModel):
     duration_s: float = 0.0
     attempt: int = 1
     served_by: str = ""
-    checkpoint: CheckpointRef | None = Field(default=None, description="after writing the input's pending step")
+    checkpoint: CheckpointRef = Field(description="after writing the input's pending step")
     budget_limited: bool = Field(default=False, description="max_tokens was shrunk to fit the allowance")
     placement: StepPlacement | None = None
 
@@ -84,7 +113,29 @@ class LlmStepResult(BaseModel):
 
     @property
     def tool_calls(self) -> list[ToolCall]:
-        return list(self.message.tool_calls or []) if self.message else []
+        return list(self.message.tool_calls or [])
+
+
+class Shortfall(BaseModel):
+    """No call was made: the allowance cannot pay for the prompt and a minimum answer. Dead attempts may still
+    have cost something, which is charged."""
+
+    outcome: Literal["shortfall"] = "shortfall"
+    shortfall_tokens: int = Field(ge=0, description="tokens missing for the call")
+    shortfall_usd: float | None = Field(default=None, description="dollars missing, when dollars were the limit")
+    lost_tokens: int = 0
+    kept_tokens: int = 0
+    cost_usd: float = 0.0
+    attempt: int = 1
+    checkpoint: CheckpointRef
+    placement: StepPlacement | None = None
+
+    @property
+    def tokens_charged(self) -> int:
+        return self.lost_tokens + self.kept_tokens
+
+
+LlmStepResult = Annotated[Reply | Shortfall, Field(discriminator="outcome")]
 
 
 class ToolCallInput(BaseModel):

@@ -48,13 +48,15 @@ with workflow.unsafe.imports_passed_through():
         RaiseBudget,
         RaiseChildBudget,
         RecordStateInput,
+        Reply,
+        Shortfall,
         SpawnedChild,
         ToolCallInput,
         ToolCallResult,
     )
 
     from .budget import BudgetViolation, TokenBudget
-    from .fleet_step import FleetStep, Unplaceable
+    from .fleet_step import FleetStep, StepCut, Unplaceable
     from .options import BOOKKEEPING
     from .sub_agents import SubAgents
 
@@ -85,8 +87,9 @@ class AgentTaskWorkflow:
         self.steps_done = carried.steps_done if carried else 0
         self.children: list[str] = list(carried.children) if carried else []
         self.sub_agents = SubAgents(run, self.budget, self.children)
-        self.fleet = FleetStep(self._set_waiting_for_gpu, self._stop_waiting, self._record_interruption,
-                               max_interruptions=run.spec.max_interruptions,
+        self.fleet = FleetStep(self._set_waiting_for_gpu, self._stop_waiting, lambda: self.cancel_reason is not None,
+                               self._record_interruption, max_interruptions=run.spec.max_interruptions,
+                               recovery=run.spec.recovery,
                                heartbeat_timeout=timedelta(seconds=run.heartbeat_timeout_s),
                                interruptions=carried.interruptions if carried else 0,
                                placements_step=self.steps_done + 1 if carried else 0,
@@ -125,38 +128,49 @@ class AgentTaskWorkflow:
                 return await self._finish(TaskStatus.failed, error=f"step {step}: model call failed: {_cause(err)}")
             except Unplaceable as exc:
                 return await self._finish(TaskStatus.failed, error=f"step {step}: {exc}")
-            if reply is None:
-                continue  # stopped waiting for a GPU: cancelled, or the deadline passed
-            if reply.checkpoint is not None:
-                self.checkpoint, self.pending = reply.checkpoint, None
-            if reply.shortfall_tokens is not None:
-                self.budget.charge(reply.lost_tokens + reply.kept_tokens, reply.cost_usd, lost=reply.lost_tokens)
-                missing = _missing(reply)
-                if not await self._await_budget(missing):
-                    return await self._finish(TaskStatus.out_of_budget, error=f"needed {missing}")
-                continue
-            try:
-                self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
-            except BudgetViolation as violation:
-                self.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
-                return await self._finish(TaskStatus.failed, error=f"step {step}: {violation}")
-            assert reply.message is not None
-            new_messages = [reply.message]
-            if reply.finish_reason == "length" and reply.budget_limited and not reply.tool_calls:
-                # The answer was cut because the budget shrank max_tokens: keep it as the partial
-                # result and wait for more budget rather than calling a truncated reply done.
-                self.result = reply.message.content or self.result
-                self._step_done(step, new_messages)
-                if not await self._await_budget(self._shortfall_after_cut(reply)):
-                    return await self._finish(TaskStatus.out_of_budget, error="the answer was cut short by the budget")
-                continue
-            if not reply.tool_calls:
-                self.result = reply.message.content or ""
-                self._step_done(step, new_messages)
-                return await self._finish(TaskStatus.completed)
-            new_messages += await asyncio.gather(*(self._run_tool(step, call, i) for i, call in enumerate(reply.tool_calls)))
+            ending = await self._take(step, reply)
+            if ending is not None:
+                return await self._finish(*ending)
+
+    async def _take(self, step: int, reply: LlmStepResult | StepCut | None) -> tuple[TaskStatus, str | None] | None:
+        """Charge the step's call and act on it: wait for budget, run its tools, or end the task (returned)."""
+        if reply is None:
+            return None  # stopped waiting for a GPU: cancelled, or the deadline passed
+        if reply.checkpoint is not None:
+            self.checkpoint, self.pending = reply.checkpoint, None
+        if isinstance(reply, StepCut):  # the task's cancellation cut the generation: what it wrote was served
+            self.budget.charge(reply.lost_tokens, reply.cost_usd, lost=reply.lost_tokens)
+            return None
+        if isinstance(reply, Shortfall):
+            self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            missing = _missing(reply)
+            return None if await self._await_budget(missing) else (TaskStatus.out_of_budget, f"needed {missing}")
+        try:
+            self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+        except BudgetViolation as violation:
+            self.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            return TaskStatus.failed, f"step {step}: {violation}"
+        return await self._answered(step, reply)
+
+    async def _answered(self, step: int, reply: Reply) -> tuple[TaskStatus, str | None] | None:
+        """A charged reply: a partial answer cut by the budget waits for more, a final one ends, tools run."""
+        new_messages = [reply.message]
+        if reply.finish_reason == "length" and reply.budget_limited and not reply.tool_calls:
+            # The answer was cut because the budget shrank max_tokens: keep it as the partial
+            # result and wait for more budget rather than calling a truncated reply done.
             self.result = reply.message.content or self.result
             self._step_done(step, new_messages)
+            if not await self._await_budget(self._shortfall_after_cut(reply)):
+                return TaskStatus.out_of_budget, "the answer was cut short by the budget"
+            return None
+        if not reply.tool_calls:
+            self.result = reply.message.content or ""
+            self._step_done(step, new_messages)
+            return TaskStatus.completed, None
+        new_messages += await asyncio.gather(*(self._run_tool(step, call, i) for i, call in enumerate(reply.tool_calls)))
+        self.result = reply.message.content or self.result
+        self._step_done(step, new_messages)
+        return None
 
     def _reason_to_stop(self) -> tuple[TaskStatus, str | None] | None:
         if self.sub_agents.violation is not None:
@@ -170,7 +184,7 @@ class AgentTaskWorkflow:
             return TaskStatus.out_of_budget, "deadline passed"
         return None
 
-    async def _generate(self, step: int) -> LlmStepResult | None:
+    async def _generate(self, step: int) -> LlmStepResult | StepCut | None:
         assert self.checkpoint is not None
         spec = self.run_input.spec
         inp = LlmStepInput(
@@ -185,7 +199,7 @@ class AgentTaskWorkflow:
                              tenant=spec.tenant, priority=spec.priority, service_class=spec.service_class)
         return await self.fleet.generate(inp, lease)
 
-    def _shortfall_after_cut(self, reply: LlmStepResult) -> str:
+    def _shortfall_after_cut(self, reply: Reply) -> str:
         """What the next step is short of, as the step would reserve it: its prompt (this conversation, the cut
         answer included) with the template margin, and at least a minimum answer (at most a full one)."""
         prompt = reply.prompt_tokens + reply.kept_tokens + reply.completion_tokens + MESSAGE_OVERHEAD_TOKENS
@@ -264,18 +278,25 @@ class AgentTaskWorkflow:
         if spec is None:
             available = ", ".join(t.name for t in tools_offered(self.agent)) or "none"
             return f"tool error: unknown tool {call.name!r}; available: {available}"
+        handle = workflow.start_activity(
+            TOOL_ACTIVITY,
+            ToolCallInput(task_id=self.run_input.task_id, step=step, call_id=call.id, name=call.name,
+                          arguments=call.arguments),
+            task_queue=self.agent.task_queue,
+            result_type=ToolCallResult,
+            start_to_close_timeout=timedelta(seconds=spec.timeout_s),
+            schedule_to_close_timeout=timedelta(seconds=spec.timeout_s * spec.max_attempts) + TOOL_WORKER_WAIT,
+            retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, initial_interval=timedelta(seconds=1)),
+        )
+        # A cancelled task stops waiting for its tools: their worker may not even be running.
+        await workflow.wait_condition(lambda: handle.done() or self.cancel_reason is not None)
+        if not handle.done():
+            handle.cancel()
         try:
-            result: ToolCallResult = await workflow.execute_activity(
-                TOOL_ACTIVITY,
-                ToolCallInput(task_id=self.run_input.task_id, step=step, call_id=call.id, name=call.name,
-                              arguments=call.arguments),
-                task_queue=self.agent.task_queue,
-                result_type=ToolCallResult,
-                start_to_close_timeout=timedelta(seconds=spec.timeout_s),
-                schedule_to_close_timeout=timedelta(seconds=spec.timeout_s * spec.max_attempts) + TOOL_WORKER_WAIT,
-                retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, initial_interval=timedelta(seconds=1)),
-            )
+            result: ToolCallResult = await handle
         except ActivityError as err:
+            if self.cancel_reason is not None:
+                return f"tool error: {call.name} was not waited for: the task was cancelled"
             return f"tool error: {call.name} failed after {spec.max_attempts} attempt(s): {_cause(err)}"
         return result.content
 
@@ -381,9 +402,14 @@ class AgentTaskWorkflow:
         self.fleet.node_gone(gone.node_id)
 
     @workflow.signal(name=CANCEL_SIGNAL)
-    def cancel(self, req: CancelRequest) -> None:
-        if self.cancel_reason is None:
-            self.cancel_reason = req.reason or "cancelled"
+    async def cancel(self, req: CancelRequest) -> None:
+        """Stop: a running generation is cut, tool waits end, and running sub-agents are cancelled at once (the
+        tree stops together, instead of the parent waiting for its children's answers first)."""
+        if self.cancel_reason is not None:
+            return
+        self.cancel_reason = req.reason or "cancelled"
+        if self.sub_agents.running:
+            await self.sub_agents.cancel_all(f"parent {self.run_input.task_id} was cancelled")
 
     # ----- state ----------------------------------------------------------------------------
     def _state(self) -> TaskState:
@@ -433,7 +459,7 @@ class AgentTaskWorkflow:
         })
 
 
-def _missing(reply: LlmStepResult) -> str:
+def _missing(reply: Shortfall) -> str:
     if reply.shortfall_usd is not None:
         return f"${reply.shortfall_usd:.6f} more for the next step"
     return f"{reply.shortfall_tokens} more tokens for the next step"

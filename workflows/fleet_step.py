@@ -1,69 +1,74 @@
-"""A step's model call on the GPU fleet: acquire a lease, (wait for the load), generate, release.
+"""A step's model call on the GPU fleet, as a pipeline of named phases.
 
-    checkpoint(pending step)                local activity: the step's predecessor, written beside the store
-    grant = acquire(lease request)          local activity, next to the pool
-    load_replica on node/<id>               only while the leased replica is still loading
-    generate on node/<id>                   heartbeats; bookkeeping inside, through the API
-    release(lease) -> booked                local activity, whatever happened; says what the ledger booked
+    reserve     the lease request carries the step's limits (StepLimits): what the node may book
+    acquire     local activity next to the pool: Placed | Wait | Never | Direct
+    checkpoint  local activity: the step's predecessor, written beside the store before a node sees the task
+    load        on node/<id>, only while the leased replica is still loading
+    generate    on node/<id>: Reply | Shortfall | Interrupted | Failed (bookkeeping inside, through the API)
+    settle      local activity: release the lease, and read back what the ledger booked for the step's round
 
 A node may lie, so nothing it says moves the task's books: it never writes the task's checkpoints
 (the predecessor is written here first), the control plane bounds what it books by the lease's
 limits (which this workflow sets), and the step is charged what the ledger booked, read back at
 release, not what the node's reply claims. A reply the node never booked is a failed call.
 
+A timeout is a suspicion, not a verdict. A call not picked up in time, or a generation whose heartbeats
+went quiet, may be a node that is gone or one that is merely busy; the pool is asked for evidence about
+the node itself (liveness.py) before the step is given up on it. A busy node keeps the step: a call it
+has not picked up is waited for, and says so; a generation that went quiet on a live node resumes
+there. Where an interrupted step goes next is the task's recovery rules' choice (sdk/_recovery.py).
+
 While the pool cannot place the step it waits in the pool's queue: the task shows
-`waiting_for_gpu` with the reason and its place, and asks again with a growing pause (short
-at first, since a slot frees within seconds when a replica is merely busy; longer later, so a
-task waiting an hour writes hundreds of events, not thousands). The task's `gpu_trouble` tells
-why a step is not running: `capacity` (nothing free), `preemption` (its node went away and it
-is being placed again) or `crash_loop` (its replica keeps failing to load or to answer). A load
-that fails releases the lease and is placed again away from that node. Models the fleet does not serve (hosted
-providers, a stack run without nodes) are called from the control queue without a lease.
+`waiting_for_gpu` with the reason and its place, and asks again with a growing pause. The task's
+`gpu_trouble` tells why a step is not running: `capacity`, `preemption` or `crash_loop`. A
+cancelled task cuts its running generation at once; what it had written is booked as lost.
+Models the fleet does not serve (hosted providers, a stack run without nodes) are called from
+the control queue without a lease.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.workflow import ActivityCancellationType
 from temporalio.exceptions import ActivityError
+from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
     from activities.attempts import carried_prefix, continuable
     from activities.bookkeeping import TaskBookkeeping
     from activities.llm_step import LlmStepActivities
     from activities.pool_lease import PoolLeases
-    from sdk._lease import BookedRound, LeaseGrant, LeaseRequest, ReleaseLease, StepLimits, StepPlacement, StepRound
-    from sdk._node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
-    from sdk._state import GpuTrouble
     from sdk import CheckpointRef
-    from sdk.contracts import CheckpointInput, LlmStepInput, LlmStepResult
+    from sdk._lease import (BookedRound, CutGeneration, Direct, LeaseRequest, Never, Placed, ReleaseLease, StepLimits,
+                            StepPlacement, StepRound)
+    from sdk._node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
+    from sdk._recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
+    from sdk._state import GpuTrouble
+    from sdk.contracts import CheckpointInput, GenerationProgress, LlmStepInput, LlmStepResult, Reply, Shortfall
 
-    from .interruptions import Interruption, NodeRevoked, books_refused, interruption, is_permanent
+    from .interruptions import Interruption, NodeRevoked, books_refused, interruption, is_permanent, progress_of
     from .options import BOOKKEEPING
 
-# A generation heartbeats every 0.5 s while tokens stream (every 2 s before them); by default 5 s of
-# silence (`heartbeat_timeout_s` in the config) means its node or engine is gone, and the step resumes
-# elsewhere (DESIGN.md: a preempted task loses seconds, not hours).
+# A generation heartbeats every 0.5 s while tokens stream (every 2 s before them), and its worker sends a beat at
+# least every second; by default 5 s of silence (`heartbeat_timeout_s`) makes the step ask whether its node is gone.
 GENERATE_HEARTBEAT = timedelta(seconds=5)
 GENERATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
                              maximum_attempts=6)
 NO_RETRY = RetryPolicy(maximum_attempts=1)
-# A node's worker polls its queue all the time and takes every lease's call at once: one it has not
-# picked up in this share of the heartbeat timeout means the node is gone (killed, cut off) before the
-# pool has noticed. Kept under the heartbeat timeout, so a step sent to a dead node resumes as fast as
-# one cut mid-stream.
+# A node's worker polls its queue all the time: a call not picked up in this share of the heartbeat timeout
+# makes the step ask for evidence about the node (kept under it, so a dead node is found as fast as mid-stream).
 NODE_PICKUP_SHARE = 0.8
-# Failures (not interruptions) of one step's generation before the task fails, as GENERATE_RETRY.
-MAX_STEP_FAILURES = 6
+# Pickups a node whose liveness nothing proves (`unknown`) gets before it is taken for gone.
+UNPROVEN_PICKUPS = 2
+MAX_STEP_FAILURES = 6  # failures (not interruptions) of one step's generation before the task fails
 GENERATE_TIMEOUT = timedelta(minutes=10)
-# A load heartbeats at every readiness probe; a 70B model from origin takes minutes.
-LOAD_HEARTBEAT = timedelta(seconds=30)
+LOAD_HEARTBEAT = timedelta(seconds=30)  # a load heartbeats at every readiness probe; a 70B model takes minutes
 LOAD_TIMEOUT = timedelta(minutes=30)
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=2)
 # Loads of one step that may fail (each excluding its node) before the task fails: a replica that
@@ -76,10 +81,9 @@ WAIT_FIRST_S, WAIT_MAX_S = 0.5, 5.0
 # A waiting step's place in the queue changes at almost every ask; the task's state (a store write and
 # an event) is rewritten for it at most this often, and at once when the reason for waiting changes.
 PLACE_UPDATE_EVERY = timedelta(seconds=15)
-# A node that failed a step is kept out of that step's placements this long: longer than the pool
-# takes to mark a silent node lost (20 s by default), after which it filters the node itself; not for
-# good, since a node that was only too busy to pick a call up must not strand a step that every
-# other node has failed too.
+# A node the recovery rules keep away is kept out of the step's placements this long: longer than the pool takes
+# to mark a silent node lost (20 s by default), after which it filters the node itself; not for good, since a node
+# that failed a step must not strand it when every other node has failed it too.
 EXCLUDE_NODE_FOR = timedelta(seconds=30)
 # A model the fleet does not serve (a hosted provider, a stack without nodes) stays so: ask the
 # pool again only every this many steps instead of spending a local activity on every step.
@@ -91,31 +95,85 @@ class Unplaceable(Exception):
 
 
 @dataclass(frozen=True)
-class _Pending:
+class Interrupted:
+    """The generation (or load) ended without a reply because its node went away, or is cut off."""
+
     interruption: Interruption
-    grant: LeaseGrant
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The load or the call itself went wrong on a node that is there."""
+
+    error: ActivityError | None
+    phase: Literal["load", "generate", "books"]  # books: it answered without booking the call
+    detail: str
+
+
+@dataclass(frozen=True)
+class StepCut:
+    """The task's cancellation cut the step's generation: what it had written, as booked (lost)."""
+
+    lost_tokens: int
+    cost_usd: float
+    checkpoint: CheckpointRef | None  # the step's predecessor, when it was written before the cut
+
+
+@dataclass(frozen=True)
+class _Cancelled:
+    progress: GenerationProgress | None
+
+
+Generation = Reply | Shortfall | Interrupted | Failed | _Cancelled
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An interruption waiting to be recorded with where the step resumed."""
+
+    interruption: Interruption
+    grant: Placed
     at: datetime
     tokens_kept: int
     tokens_lost: int
+
+
+@dataclass
+class _Round:
+    """One ask of a step on the fleet (a step asked again after waiting for budget is a new round)."""
+
+    inp: LlmStepInput
+    request: LeaseRequest
+    asked_at: datetime
+    first_attempt: int
+    excluded: dict[str, datetime] = field(default_factory=dict)  # node → when the recovery rules sent it away
+    avoided_zones: set[str] = field(default_factory=set)
+    failures: int = 0
+    load_failures: int = 0
+    pending: _Pending | None = None
+    trouble: GpuTrouble = "capacity"
 
 
 class FleetStep:
     """Runs one task's model calls on the fleet; remembers the replica that served the last step."""
 
     def __init__(self, set_waiting: Callable[[str | None, GpuTrouble | None], Awaitable[None]],
-                 stop_waiting: Callable[[], bool],
+                 stop_waiting: Callable[[], bool], cancelled: Callable[[], bool],
                  on_interruption: Callable[[dict], Awaitable[None]], max_interruptions: int,
                  heartbeat_timeout: timedelta = GENERATE_HEARTBEAT, interruptions: int = 0,
-                 placements_step: int = 0, placements_used: int = 0) -> None:
+                 placements_step: int = 0, placements_used: int = 0,
+                 recovery: Sequence[RecoveryRule] = DEFAULT_RECOVERY) -> None:
         self._set_waiting = set_waiting  # (None, None): waiting is over
         self._said: tuple[str, GpuTrouble] | None = None
         self._stop_waiting = stop_waiting
+        self._cancelled = cancelled
         self._on_interruption = on_interruption
         self.max_interruptions = max_interruptions
         self.heartbeat_timeout = heartbeat_timeout
         self.node_pickup = heartbeat_timeout * NODE_PICKUP_SHARE
+        self.recovery = tuple(recovery)
         self.interruptions = interruptions  # across the task's runs (continue-as-new carries it)
-        self._inherited: dict | None = None  # the last heartbeat of this step's interrupted generation
+        self._inherited: GenerationProgress | None = None  # the last heartbeat of this step's cut generation
         self.preempt_requested = False  # a simulated preemption: cut the running generation off
         self.previous_replica: str | None = None
         # The next step's prompt re-sends the conversation: at least what the last step's prompt and answer held.
@@ -126,139 +184,33 @@ class FleetStep:
         self.placements_step = placements_step
         self.placements_used = placements_used
 
-    async def generate(self, inp: LlmStepInput, request: LeaseRequest) -> LlmStepResult | None:
-        """The step's reply; None when the task must stop waiting (cancelled, deadline).
+    async def generate(self, inp: LlmStepInput, request: LeaseRequest) -> LlmStepResult | StepCut | None:
+        """The step's reply (or shortfall); a StepCut when the task's cancellation cut it; None when the task
+        must stop waiting for a GPU (cancelled, deadline).
 
-        Raises Unplaceable when no node could ever serve it, when loads keep failing, or when
-        the task has been interrupted more than `max_interruptions` times; an ActivityError
-        for a failure that retries did not fix.
+        Raises Unplaceable when no node could ever serve it, when loads keep failing, or when the task has
+        been interrupted more than `max_interruptions` times; an ActivityError for a failure that retries
+        did not fix.
         """
         if request.step < self._direct_until.get(request.model, 0):
-            return await _generate(inp, task_queue=None)
-        asked_at = workflow.now()
-        excluded: dict[str, datetime] = {}  # node → when it failed this step
-        avoided_zones: list[str] = []  # spot zones reclaimed under this step
-        failures = load_failures = 0
-        pending: _Pending | None = None  # an interruption waiting to be recorded with where the step resumed
-        trouble: GpuTrouble = "capacity"
+            return await self._direct(inp)
         # A step asked again (it waited for budget) is a new round: its attempts go on from the last round's.
         first_placement = self.placements_used if request.step == self.placements_step else 0
         self.placements_step = request.step
-        round_first_attempt = first_placement * ATTEMPT_STRIDE + 1
-
-        def asking(placement_index: int) -> LeaseRequest:  # made again at each ask: exclusions end while it waits
-            return request.model_copy(update={
-                "exclude_nodes": request.exclude_nodes + sorted(self.gone_nodes)
-                + still_excluded(excluded, workflow.now()),
-                "avoid_spot_zones": avoided_zones, "previous_replica": self.previous_replica,
-                "prompt_tokens": self.context_tokens,
-                "limits": StepLimits(max_tokens=inp.max_tokens, token_allowance=max(0, inp.token_allowance),
-                                     usd_allowance=None if inp.usd_allowance is None else max(0.0, inp.usd_allowance),
-                                     first_attempt=placement_index * ATTEMPT_STRIDE + 1,
-                                     last_attempt=(placement_index + 1) * ATTEMPT_STRIDE,
-                                     round_first_attempt=round_first_attempt)})
-
-        for placement_index in itertools.count(first_placement):
-            self.placements_used = placement_index + 1
-            grant = await self._acquire(lambda: asking(placement_index), trouble)
+        rnd = _Round(inp, request, workflow.now(), first_attempt=first_placement * ATTEMPT_STRIDE + 1)
+        for index in itertools.count(first_placement):
+            self.placements_used = index + 1
+            grant = await self._acquire(rnd, index)
             if grant is None:
                 return None
-            if grant.outcome == "direct":
+            if isinstance(grant, Direct):
                 self._direct_until[request.model] = request.step + DIRECT_RECHECK_STEPS
-                return await _generate(inp, task_queue=None)
-            assert grant.lease_id is not None and grant.node_id is not None and grant.replica_id is not None
-            if inp.pending is not None:
-                # Written here, beside the store: a node reads the task's conversation, never writes it.
-                inp = inp.model_copy(update={"checkpoint": await self._write_pending(inp), "pending": None})
-            served = gone = False
-            reply: LlmStepResult | None = None
-            placement: StepPlacement | None = None
-            try:
-                load_s = 0.0
-                if grant.load is not None:
-                    load_started = workflow.now()
-                    try:
-                        await self._load(grant)
-                    except (ActivityError, NodeRevoked) as err:
-                        if pending is not None:  # placed here after an interruption; its load failed too
-                            await self._record(pending, request.step, grant)
-                            pending = None
-                        gone = True
-                        excluded[grant.node_id] = workflow.now()
-                        lost = interruption(err)
-                        if lost is not None:
-                            avoided_zones += _reclaimed_spot_zone(lost, grant)
-                            pending, trouble = self._interrupted(lost, grant, inp.max_tokens), "preemption"
-                            await self._say(f"gpu: step {request.step} resuming: {lost.detail} ({grant.node_id})",
-                                            trouble)
-                            continue
-                        assert isinstance(err, ActivityError)
-                        load_failures += 1
-                        workflow.logger.warning("load of %s on %s failed: %s", grant.replica_id, grant.node_id, err)
-                        if load_failures >= MAX_LOAD_FAILURES:
-                            raise Unplaceable(f"{request.model} failed to load {load_failures} times (on"
-                                              f" {', '.join(excluded)}): {_cause(err)}") from err
-                        trouble = "crash_loop"
-                        await self._say(f"gpu: {request.model} failed to load on {grant.node_id} ({load_failures} of"
-                                        f" {MAX_LOAD_FAILURES}): {_cause(err)}", trouble)
-                        continue
-                    load_s = (workflow.now() - load_started).total_seconds()
-                if pending is not None:  # recorded once the step runs again: its resume time includes the load
-                    await self._record(pending, request.step, grant)
-                    pending = None
-                placement = StepPlacement(
-                    lease_id=grant.lease_id, node_id=grant.node_id, replica_id=grant.replica_id,
-                    gpu_indexes=grant.gpu_indexes, gpu_type=grant.gpu_type, tier=grant.tier or "warm",
-                    decided_by=grant.decided_by,
-                    queue_wait_s=max(0.0, round((workflow.now() - asked_at).total_seconds() - load_s, 3)),
-                    load_s=round(load_s, 3))
-                try:
-                    reply = await self._generate_on_node(inp.model_copy(update={
-                        "placement": placement, "attempt_base": placement_index * ATTEMPT_STRIDE,
-                        "inherited_progress": self._inherited}), grant.node_id)
-                except (ActivityError, NodeRevoked) as err:
-                    lost = interruption(err)
-                    if lost is None:
-                        assert isinstance(err, ActivityError)
-                        failures += 1
-                        refused = books_refused(err)
-                        if refused:  # the control plane would not book this node's call: not this node again
-                            excluded[grant.node_id] = workflow.now()
-                        if (is_permanent(err) and not refused) or failures >= MAX_STEP_FAILURES:
-                            raise
-                        trouble = "crash_loop"
-                        await self._say(f"gpu: the model call failed on {grant.node_id} ({failures} of"
-                                        f" {MAX_STEP_FAILURES}): {_cause(err)}", trouble)
-                        await workflow.sleep(timedelta(seconds=min(2 ** failures, 10)))
-                        continue
-                    gone = lost.replica_gone
-                    if lost.kind != "replica_gone":
-                        excluded[grant.node_id] = workflow.now()  # gone or going (or, simulated, would be)
-                    avoided_zones += _reclaimed_spot_zone(lost, grant)
-                    pending, trouble = self._interrupted(lost, grant, inp.max_tokens), "preemption"
-                    await self._say(f"gpu: step {request.step} resuming: {lost.detail} ({grant.node_id})", trouble)
-                    continue
-                served = True
-            finally:
-                booked = await workflow.execute_local_activity_method(
-                    PoolLeases.release,
-                    ReleaseLease(lease_id=grant.lease_id, replica_warm=served, replica_gone=gone, booked_round=StepRound(
-                        task_id=inp.task_id, step=inp.step, first_attempt=round_first_attempt) if served else None),
-                    **BOOKKEEPING)
-            assert reply is not None and placement is not None
-            charged = _as_booked(reply, booked, inp, placement)
-            if charged is None:  # it answered without booking the call: a node to stop trusting with this step
-                failures += 1
-                excluded[grant.node_id] = workflow.now()
-                if failures >= MAX_STEP_FAILURES:
-                    raise Unplaceable(f"step {request.step}: {grant.node_id} and others answered without booking"
-                                      f" their calls ({failures} times)")
-                workflow.logger.warning("node %s answered step %s without booking it", grant.node_id, request.step)
-                continue
-            self._inherited = None
-            self.previous_replica = grant.replica_id
-            self.context_tokens = charged.prompt_tokens + charged.completion_tokens
-            return charged
+                return await self._direct(rnd.inp)
+            rnd.inp = await self._checkpoint(rnd.inp)
+            outcome = await self._on_lease(rnd, grant, index)
+            if isinstance(outcome, (Reply, Shortfall, StepCut)):
+                return outcome
+            await self._recover(rnd, grant, outcome)
         raise AssertionError("unreachable")
 
     def node_gone(self, node_id: str) -> None:
@@ -266,55 +218,246 @@ class FleetStep:
         this task's goes there again."""
         self.gone_nodes.add(node_id)
 
-    async def _write_pending(self, inp: LlmStepInput) -> CheckpointRef:
-        assert inp.pending is not None
-        return await workflow.execute_local_activity_method(
+    # ----- reserve and acquire ---------------------------------------------------------------
+    def _asking(self, rnd: _Round, index: int) -> LeaseRequest:
+        """The lease request, made again at each ask: exclusions end while the step waits."""
+        inp = rnd.inp
+        return rnd.request.model_copy(update={
+            "exclude_nodes": rnd.request.exclude_nodes + sorted(self.gone_nodes)
+            + still_excluded(rnd.excluded, workflow.now()),
+            "avoid_spot_zones": sorted(rnd.avoided_zones), "previous_replica": self.previous_replica,
+            "prompt_tokens": self.context_tokens,
+            "limits": StepLimits(max_tokens=inp.max_tokens, token_allowance=max(0, inp.token_allowance),
+                                 usd_allowance=None if inp.usd_allowance is None else max(0.0, inp.usd_allowance),
+                                 first_attempt=index * ATTEMPT_STRIDE + 1, last_attempt=(index + 1) * ATTEMPT_STRIDE,
+                                 round_first_attempt=rnd.first_attempt)})
+
+    async def _acquire(self, rnd: _Round, index: int) -> Placed | Direct | None:
+        """A lease; while the pool says wait, the task shows why (under the trouble that brought the step here)."""
+        pause = WAIT_FIRST_S
+        said: tuple[str, datetime] | None = None  # (wait reason, when) last shown
+        while True:
+            request = self._asking(rnd, index)
+            grant = await workflow.execute_local_activity_method(PoolLeases.acquire, request, **BOOKKEEPING)
+            if isinstance(grant, (Placed, Direct)):
+                await self._say(None, None)  # placed: the step runs (or waits for its replica's load) again
+                return grant
+            if isinstance(grant, Never):
+                raise Unplaceable(grant.reason)
+            now = workflow.now()
+            if said is None or said[0] != grant.wait_reason or now - said[1] >= PLACE_UPDATE_EVERY:
+                await self._say(f"gpu: {grant.reason} (place {grant.queue_position} in the queue for"
+                                f" {request.model})", rnd.trouble)
+                said = (grant.wait_reason, now)
+            try:
+                await workflow.wait_condition(self._stop_waiting, timeout=timedelta(seconds=pause))
+            except TimeoutError:
+                pass
+            if self._stop_waiting():
+                return None
+            pause = min(pause * 2, WAIT_MAX_S)
+
+    # ----- checkpoint ------------------------------------------------------------------------
+    async def _checkpoint(self, inp: LlmStepInput) -> LlmStepInput:
+        """Write the step's predecessor here, beside the store: a node reads the task's conversation, never
+        writes it."""
+        if inp.pending is None:
+            return inp
+        ref = await workflow.execute_local_activity_method(
             TaskBookkeeping.checkpoint, CheckpointInput(task_id=inp.task_id, parent=inp.checkpoint, pending=inp.pending),
             **BOOKKEEPING)
+        return inp.model_copy(update={"checkpoint": ref, "pending": None})
 
-    async def _load(self, grant: LeaseGrant) -> None:
-        """Wait for the leased replica's load on its node, unless the node is revoked meanwhile."""
-        assert grant.load is not None and grant.node_id is not None
-        node_id = grant.node_id
+    # ----- on the lease: load, generate, settle ----------------------------------------------
+    async def _on_lease(self, rnd: _Round, grant: Placed, index: int) -> Reply | Shortfall | StepCut | Interrupted | Failed:
+        """Load (if need be) and generate under the lease; release it whatever happened, and settle."""
+        outcome: Generation | None = None
+        placement: StepPlacement | None = None
+        try:
+            load_s = await self._load(rnd, grant)
+            if not isinstance(load_s, float):
+                outcome = load_s
+                return load_s
+            if rnd.pending is not None:  # recorded once the step runs again: its resume time includes the load
+                await self._record(rnd.pending, rnd.request.step, grant)
+                rnd.pending = None
+            placement = self._placement(rnd, grant, load_s)
+            outcome = await self._generate(rnd, grant, placement, index)
+        finally:
+            served = isinstance(outcome, (Reply, Shortfall))
+            gone = (placement is None and isinstance(outcome, (Interrupted, Failed))  # its load failed
+                    or isinstance(outcome, Interrupted) and outcome.interruption.replica_gone)
+            booked = await workflow.execute_local_activity_method(
+                PoolLeases.release, ReleaseLease(lease_id=grant.lease_id, replica_warm=served, replica_gone=gone,
+                                                 booked_round=StepRound(task_id=rnd.inp.task_id, step=rnd.inp.step,
+                                                                        first_attempt=rnd.first_attempt)
+                                                 if served else None),
+                **BOOKKEEPING)
+        return await self._settle(rnd, grant, placement, outcome, booked)
+
+    async def _load(self, rnd: _Round, grant: Placed) -> float | Interrupted | Failed:
+        """Seconds spent waiting for the leased replica's load on its node (0 when it is warm)."""
+        if grant.load is None:
+            return 0.0
+        started = workflow.now()
         handle = workflow.start_activity(
-            LOAD_REPLICA, grant.load, task_queue=node_task_queue(node_id), result_type=ReplicaReady,
+            LOAD_REPLICA, grant.load, task_queue=node_task_queue(grant.node_id), result_type=ReplicaReady,
             start_to_close_timeout=LOAD_TIMEOUT, schedule_to_start_timeout=self.node_pickup,
             heartbeat_timeout=LOAD_HEARTBEAT, retry_policy=LOAD_RETRY)
-        await workflow.wait_condition(lambda: handle.done() or node_id in self.gone_nodes)
+        await workflow.wait_condition(lambda: handle.done() or grant.node_id in self.gone_nodes)
+        failed: Interrupted | Failed | None = None
         if not handle.done():
             handle.cancel()
-            raise NodeRevoked(node_id)
-        await handle
+            failed = Interrupted(interruption(NodeRevoked(grant.node_id)))
+        else:
+            try:
+                await handle
+            except ActivityError as err:
+                failed = _classified(err, "load")
+        if failed is None:
+            return (workflow.now() - started).total_seconds()
+        if rnd.pending is not None:  # placed here after an interruption; its load failed too
+            await self._record(rnd.pending, rnd.request.step, grant)
+            rnd.pending = None
+        return failed
 
-    async def _generate_on_node(self, inp: LlmStepInput, node_id: str) -> LlmStepResult:
-        """Generate on the node's queue; a simulated preemption arriving meanwhile cuts it off, and so does the
-        node's revocation (a revoked node is not waited for: it may never answer the cancellation)."""
+    def _placement(self, rnd: _Round, grant: Placed, load_s: float) -> StepPlacement:
+        return StepPlacement(
+            lease_id=grant.lease_id, node_id=grant.node_id, replica_id=grant.replica_id,
+            gpu_indexes=grant.gpu_indexes, gpu_type=grant.gpu_type, tier=grant.tier, decided_by=grant.decided_by,
+            queue_wait_s=max(0.0, round((workflow.now() - rnd.asked_at).total_seconds() - load_s, 3)),
+            load_s=round(load_s, 3))
+
+    async def _generate(self, rnd: _Round, grant: Placed, placement: StepPlacement, index: int) -> Generation:
+        """Generate on the node; a timeout there is weighed against the evidence about the node before the step
+        is given up on it: a busy node's call is waited for, a quiet generation on a live node is `stalled`."""
+        inp = rnd.inp.model_copy(update={"placement": placement, "attempt_base": index * ATTEMPT_STRIDE,
+                                         "inherited_progress": self._inherited})
+        unproven = 0
+        while True:
+            outcome = await self._generate_on_node(inp, grant.node_id)
+            if not isinstance(outcome, Interrupted) or outcome.interruption.kind != "lost":
+                return outcome
+            lost = outcome.interruption
+            evidence = await workflow.execute_local_activity_method(PoolLeases.node_liveness, grant.node_id,
+                                                                    **BOOKKEEPING)
+            unproven += evidence.verdict == "unknown"
+            if evidence.verdict == "gone" or (evidence.verdict == "unknown" and
+                                              (not lost.never_started or unproven >= UNPROVEN_PICKUPS)):
+                return Interrupted(lost.gone(evidence.detail))
+            if not lost.never_started:
+                return Interrupted(lost.stalled(evidence.detail))
+            await self._say(f"gpu: step {inp.step} waits for {grant.node_id} to pick its call up: the node is busy,"
+                            f" not gone ({evidence.detail})", "capacity")
+
+    async def _generate_on_node(self, inp: LlmStepInput, node_id: str) -> Generation:
+        """One generate activity on the node's queue. A simulated preemption, the node's revocation or the task's
+        cancellation cuts it off (a revoked node is not waited for: it may never answer the cancellation)."""
+        assert inp.placement is not None
         handle = workflow.start_activity_method(
             LlmStepActivities.generate, inp, task_queue=node_task_queue(node_id), start_to_close_timeout=GENERATE_TIMEOUT,
             heartbeat_timeout=self.heartbeat_timeout, schedule_to_start_timeout=self.node_pickup, retry_policy=NO_RETRY,
             # Wait for the cut-off generation to report what it had generated, so its tokens are booked.
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
-        await workflow.wait_condition(lambda: handle.done() or self.preempt_requested or node_id in self.gone_nodes)
+        await workflow.wait_condition(lambda: handle.done() or self.preempt_requested or node_id in self.gone_nodes
+                                      or self._cancelled())
         if not handle.done() and node_id in self.gone_nodes:
-            handle.cancel()
-            try:
-                await workflow.wait_condition(handle.done, timeout=self.heartbeat_timeout)
-            except TimeoutError:
-                raise NodeRevoked(node_id) from None
-            if handle.exception() is not None:
-                raise NodeRevoked(node_id) from handle.exception()
-        cut = not handle.done()
-        if cut:
+            return await self._abandon(handle, node_id)
+        cancelling = not handle.done() and self._cancelled()
+        preempting = not handle.done() and not cancelling
+        if not handle.done():
             self.preempt_requested = False
             handle.cancel()
-        reply = await handle
-        if cut:
+        try:
+            reply = await handle
+        except ActivityError as err:
+            return _Cancelled(progress_of(err)) if cancelling else _classified(err, "generate")
+        if preempting:
             # It finished before the cut reached it (a node hears of a cancellation at its next heartbeat):
             # the preemption cuts the step's next generation instead.
             self.preempt_requested = True
         return reply
 
-    def _interrupted(self, lost: Interruption, grant: LeaseGrant, max_tokens: int) -> _Pending:
+    async def _abandon(self, handle: ActivityHandle[LlmStepResult], node_id: str) -> Generation:
+        """Cut a generation on a revoked node, waiting a heartbeat timeout at most for it to stop (a reply it
+        had finished, and booked before the revocation, still counts)."""
+        handle.cancel()
+        try:
+            await workflow.wait_condition(handle.done, timeout=self.heartbeat_timeout)
+        except TimeoutError:
+            pass
+        if handle.done() and handle.exception() is None:
+            return handle.result()
+        return Interrupted(interruption(NodeRevoked(node_id)))
+
+    async def _settle(self, rnd: _Round, grant: Placed, placement: StepPlacement | None, outcome: Generation | None,
+                      booked: BookedRound | None) -> Reply | Shortfall | StepCut | Interrupted | Failed:
+        """The step's result as the ledger booked it (never as the node says), or why there is none."""
+        assert outcome is not None
+        if isinstance(outcome, _Cancelled):
+            return await self._book_cut(rnd.inp, outcome.progress, grant.usd_per_1m_completion, grant.served_by)
+        if not isinstance(outcome, (Reply, Shortfall)):
+            return outcome
+        charged = _as_booked(outcome, booked or BookedRound(), rnd.inp.checkpoint, placement)
+        if charged is None:  # it answered without booking the call: a node to stop trusting with this step
+            return Failed(None, "books", f"{grant.node_id} answered step {rnd.inp.step} without booking the call")
+        self._inherited = None
+        self.previous_replica = grant.replica_id
+        self.context_tokens = charged.tokens_charged
+        return charged
+
+    async def _book_cut(self, inp: LlmStepInput, progress: GenerationProgress | None, usd_per_1m: float | None,
+                        served_by: str) -> StepCut:
+        """Book what a cancelled generation had written as lost: the engine served it, so the books say so."""
+        lost = BookedRound()
+        if progress is not None and progress.generated > 0:
+            lost = await workflow.execute_local_activity_method(PoolLeases.book_cut, CutGeneration(
+                task_id=inp.task_id, step=inp.step, attempt=progress.attempt, model=inp.model,
+                tokens=min(progress.generated, inp.max_tokens), usd_per_1m_completion=usd_per_1m, served_by=served_by),
+                **BOOKKEEPING)
+        return StepCut(lost.lost_tokens, lost.cost_usd, inp.checkpoint if inp.pending is None else None)
+
+    # ----- recovery --------------------------------------------------------------------------
+    async def _recover(self, rnd: _Round, grant: Placed, outcome: Interrupted | Failed) -> None:
+        """After an interruption, place the step again where the recovery rules allow; after a failure, keep
+        the node out and retry, until the failures run out."""
+        if isinstance(outcome, Interrupted):
+            lost = outcome.interruption
+            avoid = avoid_after(self.recovery, Cut(lost.kind, grant.node_id, grant.zone, grant.capacity))
+            rnd.excluded.update({node: workflow.now() for node in avoid.nodes})
+            rnd.avoided_zones |= avoid.spot_zones
+            rnd.pending, rnd.trouble = self._interrupted(lost, grant, rnd.inp.max_tokens), "preemption"
+            await self._say(f"gpu: step {rnd.inp.step} resuming: {lost.detail} ({grant.node_id})", rnd.trouble)
+            return
+        if outcome.phase == "load":
+            await self._load_failed(rnd, grant, outcome)
+            return
+        rnd.failures += 1
+        refused = outcome.error is not None and books_refused(outcome.error)
+        if outcome.phase == "books" or refused:  # the books would not (or did not) take this node's call
+            rnd.excluded[grant.node_id] = workflow.now()
+        if outcome.error is not None and ((is_permanent(outcome.error) and not refused)
+                                          or rnd.failures >= MAX_STEP_FAILURES):
+            raise outcome.error
+        if rnd.failures >= MAX_STEP_FAILURES:
+            raise Unplaceable(f"step {rnd.inp.step}: {outcome.detail} ({rnd.failures} times)")
+        rnd.trouble = "crash_loop"
+        await self._say(f"gpu: the model call failed on {grant.node_id} ({rnd.failures} of {MAX_STEP_FAILURES}):"
+                        f" {outcome.detail}", rnd.trouble)
+        await workflow.sleep(timedelta(seconds=min(2 ** rnd.failures, 10)))
+
+    async def _load_failed(self, rnd: _Round, grant: Placed, failed: Failed) -> None:
+        rnd.excluded[grant.node_id] = workflow.now()
+        rnd.load_failures += 1
+        workflow.logger.warning("load of %s on %s failed: %s", grant.replica_id, grant.node_id, failed.detail)
+        if rnd.load_failures >= MAX_LOAD_FAILURES:
+            raise Unplaceable(f"{rnd.request.model} failed to load {rnd.load_failures} times (on"
+                              f" {', '.join(rnd.excluded)}): {failed.detail}") from failed.error
+        rnd.trouble = "crash_loop"
+        await self._say(f"gpu: {rnd.request.model} failed to load on {grant.node_id} ({rnd.load_failures} of"
+                        f" {MAX_LOAD_FAILURES}): {failed.detail}", rnd.trouble)
+
+    def _interrupted(self, lost: Interruption, grant: Placed, max_tokens: int) -> _Pending:
         """Count an interruption (never against the retry budget) and keep what the generation had made."""
         self.interruptions += 1
         if lost.progress is not None:
@@ -324,13 +467,13 @@ class FleetStep:
         if self.interruptions > self.max_interruptions:
             raise Unplaceable(f"interrupted {self.interruptions} times (max_interruptions={self.max_interruptions});"
                               f" last on {grant.node_id}: {lost.detail}")
-        generated = int((lost.progress or {}).get("generated", 0))
+        generated = lost.progress.generated if lost.progress is not None else 0
         prefix = carried_prefix(lost.progress)
-        # Every fleet engine continues a final assistant message (vLLM, SGLang, the simulated one).
+        # Every fleet engine continues a final assistant message (vLLM, SGLang, llama.cpp, the simulated one).
         kept = min(prefix.own_tokens, generated) if prefix is not None and continuable(prefix, max_tokens) else 0
         return _Pending(lost, grant, workflow.now(), kept, generated - kept)
 
-    async def _record(self, pending: _Pending, step: int, resumed: LeaseGrant) -> None:
+    async def _record(self, pending: _Pending, step: int, resumed: Placed) -> None:
         """Record an interruption once the step has a new place: where it was, what it lost, where it resumed."""
         await self._on_interruption({
             "step": step, "node_id": pending.grant.node_id, "replica_id": pending.grant.replica_id,
@@ -347,71 +490,50 @@ class FleetStep:
             self._said = said
             await self._set_waiting(why, trouble)
 
-    async def _acquire(self, asking: Callable[[], LeaseRequest], trouble: GpuTrouble) -> LeaseGrant | None:
-        """A lease; while the pool says wait, the task shows why (under `trouble`: what brought the step here)."""
-        pause = WAIT_FIRST_S
-        said: tuple[str | None, datetime] | None = None  # (wait reason, when) last shown
-        while True:
-            request = asking()
-            grant = await workflow.execute_local_activity_method(PoolLeases.acquire, request, **BOOKKEEPING)
-            if grant.outcome in ("placed", "direct"):
-                await self._say(None, None)  # placed: the step runs (or waits for its replica's load) again
-                return grant
-            if grant.outcome == "never":
-                raise Unplaceable(grant.reason or f"no node of this fleet can serve {request.model}")
-            now = workflow.now()
-            if said is None or said[0] != grant.wait_reason or now - said[1] >= PLACE_UPDATE_EVERY:
-                await self._say(f"gpu: {grant.reason} (place {grant.queue_position} in the queue for"
-                                f" {request.model})", trouble)
-                said = (grant.wait_reason, now)
-            try:
-                await workflow.wait_condition(self._stop_waiting, timeout=timedelta(seconds=pause))
-            except TimeoutError:
-                pass
-            if self._stop_waiting():
-                return None
-            pause = min(pause * 2, WAIT_MAX_S)
-
-
-async def _generate(inp: LlmStepInput, task_queue: str | None) -> LlmStepResult:
-    """The generate activity off the fleet, retried by Temporal (on a node it is never retried: a retry
-    would go back to the same node; failover and retries there are `FleetStep.generate`'s)."""
-    return await workflow.execute_activity_method(
-        LlmStepActivities.generate, inp, task_queue=task_queue, start_to_close_timeout=GENERATE_TIMEOUT,
-        heartbeat_timeout=GENERATE_HEARTBEAT, retry_policy=GENERATE_RETRY)
-
-
-def _as_booked(reply: LlmStepResult, booked: BookedRound | None, inp: LlmStepInput,
-               placement: StepPlacement) -> LlmStepResult | None:
-    """The node's reply with the figures the ledger booked for the step's round in place of the node's own, the
-    checkpoint this step sent, and where it ran; None for a reply whose call the node never booked."""
-    if booked is None:
-        booked = BookedRound()
-    if reply.message is None and reply.shortfall_tokens is None:  # neither an answer nor a shortfall
-        return None
-    if reply.message is not None and booked.settled_calls == 0:
-        return None
-    if reply.message is None:  # no call was made (a shortfall): whatever the round booked was for nothing
-        figures = {"prompt_tokens": 0, "completion_tokens": 0, "kept_tokens": booked.kept_tokens,
-                   "lost_tokens": booked.tokens - booked.kept_tokens}
-    else:
-        figures = {"prompt_tokens": booked.prompt_tokens, "completion_tokens": booked.completion_tokens,
-                   "lost_tokens": booked.lost_tokens, "kept_tokens": booked.kept_tokens}
-    return reply.model_copy(update={**figures, "cost_usd": booked.cost_usd, "checkpoint": inp.checkpoint,
-                                    "placement": placement})
+    # ----- off the fleet ---------------------------------------------------------------------
+    async def _direct(self, inp: LlmStepInput) -> LlmStepResult | StepCut:
+        """The generate activity off the fleet, retried by Temporal (on a node it is never retried: a retry
+        would go back to the same node; failover and retries there are `generate`'s). A cancellation cuts it."""
+        handle = workflow.start_activity_method(
+            LlmStepActivities.generate, inp, start_to_close_timeout=GENERATE_TIMEOUT,
+            heartbeat_timeout=GENERATE_HEARTBEAT, retry_policy=GENERATE_RETRY,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
+        await workflow.wait_condition(lambda: handle.done() or self._cancelled())
+        cancelling = not handle.done()
+        if cancelling:
+            handle.cancel()
+        try:
+            return await handle
+        except ActivityError as err:
+            if not cancelling:
+                raise
+            return await self._book_cut(inp, progress_of(err), None, "")
 
 
 def still_excluded(excluded: dict[str, datetime], now: datetime) -> list[str]:
-    """The nodes that failed the step within EXCLUDE_NODE_FOR, oldest first."""
+    """The nodes kept out of the step within EXCLUDE_NODE_FOR, oldest first."""
     return [node for node, at in sorted(excluded.items(), key=lambda item: item[1]) if now - at < EXCLUDE_NODE_FOR]
 
 
-def _reclaimed_spot_zone(lost: Interruption, grant: LeaseGrant) -> list[str]:
-    """The zone to keep this step's spot placements away from: a spot node's zone when the node went
-    away (a cloud reclaims a zone's spot capacity together), else none."""
-    if lost.kind in ("lost", "notice") and grant.capacity == "spot" and grant.zone:
-        return [grant.zone]
-    return []
+def _classified(err: ActivityError, phase: Literal["load", "generate"]) -> Interrupted | Failed:
+    lost = interruption(err)
+    return Interrupted(lost) if lost is not None else Failed(err, phase, _cause(err))
+
+
+def _as_booked(reply: Reply | Shortfall, booked: BookedRound, checkpoint: CheckpointRef,
+               placement: StepPlacement | None) -> Reply | Shortfall | None:
+    """The node's reply with the figures the ledger booked for the step's round in place of the node's own, the
+    checkpoint this step sent, and where it ran; None for a reply whose call the node never booked."""
+    if isinstance(reply, Shortfall):  # no call was made: whatever the round booked was for dead attempts
+        return reply.model_copy(update={"kept_tokens": booked.kept_tokens, "cost_usd": booked.cost_usd,
+                                        "lost_tokens": booked.tokens - booked.kept_tokens,
+                                        "checkpoint": checkpoint, "placement": placement})
+    if booked.settled_calls == 0:
+        return None
+    return reply.model_copy(update={
+        "prompt_tokens": booked.prompt_tokens, "completion_tokens": booked.completion_tokens,
+        "lost_tokens": booked.lost_tokens, "kept_tokens": booked.kept_tokens, "cost_usd": booked.cost_usd,
+        "checkpoint": checkpoint, "placement": placement})
 
 
 def _cause(err: BaseException) -> str:

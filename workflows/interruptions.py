@@ -4,24 +4,27 @@ A step on the fleet can end without a reply in two very different ways, and the 
 treats them apart, as DESIGN.md asks:
 - an **interruption** — the node stopped answering (heartbeat timeout), never picked the call
   up (schedule-to-start timeout), was told to stop (preemption notice), or no longer has the
-  replica — says nothing about the task: the step is placed elsewhere, counted against
-  `max_interruptions`, never against the retry budget;
+  replica — says nothing about the task: the step is placed again, counted against
+  `max_interruptions`, never against the retry budget. A timeout is only a suspicion: whether
+  the node is gone is decided by evidence about the node (fleet_step.py asks the pool);
 - a **failure** — the engine or the call itself erred — is retried a few times and then fails
   the task; a request the engine rejects is not retried at all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.ports import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE
+    from pydantic import ValidationError
 
-InterruptionKind = Literal["lost", "notice", "replica_gone", "simulated", "revoked"]
+    from activities.ports import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE
+    from sdk._recovery import InterruptionKind
+    from sdk.contracts import GenerationProgress
 BOOKS_REFUSED = "StepBooksRefused"  # the control plane would not book a node's call (orchestrator/node/generation.py)
 
 
@@ -37,10 +40,19 @@ class NodeRevoked(Exception):
 class Interruption:
     kind: InterruptionKind
     detail: str
-    progress: dict[str, Any] | None  # the generation's last heartbeat: what it had generated
+    progress: GenerationProgress | None  # the generation's last heartbeat: what it had generated
     # The node is known to have lost the replica (it died mid-stream, is leaving, or said so). A call
     # never picked up says only that the node is slow or gone: the pool's node heartbeats decide.
     replica_gone: bool = True
+    never_started: bool = False  # a call no node picked up: nothing was generated, nothing is lost
+
+    def gone(self, evidence: str) -> Interruption:
+        """The timeout, with the evidence that the node is indeed gone."""
+        return replace(self, detail=f"{self.detail}, and it is gone ({evidence})")
+
+    def stalled(self, evidence: str) -> Interruption:
+        """The same timeout on a node the evidence shows alive: a busy machine, not a lost node."""
+        return replace(self, kind="stalled", detail=f"{self.detail}, but it is alive ({evidence})", replica_gone=False)
 
 
 def interruption(err: ActivityError | NodeRevoked) -> Interruption | None:
@@ -53,7 +65,8 @@ def interruption(err: ActivityError | NodeRevoked) -> Interruption | None:
     if isinstance(cause, TimeoutError) and cause.type in (TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_START):
         silent = cause.type == TimeoutType.HEARTBEAT
         what = "stopped heartbeating" if silent else "never picked the call up"
-        return Interruption("lost", f"the node {what}", _progress(cause.last_heartbeat_details), replica_gone=silent)
+        return Interruption("lost", f"the node {what}", _progress(cause.last_heartbeat_details), replica_gone=silent,
+                            never_started=not silent)
     if isinstance(cause, ApplicationError) and cause.type == NODE_STOPPING:
         return Interruption("notice", str(cause.message), _progress(cause.details))
     if isinstance(cause, ApplicationError) and cause.type == GENERATION_CUT:
@@ -64,6 +77,16 @@ def interruption(err: ActivityError | NodeRevoked) -> Interruption | None:
                             replica_gone=False)
     if isinstance(cause, ApplicationError) and cause.type == REPLICA_UNAVAILABLE:
         return Interruption("replica_gone", str(cause.message), None)
+    return None
+
+
+def progress_of(err: ActivityError) -> GenerationProgress | None:
+    """What a generation cut off (by a cancellation, a notice) had done, as its failure reports it."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        return _progress(cause.details)
+    if isinstance(cause, TimeoutError):
+        return _progress(cause.last_heartbeat_details)
     return None
 
 
@@ -79,8 +102,11 @@ def is_permanent(err: ActivityError) -> bool:
     return isinstance(cause, ApplicationError) and cause.non_retryable
 
 
-def _progress(details: Any) -> dict[str, Any] | None:
-    """The generate activity's heartbeat details (activities/attempts.py), if it sent any."""
-    if isinstance(details, (list, tuple)) and details and isinstance(details[0], dict):
-        return dict(details[0])
-    return None
+def _progress(details: Any) -> GenerationProgress | None:
+    """The generate activity's heartbeat (activities/attempts.py), if it sent one a node did not garble."""
+    if not isinstance(details, (list, tuple)) or not details:
+        return None
+    try:
+        return GenerationProgress.model_validate(details[0])
+    except ValidationError:
+        return None

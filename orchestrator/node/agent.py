@@ -37,7 +37,8 @@ import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.llm_step import HEARTBEAT_EVERY_S, LlmStepActivities
+from activities.heartbeats import HEARTBEAT_EVERY_S
+from activities.llm_step import LlmStepActivities
 from sdk._fleet import (Capacity, CachedModelWeights, GpuDescription, GpuHealth, MigDeviceDescription, NodeHeartbeat,
                         NodeRegistration, NodeStatus)
 from sdk._node_io import node_task_queue

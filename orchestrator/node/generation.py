@@ -59,7 +59,7 @@ class ReplicaRouter:
             usd_per_1m_completion=entry.usd_per_1m_completion, served_by=f"{self.node_id}/{replica.replica_id}",
             # Counted as the control plane counts it (the model's own tokenizer), once loaded; routing runs on the
             # event loop, so a tokenizer still loading leaves this step to litellm's count, within the plane's grant.
-            tokenizer=self.tokenizers.ready(entry) if self.tokenizers is not None else None)
+            tokenizer=self.tokenizers.ready(entry) if self.tokenizers is not None else None, openai_compatible=True)
 
 
 class NodeGeneration:

@@ -6,12 +6,15 @@ workflow tests): no GPU node serves anything, so no step holds a lease.
 
 from __future__ import annotations
 
-from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease
+from sdk._lease import Direct, LeaseGrant, LeaseRequest, NodeLiveness, ReleaseLease
 
 
 class DirectRouting:
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
-        return LeaseGrant(outcome="direct", reason="this worker routes every model to its engine without a fleet")
+        return Direct(reason="this worker routes every model to its engine without a fleet")
 
     def release(self, req: ReleaseLease) -> None:
         return None
+
+    def liveness(self, node_id: str) -> NodeLiveness:
+        return NodeLiveness(verdict="unknown", detail="this worker knows no fleet")

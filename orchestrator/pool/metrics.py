@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from sdk._lease import LeaseGrant, LeaseRequest
+from sdk._lease import LeaseGrant, LeaseRequest, Wait
 
 # Placement is pure scoring over the fleet in memory: micro- to milliseconds, unless it re-reads the store.
 DECISION_BUCKETS_S = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]
@@ -36,8 +36,8 @@ _cold_starts = _meter.create_counter(
 def record_decision(req: LeaseRequest, grant: LeaseGrant, decision_s: float) -> None:
     """One acquire's answer and how long it took."""
     _decision.record(decision_s, {"model": req.model, "outcome": grant.outcome})
-    if grant.outcome == "wait":
-        _waits.add(1, {"model": req.model, "reason": grant.wait_reason or ""})
+    if isinstance(grant, Wait):
+        _waits.add(1, {"model": req.model, "reason": grant.wait_reason})
 
 
 def record_grant(model: str, tier: str, waited_s: float | None, cold_start: bool) -> None:

@@ -25,7 +25,8 @@ from typing import Protocol
 
 from sdk._catalogue import ModelEntry, ScalingPolicy
 from sdk._fleet import UNADMITTED, NodeView
-from sdk._lease import LeaseGrant, LeaseRequest, LocalityTier, ReleaseLease
+from sdk._lease import (Direct, LeaseGrant, LeaseRequest, LocalityTier, Never, NodeLiveness, Placed, ReleaseLease,
+                        Wait)
 from sdk._node_io import FetchSource, LoadOnNode, LoadReplica
 
 from ..store import LeaseRecord, Reservation, Store
@@ -33,6 +34,7 @@ from .decision import Decision, PlacementRequest
 from .admission import may_go, place_away_from_reclaimed_spot, place_scaler_replica, starts_replica
 from .fleet import Booking, FleetState, Replica, StaleDecision, Tenant as PoolTenant
 from .inventory import model_spec, node_from_view
+from .liveness import node_liveness
 from .metrics import record_decision, record_grant, watch_queue
 from .queue import WaitQueue
 from .scaler import DEFAULT_POLICY, ModelDemand, ScaleDown, ScaleUp, plan_scaling
@@ -64,7 +66,7 @@ class CatalogueReader(Protocol):
 class _Lease:
     record: LeaseRecord
     booking: Booking
-    grant: LeaseGrant
+    grant: Placed
 
 
 class PoolService:
@@ -122,9 +124,9 @@ class PoolService:
     def _acquire(self, req: LeaseRequest) -> LeaseGrant:
         entry = self.catalogue.get(req.model)
         if entry is None:
-            return LeaseGrant(outcome="never", reason=f"unknown model {req.model!r}")
+            return Never(reason=f"unknown model {req.model!r}")
         if entry.provider == "hosted":
-            return LeaseGrant(outcome="direct", reason=f"{req.model} is served by its provider")
+            return Direct(reason=f"{req.model} is served by its provider")
         now = self.clock()
         with self._lock:
             self.sync()
@@ -135,7 +137,7 @@ class PoolService:
             self.fleet.add_model(model_spec(entry))
             if not self.fleet.nodes:
                 self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
-                return LeaseGrant(outcome="wait", wait_reason="no_capacity", queue_position=1,
+                return Wait(wait_reason="no_capacity", queue_position=1,
                                   reason="no GPU node has joined the fleet yet")
             ahead = self.queue.ahead_of(req.task_id, req.model, req.priority, now)
             request = _placement_request(req, self.policies.get(req.model, DEFAULT_POLICY).max_replicas)
@@ -147,7 +149,7 @@ class PoolService:
                 decision = place_away_from_reclaimed_spot(self.fleet, request, self.config)
             if decision.outcome == "never":
                 self.queue.leave(req.task_id)
-                return LeaseGrant(outcome="never", reason=decision.reason)
+                return Never(reason=decision.reason or f"no node of this fleet can serve {req.model}")
             if decision.outcome == "placed" and may_go(self.fleet, decision, ahead):
                 try:
                     return self._grant(req, entry, decision, now)
@@ -157,10 +159,10 @@ class PoolService:
             self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
             position = self.queue.ahead_of(req.task_id, req.model, req.priority, now) + 1
             if decision.outcome == "placed":
-                return LeaseGrant(outcome="wait", wait_reason="queued", queue_position=position,
+                return Wait(wait_reason="queued", queue_position=position,
                                   reason=f"{position - 1} earlier step(s) for {req.model} go first")
-            return LeaseGrant(outcome="wait", wait_reason=decision.wait_reason, queue_position=position,
-                              reason=decision.reason)
+            return Wait(wait_reason=decision.wait_reason or "no_capacity", queue_position=position,
+                        reason=decision.reason or f"no replica of {req.model} is free")
 
     def release(self, req: ReleaseLease) -> None:
         """End a lease; idempotent. `replica_warm` says the step was served, so the replica serves."""
@@ -188,7 +190,7 @@ class PoolService:
             # no node reports, so nothing else holds it.
             self.store.reservations.release(lease.booking.replica_id)
 
-    def _grant(self, req: LeaseRequest, entry: ModelEntry, decision: Decision, now: float) -> LeaseGrant:
+    def _grant(self, req: LeaseRequest, entry: ModelEntry, decision: Decision, now: float) -> Placed:
         booking = self.fleet.apply(decision, req.tokens)
         chosen = decision.chosen
         assert chosen is not None
@@ -230,7 +232,7 @@ class PoolService:
             lambda model: models[model].memory_gib if model in models else 0.0, UNREPORTED_LOAD_GRACE_S)
 
     def _lease_grant(self, record: LeaseRecord, entry: ModelEntry, tier: LocalityTier,
-                     source: FetchSource) -> LeaseGrant:
+                     source: FetchSource) -> Placed:
         """What the step is told about its lease: where it runs, what a token costs, and the load to wait
         for while its replica is still loading (a load of a replica the node already runs just waits)."""
         replica = self.fleet.replicas[record.replica_id]
@@ -238,11 +240,15 @@ class PoolService:
         load = None
         if replica.state == "loading":
             load = LoadReplica(model=entry, gpu_indexes=list(replica.devices), replica_id=replica.id, tier=source)
-        return LeaseGrant(
-            outcome="placed", lease_id=record.lease_id, node_id=node.id, replica_id=replica.id,
+        return Placed(
+            lease_id=record.lease_id, node_id=node.id, replica_id=replica.id,
             gpu_indexes=list(replica.devices), gpu_type=node.device(replica.devices[0]).type_name, zone=node.zone,
             capacity=node.capacity, tier=tier,
             load=load, usd_per_1m_prompt=entry.usd_per_1m_prompt, usd_per_1m_completion=entry.usd_per_1m_completion)
+
+    def liveness(self, node_id: str) -> NodeLiveness:
+        """Evidence about a node whose step timed out (liveness.py): is it gone, or merely slow?"""
+        return node_liveness(self.store.engine, node_id)
 
     # --- state from the store --------------------------------------------------------------
 

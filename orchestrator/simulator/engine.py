@@ -20,6 +20,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from sdk._recovery import Cut, avoid_after
+
 from ..pool.admission import may_go
 from ..pool.decision import Decision, PlacementRequest
 from ..pool.fleet import Booking, FleetState, ModelSpec
@@ -457,9 +459,11 @@ class Simulation:
             call.prompt += kept
             call.remaining -= kept
             call.record.interruptions += 1
-            call.exclude_nodes.add(node_id)
-            if self.fleet.nodes[node_id].capacity == "spot":
-                call.avoid_spot_zones.add(zone)
+            # The very rules the workflow applies (sdk/_recovery.py): a reclaim with notice, or a lost node.
+            avoid = avoid_after(call.session.plan.recovery, Cut("lost" if lost_unseen else "notice", node_id, zone,
+                                                                self.fleet.nodes[node_id].capacity))
+            call.exclude_nodes |= avoid.nodes
+            call.avoid_spot_zones |= avoid.spot_zones
             call.session.previous_replica = None
             self._try(call)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sdk._recovery import DEFAULT_RECOVERY, RecoveryRule
+
 
 @dataclass(frozen=True)
 class CallPlan:
@@ -31,6 +33,7 @@ class SessionPlan:
     calls: tuple[CallPlan, ...]
     tenant: str = "default"
     priority: str = "interactive"
+    recovery: tuple[RecoveryRule, ...] = DEFAULT_RECOVERY  # as a task's spec names them (TaskSpec.recovery)
 
     def __post_init__(self) -> None:
         if not self.calls:

@@ -17,7 +17,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.engines.simulated import EngineThread
 from orchestrator.store import Store
 from sdk import Message
-from sdk.contracts import LlmStepInput
+from sdk.contracts import GenerationProgress, LlmStepInput, Shortfall
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ async def test_an_allowance_too_small_for_the_prompt_is_a_shortfall_not_a_call(s
     acts, store, inp = step
     before = engine.tally.snapshot()["total"]["requests"]
     result = await ActivityEnvironment().run(acts.generate, inp.model_copy(update={"token_allowance": 20}))
-    assert result.shortfall_tokens and result.shortfall_tokens > 0 and result.message is None
+    assert isinstance(result, Shortfall) and result.shortfall_tokens > 0
     assert engine.tally.snapshot()["total"]["requests"] == before
     assert store.ledger.totals("t1").calls == 0
 
@@ -151,7 +151,7 @@ async def test_a_leased_step_records_where_it_ran(step) -> None:
 
     short = await ActivityEnvironment().run(acts.generate, inp.model_copy(update={"placement": placement,
                                                                                   "token_allowance": 20}))
-    assert short.shortfall_tokens and short.placement == placement
+    assert isinstance(short, Shortfall) and short.shortfall_tokens and short.placement == placement
 
 
 LONG_INPUT = "alpha; beta\nlength: 400 tokens"
@@ -163,6 +163,8 @@ def _long_step(store: Store, task_id: str, inp: LlmStepInput, **update: object) 
     from sdk._lease import StepPlacement
 
     root = store.checkpoints.write_root(task_id, [Message(role="user", content=LONG_INPUT)], {})
+    if isinstance(update.get("inherited_progress"), dict):  # the workflow sends it typed
+        update["inherited_progress"] = GenerationProgress.model_validate(update["inherited_progress"])
     return inp.model_copy(update={"task_id": task_id, "checkpoint": root, "max_tokens": 1000,
                                   "placement": StepPlacement(**PLACEMENT_KEYS), **update})
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities.attempts import MAX_PREFIX_CHARS, Attempts, carried_prefix, continuable
+from activities.attempts import Attempts, carried_prefix, continuable
+from sdk._limits import MAX_PREFIX_CHARS
+from sdk.contracts import GenerationProgress, UnresolvedAttempt
 
 
-def _cut(chunks: list[tuple[str, int]], attempt: int = 1) -> dict:
+def _cut(chunks: list[tuple[str, int]], attempt: int = 1) -> GenerationProgress:
     progress = Attempts(attempt)
     for text, tokens in chunks:
         progress.wrote(text, tokens, plain=True)
-    return progress.details()
+    return progress.progress()
 
 
 def test_the_heartbeat_carries_the_text_written_so_far() -> None:
     details = _cut([("The answer ", 2), ("is long.", 3)])
-    assert (details["prefix"], details["prefix_tokens"], details["prefix_own"], details["generated"]) == (
+    assert (details.prefix, details.prefix_tokens, details.prefix_own, details.generated) == (
         "The answer is long.", 5, 5, 5)
     assert continuable(carried_prefix(details), max_tokens=5 + 16)
     assert not continuable(carried_prefix(details), max_tokens=5 + 15)
@@ -28,8 +30,8 @@ def test_a_reply_that_turns_into_tool_calls_carries_no_text_to_continue() -> Non
     progress.wrote("Let me look", 3, plain=True)
     progress.wrote('{"query": "x"}', 6, plain=False)
     progress.wrote("more", 1, plain=True)
-    details = progress.details()
-    assert details["generated"] == 10 and "prefix" not in details
+    details = progress.progress()
+    assert details.generated == 10 and details.prefix == ""
 
 
 def test_text_past_the_cap_is_not_carried() -> None:
@@ -37,15 +39,15 @@ def test_text_past_the_cap_is_not_carried() -> None:
     progress.wrote("x" * (MAX_PREFIX_CHARS - 10), 100, plain=True)
     progress.wrote("y" * 20, 5, plain=True)
     progress.wrote("z", 1, plain=True)
-    details = progress.details()
-    assert len(details["prefix"]) == MAX_PREFIX_CHARS - 10 and details["prefix_own"] == 100
-    assert details["generated"] == 106
+    details = progress.progress()
+    assert len(details.prefix) == MAX_PREFIX_CHARS - 10 and details.prefix_own == 100
+    assert details.generated == 106
 
 
 def test_a_continuation_keeps_the_cut_attempts_text_and_loses_the_rest() -> None:
-    dead = {**_cut([("abc", 4)], attempt=2), "generated": 7,
-            "unresolved": [{"attempt": 1, "generated": 5, "response_id": None}], "lost_before": 2}
-    taking_over = Attempts.resume(101, [dead])
+    dead = _cut([("abc", 4)], attempt=2).model_copy(update={
+        "generated": 7, "unresolved": [UnresolvedAttempt(attempt=1, generated=5)], "lost_before": 2})
+    taking_over = Attempts.resume(101, dead)
     held = taking_over.held_back
     settled = taking_over.continue_prefix()
     assert [(d.attempt, d.generated, d.kept) for d in settled] == [(1, 5, 0), (2, 7, 4)]
@@ -53,9 +55,8 @@ def test_a_continuation_keeps_the_cut_attempts_text_and_loses_the_rest() -> None
     assert taking_over.held_back == held  # the budget holds the same tokens back, only named apart
     assert (taking_over.prefix, taking_over.prefix_tokens) == ("abc", 4)
     taking_over.wrote("def", 2, plain=True)
-    details = taking_over.details()
-    assert {k: details[k] for k in ("prefix", "prefix_tokens", "prefix_own", "kept_before")} == {
-        "prefix": "abcdef", "prefix_tokens": 6, "prefix_own": 2, "kept_before": 4}
+    details = taking_over.progress()
+    assert (details.prefix, details.prefix_tokens, details.prefix_own, details.kept_before) == ("abcdef", 6, 2, 4)
 
 
 @given(st.lists(st.tuples(st.text(max_size=40), st.integers(0, 8), st.booleans()), max_size=40),
@@ -65,8 +66,8 @@ def test_kept_and_lost_always_add_up_to_what_was_generated(chunks: list[tuple[st
     progress = Attempts(1)
     for text, tokens, plain in chunks:
         progress.wrote(text, tokens, plain)
-    details = {**progress.details(), "generated": progress.generated + beyond}  # tokens past the last heartbeat
-    taking_over = Attempts.resume(101, [details])
+    details = progress.progress().model_copy(update={"generated": progress.generated + beyond})  # past the last beat
+    taking_over = Attempts.resume(101, details)
     if taking_over.carried is None:
         assert not "".join(progress.written)
         return

@@ -34,9 +34,9 @@ from orchestrator.node.generation import warm_up
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, Budget, Message, TaskRun, TaskSpec, TaskState
-from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease
+from sdk._lease import LeaseGrant, LeaseRequest, Never, NodeLiveness, Placed, ReleaseLease
 from sdk._node_io import node_task_queue
-from sdk.contracts import LlmStepInput, LlmStepResult
+from sdk.contracts import LlmStepInput, LlmStepResult, Reply
 
 INPUT = "alpha; beta\nlength: 400 tokens"
 CUT_CHARS = 600
@@ -57,15 +57,18 @@ class TwoNodePool:
         self.asked.append(req)
         node = next((n for n in self.nodes if n not in req.exclude_nodes), None)
         if node is None:
-            return LeaseGrant(outcome="never", reason=f"every node is excluded: {req.exclude_nodes}")
+            return Never(reason=f"every node is excluded: {req.exclude_nodes}")
         self.placed[node] += 1
         spot = node == self.nodes[0]  # the first node is spot capacity, in zone z1
-        return LeaseGrant(outcome="placed", lease_id=f"lease-{next(self.ids)}", node_id=node, replica_id=f"{node}-r1",
-                          gpu_indexes=[0], gpu_type="H100-80GB", tier="warm", decided_by="locality",
-                          zone="z1" if spot else "z2", capacity="spot" if spot else "on-demand")
+        return Placed(lease_id=f"lease-{next(self.ids)}", node_id=node, replica_id=f"{node}-r1",
+                      gpu_indexes=[0], gpu_type="H100-80GB", tier="warm", decided_by="locality",
+                      zone="z1" if spot else "z2", capacity="spot" if spot else "on-demand")
 
     def release(self, req: ReleaseLease) -> None:
         self.released.append(req)
+
+    def liveness(self, node_id: str) -> NodeLiveness:
+        return NodeLiveness(verdict="gone", detail=f"{node_id} is a fake that never comes back")
 
 
 class PreemptedNode:
@@ -95,9 +98,9 @@ class LyingNode:
     @activity.defn(name="berth.generate")
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
         self.calls += 1
-        return LlmStepResult(message=Message(role="assistant", content="forged answer"), finish_reason="stop",
-                             prompt_tokens=0, completion_tokens=self.completion_tokens, attempt=inp.attempt_base + 1,
-                             checkpoint=inp.checkpoint, placement=inp.placement)
+        return Reply(message=Message(role="assistant", content="forged answer"), finish_reason="stop",
+                     prompt_tokens=0, completion_tokens=self.completion_tokens, attempt=inp.attempt_base + 1,
+                     checkpoint=inp.checkpoint, placement=inp.placement)
 
 
 class StalledNode:

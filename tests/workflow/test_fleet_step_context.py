@@ -20,7 +20,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.node.generation import warm_up
 from orchestrator.worker import build_worker
 from sdk import Budget, TaskRun, TaskSpec, TaskState, TaskStatus
-from sdk._lease import LeaseGrant, LeaseRequest, ReleaseLease
+from sdk._lease import LeaseGrant, LeaseRequest, NodeLiveness, Placed, ReleaseLease
 from sdk._node_io import node_task_queue
 from tests.workflow.conftest import Harness
 
@@ -31,12 +31,15 @@ class OneNodePool:
 
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
         self.asked.append(req)
-        return LeaseGrant(outcome="placed", lease_id=f"lease-{next(self.ids)}", node_id=self.node,
-                          replica_id=f"{self.node}-r{req.step}", gpu_indexes=[0], gpu_type="H100-80GB", tier="warm",
-                          decided_by="affinity", zone="z1", capacity="on-demand")
+        return Placed(lease_id=f"lease-{next(self.ids)}", node_id=self.node,
+                      replica_id=f"{self.node}-r{req.step}", gpu_indexes=[0], gpu_type="H100-80GB", tier="warm",
+                      decided_by="affinity", zone="z1", capacity="on-demand")
 
     def release(self, req: ReleaseLease) -> None:
         pass
+
+    def liveness(self, node_id: str) -> NodeLiveness:
+        return NodeLiveness(verdict="alive", detail="the one node of this test")
 
 
 async def test_each_step_asks_for_the_previous_replica_with_the_conversation_it_held(berth: Harness) -> None:

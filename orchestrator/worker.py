@@ -59,7 +59,7 @@ def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: 
         task_queue=task_queue,
         workflows=[AgentTaskWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow, PrewarmWorkflow],
         activities=[llm.generate, books.begin_task, books.checkpoint, books.record_state, books.resolve_agent,
-                    leases.acquire, leases.release],
+                    leases.acquire, leases.release, leases.node_liveness, leases.book_cut],
         activity_executor=ThreadPoolExecutor(max_workers=200),
         max_concurrent_activities=200,
         max_concurrent_workflow_tasks=50,

@@ -71,6 +71,13 @@ class TwoNodePool:
         return NodeLiveness(verdict="gone", detail=f"{node_id} is a fake that never comes back")
 
 
+class BusyNodesPool(TwoNodePool):
+    """Nodes whose processes are provably alive (as a port that accepts connections shows), however slow."""
+
+    def liveness(self, node_id: str) -> NodeLiveness:
+        return NodeLiveness(verdict="alive", detail=f"{node_id} accepts connections")
+
+
 class PreemptedNode:
     """A node whose generation is cut by a notice after writing `answer[:CUT_CHARS]`."""
 
@@ -145,15 +152,19 @@ class FleetBench:
     def real_node(self) -> str:
         return self.node("gpu-b")
 
-    @asynccontextmanager
-    async def workers(self, pool: TwoNodePool, fakes: dict[str, object]) -> AsyncIterator[None]:
+    def real_node_worker(self) -> Worker:
+        """The real node's worker: the real LLM step against the simulated engine."""
         real = LlmStepActivities(StoreStepBooks(self.store.checkpoints, self.store.tasks, self.store.events,
                                                 self.store.ledger), ModelCatalogue(self.config, self.store.models))
+        return Worker(self.client, task_queue=node_task_queue(self.real_node), activities=[real.generate])
+
+    @asynccontextmanager
+    async def workers(self, pool: TwoNodePool, fakes: dict[str, object], real_node: bool = True) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as running:
             await running.enter_async_context(build_worker(self.client, self.store, self.config, task_queue=self.queue,
                                                            pool=pool))
-            await running.enter_async_context(Worker(self.client, task_queue=node_task_queue(self.real_node),
-                                                     activities=[real.generate]))
+            if real_node:
+                await running.enter_async_context(self.real_node_worker())
             for node, fake in fakes.items():
                 await running.enter_async_context(Worker(self.client, task_queue=node_task_queue(node),
                                                          activities=[fake.generate]))  # type: ignore[attr-defined]

@@ -8,13 +8,14 @@ the real activity does), node "gpu-b" runs the real LLM step activity against th
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from temporalio.client import Client
 
 from activities.tokens import encode
 from sdk import TaskStatus
-from tests.workflow.fleet_fakes import UNSEEN_TOKENS, PreemptedNode, TwoNodePool, fleet_bench
+from tests.workflow.fleet_fakes import UNSEEN_TOKENS, BusyNodesPool, PreemptedNode, TwoNodePool, fleet_bench
 
 
 async def test_a_step_preempted_mid_answer_continues_its_text_on_another_node(
@@ -49,3 +50,30 @@ async def test_a_step_preempted_mid_answer_continues_its_text_on_another_node(
         assert abs(totals.completion_tokens + kept - store.ledger.totals(uncut.task_id).completion_tokens) <= 2
         # The cut node's lease was released as gone, the serving one as warm.
         assert [(r.replica_warm, r.replica_gone) for r in pool.released] == [(False, True), (True, False)]
+
+
+async def test_a_busy_node_that_picks_its_call_up_late_keeps_the_step_and_nothing_is_cut(
+        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    """A late pickup on a live node is load, not a lost node: the step waits there, says so, and is never moved."""
+    async with fleet_bench(temporal_client, engine_url, tmp_path) as bench:
+        node, pool = bench.real_node, BusyNodesPool([bench.real_node, bench.node("gpu-c")])
+        async with bench.workers(pool, {}, real_node=False):
+            handle = await bench.start(f"late-{bench.tag}", 50_000)
+
+            async def told_it_waits() -> bool:
+                return any("to pick its call up" in (e.data.get("waiting_for") or "")
+                           for e in bench.store.events.read(handle.id) if e.kind == "state")
+
+            for _ in range(1200):  # the node's worker comes up only once the step has waited past a pickup window
+                if await told_it_waits():
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the step never said it waits for its busy node")
+            async with bench.real_node_worker():
+                state = await handle.result()
+        assert state.status == TaskStatus.completed, state.error
+        assert state.interruptions == 0 and pool.placed == {node: 1}  # one lease, on the node it was given
+        assert not [e for e in bench.store.events.read(state.task_id) if e.kind == "interruption"]
+        totals = bench.store.ledger.totals(state.task_id)
+        assert (totals.calls, totals.lost_tokens) == (1, 0) and totals.tokens == state.spend.tokens_used

@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.bookkeeping import TaskBookkeeping
+from activities.heartbeats import HEARTBEAT_EVERY_S
 from activities.llm_step import LlmStepActivities
 from activities.pool_lease import PoolLeases
 from activities.ports import LeasePool
@@ -64,6 +65,9 @@ def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: 
         max_concurrent_activities=200,
         max_concurrent_workflow_tasks=50,
         graceful_shutdown_timeout=timedelta(seconds=8),
+        # Every beat goes out (Temporal would hold them to 0.8 × the heartbeat timeout): the generation's progress
+        # stays fresh, and a cancellation reaches it within a beat instead of seconds later.
+        max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
     )
 
 

@@ -45,8 +45,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.llm_step import LlmStepActivities
     from activities.pool_lease import PoolLeases
     from sdk import CheckpointRef
-    from sdk._lease import (BookedRound, CutGeneration, Direct, LeaseRequest, Never, Placed, ReleaseLease, StepLimits,
-                            StepPlacement, StepRound)
+    from sdk._lease import (BookedRound, CutGeneration, Direct, LeaseRequest, Never, NodeLiveness, Placed,
+                            ReleaseLease, StepLimits, StepPlacement, StepRound)
     from sdk._node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
     from sdk._recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
     from sdk._state import GpuTrouble
@@ -296,30 +296,54 @@ class FleetStep:
         return await self._settle(rnd, grant, placement, outcome, booked)
 
     async def _load(self, rnd: _Round, grant: Placed) -> float | Interrupted | Failed:
-        """Seconds spent waiting for the leased replica's load on its node (0 when it is warm)."""
+        """Seconds spent waiting for the leased replica's load on its node (0 when it is warm). A busy node that
+        has not picked the load up yet is waited for, as a generation is (loads are idempotent per replica)."""
         if grant.load is None:
             return 0.0
-        started = workflow.now()
+        started, unproven = workflow.now(), 0
+        while True:
+            failed = await self._load_once(grant)
+            if failed is None:
+                return (workflow.now() - started).total_seconds()
+            weighed = await self._weigh(failed, grant.node_id, unproven, "its load")
+            if isinstance(weighed, NodeLiveness):
+                unproven += weighed.verdict == "unknown"
+                continue
+            if rnd.pending is not None:  # placed here after an interruption; its load failed too
+                await self._record(rnd.pending, rnd.request.step, grant)
+                rnd.pending = None
+            return weighed
+
+    async def _load_once(self, grant: Placed) -> Interrupted | Failed | None:
         handle = workflow.start_activity(
             LOAD_REPLICA, grant.load, task_queue=node_task_queue(grant.node_id), result_type=ReplicaReady,
             start_to_close_timeout=LOAD_TIMEOUT, schedule_to_start_timeout=self.node_pickup,
             heartbeat_timeout=LOAD_HEARTBEAT, retry_policy=LOAD_RETRY)
         await workflow.wait_condition(lambda: handle.done() or grant.node_id in self.gone_nodes)
-        failed: Interrupted | Failed | None = None
         if not handle.done():
             handle.cancel()
-            failed = Interrupted(interruption(NodeRevoked(grant.node_id)))
-        else:
-            try:
-                await handle
-            except ActivityError as err:
-                failed = _classified(err, "load")
-        if failed is None:
-            return (workflow.now() - started).total_seconds()
-        if rnd.pending is not None:  # placed here after an interruption; its load failed too
-            await self._record(rnd.pending, rnd.request.step, grant)
-            rnd.pending = None
-        return failed
+            return Interrupted(interruption(NodeRevoked(grant.node_id)))
+        try:
+            await handle
+        except ActivityError as err:
+            return _classified(err, "load")
+        return None
+
+    async def _weigh(self, outcome: Generation, node_id: str, unproven: int, what: str) -> Generation | NodeLiveness:
+        """A timeout weighed against the evidence about its node: the outcome to act on, or the evidence when the
+        step should wait for the node again (it is busy, not gone). Only a `lost` interruption is weighed."""
+        if not isinstance(outcome, Interrupted) or outcome.interruption.kind != "lost":
+            return outcome
+        lost = outcome.interruption
+        evidence = await workflow.execute_local_activity_method(PoolLeases.node_liveness, node_id, **BOOKKEEPING)
+        if evidence.verdict == "gone" or (evidence.verdict == "unknown" and
+                                          (not lost.never_started or unproven + 1 >= UNPROVEN_PICKUPS)):
+            return Interrupted(lost.gone(evidence.detail))
+        if not lost.never_started:
+            return Interrupted(lost.stalled(evidence.detail))
+        await self._say(f"gpu: waiting for {node_id} to pick {what} up: the node is busy, not gone"
+                        f" ({evidence.detail})", "capacity")
+        return evidence
 
     def _placement(self, rnd: _Round, grant: Placed, load_s: float) -> StepPlacement:
         return StepPlacement(
@@ -335,20 +359,11 @@ class FleetStep:
                                          "inherited_progress": self._inherited})
         unproven = 0
         while True:
-            outcome = await self._generate_on_node(inp, grant.node_id)
-            if not isinstance(outcome, Interrupted) or outcome.interruption.kind != "lost":
-                return outcome
-            lost = outcome.interruption
-            evidence = await workflow.execute_local_activity_method(PoolLeases.node_liveness, grant.node_id,
-                                                                    **BOOKKEEPING)
-            unproven += evidence.verdict == "unknown"
-            if evidence.verdict == "gone" or (evidence.verdict == "unknown" and
-                                              (not lost.never_started or unproven >= UNPROVEN_PICKUPS)):
-                return Interrupted(lost.gone(evidence.detail))
-            if not lost.never_started:
-                return Interrupted(lost.stalled(evidence.detail))
-            await self._say(f"gpu: step {inp.step} waits for {grant.node_id} to pick its call up: the node is busy,"
-                            f" not gone ({evidence.detail})", "capacity")
+            weighed = await self._weigh(await self._generate_on_node(inp, grant.node_id), grant.node_id, unproven,
+                                        f"step {inp.step}'s call")
+            if not isinstance(weighed, NodeLiveness):
+                return weighed
+            unproven += weighed.verdict == "unknown"
 
     async def _generate_on_node(self, inp: LlmStepInput, node_id: str) -> Generation:
         """One generate activity on the node's queue. A simulated preemption, the node's revocation or the task's

@@ -61,7 +61,7 @@ async def test_a_busy_node_that_picks_its_call_up_late_keeps_the_step_and_nothin
             handle = await bench.start(f"late-{bench.tag}", 50_000)
 
             async def told_it_waits() -> bool:
-                return any("to pick its call up" in (e.data.get("waiting_for") or "")
+                return any("the node is busy, not gone" in (e.data.get("waiting_for") or "")
                            for e in bench.store.events.read(handle.id) if e.kind == "state")
 
             for _ in range(1200):  # the node's worker comes up only once the step has waited past a pickup window

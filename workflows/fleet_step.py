@@ -274,15 +274,15 @@ class FleetStep:
         outcome: Generation | None = None
         placement: StepPlacement | None = None
         try:
-            load_s = await self._load(rnd, grant)
-            if not isinstance(load_s, float):
-                outcome = load_s
-                return load_s
-            if rnd.pending is not None:  # recorded once the step runs again: its resume time includes the load
-                await self._record(rnd.pending, rnd.request.step, grant)
-                rnd.pending = None
-            placement = self._placement(rnd, grant, load_s)
-            outcome = await self._generate(rnd, grant, placement, index)
+            loaded = await self._load(rnd, grant)
+            if isinstance(loaded, float):
+                if rnd.pending is not None:  # recorded once the step runs again: its resume time includes the load
+                    await self._record(rnd.pending, rnd.request.step, grant)
+                    rnd.pending = None
+                placement = self._placement(rnd, grant, loaded)
+                outcome = await self._generate(rnd, grant, placement, index)
+            else:
+                outcome = loaded
         finally:
             served = isinstance(outcome, (Reply, Shortfall))
             gone = (placement is None and isinstance(outcome, (Interrupted, Failed))  # its load failed
@@ -295,9 +295,10 @@ class FleetStep:
                 **BOOKKEEPING)
         return await self._settle(rnd, grant, placement, outcome, booked)
 
-    async def _load(self, rnd: _Round, grant: Placed) -> float | Interrupted | Failed:
+    async def _load(self, rnd: _Round, grant: Placed) -> float | Interrupted | Failed | _Cancelled:
         """Seconds spent waiting for the leased replica's load on its node (0 when it is warm). A busy node that
-        has not picked the load up yet is waited for, as a generation is (loads are idempotent per replica)."""
+        has not picked the load up yet is waited for, as a generation is (loads are idempotent per replica). A
+        cancelled task stops waiting; the load goes on for the other steps that lease the replica."""
         if grant.load is None:
             return 0.0
         started, unproven = workflow.now(), 0
@@ -305,6 +306,8 @@ class FleetStep:
             failed = await self._load_once(grant)
             if failed is None:
                 return (workflow.now() - started).total_seconds()
+            if isinstance(failed, _Cancelled):
+                return failed
             weighed = await self._weigh(failed, grant.node_id, unproven, "its load")
             if isinstance(weighed, NodeLiveness):
                 unproven += weighed.verdict == "unknown"
@@ -314,12 +317,14 @@ class FleetStep:
                 rnd.pending = None
             return weighed
 
-    async def _load_once(self, grant: Placed) -> Interrupted | Failed | None:
+    async def _load_once(self, grant: Placed) -> Interrupted | Failed | _Cancelled | None:
         handle = workflow.start_activity(
             LOAD_REPLICA, grant.load, task_queue=node_task_queue(grant.node_id), result_type=ReplicaReady,
             start_to_close_timeout=LOAD_TIMEOUT, schedule_to_start_timeout=self.node_pickup,
             heartbeat_timeout=LOAD_HEARTBEAT, retry_policy=LOAD_RETRY)
-        await workflow.wait_condition(lambda: handle.done() or grant.node_id in self.gone_nodes)
+        await workflow.wait_condition(lambda: handle.done() or grant.node_id in self.gone_nodes or self._cancelled())
+        if not handle.done() and grant.node_id not in self.gone_nodes:
+            return _Cancelled(None)
         if not handle.done():
             handle.cancel()
             return Interrupted(interruption(NodeRevoked(grant.node_id)))

@@ -127,10 +127,13 @@ class LlmStepActivities:
         started = time.monotonic()
         ttft: float | None = None
         reply = ReplyAssembly(progress.prefix)
-        stream = await open_stream(step.route, StreamRequest(
-            messages=call.messages, tools=call.tools, max_tokens=call.max_tokens,
-            headers={"X-Berth-Task": step.inp.task_id, IDEMPOTENCY_HEADER: f"{step.inp.task_id}/{step.inp.step}"},
-            continue_final_message=bool(progress.prefix)))
+        try:  # an engine refusing the request (say, past the context window) is not asked again
+            stream = await open_stream(step.route, StreamRequest(
+                messages=call.messages, tools=call.tools, max_tokens=call.max_tokens,
+                headers={"X-Berth-Task": step.inp.task_id, IDEMPOTENCY_HEADER: f"{step.inp.task_id}/{step.inp.step}"},
+                continue_final_message=bool(progress.prefix)))
+        except Exception as exc:
+            raise _classify(exc) from exc
         try:
             async for delta in stream:
                 reply.add(delta)

@@ -232,3 +232,15 @@ async def test_a_prefix_is_not_continued_off_the_fleet_or_without_room_after_it(
     no_room = await ActivityEnvironment().run(acts.generate, _long_step(
         store, "no-room", inp, max_tokens=cut["prefix_tokens"] + 5, attempt_base=100, inherited_progress=cut))
     assert no_room.kept_tokens == 0 and no_room.lost_tokens == cut["generated"]
+
+
+async def test_a_request_the_engine_refuses_is_not_retried(step) -> None:
+    """Past the model's context window the engine answers 400 at once: a retry would be refused the same way."""
+    from temporalio.exceptions import ApplicationError
+
+    acts, store, inp = step
+    with pytest.raises(ApplicationError) as refused:
+        await ActivityEnvironment().run(acts.generate, inp.model_copy(update={
+            "max_tokens": 200_000, "token_allowance": 1_000_000}))
+    assert refused.value.type == "ModelRequestRejected" and refused.value.non_retryable
+    assert "context length" in str(refused.value) and store.ledger.totals("t1").calls == 0

@@ -32,7 +32,7 @@ from orchestrator.store.tables import (
 )
 from sdk import AgentSpec
 from sdk._identity import Role
-from sdk._lease import LeaseRequest
+from sdk._lease import LeaseRequest, Placed, Wait
 from sdk.contracts import NODE_GONE_SIGNAL, NodeGone
 from tests.security.parties import JOIN_TOKEN, error_of
 
@@ -114,7 +114,7 @@ async def test_a_rogue_node_with_the_stolen_cluster_token_waits_gets_no_lease_an
     assert (await api.get("/v1/replicas")).json() == []
 
     grant = pool.acquire(LeaseRequest(task_id="t-victim", step=1, model=MODEL, tokens=500))
-    assert grant.outcome == "wait" and grant.node_id is None
+    assert isinstance(grant, Wait)
     assert "rogue" not in pool.fleet.nodes and store.leases.list() == []
 
     refused = await api.post("/v1/nodes/rogue/steps/booked", json=booked("lease-forged"), headers={SECRET_HEADER: secret})
@@ -223,7 +223,7 @@ async def test_a_revoked_node_is_refused_its_leases_are_released_and_its_tasks_a
 
     pool.sync(force=True)
     assert store.leases.list() == [] and "gpu-a" not in pool.fleet.nodes and pool.fleet.replicas == {}
-    assert pool.acquire(LeaseRequest(task_id=running_task, step=2, model=MODEL, tokens=500)).node_id is None
+    assert not isinstance(pool.acquire(LeaseRequest(task_id=running_task, step=2, model=MODEL, tokens=500)), Placed)
 
     comeback = await api.post("/v1/nodes/register", json=registration("gpu-a"), headers={SECRET_HEADER: secret})
     assert comeback.status_code == 201 and comeback.json()["node"]["status"] == "pending"  # admitted anew, or not at all

@@ -88,6 +88,7 @@ bench: $(STAMP) $(ENGINE_STAMP) system-packages
 	$(PY) -m benchmarks.real_engine
 	$(PY) -m benchmarks.weights_tiers
 	$(PY) -m benchmarks.token_counting
+	$(PY) -m benchmarks.model_client
 
 clean:
 	rm -rf $(VENV) .berth

@@ -23,18 +23,25 @@ next heartbeat). Reported: steps/s (all steps over the wall time from the first 
 last completion), tasks/s, p50/p99 task latency (the client's submit to the completion the
 workflow recorded), against the baseline's.
 
-    python -m benchmarks.load_run [--tasks N]
+With `--cpu-hogs N` the burst runs beside N processes spinning on the CPU (`stress`-style load): the
+figure that matters there is `interruptions`, steps cut off while every node was alive (the goal is 0).
+
+    python -m benchmarks.load_run [--tasks N] [--cpu-hogs N --results load_run_hogs]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -161,6 +168,28 @@ def tools_ran_twice(stack: Stack) -> list[str]:
                                       Path(stack.env["BERTH_TOOL_JOURNAL"]).read_text().splitlines()).items() if n > 1]
 
 
+def interruptions_by_kind(stack: Stack, task_ids: set[str]) -> dict[str, int]:
+    """The tasks' interruptions by kind, as their events recorded them. Nothing is killed in this run, so every one
+    is a step cut off while all its nodes were alive: `stalled` (a busy node's generation went quiet) or worse,
+    `lost` (a live node taken for a dead one)."""
+    store = Store.open(f"sqlite:///{stack.data_dir / 'berth.db'}")
+    kinds = Counter(e.data.get("kind", "?") for task_id in task_ids for e in store.events.read(task_id)
+                    if e.kind == "interruption")
+    return dict(sorted(kinds.items()))
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """`stress`-style load: processes that spin on the CPU beside the stack, at the stack's own priority."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def leases_left(stack: Stack) -> tuple[int, list[dict]]:
     """Lease rows still in the store, and replicas whose node still reports an active lease."""
     store = Store.open(f"sqlite:///{stack.data_dir / 'berth.db'}")
@@ -168,7 +197,7 @@ def leases_left(stack: Stack) -> tuple[int, list[dict]]:
     return len(store.leases.list()), busy
 
 
-async def measure(stack: Stack, tasks: int) -> dict:
+async def measure(stack: Stack, tasks: int, hogs: int) -> dict:
     async with Client(stack.api, api_key=stack.admin_key(), timeout=CLIENT_TIMEOUT_S) as client:
         entry = (await client.model(MODEL)).entry
         await client.put_model(entry.model_copy(update={"engine_args": {**entry.engine_args,
@@ -183,11 +212,14 @@ async def measure(stack: Stack, tasks: int) -> dict:
               f"p50 {baseline['latency_p50_s']} s", flush=True)
 
         load_before = round(os.getloadavg()[0], 2)
-        t0 = time.time()
-        sent, submit_s = await submit_all(client, tasks)
-        burst_s = time.time() - t0
-        print(f"submitted {tasks} tasks in {burst_s:.1f} s", flush=True)
-        states = await wait_final(client, set(sent), LOAD_DEADLINE_S)
+        with cpu_hogs(hogs):
+            t0 = time.time()
+            sent, submit_s = await submit_all(client, tasks)
+            burst_s = time.time() - t0
+            print(f"submitted {tasks} tasks in {burst_s:.1f} s{f' beside {hogs} CPU hogs' if hogs else ''}",
+                  flush=True)
+            states = await wait_final(client, set(sent), LOAD_DEADLINE_S)
+            load_after = round(os.getloadavg()[0], 2)
         over_ledger = await ledger_over_budget(client, states)
 
     end = max(completed_at(s) for s in states.values())
@@ -222,13 +254,16 @@ async def measure(stack: Stack, tasks: int) -> dict:
         "submit_request_p50_s": round(statistics.median(submit_s), 3),
         "submit_request_p99_s": round(percentile(submit_s, 99), 3),
         "tokens_used_max": max(s.spend.tokens_used for s in states.values()),
-        # Steps cut off and placed again (a node too busy to pick a generation up in time counts as lost).
+        # Steps cut off and placed again. No node is killed here: each one is a cut while every node was alive,
+        # which the step's evidence check is there to prevent (the goal is none).
         "interruptions": sum(s.interruptions for s in states.values()),
+        "interruptions_by_kind": interruptions_by_kind(stack, set(states)),
+        "cpu_hogs": hogs,
         "replicas_at_end": len(stack.http.get("/v1/replicas", params={"model": MODEL}, timeout=30).json()),
         # The machine is shared: the 1-minute load average before the burst and after the last task says
         # how much else was running (2 cores; the stack alone keeps it near 2 while it works).
         "load_average_before": load_before,
-        "load_average_after": round(os.getloadavg()[0], 2),
+        "load_average_after": load_after,
         "baseline": baseline,
         "steps_per_s_over_baseline": round(steps / wall / baseline["steps_per_s"], 2),
         "latency_p50_over_baseline": round(p50 / baseline["latency_p50_s"], 2),
@@ -260,12 +295,14 @@ async def measure(stack: Stack, tasks: int) -> dict:
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=TASKS, help=f"tasks submitted at once (default {TASKS})")
+    parser.add_argument("--cpu-hogs", type=int, default=0, help="processes spinning on the CPU during the burst")
+    parser.add_argument("--results", default="load_run", help="the results file's name (benchmarks/results/NAME.json)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="berth-bench-load-"))
     print(f"stack in {tmp}", flush=True)
     with fleet_stack(tmp, FLEET, latency_scale=1.0, load_time_scale=0.02) as stack:
-        figures = asyncio.run(measure(stack, args.tasks))
-    path = write_results("load_run", figures)
+        figures = asyncio.run(measure(stack, args.tasks, args.cpu_hogs))
+    path = write_results(args.results, figures)
     print(f"figures written to {path}")
     return figures
 

@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +38,7 @@ from activities.tokens import count_prompt_tokens, sendable_tools  # noqa: E402
 from orchestrator.demo.sample_agents import research  # noqa: E402
 
 from ._results import write_results  # noqa: E402
+from .step_overhead import _free_port, _wait  # noqa: E402
 
 MODEL = "llama-3.1-8b"
 # Two subjects × the agent's two tools: four tool steps, then the answer; the `length:` line makes the simulated
@@ -194,20 +193,6 @@ async def main(rounds: int, concurrent: int) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-async def _wait(url: str) -> None:
-    async with httpx.AsyncClient() as http:
-        for _ in range(300):
-            with contextlib.suppress(httpx.HTTPError):
-                if (await http.get(url)).status_code == 200:
-                    return
-            await asyncio.sleep(0.1)
-    raise TimeoutError(url)
 
 
 def _summary(figures: dict[str, Any]) -> None:

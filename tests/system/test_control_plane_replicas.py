@@ -171,7 +171,7 @@ def test_a_killed_control_plane_replica_leaves_its_tasks_to_the_other(
         wait_until(lambda: store.leadership.leader(SCALER_JOB) == "cp-a", 60, "A's scaler to lead")
         processes.start("server-b", _berth("server"), envs["b"])
         processes.start("worker-b", _berth("worker"), envs["b"])
-        wait_until(lambda: _ready(urls["a"]) and _ready(urls["b"]), 60, "both APIs ready")
+        wait_until(lambda: _ready(urls["a"]) and _ready(urls["b"]), 180, "both APIs ready")
         node_env = {**envs["b"], "BERTH_DATA_DIR": str(tmp_path / "node-data")}
         for node_id, datacenter, zone in NODES:
             token = store.node_admission.mint(node_id, 600).join_token  # admitted: no approval to wait for
@@ -182,8 +182,8 @@ def test_a_killed_control_plane_replica_leaves_its_tasks_to_the_other(
         processes.start("tools", _berth("worker", "--agents", AGENTS), {**envs["b"], "BERTH_API_KEY": admin_key})
 
         with SyncClient(urls["a"], admin_key) as via_a, SyncClient(urls["b"], admin_key) as via_b:
-            wait_until(lambda: len(via_b.nodes(status="healthy")) == len(NODES), 60, "both nodes healthy")
-            wait_until(lambda: "research" in {a.name for a in via_a.agents()}, 60, "the research agent")
+            wait_until(lambda: len(via_b.nodes(status="healthy")) == len(NODES), 180, "both nodes healthy")
+            wait_until(lambda: "research" in {a.name for a in via_a.agents()}, 180, "the research agent")
             with ReservationWatch(store) as watch:
                 ids = [via_a.submit("research", subjects, budget=Budget(BUDGET), model=model,
                                     task_id=f"cp-replicas-{i}").task_id for i, (model, subjects) in enumerate(TASKS)]

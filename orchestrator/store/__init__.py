@@ -10,12 +10,15 @@ One SQL database behind small classes, each over the same engine. SQLite by defa
     ref = store.checkpoints.write_root(task_id, messages, state={})
 
 Every method is synchronous and opens its own short transaction; async callers (FastAPI)
-run them in a thread pool, Temporal runs them as local activities in threads.
+run them in a thread pool, Temporal runs them as local activities in threads. A request that
+checks some rows and writes others runs its calls in one transaction instead (`Store.transaction`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 
 from sqlalchemy import Engine
 
@@ -28,6 +31,7 @@ from .checkpoints import (
     CheckpointSummary,
     SqlCheckpointStore,
 )
+from .connections import on_connection
 from .database import open_database
 from .events import SqlEventLog
 from .leadership import SqlLeadership
@@ -95,6 +99,21 @@ class Store:
             audit=SqlAuditLog(engine),
             ui_sessions=SqlUiSessions(engine),
         )
+
+    @contextmanager
+    def transaction(self) -> Iterator[Store]:
+        """This store with all its classes on one connection, so that their statements are one transaction:
+        committed when the block ends, rolled back together when it raises.
+
+        For a request that checks rows and then writes others (a node's settle: its lease, then the ledger row
+        and the event), so that its writes land together or not at all, and it pays for one connection and one
+        commit rather than one per statement. The classes' own commits only flush in here. A write that
+        recovers from a concurrent duplicate by rolling back (the add-if-absent inserts that catch
+        IntegrityError) would end the transaction, so only writes that cannot fail that way belong in one: the
+        ledger's `record` (it skips a taken key), an event's `append`, a lease's `reserve_call`."""
+        with self.engine.begin() as connection:
+            yield replace(self, **{f.name: on_connection(getattr(self, f.name), connection)
+                                   for f in fields(self) if f.name != "engine"})
 
     def close(self) -> None:
         """Close the engine's pooled connections (tests, and processes shutting down)."""

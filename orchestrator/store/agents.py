@@ -14,15 +14,25 @@ change it. Readers pass the tenant they act for (`visible_to`); None reads every
 from __future__ import annotations
 
 import builtins
+import threading
 from datetime import timedelta
 
-from sqlalchemy import Engine, update
+import sqlalchemy as sa
+from sqlalchemy import Engine, bindparam, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from sdk import AgentSpec
 
+from .connections import connected
 from .tables import AgentRow, utcnow
+
+
+_AGENTS = AgentRow.__table__
+_VERSION = sa.select(_AGENTS.c.spec_json, _AGENTS.c.tenant).where(
+    _AGENTS.c.name == bindparam("name"), _AGENTS.c.version == bindparam("version"))
+# Versions whose specs a process keeps: the agents of the tasks it serves, each at the versions they started on.
+_VERSIONS_KEPT = 1024
 
 
 class SqlAgentRegistry:
@@ -30,6 +40,8 @@ class SqlAgentRegistry:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+        self._versions: dict[tuple[str, str], tuple[str, str | None]] = {}  # (name, version) -> spec JSON, owner
+        self._remembering = threading.Lock()
 
     def register(self, spec: AgentSpec, tenant: str | None = None) -> AgentSpec:
         """Store `spec` under its content version and make that version current; a new name
@@ -72,15 +84,35 @@ class SqlAgentRegistry:
         return stored
 
     def get(self, name: str, version: str | None = None, visible_to: str | None = None) -> AgentSpec | None:
-        """The current version of `name`, or the given version; None too when `visible_to` may not see it."""
-        with Session(self._engine) as session:
-            if version is None:
+        """The current version of `name`, or the given version; None too when `visible_to` may not see it.
+
+        A given version is its content's hash, so what it names never changes: it is read from the database
+        once per process (a node's every prepare counts the tool schemas of its task's agent version)."""
+        if version is None:
+            with Session(self._engine) as session:
                 row = self._current_row(session, name)
-            else:
-                row = session.exec(select(AgentRow).where(AgentRow.name == name, AgentRow.version == version)).first()
-        if row is None or not _visible(row.tenant, visible_to):
+            found = (row.spec_json, row.tenant) if row is not None else None
+        else:
+            found = self._version(name, version)
+        if found is None or not _visible(found[1], visible_to):
             return None
-        return AgentSpec.model_validate_json(row.spec_json)
+        return AgentSpec.model_validate_json(found[0])
+
+    def _version(self, name: str, version: str) -> tuple[str, str | None] | None:
+        """(the spec's JSON, the name's owner) of one version, remembered once found; None (not remembered) while
+        it is not registered."""
+        found = self._versions.get((name, version))
+        if found is None:
+            with connected(self._engine) as connection:
+                row = connection.execute(_VERSION, {"name": name, "version": version}).first()
+            if row is None:
+                return None
+            found = (row.spec_json, row.tenant)
+            with self._remembering:
+                self._versions[(name, version)] = found
+                while len(self._versions) > _VERSIONS_KEPT:
+                    del self._versions[next(iter(self._versions))]
+        return found
 
     def owner(self, name: str) -> tuple[bool, str | None]:
         """(whether `name` is registered, the tenant it belongs to: None for every tenant)."""

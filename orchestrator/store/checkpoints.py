@@ -29,7 +29,9 @@ from datetime import datetime
 from typing import Any
 
 import pydantic_core
-from sqlalchemy import Engine, func
+import sqlalchemy as sa
+from sqlalchemy import Connection, Engine, bindparam, func
+from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -37,6 +39,7 @@ from activities.ports import CheckpointContent
 from sdk import Message, NotFound
 from sdk.contracts import CheckpointRef
 
+from .connections import connected
 from .tables import CheckpointRow
 
 HASH_CHARS = 16  # 64 bits: the chain detects accidents and edits, it is not a signature
@@ -103,7 +106,7 @@ def _pack(raw: bytes) -> tuple[str, bytes]:
     return "json", raw
 
 
-def _unpack(row: CheckpointRow) -> bytes:
+def _unpack(row: CheckpointRow | Row) -> bytes:
     if row.encoding == "json":
         return row.delta
     if row.encoding == "zlib":
@@ -193,6 +196,17 @@ class _ConversationCache:
             del seqs[conversation.ref.seq]
             if not seqs:
                 del self._by_task[conversation.task_id]
+
+
+_CHECKPOINTS = CheckpointRow.__table__
+# A read is a node's every prepare (the newest) and a resumed task's (by id); then the deltas its cache lacks.
+_LATEST = (sa.select(_CHECKPOINTS).where(_CHECKPOINTS.c.task_id == bindparam("task_id"))
+           .order_by(_CHECKPOINTS.c.seq.desc()).limit(1))
+_BY_ID = sa.select(_CHECKPOINTS).where(_CHECKPOINTS.c.id == bindparam("id"))
+_CHAIN = (sa.select(_CHECKPOINTS)
+          .where(_CHECKPOINTS.c.task_id == bindparam("task_id"), _CHECKPOINTS.c.seq >= bindparam("first"),
+                 _CHECKPOINTS.c.seq < bindparam("before"))
+          .order_by(_CHECKPOINTS.c.seq))
 
 
 def _ref(row: Any) -> CheckpointRef:
@@ -317,26 +331,39 @@ class SqlCheckpointStore:
         """The whole conversation up to this checkpoint, verified against the hash chain."""
         return self._conversation(checkpoint_id).content()
 
+    def read_latest(self, task_id: str) -> CheckpointContent | None:
+        """The task's newest checkpoint and its conversation, verified as `read` verifies it; None for a task
+        with none. One query where `latest` then `read` would be two for the same row."""
+        with connected(self._engine) as connection:
+            target = connection.execute(_LATEST, {"task_id": task_id}).first()
+            if target is None:
+                return None
+            conversation = self._verified(connection, target)
+        self._cache.put(conversation)
+        return conversation.content()
+
     def _conversation(self, checkpoint_id: int) -> _Conversation:
-        with Session(self._engine) as session:
-            target = session.get(CheckpointRow, checkpoint_id)
+        with connected(self._engine) as connection:
+            target = connection.execute(_BY_ID, {"id": checkpoint_id}).first()
             if target is None:
                 raise CheckpointNotFound(f"no checkpoint with id {checkpoint_id}")
-            base = self._cache.nearest(target.task_id, target.seq)
-            if base is not None:
-                try:
-                    conversation = self._rebuild(session, target, base)
-                except CheckpointCorrupt:
-                    # The cached base may be stale (the database was replaced under this process):
-                    # the full chain, not the cache, decides whether the store is corrupt.
-                    self._cache.forget_task(target.task_id)
-                    conversation = self._rebuild(session, target, None)
-            else:
-                conversation = self._rebuild(session, target, None)
+            conversation = self._verified(connection, target)
         self._cache.put(conversation)
         return conversation
 
-    def _rebuild(self, session: Session, target: CheckpointRow, base: _Conversation | None) -> _Conversation:
+    def _verified(self, connection: Connection, target: Row) -> _Conversation:
+        """`target`'s conversation, from the nearest cached checkpoint of its task when there is one."""
+        base = self._cache.nearest(target.task_id, target.seq)
+        if base is not None:
+            try:
+                return self._rebuild(connection, target, base)
+            except CheckpointCorrupt:
+                # The cached base may be stale (the database was replaced under this process):
+                # the full chain, not the cache, decides whether the store is corrupt.
+                self._cache.forget_task(target.task_id)
+        return self._rebuild(connection, target, None)
+
+    def _rebuild(self, connection: Connection, target: Row, base: _Conversation | None) -> _Conversation:
         """Apply the deltas after `base` (or from seq 0) up to `target`, checking every link."""
         task_id = target.task_id
         if base is not None and base.ref.seq == target.seq:
@@ -346,12 +373,10 @@ class SqlCheckpointStore:
                 raise CheckpointCorrupt(f"checkpoint {target.id} (task {task_id!r}, seq {target.seq}) does not match its hash")
             return base
         first = base.ref.seq + 1 if base is not None else 0
-        # One query for the whole chain, on the (task_id, seq) unique index.
-        earlier = session.exec(
-            select(CheckpointRow)
-            .where(CheckpointRow.task_id == task_id, CheckpointRow.seq >= first, CheckpointRow.seq < target.seq)
-            .order_by(col(CheckpointRow.seq))
-        ).all()
+        # One query for the whole chain, on the (task_id, seq) unique index; none when the target comes next (a
+        # step's read after its parent's, the common case) or is the root.
+        earlier = connection.execute(_CHAIN, {"task_id": task_id, "first": first, "before": target.seq}).all() \
+            if first < target.seq else []
         messages: builtins.list[Json] = builtins.list(base.messages) if base is not None else []
         parent_hash = base.ref.hash if base is not None else ROOT_PARENT_HASH
         delta: Json = {}

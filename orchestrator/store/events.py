@@ -11,12 +11,14 @@ from collections.abc import Collection
 from datetime import datetime
 
 import pydantic_core
+import sqlalchemy as sa
 from sqlalchemy import Engine, func, text
 from sqlmodel import Session, col, select
 
 from sdk import TaskEvent
 
-from .tables import EventRow, TaskRow
+from .connections import connected
+from .tables import EventRow, TaskRow, utcnow
 
 MAX_READ = 5000
 # pg_advisory_xact_lock's first key: the class of lock (this one: "a task's event appends"), so
@@ -27,6 +29,12 @@ _PG_APPEND_LOCK_CLASS = 0x65766E74  # "evnt"
 RECENT_CAP = 50_000
 
 
+# Every settled call, step and state change appends one, so the statements are built once.
+_EVENTS = EventRow.__table__
+_APPEND = sa.insert(_EVENTS).returning(_EVENTS.c.seq)
+_PG_APPEND_LOCK = text("SELECT pg_advisory_xact_lock(:lock_class, hashtext(:task_id))")
+
+
 class SqlEventLog:
     """activities.ports.EventLog on the control-plane database."""
 
@@ -35,20 +43,16 @@ class SqlEventLog:
 
     def append(self, task_id: str, kind: str, data: dict) -> int:
         """Add one event; returns its seq. Datetimes, enums and models in `data` are stored as JSON."""
-        row = EventRow(task_id=task_id, kind=kind, data_json=json.dumps(data, default=pydantic_core.to_jsonable_python))
-        with Session(self._engine, expire_on_commit=False) as session:
-            if self._engine.dialect.name == "postgresql":
+        data_json = json.dumps(data, default=pydantic_core.to_jsonable_python)
+        with connected(self._engine) as connection:
+            if connection.dialect.name == "postgresql":
                 # PostgreSQL draws seq at INSERT but shows the row at COMMIT: two writers of one task can
                 # commit out of seq order, and a follower that already read past the later seq would
                 # never see the earlier one. One append per task at a time, as SQLite's single writer
                 # gives for free; appends of different tasks still run side by side.
-                session.connection().execute(
-                    text("SELECT pg_advisory_xact_lock(:lock_class, hashtext(:task_id))"),
-                    {"lock_class": _PG_APPEND_LOCK_CLASS, "task_id": task_id})
-            session.add(row)
-            session.commit()
-        assert row.seq is not None
-        return row.seq
+                connection.execute(_PG_APPEND_LOCK, {"lock_class": _PG_APPEND_LOCK_CLASS, "task_id": task_id})
+            return connection.execute(_APPEND, {"task_id": task_id, "kind": kind, "at": utcnow(),
+                                                "data_json": data_json}).scalar_one()
 
     def of_kind(self, task_id: str, kind: str, limit: int = 500) -> list[TaskEvent]:
         """The task's events of one kind (e.g. its interruptions), oldest first."""

@@ -23,7 +23,9 @@ import json
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, delete, update
+import sqlalchemy as sa
+from sqlalchemy import Engine, bindparam, delete, update
+from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -40,6 +42,7 @@ from sdk._fleet import (
 
 from sdk._peers import plausible_transfer
 
+from .connections import connected
 from .listeners import silence_cutoff
 from .tables import NodeGpuRow, NodeRow, NodeWeightsRow, ReplicaRow, TransferSampleRow, utcnow
 
@@ -221,10 +224,11 @@ class SqlFleet:
         (401) for a missing or wrong secret; NodeNotApproved (403) for a pending node, which proved who it is
         but is not in the fleet.
         """
-        with Session(self._engine) as session:
-            row = self._authenticated(session, node_id, node_secret)
-            if row.admission == "pending":
-                raise NodeNotApproved(node_id)
+        with connected(self._engine) as connection:
+            row = connection.execute(_CREDENTIALS, {"node_id": node_id}).first()
+        _check_credentials(node_id, row, node_secret)
+        if row.admission == "pending":
+            raise NodeNotApproved(node_id)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -269,16 +273,27 @@ class SqlFleet:
     @staticmethod
     def _authenticated(session: Session, node_id: str, node_secret: str | None) -> NodeRow:
         row = session.get(NodeRow, node_id)
-        if row is None:
-            raise NodeNotFound(node_id)
-        if row.admission == "revoked":
-            raise NodeRevoked(node_id)
-        if not proves(row, node_secret):
-            raise NodeSecretRefused(node_id)
+        _check_credentials(node_id, row, node_secret)
         return row
 
 
-def proves(row: NodeRow, node_secret: str | None) -> bool:
+# What a node's every step bookkeeping call is checked against, built once: its admission and secret hash.
+_NODES = NodeRow.__table__
+_CREDENTIALS = sa.select(_NODES.c.admission, _NODES.c.secret_sha256).where(_NODES.c.node_id == bindparam("node_id"))
+
+
+def _check_credentials(node_id: str, row: NodeRow | Row | None, node_secret: str | None) -> None:
+    """Refuse an id never registered (NodeNotFound), a revoked node (NodeRevoked) and a missing or wrong secret
+    (NodeSecretRefused)."""
+    if row is None:
+        raise NodeNotFound(node_id)
+    if row.admission == "revoked":
+        raise NodeRevoked(node_id)
+    if not proves(row, node_secret):
+        raise NodeSecretRefused(node_id)
+
+
+def proves(row: NodeRow | Row, node_secret: str | None) -> bool:
     """Does `node_secret` prove the caller is the node of `row`? Never for a revoked one (its hash is "")."""
     return bool(node_secret) and bool(row.secret_sha256) and hmac.compare_digest(
         row.secret_sha256, secret_hash(node_secret or ""))

@@ -15,12 +15,15 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Engine, delete, func, update
+import sqlalchemy as sa
+from sqlalchemy import ColumnElement, Engine, bindparam, delete, func, update
+from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from sdk._lease import StepLimits
 
+from .connections import connected
 from .tables import LeaseRow
 
 
@@ -53,6 +56,13 @@ class LeaseRecord:
     reservation: CallReservation | None = None  # set when the node prepared the call
 
 
+_LEASES = LeaseRow.__table__
+# A node's prepare and settle read the lease they name and prepare writes its reservation: built once.
+_GET = sa.select(_LEASES).where(_LEASES.c.lease_id == bindparam("lease_id"))
+_RESERVE = (update(_LEASES).where(_LEASES.c.lease_id == bindparam("lease"))
+            .values(reservation_json=bindparam("reservation_json")).returning(*_LEASES.columns))
+
+
 class SqlLeases:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -72,21 +82,19 @@ class SqlLeases:
         return existing
 
     def get(self, lease_id: str) -> LeaseRecord | None:
-        with Session(self._engine) as session:
-            row = session.get(LeaseRow, lease_id)
-            return _record(row) if row is not None else None
+        with connected(self._engine) as connection:
+            row = connection.execute(_GET, {"lease_id": lease_id}).first()
+        return _record(row) if row is not None else None
 
     def reserve_call(self, lease_id: str, reservation: CallReservation) -> LeaseRecord | None:
         """Keep what was reserved for the lease's call (a prepare retried later replaces it); None when the lease
         is gone (released meanwhile)."""
-        with Session(self._engine) as session:
+        with connected(self._engine) as connection:
             # One conditional UPDATE: a lease released meanwhile (its node lost, its step released) matches
             # nothing, where a read-then-write would fail on the vanished row.
-            rows = session.execute(update(LeaseRow).where(col(LeaseRow.lease_id) == lease_id)
-                                   .values(reservation_json=json.dumps(dataclasses.asdict(reservation)))
-                                   .returning(*LeaseRow.__table__.columns)).all()
-            session.commit()
-        return _record(LeaseRow.model_validate(dict(rows[0]._mapping))) if rows else None
+            row = connection.execute(_RESERVE, {"lease": lease_id,
+                                                "reservation_json": json.dumps(dataclasses.asdict(reservation))}).first()
+        return _record(row) if row is not None else None
 
     def for_step(self, task_id: str, step: int) -> LeaseRecord | None:
         with Session(self._engine) as session:
@@ -129,7 +137,7 @@ def _row(lease: LeaseRecord) -> LeaseRow:
                                       if lease.reservation is not None else None))
 
 
-def _record(row: LeaseRow) -> LeaseRecord:
+def _record(row: LeaseRow | Row) -> LeaseRecord:
     return LeaseRecord(lease_id=row.lease_id, task_id=row.task_id, step=row.step, model=row.model,
                        node_id=row.node_id, replica_id=row.replica_id, tokens=row.tokens, tenant=row.tenant,
                        created_replica=row.created_replica, pool_id=row.pool_id,

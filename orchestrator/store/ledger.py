@@ -2,7 +2,7 @@
 
 A Temporal activity may run twice (a retry after the worker died between the write and
 the reply), so each row is keyed (task, step, attempt, kind) under a unique constraint: a
-second write of the same key is refused by the database, not by a read-then-write check
+second write of the same key is skipped by the database, not by a read-then-write check
 that two processes could both pass.
 """
 
@@ -12,12 +12,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, func
-from sqlalchemy.exc import IntegrityError
+import sqlalchemy as sa
+from sqlalchemy import Engine, bindparam, func
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Row
 from sqlmodel import Session, col, select
 
 from activities.ports import KEPT, LOST, LedgerEntry
 
+from .connections import connected
 from .tables import LedgerRow, TaskRow, utcnow
 
 # Stay well under SQLite's bound-parameter limit (32766 since 3.32, 999 before).
@@ -41,6 +45,18 @@ class LedgerTotals:
         return self.prompt_tokens + self.completion_tokens + self.lost_tokens + self.kept_tokens
 
 
+_LEDGER = LedgerRow.__table__
+_KEY = ["task_id", "step", "attempt", "kind"]  # the unique key uq_ledger_call, what a retried write hits
+# A node's every step books a call and reads its round, so both statements are built once. The insert skips a
+# taken key on the unique key itself, which each database the store runs on spells its own way.
+_RECORD = {dialect: insert(_LEDGER).on_conflict_do_nothing(index_elements=_KEY).returning(_LEDGER.c.id)
+           for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))}
+_ROUND = (sa.select(_LEDGER)
+          .where(_LEDGER.c.task_id == bindparam("task_id"), _LEDGER.c.step == bindparam("step"),
+                 _LEDGER.c.attempt >= bindparam("from_attempt"))
+          .order_by(_LEDGER.c.attempt, _LEDGER.c.id))
+
+
 class SqlTokenLedger:
     """activities.ports.TokenLedger on the control-plane database."""
 
@@ -48,34 +64,19 @@ class SqlTokenLedger:
         self._engine = engine
 
     def record(self, entry: LedgerEntry) -> bool:
-        """Write one entry; False (and nothing changed) if its key is already recorded."""
-        row = LedgerRow(
-            task_id=entry.task_id, step=entry.step, attempt=entry.attempt, kind=entry.kind, model=entry.model,
-            prompt_tokens=entry.prompt_tokens, completion_tokens=entry.completion_tokens, cost_usd=entry.cost_usd,
-            ttft_s=entry.ttft_s, duration_s=entry.duration_s, served_by=entry.served_by, response_id=entry.response_id,
-        )  # fmt: skip
-        with Session(self._engine) as session:
-            session.add(row)
-            try:
-                session.commit()
-                return True
-            except IntegrityError:
-                session.rollback()
-                if self._exists(session, entry):
-                    return False
-                raise
+        """Write one entry; False (and nothing changed) if its key is already recorded.
 
-    @staticmethod
-    def _exists(session: Session, entry: LedgerEntry) -> bool:
-        found = session.exec(
-            select(LedgerRow.id).where(
-                LedgerRow.task_id == entry.task_id,
-                LedgerRow.step == entry.step,
-                LedgerRow.attempt == entry.attempt,
-                LedgerRow.kind == entry.kind,
-            )
-        ).first()
-        return found is not None
+        One INSERT that skips a taken key (ON CONFLICT DO NOTHING), not one that fails and is rolled back:
+        so it can be a statement of a larger transaction (a node's settle books the call and announces it in
+        one, orchestrator/api/steps.py), which a rollback would end."""
+        with connected(self._engine) as connection:
+            inserted = connection.execute(_RECORD[connection.dialect.name], {
+                "task_id": entry.task_id, "step": entry.step, "attempt": entry.attempt, "kind": entry.kind,
+                "model": entry.model, "prompt_tokens": entry.prompt_tokens, "completion_tokens": entry.completion_tokens,
+                "cost_usd": entry.cost_usd, "ttft_s": entry.ttft_s, "duration_s": entry.duration_s,
+                "served_by": entry.served_by, "response_id": entry.response_id, "created_at": utcnow(),
+            }).first()
+        return inserted is not None  # a skipped write returns no row
 
     def entries(self, task_id: str) -> list[LedgerEntry]:
         """A task's entries by step, then attempt, then write order."""
@@ -90,12 +91,8 @@ class SqlTokenLedger:
     def round_entries(self, task_id: str, step: int, from_attempt: int) -> list[LedgerEntry]:
         """One round of a step: its rows from attempt `from_attempt` on (a step asked again after waiting for
         budget numbers its attempts on from where the last round stopped), by attempt."""
-        with Session(self._engine) as session:
-            rows = session.exec(
-                select(LedgerRow)
-                .where(LedgerRow.task_id == task_id, LedgerRow.step == step, col(LedgerRow.attempt) >= from_attempt)
-                .order_by(col(LedgerRow.attempt), col(LedgerRow.id))
-            ).all()
+        with connected(self._engine) as connection:
+            rows = connection.execute(_ROUND, {"task_id": task_id, "step": step, "from_attempt": from_attempt}).all()
         return [_entry(r) for r in rows]
 
     def totals(self, task_id: str) -> LedgerTotals:
@@ -173,7 +170,7 @@ def _totals(by_kind: dict[str, tuple[int, int, int, float]]) -> LedgerTotals:
     )
 
 
-def _entry(r: LedgerRow) -> LedgerEntry:
+def _entry(r: LedgerRow | Row) -> LedgerEntry:
     return LedgerEntry(
         task_id=r.task_id, step=r.step, attempt=r.attempt, model=r.model, prompt_tokens=r.prompt_tokens,
         completion_tokens=r.completion_tokens, cost_usd=r.cost_usd, ttft_s=r.ttft_s, duration_s=r.duration_s,

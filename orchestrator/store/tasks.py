@@ -15,15 +15,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, update
+import sqlalchemy as sa
+from sqlalchemy import Engine, bindparam, delete, func, update
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from sdk import FINAL_STATUSES, Conflict, TaskState
 
+from .connections import connected
 from .tables import TaskRow, utcnow
 
 _FINAL_VALUES = sorted(s.value for s in FINAL_STATUSES)
+_TASKS = TaskRow.__table__
+# A task is read by id for every page and call about it, and by a node's every prepare: built once.
+_GET = sa.select(_TASKS.c.state_json, _TASKS.c.spec_json, _TASKS.c.created_at).where(
+    _TASKS.c.task_id == bindparam("task_id"))
 
 
 class TaskConflict(Conflict):
@@ -135,8 +141,8 @@ class SqlTaskRegistry:
         return bool(result.rowcount)
 
     def get(self, task_id: str) -> TaskRecord | None:
-        with Session(self._engine) as session:
-            row = session.get(TaskRow, task_id)
+        with connected(self._engine) as connection:
+            row = connection.execute(_GET, {"task_id": task_id}).first()
         if row is None:
             return None
         return TaskRecord(

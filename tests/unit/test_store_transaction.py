@@ -1,0 +1,64 @@
+"""Store.transaction: the store's calls in one transaction, as a node's step routes make them."""
+
+from __future__ import annotations
+
+import pytest
+
+from activities.ports import LedgerEntry
+from orchestrator.store import Store
+from sdk import Message
+
+pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
+
+
+def _entry(attempt: int = 1) -> LedgerEntry:
+    return LedgerEntry(task_id="t", step=1, attempt=attempt, model="m", prompt_tokens=30, completion_tokens=12,
+                       cost_usd=0.01, ttft_s=0.1, duration_s=0.5, served_by="node-1/r-1")
+
+
+class Refused(Exception):
+    pass
+
+
+def test_writes_in_a_transaction_land_together_when_it_ends(store: Store, db_url: str) -> None:
+    other = Store.open(db_url)  # another process's view of the same database
+    try:
+        with store.transaction() as tx:
+            assert tx.ledger.record(_entry()) is True
+            seq = tx.events.append("t", "llm_call", {"attempt": 1})
+            assert other.ledger.entries("t") == [] and other.events.read("t") == []  # nothing shown before the end
+        assert other.ledger.entries("t") == [_entry()]
+        assert [e.seq for e in other.events.read("t")] == [seq]
+    finally:
+        other.close()
+
+
+def test_a_transaction_that_raises_writes_nothing(store: Store) -> None:
+    with pytest.raises(Refused):
+        with store.transaction() as tx:
+            tx.ledger.record(_entry())
+            tx.events.append("t", "llm_call", {"attempt": 1})
+            raise Refused
+    assert store.ledger.entries("t") == [] and store.events.read("t") == []
+
+
+def test_a_retried_booking_in_a_transaction_is_skipped_without_ending_it(store: Store) -> None:
+    """The ledger skips a taken key rather than failing on it, so the transaction's later writes still land."""
+    store.ledger.record(_entry())
+    with store.transaction() as tx:
+        assert tx.ledger.record(_entry()) is False
+        assert tx.ledger.record(_entry(attempt=2)) is True
+        tx.events.append("t", "llm_call", {"attempt": 2})
+    assert [e.attempt for e in store.ledger.entries("t")] == [1, 2] and len(store.events.read("t")) == 1
+
+
+def test_read_latest_is_the_newest_checkpoint_and_its_whole_conversation(store: Store) -> None:
+    assert store.checkpoints.read_latest("t") is None
+    root = store.checkpoints.write_root("t", [Message(role="user", content="What is a berth?")], {})
+    with store.transaction() as tx:
+        latest = tx.checkpoints.read_latest("t")
+    assert latest is not None and latest.ref == root
+    child = store.checkpoints.append("t", root, 1, [Message(role="assistant", content="A ship's place.")], {}, {})
+    latest = store.checkpoints.read_latest("t")
+    assert latest is not None and latest.ref == child
+    assert [m.content for m in latest.messages] == ["What is a berth?", "A ship's place."]

@@ -57,20 +57,18 @@ async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: 
     """Node agents only: the conversation of the leased step's task and the answer tokens granted."""
 
     def run(lease: LeaseRecord, store: Store) -> PreparedStepBody:
-        current = store.checkpoints.latest(lease.task_id)
-        if current is None or req.checkpoint != current:
+        current = store.checkpoints.read_latest(lease.task_id)
+        if current is None or req.checkpoint != current.ref:
             raise ApiError(409, f"checkpoint {req.checkpoint.id} is not task {lease.task_id!r}'s current one",
                            field="checkpoint")
-        prepared = _books(store).prepare(_step_of(lease), current, None)
-        messages = [m.to_openai() for m in prepared.messages]
+        messages = [m.to_openai() for m in current.messages]
         tools = sendable_tools(_tools_of(store, lease.task_id)) or None
         counted = count_prompt(messages, tools, _tokenizer(svc, lease.model))
         assert lease.limits is not None
         reservation = reserve_call(lease.limits, _round(store, lease).totals, counted, _prices(svc, lease.model))
         if store.leases.reserve_call(lease.lease_id, reservation) is None:
             raise NoLease(node_id)
-        return PreparedStepBody(checkpoint=prepared.checkpoint, messages=prepared.messages,
-                                max_tokens=reservation.max_tokens)
+        return PreparedStepBody(checkpoint=current.ref, messages=current.messages, max_tokens=reservation.max_tokens)
 
     return await _call(svc, node_id, node_secret, req.lease_id, run)
 
@@ -172,16 +170,17 @@ def _tools_of(store: Store, task_id: str) -> list[dict]:
 
 async def _call(svc: Services, node_id: str, node_secret: str | None, lease_id: str,
                 fn: Callable[[LeaseRecord, Store], T]) -> T:
-    """Authenticate the node, find the lease it names and holds, then run `fn` over the store: one thread hop;
+    """Authenticate the node, find the lease it names and holds, then run `fn` over the store: one thread hop
+    and one transaction, so that a call's writes (a ledger row and its event) land together or not at all;
     refusals in the API's shape."""
-    store = svc.store
 
     def run() -> T:
-        store.fleet.authenticate(node_id, node_secret)
-        lease = store.leases.get(lease_id)
-        if lease is None or lease.node_id != node_id or lease.limits is None:
-            raise NoLease(node_id)
-        return fn(lease, store)
+        with svc.store.transaction() as store:
+            store.fleet.authenticate(node_id, node_secret)
+            lease = store.leases.get(lease_id)
+            if lease is None or lease.node_id != node_id or lease.limits is None:
+                raise NoLease(node_id)
+            return fn(lease, store)
 
     try:
         return await svc.db(run)

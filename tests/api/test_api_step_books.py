@@ -21,7 +21,7 @@ from activities.ports import CallReport, DeadTokens, StepRef
 from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
 from orchestrator.node.step_books import RemoteStepBooks, StepBooksRefused
-from orchestrator.store import LeaseRecord, Store
+from orchestrator.store import LeaseRecord, SqlEventLog, Store
 from sdk import CheckpointRef, Message, Spend, TaskState, TaskStatus
 from sdk._lease import StepLimits, StepPlacement
 from tests.conftest import free_port
@@ -147,6 +147,25 @@ def test_booked_and_book_interrupted_serve_a_retried_attempt(books: RemoteStepBo
     totals = store.ledger.totals("t1")
     assert totals.lost_tokens == 40 and totals.cost_usd == pytest.approx(30 * PROMPT_USD + 52 * COMPLETION_USD)
     assert [e.attempt for e in books.booked(STEP, before_attempt=4)] == [1]
+
+
+def test_a_settle_books_its_call_and_announces_it_together_or_not_at_all(books: RemoteStepBooks, store: Store,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger row and its event are one transaction: a settle that fails between them leaves neither, so
+    the node's retry books and announces the call (a row without its event would stay unannounced, the retry
+    seeing it booked already)."""
+    books.prepare(STEP, root(store), None)
+
+    def unwritable(*args: object) -> int:
+        raise RuntimeError("the disk is full")
+
+    with monkeypatch.context() as broken:
+        broken.setattr(SqlEventLog, "append", unwritable)
+        with pytest.raises(RuntimeError, match="the disk is full"):
+            books.settle(STEP, call())
+    assert store.ledger.entries("t1") == [] and store.events.read("t1") == []
+    assert books.settle(STEP, call()).recorded is True
+    assert len(store.ledger.entries("t1")) == 1 and [e.kind for e in store.events.read("t1")] == ["llm_call"]
 
 
 def test_a_wrong_secret_is_refused_and_writes_nothing(app, node_secret: str, leased: None, store: Store) -> None:

@@ -22,8 +22,8 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, inspect, text
-from sqlalchemy.exc import DatabaseError
+from sqlalchemy import Connection, Engine, UniqueConstraint, inspect, text
+from sqlalchemy.exc import DatabaseError, IntegrityError
 from sqlmodel import SQLModel
 
 from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
@@ -91,7 +91,7 @@ def _has_berth_tables(conn: Connection) -> bool:
 
 
 def _adopt(conn: Connection) -> None:
-    """A pre-migration database: the tables and defaulted columns the models have and it lacks, added in place."""
+    """A pre-migration database: the tables, defaulted columns and unique keys the models have and it lacks."""
     SQLModel.metadata.create_all(conn)
     found = inspect(conn)
     for table in SQLModel.metadata.sorted_tables:
@@ -104,3 +104,30 @@ def _adopt(conn: Connection) -> None:
             clause = f" DEFAULT '{default}'" if isinstance(default, str) else (
                 f" DEFAULT {default}" if isinstance(default, (int, float)) else "")
             conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}{clause}'))
+    _add_missing_unique_keys(conn)
+
+
+def _add_missing_unique_keys(conn: Connection) -> None:
+    """Each unique key the models declare and an old table lacks, added as a unique index of the same name.
+
+    The store's writes lean on these keys (the ledger's ON CONFLICT DO NOTHING names its key), so a
+    table without one would fail its first write. Rows that already break a key are not deleted to
+    make room: the adoption stops and names the table and the columns, for an operator to settle.
+    """
+    found = inspect(conn)
+    for table in SQLModel.metadata.sorted_tables:
+        present = {tuple(u["column_names"]) for u in found.get_unique_constraints(table.name)}
+        present |= {tuple(i["column_names"]) for i in found.get_indexes(table.name) if i.get("unique")}
+        for key in (c for c in table.constraints if isinstance(c, UniqueConstraint)):
+            columns = tuple(c.name for c in key.columns)
+            if columns in present:
+                continue
+            quoted = ", ".join(f'"{name}"' for name in columns)
+            try:
+                with conn.begin_nested():
+                    conn.execute(text(f'CREATE UNIQUE INDEX "{key.name}" ON "{table.name}" ({quoted})'))
+            except IntegrityError as exc:
+                raise RuntimeError(
+                    f"cannot adopt this database: table {table.name} has rows that repeat the key"
+                    f" ({', '.join(columns)}) this version requires to be unique; remove the repeats and start again"
+                ) from exc

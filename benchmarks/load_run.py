@@ -178,6 +178,12 @@ def interruptions_by_kind(stack: Stack, task_ids: set[str]) -> dict[str, int]:
     return dict(sorted(kinds.items()))
 
 
+def quiet_generations(stack: Stack, task_ids: set[str]) -> int:
+    """Generations whose heartbeats went quiet on a live node and went on there (not cuts: `generation_quiet`)."""
+    store = Store.open(f"sqlite:///{stack.data_dir / 'berth.db'}")
+    return sum(1 for task_id in task_ids for e in store.events.read(task_id) if e.kind == "generation_quiet")
+
+
 @contextlib.contextmanager
 def cpu_hogs(count: int) -> Iterator[None]:
     """`stress`-style load: processes that spin on the CPU beside the stack, at the stack's own priority."""
@@ -258,6 +264,7 @@ async def measure(stack: Stack, tasks: int, hogs: int) -> dict:
         # which the step's evidence check is there to prevent (the goal is none).
         "interruptions": sum(s.interruptions for s in states.values()),
         "interruptions_by_kind": interruptions_by_kind(stack, set(states)),
+        "quiet_generations_continued": quiet_generations(stack, set(states)),
         "cpu_hogs": hogs,
         "replicas_at_end": len(stack.http.get("/v1/replicas", params={"model": MODEL}, timeout=30).json()),
         # The machine is shared: the 1-minute load average before the burst and after the last task says

@@ -88,7 +88,7 @@ class AgentTaskWorkflow:
         self.children: list[str] = list(carried.children) if carried else []
         self.sub_agents = SubAgents(run, self.budget, self.children)
         self.fleet = FleetStep(self._set_waiting_for_gpu, self._stop_waiting, lambda: self.cancel_reason is not None,
-                               self._record_interruption, max_interruptions=run.spec.max_interruptions,
+                               self._record_event, max_interruptions=run.spec.max_interruptions,
                                recovery=run.spec.recovery,
                                heartbeat_timeout=timedelta(seconds=run.heartbeat_timeout_s),
                                interruptions=carried.interruptions if carried else 0,
@@ -212,9 +212,9 @@ class AgentTaskWorkflow:
         self.waiting_for, self.gpu_trouble = reason, trouble
         await self._set_status(TaskStatus.waiting_for_gpu if reason is not None else TaskStatus.running)
 
-    async def _record_interruption(self, details: dict) -> None:
+    async def _record_event(self, kind: str, details: dict) -> None:
         await workflow.execute_local_activity_method(
-            TaskBookkeeping.record_state, RecordStateInput(state=self._state(), event="interruption", details=details),
+            TaskBookkeeping.record_state, RecordStateInput(state=self._state(), event=kind, details=details),
             **BOOKKEEPING)
 
     def _stop_waiting(self) -> bool:

@@ -66,6 +66,9 @@ NO_RETRY = RetryPolicy(maximum_attempts=1)
 NODE_PICKUP_SHARE = 0.8
 # Pickups a node whose liveness nothing proves (`unknown`) gets before it is taken for gone.
 UNPROVEN_PICKUPS = 2
+# Times a quiet generation on a live node is continued there (each one attempt of the placement's stride) before
+# the step counts it `stalled` and places it elsewhere: an engine that is wedged, not merely slow.
+QUIET_CONTINUES = 3
 MAX_STEP_FAILURES = 6  # failures (not interruptions) of one step's generation before the task fails
 GENERATE_TIMEOUT = timedelta(minutes=10)
 LOAD_HEARTBEAT = timedelta(seconds=30)  # a load heartbeats at every readiness probe; a 70B model takes minutes
@@ -159,7 +162,7 @@ class FleetStep:
 
     def __init__(self, set_waiting: Callable[[str | None, GpuTrouble | None], Awaitable[None]],
                  stop_waiting: Callable[[], bool], cancelled: Callable[[], bool],
-                 on_interruption: Callable[[dict], Awaitable[None]], max_interruptions: int,
+                 record_event: Callable[[str, dict], Awaitable[None]], max_interruptions: int,
                  heartbeat_timeout: timedelta = GENERATE_HEARTBEAT, interruptions: int = 0,
                  placements_step: int = 0, placements_used: int = 0,
                  recovery: Sequence[RecoveryRule] = DEFAULT_RECOVERY) -> None:
@@ -167,7 +170,7 @@ class FleetStep:
         self._said: tuple[str, GpuTrouble] | None = None
         self._stop_waiting = stop_waiting
         self._cancelled = cancelled
-        self._on_interruption = on_interruption
+        self._record_event = record_event  # (kind, details): an event in the task's log, beside its state
         self.max_interruptions = max_interruptions
         self.heartbeat_timeout = heartbeat_timeout
         self.node_pickup = heartbeat_timeout * NODE_PICKUP_SHARE
@@ -359,16 +362,37 @@ class FleetStep:
 
     async def _generate(self, rnd: _Round, grant: Placed, placement: StepPlacement, index: int) -> Generation:
         """Generate on the node; a timeout there is weighed against the evidence about the node before the step
-        is given up on it: a busy node's call is waited for, a quiet generation on a live node is `stalled`."""
+        is given up on it: a busy node's call is waited for, and a quiet generation on a live node is continued
+        there, on the same lease, up to QUIET_CONTINUES times before it counts as `stalled`."""
         inp = rnd.inp.model_copy(update={"placement": placement, "attempt_base": index * ATTEMPT_STRIDE,
                                          "inherited_progress": self._inherited})
-        unproven = 0
+        unproven = quiet = 0
         while True:
             weighed = await self._weigh(await self._generate_on_node(inp, grant.node_id), grant.node_id, unproven,
                                         f"step {inp.step}'s call")
-            if not isinstance(weighed, NodeLiveness):
+            if isinstance(weighed, NodeLiveness):
+                unproven += weighed.verdict == "unknown"
+                continue
+            if not _is_stalled(weighed) or quiet >= QUIET_CONTINUES:
+                if quiet and isinstance(weighed, (Reply, Shortfall)):
+                    await self._say(None, None)  # it answered: the step no longer waits on the node
                 return weighed
-            unproven += weighed.verdict == "unknown"
+            quiet += 1
+            inp = await self._continue_quiet(inp, grant, weighed.interruption, quiet)
+
+    async def _continue_quiet(self, inp: LlmStepInput, grant: Placed, lost: Interruption, quiet: int) -> LlmStepInput:
+        """A generation whose heartbeats went quiet on a node that is alive (a busy machine) goes on there: the
+        next attempt of the same lease continues the text its last heartbeat carried, as a new placement would,
+        without giving up the replica, its warm prefix or the step's place. It is said and recorded, not hidden."""
+        progress = lost.progress if lost.progress is not None else inp.inherited_progress
+        carried = progress.generated if progress is not None else 0
+        await self._say(f"gpu: step {inp.step}'s generation on {grant.node_id} went quiet but the node is alive:"
+                        f" continuing it there ({quiet} of {QUIET_CONTINUES}; {lost.detail})", "capacity")
+        await self._record_event("generation_quiet", {
+            "step": inp.step, "node_id": grant.node_id, "replica_id": grant.replica_id, "detail": lost.detail,
+            "continued": quiet, "tokens_carried": carried, "at": workflow.now().isoformat()})
+        self._inherited = progress
+        return inp.model_copy(update={"attempt_base": inp.attempt_base + 1, "inherited_progress": progress})
 
     async def _generate_on_node(self, inp: LlmStepInput, node_id: str) -> Generation:
         """One generate activity on the node's queue. A simulated preemption, the node's revocation or the task's
@@ -495,7 +519,7 @@ class FleetStep:
 
     async def _record(self, pending: _Pending, step: int, resumed: Placed) -> None:
         """Record an interruption once the step has a new place: where it was, what it lost, where it resumed."""
-        await self._on_interruption({
+        await self._record_event("interruption", {
             "step": step, "node_id": pending.grant.node_id, "replica_id": pending.grant.replica_id,
             "kind": pending.interruption.kind, "detail": pending.interruption.detail, "at": pending.at.isoformat(),
             "tokens_kept": pending.tokens_kept, "tokens_lost": pending.tokens_lost,
@@ -533,6 +557,10 @@ class FleetStep:
 def still_excluded(excluded: dict[str, datetime], now: datetime) -> list[str]:
     """The nodes kept out of the step within EXCLUDE_NODE_FOR, oldest first."""
     return [node for node, at in sorted(excluded.items(), key=lambda item: item[1]) if now - at < EXCLUDE_NODE_FOR]
+
+
+def _is_stalled(outcome: Generation) -> bool:
+    return isinstance(outcome, Interrupted) and outcome.interruption.kind == "stalled"
 
 
 def _classified(err: ActivityError, phase: Literal["load", "generate"]) -> Interrupted | Failed:

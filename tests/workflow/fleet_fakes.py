@@ -3,7 +3,8 @@
 The pool places a step on the first of its nodes the step was not told to exclude. The real node runs
 the real LLM step against the simulated engine. The others: a node whose generation a preemption cuts
 (it reports the start of the real answer, as the real activity does when its worker is told to stop),
-a node that answers without booking its call, and one that stalls and never lets go.
+a node that answers without booking its call, one that stalls and never lets go, and one whose first
+generation goes quiet (a starved process) while the node stays alive.
 """
 
 from __future__ import annotations
@@ -130,6 +131,28 @@ class StalledNode:
         raise ApplicationError("let go at the end of the test")
 
 
+class QuietOnceNode:
+    """A live node whose first generation writes the start of `answer`, beats it once, then falls silent (its
+    process starved, as on a busy machine); every later call is the real LLM step (`real`)."""
+
+    def __init__(self, answer: str, real: LlmStepActivities) -> None:
+        self.prefix = answer[:CUT_CHARS]
+        self.real = real
+        self.calls: list[LlmStepInput] = []
+
+    @activity.defn(name="berth.generate")
+    async def generate(self, inp: LlmStepInput) -> LlmStepResult:
+        self.calls.append(inp)
+        if len(self.calls) > 1:
+            return await self.real.generate(inp)
+        written = len(encode(self.prefix))
+        activity.heartbeat({"attempt": inp.attempt_base + 1, "generated": written + UNSEEN_TOKENS,
+                            "response_id": "chatcmpl-quiet", "lost_before": 0, "kept_before": 0, "unresolved": [],
+                            "prefix": self.prefix, "prefix_tokens": written, "prefix_own": written})
+        await asyncio.sleep(120)  # silent: cut by Temporal's heartbeat timeout, cancelled at the worker's shutdown
+        raise ApplicationError("a quiet generation was never meant to answer")
+
+
 @dataclass
 class FleetBench:
     """A control worker over a stand-in pool, and a real node (`real_node`) running the real LLM step against the
@@ -152,11 +175,15 @@ class FleetBench:
     def real_node(self) -> str:
         return self.node("gpu-b")
 
+    def real_generation(self) -> LlmStepActivities:
+        """The real LLM step against the simulated engine, booking in the bench's store."""
+        return LlmStepActivities(StoreStepBooks(self.store.checkpoints, self.store.tasks, self.store.events,
+                                                self.store.ledger), ModelCatalogue(self.config, self.store.models))
+
     def real_node_worker(self) -> Worker:
         """The real node's worker: the real LLM step against the simulated engine."""
-        real = LlmStepActivities(StoreStepBooks(self.store.checkpoints, self.store.tasks, self.store.events,
-                                                self.store.ledger), ModelCatalogue(self.config, self.store.models))
-        return Worker(self.client, task_queue=node_task_queue(self.real_node), activities=[real.generate])
+        return Worker(self.client, task_queue=node_task_queue(self.real_node),
+                      activities=[self.real_generation().generate])
 
     @asynccontextmanager
     async def workers(self, pool: TwoNodePool, fakes: dict[str, object], real_node: bool = True) -> AsyncIterator[None]:

@@ -15,7 +15,8 @@ from temporalio.client import Client
 
 from activities.tokens import encode
 from sdk import TaskStatus
-from tests.workflow.fleet_fakes import UNSEEN_TOKENS, BusyNodesPool, PreemptedNode, TwoNodePool, fleet_bench
+from tests.workflow.fleet_fakes import (UNSEEN_TOKENS, BusyNodesPool, PreemptedNode, QuietOnceNode, TwoNodePool,
+                                        fleet_bench)
 
 
 async def test_a_step_preempted_mid_answer_continues_its_text_on_another_node(
@@ -77,3 +78,30 @@ async def test_a_busy_node_that_picks_its_call_up_late_keeps_the_step_and_nothin
         assert not [e for e in bench.store.events.read(state.task_id) if e.kind == "interruption"]
         totals = bench.store.ledger.totals(state.task_id)
         assert (totals.calls, totals.lost_tokens) == (1, 0) and totals.tokens == state.spend.tokens_used
+
+
+async def test_a_quiet_generation_on_a_live_node_goes_on_there_and_is_not_cut_as_lost(
+        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    """Heartbeats that stop on a node whose process is alive are a starved machine, not a lost node: the step keeps
+    its lease and replica, continues the text the last beat carried, and says so; nothing counts as interrupted."""
+    async with fleet_bench(temporal_client, engine_url, tmp_path) as bench:
+        uncut = await bench.run(f"uncut-{bench.tag}", 50_000, TwoNodePool([bench.real_node]), {})
+        assert uncut.status == TaskStatus.completed and uncut.result
+        quiet_node = bench.node("gpu-q")
+        busy = BusyNodesPool([quiet_node, bench.real_node])
+        quiet = QuietOnceNode(uncut.result, bench.real_generation())
+        state = await bench.run(f"quiet-{bench.tag}", 50_000, busy, {quiet_node: quiet})
+        assert state.status == TaskStatus.completed, state.error
+        assert state.result == uncut.result  # its start written before the silence, the rest after it
+        assert busy.placed == {quiet_node: 1} and len(busy.released) == 1  # one lease, never moved
+        assert [c.attempt_base for c in quiet.calls] == [0, 1]  # the next attempt of the same placement
+        events = bench.store.events.read(state.task_id)
+        assert state.interruptions == 0 and not [e for e in events if e.kind == "interruption"]
+        kept = len(encode(quiet.prefix))
+        [said] = [e.data for e in events if e.kind == "generation_quiet"]
+        assert (said["node_id"], said["continued"], said["tokens_carried"]) == (quiet_node, 1, kept + UNSEEN_TOKENS)
+        assert any("went quiet but the node is alive" in (e.data.get("waiting_for") or "")
+                   for e in events if e.kind == "state")
+        totals = bench.store.ledger.totals(state.task_id)
+        assert (totals.kept_tokens, totals.lost_tokens) == (kept, UNSEEN_TOKENS)
+        assert totals.tokens == state.spend.tokens_used

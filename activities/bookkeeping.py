@@ -7,6 +7,8 @@ would cost more than the write (about 40 ms against about 1 ms).
 
 from __future__ import annotations
 
+import contextlib
+
 from temporalio import activity
 
 from sdk import CheckpointRef, Message, TaskState
@@ -19,18 +21,20 @@ from sdk.contracts import (
     ResolveAgentResult,
 )
 
-from .ports import AgentCatalogue, CheckpointStore, EventLog, TaskRegistry
+from .ports import AgentCatalogue, CheckpointStore, EventLog, StepTransaction, TaskRegistry
 from .spans import annotate_checkpoint, record_interruption
 from .step_books import record_step
 from .task_metrics import record_state_change
 
 
 class TaskBookkeeping:
-    def __init__(self, checkpoints: CheckpointStore, tasks: TaskRegistry, events: EventLog, agents: AgentCatalogue) -> None:
+    def __init__(self, checkpoints: CheckpointStore, tasks: TaskRegistry, events: EventLog, agents: AgentCatalogue,
+                 steps_in: StepTransaction | None = None) -> None:
         self.checkpoints = checkpoints
         self.tasks = tasks
         self.events = events
         self.agents = agents
+        self._steps_in = steps_in or (lambda: contextlib.nullcontext(self))
 
     @activity.defn(name="berth.begin_task")
     def begin_task(self, inp: BeginTaskInput) -> BeginTaskResult:
@@ -56,7 +60,8 @@ class TaskBookkeeping:
     @activity.defn(name="berth.checkpoint")
     def checkpoint(self, inp: CheckpointInput) -> CheckpointRef:
         """Flush a pending step when no LLM call follows it (the task ends or continues as new)."""
-        ref = record_step(self.checkpoints, self.tasks, self.events, inp.task_id, inp.parent, inp.pending)
+        with self._steps_in() as records:
+            ref = record_step(records, inp.task_id, inp.parent, inp.pending)
         annotate_checkpoint(inp.task_id, ref)
         return ref
 

@@ -7,6 +7,8 @@ a test can hand in anything with the same methods.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -100,6 +102,21 @@ class TaskRegistry(Protocol):
 
 class EventLog(Protocol):
     def append(self, task_id: str, kind: str, data: dict) -> int: ...
+
+
+class StepRecords(Protocol):
+    """Where a finished step is written: its checkpoint, the task's state and the step's event."""
+
+    @property
+    def checkpoints(self) -> CheckpointStore: ...
+    @property
+    def tasks(self) -> TaskRegistry: ...
+    @property
+    def events(self) -> EventLog: ...
+
+
+# A step's records in one transaction (the store's `transaction`): they land together, for one commit.
+StepTransaction = Callable[[], AbstractContextManager[StepRecords]]
 
 
 class AgentCatalogue(Protocol):

@@ -7,12 +7,14 @@ then call this class; so both paths write alike, and every "llm_call" event has 
 
 from __future__ import annotations
 
+import contextlib
+
 from sdk import CheckpointRef
 from sdk._step_books import LlmCallEvent
 from sdk.contracts import PendingStep
 
 from .ports import (SETTLED, CallReport, CheckpointStore, DeadTokens, EventLog, LedgerEntry, PreparedStep, Settled,
-                    StepRef, TaskRegistry, TokenLedger)
+                    StepRecords, StepRef, StepTransaction, TaskRegistry, TokenLedger)
 from .step_metrics import record_settled_call
 
 
@@ -23,15 +25,18 @@ class CheckpointOfAnotherTask(ValueError):
 class StoreStepBooks:
     """Implements ports.StepBooks with the checkpoint store, task registry, event log and ledger."""
 
-    def __init__(self, checkpoints: CheckpointStore, tasks: TaskRegistry, events: EventLog, ledger: TokenLedger) -> None:
+    def __init__(self, checkpoints: CheckpointStore, tasks: TaskRegistry, events: EventLog, ledger: TokenLedger,
+                 steps_in: StepTransaction | None = None) -> None:
         self.checkpoints = checkpoints
         self.tasks = tasks
         self.events = events
         self.ledger = ledger
+        self._steps_in = steps_in or (lambda: contextlib.nullcontext(self))
 
     def prepare(self, step: StepRef, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
         if pending is not None:
-            checkpoint = record_step(self.checkpoints, self.tasks, self.events, step.task_id, checkpoint, pending)
+            with self._steps_in() as records:
+                checkpoint = record_step(records, step.task_id, checkpoint, pending)
         content = self.checkpoints.read(checkpoint.id)
         if content.task_id != step.task_id or content.ref.hash != checkpoint.hash:
             raise CheckpointOfAnotherTask(f"checkpoint {checkpoint.id} is not one of task {step.task_id!r}'s")
@@ -79,21 +84,21 @@ def llm_call_event(step: StepRef, call: CallReport) -> LlmCallEvent:
     )
 
 
-def record_step(checkpoints: CheckpointStore, tasks: TaskRegistry, events: EventLog, task_id: str,
-                parent: CheckpointRef, pending: PendingStep) -> CheckpointRef:
+def record_step(records: StepRecords, task_id: str, parent: CheckpointRef, pending: PendingStep) -> CheckpointRef:
     """Write a finished step: append its messages to the checkpoint chain, list the task's progress,
-    announce a "step" event. Idempotent, so retries are harmless. Only code beside the store (the
-    workflow's own activities) calls this: a GPU node never writes a task's state."""
+    announce a "step" event (in one transaction when `records` are bound to one). Idempotent, so retries
+    are harmless. Only code beside the store (the workflow's own activities) calls this: a GPU node never
+    writes a task's state."""
     spend = pending.state.spend
-    already = checkpoints.find(task_id, parent.seq + 1)
-    ref = checkpoints.append(task_id, parent, pending.step, pending.new_messages, {},
-                             {"spend": spend.model_dump(), "step": pending.step})
+    already = records.checkpoints.find(task_id, parent.seq + 1)
+    ref = records.checkpoints.append(task_id, parent, pending.step, pending.new_messages, {},
+                                     {"spend": spend.model_dump(), "step": pending.step})
     if already is not None:
         # An earlier attempt wrote it (its reply was lost with its node, and the step was placed again):
         # the step is recorded and announced once.
         return ref
-    tasks.save_state(pending.state.model_copy(update={"checkpoint_seq": ref.seq}))
-    events.append(task_id, "step", {
+    records.tasks.save_state(pending.state.model_copy(update={"checkpoint_seq": ref.seq}))
+    records.events.append(task_id, "step", {
         "step": pending.step, "checkpoint_seq": ref.seq, "tokens_used": spend.tokens_used,
         "token_limit": spend.token_limit, "usd_used": spend.usd_used,
         "tool_calls": [c.name for m in pending.new_messages for c in (m.tool_calls or [])],

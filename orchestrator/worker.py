@@ -52,9 +52,9 @@ def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: 
                  pool: LeasePool | None = None) -> Worker:
     """The control-queue worker; without `pool`, every model is called from here (no fleet)."""
     leases = PoolLeases(pool or DirectRouting(), store.ledger)
-    llm = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger),
-                            ModelCatalogue(config, store.models))
-    books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents)
+    llm = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger,
+                                           steps_in=store.transaction), ModelCatalogue(config, store.models))
+    books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents, steps_in=store.transaction)
     return Worker(
         client,
         task_queue=task_queue,

@@ -31,8 +31,9 @@ from typing import Any
 import pydantic_core
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, bindparam, func
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Row
-from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from activities.ports import CheckpointContent
@@ -203,6 +204,13 @@ _CHECKPOINTS = CheckpointRow.__table__
 _LATEST = (sa.select(_CHECKPOINTS).where(_CHECKPOINTS.c.task_id == bindparam("task_id"))
            .order_by(_CHECKPOINTS.c.seq.desc()).limit(1))
 _BY_ID = sa.select(_CHECKPOINTS).where(_CHECKPOINTS.c.id == bindparam("id"))
+_AT_SEQ = (sa.select(_CHECKPOINTS.c.id, _CHECKPOINTS.c.seq, _CHECKPOINTS.c.step, _CHECKPOINTS.c.hash,
+                     _CHECKPOINTS.c.message_count)
+           .where(_CHECKPOINTS.c.task_id == bindparam("task_id"), _CHECKPOINTS.c.seq == bindparam("seq")))
+# A write skips a taken (task, seq) instead of failing, so that it can be one statement of a larger transaction
+# (a step's checkpoint, state and event land together, activities/step_books.py) that a rollback would end.
+_INSERT = {dialect: insert(_CHECKPOINTS).on_conflict_do_nothing(index_elements=["task_id", "seq"])
+           .returning(_CHECKPOINTS.c.id) for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))}
 _CHAIN = (sa.select(_CHECKPOINTS)
           .where(_CHECKPOINTS.c.task_id == bindparam("task_id"), _CHECKPOINTS.c.seq >= bindparam("first"),
                  _CHECKPOINTS.c.seq < bindparam("before"))
@@ -235,11 +243,8 @@ class SqlCheckpointStore:
         A retried append of the same delta returns the existing ref; a different delta at that
         seq raises CheckpointConflict (the caller is writing from a stale parent).
         """
-        with Session(self._engine) as session:
-            stored = session.exec(
-                select(CheckpointRow.id, CheckpointRow.seq, CheckpointRow.step, CheckpointRow.hash, CheckpointRow.message_count)
-                .where(CheckpointRow.task_id == task_id, CheckpointRow.seq == parent.seq)
-            ).first()
+        with connected(self._engine) as connection:
+            stored = connection.execute(_AT_SEQ, {"task_id": task_id, "seq": parent.seq}).first()
         if stored is None:
             raise CheckpointNotFound(f"task {task_id!r} has no checkpoint seq {parent.seq} to append to")
         if stored.id != parent.id or stored.hash != parent.hash:
@@ -293,25 +298,19 @@ class SqlCheckpointStore:
             task_id=task_id, seq=seq, step=step, parent_hash=parent_hash, hash=digest,
             message_count=base_count + len(messages), encoding=encoding, delta=blob, delta_bytes=len(blob),
         )  # fmt: skip
-        with Session(self._engine, expire_on_commit=False) as session:
-            session.add(row)
-            try:
-                session.commit()
-                ref = _ref(row)
-            except IntegrityError:
-                # (task, seq) is taken: by this same write retried, or by a different one.
-                session.rollback()
-                existing = session.exec(
-                    select(CheckpointRow.id, CheckpointRow.seq, CheckpointRow.step, CheckpointRow.hash)
-                    .where(CheckpointRow.task_id == task_id, CheckpointRow.seq == seq)
-                ).first()
+        with connected(self._engine) as connection:
+            inserted = connection.execute(_INSERT[connection.dialect.name], row.model_dump(exclude={"id"})).first()
+            if inserted is not None:
+                ref = CheckpointRef(id=inserted.id, seq=seq, step=step, hash=digest)
+            else:  # (task, seq) is taken: by this same write retried, or by a different one
+                existing = connection.execute(_AT_SEQ, {"task_id": task_id, "seq": seq}).first()
                 if existing is None:
-                    raise
+                    raise CheckpointConflict(f"task {task_id!r}: seq {seq} was taken and then was gone")
                 if existing.hash != digest:
                     raise CheckpointConflict(
                         f"task {task_id!r} already has a different checkpoint at seq {seq} "
                         f"(stored hash {existing.hash}, this write {digest}); checkpoints are never overwritten"
-                    ) from None
+                    )
                 ref = _ref(existing)
         written = json.loads(raw)  # what a read from the database would give, e.g. tuples as lists
         conversation = _Conversation(
@@ -322,6 +321,8 @@ class SqlCheckpointStore:
             state=written["state"],
         )
         if not isinstance(base, int):
+            # Put now, even inside a caller's transaction: an entry that a rollback leaves behind is checked
+            # against the stored row (id and hash chain) by every read, as any stale entry is.
             self._cache.put(conversation)
         return conversation
 
@@ -399,11 +400,8 @@ class SqlCheckpointStore:
         )
 
     def find(self, task_id: str, seq: int) -> CheckpointRef | None:
-        with Session(self._engine) as session:
-            row = session.exec(
-                select(CheckpointRow.id, CheckpointRow.seq, CheckpointRow.step, CheckpointRow.hash)
-                .where(CheckpointRow.task_id == task_id, CheckpointRow.seq == seq)
-            ).first()
+        with connected(self._engine) as connection:
+            row = connection.execute(_AT_SEQ, {"task_id": task_id, "seq": seq}).first()
         return _ref(row) if row is not None else None
 
     def latest(self, task_id: str) -> CheckpointRef | None:

@@ -16,7 +16,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import Engine, bindparam, delete, func, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
@@ -27,6 +29,10 @@ from .tables import TaskRow, utcnow
 
 _FINAL_VALUES = sorted(s.value for s in FINAL_STATUSES)
 _TASKS = TaskRow.__table__
+_UPDATE = sa.update(_TASKS).where(_TASKS.c.task_id == bindparam("of_task"))
+_UPDATE_UNLESS_FINAL = _UPDATE.where(_TASKS.c.status.not_in(_FINAL_VALUES))
+_INSERT = {dialect: insert(_TASKS).on_conflict_do_nothing(index_elements=["task_id"]).returning(_TASKS.c.task_id)
+           for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))}
 # A task is read by id for every page and call about it, and by a node's every prepare: built once.
 _GET = sa.select(_TASKS.c.state_json, _TASKS.c.spec_json, _TASKS.c.created_at).where(
     _TASKS.c.task_id == bindparam("task_id"))
@@ -108,20 +114,20 @@ class SqlTaskRegistry:
             return bool(result.rowcount)
 
     def save_state(self, state: TaskState, spec_json: str | None = None) -> None:
-        """Upsert a task's latest state; a late non-final state never replaces a final one."""
+        """Upsert a task's latest state; a late non-final state never replaces a final one.
+
+        An update, and only for a task without a row an insert that skips a row made meanwhile (then the update
+        again): no statement fails, so this can be one of a larger transaction (a step's record)."""
         values = _columns(state)
         if spec_json is not None:
             values["spec_json"] = spec_json
-        with Session(self._engine) as session:
-            if self._update(session, state, values):
+        with connected(self._engine) as connection:
+            if self._update(connection, state, values):
                 return
-            session.add(TaskRow(task_id=state.task_id, **values))
-            try:
-                session.commit()
-            except IntegrityError:
-                # The row exists after all (created concurrently, or final and so not updated above).
-                session.rollback()
-                self._update(session, state, values)
+            inserted = connection.execute(_INSERT[connection.dialect.name],
+                                          {"task_id": state.task_id, "created_at": utcnow(), **values}).first()
+            if inserted is None:  # the row exists after all (created concurrently, or final and so not updated)
+                self._update(connection, state, values)
 
     def count_by_status(self, tenant: str | None = None) -> dict[str, int]:
         """How many tasks are in each status (of one tenant, or all)."""
@@ -132,13 +138,9 @@ class SqlTaskRegistry:
             return {status: count for status, count in session.exec(statement).all()}
 
     @staticmethod
-    def _update(session: Session, state: TaskState, values: dict[str, Any]) -> bool:
-        statement = update(TaskRow).where(col(TaskRow.task_id) == state.task_id)
-        if not state.status.is_final:
-            statement = statement.where(col(TaskRow.status).not_in(_FINAL_VALUES))
-        result = session.exec(statement.values(**values).execution_options(synchronize_session=False))
-        session.commit()
-        return bool(result.rowcount)
+    def _update(connection: Connection, state: TaskState, values: dict[str, Any]) -> bool:
+        statement = _UPDATE if state.status.is_final else _UPDATE_UNLESS_FINAL
+        return bool(connection.execute(statement.values(**values), {"of_task": state.task_id}).rowcount)
 
     def get(self, task_id: str) -> TaskRecord | None:
         with connected(self._engine) as connection:

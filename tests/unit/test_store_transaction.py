@@ -62,3 +62,35 @@ def test_read_latest_is_the_newest_checkpoint_and_its_whole_conversation(store: 
     latest = store.checkpoints.read_latest("t")
     assert latest is not None and latest.ref == child
     assert [m.content for m in latest.messages] == ["What is a berth?", "A ship's place."]
+
+
+def _pending(step: int, text: str):
+    from sdk import Spend, TaskState, TaskStatus
+    from sdk.contracts import PendingStep
+
+    state = TaskState(task_id="t", status=TaskStatus.running, agent="a", agent_version="1", model="m",
+                      tenant="default", step=step, max_steps=10, spend=Spend(tokens_used=10 * step, token_limit=1000))
+    return PendingStep(step=step, new_messages=[Message(role="assistant", content=text)], state=state)
+
+
+def test_a_step_is_recorded_in_one_transaction_checkpoint_state_and_event_or_none(store: Store) -> None:
+    """A step's checkpoint, the task's state and the step event commit together; a failure after the checkpoint
+    leaves no checkpoint, and the store never serves the one that was rolled back (from its cache either)."""
+    from activities.step_books import record_step
+
+    root = store.checkpoints.write_root("t", [Message(role="user", content="Count to two.")], {})
+    with pytest.raises(Refused):
+        with store.transaction() as tx:
+            written = record_step(tx, "t", root, _pending(1, "one"))
+            raise Refused
+    assert store.checkpoints.find("t", 1) is None and store.events.read("t") == []
+    with pytest.raises(Exception):
+        store.checkpoints.read(written.id)  # neither in the database nor in the cache
+    with store.transaction() as tx:
+        first = record_step(tx, "t", root, _pending(1, "one"))
+    with store.transaction() as tx:  # a retry of the same step: recorded and announced once
+        assert record_step(tx, "t", root, _pending(1, "one")) == first
+    assert [m.content for m in store.checkpoints.read(first.id).messages] == ["Count to two.", "one"]
+    assert [(e.kind, e.data["step"]) for e in store.events.read("t")] == [("step", 1)]
+    record = store.tasks.get("t")
+    assert record is not None and record.state.checkpoint_seq == 1

@@ -9,8 +9,9 @@ can never spend more through its token than it was given, however it asks.
 
 from __future__ import annotations
 
-from sdk import Budget, Spend, TaskSpec, TaskState, TaskStatus
+from sdk import AgentSpec, Budget, Spend, TaskSpec, TaskState, TaskStatus
 from sdk._builtins import SpawnAgentArgs
+from sdk.contracts import SpawnedChild
 
 from ..store import TaskConflict
 from .admission import SubmitRequest
@@ -46,15 +47,22 @@ async def submit_as_child(svc: Services, caller: Principal, request: SubmitReque
         raise unavailable(str(exc)) from None
     except (WorkflowGone, UpdateRejected) as exc:
         raise conflict(str(exc), field="budget.tokens" if str(exc).startswith("budget.tokens:") else None) from None
+    return await list_child(svc, child, agent, parent.state, request.input, request.priority)
+
+
+async def list_child(svc: Services, child: SpawnedChild, agent: AgentSpec, parent: TaskState, input_text: str,
+                     priority: int) -> TaskState:
+    """List a sub-agent its parent's workflow has just started, at once and with its input: a caller who asks
+    about it next (cancel, preempt, read) finds it, though its own first save may come later. That save (which
+    may also come first) keeps its row."""
     state = TaskState(
         task_id=child.task_id, agent=agent.name, agent_version=agent.version, model=agent.model,
-        tenant=parent.state.tenant, status=TaskStatus.queued, max_steps=agent.max_steps,
-        spend=Spend(token_limit=child.tokens, usd_limit=child.usd), parent_task_id=caller.task_id,
+        tenant=parent.tenant, status=TaskStatus.queued, max_steps=agent.max_steps,
+        spend=Spend(token_limit=child.tokens, usd_limit=child.usd), parent_task_id=parent.task_id,
     )
-    spec = TaskSpec(task_id=child.task_id, agent=agent.name, input=request.input, tenant=parent.state.tenant,
-                    budget=Budget(tokens=child.tokens, usd=child.usd), priority=request.priority)
+    spec = TaskSpec(task_id=child.task_id, agent=agent.name, input=input_text, tenant=parent.tenant,
+                    budget=Budget(tokens=child.tokens, usd=child.usd), priority=priority)
     try:
-        # Listed at once, with its input; the child's own first save (which may come first) keeps its row.
         await svc.db(svc.store.tasks.create, child.task_id, spec.model_dump_json(), state)
     except TaskConflict:
         pass

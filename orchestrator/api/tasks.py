@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query, Request, Response, status
 from pydantic import ConfigDict, Field
 
-from sdk import Spend, TaskEvent, TaskState, TaskStatus
+from sdk import Spend, TaskEvent, TaskSpec, TaskState, TaskStatus
 from sdk._builtins import SpawnAgentArgs
 from sdk._limits import MAX_PAGE, MAX_REASON_CHARS, MAX_STORED_INT
 from sdk._identity import CreatedKey, Role
@@ -17,7 +17,7 @@ from ..store import TaskRecord
 from .admission import SubmitRequest, admit
 from .audit import note_target
 from .auth import Caller, TaskWriter
-from .delegation import submit_as_child
+from .delegation import list_child, submit_as_child
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, unavailable
 from .principal import in_tree
 from .services import Services, Svc
@@ -164,12 +164,17 @@ async def spawn(task_id: str, request: SpawnRequest, svc: Svc, caller: TaskWrite
     """Start a sub-agent whose budget is carved from this task's remainder (returned when it ends)."""
     record = await svc.task_record(task_id, caller)
     require_running(record)
-    if await svc.db(svc.store.agents.get, request.agent) is None:
+    agent = await svc.db(svc.store.agents.get, request.agent)
+    if agent is None:
         raise invalid("agent", f"no agent named {request.agent!r} is registered")
     try:
-        return await svc.temporal.spawn(task_id, SpawnAgentArgs.model_validate(request.model_dump()))
+        child = await svc.temporal.spawn(task_id, SpawnAgentArgs.model_validate(request.model_dump()))
     except (TemporalUnavailable, WorkflowGone, UpdateRejected) as exc:
         raise _refusal(exc) from None
+    # Its workflow gives it the parent's priority (workflows/sub_agents.py).
+    priority = TaskSpec.model_validate_json(record.spec_json).priority if record.spec_json else 0
+    await list_child(svc, child, agent, record.state, request.input, priority)
+    return child
 
 
 @router.post("/{task_id}/answer", response_model=TaskState)

@@ -45,6 +45,23 @@ def acme(live: Live) -> str:
     return live.key(Role.agent, "acme")
 
 
+async def test_a_spawned_sub_agent_is_there_the_moment_its_spawn_answers(live: Live, acme: str) -> None:
+    """The spawn's answer names a task the caller can act on at once (read it, preempt it), before the child's
+    workflow has saved anything of its own."""
+    lead, helper = agents(live)
+    async with live.as_key(acme) as http:
+        parent = await asking_root(live, http, lead)
+        spawned = await http.post(f"/v1/tasks/{parent}/spawn", json={"agent": helper, "input": "ask: how deep?",
+                                                                       "tokens": CHILD_TOKENS})
+        assert spawned.status_code == 201, spawned.text
+        child = spawned.json()["task_id"]
+        read = await http.get(f"/v1/tasks/{child}")
+        assert read.status_code == 200, read.text
+        assert TaskState.model_validate(read.json()).parent_task_id == parent
+        preempted = await http.post(f"/v1/tasks/{child}/simulate-preemption")
+        assert preempted.status_code in (202, 409), preempted.text
+
+
 async def test_a_sub_agents_budget_grows_only_out_of_its_parents_remainder(live: Live, acme: str) -> None:
     lead, helper = agents(live)
     async with live.as_key(acme) as http:

@@ -104,6 +104,7 @@ class AgentTaskWorkflow:
         self.answer_text: str | None = None
         self.cancel_reason: str | None = None
         self.budget_raised = False
+        self.finishing = False
 
     # ----- the step loop -------------------------------------------------------------------
     @workflow.run
@@ -379,8 +380,9 @@ class AgentTaskWorkflow:
 
     @spawn.validator
     def _check_spawn(self, req: SpawnAgentArgs) -> None:
-        if self.status.is_final or self.cancel_reason is not None:
-            raise ApplicationError(f"task is {self.status.value}; it can no longer start sub-agents")
+        if self.status.is_final or self.cancel_reason is not None or self.finishing:
+            now = self.status.value if self.status.is_final or not self.finishing else "finishing"
+            raise ApplicationError(f"task is {now}; it can no longer start sub-agents")
         # A client (a task token, the SDK) asking for more than remains is refused with the numbers,
         # rather than given less than it asked for without knowing (as the model's own spawn tool is).
         remaining = self.budget.token_allowance
@@ -431,8 +433,12 @@ class AgentTaskWorkflow:
             TaskBookkeeping.record_state, RecordStateInput(state=self._state(), spec_json=spec_json), **BOOKKEEPING)
 
     async def _finish(self, status: TaskStatus, error: str | None = None) -> TaskState:
+        self.finishing = True  # no new sub-agent from here: one started after the wait below would outlive the task
         self.waiting_for, self.gpu_trouble = None, None
         await self._flush_pending()
+        # A spawn still starting its child has carved the child's budget but not listed it as running yet: let it
+        # finish, so that the child is cancelled or waited for below and its carve settled, never left reserved.
+        await workflow.wait_condition(lambda: not self.sub_agents.starting)
         if self.sub_agents.running:
             # Sub-agents started from outside still run on this task's budget: settle them first.
             if status == TaskStatus.cancelled:

@@ -48,6 +48,7 @@ class SubAgents:
         self.budget = budget
         self.children = children
         self.running: set[str] = set()
+        self.starting = 0  # spawns between their carve and their child's start (`_start`)
         self._started: dict[str, _Started] = {}
         self.violation: str | None = None  # a child that spent beyond its carve: the parent ends failed
 
@@ -121,6 +122,16 @@ class SubAgents:
             await workflow.get_external_workflow_handle(task_id).signal(CANCEL_SIGNAL, CancelRequest(reason=reason))
 
     async def _start(self, args: SpawnAgentArgs, origin: str) -> _Started:
+        """Carve the child's budget and start it. While this runs the carve is taken but the child not yet
+        `running`: `starting` counts it, so that a task that ends meanwhile waits for it rather than end with the
+        carve reserved."""
+        self.starting += 1
+        try:
+            return await self._carve_and_start(args, origin)
+        finally:
+            self.starting -= 1
+
+    async def _carve_and_start(self, args: SpawnAgentArgs, origin: str) -> _Started:
         agent = await self._resolve(args.agent)
         if self.budget.token_allowance < 2 * MIN_ANSWER_TOKENS or (
                 self.budget.usd_allowance is not None and self.budget.usd_allowance <= 0):

@@ -9,27 +9,41 @@ not what a node's reply says, at no extra round trip.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from temporalio import activity
 
-from sdk._lease import (ACQUIRE_LEASE, BOOK_CUT, NODE_LIVENESS, RELEASE_LEASE, BookedRound, CutGeneration, LeaseGrant,
-                        LeaseRequest, NodeLiveness, ReleaseLease)
+from sdk import CheckpointRef
+from sdk._lease import (ACQUIRE_LEASE, ACQUIRE_STEP, BOOK_CUT, NODE_LIVENESS, RELEASE_LEASE, BookedRound,
+                        CutGeneration, LeaseGrant, LeaseRequest, NodeLiveness, ReleaseLease)
+from sdk.contracts import AcquireStep, Acquired, CheckpointInput
 
 from .ports import KEPT, LOST, LeasePool, LedgerEntry, TokenLedger
 from .spans import annotate_acquire
 
 
 class PoolLeases:
-    def __init__(self, pool: LeasePool, ledger: TokenLedger) -> None:
+    def __init__(self, pool: LeasePool, ledger: TokenLedger,
+                 write_predecessor: Callable[[CheckpointInput], CheckpointRef] | None = None) -> None:
         self.pool = pool
         self.ledger = ledger
+        self.write_predecessor = write_predecessor  # the bookkeeping's checkpoint write, beside the store
 
     @activity.defn(name=ACQUIRE_LEASE)
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
         grant = self.pool.acquire(req)
         annotate_acquire(req, grant)
         return grant
+
+    @activity.defn(name=ACQUIRE_STEP)
+    def acquire_step(self, inp: AcquireStep) -> Acquired:
+        """Write the step's predecessor, then ask for its lease: a step's two pieces of bookkeeping before its
+        generation in one local activity (each costs the workflow an activation and a history marker). The write
+        comes first and whatever the pool answers: the predecessor is a finished step, and its write is idempotent."""
+        if self.write_predecessor is None:
+            raise RuntimeError("this worker's leases were built without the bookkeeping's checkpoint write")
+        checkpoint = self.write_predecessor(inp.predecessor)
+        return Acquired(grant=self.acquire(inp.request), checkpoint=checkpoint)
 
     @activity.defn(name=RELEASE_LEASE)
     def release(self, req: ReleaseLease) -> BookedRound | None:

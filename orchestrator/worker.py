@@ -51,16 +51,16 @@ WORKER_METRICS_PORT_ENV = "BERTH_WORKER_METRICS_PORT"
 def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE,
                  pool: LeasePool | None = None) -> Worker:
     """The control-queue worker; without `pool`, every model is called from here (no fleet)."""
-    leases = PoolLeases(pool or DirectRouting(), store.ledger)
     llm = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger,
                                            steps_in=store.transaction), ModelCatalogue(config, store.models))
     books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents, steps_in=store.transaction)
+    leases = PoolLeases(pool or DirectRouting(), store.ledger, write_predecessor=books.checkpoint)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[AgentTaskWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow, PrewarmWorkflow],
         activities=[llm.generate, books.begin_task, books.checkpoint, books.record_state, books.resolve_agent,
-                    leases.acquire, leases.release, leases.node_liveness, leases.book_cut],
+                    leases.acquire, leases.acquire_step, leases.release, leases.node_liveness, leases.book_cut],
         activity_executor=ThreadPoolExecutor(max_workers=200),
         max_concurrent_activities=200,
         max_concurrent_workflow_tasks=50,

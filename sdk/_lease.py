@@ -26,6 +26,7 @@ LocalityTier = Literal["warm", "loading", "disk", "datacenter", "origin"]
 WaitReason = Literal["no_capacity", "cold_start", "busy", "tenant_quota", "low_priority", "queued"]
 
 ACQUIRE_LEASE = "berth.pool.acquire"
+ACQUIRE_STEP = "berth.pool.acquire_step"  # a lease asked with the step's predecessor to write (sdk/contracts.py)
 RELEASE_LEASE = "berth.pool.release"
 NODE_LIVENESS = "berth.pool.node_liveness"
 BOOK_CUT = "berth.pool.book_cut"

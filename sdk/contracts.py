@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from ._lease import StepPlacement
+from ._lease import LeaseGrant, LeaseRequest, StepPlacement
 from ._limits import (MAX_ATTEMPTS_CARRIED, MAX_INPUT_CHARS, MAX_PREFIX_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET,
                       StoredInt, numbers_not_booleans)
 from ._messages import Message, ToolCall
@@ -160,6 +160,18 @@ class CheckpointInput(BaseModel):
     task_id: str
     parent: CheckpointRef
     pending: PendingStep
+
+
+class AcquireStep(BaseModel):
+    """A step's first ask for a lease, with its predecessor to write first: one local activity, not two."""
+
+    request: LeaseRequest
+    predecessor: CheckpointInput
+
+
+class Acquired(BaseModel):
+    grant: LeaseGrant
+    checkpoint: CheckpointRef  # the predecessor, written: the step's conversation from now on
 
 
 class RecordStateInput(BaseModel):

@@ -45,12 +45,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.llm_step import LlmStepActivities
     from activities.pool_lease import PoolLeases
     from sdk import CheckpointRef
-    from sdk._lease import (BookedRound, CutGeneration, Direct, LeaseRequest, Never, NodeLiveness, Placed,
+    from sdk._lease import (BookedRound, CutGeneration, Direct, LeaseGrant, LeaseRequest, Never, NodeLiveness, Placed,
                             ReleaseLease, StepLimits, StepPlacement, StepRound)
     from sdk._node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
     from sdk._recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
     from sdk._state import GpuTrouble
-    from sdk.contracts import CheckpointInput, GenerationProgress, LlmStepInput, LlmStepResult, Reply, Shortfall
+    from sdk.contracts import (AcquireStep, CheckpointInput, GenerationProgress, LlmStepInput, LlmStepResult, Reply,
+                               Shortfall)
 
     from .interruptions import Interruption, NodeRevoked, books_refused, interruption, is_permanent, progress_of
     from .options import BOOKKEEPING
@@ -66,6 +67,8 @@ NO_RETRY = RetryPolicy(maximum_attempts=1)
 NODE_PICKUP_SHARE = 0.8
 # Pickups a node whose liveness nothing proves (`unknown`) gets before it is taken for gone.
 UNPROVEN_PICKUPS = 2
+# The patch under which a step's predecessor is written by its first lease ask (one local activity, not two).
+PREDECESSOR_WITH_ACQUIRE = "predecessor-with-acquire"
 # Times a quiet generation on a live node is continued there (each one attempt of the placement's stride) before
 # the step counts it `stalled` and places it elsewhere: an engine that is wedged, not merely slow.
 QUIET_CONTINUES = 3
@@ -241,7 +244,7 @@ class FleetStep:
         said: tuple[str, datetime] | None = None  # (wait reason, when) last shown
         while True:
             request = self._asking(rnd, index)
-            grant = await workflow.execute_local_activity_method(PoolLeases.acquire, request, **BOOKKEEPING)
+            grant = await self._ask(rnd, request)
             if isinstance(grant, (Placed, Direct)):
                 await self._say(None, None)  # placed: the step runs (or waits for its replica's load) again
                 return grant
@@ -259,6 +262,18 @@ class FleetStep:
             if self._stop_waiting():
                 return None
             pause = min(pause * 2, WAIT_MAX_S)
+
+    async def _ask(self, rnd: _Round, request: LeaseRequest) -> LeaseGrant:
+        """Ask the pool for a lease. The step's first ask carries its predecessor, written in the same local activity
+        (workflows that began before it did wrote it apart, after placement: `_checkpoint`)."""
+        inp = rnd.inp
+        if inp.pending is None or not workflow.patched(PREDECESSOR_WITH_ACQUIRE):
+            return await workflow.execute_local_activity_method(PoolLeases.acquire, request, **BOOKKEEPING)
+        asked = await workflow.execute_local_activity_method(PoolLeases.acquire_step, AcquireStep(
+            request=request, predecessor=CheckpointInput(task_id=inp.task_id, parent=inp.checkpoint,
+                                                         pending=inp.pending)), **BOOKKEEPING)
+        rnd.inp = inp.model_copy(update={"checkpoint": asked.checkpoint, "pending": None})
+        return asked.grant
 
     # ----- checkpoint ------------------------------------------------------------------------
     async def _checkpoint(self, inp: LlmStepInput) -> LlmStepInput:

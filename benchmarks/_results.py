@@ -22,3 +22,11 @@ def write_results(name: str, figures: dict) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path
+
+
+def write_labelled_run(name: str, label: str, figures: dict) -> Path:
+    """Keep `figures` as the run `label` of benchmark `name`, beside its other runs (a "before" and an "after")."""
+    path = RESULTS / f"{name}.json"
+    runs = json.loads(path.read_text()).get("runs", {}) if path.exists() else {}
+    runs[label] = figures
+    return write_results(name, {"runs": runs})

@@ -44,7 +44,7 @@ from sdk import BerthError, Budget, Client
 from sdk._identity import TenantSpec
 from tests.system.conftest import Stack, fleet_stack, wait_until
 
-from ._results import RESULTS, write_results
+from ._results import write_labelled_run
 from .load_run import (AGENT, BUDGET_TOKENS, CLIENT_TIMEOUT_S, FLEET, LOAD_DEADLINE_S, MAX_NUM_SEQS, MODEL, POLICY,
                        TASKS, subject, wait_final)
 
@@ -275,10 +275,7 @@ def main() -> dict:
         figures = asyncio.run(burst(stack, args.tasks, tmp / "profiles" if args.profile else None))
     figures["note"] = args.note
     print(json.dumps({k: v for k, v in figures.items() if k != "profiles"}, indent=1))
-    path = RESULTS / f"{NAME}.json"
-    runs = json.loads(path.read_text()).get("runs", {}) if path.exists() else {}
-    runs[args.label] = figures
-    print(f"figures written to {write_results(NAME, {'runs': runs})}")
+    print(f"figures written to {write_labelled_run(NAME, args.label, figures)}")
     return figures
 
 

@@ -39,7 +39,7 @@ from sdk._lease import StepLimits, StepPlacement
 from sdk._step_books import BookInterruptedRequest, DeadAttemptBody, PrepareStepRequest, SettleStepRequest
 from tests.conftest import free_port
 
-from ._results import RESULTS, write_results
+from ._results import write_labelled_run
 
 NAME = "step_routes"
 TASKS = 300
@@ -149,10 +149,7 @@ def main() -> dict:
     args = parser.parse_args()
     figures = {**asyncio.run(measure(args.tasks)), "note": args.note}
     print(json.dumps(figures, indent=1))
-    path = RESULTS / f"{NAME}.json"
-    runs = json.loads(path.read_text()).get("runs", {}) if path.exists() else {}
-    runs[args.label] = figures
-    print(f"figures written to {write_results(NAME, {'runs': runs})}")
+    print(f"figures written to {write_labelled_run(NAME, args.label, figures)}")
     return figures
 
 

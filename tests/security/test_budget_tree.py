@@ -45,16 +45,21 @@ def acme(live: Live) -> str:
     return live.key(Role.agent, "acme")
 
 
+async def _spawned(live: Live, http: httpx.AsyncClient) -> tuple[str, str]:
+    """A waiting root task and a sub-agent of CHILD_TOKENS spawned under it through the API: their ids."""
+    lead, helper = agents(live)
+    parent = await asking_root(live, http, lead)
+    spawned = await http.post(f"/v1/tasks/{parent}/spawn", json={"agent": helper, "input": "ask: how deep?",
+                                                                   "tokens": CHILD_TOKENS})
+    assert spawned.status_code == 201, spawned.text
+    return parent, spawned.json()["task_id"]
+
+
 async def test_a_spawned_sub_agent_is_there_the_moment_its_spawn_answers(live: Live, acme: str) -> None:
     """The spawn's answer names a task the caller can act on at once (read it, preempt it), before the child's
     workflow has saved anything of its own."""
-    lead, helper = agents(live)
     async with live.as_key(acme) as http:
-        parent = await asking_root(live, http, lead)
-        spawned = await http.post(f"/v1/tasks/{parent}/spawn", json={"agent": helper, "input": "ask: how deep?",
-                                                                       "tokens": CHILD_TOKENS})
-        assert spawned.status_code == 201, spawned.text
-        child = spawned.json()["task_id"]
+        parent, child = await _spawned(live, http)
         read = await http.get(f"/v1/tasks/{child}")
         assert read.status_code == 200, read.text
         assert TaskState.model_validate(read.json()).parent_task_id == parent
@@ -63,13 +68,8 @@ async def test_a_spawned_sub_agent_is_there_the_moment_its_spawn_answers(live: L
 
 
 async def test_a_sub_agents_budget_grows_only_out_of_its_parents_remainder(live: Live, acme: str) -> None:
-    lead, helper = agents(live)
     async with live.as_key(acme) as http:
-        parent = await asking_root(live, http, lead)
-        spawned = await http.post(f"/v1/tasks/{parent}/spawn", json={"agent": helper, "input": "ask: how deep?",
-                                                                       "tokens": CHILD_TOKENS})
-        assert spawned.status_code == 201, spawned.text
-        child = spawned.json()["task_id"]
+        parent, child = await _spawned(live, http)
         await live.wait_for(http, child, TaskStatus.awaiting_input)
 
         raised = await http.post(f"/v1/tasks/{child}/raise-budget", json={"tokens": 2000})

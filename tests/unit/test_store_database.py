@@ -37,16 +37,7 @@ def test_a_database_from_an_earlier_version_gains_new_columns(tmp_path) -> None:
     from activities.ports import LedgerEntry
     from orchestrator.store import Store
 
-    db = tmp_path / "old.db"
-    con = sqlite3.connect(db)
-    con.execute("CREATE TABLE token_ledger (id INTEGER PRIMARY KEY, task_id VARCHAR NOT NULL, step INTEGER NOT NULL,"
-                " attempt INTEGER NOT NULL, kind VARCHAR NOT NULL, model VARCHAR NOT NULL, prompt_tokens INTEGER NOT"
-                " NULL, completion_tokens INTEGER NOT NULL, cost_usd FLOAT NOT NULL, ttft_s FLOAT NOT NULL, duration_s"
-                " FLOAT NOT NULL, served_by VARCHAR NOT NULL, created_at DATETIME)")
-    con.execute("INSERT INTO token_ledger (task_id, step, attempt, kind, model, prompt_tokens, completion_tokens,"
-                " cost_usd, ttft_s, duration_s, served_by) VALUES ('old', 1, 1, 'settled', 'm', 1, 2, 0, 0, 0, 'x')")
-    con.commit()
-    con.close()
+    db = _old_ledger(tmp_path / "old.db", rows=1)
 
     store = Store.open(f"sqlite:///{db}")
     assert store.ledger.record(LedgerEntry("new", 1, 1, "m", 3, 4, 0.0, 0.0, 0.0, "x", response_id="r1"))
@@ -62,19 +53,27 @@ def test_an_old_ledger_with_repeated_keys_is_refused_by_name_not_trimmed(tmp_pat
 
     from orchestrator.store import Store
 
-    db = tmp_path / "old.db"
-    con = sqlite3.connect(db)
-    con.execute("CREATE TABLE token_ledger (id INTEGER PRIMARY KEY, task_id VARCHAR NOT NULL, step INTEGER NOT NULL,"
-                " attempt INTEGER NOT NULL, kind VARCHAR NOT NULL, model VARCHAR NOT NULL, prompt_tokens INTEGER NOT"
-                " NULL, completion_tokens INTEGER NOT NULL, cost_usd FLOAT NOT NULL, ttft_s FLOAT NOT NULL, duration_s"
-                " FLOAT NOT NULL, served_by VARCHAR NOT NULL, created_at DATETIME)")
-    for _ in range(2):
-        con.execute("INSERT INTO token_ledger (task_id, step, attempt, kind, model, prompt_tokens, completion_tokens,"
-                    " cost_usd, ttft_s, duration_s, served_by) VALUES ('old', 1, 1, 'settled', 'm', 1, 2, 0, 0, 0, 'x')")
-    con.commit()
-    con.close()
+    db = _old_ledger(tmp_path / "old.db", rows=2)  # the same key twice
 
     with pytest.raises(RuntimeError, match=r"token_ledger .*\(task_id, step, attempt, kind\)"):
         Store.open(f"sqlite:///{db}")
     con = sqlite3.connect(db)
     assert con.execute("SELECT count(*) FROM token_ledger").fetchone() == (2,)  # nothing lost
+
+
+def _old_ledger(db, rows: int):
+    """A database from before migrations: its ledger without today's columns or its unique key, with `rows`
+    entries of one key."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE token_ledger (id INTEGER PRIMARY KEY, task_id VARCHAR NOT NULL, step INTEGER NOT NULL,"
+                " attempt INTEGER NOT NULL, kind VARCHAR NOT NULL, model VARCHAR NOT NULL, prompt_tokens INTEGER NOT"
+                " NULL, completion_tokens INTEGER NOT NULL, cost_usd FLOAT NOT NULL, ttft_s FLOAT NOT NULL, duration_s"
+                " FLOAT NOT NULL, served_by VARCHAR NOT NULL, created_at DATETIME)")
+    for _ in range(rows):
+        con.execute("INSERT INTO token_ledger (task_id, step, attempt, kind, model, prompt_tokens, completion_tokens,"
+                    " cost_usd, ttft_s, duration_s, served_by) VALUES ('old', 1, 1, 'settled', 'm', 1, 2, 0, 0, 0, 'x')")
+    con.commit()
+    con.close()
+    return db

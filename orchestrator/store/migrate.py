@@ -15,7 +15,9 @@ or drops something must make adoption stamp the revision before it and upgrade f
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from pathlib import Path
 
 from alembic import command
@@ -31,7 +33,7 @@ from . import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 # pg_advisory_xact_lock key: "berth-migrate" folded to a bigint, the same in every process.
 _PG_LOCK_KEY = 0x62657274686D6967
-_SQLITE_ATTEMPTS = 3
+_SQLITE_ATTEMPTS = 10
 # Alembic's `context` and `op` are module-wide proxies: one migration at a time per process.
 _in_process = threading.Lock()
 
@@ -74,6 +76,9 @@ def _migrate(engine: Engine) -> None:
         except DatabaseError:
             if attempt == _SQLITE_ATTEMPTS:
                 raise
+            # Apart, so that the winner's stamp lands before the next look: on a busy machine three back-to-back
+            # tries all collided with a winner still creating its tables.
+            time.sleep(random.uniform(0.5, 1.5) * min(0.1 * attempt, 1.0))
 
 
 def _upgrade(conn: Connection) -> None:

@@ -47,7 +47,7 @@ $(ENGINE_STAMP): $(STAMP)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
 	  $(VENV)/bin/uv pip install --quiet --native-tls --no-cache --reinstall-package llama-cpp-python --python $(PY) $(LLAMA_CPP) || \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
-	  $(PY) -m pip install --quiet --no-cache-dir --force-reinstall --no-deps $(LLAMA_CPP)
+	  $(PY) -m pip install --quiet --no-cache-dir --force-reinstall $(LLAMA_CPP)
 	touch $(ENGINE_STAMP)
 
 engine: $(ENGINE_STAMP)

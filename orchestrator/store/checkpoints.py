@@ -31,8 +31,6 @@ from typing import Any
 import pydantic_core
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, bindparam, func
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Row
 from sqlmodel import Session, col, select
 
@@ -40,7 +38,7 @@ from activities.ports import CheckpointContent
 from sdk import Message, NotFound
 from sdk.contracts import CheckpointRef
 
-from .connections import connected
+from .connections import connected, inserts_skipping_taken
 from .tables import CheckpointRow
 
 HASH_CHARS = 16  # 64 bits: the chain detects accidents and edits, it is not a signature
@@ -209,8 +207,7 @@ _AT_SEQ = (sa.select(_CHECKPOINTS.c.id, _CHECKPOINTS.c.seq, _CHECKPOINTS.c.step,
            .where(_CHECKPOINTS.c.task_id == bindparam("task_id"), _CHECKPOINTS.c.seq == bindparam("seq")))
 # A write skips a taken (task, seq) instead of failing, so that it can be one statement of a larger transaction
 # (a step's checkpoint, state and event land together, activities/step_books.py) that a rollback would end.
-_INSERT = {dialect: insert(_CHECKPOINTS).on_conflict_do_nothing(index_elements=["task_id", "seq"])
-           .returning(_CHECKPOINTS.c.id) for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))}
+_INSERT = inserts_skipping_taken(_CHECKPOINTS, ["task_id", "seq"], _CHECKPOINTS.c.id)
 _CHAIN = (sa.select(_CHECKPOINTS)
           .where(_CHECKPOINTS.c.task_id == bindparam("task_id"), _CHECKPOINTS.c.seq >= bindparam("first"),
                  _CHECKPOINTS.c.seq < bindparam("before"))

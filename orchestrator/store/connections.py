@@ -13,7 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Column, Connection, Engine, Table
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.sql.dml import Insert
 
 Part = TypeVar("Part")
 
@@ -37,3 +40,11 @@ def on_connection(part: Part, connection: Connection) -> Part:
     bound = object.__new__(type(part))
     bound.__dict__.update(vars(part), _engine=connection)
     return bound
+
+
+def inserts_skipping_taken(table: Table, key: list[str], returning: Column) -> dict[str, Insert]:
+    """An INSERT that skips a row whose `key` is taken (ON CONFLICT DO NOTHING, returning `returning` only for a row
+    it wrote), by dialect name. Built once at import: a write that cannot fail on a duplicate can be one statement
+    of a larger transaction, which an IntegrityError and its rollback would end."""
+    return {dialect: insert(table).on_conflict_do_nothing(index_elements=key).returning(returning)
+            for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))}

@@ -14,14 +14,12 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy import Engine, bindparam, func
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Row
 from sqlmodel import Session, col, select
 
 from activities.ports import KEPT, LOST, LedgerEntry
 
-from .connections import connected
+from .connections import connected, inserts_skipping_taken
 from .tables import LedgerRow, TaskRow, utcnow
 
 # Stay well under SQLite's bound-parameter limit (32766 since 3.32, 999 before).
@@ -49,8 +47,7 @@ _LEDGER = LedgerRow.__table__
 _KEY = ["task_id", "step", "attempt", "kind"]  # the unique key uq_ledger_call, what a retried write hits
 # A node's every step books a call and reads its round, so both statements are built once. The insert skips a
 # taken key on the unique key itself, which each database the store runs on spells its own way.
-_RECORD = {dialect: insert(_LEDGER).on_conflict_do_nothing(index_elements=_KEY).returning(_LEDGER.c.id)
-           for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))}
+_RECORD = inserts_skipping_taken(_LEDGER, _KEY, _LEDGER.c.id)
 _ROUND = (sa.select(_LEDGER)
           .where(_LEDGER.c.task_id == bindparam("task_id"), _LEDGER.c.step == bindparam("step"),
                  _LEDGER.c.attempt >= bindparam("from_attempt"))

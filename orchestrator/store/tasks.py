@@ -17,22 +17,19 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, bindparam, delete, func
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from sdk import FINAL_STATUSES, Conflict, TaskState
 
-from .connections import connected
+from .connections import connected, inserts_skipping_taken
 from .tables import TaskRow, utcnow
 
 _FINAL_VALUES = sorted(s.value for s in FINAL_STATUSES)
 _TASKS = TaskRow.__table__
 _UPDATE = sa.update(_TASKS).where(_TASKS.c.task_id == bindparam("of_task"))
 _UPDATE_UNLESS_FINAL = _UPDATE.where(_TASKS.c.status.not_in(_FINAL_VALUES))
-_INSERT = {dialect: insert(_TASKS).on_conflict_do_nothing(index_elements=["task_id"]).returning(_TASKS.c.task_id)
-           for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))}
+_INSERT = inserts_skipping_taken(_TASKS, ["task_id"], _TASKS.c.task_id)
 # A task is read by id for every page and call about it, and by a node's every prepare: built once.
 _GET = sa.select(_TASKS.c.state_json, _TASKS.c.spec_json, _TASKS.c.created_at).where(
     _TASKS.c.task_id == bindparam("task_id"))

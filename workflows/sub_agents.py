@@ -34,6 +34,10 @@ with workflow.unsafe.imports_passed_through():
     from .options import BOOKKEEPING
 
 
+# What Temporal calls a signal to a workflow that has closed (or never was).
+CHILD_ALREADY_ENDED = "ExternalWorkflowExecutionNotFound"
+
+
 @dataclass
 class _Started:
     task_id: str
@@ -118,8 +122,17 @@ class SubAgents:
         await workflow.wait_condition(lambda: not self.running)
 
     async def cancel_all(self, reason: str) -> None:
-        for task_id in sorted(self.running):
+        """Tell every running child to stop, all at once. A child may have ended a moment ago with its end not yet
+        heard here (its `_settle` books it): that signal finds no workflow, which must not fail this task."""
+        await asyncio.gather(*(self._cancel(task_id, reason) for task_id in sorted(self.running)))
+
+    async def _cancel(self, task_id: str, reason: str) -> None:
+        try:
             await workflow.get_external_workflow_handle(task_id).signal(CANCEL_SIGNAL, CancelRequest(reason=reason))
+        except ApplicationError as exc:
+            if exc.type != CHILD_ALREADY_ENDED:
+                # The child is still waited for (`wait_all`): it ends on its own, by its budget or deadline.
+                workflow.logger.error("could not cancel sub-agent %s of %s: %s", task_id, self.parent.task_id, exc)
 
     async def _start(self, args: SpawnAgentArgs, origin: str) -> _Started:
         """Carve the child's budget and start it. While this runs the carve is taken but the child not yet

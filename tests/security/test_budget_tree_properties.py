@@ -54,8 +54,8 @@ class World:
         self.keys = {t: store.keys.create(Role.agent, t, name=f"prop-{t}").key for t in TENANTS}
         self.keys["admin"] = store.keys.create(Role.admin, name="prop-admin").key
 
-    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(CALL_TIMEOUT_S)
+    def run(self, coro: Coroutine[Any, Any, Any], timeout_s: float = CALL_TIMEOUT_S) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
     def call(self, key: str, method: str, path: str, body: dict | None = None) -> httpx.Response:
         async def send() -> httpx.Response:
@@ -152,7 +152,8 @@ class BudgetTrees(RuleBasedStateMachine):
         world = self.world
         for root in self.limits:
             world.call(world.keys["admin"], "POST", f"/v1/tasks/{root}/cancel", {"reason": "the run is over"})
-        world.run(_all_final(world, sorted(self.known)))
+        # Past its own deadline `_all_final` fails naming what is still open: wait for that, not a bare timeout.
+        world.run(_all_final(world, sorted(self.known)), timeout_s=SETTLE_TIMEOUT_S + CALL_TIMEOUT_S)
         for task in self.known:
             record = world.store.tasks.get(task)
             assert record is not None and record.state.status.is_final, task

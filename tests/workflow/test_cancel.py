@@ -132,3 +132,42 @@ async def test_a_cancel_does_not_wait_for_a_tool_no_worker_runs(
     await handle.signal("cancel", CancelRequest(reason="stop"))
     state = await handle.result()
     assert state.status == TaskStatus.cancelled and state.error == "stop"
+
+
+async def test_a_cancel_that_crosses_a_sub_agents_end_still_ends_the_parent_cancelled(
+        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    """The parent hears of its cancel and of one child's end in one workflow task: the cancel handler runs first and
+    signals a child that is no longer there, while the other child keeps the parent open until the answer comes
+    back. That answer must not fail the parent (its row would stay open forever and the carves stay reserved): the
+    parent ends cancelled, with both children settled."""
+    from sdk._builtins import SpawnAgentArgs
+    from sdk.contracts import SpawnedChild
+
+    config = BerthConfig(data_dir=tmp_path, engine_url=engine_url, database_url=f"sqlite:///{tmp_path}/berth.db")
+    store = Store.open(config.resolved_database_url)
+    queue = f"control-{uuid.uuid4().hex[:8]}"
+    asker = Agent(f"asker-{uuid.uuid4().hex[:6]}", "llama-3.2-1b", "Ask, then answer.", allow_ask_human=True)
+    async with build_worker(temporal_client, store, config, task_queue=queue):
+        parent = await _start(temporal_client, store, queue, asker, "ask: ready?")
+        await _until(lambda: _status_is(store, parent.id, TaskStatus.awaiting_input), "the parent asking")
+        children = [await parent.execute_update("spawn", SpawnAgentArgs(agent=asker.name, input="ask: deep?",
+                                                                        tokens=2000), result_type=SpawnedChild)
+                    for _ in range(2)]
+        for child in children:
+            await _until(lambda: _status_is(store, child.task_id, TaskStatus.awaiting_input), "a child asking")
+    # No worker runs now: the first child's end and the parent's cancel reach the parent in one workflow task.
+    await temporal_client.get_workflow_handle(children[0].task_id).terminate("its node burned down")
+    await parent.signal("cancel", CancelRequest(reason="enough"))
+    async with build_worker(temporal_client, store, config, task_queue=queue):
+        state = await parent.result()
+    store.close()
+
+    assert state.status == TaskStatus.cancelled and state.error == "enough"
+    # A child that ended without an answer spent an unknown part of its carve: all of it is charged, none reserved.
+    assert state.spend.reserved_for_children == 0 and state.spend.tokens_used >= 2000
+    assert store.tasks.get(children[1].task_id).state.status == TaskStatus.cancelled
+
+
+async def _status_is(store: Store, task_id: str, status: TaskStatus) -> bool:
+    record = store.tasks.get(task_id)
+    return record is not None and record.state.status == status

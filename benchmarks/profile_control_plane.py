@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -39,6 +40,8 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+
+import httpx
 
 from sdk import BerthError, Budget, Client
 from sdk._identity import TenantSpec
@@ -189,6 +192,26 @@ def shares(lines: list[str]) -> dict:
             "own_code_inclusive": {f: round(n / total, 3) for f, n in inclusive.most_common(TOP * 2)}}
 
 
+METRIC_LINE = re.compile(r'^(service_requests|persistence_requests)\{(.*)\} ([0-9.e+]+)$')
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def temporal_requests(metrics_url: str) -> Counter:
+    """Temporal's own request counters: every RPC its frontend served (`rpc <Operation>`) and every write or read
+    it made of its store (`db <Operation>`), as its Prometheus endpoint reports them now."""
+    counts: Counter = Counter()
+    for line in httpx.get(metrics_url, timeout=30).text.splitlines():
+        match = METRIC_LINE.match(line)
+        if match is None:
+            continue
+        labels = dict(LABEL.findall(match.group(2)))
+        if match.group(1) == "service_requests" and labels.get("service_name") == "frontend":
+            counts[f"rpc {labels.get('operation')}"] += float(match.group(3))
+        elif match.group(1) == "persistence_requests":
+            counts[f"db {labels.get('operation')}"] += float(match.group(3))
+    return counts
+
+
 async def set_up(client: Client, stack: Stack) -> None:
     """As the load run sets its stack up: the model at MAX_NUM_SEQS under POLICY, the burst's tenant, a warm replica."""
     entry = (await client.model(MODEL)).entry
@@ -232,6 +255,8 @@ async def burst(stack: Stack, tasks: int, profile_dir: Path | None) -> dict:
         if profile_dir is not None:
             profile_dir.mkdir(parents=True, exist_ok=True)
             spies = {r: PySpy(sampler.pids(r)[0], profile_dir / f"{r.replace(' ', '_')}.txt") for r in PROFILED}
+        metrics_url = f"http://127.0.0.1:{stack.env['BERTH_TEMPORAL_METRICS_PORT']}/metrics"
+        requests_before = await asyncio.to_thread(temporal_requests, metrics_url)
         client_cpu = time.process_time()
         t0 = time.time()
         sent, retries = await submit_burst(client, tasks)
@@ -239,6 +264,8 @@ async def burst(stack: Stack, tasks: int, profile_dir: Path | None) -> dict:
         wall = time.time() - t0
         client_cpu = time.process_time() - client_cpu
         cpu = sampler.stop()
+        requests = await asyncio.to_thread(temporal_requests, metrics_url)
+        requests.subtract(requests_before)
         profiles = {r: spy.stop() for r, spy in spies.items()}
     cpu["client"] = client_cpu
     steps = sum(s.step for s in states.values())
@@ -258,6 +285,8 @@ async def burst(stack: Stack, tasks: int, profile_dir: Path | None) -> dict:
         "idle_cpu_s_per_s": {r: round(v, 4) for r, v in sorted(idle_per_s.items())},
         "cpu_ms_per_step_net_of_idle": {r: round(1000 * (s - idle_per_s.get(r, 0.0) * wall) / steps, 2)
                                         for r, s in sorted(cpu.items())},
+        # What the dev server's CPU per step is spent on: its RPCs and its store's operations, per step.
+        "temporal_requests_per_step": {op: round(n / steps, 2) for op, n in requests.most_common() if n / steps >= 0.05},
         "profiles": profiles,
     }
 

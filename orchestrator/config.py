@@ -21,6 +21,8 @@ class BerthConfig(BaseModel):
     api_port: int = Field(default=8080, ge=0, le=65535)
     temporal_port: int = Field(default=7233, ge=0, le=65535)
     temporal_ui_port: int = Field(default=8233, ge=0, le=65535)
+    temporal_metrics_port: int = Field(default=0, ge=0, le=65535,
+                                       description="the embedded Temporal's Prometheus /metrics; 0: a free port")
     engine_port: int = Field(default=8090, ge=0, le=65535)
     temporal_address: str | None = Field(default=None, description="host:port of an existing Temporal frontend")
     temporal_namespace: str = "default"

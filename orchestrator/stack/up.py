@@ -97,6 +97,7 @@ def stack_children(config: BerthConfig, tool_agents: list[str],
             temporal_binary(), "server", "start-dev", "--ip", config.host, "--port", str(config.temporal_port),
             "--ui-port", str(config.temporal_ui_port), "--db-filename", str(data / "temporal.db"),
             "--namespace", config.temporal_namespace, "--log-level", "warn",
+            *(("--metrics-port", str(config.temporal_metrics_port)) if config.temporal_metrics_port else ()),
         ], env),
     ]
     if not config.fleet:

@@ -40,7 +40,7 @@ class Stack:
 
     @classmethod
     def create(cls, tmp: Path, latency_scale: float = 0.3, load_time_scale: float = 0.02) -> "Stack":
-        ports = {name: free_port() for name in ("API", "TEMPORAL", "TEMPORAL_UI", "ENGINE")}
+        ports = {name: free_port() for name in ("API", "TEMPORAL", "TEMPORAL_UI", "TEMPORAL_METRICS", "ENGINE")}
         env = {**os.environ, "BERTH_DATA_DIR": str(tmp / "berth"), "BERTH_TOOL_JOURNAL": str(tmp / "journal.txt"),
                "BERTH_ENGINE_LATENCY_SCALE": str(latency_scale), "BERTH_LOAD_TIME_SCALE": str(load_time_scale),
                "PYTHONUNBUFFERED": "1", **PROVIDER_CANARIES,

@@ -46,6 +46,10 @@ class LearnedBandwidth:
     origin: dict[str, float] = field(default_factory=dict)
     peer: dict[str, float] = field(default_factory=dict)  # by source node
     last_id: int = 0
+    # The highest rate ever learned per tier (bytes/s), only ever raised: bounds that stay true (scorers.py).
+    fastest_disk: float = 0.0
+    fastest_origin: float = 0.0
+    fastest_peer: float = 0.0
 
     def observe(self, samples: Iterable[Measured], fleet: "FleetState", config: "PlacementConfig") -> int:
         """Fold `samples` in (oldest first); how many were new."""
@@ -59,10 +63,13 @@ class LearnedBandwidth:
                 node = fleet.nodes.get(s.node_id)
                 prior = node.disk_gib_per_s * GIB if node is not None else DISK_BYTES_PER_S
                 _learn(self.disk, s.node_id, prior, s)
+                self.fastest_disk = max(self.fastest_disk, self.disk[s.node_id])
             elif s.tier == "origin":
                 _learn(self.origin, s.node_id, config.wan_gib_per_s * GIB, s)
+                self.fastest_origin = max(self.fastest_origin, self.origin[s.node_id])
             elif s.tier == "datacenter" and s.source_node:
                 _learn(self.peer, s.source_node, config.intra_dc_gib_per_s * GIB, s)
+                self.fastest_peer = max(self.fastest_peer, self.peer[s.source_node])
         return n
 
     # -- what the scorers read (GiB/s, as the config's figures) --

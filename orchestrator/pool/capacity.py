@@ -104,6 +104,15 @@ class FreeCapacityIndex:
         for c in range(count, self._max_count.get(group, 0) + 1):
             yield from self._lists.get((dc, type_name, capacity, b, c), ())
 
+    def nodes_across(self, groups: list[GroupKey], need_gib: float, count: int) -> Iterator[str]:
+        """`nodes` of several groups (one GPU type and class in several datacenters) merged: fewest qualifying
+        devices first across all of them, so the tightest fit of any datacenter comes before a looser one."""
+        b = bucket_below(need_gib)
+        top = max((self._max_count.get(g, 0) for g in groups), default=0)
+        for c in range(count, top + 1):
+            for dc, type_name, capacity in groups:
+                yield from self._lists.get((dc, type_name, capacity, b, c), ())
+
     def _drop(self, node_id: str, key: tuple[str, str, str, int, int]) -> None:
         lst = self._lists.get(key)
         if lst:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from ..weights_transfer import DISK_BYTES_PER_S, GIB
 from .bandwidth import LearnedBandwidth
 from .capacity import DeviceFree, FreeCapacityIndex
+from .spare import SpareReplicas, SpareSlot
 
 if TYPE_CHECKING:
     from .placement import Decision
@@ -23,10 +24,6 @@ if TYPE_CHECKING:
 CapacityClass = Literal["spot", "on-demand"]
 Trust = Literal["shared", "isolated", "dedicated"]
 ReplicaState = Literal["loading", "warm", "draining"]
-
-# Spot risk assumed when ordering the spare index (PlacementConfig.spot_preemption_risk's default;
-# ordering only: the score itself uses the config's value).
-SPOT_RISK_FOR_ORDER = 0.15
 
 # Memory comparisons allow this much float error (GiB): 1 MiB, far below any real allocation.
 EPSILON_GIB = 1 / 1024
@@ -66,6 +63,14 @@ class Node:
     preemption_risk: float | None = None  # measured for this node; None → the config's default for spot
     engines: frozenset[str] | None = None  # the engines it runs replicas with; None: not stated, any
     _by_index: dict[int, Device] = field(default_factory=dict, repr=False, compare=False)
+    _types: frozenset[str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def type_names(self) -> frozenset[str]:
+        """The GPU types it has (one, but for mixed nodes): a node's hardware does not change while it is in the fleet."""
+        if self._types is None:
+            self._types = frozenset(d.type_name for d in self.devices)
+        return self._types
 
     @property
     def dedicated_to(self) -> str | None:
@@ -117,8 +122,8 @@ class Replica:
     active_leases: int = 0
     load_s: float = 0.0  # the load estimate when it was placed; a loading replica's queue starts after it
     tokens_per_s: float = 1.0  # batch throughput: the catalogue's rate on its slowest device
-    # Its entry in FleetState.spare while it has a free slot (so removal finds the same key).
-    spare_entry: tuple[float, float, str] | None = field(default=None, repr=False, compare=False)
+    # Where it sits in FleetState.spare while it has a free slot (so removal finds the same list).
+    spare_slot: SpareSlot | None = field(default=None, repr=False, compare=False)
 
     @property
     def queue_s(self) -> float:
@@ -167,9 +172,9 @@ class FleetState:
         self.tenants: dict[str, Tenant] = {}
         self.replicas: dict[str, Replica] = {}
         self.replicas_by_model: dict[str, dict[str, None]] = {}  # insertion-ordered set; callers sort
-        # (model, boundary owner, capacity class) → [(queue seconds, $ per token, replica id)] of replicas with
-        # a free slot, sorted: the shortest queues are read first, a decision never scans them all.
-        self.spare: dict[tuple[str, str | None, str], list[tuple[float, str]]] = {}
+        # The replicas with a free slot, by (model, boundary owner, capacity class) and class: a decision reads
+        # each class's first few, never all of them, and still finds the best (spare.py).
+        self.spare = SpareReplicas()
         # (model, boundary owner) → [replicas not draining, loading replicas with no free slot]:
         # the waiting path tells busy from cold start from these, never by scanning replicas.
         self.replica_counts: dict[tuple[str, str | None], list[int]] = {}
@@ -184,6 +189,12 @@ class FleetState:
         self.tenant_devices: Counter[str] = Counter()  # tenant → devices its replicas hold
         self.shapes: Counter[tuple[tuple[str, float, bool], ...]] = Counter()  # node hardware shapes
         self.free_index = FreeCapacityIndex()
+        # The same, of devices no replica uses: all an isolated tenant may take besides its own (`isolated_nodes`).
+        self.empty_index = FreeCapacityIndex()
+        self.isolated_nodes: dict[str, Counter[str]] = {}  # tenant → nodes with its isolated replicas → how many
+        self.fastest_device = 0.0  # the highest relative speed of any device the fleet has had
+        self.type_speed: dict[str, float] = {}  # GPU type → the highest speed of a device of that type
+        self.fastest_disk_gib_per_s = 0.0  # the highest disk read rate any node registered
         # Transfer rates learned from what nodes measured (the scorers' load times); priors until then.
         self.bandwidth = LearnedBandwidth()
         self._next_replica = 0
@@ -196,6 +207,11 @@ class FleetState:
             raise ValueError(f"node {node.id!r} is already in the fleet")
         self.nodes[node.id] = node
         self.shapes[_shape(node)] += 1
+        # Only ever raised (a node that leaves keeps them): bounds that stay true, for `scorers.new_replica_floor`.
+        self.fastest_device = max([self.fastest_device, *(d.speed for d in node.devices)])
+        for d in node.devices:
+            self.type_speed[d.type_name] = max(self.type_speed.get(d.type_name, 0.0), d.speed)
+        self.fastest_disk_gib_per_s = max(self.fastest_disk_gib_per_s, node.disk_gib_per_s)
         if node.dedicated_to:
             lst = self.dedicated_nodes.setdefault(node.dedicated_to, [])
             lst.append(node.id)
@@ -212,6 +228,7 @@ class FleetState:
         for model in [m for m, holders in self.cached.items() if node_id in holders]:
             self.evict_weights(node_id, model)
         self.free_index.update(node_id, node.datacenter, node.capacity, None)
+        self.empty_index.update(node_id, node.datacenter, node.capacity, None)
         shape = _shape(node)
         self.shapes[shape] -= 1
         if self.shapes[shape] <= 0:
@@ -246,7 +263,7 @@ class FleetState:
         if node_id in nodes:
             return
         nodes.add(node_id)
-        self.cached_sorted[model] = sorted(nodes)
+        insort(self.cached_sorted.setdefault(model, []), node_id)  # not a re-sort: a popular model is in 10⁵ caches
         self.weights_in_dc.setdefault(model, Counter())[self.nodes[node_id].datacenter] += 1
 
     def evict_weights(self, node_id: str, model: str) -> None:
@@ -254,7 +271,8 @@ class FleetState:
         if node_id not in nodes:
             return
         nodes.discard(node_id)
-        self.cached_sorted[model] = sorted(nodes)
+        in_order = self.cached_sorted[model]
+        del in_order[bisect_left(in_order, node_id)]
         dcs = self.weights_in_dc[model]
         dcs[self.nodes[node_id].datacenter] -= 1
         if dcs[self.nodes[node_id].datacenter] <= 0:
@@ -314,6 +332,8 @@ class FleetState:
             dev.owner = tenant if isolated else None
         if tenant:
             self.tenant_devices[tenant] += len(devices)
+        if tenant and isolated:
+            self.isolated_nodes.setdefault(tenant, Counter())[node_id] += 1
         self.replicas[replica.id] = replica
         self.replicas_by_model.setdefault(model, {})[replica.id] = None
         self._index_replica(replica)
@@ -354,6 +374,11 @@ class FleetState:
                 dev.owner = None
         if replica.tenant:
             self.tenant_devices[replica.tenant] -= len(replica.devices)
+        if replica.tenant and replica.isolated:
+            held = self.isolated_nodes[replica.tenant]
+            held[replica.node_id] -= 1
+            if held[replica.node_id] <= 0:
+                del held[replica.node_id]
         self._reindex(node)
 
     # --- bookings --------------------------------------------------------------------------
@@ -410,34 +435,36 @@ class FleetState:
     def _index_replica(self, replica: Replica) -> None:
         self._count_replica(replica, 1)
         if replica.has_slot:
-            node = self.nodes[replica.node_id]
-            key = (replica.model, replica.boundary, node.capacity)
-            # Queue first; among equal queues (most often none at all), the cheapest per token
-            # generated: the cost term's rate, so the shortlist holds the replicas the full score ranks first.
-            risk = node.preemption_risk if node.preemption_risk is not None else SPOT_RISK_FOR_ORDER
-            rate = node.usd_per_hour * len(replica.devices) / max(len(node.devices), 1) / replica.tokens_per_s
-            if node.capacity == "spot":
-                rate *= 1 + risk
-            replica.spare_entry = (replica.queue_s, rate, replica.id)
-            insort(self.spare.setdefault(key, []), replica.spare_entry)
+            replica.spare_slot = self._spare_slot(replica)
+            self.spare.add(replica.spare_slot)
+
+    def _spare_slot(self, replica: Replica) -> SpareSlot:
+        """The replica's class and its wait, computed as the scorers compute them (`spare.py` says why)."""
+        node = self.nodes[replica.node_id]
+        tier = "warm" if replica.state == "warm" else "loading"
+        wait = replica.queue_s / max(replica.concurrency, 1)
+        if tier == "loading":
+            wait = wait + replica.load_s
+        usd_per_hour = node.usd_per_hour * len(replica.devices) / max(len(node.devices), 1)
+        speed = min(node.device(i).speed for i in replica.devices)
+        risk = node.preemption_risk if node.capacity == "spot" else None
+        return SpareSlot((replica.model, replica.boundary, node.capacity),
+                         (tier, replica.tokens_per_s, replica.concurrency, speed, usd_per_hour, risk),
+                         (wait, node.id, replica.devices, replica.id))
 
     def _unindex_replica(self, replica: Replica) -> None:
         self._count_replica(replica, -1)
-        entry = replica.spare_entry
-        if entry is None:
-            return
-        replica.spare_entry = None
-        lst = self.spare.get((replica.model, replica.boundary, self.nodes[replica.node_id].capacity))
-        if lst:
-            i = bisect_left(lst, entry)
-            if i < len(lst) and lst[i] == entry:
-                del lst[i]
+        if replica.spare_slot is not None:
+            self.spare.remove(replica.spare_slot)
+            replica.spare_slot = None
 
     def _reindex(self, node: Node) -> None:
-        devices = None
+        devices = empty = None
         if node.schedulable and not node.dedicated_to:
             devices = [DeviceFree(d.type_name, d.free_gib) for d in node.devices]
+            empty = [DeviceFree(d.type_name, d.free_gib) for d in node.devices if d.replicas == 0]
         self.free_index.update(node.id, node.datacenter, node.capacity, devices)
+        self.empty_index.update(node.id, node.datacenter, node.capacity, empty)
 
 
 def _shape(node: Node) -> tuple[tuple[str, float, bool], ...]:

@@ -1,10 +1,13 @@
 """place(): hard filters, then a score; the lease is booked by FleetState.apply().
 
-Candidates come from indexes, never from a scan of the fleet: the model's replicas, the
-nodes caching its weights, and the best fits of the free-capacity index per locality tier and
-capacity class, at most `candidates_per_tier` of each. Every candidate is scored by the
-weighted scorers; the lowest total wins, ties broken by tier then stable ids, so the same
-fleet and request always give the same decision.
+Candidates come from indexes, never from a scan of the fleet: the first replicas of each class of the
+model's replicas with a free slot (`spare.py`: within a class the first is the best), then, only where
+it could win, new replicas: the nodes caching the model's weights and the best fits of the free-capacity
+index, `candidates_per_tier` per shelf (locality tier, capacity class, GPU type). A shelf is skipped when
+its floor, the least any new replica there could score, is above the runner-up found so far: a request
+that warm replicas serve well reads no free capacity at all. Every candidate is scored by the
+weighted scorers; the lowest total wins, ties broken by tier then stable ids, so the same fleet and
+request always give the same decision.
 """
 
 from __future__ import annotations
@@ -15,12 +18,17 @@ from .decision import Candidate, Decision, PlacementRequest, ScoredCandidate, Ti
 from .filters import boundary_owner, engine_filter, gang_fit, node_filter, replica_filter
 from .fleet import FleetState, ModelSpec, Node, Replica, Trust
 from .reasons import never_possible
-from .scorers import SCORERS, weighted_total
+from .scorers import SCORERS, new_replica_floor, weighted_total
 from .weights import DEFAULT_CONFIG, PlacementConfig
 
-# Nodes caching a model's weights examined per decision: a popular model sits in thousands of
-# caches; 512 cheap index checks (~0.1 ms) find the few with room, in node-id order.
+# A model cached on at most this many nodes has them all read for the disk tier (cheap index checks, ~0.1 ms);
+# one in more caches (a popular model, in thousands) finds them through the free-capacity index instead.
 DISK_SCAN_LIMIT = 512
+# Nodes of the free-capacity index read per shelf at most: the index offers a superset (its memory buckets are
+# coarser than a model's need) in best-fit order, so the first few hundred hold the shelf's few best fits.
+SHELF_SCAN_LIMIT = 256
+# Replicas offered by each class of replica: the best, and a runner-up for the decision's explanation.
+PER_CLASS = 2
 
 
 def place(fleet: FleetState, request: PlacementRequest, config: PlacementConfig = DEFAULT_CONFIG) -> Decision:
@@ -37,20 +45,18 @@ def place(fleet: FleetState, request: PlacementRequest, config: PlacementConfig 
     candidates = [] if request.new_replica_only else _replica_candidates(fleet, request, trust, config, rejections)
     quota_blocked = False
     capped = request.max_replicas is not None and fleet.live_replicas[request.model] >= request.max_replicas
+    scored = [(weighted_total(request, c, fleet, config), c.sort_key, c) for c in candidates]
     if request.priority != "low_priority" and not capped:  # low priority never scales up: warm replicas or wait
         degrees = _degrees_within_quota(fleet, request, model)
         quota_blocked = not degrees
-        found: dict[tuple[str, str], int] = {}  # shared across degrees: the smallest gang that fits fills it first
+        found: dict[tuple[str, str, str], int] = {}  # shared across degrees: the smallest gang fills it first
         for degree in degrees:
-            candidates.extend(_new_replica_candidates(fleet, request, model, trust, degree, config, found, rejections))
-    if not candidates:
+            _add_new_replica_candidates(fleet, request, model, trust, degree, config, found, rejections, scored)
+    if not scored:
         return _waiting(fleet, request, model, quota_blocked, capped, rejections)
 
     # Totals first (cheap); the full per-term record only for the winner and the runner-up.
-    ranked = sorted(
-        ((weighted_total(request, c, fleet, config), c.sort_key, c) for c in candidates),
-        key=lambda t: (t[0], t[1]),
-    )
+    ranked = sorted(scored, key=lambda t: (t[0], t[1]))
     chosen = _score(fleet, request, ranked[0][2], config)
     runner_up = _score(fleet, request, ranked[1][2], config) if len(ranked) > 1 else None
     return Decision(
@@ -84,32 +90,34 @@ def _decided_by(chosen: ScoredCandidate, runner_up: ScoredCandidate | None) -> s
 def _replica_candidates(
     fleet: FleetState, request: PlacementRequest, trust: Trust, config: PlacementConfig, rejections: dict[str, int]
 ) -> list[Candidate]:
-    """The shortest-queue replicas with a free slot on this request's side of the tenant boundary.
+    """The best replicas with a free slot on this request's side of the tenant boundary, and the runners-up.
 
-    At most `candidates_per_tier` per capacity class, read in queue order from the spare index,
-    plus the replica that served the previous step (prefix affinity) wherever it stands.
+    Every class of replica (`spare.py`) offers its first PER_CLASS that pass the filters: among replicas of one
+    class the score only grows with the wait, so these include the exact best. The replica that served the
+    previous step (prefix affinity) is added wherever it stands. Negative weights would break that order: then
+    every replica is read.
     """
     out: list[Candidate] = []
-    found: dict[str, int] = {}
-    k = config.candidates_per_tier
+    per_class = PER_CLASS if config.weights.ttft >= 0 and config.weights.cost >= 0 else None
 
-    def consider(replica: Replica) -> None:
-        node = fleet.nodes[replica.node_id]
-        why = replica_filter(request, replica, node, trust)
+    def consider(replica: Replica) -> bool:
+        why = replica_filter(request, replica, fleet.nodes[replica.node_id], trust)
         if why is not None:
             rejections[why] = rejections.get(why, 0) + 1
-            return
+            return False
         tier: Tier = "warm" if replica.state == "warm" else "loading"
         out.append(Candidate(tier, replica.node_id, replica.devices, replica.id))
-        found[node.capacity] = found.get(node.capacity, 0) + 1
+        return True
 
     owner = boundary_owner(request, trust)
     for capacity in ("on-demand", "spot"):
-        for _, _, rid in fleet.spare.get((request.model, owner, capacity), ()):
-            if found.get(capacity, 0) >= k:
-                break
-            if rid != request.previous_replica:
-                consider(fleet.replicas[rid])
+        for entries in fleet.spare.classes((request.model, owner, capacity)):
+            taken = 0
+            for _, _, _, rid in entries:
+                if taken == per_class:
+                    break
+                if rid != request.previous_replica and consider(fleet.replicas[rid]):
+                    taken += 1
     previous = fleet.replicas.get(request.previous_replica or "")
     if previous is not None and previous.model == request.model:
         consider(previous)
@@ -125,70 +133,130 @@ def _degrees_within_quota(fleet: FleetState, request: PlacementRequest, model: M
     return [d for d in degrees if held + d <= tenant.gpu_quota]
 
 
-def _new_replica_candidates(
+def _add_new_replica_candidates(
     fleet: FleetState,
     request: PlacementRequest,
     model: ModelSpec,
     trust: Trust,
     degree: int,
     config: PlacementConfig,
-    found: dict[tuple[str, str], int],
+    found: dict[tuple[str, str, str], int],
     rejections: dict[str, int],
-) -> list[Candidate]:
-    """The best few nodes per (tier, capacity class) to start a replica on `degree` devices.
+    scored: list[tuple[float, tuple, Candidate]],
+) -> None:
+    """Add to `scored` the best few nodes per shelf (tier, capacity class, GPU type) to start a replica on.
 
-    `found` counts candidates per (tier, capacity class) across calls: degrees are tried from
-    the smallest, so fewer GPUs per replica (less price, less fragmentation) fill the budget first.
+    Each GPU type has its own shelves: a type twice as fast writes an answer in half the time, so the best
+    new replica may be on any type. A shelf is not searched at all when its floor (`new_replica_floor`: the
+    least any new replica there could score) is above the second-best total found so far, which is what makes
+    most decisions, served by warm replicas, read no free capacity. `found` counts candidates per shelf across
+    calls: degrees are tried from the smallest, so fewer GPUs per replica (less price, less fragmentation)
+    fill the budget first.
     """
     need = model.memory_gib / degree
     owner = boundary_owner(request, trust)
     cached = fleet.cached.get(request.model, set())
     dcs_with_weights = fleet.weights_in_dc.get(request.model, {})
-    out: list[Candidate] = []
     k = config.candidates_per_tier
+    prune = min(vars(config.weights).values()) >= 0  # the floors hold only then
+    # The two best totals so far: a shelf is skipped only when nothing there could be the winner or the runner-up,
+    # so the decision's explanation (what it beat, and by which term) is the full ranking's too.
+    best_two = sorted(total for total, _, _ in scored)[:2]
+    floors: dict[tuple[str, str], float] = {}
+
+    def floor(tier: str, type_name: str) -> float:
+        if (tier, type_name) not in floors:
+            floors[(tier, type_name)] = new_replica_floor(request, fleet, config, tier, fleet.type_speed[type_name])
+        return floors[(tier, type_name)]
+
+    def beaten(tier: str, type_name: str) -> bool:
+        """Whether no new replica of `tier` on this GPU type can beat the runner-up found so far."""
+        return prune and len(best_two) == 2 and floor(tier, type_name) > best_two[1]
 
     def consider(node: Node, tier: Tier) -> None:
-        if found.get((tier, node.capacity), 0) >= k:
-            return
+        if all(found.get((tier, node.capacity, t), 0) >= k or beaten(tier, t) for t in node.type_names):
+            return  # every shelf it could fill is full, or cannot win: no gang fit to try
         why = node_filter(request, node, trust) or engine_filter(model, node)
         if why is not None:
             rejections[why] = rejections.get(why, 0) + 1
             return
         devices = gang_fit(request, node, degree, need, owner, rejections)
-        if devices is not None:
-            out.append(Candidate(tier, node.id, devices))
-            found[(tier, node.capacity)] = found.get((tier, node.capacity), 0) + 1
+        if devices is None:
+            return
+        shelf = (tier, node.capacity, node.device(devices[0]).type_name)
+        if found.get(shelf, 0) >= k:
+            return
+        found[shelf] = found.get(shelf, 0) + 1
+        if found[shelf] == k:
+            open_disk_shelves.discard(shelf)
+        candidate = Candidate(tier, node.id, devices)
+        total = weighted_total(request, candidate, fleet, config)
+        scored.append((total, candidate.sort_key, candidate))
+        best_two[:] = sorted([*best_two, total])[:2]
 
+    def tier_of(node: Node) -> Tier:
+        return "disk" if node.id in cached else "datacenter" if node.datacenter in dcs_with_weights else "origin"
+
+    open_disk_shelves: set[tuple[str, str, str]] = set()
     if trust == "dedicated":
         # A dedicated tenant's nodes are few and outside the shared index: check each one.
         for node_id in fleet.dedicated_nodes.get(request.tenant or "", ()):
-            node = fleet.nodes[node_id]
-            tier: Tier = (
-                "disk" if node_id in cached else "datacenter" if node.datacenter in dcs_with_weights else "origin"
-            )
-            consider(node, tier)
-        return out
+            consider(fleet.nodes[node_id], tier_of(fleet.nodes[node_id]))
+        return
 
-    for examined, node_id in enumerate(fleet.cached_sorted.get(request.model, ())):
-        if examined >= DISK_SCAN_LIMIT or (found.get(("disk", "spot"), 0) >= k and found.get(("disk", "on-demand"), 0) >= k):
-            break
-        if fleet.free_index.may_fit(node_id, need, degree):
-            consider(fleet.nodes[node_id], "disk")
-    for group in fleet.free_index.groups():
-        dc, type_name, capacity = group
-        if request.gpu_types is not None and type_name not in request.gpu_types:
-            continue
-        tier = "datacenter" if dc in dcs_with_weights else "origin"
-        if found.get((tier, capacity), 0) >= k:
-            continue
-        if tier == "origin" and max(found.get(("disk", capacity), 0), found.get(("datacenter", capacity), 0)) >= k:
-            continue  # nearer copies already offer enough; a WAN copy would not win
-        for node_id in fleet.free_index.nodes(group, need, degree):
-            if found.get((tier, capacity), 0) >= k:
+    index, own_nodes = fleet.free_index, set()
+    if owner is not None:
+        # An isolated tenant may take only devices no one uses, or its own: its own nodes are read first, and the
+        # rest of the fleet through the index of empty devices (most free capacity sits beside others' replicas).
+        index, own_nodes = fleet.empty_index, set(fleet.isolated_nodes.get(owner, ()))
+        for node_id in sorted(own_nodes):
+            if fleet.free_index.may_fit(node_id, need, degree):  # schedulable, with room (maybe beside others)
+                consider(fleet.nodes[node_id], tier_of(fleet.nodes[node_id]))
+    groups = [g for g in index.groups() if request.gpu_types is None or g[1] in request.gpu_types]
+    # A model in a few caches: read them all, by node id. One in thousands (a popular model): its cached nodes
+    # are found among the free-capacity index's nodes instead, where most of them are (most are full).
+    few_caches = len(cached) <= DISK_SCAN_LIMIT
+    if few_caches:
+        open_disk_shelves.update(("disk", capacity, type_name) for _, type_name, capacity in groups
+                                 if found.get(("disk", capacity, type_name), 0) < k and not beaten("disk", type_name))
+        for node_id in fleet.cached_sorted.get(request.model, ()):
+            if not open_disk_shelves:
                 break
-            if node_id not in cached:
-                consider(fleet.nodes[node_id], tier)
-    return out
+            node = fleet.nodes[node_id]
+            if not any(("disk", node.capacity, t) in open_disk_shelves for t in node.type_names):
+                continue  # every shelf this node could fill is full or beaten: no gang fit to try
+            if node_id not in own_nodes and index.may_fit(node_id, need, degree):
+                consider(node, "disk")
+    by_shelf: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+    for group in groups:
+        dc, type_name, capacity = group
+        by_shelf.setdefault(("datacenter" if dc in dcs_with_weights else "origin", capacity, type_name), []).append(group)
+    # The most promising shelves first, so that the best found prunes the rest sooner.
+    for shelf in sorted(by_shelf, key=lambda sh: (floor(sh[0], sh[2]) if prune else 0.0, sh)):
+        tier, capacity, type_name = shelf
+        disk_shelf = ("disk", capacity, type_name)
+
+        def still_open(of: tuple[str, str, str]) -> bool:
+            return found.get(of, 0) < k and not beaten(of[0], of[2])
+
+        wants_disk = not few_caches and still_open(disk_shelf)  # cached nodes sit in their datacenter's groups
+        wants_here = still_open(shelf)
+        if not (wants_disk or wants_here):
+            continue
+        for examined, node_id in enumerate(index.nodes_across(by_shelf[shelf], need, degree)):
+            if examined == SHELF_SCAN_LIMIT:
+                break
+            if node_id in own_nodes:
+                continue
+            if node_id in cached:
+                if wants_disk:
+                    consider(fleet.nodes[node_id], "disk")
+                    wants_disk, wants_here = still_open(disk_shelf), still_open(shelf)
+            elif wants_here:
+                consider(fleet.nodes[node_id], tier)  # type: ignore[arg-type]
+                wants_disk, wants_here = wants_disk and still_open(disk_shelf), still_open(shelf)
+            if not (wants_disk or wants_here):
+                break
 
 
 def _waiting(

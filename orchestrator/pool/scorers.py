@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..weights_transfer import GIB
 from .decision import Candidate, PlacementRequest
 from .fleet import FleetState, Node, Replica
 from .weights import PlacementConfig
@@ -73,6 +74,27 @@ def _writing_seconds(request: PlacementRequest, rate: float, slots: int, config:
         return 0.0
     answer = max(request.tokens - request.prompt_tokens, 0)
     return request.prompt_tokens / (rate * config.prefill_speedup) + answer * max(slots, 1) / rate
+
+
+def new_replica_floor(request: PlacementRequest, fleet: FleetState, config: PlacementConfig, tier: str = "disk",
+                      speed: float | None = None) -> float:
+    """A total no new replica of the model scores below on any node of `tier` whose devices run at `speed` (by
+    default the fleet's fastest): its load at the fastest rates the fleet has had for that tier, plus its
+    generation at that speed, every other term at its least (0). A request that a candidate already serves for
+    less needs no search there. True only while no weight is below 0."""
+    spec = fleet.models[request.model]
+    bandwidth = fleet.bandwidth
+    disk = max(fleet.fastest_disk_gib_per_s, bandwidth.fastest_disk / GIB)
+    speed = fleet.fastest_device if speed is None else speed
+    if disk <= 0 or speed <= 0:
+        return 0.0
+    load = spec.weights_gib / disk + config.engine_start_s
+    if tier == "datacenter":
+        load += spec.weights_gib / max(config.intra_dc_gib_per_s, bandwidth.fastest_peer / GIB)
+    elif tier == "origin":
+        load += spec.weights_gib / max(config.wan_gib_per_s, bandwidth.fastest_origin / GIB)
+    generation_s = _writing_seconds(request, spec.tokens_per_s * speed, spec.concurrency, config)
+    return config.weights.ttft * load + config.weights.generation * generation_s
 
 
 def ttft(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:

@@ -381,3 +381,38 @@ def test_tenant_quota_blocks_scale_up() -> None:
     f.set_load("r-1", active_leases=32)
     d = place(f, req(tenant="acme"))
     assert d.outcome == "wait" and d.wait_reason == "tenant_quota"
+
+
+def test_the_fast_replica_wins_however_many_cheaper_slow_ones_sit_ahead_of_it() -> None:
+    """Six idle replicas on cheap L4s and one on an H100, all with empty queues: an interactive step writing a
+    long answer goes to the H100 (its answer in a quarter of the time). The cheap ones cost less per token and
+    outnumber any fixed shortlist; the classes of spare.py still offer the H100's."""
+    slow = [node(f"l4-{i}", gpus(1, "L4-24GB", 24, speed=0.25, prefix=f"l4-{i}"), price=0.5) for i in range(6)]
+    f = fleet(*slow, node("h100", gpus(1, prefix="h100"), price=2.5))
+    on_l4 = [f.add_replica("llama-3.1-8b", n.id, (0,), state="warm") for n in slow]
+    fast = f.add_replica("llama-3.1-8b", "h100", (0,), state="warm")
+    request = req(prompt_tokens=2_000, tokens=6_000)
+    d = place(f, request)
+    assert d.chosen is not None and d.chosen.candidate.replica_id == fast.id, d.chosen
+    slowest = generation(request, Candidate("warm", "l4-0", (0,), on_l4[0].id), f, DEFAULT_CONFIG)
+    assert slowest == pytest.approx(4 * d.chosen.terms["generation"])
+
+
+def test_a_warm_replica_that_beats_every_possible_load_reads_no_free_capacity() -> None:
+    """The floor of a new replica (fastest disk, fastest GPU, nothing else) is above what two warm replicas cost:
+    the free-capacity index is never asked, and the decision and its runner-up are the full ranking's."""
+    f = fleet(node("a"), node("b"), node("c"))
+    f.cache_weights("c", "llama-3.1-8b")
+    first = f.add_replica("llama-3.1-8b", "a", (0,), state="warm")
+    second = f.add_replica("llama-3.1-8b", "b", (0,), state="warm")
+    asked: list[object] = []
+    real = f.free_index.nodes_across
+    f.free_index.nodes_across = lambda *a: asked.append(a) or real(*a)  # type: ignore[method-assign]
+    d = place(f, req())
+    assert d.chosen is not None and {d.chosen.candidate.replica_id, d.runner_up.candidate.replica_id} == {  # type: ignore[union-attr]
+        first.id, second.id}
+    assert asked == []
+    f.unload(second.id)  # one replica left: a new one may be the runner-up, so the index is read
+    d = place(f, req())
+    assert d.chosen.candidate.replica_id == first.id and d.runner_up.candidate.replica_id is None  # type: ignore[union-attr]
+    assert asked

@@ -219,3 +219,57 @@ def test_fast_ranking_and_wait_counters_match_a_scan(specs: list, ops: list, pro
             c[0] += 1
             c[1] += r.state == "loading" and not r.has_slot
     assert {k: v for k, v in fleet.replica_counts.items() if v != [0, 0]} == expected
+
+
+def full_scan(fleet: FleetState, request: PlacementRequest) -> list[float]:
+    """Every candidate's total, best first: every replica and every node's best-fit gang, filtered, no index."""
+    from orchestrator.pool.decision import Candidate
+    from orchestrator.pool.filters import boundary_owner, engine_filter, gang_fit, node_filter, replica_filter
+    from orchestrator.pool.placement import _degrees_within_quota
+    from orchestrator.pool.reasons import never_possible
+    from orchestrator.pool.scorers import weighted_total
+
+    model = fleet.models[request.model]
+    trust = fleet.trust_of(request.tenant)
+    if never_possible(fleet, request, model, trust) is not None:
+        return []
+    found = [] if request.new_replica_only else [
+        Candidate("warm" if r.state == "warm" else "loading", r.node_id, r.devices, r.id)
+        for r in fleet.replicas.values()
+        if r.model == request.model and replica_filter(request, r, fleet.nodes[r.node_id], trust) is None]
+    if request.priority != "low_priority":
+        cached, dcs = fleet.cached.get(request.model, set()), fleet.weights_in_dc.get(request.model, {})
+        for degree in _degrees_within_quota(fleet, request, model):
+            for node in fleet.nodes.values():
+                if node_filter(request, node, trust) or engine_filter(model, node):
+                    continue
+                devices = gang_fit(request, node, degree, model.memory_gib / degree, boundary_owner(request, trust), {})
+                if devices is not None:
+                    tier = "disk" if node.id in cached else "datacenter" if node.datacenter in dcs else "origin"
+                    found.append(Candidate(tier, node.id, devices))  # type: ignore[arg-type]
+    return sorted(weighted_total(request, c, fleet, DEFAULT_CONFIG) for c in found)
+
+
+@settings(max_examples=300, deadline=None)
+@given(specs=node_specs, ops=st.lists(st.tuples(requests, st.integers(0, 2)), max_size=16), probe=requests)
+def test_the_indexed_decision_is_the_full_scans_best_and_runner_up(specs: list, ops: list,
+                                                                   probe: PlacementRequest) -> None:
+    """Whatever the fleet has been through, place() finds the best total a scan of every replica and every
+    node finds, and the second best too (what its explanation compares with)."""
+    fleet = build(specs)
+    bookings: list[Booking] = []
+    for request, action in ops:
+        decision = place(fleet, request)
+        if decision.placed:
+            bookings.append(fleet.apply(decision, request.tokens))
+        if action == 1 and bookings:
+            fleet.release(bookings.pop(0))
+        elif action == 2 and bookings and bookings[-1].replica_id in fleet.replicas:
+            fleet.mark_warm(bookings[-1].replica_id)
+    decision = place(fleet, probe)
+    totals = full_scan(fleet, probe)
+    assert (decision.chosen is None) == (not totals), (decision, totals)
+    if decision.chosen is not None:
+        assert abs(decision.chosen.total - totals[0]) < 1e-9, (decision.chosen, totals)
+        if len(totals) > 1:
+            assert decision.runner_up is not None and abs(decision.runner_up.total - totals[1]) < 1e-9, totals

@@ -71,6 +71,22 @@ def build(specs: list, reverse: bool = False, skip: int | None = None) -> FleetS
     return fleet
 
 
+def book_and_change(fleet: FleetState, ops: list) -> None:
+    """Place each request and book it, then per its action: release the oldest booking, warm the newest's
+    replica, or drain the oldest's."""
+    bookings: list[Booking] = []
+    for request, action in ops:
+        decision = place(fleet, request)
+        if decision.placed:
+            bookings.append(fleet.apply(decision, request.tokens))
+        if action == 1 and bookings:
+            fleet.release(bookings.pop(0))
+        elif action == 2 and bookings and bookings[-1].replica_id in fleet.replicas:
+            fleet.mark_warm(bookings[-1].replica_id)
+        elif action == 3 and bookings and bookings[0].replica_id in fleet.replicas:
+            fleet.set_replica_state(bookings[0].replica_id, "draining")
+
+
 def check_invariants(fleet: FleetState) -> None:
     on_device: dict[tuple[str, int], list] = {}
     for r in fleet.replicas.values():
@@ -196,17 +212,7 @@ def test_fast_ranking_and_wait_counters_match_a_scan(specs: list, ops: list, pro
     from orchestrator.pool.scorers import SCORERS, weighted_total
 
     fleet = build(specs)
-    bookings: list[Booking] = []
-    for request, action in ops:
-        decision = place(fleet, request)
-        if decision.placed:
-            bookings.append(fleet.apply(decision, request.tokens))
-        if action == 1 and bookings:
-            fleet.release(bookings.pop(0))
-        elif action == 2 and bookings and bookings[-1].replica_id in fleet.replicas:
-            fleet.mark_warm(bookings[-1].replica_id)
-        elif action == 3 and bookings and bookings[0].replica_id in fleet.replicas:
-            fleet.set_replica_state(bookings[0].replica_id, "draining")
+    book_and_change(fleet, ops)
     decision = place(fleet, probe)
     for scored in (decision.chosen, decision.runner_up):
         if scored is not None:
@@ -251,21 +257,13 @@ def full_scan(fleet: FleetState, request: PlacementRequest) -> list[float]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(specs=node_specs, ops=st.lists(st.tuples(requests, st.integers(0, 2)), max_size=16), probe=requests)
+@given(specs=node_specs, ops=st.lists(st.tuples(requests, st.integers(0, 3)), max_size=16), probe=requests)
 def test_the_indexed_decision_is_the_full_scans_best_and_runner_up(specs: list, ops: list,
                                                                    probe: PlacementRequest) -> None:
     """Whatever the fleet has been through, place() finds the best total a scan of every replica and every
     node finds, and the second best too (what its explanation compares with)."""
     fleet = build(specs)
-    bookings: list[Booking] = []
-    for request, action in ops:
-        decision = place(fleet, request)
-        if decision.placed:
-            bookings.append(fleet.apply(decision, request.tokens))
-        if action == 1 and bookings:
-            fleet.release(bookings.pop(0))
-        elif action == 2 and bookings and bookings[-1].replica_id in fleet.replicas:
-            fleet.mark_warm(bookings[-1].replica_id)
+    book_and_change(fleet, ops)
     decision = place(fleet, probe)
     totals = full_scan(fleet, probe)
     assert (decision.chosen is None) == (not totals), (decision, totals)

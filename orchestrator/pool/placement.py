@@ -146,117 +146,147 @@ def _add_new_replica_candidates(
 ) -> None:
     """Add to `scored` the best few nodes per shelf (tier, capacity class, GPU type) to start a replica on.
 
-    Each GPU type has its own shelves: a type twice as fast writes an answer in half the time, so the best
-    new replica may be on any type. A shelf is not searched at all when its floor (`new_replica_floor`: the
-    least any new replica there could score) is above the second-best total found so far, which is what makes
-    most decisions, served by warm replicas, read no free capacity. `found` counts candidates per shelf across
-    calls: degrees are tried from the smallest, so fewer GPUs per replica (less price, less fragmentation)
-    fill the budget first.
+    `found` counts candidates per shelf across calls: degrees are tried from the smallest, so fewer GPUs per
+    replica (less price, less fragmentation) fill the budget first.
     """
-    need = model.memory_gib / degree
-    owner = boundary_owner(request, trust)
-    cached = fleet.cached.get(request.model, set())
-    dcs_with_weights = fleet.weights_in_dc.get(request.model, {})
-    k = config.candidates_per_tier
-    prune = min(vars(config.weights).values()) >= 0  # the floors hold only then
-    # The two best totals so far: a shelf is skipped only when nothing there could be the winner or the runner-up,
-    # so the decision's explanation (what it beat, and by which term) is the full ranking's too.
-    best_two = sorted(total for total, _, _ in scored)[:2]
-    floors: dict[tuple[str, str], float] = {}
-
-    def floor(tier: str, type_name: str) -> float:
-        if (tier, type_name) not in floors:
-            floors[(tier, type_name)] = new_replica_floor(request, fleet, config, tier, fleet.type_speed[type_name])
-        return floors[(tier, type_name)]
-
-    def beaten(tier: str, type_name: str) -> bool:
-        """Whether no new replica of `tier` on this GPU type can beat the runner-up found so far."""
-        return prune and len(best_two) == 2 and floor(tier, type_name) > best_two[1]
-
-    def consider(node: Node, tier: Tier) -> None:
-        if all(found.get((tier, node.capacity, t), 0) >= k or beaten(tier, t) for t in node.type_names):
-            return  # every shelf it could fill is full, or cannot win: no gang fit to try
-        why = node_filter(request, node, trust) or engine_filter(model, node)
-        if why is not None:
-            rejections[why] = rejections.get(why, 0) + 1
-            return
-        devices = gang_fit(request, node, degree, need, owner, rejections)
-        if devices is None:
-            return
-        shelf = (tier, node.capacity, node.device(devices[0]).type_name)
-        if found.get(shelf, 0) >= k:
-            return
-        found[shelf] = found.get(shelf, 0) + 1
-        if found[shelf] == k:
-            open_disk_shelves.discard(shelf)
-        candidate = Candidate(tier, node.id, devices)
-        total = weighted_total(request, candidate, fleet, config)
-        scored.append((total, candidate.sort_key, candidate))
-        best_two[:] = sorted([*best_two, total])[:2]
-
-    def tier_of(node: Node) -> Tier:
-        return "disk" if node.id in cached else "datacenter" if node.datacenter in dcs_with_weights else "origin"
-
-    open_disk_shelves: set[tuple[str, str, str]] = set()
+    search = _NewReplicaSearch(fleet, request, model, trust, degree, config, found, rejections, scored)
     if trust == "dedicated":
         # A dedicated tenant's nodes are few and outside the shared index: check each one.
         for node_id in fleet.dedicated_nodes.get(request.tenant or "", ()):
-            consider(fleet.nodes[node_id], tier_of(fleet.nodes[node_id]))
+            search.consider(fleet.nodes[node_id])
         return
+    if search.owner is not None:
+        search.read_own_nodes()
+    groups = [g for g in search.index.groups() if request.gpu_types is None or g[1] in request.gpu_types]
+    if search.few_caches:
+        search.read_caches(groups)
+    search.read_shelves(groups)
 
-    index, own_nodes = fleet.free_index, set()
-    if owner is not None:
-        # An isolated tenant may take only devices no one uses, or its own: its own nodes are read first, and the
-        # rest of the fleet through the index of empty devices (most free capacity sits beside others' replicas).
-        index, own_nodes = fleet.empty_index, set(fleet.isolated_nodes.get(owner, ()))
-        for node_id in sorted(own_nodes):
-            if fleet.free_index.may_fit(node_id, need, degree):  # schedulable, with room (maybe beside others)
-                consider(fleet.nodes[node_id], tier_of(fleet.nodes[node_id]))
-    groups = [g for g in index.groups() if request.gpu_types is None or g[1] in request.gpu_types]
-    # A model in a few caches: read them all, by node id. One in thousands (a popular model): its cached nodes
-    # are found among the free-capacity index's nodes instead, where most of them are (most are full).
-    few_caches = len(cached) <= DISK_SCAN_LIMIT
-    if few_caches:
-        open_disk_shelves.update(("disk", capacity, type_name) for _, type_name, capacity in groups
-                                 if found.get(("disk", capacity, type_name), 0) < k and not beaten("disk", type_name))
-        for node_id in fleet.cached_sorted.get(request.model, ()):
-            if not open_disk_shelves:
+
+Shelf = tuple[str, str, str]  # (locality tier, capacity class, GPU type)
+
+
+class _NewReplicaSearch:
+    """One decision's search of free capacity for a new replica on `degree` devices.
+
+    Each GPU type has its own shelves: a type twice as fast writes an answer in half the time, so the best new
+    replica may be on any type. A shelf is not searched at all when its floor (`new_replica_floor`: the least
+    any new replica there could score) is above the second-best total found so far, which is what makes most
+    decisions, served by warm replicas, read no free capacity: nothing skipped could have been the winner or
+    the runner-up, so the decision's explanation (what it beat, and by which term) is the full ranking's too.
+    """
+
+    def __init__(self, fleet: FleetState, request: PlacementRequest, model: ModelSpec, trust: Trust, degree: int,
+                 config: PlacementConfig, found: dict[Shelf, int], rejections: dict[str, int],
+                 scored: list[tuple[float, tuple, Candidate]]) -> None:
+        self.fleet, self.request, self.model, self.trust, self.degree = fleet, request, model, trust, degree
+        self.config, self.found, self.rejections, self.scored = config, found, rejections, scored
+        self.need = model.memory_gib / degree
+        self.owner = boundary_owner(request, trust)
+        self.cached = fleet.cached.get(request.model, set())
+        self.dcs_with_weights = fleet.weights_in_dc.get(request.model, {})
+        self.k = config.candidates_per_tier
+        self.prune = min(vars(config.weights).values()) >= 0  # the floors hold only then
+        self.best_two = sorted(total for total, _, _ in scored)[:2]
+        self.floors: dict[tuple[str, str], float] = {}
+        self.open_disk_shelves: set[Shelf] = set()
+        # An isolated tenant may take only devices no one uses, or its own (read apart, first).
+        self.index = fleet.empty_index if self.owner is not None else fleet.free_index
+        self.own_nodes = fleet.isolated_nodes.get(self.owner, {}) if self.owner is not None else {}
+        # A model in a few caches has them all read; one in thousands (a popular model) finds its cached nodes
+        # among the free-capacity index's nodes instead, where most of them are (most are full).
+        self.few_caches = len(self.cached) <= DISK_SCAN_LIMIT
+
+    def floor(self, tier: str, type_name: str) -> float:
+        if (tier, type_name) not in self.floors:
+            self.floors[(tier, type_name)] = new_replica_floor(self.request, self.fleet, self.config, tier,
+                                                               self.fleet.type_speed[type_name])
+        return self.floors[(tier, type_name)]
+
+    def beaten(self, tier: str, type_name: str) -> bool:
+        """Whether no new replica of `tier` on this GPU type can beat the runner-up found so far."""
+        return self.prune and len(self.best_two) == 2 and self.floor(tier, type_name) > self.best_two[1]
+
+    def still_open(self, shelf: Shelf) -> bool:
+        return self.found.get(shelf, 0) < self.k and not self.beaten(shelf[0], shelf[2])
+
+    def tier_of(self, node: Node) -> Tier:
+        if node.id in self.cached:
+            return "disk"
+        return "datacenter" if node.datacenter in self.dcs_with_weights else "origin"
+
+    def consider(self, node: Node, tier: Tier | None = None) -> None:
+        """Score the node's best-fit gang, if it passes the filters and its shelf still takes one."""
+        tier = tier or self.tier_of(node)
+        if not any(self.still_open((tier, node.capacity, t)) for t in node.type_names):
+            return  # every shelf it could fill is full, or cannot win: no gang fit to try
+        why = node_filter(self.request, node, self.trust) or engine_filter(self.model, node)
+        if why is not None:
+            self.rejections[why] = self.rejections.get(why, 0) + 1
+            return
+        devices = gang_fit(self.request, node, self.degree, self.need, self.owner, self.rejections)
+        if devices is None:
+            return
+        shelf = (tier, node.capacity, node.device(devices[0]).type_name)
+        if self.found.get(shelf, 0) >= self.k:
+            return
+        self.found[shelf] = self.found.get(shelf, 0) + 1
+        if self.found[shelf] == self.k:
+            self.open_disk_shelves.discard(shelf)
+        candidate = Candidate(tier, node.id, devices)
+        total = weighted_total(self.request, candidate, self.fleet, self.config)
+        self.scored.append((total, candidate.sort_key, candidate))
+        self.best_two[:] = sorted([*self.best_two, total])[:2]
+
+    def read_own_nodes(self) -> None:
+        """An isolated tenant's own nodes: the only ones where it may join devices already in use."""
+        for node_id in sorted(self.own_nodes):
+            if self.fleet.free_index.may_fit(node_id, self.need, self.degree):  # schedulable, with room
+                self.consider(self.fleet.nodes[node_id])
+
+    def read_caches(self, groups: list[tuple[str, str, str]]) -> None:
+        """Every node caching the model, in id order, while a disk shelf is still open."""
+        self.open_disk_shelves.update(("disk", capacity, type_name) for _, type_name, capacity in groups
+                                      if self.still_open(("disk", capacity, type_name)))
+        for node_id in self.fleet.cached_sorted.get(self.request.model, ()):
+            if not self.open_disk_shelves:
                 break
-            node = fleet.nodes[node_id]
-            if not any(("disk", node.capacity, t) in open_disk_shelves for t in node.type_names):
+            node = self.fleet.nodes[node_id]
+            if not any(("disk", node.capacity, t) in self.open_disk_shelves for t in node.type_names):
                 continue  # every shelf this node could fill is full or beaten: no gang fit to try
-            if node_id not in own_nodes and index.may_fit(node_id, need, degree):
-                consider(node, "disk")
-    by_shelf: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
-    for group in groups:
-        dc, type_name, capacity = group
-        by_shelf.setdefault(("datacenter" if dc in dcs_with_weights else "origin", capacity, type_name), []).append(group)
-    # The most promising shelves first, so that the best found prunes the rest sooner.
-    for shelf in sorted(by_shelf, key=lambda sh: (floor(sh[0], sh[2]) if prune else 0.0, sh)):
+            if node_id not in self.own_nodes and self.index.may_fit(node_id, self.need, self.degree):
+                self.consider(node, "disk")
+
+    def read_shelves(self, groups: list[tuple[str, str, str]]) -> None:
+        """The free-capacity index, shelf by shelf, the most promising first, so the best found prunes the rest."""
+        by_shelf: dict[Shelf, list[tuple[str, str, str]]] = {}
+        for group in groups:
+            dc, type_name, capacity = group
+            tier = "datacenter" if dc in self.dcs_with_weights else "origin"
+            by_shelf.setdefault((tier, capacity, type_name), []).append(group)
+        for shelf in sorted(by_shelf, key=lambda sh: (self.floor(sh[0], sh[2]) if self.prune else 0.0, sh)):
+            self.read_shelf(shelf, by_shelf[shelf])
+
+    def read_shelf(self, shelf: Shelf, groups: list[tuple[str, str, str]]) -> None:
+        """One shelf's nodes across its datacenters, tightest fit first; cached ones fill the disk shelf."""
         tier, capacity, type_name = shelf
         disk_shelf = ("disk", capacity, type_name)
-
-        def still_open(of: tuple[str, str, str]) -> bool:
-            return found.get(of, 0) < k and not beaten(of[0], of[2])
-
-        wants_disk = not few_caches and still_open(disk_shelf)  # cached nodes sit in their datacenter's groups
-        wants_here = still_open(shelf)
+        wants_disk = not self.few_caches and self.still_open(disk_shelf)  # cached nodes sit in their dc's groups
+        wants_here = self.still_open(shelf)
         if not (wants_disk or wants_here):
-            continue
-        for examined, node_id in enumerate(index.nodes_across(by_shelf[shelf], need, degree)):
-            if examined == SHELF_SCAN_LIMIT:
+            return
+        for examined, node_id in enumerate(self.index.nodes_across(groups, self.need, self.degree)):
+            if not (wants_disk or wants_here) or examined == SHELF_SCAN_LIMIT:
                 break
-            if node_id in own_nodes:
+            if node_id in self.own_nodes:
                 continue
-            if node_id in cached:
+            if node_id in self.cached:
                 if wants_disk:
-                    consider(fleet.nodes[node_id], "disk")
-                    wants_disk, wants_here = still_open(disk_shelf), still_open(shelf)
+                    self.consider(self.fleet.nodes[node_id], "disk")
             elif wants_here:
-                consider(fleet.nodes[node_id], tier)  # type: ignore[arg-type]
-                wants_disk, wants_here = wants_disk and still_open(disk_shelf), still_open(shelf)
-            if not (wants_disk or wants_here):
-                break
+                self.consider(self.fleet.nodes[node_id], tier)  # type: ignore[arg-type]
+            wants_disk = wants_disk and self.still_open(disk_shelf)
+            wants_here = self.still_open(shelf)
 
 
 def _waiting(

@@ -192,7 +192,6 @@ class FleetState:
         # The same, of devices no replica uses: all an isolated tenant may take besides its own (`isolated_nodes`).
         self.empty_index = FreeCapacityIndex()
         self.isolated_nodes: dict[str, Counter[str]] = {}  # tenant → nodes with its isolated replicas → how many
-        self.fastest_device = 0.0  # the highest relative speed of any device the fleet has had
         self.type_speed: dict[str, float] = {}  # GPU type → the highest speed of a device of that type
         self.fastest_disk_gib_per_s = 0.0  # the highest disk read rate any node registered
         # Transfer rates learned from what nodes measured (the scorers' load times); priors until then.
@@ -208,7 +207,6 @@ class FleetState:
         self.nodes[node.id] = node
         self.shapes[_shape(node)] += 1
         # Only ever raised (a node that leaves keeps them): bounds that stay true, for `scorers.new_replica_floor`.
-        self.fastest_device = max([self.fastest_device, *(d.speed for d in node.devices)])
         for d in node.devices:
             self.type_speed[d.type_name] = max(self.type_speed.get(d.type_name, 0.0), d.speed)
         self.fastest_disk_gib_per_s = max(self.fastest_disk_gib_per_s, node.disk_gib_per_s)

@@ -76,16 +76,15 @@ def _writing_seconds(request: PlacementRequest, rate: float, slots: int, config:
     return request.prompt_tokens / (rate * config.prefill_speedup) + answer * max(slots, 1) / rate
 
 
-def new_replica_floor(request: PlacementRequest, fleet: FleetState, config: PlacementConfig, tier: str = "disk",
-                      speed: float | None = None) -> float:
-    """A total no new replica of the model scores below on any node of `tier` whose devices run at `speed` (by
-    default the fleet's fastest): its load at the fastest rates the fleet has had for that tier, plus its
-    generation at that speed, every other term at its least (0). A request that a candidate already serves for
-    less needs no search there. True only while no weight is below 0."""
+def new_replica_floor(request: PlacementRequest, fleet: FleetState, config: PlacementConfig, tier: str,
+                      speed: float) -> float:
+    """A total no new replica of the model scores below on any node of `tier` whose devices run at `speed`: its
+    load at the fastest rates the fleet has had for that tier, plus its generation at that speed, every other
+    term at its least (0). A request that a candidate already serves for less needs no search there. True only
+    while no weight is below 0."""
     spec = fleet.models[request.model]
     bandwidth = fleet.bandwidth
     disk = max(fleet.fastest_disk_gib_per_s, bandwidth.fastest_disk / GIB)
-    speed = fleet.fastest_device if speed is None else speed
     if disk <= 0 or speed <= 0:
         return 0.0
     load = spec.weights_gib / disk + config.engine_start_s

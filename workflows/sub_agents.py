@@ -122,9 +122,11 @@ class SubAgents:
         await workflow.wait_condition(lambda: not self.running)
 
     async def cancel_all(self, reason: str) -> None:
-        """Tell every running child to stop, all at once. A child may have ended a moment ago with its end not yet
-        heard here (its `_settle` books it): that signal finds no workflow, which must not fail this task."""
-        await asyncio.gather(*(self._cancel(task_id, reason) for task_id in sorted(self.running)))
+        """Tell every running child to stop, one after another (the commands older histories replay). A child
+        may have ended a moment ago with its end not yet heard here (its `_settle` books it): that signal finds
+        no workflow, which must not fail this task."""
+        for task_id in sorted(self.running):
+            await self._cancel(task_id, reason)
 
     async def _cancel(self, task_id: str, reason: str) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator, model_validator
@@ -134,13 +135,19 @@ class ScalingPolicy(BaseModel):
 
     min_replicas: int = Field(default=0, ge=0, le=1000, description="0 = scale to zero when idle")
     max_replicas: int = Field(default=4, ge=1, le=1000)
-    idle_timeout_s: float = Field(default=300.0, gt=0, le=7 * 24 * 3600, description="scale-down window")
+    idle_timeout_s: float | None = Field(
+        default=None, gt=0, le=7 * 24 * 3600,
+        description="seconds an idle replica is kept; unset: learned from the model's own idle gaps")
     scaler: Literal["queue_delay", "request_count"] = "queue_delay"
     target: float = Field(default=2.0, gt=0, le=3600, allow_inf_nan=False,
                           description="seconds of queue delay, or leases per replica (an hour, or 3,600, at most)")
     warm_buffer: int = Field(default=0, ge=0, le=100, description="extra idle replicas kept ready")
+    intent_gpu_hours_per_hour: float = Field(
+        default=2.0, ge=0, le=1000, allow_inf_nan=False,
+        description="GPU-hours per hour replicas started or kept for announced steps may sit idle; 0 = never")
 
-    _numbers = numbers_not_booleans("min_replicas", "max_replicas", "idle_timeout_s", "target", "warm_buffer")
+    _numbers = numbers_not_booleans("min_replicas", "max_replicas", "idle_timeout_s", "target", "warm_buffer",
+                                    "intent_gpu_hours_per_hour")
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> "ScalingPolicy":
@@ -151,11 +158,43 @@ class ScalingPolicy(BaseModel):
         return self
 
 
+class KeepAliveView(BaseModel):
+    """One level's keep-alive as the scaler last planned it: level k is the model's k-th replica."""
+
+    level: int
+    window_s: float  # an idle replica at this level is kept this long
+    prewarm_s: float  # > 0: unloaded at once and loaded again this long after the level went idle
+    source: Literal["learned", "fallback", "operator"]
+    gaps: int  # idle gaps of the last hours it was learned from
+
+
+class PrewarmView(BaseModel):
+    """A replica the scaler started for steps that had not asked yet, and whether one of them used it."""
+
+    replica_id: str
+    started_at: datetime
+    reason: str
+    used_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class ModelForesight(BaseModel):
+    """What the scaler learned about a model and did ahead of its demand, as of `updated_at`."""
+
+    keep_alive: list[KeepAliveView] = Field(default_factory=list)
+    prewarms: list[PrewarmView] = Field(default_factory=list)  # the most recent first
+    announced: int = 0  # steps announced and not arrived yet
+    intent_gpu_hours_last_hour: float = 0.0  # of the policy's intent_gpu_hours_per_hour
+    updated_at: datetime
+
+
 class CatalogueModel(BaseModel):
-    """A catalogue entry with its scaling policy, as listed by the API."""
+    """A catalogue entry with its scaling policy, as listed by the API, and what the scaler learned of it
+    (absent until the scaler has planned for it)."""
 
     entry: ModelEntry
     policy: ScalingPolicy
+    foresight: ModelForesight | None = None
 
 
 

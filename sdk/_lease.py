@@ -129,11 +129,19 @@ class Direct(BaseModel):
 LeaseGrant = Annotated[Placed | Wait | Never | Direct, Field(discriminator="outcome")]
 
 
+class NextStep(BaseModel):
+    """What a served step's task does before its next step: the pool keeps or starts a replica for it."""
+
+    kind: Literal["tool_calls", "spawn", "awaiting_input"]
+    spawns: int = Field(default=0, ge=0, le=1000, description="sub-agents it starts (kind spawn)")
+
+
 class ReleaseLease(BaseModel):
     lease_id: str
     replica_warm: bool = Field(default=False, description="the step was served: the replica is warm now")
     replica_gone: bool = Field(default=False, description="the node no longer has the replica: stop placing on it")
     booked_round: StepRound | None = Field(default=None, description="answer with what the ledger booked for it")
+    next_step: NextStep | None = Field(default=None, description="announces the task's next step on this model")
 
 
 class StepRound(BaseModel):

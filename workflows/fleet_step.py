@@ -45,8 +45,9 @@ with workflow.unsafe.imports_passed_through():
     from activities.llm_step import LlmStepActivities
     from activities.pool_lease import PoolLeases
     from sdk import CheckpointRef
-    from sdk._lease import (BookedRound, CutGeneration, Direct, LeaseGrant, LeaseRequest, Never, NodeLiveness, Placed,
-                            ReleaseLease, StepLimits, StepPlacement, StepRound)
+    from sdk._lease import (BookedRound, CutGeneration, Direct, LeaseGrant, LeaseRequest, Never, NextStep, NodeLiveness,
+                            Placed, ReleaseLease, StepLimits, StepPlacement, StepRound)
+    from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
     from sdk._node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
     from sdk._recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
     from sdk._state import GpuTrouble
@@ -309,7 +310,8 @@ class FleetStep:
                 PoolLeases.release, ReleaseLease(lease_id=grant.lease_id, replica_warm=served, replica_gone=gone,
                                                  booked_round=StepRound(task_id=rnd.inp.task_id, step=rnd.inp.step,
                                                                         first_attempt=rnd.first_attempt)
-                                                 if served else None),
+                                                 if served else None,
+                                                 next_step=next_step_of(outcome) if isinstance(outcome, Reply) else None),
                 **BOOKKEEPING)
         return await self._settle(rnd, grant, placement, outcome, booked)
 
@@ -603,3 +605,16 @@ def _cause(err: BaseException) -> str:
     while err.__cause__ is not None:
         err = err.__cause__
     return str(err) or type(err).__name__
+
+
+def next_step_of(reply: Reply) -> NextStep | None:
+    """What the task does before its next step, told to the pool with the release (no extra round trip) so
+    that the step finds its replica warm: it runs tools, starts sub-agents, or waits for a human. A reply
+    without tool calls is the task's answer: no step follows."""
+    calls = reply.tool_calls
+    if not calls:
+        return None
+    if any(c.name == ASK_HUMAN_TOOL for c in calls):
+        return NextStep(kind="awaiting_input")
+    spawns = sum(1 for c in calls if c.name == SPAWN_AGENT_TOOL)
+    return NextStep(kind="spawn", spawns=spawns) if spawns else NextStep(kind="tool_calls")

@@ -3,23 +3,43 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from datetime import datetime, timezone
 
 from pydantic import ValidationError
+from rich.console import Group
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from sdk import CatalogueModel, Client, InvalidSpec, ScalingPolicy
-from sdk._catalogue import PrewarmStarted
+from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmStarted, PrewarmView
 
 from . import output
 from .output import EXIT_OK, add_api_flag, run_with_client
 
-POLICY_FLAGS = {
-    "min_replicas": ("--min", int, "replicas kept even when idle (0 = scale to zero)"),
-    "max_replicas": ("--max", int, "replicas at most"),
-    "idle_timeout_s": ("--idle-timeout", float, "seconds idle before a replica is unloaded"),
-    "scaler": ("--scaler", str, "queue_delay or request_count"),
-    "target": ("--target", float, "queue delay in seconds, or leases per replica"),
-    "warm_buffer": ("--warm-buffer", int, "extra idle replicas kept ready"),
+LEARNED = "learned"  # --idle-timeout learned: no fixed window, the scaler learns it from the model's idle gaps
+
+
+def _seconds_or_learned(raw: str) -> float | None:
+    if raw.strip().lower() == LEARNED:
+        return None
+    return float(raw)
+
+
+# field: (flag, how the flag's text becomes the field's value, what a valid value is, help)
+POLICY_FLAGS: dict[str, tuple[str, Callable[[str], object], str, str]] = {
+    "min_replicas": ("--min", int, "a whole number", "replicas kept even when idle (0 = scale to zero)"),
+    "max_replicas": ("--max", int, "a whole number", "replicas at most"),
+    "idle_timeout_s": ("--idle-timeout", _seconds_or_learned, f"seconds, or {LEARNED!r}",
+                       f"seconds idle before a replica is unloaded, or {LEARNED!r}: learned from the model's own"
+                       " idle gaps"),
+    "scaler": ("--scaler", str, "queue_delay or request_count", "queue_delay or request_count"),
+    "target": ("--target", float, "a number", "queue delay in seconds, or leases per replica"),
+    "warm_buffer": ("--warm-buffer", int, "a whole number", "extra idle replicas kept ready"),
+    "intent_gpu_hours_per_hour": ("--intent-gpu-hours", float, "a number of GPU-hours",
+                                  "GPU-hours per hour replicas started or kept for announced steps may sit idle"
+                                  " (0 = never pre-warm for announced steps)"),
 }
 
 
@@ -31,15 +51,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_api_flag(p)
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("show", help="one model's entry and scaling policy")
+    p = sub.add_parser("show", help="one model's entry, scaling policy and the keep-alive the scaler learned")
     p.add_argument("name")
+    p.add_argument("--json", action="store_true", help="print the whole model as JSON only, foresight included")
     add_api_flag(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("policy", help="show a model's scaling policy, or change it with the flags")
     p.add_argument("name")
-    for field, (flag, kind, help_text) in POLICY_FLAGS.items():
-        p.add_argument(flag, dest=field, type=kind, help=help_text)
+    for field, (flag, _kind, _valid, help_text) in POLICY_FLAGS.items():
+        # Read as text and converted in cmd_policy, so a bad value is refused naming its field.
+        p.add_argument(flag, dest=field, metavar="VALUE", help=help_text)
     add_api_flag(p)
     p.set_defaults(func=cmd_policy)
 
@@ -61,14 +83,27 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
         found = await client.model(args.name)
-        output.stdout().print_json(found.model_dump_json())
+        console = output.stdout()
+        if args.json:
+            console.print_json(found.model_dump_json())
+            return EXIT_OK
+        console.print_json(found.model_dump_json(exclude={"foresight"}))
+        console.print(foresight_section(found))
         return EXIT_OK
 
     return run_with_client(args, command)
 
 
 def cmd_policy(args: argparse.Namespace) -> int:
-    changes = {f: getattr(args, f) for f in POLICY_FLAGS if getattr(args, f) is not None}
+    changes: dict[str, object] = {}
+    for field, (_flag, kind, valid, _help) in POLICY_FLAGS.items():
+        raw = getattr(args, field)
+        if raw is None:
+            continue
+        try:
+            changes[field] = kind(raw)
+        except ValueError:
+            return output.fail(f"must be {valid}, not {raw!r}", field)
 
     async def command(client: Client) -> int:
         current = (await client.model(args.name)).policy
@@ -120,5 +155,93 @@ def _table(models: list[CatalogueModel]) -> Table:
         table.add_row(e.name, e.provider, f"{e.weights_gib:g} GiB" if sized else "-",
                       f"{e.memory_need_gib:g} GiB" if sized else "-",
                       ",".join(map(str, e.tensor_parallel)) if sized else "-", price,
-                      f"{p.min_replicas}–{p.max_replicas}", f"{p.idle_timeout_s:g}s")
+                      f"{p.min_replicas}–{p.max_replicas}", idle_column(m))
     return table
+
+
+def idle_column(model: CatalogueModel) -> str:
+    """The operator's fixed window ("300s"), else "learned", with the first replica's learned window if known."""
+    if model.policy.idle_timeout_s is not None:
+        return f"{model.policy.idle_timeout_s:g}s"
+    first = _level_one(model.foresight)
+    return f"{LEARNED} {_span(first.window_s, digits=0)}" if first is not None else LEARNED
+
+
+def _level_one(foresight: ModelForesight | None) -> KeepAliveView | None:
+    return next((k for k in foresight.keep_alive if k.level == 1), None) if foresight else None
+
+
+# --- `models show`: what the scaler learned and did ahead of demand ------------------------------
+
+
+def foresight_section(model: CatalogueModel) -> Group:
+    """The keep-alive per level, the announced steps, the intent budget and the recent pre-warms, as text."""
+    foresight, policy = model.foresight, model.policy
+    if model.entry.provider == "hosted":
+        return Group(Text("keep-alive: none here, the provider serves this model"))
+    if foresight is None:
+        return Group(Text("keep-alive: the scaler has not planned for this model yet"
+                          + (f"; the policy keeps an idle replica {_span(policy.idle_timeout_s)}"
+                             if policy.idle_timeout_s is not None else
+                             "; it learns each replica's idle window from the model's own idle gaps")))
+    parts: list[Text | Padding] = [Text(f"keep-alive, as the scaler planned it at {_when(foresight.updated_at)}:")]
+    if not foresight.keep_alive:
+        parts.append(Text("  no replica level planned yet"))
+    parts += [Text(f"  {keep_alive_line(k)}") for k in sorted(foresight.keep_alive, key=lambda k: k.level)]
+    parts.append(Text(f"announced steps: {foresight.announced} not arrived yet"))
+    allowance = policy.intent_gpu_hours_per_hour
+    parts.append(Text(f"intent GPU-hours, last hour: {foresight.intent_gpu_hours_last_hour:.2f} of {allowance:g}"
+                      " allowed per hour" + (" (pre-warming for announced steps is off)" if allowance == 0 else "")))
+    if foresight.prewarms:
+        parts.append(Text("recent pre-warms:"))
+        parts.append(Padding(prewarms_table(foresight.prewarms), (0, 0, 0, 2), expand=False))
+    else:
+        parts.append(Text("recent pre-warms: none"))
+    return Group(*parts)
+
+
+def keep_alive_line(k: KeepAliveView) -> str:
+    """"level 1: keep 12.0 min idle (learned from 254 gaps)", in words an operator reads without the code."""
+    if k.prewarm_s > 0:
+        what = (f"unload at once, pre-warm at {_span(k.prewarm_s)} after it goes idle,"
+                f" keep until {_span(k.window_s)} idle")
+    else:
+        what = f"keep {_span(k.window_s)} idle"
+    if k.source == "learned":
+        why = f"learned from {k.gaps} gap{'' if k.gaps == 1 else 's'}"
+    elif k.source == "operator":
+        why = "set by the operator: the policy's idle_timeout_s"
+    else:
+        why = (f"fallback: {k.gaps} gap{'' if k.gaps == 1 else 's'} too few or too irregular to learn from,"
+               " so kept until holding it costs one cold start")
+    return f"level {k.level}: {what} ({why})"
+
+
+def prewarms_table(prewarms: list[PrewarmView]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("REPLICA", "STARTED", "REASON", "USED", "ENDED"):
+        table.add_column(column, no_wrap=True)
+    for p in prewarms:
+        table.add_row(Text(p.replica_id), _when(p.started_at), Text(p.reason), prewarm_used(p),
+                      _when(p.ended_at) if p.ended_at else "still up")
+    return table
+
+
+def prewarm_used(p: PrewarmView) -> str:
+    """"yes, at … (N after it started)"; "no" once it ended unused; "not yet" while it is still up."""
+    if p.used_at is not None:
+        return f"yes, at {_when(p.used_at)} ({_span((p.used_at - p.started_at).total_seconds())} after it started)"
+    return "no" if p.ended_at is not None else "not yet"
+
+
+def _span(seconds: float, digits: int = 1) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.{digits}f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _when(value: datetime) -> str:
+    value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

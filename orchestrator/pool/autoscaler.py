@@ -34,6 +34,9 @@ TICK_S = 2.0
 SCALER_JOB = "scaler"
 # A leader that misses this many ticks in a row is taken over.
 TICKS_PER_TERM = 5
+# What the scaler learned is written for the API every 5 ticks (10 s): one small write per model, and an
+# operator reading `berth models show` sees it at most 10 s old.
+PUBLISH_EVERY_TICKS = 5
 
 
 class Autoscaler:
@@ -43,6 +46,7 @@ class Autoscaler:
         self.client = client
         self.task_queue = task_queue
         self.tick_s = tick_s
+        self._ticks = 0
 
     async def run(self) -> None:
         """Tick until cancelled; a failed tick is logged and the next one tried."""
@@ -66,6 +70,9 @@ class Autoscaler:
                 await self._unload(action)
             else:
                 await self._load(action)
+        self._ticks += 1
+        if self._ticks % PUBLISH_EVERY_TICKS == 1:
+            await asyncio.to_thread(store.models.publish_foresight, self.pool.foresight_views())
         return plan
 
     async def _unload(self, action: ScaleDown) -> None:
@@ -76,7 +83,8 @@ class Autoscaler:
         await self._start(UNLOAD_WORKFLOW, order, f"unload-{action.replica_id}")
 
     async def _load(self, action: ScaleUp) -> None:
-        order = await asyncio.to_thread(self.pool.start_replica, action.model)
+        order = await asyncio.to_thread(self.pool.start_replica, action.model,
+                                        action.reason if action.prewarm else None)
         if order is None:
             log.info("cannot add a replica of %s now (%s): nothing fits", action.model, action.reason)
             return

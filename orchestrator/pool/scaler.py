@@ -13,9 +13,18 @@ Per model, in DESIGN.md's terms:
   under its scaler (below); and, while it is in use, its busy replicas plus `warm_buffer`;
 - below `desired` it scales up (one `ScaleUp` per missing replica), never past
   `max_replicas` counting the replicas still loading;
-- above `desired` it scales down idle replicas only: warm, no active lease, idle for at least
-  `idle_timeout_s`; never one still loading (its load is paid for and about to serve), never
-  below `min_replicas`; the longest idle go first, ties by id, so a tick is reproducible.
+- above `desired` it scales down idle replicas only: warm, no active lease, idle past their keep-alive;
+  never one still loading (its load is paid for and about to serve), never below `min_replicas`.
+
+The keep-alive is the operator's `idle_timeout_s` when the policy sets one. Otherwise, with `Foresight`
+(the live pool and the simulator's `berth` policies pass one), it is learned per model and level from
+the model's idle gaps (keepalive.py), announced steps hold or start replicas within the model's allowance
+(intents.py), and the idle replicas of a model are ranked by what their cold start would cost against
+the GPUs they hold, so the cheapest to bring back goes first whatever its age: a replica holding an
+announced step's prefix is kept longest, then the one whose reload costs the most per GPU it holds.
+Without `Foresight` (and no operator window) an idle replica is kept `FIXED_KEEP_ALIVE_S` and the
+longest idle goes first: Berth's policy before it learned, kept as the simulator's `berth-fixed`.
+Ties go by id, so a tick is reproducible.
 
 A model with no policy scales by `ScalingPolicy()`'s defaults (to zero when idle). A model the
 catalogue does not describe (no `ModelSpec` in `fleet.models`) is never scaled up: there is
@@ -27,13 +36,41 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sdk._catalogue import ScalingPolicy
 
+from ..weights_transfer import DISK_BYTES_PER_S, GIB
 from .fleet import FleetState, ModelSpec, Replica
+from .intents import Intent, IntentBook
+from .keepalive import IdleGaps, KeepAlive
+from .scorers import load_seconds
+from .weights import DEFAULT_CONFIG, PlacementConfig
 
 DEFAULT_POLICY = ScalingPolicy()
+FIXED_KEEP_ALIVE_S = 300.0
+# A second a step waits for a load is charged as 30 GPU-seconds (about 2 cents at $2.5 per GPU-hour). A
+# 1-GPU 8B replica that reloads from disk in 23 s then breaks even after 23 × (1 + 30) ≈ 12 minutes idle,
+# a 2-GPU 70B that reloads in 44 s after 44 × 32 / 2 ≈ 12 minutes. Under `berth simulate`'s four standard
+# scenarios, 15 left 1.26% of the many-models scenario's calls meeting a cold start; 30 brought it to 0.97%
+# at 0.58× k8s-spread's GPU-hours (benchmarks/simulate_scenarios.py).
+COLD_START_WAIT_GPUS = 30.0
+# Intents due within a load and two ticks start replicas now; later ones only keep what is there.
+INTENT_LEAD_TICKS = 2
+
+
+@dataclass
+class Foresight:
+    """What the scaler learns between ticks: idle gaps per model and level, announced steps and pre-warms.
+
+    `intents=None` is the histogram policy alone (the simulator's `berth-histogram`)."""
+
+    gaps: IdleGaps = field(default_factory=IdleGaps)
+    intents: IntentBook | None = field(default_factory=IntentBook)
+    config: PlacementConfig = DEFAULT_CONFIG
+    tick_s: float = 2.0
+    last_tick: float | None = None
+    keep_alive: dict[str, list[KeepAlive]] = field(default_factory=dict)  # model → per level, as last planned
 
 
 @dataclass(frozen=True)
@@ -49,6 +86,7 @@ class ScaleUp:
 
     model: str
     reason: str
+    prewarm: bool = False  # started for steps that have not asked yet (announced, or the learned head)
 
 
 @dataclass(frozen=True)
@@ -67,6 +105,7 @@ def plan_scaling(
     idle_since: Mapping[str, float],
     now: float,
     demand: Mapping[str, ModelDemand],
+    foresight: Foresight | None = None,
 ) -> list[ScaleUp | ScaleDown]:
     """What to load or unload now, model by model in name order.
 
@@ -75,6 +114,8 @@ def plan_scaling(
     caller has not timed yet is never unloaded.
     """
     models = set(policies) | set(demand) | {m for m, ids in fleet.replicas_by_model.items() if ids}
+    announced = foresight.intents.due(now) if foresight is not None and foresight.intents is not None else {}
+    models |= set(announced)
     plan: list[ScaleUp | ScaleDown] = []
     for model in sorted(models):
         policy = policies.get(model, DEFAULT_POLICY)
@@ -82,16 +123,72 @@ def plan_scaling(
             (r for rid in fleet.replicas_by_model.get(model, {}) if (r := fleet.replicas[rid]).state != "draining"),
             key=lambda r: r.id,
         )
-        desired, why = _desired(policy, replicas, demand.get(model, ModelDemand()).waiting, fleet.models.get(model))
+        waiting = demand.get(model, ModelDemand()).waiting
+        spec = fleet.models.get(model)
+        desired, why = _desired(policy, replicas, waiting, spec)
+        prewarm = False
+        keep_for_intents = 0
+        if foresight is not None and spec is not None:
+            leases = sum(r.active_leases for r in replicas)
+            foresight.gaps.observe(model, math.ceil((leases + waiting) / max(spec.concurrency, 1)), now)
+            wanted, keep_for_intents, said = _announced(foresight, fleet, policy, spec, replicas, leases + waiting,
+                                                        announced.get(model, []), now)
+            if wanted > desired:
+                desired, why, prewarm = wanted, said, True
         count = len(replicas)
         if desired > count:
-            if model not in fleet.models:
+            if spec is None:
                 continue  # no catalogue entry: nothing to size a replica by
             missing = min(desired, policy.max_replicas) - count
-            plan.extend(ScaleUp(model, why) for _ in range(missing))
+            plan.extend(ScaleUp(model, why, prewarm) for _ in range(missing))
+            continue
+        keep = min(max(desired, keep_for_intents), policy.max_replicas)
+        if foresight is None or spec is None:
+            plan.extend(_scale_down_fixed(model, policy, replicas, keep, idle_since, now))
         else:
-            plan.extend(_scale_down(model, policy, replicas, min(desired, policy.max_replicas), idle_since, now))
+            plan.extend(_scale_down_learned(foresight, fleet, model, policy, replicas, keep,
+                                            announced.get(model, []), idle_since, now))
+            if not replicas and (head := _head_prewarm(foresight, fleet, model, now)) is not None:
+                plan.append(head)
+    if foresight is not None:
+        foresight.last_tick = now
     return plan
+
+
+def _announced(foresight: Foresight, fleet: FleetState, policy: ScalingPolicy, spec: ModelSpec,
+               replicas: list[Replica], demand: int, intents: list[Intent], now: float) -> tuple[int, int, str]:
+    """(replicas to have now for the announced steps due soon, replicas all announced steps keep, why),
+    within the model's allowance; the allowance is charged with the GPUs its unused pre-warms sat idle
+    since the last tick.
+
+    An announced step due within a load starts a replica only when none could take it: the model has no
+    replica, or every one is full (the queue-delay rule, a step early). Counting every announced step as
+    a slot it will hold started replicas that were never used: the steps of a burst come back from their
+    tools one by one, into slots the others free. Every announced step keeps capacity for itself, so no
+    replica it would find warm is unloaded while its tools run."""
+    book = foresight.intents
+    if book is None or not intents:
+        return 0, 0, ""
+    if foresight.last_tick is not None:
+        unused = set(book.unused(spec.name))
+        idle_gpus = sum(len(r.devices) for r in replicas if r.active_leases == 0 and r.id in unused)
+        book.spend(spec.name, idle_gpus * (now - foresight.last_tick), now)
+    if not book.within_allowance(spec.name, policy.intent_gpu_hours_per_hour, now):
+        return 0, 0, ""
+    keep = math.ceil((demand + len(intents)) / max(spec.concurrency, 1))
+    lead = _typical_load_s(fleet, spec, foresight.config) + INTENT_LEAD_TICKS * foresight.tick_s
+    soon = [i for i in intents if i.due <= now + lead]
+    if not soon or any(r.has_slot for r in replicas):
+        return 0, keep, ""
+    kinds = ", ".join(sorted({i.kind for i in soon}))
+    full = f"every one of its {len(replicas)} replica(s) full" if replicas else "no replica"
+    return len(replicas) + 1, keep, f"intent: {len(soon)} announced step(s) ({kinds}) due within {lead:.0f}s, {full}"
+
+
+def _typical_load_s(fleet: FleetState, spec: ModelSpec, config: PlacementConfig) -> float:
+    """A load from a node's disk at the standard NVMe rate: how far ahead an announced step must start its
+    replica, and what a replica not placed yet would take to come back."""
+    return spec.weights_gib / (DISK_BYTES_PER_S / GIB) + config.engine_start_s
 
 
 def _desired(policy: ScalingPolicy, replicas: list[Replica], waiting: int, spec: ModelSpec | None) -> tuple[int, str]:
@@ -135,7 +232,7 @@ def _desired(policy: ScalingPolicy, replicas: list[Replica], waiting: int, spec:
     return max(needs, key=lambda need: need[0])
 
 
-def _scale_down(
+def _scale_down_fixed(
     model: str,
     policy: ScalingPolicy,
     replicas: list[Replica],
@@ -143,17 +240,96 @@ def _scale_down(
     idle_since: Mapping[str, float],
     now: float,
 ) -> list[ScaleDown]:
-    """Unload at most the excess over `keep`: idle warm replicas past the timeout, longest idle first."""
+    """Unload at most the excess over `keep`: idle warm replicas past the fixed window, longest idle first."""
     excess = len(replicas) - max(keep, policy.min_replicas)
     if excess <= 0:
         return []
+    window = policy.idle_timeout_s if policy.idle_timeout_s is not None else FIXED_KEEP_ALIVE_S
     idle = [
         (idle_since.get(r.id, now), r)
         for r in replicas
-        if r.state == "warm" and r.active_leases == 0 and now - idle_since.get(r.id, now) >= policy.idle_timeout_s
+        if r.state == "warm" and r.active_leases == 0 and now - idle_since.get(r.id, now) >= window
     ]
     idle.sort(key=lambda pair: (pair[0], pair[1].id))
-    return [
-        ScaleDown(r.id, r.node_id, model, f"idle {now - since:.0f}s (timeout {policy.idle_timeout_s:g}s)")
-        for since, r in idle[:excess]
-    ]
+    return [ScaleDown(r.id, r.node_id, model, f"idle {now - since:.0f}s (timeout {window:g}s)")
+            for since, r in idle[:excess]]
+
+
+def _scale_down_learned(foresight: Foresight, fleet: FleetState, model: str, policy: ScalingPolicy,
+                        replicas: list[Replica], keep: int, intents: list[Intent], idle_since: Mapping[str, float],
+                        now: float) -> list[ScaleDown]:
+    """Unload the idle replicas above `keep` whose level's keep-alive has run out.
+
+    Busy replicas fill the lowest levels; the idle ones take the next levels in the order of what keeping
+    them is worth (`_keep_value`), so the one cheapest to bring back sits highest and goes first. Each is
+    judged by its level's keep-alive, timed from when it went idle or its level did, whichever is later."""
+    busy = sum(1 for r in replicas if r.active_leases > 0 or r.state != "warm")
+    prefixes = {i.replica_id for i in intents if i.replica_id is not None}
+    idle = sorted((r for r in replicas if r.state == "warm" and r.active_leases == 0),
+                  key=lambda r: _keep_value(fleet, r, prefixes, foresight.config), reverse=True)
+    floor = max(keep, policy.min_replicas)
+    levels: list[KeepAlive] = []
+    plan: list[ScaleDown] = []
+    for offset, replica in enumerate(idle):
+        level = busy + offset + 1
+        load_s = _reload_s(fleet, replica, foresight.config)
+        alive = (KeepAlive(policy.idle_timeout_s, 0.0, "operator", 0) if policy.idle_timeout_s is not None
+                 else foresight.gaps.keep_alive(model, level, now, len(replica.devices), load_s,
+                                                COLD_START_WAIT_GPUS))
+        levels.append(alive)
+        if level <= floor:
+            continue
+        since = foresight.gaps.idle_since(model, level)
+        mine = idle_since.get(replica.id, now)
+        # The operator's window times the replica itself; a learned one also waits for its level's gap, which
+        # the ticks sample (a replica freed while demand still needs its level is not idle at that level).
+        idle_s = now - (mine if alive.source == "operator" else max(mine, since if since is not None else mine))
+        level_idle_s = now - since if since is not None else idle_s
+        if alive.prewarm_s > 0 and level_idle_s < alive.prewarm_s - load_s:
+            plan.append(ScaleDown(replica.id, replica.node_id, model,
+                                  f"level {level}: next need at least {alive.prewarm_s:.0f}s after idle "
+                                  f"(learned head); pre-warmed again before it"))
+        elif idle_s >= alive.window_s:
+            plan.append(ScaleDown(replica.id, replica.node_id, model,
+                                  f"idle {idle_s:.0f}s at level {level} ({alive.source} keep-alive "
+                                  f"{alive.window_s:.0f}s)"))
+    if policy.idle_timeout_s is None or levels:
+        foresight.keep_alive[model] = levels or [_level_keep_alive(foresight, fleet, model, busy + 1, now)]
+    return plan
+
+
+def _head_prewarm(foresight: Foresight, fleet: FleetState, model: str, now: float) -> ScaleUp | None:
+    """Load the model's first replica again ahead of its learned head: demand left it idle since t0 and
+    the histogram says no gap is shorter than the head, so the load starts at t0 + head − its load time."""
+    since = foresight.gaps.idle_since(model, 1)
+    if since is None:
+        return None
+    alive = _level_keep_alive(foresight, fleet, model, 1, now)
+    foresight.keep_alive[model] = [alive]
+    load_s = _typical_load_s(fleet, fleet.models[model], foresight.config)
+    if alive.prewarm_s > 0 and since + alive.prewarm_s - load_s <= now < since + alive.window_s:
+        return ScaleUp(model, f"pre-warm: idle {now - since:.0f}s, and no idle gap of the last hours was "
+                              f"shorter than {alive.prewarm_s:.0f}s", prewarm=True)
+    return None
+
+
+def _level_keep_alive(foresight: Foresight, fleet: FleetState, model: str, level: int, now: float) -> KeepAlive:
+    """A level's keep-alive for a replica not placed yet: one of the model's smallest gangs, loaded from disk."""
+    spec = fleet.models[model]
+    return foresight.gaps.keep_alive(model, level, now, min(spec.tensor_parallel),
+                                     _typical_load_s(fleet, spec, foresight.config), COLD_START_WAIT_GPUS)
+
+
+def _reload_s(fleet: FleetState, replica: Replica, config: PlacementConfig) -> float:
+    """How long the replica takes to load again on its node: its weights stay in the node's disk cache."""
+    return load_seconds(fleet, replica.model, fleet.nodes[replica.node_id], "disk", config)
+
+
+def _keep_value(fleet: FleetState, replica: Replica, prefixes: set[str], config: PlacementConfig) -> tuple:
+    """What keeping an idle replica is worth, for ordering: a replica holding an announced step's prefix
+    first (its loss costs that step a cold start and its whole prompt again), then the break-even of its
+    ski rental, its cold start's cost over the GPUs it holds (the longer, the more it is worth keeping),
+    then its id."""
+    gpus = len(replica.devices)
+    break_even = _reload_s(fleet, replica, config) * (gpus + COLD_START_WAIT_GPUS) / gpus
+    return (replica.id in prefixes, break_even, replica.id)

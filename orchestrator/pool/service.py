@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
-from sdk._catalogue import ModelEntry, ScalingPolicy
+from sdk._catalogue import ModelEntry, ModelForesight, ScalingPolicy
 from sdk._fleet import UNADMITTED, NodeView
-from sdk._lease import (Direct, LeaseGrant, LeaseRequest, LocalityTier, Never, NodeLiveness, Placed, ReleaseLease,
-                        Wait)
+from sdk._lease import (Direct, LeaseGrant, LeaseRequest, LocalityTier, Never, NextStep, NodeLiveness, Placed,
+                        ReleaseLease, Wait)
+from sdk._limits import SUB_AGENT_MARK
 from sdk._node_io import FetchSource, LoadOnNode, LoadReplica
 
 from ..store import LeaseRecord, Reservation, Store
@@ -37,7 +38,9 @@ from .inventory import model_spec, node_from_view
 from .liveness import node_liveness
 from .metrics import record_decision, record_grant, watch_queue
 from .queue import WaitQueue
-from .scaler import DEFAULT_POLICY, ModelDemand, ScaleDown, ScaleUp, plan_scaling
+from .foresight_view import foresight_views
+from .intents import IntentBook
+from .scaler import DEFAULT_POLICY, Foresight, ModelDemand, ScaleDown, ScaleUp, plan_scaling
 from .weights import DEFAULT_CONFIG, PlacementConfig
 
 log = logging.getLogger("berth.pool")
@@ -67,6 +70,7 @@ class _Lease:
     record: LeaseRecord
     booking: Booking
     grant: Placed
+    service_class: str = "interactive"
 
 
 class PoolService:
@@ -87,6 +91,8 @@ class PoolService:
         watch_queue(self._queue_depth)
         self.policies: dict[str, ScalingPolicy] = {}
         self.idle_since: dict[str, float] = {}
+        # The scaler's learning (idle gaps per model and level) and the steps tasks announced (scaler.py).
+        self.foresight = Foresight(config=config)
         self._lock = threading.RLock()
         self._leases: dict[str, _Lease] = {}
         self._by_step: dict[tuple[str, int], str] = {}
@@ -135,6 +141,7 @@ class PoolService:
                 return self._leases[held].grant
             self._drop_unclaimed_for_step(req.task_id, req.step)
             self.fleet.add_model(model_spec(entry))
+            self._intents.arrived(req.task_id, now, req.task_id.rpartition(SUB_AGENT_MARK)[0] or None)
             if not self.fleet.nodes:
                 self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
                 return Wait(wait_reason="no_capacity", queue_position=1,
@@ -171,6 +178,8 @@ class PoolService:
             lease = self._leases.pop(req.lease_id, None)
             if lease is not None:
                 self._by_step.pop((lease.record.task_id, lease.record.step), None)
+                if req.next_step is not None and lease.service_class != "low_priority":
+                    self._announce(lease, req.next_step)
                 replica = self.fleet.replicas.get(lease.booking.replica_id)
                 if replica is not None and req.replica_warm and replica.state == "loading":
                     # It served; its node's next heartbeat lists it (until then it is still unreported, not
@@ -190,6 +199,19 @@ class PoolService:
             # no node reports, so nothing else holds it.
             self.store.reservations.release(lease.booking.replica_id)
 
+    @property
+    def _intents(self) -> IntentBook:
+        assert self.foresight.intents is not None  # the live pool always listens
+        return self.foresight.intents
+
+    def _announce(self, lease: _Lease, next_step: NextStep) -> None:
+        """A served step said what its task does next: the scaler keeps (or starts) a replica for it."""
+        record, now = lease.record, self.clock()
+        if next_step.kind == "spawn":
+            self._intents.announce_spawns(record.task_id, record.model, next_step.spawns, now)
+        else:
+            self._intents.announce(record.task_id, record.model, next_step.kind, now, record.replica_id)
+
     def _grant(self, req: LeaseRequest, entry: ModelEntry, decision: Decision, now: float) -> Placed:
         booking = self.fleet.apply(decision, req.tokens)
         chosen = decision.chosen
@@ -201,6 +223,7 @@ class PoolService:
                 raise StaleDecision(f"{replica.node_id} devices {replica.devices} were taken by another pool")
             self._unreported[replica.id] = now
         self.idle_since.pop(replica.id, None)
+        self._intents.leased(replica.id, now)
         waiter = self.queue.leave(req.task_id)
         record_grant(req.model, chosen.candidate.tier, None if waiter is None else now - waiter.since,
                      booking.created_replica)
@@ -211,7 +234,7 @@ class PoolService:
         source: FetchSource = "datacenter" if chosen.candidate.tier == "datacenter" else "origin"
         grant = self._lease_grant(record, entry, chosen.candidate.tier, source).model_copy(update={
             "expected_ttft_s": round(chosen.terms["ttft"], 3), "decided_by": decision.decided_by})
-        self._leases[record.lease_id] = _Lease(record, booking, grant)
+        self._leases[record.lease_id] = _Lease(record, booking, grant, req.service_class)
         self._by_step[(req.task_id, req.step)] = record.lease_id
         stored = self.store.leases.add(record)
         if stored.lease_id != record.lease_id:
@@ -399,6 +422,7 @@ class PoolService:
         self._unreported.pop(replica_id, None)
         self._unloading.discard(replica_id)
         self.idle_since.pop(replica_id, None)
+        self._intents.ended(replica_id, self.clock())
 
     def _drop_lease(self, lease_id: str) -> None:
         self._unclaimed.pop(lease_id, None)
@@ -448,10 +472,16 @@ class PoolService:
         with self._lock:
             self.sync()
             demand = {model: ModelDemand(waiting=n) for model, n in self.queue.demand(now).items()}
-            return plan_scaling(self.fleet, self.policies, self.idle_since, now, demand)
+            return plan_scaling(self.fleet, self.policies, self.idle_since, now, demand, self.foresight)
 
-    def start_replica(self, model: str) -> LoadOnNode | None:
-        """Place a replica for the scaler (batch class: spot first) and count it as loading; None if nothing fits."""
+    def foresight_views(self) -> dict[str, ModelForesight]:
+        """What the scaler learned and pre-warmed per model, in wall-clock time, for the API to show."""
+        with self._lock:
+            return foresight_views(self.foresight, self.clock(), datetime.now(timezone.utc))
+
+    def start_replica(self, model: str, prewarm: str | None = None) -> LoadOnNode | None:
+        """Place a replica for the scaler (batch class: spot first) and count it as loading; None if nothing fits.
+        `prewarm` is why, when it is started for steps that have not asked yet (recorded as a pre-warm)."""
         entry = self.catalogue.get(model)
         if entry is None or entry.provider != "self-hosted":
             return None
@@ -473,6 +503,8 @@ class PoolService:
             now = self.clock()
             self._unreported[replica.id] = now
             self.idle_since[replica.id] = now
+            if prewarm is not None:
+                self._intents.started(replica.id, model, now, prewarm)
         source: FetchSource = "datacenter" if chosen.candidate.tier == "datacenter" else "origin"
         return LoadOnNode(node_id=replica.node_id, request=LoadReplica(
             model=entry, gpu_indexes=list(replica.devices), replica_id=replica.id, tier=source))

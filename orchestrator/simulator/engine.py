@@ -5,9 +5,13 @@ scorers predict (`scorers.load_seconds`: the simulated world is the one the scor
 policy (policies.py) makes the placement and scaling decisions. What the live system does between
 them is played out here: a replica loads then serves; a call's prompt is prefilled (only its new part
 on the replica that served the session's previous call: the prefix cache) and its answer decoded at
-the replica's per-sequence rate; a waiting step asks again whenever something frees up and at every
-scaler tick; a spot node's notice cuts its generations, which continue elsewhere keeping what they
-wrote (without notice, the tokens written since the last heartbeat are lost), as Berth's workflow does.
+the rate its replica's batch allows (`sequence_rate`: a lone sequence decodes several times faster than
+each of a full batch's, and every call on a replica speeds up or slows down as the batch changes); a
+waiting step asks again whenever something frees up and at every scaler tick; a spot node's notice
+cuts its generations, which continue elsewhere keeping what they wrote (without notice, the tokens
+written since the last heartbeat are lost), as Berth's workflow does. A session announces its next
+step when a call ends in tool calls, a sub-agent or a turn's answer (interactive and batch work only),
+as the live workflow does on its lease's release; the policy's scaler may act on it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from ..pool.admission import may_go
 from ..pool.decision import Decision, PlacementRequest
 from ..pool.fleet import Booking, FleetState, ModelSpec
 from ..pool.queue import WaitQueue
-from ..pool.scaler import ModelDemand, ScaleDown
+from ..pool.scaler import ModelDemand, ScaleDown, ScaleUp
 from ..pool.scorers import load_seconds
 from .fleet_file import FleetFile
 from .plan import CallPlan, SessionPlan, Workload
@@ -39,6 +43,22 @@ class SimSettings:
     tick_s: float = 2.0  # the scaler's period (orchestrator/pool/autoscaler.py TICK_S)
     heartbeat_s: float = 0.5  # a generating step reports its tokens this often: what a kill without notice loses
     spot_return_s: float = 600.0  # a reclaimed spot node comes back, with an empty disk, this much later
+    # A lone sequence decodes this many times faster than each sequence of a full batch: decode is
+    # memory-bound, so a step's time is mostly reading the weights once, whatever the batch (vLLM serving
+    # an 8B model on an H100 writes ~120 tokens/s for one sequence and ~30 each for 32).
+    single_stream_gain: float = 4.0
+
+
+def sequence_rate(tokens_per_s: float, slots: int, batch: int, gain: float) -> float:
+    """Tokens/s each of `batch` sequences decodes at on a replica whose full batch of `slots` writes
+    `tokens_per_s` in all: an iteration takes t0 + t1·batch, with t0 and t1 set so that the full batch
+    writes `tokens_per_s` and one sequence alone `gain` times its per-slot share."""
+    if slots <= 1 or gain <= 1:
+        return tokens_per_s / max(slots, 1)
+    gain = min(gain, slots)
+    per_token = (1 - 1 / gain) * slots / (tokens_per_s * (slots - 1))  # t1
+    fixed = slots / (tokens_per_s * gain) - per_token  # t0
+    return 1.0 / (fixed + per_token * min(max(batch, 1), slots))
 
 
 @dataclass
@@ -57,13 +77,15 @@ class _Call:
     plan: CallPlan
     record: CallRecord
     prompt: int
-    remaining: int
+    remaining: float  # tokens still to write, as of `decoded_at`
     exclude_nodes: set[str] = field(default_factory=set)
     avoid_spot_zones: set[str] = field(default_factory=set)
     booking: Booking | None = None
     generation: int = 0  # bumped when a generation is cut, so its finish event is ignored
     first_token_s: float = 0.0
-    rate: float = 0.0  # tokens/s of its generation
+    rate: float = 0.0  # tokens/s of its generation, at its replica's batch size now
+    decoded_at: float = 0.0  # when `remaining` was last brought up to date
+    written: float = 0.0  # tokens written in this generation (since it was served on its replica)
     waiting_since: float | None = None  # when it joined the wait queue (its place in line)
 
     @property
@@ -109,6 +131,7 @@ class Simulation:
         self._calls: dict[int, _Call] = {}
         self._disk: dict[str, OrderedDict[str, float]] = {n: OrderedDict() for n in self.fleet.nodes}
         self.idle_since: dict[str, float] = {}
+        self.intents = policy.foresight.intents if policy.foresight is not None else None
         self._open_sessions = 0
         self._arrivals_left = len(workload.sessions)
 
@@ -159,12 +182,14 @@ class Simulation:
         self.result.calls.append(record)
         call = _Call(session, plan, record, plan.prompt_tokens, plan.output_tokens)
         self._calls[id(call)] = call
+        if self.intents is not None:
+            self.intents.arrived(session.plan.session_id, self.now)
         self._try(call)
 
     def _request(self, call: _Call) -> PlacementRequest:
         model = call.plan.model
         return PlacementRequest(
-            model=model, tokens=call.prompt + call.remaining, prompt_tokens=call.prompt,
+            model=model, tokens=call.prompt + math.ceil(call.remaining), prompt_tokens=call.prompt,
             tenant=call.session.plan.tenant, priority=call.session.plan.priority,  # type: ignore[arg-type]
             exclude_nodes=frozenset(call.exclude_nodes), exclude_spot_zones=frozenset(call.avoid_spot_zones),
             previous_replica=call.session.previous_replica,
@@ -192,7 +217,7 @@ class Simulation:
 
     def _grant(self, call: _Call, decision: Decision) -> None:
         assert decision.chosen is not None
-        booking = self.fleet.apply(decision, call.prompt + call.remaining)
+        booking = self.fleet.apply(decision, call.prompt + math.ceil(call.remaining))
         self.queue.leave(call.key)
         self._waiting.get(call.plan.model, {}).pop(call.key, None)
         call.waiting_since = None
@@ -203,6 +228,11 @@ class Simulation:
         self.idle_since.pop(replica.id, None)
         if booking.created_replica:
             self._start_load(replica.id, decision.chosen.candidate.tier)
+        rep = self._replicas[replica.id]
+        if rep.record.first_lease_s is None:
+            rep.record.first_lease_s = self.now
+        if self.intents is not None:
+            self.intents.leased(replica.id, self.now)
         if not call.record.tier:
             call.record.tier = decision.chosen.candidate.tier
         if replica.state == "loading":
@@ -215,10 +245,12 @@ class Simulation:
         assert call.booking is not None
         replica = self.fleet.replicas[call.booking.replica_id]
         rep = self._replicas[replica.id]
-        call.rate = replica.tokens_per_s / replica.concurrency
         cached = call.session.previous_replica == replica.id
+        call.record.cold_start |= rep.record.ready_s is not None and rep.record.ready_s > call.record.issued_s
         prefill = call.prompt * (1 - self.config.prefix_cacheable_fraction) if cached else call.prompt
         call.first_token_s = self.now + prefill / (replica.tokens_per_s * self.config.prefill_speedup)
+        call.decoded_at = call.first_token_s
+        call.written = 0.0
         if call.record.first_token_s is None:
             call.record.served_s = self.now
             call.record.first_token_s = call.first_token_s
@@ -226,22 +258,58 @@ class Simulation:
             rep.busy_since = self.now
         rep.serving += 1
         self._serving.setdefault(replica.id, set()).add(id(call))
-        self._at(call.first_token_s + call.remaining / call.rate, self._finish, call, call.generation)
+        self._rebatch(replica.id)
+
+    def _rebatch(self, replica_id: str) -> None:
+        """The replica's batch changed: every call on it is brought up to date at its old rate, and finishes
+        at the new one."""
+        serving = self._serving.get(replica_id)
+        replica = self.fleet.replicas.get(replica_id)
+        if not serving or replica is None:
+            return
+        rate = sequence_rate(replica.tokens_per_s, replica.concurrency, len(serving), self.settings.single_stream_gain)
+        for call_id in sorted(serving):
+            call = self._calls[call_id]
+            self._advance(call)
+            call.rate = rate
+            call.generation += 1
+            self._at(max(self.now, call.first_token_s) + call.remaining / rate, self._finish, call, call.generation)
+
+    def _advance(self, call: _Call) -> None:
+        """Count the tokens the call wrote since `decoded_at` (none before its first token)."""
+        if self.now > call.decoded_at:
+            done = min((self.now - call.decoded_at) * call.rate, call.remaining)
+            call.remaining -= done
+            call.written += done
+            call.decoded_at = self.now
 
     def _finish(self, call: _Call, generation: int) -> None:
         if generation != call.generation:
             return  # this generation was cut; its continuation finishes instead
+        self._advance(call)
         replica_id = self._release(call)
         call.record.done_s = self.now
         session = call.session
-        session.tokens_so_far += call.prompt + call.remaining
+        session.tokens_so_far += call.prompt + round(call.written + call.remaining)
         session.previous_replica = replica_id
         del self._calls[id(call)]
         self._retry(call.plan.model)
+        self._announce(session, call.plan, replica_id)
         if call.plan.spawn is not None:
             self._arrive(call.plan.spawn, session)  # the parent waits for it, as for a tool
         else:
             self._after_tools(session)
+
+    def _announce(self, session: _Session, done: CallPlan, replica_id: str) -> None:
+        """What the live workflow tells the pool on releasing the lease: what its next step waits for."""
+        if self.intents is None or session.plan.priority == "low_priority":
+            return
+        if done.spawn is not None:
+            self.intents.announce(done.spawn.session_id, done.spawn.calls[0].model, "spawn", self.now)
+        elif session.index + 1 < len(session.plan.calls):
+            kind = "awaiting_input" if done.ends_turn else "tool_calls"
+            self.intents.announce(session.plan.session_id, session.plan.calls[session.index + 1].model, kind,
+                                  self.now, replica_id)
 
     def _after_tools(self, session: _Session) -> None:
         done = session.plan.calls[session.index]
@@ -278,6 +346,7 @@ class Simulation:
             rep.serving -= 1
             if rep.serving == 0:
                 self._close_busy(rep, self.now)
+            self._rebatch(replica_id)
         self.fleet.release(call.booking)
         call.booking = None
         replica = self.fleet.replicas.get(replica_id)
@@ -335,6 +404,8 @@ class Simulation:
         self._close_busy(rep, self.now)
         self.fleet.unload(replica_id)
         self.idle_since.pop(replica_id, None)
+        if self.intents is not None:
+            self.intents.ended(replica_id, self.now)
 
     def _close_busy(self, rep: _Replica, at: float) -> None:
         if rep.busy_since is not None:
@@ -363,13 +434,17 @@ class Simulation:
                     break
                 self._start_replica(decision, preloaded=True)
 
-    def _start_replica(self, decision: Decision, preloaded: bool = False) -> None:
+    def _start_replica(self, decision: Decision, preloaded: bool = False, prewarm: ScaleUp | None = None) -> None:
         """A replica for the scaler: placed and loading, with no lease on it yet (as the pool's start_replica)."""
         assert decision.chosen is not None
         booking = self.fleet.apply(decision, 1)
         self.fleet.set_load(booking.replica_id, outstanding_tokens=0, active_leases=0)
         self._start_load(booking.replica_id, decision.chosen.candidate.tier, preloaded)
         self.idle_since[booking.replica_id] = self.now
+        if prewarm is not None:
+            self._replicas[booking.replica_id].record.prewarm = True
+            if self.intents is not None:
+                self.intents.started(booking.replica_id, prewarm.model, self.now, prewarm.reason)
 
     # --- the scaler ----------------------------------------------------------------------------
 
@@ -390,7 +465,7 @@ class Simulation:
             else:
                 decision = self._timed(lambda: self.policy.new_replica(self.fleet, action.model))
                 if decision.chosen is not None:
-                    self._start_replica(decision)
+                    self._start_replica(decision, prewarm=action if action.prewarm else None)
         for model in sorted(self._waiting):
             self._retry(model)
         counts: dict[str, int] = {}
@@ -444,8 +519,9 @@ class Simulation:
             rep = self._replicas[call.booking.replica_id]  # type: ignore[union-attr]
             generating = id(call) in self._serving.get(rep.record.replica_id, set())
             written = 0
-            if generating and self.now > call.first_token_s:
-                written = min(int((self.now - call.first_token_s) * call.rate), call.remaining - 1)
+            if generating:
+                self._advance(call)
+                written = min(int(call.written), math.ceil(call.remaining + call.written) - 1)
             lost = min(written, math.ceil(call.rate * self.settings.heartbeat_s)) if lost_unseen else 0
             if call in rep.waiting:
                 rep.waiting.remove(call)
@@ -457,7 +533,8 @@ class Simulation:
             self._release(call)
             kept = written - lost
             call.prompt += kept
-            call.remaining -= kept
+            call.remaining = math.ceil(call.remaining + call.written) - kept
+            call.written = 0.0
             call.record.interruptions += 1
             # The very rules the workflow applies (sdk/_recovery.py): a reclaim with notice, or a lost node.
             avoid = avoid_after(call.session.plan.recovery, Cut("lost" if lost_unseen else "notice", node_id, zone,

@@ -22,6 +22,7 @@ class CallPlan:
     # A sub-agent started after this answer; the session waits for it (it is a tool call that runs a task).
     spawn: SessionPlan | None = None
     not_before_s: float = 0.0  # a trace's own timestamp: the call is not issued before it
+    ends_turn: bool = False  # it answers the user, who takes `tool_s` to reply (the task awaits input)
 
 
 @dataclass(frozen=True)

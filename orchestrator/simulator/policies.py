@@ -1,8 +1,14 @@
 """The placement and scaling policies a simulation compares, each a name and three decisions.
 
 - `berth`: the live pool's own functions (orchestrator/pool/admission.py over `place()`) and its
-  scaler (`plan_scaling`) under each model's default ScalingPolicy: locality-aware placement that may
-  start a replica for a step, a queue-delay scaler, scale to zero after the idle timeout.
+  scaler (`plan_scaling`) under each model's default ScalingPolicy, with the live pool's `Foresight`:
+  locality-aware placement that may start a replica for a step, a queue-delay scaler, keep-alive learned
+  per model from its idle gaps, replicas started or kept for announced steps, idle replicas shed by the
+  cost of bringing them back.
+- `berth-histogram`: the same without announced steps (the learned keep-alive alone, as Shahrad et al.'s
+  hybrid histogram policy would run it).
+- `berth-fixed`: the same without learning: every idle replica kept 300 s, the longest idle unloaded
+  first (Berth's policy before it learned).
 - `k8s-spread`, `bin-pack`, `random`: what a Kubernetes Deployment with an HPA does. A request goes
   only to a ready (warm) replica with a free slot, least busy first (a Service); replicas are added by
   the scaler alone, one per `HPA_TARGET_SHARE` of a replica's slots in use (the HPA's request-count
@@ -29,7 +35,7 @@ from sdk._catalogue import ScalingPolicy
 from ..pool import admission
 from ..pool.decision import Candidate, Decision, PlacementRequest, ScoredCandidate, Tier
 from ..pool.fleet import EPSILON_GIB, FleetState, ModelSpec, Node
-from ..pool.scaler import DEFAULT_POLICY, ModelDemand, ScaleDown, ScaleUp, plan_scaling
+from ..pool.scaler import DEFAULT_POLICY, Foresight, ModelDemand, ScaleDown, ScaleUp, plan_scaling
 from ..pool.scorers import load_seconds
 from ..pool.weights import PlacementConfig
 
@@ -37,7 +43,8 @@ Plan = list[ScaleUp | ScaleDown]
 # The HPA's target: scale out when more than this share of a replica's slots are in use on average.
 HPA_TARGET_SHARE = 0.5
 HPA_STABILIZATION_S = 300.0
-POLICY_NAMES = ("berth", "k8s-spread", "bin-pack", "random", "always-warm")
+BERTH_POLICIES = ("berth", "berth-histogram", "berth-fixed")
+POLICY_NAMES = (*BERTH_POLICIES, "k8s-spread", "bin-pack", "random", "always-warm")
 
 
 @dataclass
@@ -50,17 +57,23 @@ class Policy:
     scaling: Callable[[str, ModelSpec], ScalingPolicy]
     # Replicas per model loaded before the run starts (always-warm), not counted as cold starts.
     preload: Mapping[str, int] = field(default_factory=dict)
+    # What the scaler learns during the run (the berth policies); None plans from the fleet alone.
+    foresight: Foresight | None = None
 
     def plan(self, fleet: FleetState, idle_since: Mapping[str, float], now: float,
              demand: Mapping[str, ModelDemand]) -> Plan:
         policies = {name: self.scaling(name, spec) for name, spec in fleet.models.items()}
-        return plan_scaling(fleet, policies, idle_since, now, demand)
+        return plan_scaling(fleet, policies, idle_since, now, demand, self.foresight)
 
 
-def berth_policy(config: PlacementConfig) -> Policy:
-    return Policy("berth", place=lambda fleet, request: admission.place_away_from_reclaimed_spot(fleet, request, config),
+def berth_policy(config: PlacementConfig, name: str = "berth", tick_s: float = 2.0) -> Policy:
+    """`berth`, `berth-histogram` or `berth-fixed`: one placement, three scalers (the module's docstring)."""
+    foresights = {"berth": lambda: Foresight(config=config, tick_s=tick_s),
+                  "berth-histogram": lambda: Foresight(intents=None, config=config, tick_s=tick_s),
+                  "berth-fixed": lambda: None}
+    return Policy(name, place=lambda fleet, request: admission.place_away_from_reclaimed_spot(fleet, request, config),
                   new_replica=lambda fleet, model: admission.place_scaler_replica(fleet, model, config),
-                  scaling=lambda _name, _spec: DEFAULT_POLICY)
+                  scaling=lambda _name, _spec: DEFAULT_POLICY, foresight=foresights[name]())
 
 
 def kubernetes_policy(name: str, config: PlacementConfig, seed: int = 0, node_cache: bool = False) -> Policy:
@@ -155,8 +168,8 @@ def weights_tier(fleet: FleetState, model: str, node: Node) -> Tier:
 
 def policy_named(name: str, config: PlacementConfig, seed: int, peaks: Mapping[str, int] | None = None,
                  baseline_node_cache: bool = False) -> Policy:
-    if name == "berth":
-        return berth_policy(config)
+    if name in BERTH_POLICIES:
+        return berth_policy(config, name)
     if name == "always-warm":
         if peaks is None:
             raise ValueError("policy: always-warm needs the peak replica counts of a berth run")

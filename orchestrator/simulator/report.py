@@ -7,6 +7,7 @@ rule as the admin UI's Models page: a reported p99 is a time some call really ha
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 MISSING = "–"
+RECENT_S = 3600.0
 
 # (name, target) of each goal, in the order goals() returns them.
 COLD_START_GOAL = ("cold-start seconds ≥10× lower than k8s-spread", "k8s-spread / berth ≥ 10")
@@ -55,6 +57,11 @@ class PolicyReport:
     gpu_wait_max_s: float | None
     calls_waited_for_load: int
     decision_us_per_call: float
+    # Calls that met a cold start (their replica became ready after they were issued) on a model that had a
+    # call issued in the hour before: the cold starts a keep-alive that learns should have avoided.
+    recent_cold_start_share: float = 0.0
+    prewarms: int = 0  # replicas the scaler started for steps that had not asked yet
+    prewarms_used: int = 0  # of them, those a lease landed on
 
 
 @dataclass(frozen=True)
@@ -127,7 +134,54 @@ def summarize(result: SimResult) -> PolicyReport:
         gpu_wait_max_s=waits[-1] if waits else None,
         calls_waited_for_load=sum(1 for c in result.calls if c.waited_for_load),
         decision_us_per_call=result.decision_seconds / calls * 1e6 if calls else 0.0,
+        recent_cold_start_share=_recent_cold_starts(result) / calls if calls else 0.0,
+        prewarms=sum(1 for r in result.replicas if r.prewarm),
+        prewarms_used=sum(1 for r in result.replicas if r.prewarm and r.first_lease_s is not None),
     )
+
+
+def _recent_cold_starts(result: SimResult) -> int:
+    """Calls that met a cold start on a model some call was issued for in the hour before them."""
+    issued: dict[str, list[float]] = {}
+    for call in result.calls:
+        issued.setdefault(call.model, []).append(call.issued_s)
+    for times in issued.values():
+        times.sort()
+    count = 0
+    for call in result.calls:
+        if call.cold_start:
+            times = issued[call.model]
+            before = bisect.bisect_left(times, call.issued_s)  # calls issued strictly earlier
+            count += before > 0 and call.issued_s - times[before - 1] <= RECENT_S
+    return count
+
+
+@dataclass(frozen=True)
+class WarmPoolFigure:
+    """One of the warm pool's four figures for a policy: its ratio (or share) and the goal's bound."""
+
+    name: str
+    value: float | None
+    goal: float
+    met: bool | None
+
+
+def warm_pool_figures(report: PolicyReport, reports: Mapping[str, PolicyReport]) -> list[WarmPoolFigure]:
+    """The four figures the warm pool is judged by, for one policy against the run's baselines: cold-start
+    seconds and GPU-hours over k8s-spread's, TTFT p99 over always-warm's, and the share of calls that met a
+    cold start on a model used in the hour before."""
+    spread, warm = reports.get("k8s-spread"), reports.get("always-warm")
+
+    def ratio(mine: float | None, theirs: float | None) -> float | None:
+        return None if mine is None or not theirs else mine / theirs
+
+    figures = [("cold-start seconds ÷ k8s-spread's", ratio(report.cold_start_s, spread and spread.cold_start_s), 0.2),
+               ("GPU-hours ÷ k8s-spread's", ratio(report.gpu_hours, spread and spread.gpu_hours), 0.6),
+               ("TTFT p99 ÷ always-warm's", ratio(report.ttft_p99_s, warm and warm.ttft_p99_s), 1.2),
+               ("calls meeting a cold start on a model used in the hour before", report.recent_cold_start_share,
+                0.01)]
+    return [WarmPoolFigure(name, value, goal, None if value is None else value <= goal)
+            for name, value, goal in figures]
 
 
 def _seconds(value: float | None) -> str:

@@ -23,6 +23,7 @@ class CallRecord:
     tier: str = ""  # where its replica's weights came from, or warm/loading
     waited_for_gpu: bool = False  # it was told to wait at least once
     waited_for_load: bool = False  # its replica was still loading when it got the lease
+    cold_start: bool = False  # the replica that served it became ready after the call was issued
     interruptions: int = 0
 
     @property
@@ -51,6 +52,8 @@ class ReplicaRecord:
     ended_s: float | None = None
     busy_s: float = 0.0  # time with at least one call being served
     preloaded: bool = False
+    prewarm: bool = False  # started by the scaler for steps that had not asked yet
+    first_lease_s: float | None = None
 
     @property
     def load_s(self) -> float | None:

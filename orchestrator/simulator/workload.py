@@ -178,7 +178,8 @@ def _calls(spec: WorkloadSpec, rng: random.Random, model: str, turns: list[int],
                 added = round(_lognormal(rng, spec.tool_result_tokens_median))
                 if may_spawn and rng.random() < spec.subagent_probability:
                     spawn = _subagent(spec, rng, model, f"{session_id}/sub-{len(calls)}")
-            calls.append(CallPlan(model=model, prompt_tokens=prompt, output_tokens=output, tool_s=pause, spawn=spawn))
+            calls.append(CallPlan(model=model, prompt_tokens=prompt, output_tokens=output, tool_s=pause, spawn=spawn,
+                                  ends_turn=answer))
             prompt = min(prompt + output + added, spec.context_limit_tokens)
     return tuple(calls)
 

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
-from sdk._catalogue import CatalogueModel, ModelEntry, ScalingPolicy
+from sdk._catalogue import CatalogueModel, ModelEntry, ModelForesight, ScalingPolicy
 
 from .tables import ModelRow, utcnow
 
@@ -71,6 +71,18 @@ class SqlModelCatalogue:
             return _model(row)
 
 
+    def publish_foresight(self, views: dict[str, ModelForesight]) -> None:
+        """The scaler's leader writes what it learned per model; models not in the catalogue are skipped."""
+        if not views:
+            return
+        with Session(self._engine) as session:
+            for row in session.exec(select(ModelRow).where(col(ModelRow.name).in_(list(views)))).all():
+                row.foresight_json = views[row.name].model_dump_json()
+                session.add(row)
+            session.commit()
+
+
 def _model(row: ModelRow) -> CatalogueModel:
+    foresight = ModelForesight.model_validate_json(row.foresight_json) if row.foresight_json else None
     return CatalogueModel(entry=ModelEntry.model_validate_json(row.entry_json),
-                          policy=ScalingPolicy.model_validate_json(row.policy_json))
+                          policy=ScalingPolicy.model_validate_json(row.policy_json), foresight=foresight)

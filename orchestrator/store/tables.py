@@ -161,6 +161,8 @@ class ModelRow(SQLModel, table=True):
     entry_json: str = Field(sa_type=Text)
     policy_json: str = Field(sa_type=Text)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    # What the scaler learned and pre-warmed (sdk._catalogue.ModelForesight), published by its leader.
+    foresight_json: str | None = Field(default=None, sa_type=Text)
 
 
 class EventRow(SQLModel, table=True):

@@ -39,7 +39,9 @@ router = APIRouter(include_in_schema=False)
 Svc = Annotated[Services, Depends(services)]
 Shown = Callable[..., Awaitable[Response]]
 
-POLICY_FIELDS = ("min_replicas", "max_replicas", "idle_timeout_s", "scaler", "target", "warm_buffer")
+# An empty field takes the policy's default: idle_timeout_s left empty is learned from the model's idle gaps.
+POLICY_FIELDS = ("min_replicas", "max_replicas", "idle_timeout_s", "scaler", "target", "warm_buffer",
+                 "intent_gpu_hours_per_hour")
 TENANT_LIMITS = ("gpu_quota", "default_budget_tokens", "default_budget_usd")
 
 

@@ -7,14 +7,16 @@ Each page is also a function that actions call to show it again with a refusal a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from sse_starlette import EventSourceResponse
 
-from sdk import TaskStatus
+from sdk import CatalogueModel, TaskStatus
+from sdk._catalogue import KeepAliveView, PrewarmView
 from sdk._limits import MAX_STORED_INT
 
 from ..api import events as events_api
@@ -33,6 +35,10 @@ router = APIRouter(include_in_schema=False)
 Signed = Annotated[Viewer, Depends(signed_in)]
 Svc = Annotated[Services, Depends(services)]
 TASKS_PER_PAGE = 100
+WindowSource = Literal["learned", "fallback", "operator"]
+WINDOW_WORDS: dict[WindowSource, str] = {"learned": "learned from its idle gaps",
+                                         "fallback": "fallback: too few idle gaps to learn from",
+                                         "operator": "the policy's idle timeout"}
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -115,35 +121,124 @@ async def show_fleet(request: Request, svc: Services, viewer: Viewer, *, flash: 
     nodes = await svc.db(svc.store.fleet.list)
     replicas = [r for n in nodes for r in n.replicas]
     served = await svc.db(svc.store.ledger.last_served, [f"{r.node_id}/{r.replica_id}" for r in replicas])
-    policies = {m.entry.name: m.policy for m in await svc.db(svc.store.models.list)}
+    catalogue = {m.entry.name: m for m in await svc.db(svc.store.models.list)}
     by_dc: dict[str, list[Any]] = {}
     for node in nodes:
         by_dc.setdefault(node.datacenter, []).append(node)
     now = datetime.now(timezone.utc)
-    idle = {r.replica_id: _idle_timer(r, served.get(f"{r.node_id}/{r.replica_id}"), policies.get(r.model), now)
+    idle = {r.replica_id: _idle_timer(r, served.get(f"{r.node_id}/{r.replica_id}"), catalogue.get(r.model), now)
             for r in replicas}
     return render(request, "fleet.html", viewer, datacenters=dict(sorted(by_dc.items())), replicas=replicas,
                   idle=idle, flash=flash, status=status)
 
 
-def _idle_timer(replica: Any, last_served: datetime | None, policy: Any, now: datetime) -> str:
+def _idle_timer(replica: Any, last_served: datetime | None, model: CatalogueModel | None, now: datetime) -> str:
     """"idle 40 s (unloads in ~4 min)" for a warm replica serving nothing; "" otherwise.
 
     Idle since its last finished call, or since it loaded; the pool's own clock decides the unload,
-    so the page says "~"."""
+    so the page says "~". The window is the policy's fixed one, else the first replica's learned one."""
     if replica.state != "warm" or replica.active_leases > 0:
         return ""
     since = last_served or replica.updated_at or now
     idle_s = max(0.0, (now - since).total_seconds())
     text = f"idle {_duration(idle_s)}"
-    if policy is not None:
-        left = policy.idle_timeout_s - idle_s
-        text += f" (unloads in ~{_duration(left)})" if left > 0 else " (due to unload)"
+    window = unload_window(model)
+    if window is not None:
+        window_s, source = window
+        left = window_s - idle_s
+        by = "" if source == "operator" else f", {source} window"
+        text += f" (unloads in ~{_duration(left)}{by})" if left > 0 else f" (due to unload{by})"
+    elif model is not None:
+        text += " (idle window not learned yet)"
     return text
+
+
+def unload_window(model: CatalogueModel | None) -> tuple[float, WindowSource] | None:
+    """(seconds an idle replica is kept, where that came from): the operator's fixed idle timeout, else the
+    scaler's window for the model's first replica (learned, or its fallback); None when neither is known yet."""
+    if model is None:
+        return None
+    if model.policy.idle_timeout_s is not None:
+        return model.policy.idle_timeout_s, "operator"
+    first = _level_one(model.foresight.keep_alive) if model.foresight else None
+    return (first.window_s, first.source) if first is not None else None
+
+
+def _level_one(levels: list[KeepAliveView]) -> KeepAliveView | None:
+    return next((k for k in levels if k.level == 1), None)
 
 
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class KeepAliveRow:
+    """One replica level's keep-alive, in the words the Models page shows."""
+
+    level: int
+    kept: str  # "12 min idle", or "unloaded at once, then kept until 40 min idle"
+    prewarm: str  # "at 15 min idle", or "–"
+    source: WindowSource
+    why: str  # "learned from 254 idle gaps", …
+
+
+@dataclass(frozen=True)
+class PrewarmRow:
+    """A replica the scaler started ahead of demand: `used` is yes, no (ended unused) or not-yet (still up)."""
+
+    replica_id: str
+    started_at: datetime
+    reason: str
+    used: Literal["yes", "no", "not-yet"]
+    used_text: str
+    ended_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ForesightView:
+    """What the scaler learned of a model and did ahead of its demand, for the Models page."""
+
+    updated_at: datetime
+    levels: list[KeepAliveRow]
+    prewarms: list[PrewarmRow]
+    announced: int
+    intent_used: str  # GPU-hours in the last hour, "0.42"
+    intent_allowed: str  # the policy's GPU-hours per hour, "2"
+
+
+def foresight_view(model: CatalogueModel) -> ForesightView | None:
+    """The model's foresight as the page shows it; None until the scaler has planned for the model."""
+    f = model.foresight
+    if f is None:
+        return None
+    return ForesightView(updated_at=f.updated_at, levels=[_keep_alive_row(k) for k in sorted(f.keep_alive,
+                                                                                          key=lambda k: k.level)],
+                         prewarms=[_prewarm_row(p) for p in f.prewarms], announced=f.announced,
+                         intent_used=f"{f.intent_gpu_hours_last_hour:.2f}",
+                         intent_allowed=f"{model.policy.intent_gpu_hours_per_hour:g}")
+
+
+def _keep_alive_row(k: KeepAliveView) -> KeepAliveRow:
+    kept = (f"unloaded at once, then kept until {_duration(k.window_s)} idle" if k.prewarm_s > 0
+            else f"{_duration(k.window_s)} idle")
+    prewarm = f"at {_duration(k.prewarm_s)} idle" if k.prewarm_s > 0 else "–"
+    gaps = f"{k.gaps} idle gap{'' if k.gaps == 1 else 's'}"
+    why = {"learned": f"learned from {gaps}",
+           "fallback": f"fallback: {gaps} are too few or too irregular to learn from, so kept until holding it"
+                       " costs one cold start",
+           "operator": "the operator's idle timeout"}[k.source]
+    return KeepAliveRow(k.level, kept, prewarm, k.source, why)
+
+
+def _prewarm_row(p: PrewarmView) -> PrewarmRow:
+    if p.used_at is not None:
+        used, text = "yes", f"yes, {_duration((p.used_at - p.started_at).total_seconds())} after it started"
+    elif p.ended_at is not None:
+        used, text = "no", "no: ended unused"
+    else:
+        used, text = "not-yet", "not yet"
+    return PrewarmRow(p.replica_id, p.started_at, p.reason, used, text, p.ended_at)
 
 
 @router.get("/models", response_class=HTMLResponse)
@@ -157,7 +252,10 @@ async def show_models(request: Request, svc: Services, viewer: Viewer, *, flash:
     models = await svc.db(svc.store.models.list)
     replicas = await svc.db(svc.store.fleet.replicas)
     return render(request, "models.html", viewer, models=models, replicas=replicas, typed=typed, flash=flash,
-                  status=status, figures=await svc.db(models_last_hour, svc.store))
+                  status=status, figures=await svc.db(models_last_hour, svc.store),
+                  foresight={m.entry.name: foresight_view(m) for m in models},
+                  windows={m.entry.name: unload_window(m) for m in models}, window_words=WINDOW_WORDS,
+                  duration=_duration)
 
 
 @router.get("/tenants", response_class=HTMLResponse)

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from orchestrator.cli.main import main
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from sdk import AgentSpec, Budget, SyncClient, TaskCancelled, TaskStatus, ToolSpec
+from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
 from sdk._identity import Role, TenantSpec
 
 
@@ -290,13 +292,70 @@ def test_models_list_show_and_policy(server: Server, capsys) -> None:
     listed = capsys.readouterr().out
     assert "llama-3.1-70b" in listed and "131.5 GiB" in listed
     assert berth(server, "models", "show", "openai/gpt-4o-mini") == 0
-    assert '"provider": "hosted"' in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert '"provider": "hosted"' in shown and "keep-alive: none here, the provider serves this model" in shown
     assert berth(server, "models", "policy", "qwen2.5-7b", "--min", "1", "--max", "2") == 0
     assert '"max_replicas": 2' in capsys.readouterr().out
     assert berth(server, "models", "policy", "qwen2.5-7b", "--min", "5") == 2
     assert "above max_replicas" in one_error_line(capsys.readouterr().err)
     assert berth(server, "models", "show", "no-such-model") == 2
     assert "no-such-model" in one_error_line(capsys.readouterr().err)
+
+
+def test_models_show_prints_the_learned_keep_alive_and_each_prewarm_used_or_not(server: Server, capsys) -> None:
+    at = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
+    server.store.models.publish_foresight({"llama-3.2-1b": ModelForesight(
+        keep_alive=[KeepAliveView(level=1, window_s=720, prewarm_s=0, source="learned", gaps=254),
+                    KeepAliveView(level=2, window_s=2400, prewarm_s=900, source="learned", gaps=40),
+                    KeepAliveView(level=3, window_s=180, prewarm_s=0, source="fallback", gaps=3)],
+        prewarms=[PrewarmView(replica_id="r-used", started_at=at, reason="2 announced steps [soon]",
+                              used_at=at + timedelta(seconds=80)),
+                  PrewarmView(replica_id="r-wasted", started_at=at, reason="level 2 pre-warm",
+                              ended_at=at + timedelta(minutes=15))],
+        announced=3, intent_gpu_hours_last_hour=0.42, updated_at=at)})
+    assert berth(server, "models", "show", "llama-3.2-1b") == 0
+    out = capsys.readouterr().out
+    assert '"idle_timeout_s": null' in out  # the raw policy, as before
+    assert "level 1: keep 12.0 min idle (learned from 254 gaps)" in out
+    assert ("level 2: unload at once, pre-warm at 15.0 min after it goes idle, keep until 40.0 min idle"
+            " (learned from 40 gaps)") in out
+    assert "level 3: keep 3.0 min idle (fallback: 3 gaps too few or too irregular to learn from" in out
+    assert "announced steps: 3 not arrived yet" in out
+    assert "intent GPU-hours, last hour: 0.42 of 2 allowed per hour" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("r-")}
+    assert "2 announced steps [soon]" in rows["r-used"]  # printed as text, not read as markup
+    assert "yes, at 2026-11-30 08:01:20 UTC (80 s after it started)" in rows["r-used"]
+    assert rows["r-used"].rstrip().endswith("still up")
+    assert " no " in rows["r-wasted"] and rows["r-wasted"].rstrip().endswith("2026-11-30 08:15:00 UTC")
+    assert berth(server, "models", "show", "llama-3.2-1b", "--json") == 0
+    assert '"replica_id": "r-wasted"' in capsys.readouterr().out
+    assert berth(server, "models", "list") == 0
+    listed = {line.split("│")[1].strip(): line for line in capsys.readouterr().out.splitlines() if "│" in line}
+    assert "learned 12 min" in listed["llama-3.2-1b"]
+    assert berth(server, "models", "show", "llama-3.1-70b") == 0
+    assert "the scaler has not planned for this model yet" in capsys.readouterr().out
+
+
+def test_models_policy_sets_an_idle_timeout_resets_it_to_learned_and_names_a_bad_field(server: Server,
+                                                                                       capsys) -> None:
+    assert berth(server, "models", "policy", "qwen2.5-7b", "--idle-timeout", "120", "--intent-gpu-hours", "0.5") == 0
+    out = capsys.readouterr().out
+    assert '"idle_timeout_s": 120.0' in out and '"intent_gpu_hours_per_hour": 0.5' in out
+    assert berth(server, "models", "list") == 0
+    assert "120s" in next(line for line in capsys.readouterr().out.splitlines() if "qwen2.5-7b" in line)
+    assert berth(server, "models", "policy", "qwen2.5-7b", "--idle-timeout", "learned") == 0
+    assert '"idle_timeout_s": null' in capsys.readouterr().out
+    policy = server.store.models.get("qwen2.5-7b").policy
+    assert (policy.idle_timeout_s, policy.intent_gpu_hours_per_hour) == (None, 0.5)
+    assert berth(server, "models", "policy", "qwen2.5-7b", "--idle-timeout", "soon") == 2
+    assert one_error_line(capsys.readouterr().err) == "error: idle_timeout_s: must be seconds, or 'learned', not 'soon'"
+    assert berth(server, "models", "policy", "qwen2.5-7b", "--idle-timeout", "0") == 2
+    assert one_error_line(capsys.readouterr().err).startswith("error: idle_timeout_s: ")
+    assert berth(server, "models", "policy", "qwen2.5-7b", "--intent-gpu-hours", "-1") == 2
+    assert one_error_line(capsys.readouterr().err).startswith("error: intent_gpu_hours_per_hour: ")
+    assert berth(server, "models", "policy", "qwen2.5-7b", "--min", "one") == 2
+    assert one_error_line(capsys.readouterr().err) == "error: min_replicas: must be a whole number, not 'one'"
+    assert server.store.models.get("qwen2.5-7b").policy == policy  # nothing refused was saved
 
 
 def test_keys_create_prints_the_secret_once_list_hides_it_and_revoke_refuses_it(server: Server, capsys) -> None:

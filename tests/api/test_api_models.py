@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 
 from api_helpers import error_of, unique
+from orchestrator.store import Store
+from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
 
 
 async def test_the_catalogue_is_seeded_with_realistic_models(api) -> None:
@@ -35,11 +39,39 @@ async def test_scaling_policies_are_validated(api) -> None:
                              "target": 8, "warm_buffer": 1})
     assert ok.status_code == 200 and ok.json()["policy"]["max_replicas"] == 3
     assert (await api.get("/v1/models/llama-3.1-8b/policy")).json()["min_replicas"] == 1
+    # null (or leaving it out) goes back to the window learned from the model's own idle gaps
+    learned = await api.put("/v1/models/llama-3.1-8b/policy",
+                            json={"idle_timeout_s": None, "intent_gpu_hours_per_hour": 0})
+    assert learned.status_code == 200, learned.text
+    assert {k: learned.json()["policy"][k] for k in ("idle_timeout_s", "intent_gpu_hours_per_hour")} == {
+        "idle_timeout_s": None, "intent_gpu_hours_per_hour": 0}
+
+
+async def test_a_new_policy_learns_its_idle_window_and_models_carry_what_the_scaler_learned(api, store: Store) -> None:
+    name = unique("phi-3")
+    await api.put(f"/v1/models/{name}", json={"name": name, "weights_gib": 7.5})
+    created = (await api.get(f"/v1/models/{name}")).json()
+    assert created["policy"]["idle_timeout_s"] is None and created["policy"]["intent_gpu_hours_per_hour"] == 2.0
+    assert created["foresight"] is None  # the scaler has not planned for it yet
+    at = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
+    store.models.publish_foresight({name: ModelForesight(
+        keep_alive=[KeepAliveView(level=1, window_s=720, prewarm_s=0, source="learned", gaps=254)],
+        prewarms=[PrewarmView(replica_id="r-1", started_at=at, reason="2 announced steps", used_at=at)],
+        announced=2, intent_gpu_hours_last_hour=0.25, updated_at=at)})
+    listed = {m["entry"]["name"]: m for m in (await api.get("/v1/models")).json()}
+    for model in (listed[name], (await api.get(f"/v1/models/{name}")).json()):
+        foresight = model["foresight"]
+        assert foresight["keep_alive"] == [{"level": 1, "window_s": 720, "prewarm_s": 0, "source": "learned",
+                                            "gaps": 254}]
+        assert foresight["prewarms"][0]["replica_id"] == "r-1" and foresight["prewarms"][0]["used_at"] is not None
+        assert (foresight["announced"], foresight["intent_gpu_hours_last_hour"]) == (2, 0.25)
 
 
 @pytest.mark.parametrize("policy, field", [
     ({"min_replicas": 3, "max_replicas": 2}, None),
     ({"idle_timeout_s": -1}, "idle_timeout_s"),
+    ({"idle_timeout_s": 0}, "idle_timeout_s"),
+    ({"intent_gpu_hours_per_hour": -1}, "intent_gpu_hours_per_hour"),
     ({"scaler": "vibes"}, "scaler"),
     ({"max_replicas": 0}, "max_replicas"),
 ])

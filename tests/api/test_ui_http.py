@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
@@ -18,6 +19,7 @@ from sdk._lease import StepPlacement
 from orchestrator.store import Store
 from orchestrator.ui.login import ADDRESS_FAILED_LOGIN_BURST
 from sdk import AgentSpec, TaskSpec
+from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
 from sdk._identity import Role, TenantSpec
 
 from api_helpers import put_task, unique, write_checkpoints
@@ -176,11 +178,69 @@ async def test_a_scaling_policy_is_validated_and_saved_from_its_form(sign_in: Si
     assert store.models.get("llama-3.1-8b") == before
     good = await operator.post("/models/llama-3.1-8b/policy", data={
         "csrf_token": csrf_of(page), "min_replicas": "1", "max_replicas": "3", "idle_timeout_s": "120",
-        "scaler": "request_count", "target": "4", "warm_buffer": "1"})
+        "scaler": "request_count", "target": "4", "warm_buffer": "1", "intent_gpu_hours_per_hour": "0.5"})
     assert good.status_code == 303
     saved = store.models.get("llama-3.1-8b")
     assert saved is not None and (saved.policy.min_replicas, saved.policy.scaler) == (1, "request_count")
-    assert flash_of(await operator.get("/models")) == "ok: scaling policy of llama-3.1-8b saved"
+    assert (saved.policy.idle_timeout_s, saved.policy.intent_gpu_hours_per_hour) == (120, 0.5)
+    shown = await operator.get("/models")
+    assert flash_of(shown) == "ok: scaling policy of llama-3.1-8b saved"
+    form = re.search(r'<form class="policy" data-model="llama-3.1-8b".*?</form>', shown.text, re.S)
+    assert form and 'name="idle_timeout_s" value="120.0"' in form.group(0)
+    assert 'name="intent_gpu_hours_per_hour" value="0.5"' in form.group(0)
+    bad_intent = await operator.post("/models/llama-3.1-8b/policy", data={
+        "csrf_token": csrf_of(page), "min_replicas": "1", "max_replicas": "3", "intent_gpu_hours_per_hour": "-1"})
+    assert bad_intent.status_code == 422 and flash_of(bad_intent).startswith("error: intent_gpu_hours_per_hour: ")
+    # The idle timeout left empty goes back to the window learned from the model's own idle gaps.
+    learned = await operator.post("/models/llama-3.1-8b/policy", data={
+        "csrf_token": csrf_of(page), "min_replicas": "1", "max_replicas": "3", "idle_timeout_s": "",
+        "scaler": "request_count", "target": "4", "warm_buffer": "1", "intent_gpu_hours_per_hour": "0.5"})
+    assert learned.status_code == 303
+    saved = store.models.get("llama-3.1-8b")
+    assert saved is not None and (saved.policy.idle_timeout_s, saved.policy.intent_gpu_hours_per_hour) == (None, 0.5)
+    form = re.search(r'<form class="policy" data-model="llama-3.1-8b".*?</form>', (await operator.get("/models")).text,
+                     re.S)
+    assert form and 'name="idle_timeout_s" value="" placeholder="learned"' in form.group(0)
+
+
+def _model_section(page: str, name: str) -> str:
+    section = page[page.index(f'<section class="model" data-model="{name}">'):]
+    return section[:section.index("</section>")]
+
+
+async def test_the_models_page_shows_the_learned_keep_alive_and_whether_each_prewarm_was_used(
+        sign_in: SignIn, store: Store) -> None:
+    now = datetime.now(timezone.utc)
+    store.models.publish_foresight({"qwen2.5-7b": ModelForesight(
+        keep_alive=[KeepAliveView(level=2, window_s=2400, prewarm_s=900, source="learned", gaps=40),
+                    KeepAliveView(level=1, window_s=720, prewarm_s=0, source="learned", gaps=254)],
+        prewarms=[PrewarmView(replica_id="r-used", started_at=now - timedelta(minutes=10),
+                              reason="2 announced steps <b>soon</b>", used_at=now - timedelta(minutes=9)),
+                  PrewarmView(replica_id="r-wasted", started_at=now - timedelta(minutes=30),
+                              reason="level 2 pre-warm", ended_at=now - timedelta(minutes=15))],
+        announced=3, intent_gpu_hours_last_hour=0.5, updated_at=now)})
+    page = (await (await sign_in(Role.viewer)).get("/models")).text
+    learned = _model_section(page, "qwen2.5-7b")
+    shown = dict(re.findall(r'<b class="([\w-]+)">([^<]*)</b>', learned))
+    assert {k: shown[k] for k in ("unload-after", "announced", "intent-used", "intent-allowed")} == {
+        "unload-after": "~12 min", "announced": "3", "intent-used": "0.50", "intent-allowed": "2"}
+    assert "(learned from its idle gaps)" in learned
+    levels = re.findall(r'<tr class="level" data-level="(\d+)" data-source="(\w+)"><td>\d+</td>\s*'
+                        r'<td class="kept">([^<]*)</td><td class="prewarm-at">([^<]*)</td><td class="source">([^<]*)</td>',
+                        learned)
+    assert levels == [("1", "learned", "12 min idle", "–", "learned from 254 idle gaps"),
+                      ("2", "learned", "unloaded at once, then kept until 40 min idle", "at 15 min idle",
+                       "learned from 40 idle gaps")]
+    prewarms = re.findall(r'<tr class="prewarm" data-replica-id="([\w-]+)" data-used="([\w-]+)">.*?'
+                          r'<td class="prewarm-used">([^<]*)</td>', learned, re.S)
+    assert prewarms == [("r-used", "yes", "yes, 60 s after it started"), ("r-wasted", "no", "no: ended unused")]
+    assert "2 announced steps &lt;b&gt;soon&lt;/b&gt;" in learned  # a reason is text, never markup
+    assert 'name="idle_timeout_s" value=""' in learned and "None" not in learned
+    unplanned = _model_section(page, "llama-3.1-8b")
+    assert "the scaler has not planned for this model yet" in unplanned and 'class="prewarms"' not in unplanned
+    assert "a window not learned yet" in unplanned
+    hosted = _model_section(page, "openai/gpt-4o-mini")
+    assert 'class="foresight"' not in hosted  # a provider's model is never loaded here, nor kept alive
 
 
 async def test_what_users_and_models_wrote_is_shown_escaped(sign_in: SignIn, store: Store, agent: AgentSpec) -> None:

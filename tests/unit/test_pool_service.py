@@ -14,7 +14,7 @@ from orchestrator.pool.service import GONE_CONFIRM_S, UNREPORTED_LOAD_GRACE_S, P
 from orchestrator.store import Store
 from sdk import ModelEntry, ScalingPolicy
 from sdk._fleet import NodeHeartbeat, NodeSpec
-from sdk._lease import LeaseRequest, ReleaseLease
+from sdk._lease import LeaseRequest, NextStep, ReleaseLease
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 
@@ -342,3 +342,53 @@ def test_tenants_admins_set_in_the_store_bound_placement(store: Store, pool: Poo
     assert first.outcome == "placed"
     second = pool.acquire(req("t4", tenant="tiny", model="qwen2.5-7b"))
     assert second.outcome == "wait" and second.wait_reason == "tenant_quota", second
+
+
+def test_a_step_that_announced_its_tool_calls_finds_a_replica_started_for_it_before_it_asked(
+        store: Store, pool: PoolService, clock: Clock) -> None:
+    """The task's step ends in tool calls and says so on release; its replica is lost while the tools run.
+    The scaler starts a replica for the announced step (a pre-warm), and the step's next ask lands on it:
+    the pre-warm is marked used, and what the API shows says so."""
+    join(store, "gpu-a", cached=("llama-3.1-8b",),
+         replicas=[{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}])
+    grant = pool.acquire(req("t1"))
+    assert grant.replica_id == "r-1"
+    pool.release(ReleaseLease(lease_id=grant.lease_id, replica_warm=True, next_step=NextStep(kind="tool_calls")))
+    pool.release(ReleaseLease(lease_id="none", replica_gone=True))  # a late release of nothing changes nothing
+    join(store, "gpu-a", cached=("llama-3.1-8b",))  # the node no longer runs r-1 (its engine died)
+    pool.sync(force=True)
+    assert "r-1" not in pool.fleet.replicas
+
+    [up] = [a for a in pool.plan_scaling() if isinstance(a, ScaleUp) and a.model == "llama-3.1-8b"]
+    assert up.prewarm and "intent: 1 announced step(s) (tool_calls)" in up.reason and "no replica" in up.reason
+    order = pool.start_replica(up.model, up.reason)
+    assert order is not None
+    view = pool.foresight_views()["llama-3.1-8b"]
+    assert [(p.replica_id, p.used_at) for p in view.prewarms] == [(order.request.replica_id, None)]
+    assert view.announced == 1
+
+    clock.now += 3  # the tools return
+    again = pool.acquire(req("t1", step=2))
+    assert again.replica_id == order.request.replica_id  # the replica started for it, before it asked
+    view = pool.foresight_views()["llama-3.1-8b"]
+    assert view.prewarms[0].used_at is not None and view.announced == 0
+    store.models.publish_foresight({"llama-3.1-8b": view})
+    shown = store.models.get("llama-3.1-8b")
+    assert shown is not None and shown.foresight is not None and shown.foresight.prewarms[0].used_at is not None
+
+
+def test_low_priority_steps_announce_nothing_and_an_announced_step_keeps_its_replica(
+        store: Store, pool: PoolService, clock: Clock) -> None:
+    store.models.set_policy("llama-3.1-8b", ScalingPolicy(idle_timeout_s=60))
+    join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}])
+    background = pool.acquire(req("bg", service_class="low_priority"))
+    pool.release(ReleaseLease(lease_id=background.lease_id, replica_warm=True, next_step=NextStep(kind="tool_calls")))
+    assert pool.foresight_views().get("llama-3.1-8b") is None or pool.foresight_views()["llama-3.1-8b"].announced == 0
+
+    grant = pool.acquire(req("t1"))
+    pool.release(ReleaseLease(lease_id=grant.lease_id, replica_warm=True, next_step=NextStep(kind="awaiting_input")))
+    clock.now += 61  # past the operator's window, while the human has not answered
+    assert [a for a in pool.plan_scaling() if isinstance(a, ScaleDown)] == []  # kept for the announced step
+    clock.now += 600  # the announcement expired: the task is gone
+    [down] = [a for a in pool.plan_scaling() if isinstance(a, ScaleDown)]
+    assert down.replica_id == "r-1"

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.pool import Device, FleetState, ModelSpec, Node
-from orchestrator.pool.scaler import ModelDemand, ScaleDown, ScaleUp, plan_scaling
+from orchestrator.pool.scaler import FIXED_KEEP_ALIVE_S, Foresight, ModelDemand, ScaleDown, ScaleUp, plan_scaling
 from sdk._catalogue import ScalingPolicy
 
 SMALL = ModelSpec("small", 16, 4, concurrency=4)
@@ -242,10 +242,21 @@ def random_fleet(replicas: list) -> tuple[FleetState, dict[str, float]]:
     replicas=replicas_st,
     policies=st.dictionaries(st.sampled_from(NAMES), policies_st, max_size=5),
     demand=st.dictionaries(st.sampled_from(NAMES), st.builds(ModelDemand, st.integers(0, 40)), max_size=5),
+    learned=st.booleans(),
+    announced=st.lists(st.tuples(st.sampled_from(NAMES), st.floats(0, 120)), max_size=6),
 )
-def test_plan_invariants(replicas: list, policies: dict, demand: dict) -> None:
+def test_plan_invariants(replicas: list, policies: dict, demand: dict, learned: bool, announced: list) -> None:
     f, idle = random_fleet(replicas)
-    p = plan_scaling(f, policies, idle, NOW, demand)
+
+    def foresight() -> Foresight | None:
+        if not learned:
+            return None
+        ahead = Foresight()
+        for i, (model, ago) in enumerate(announced):
+            ahead.intents.announce(f"t{i}", model, "tool_calls", NOW - ago)  # type: ignore[union-attr]
+        return ahead
+
+    p = plan_scaling(f, policies, idle, NOW, demand, foresight())
 
     up = ups(p)
     down = downs(p)
@@ -255,7 +266,8 @@ def test_plan_invariants(replicas: list, policies: dict, demand: dict) -> None:
         assert r.state == "warm", "never unloads a loading (or draining) replica"
         assert r.active_leases == 0
         timeout = policies.get(r.model, ScalingPolicy()).idle_timeout_s
-        assert rid in idle and NOW - idle[rid] >= timeout
+        if timeout is not None or not learned:
+            assert rid in idle and NOW - idle[rid] >= (timeout or FIXED_KEEP_ALIVE_S)
     down_by_model = Counter(f.replicas[rid].model for rid in down)
     for model in set(NAMES):
         policy = policies.get(model, ScalingPolicy())
@@ -270,5 +282,5 @@ def test_plan_invariants(replicas: list, policies: dict, demand: dict) -> None:
 
     # Deterministic: the same inputs, the mappings built in another order, give the same plan.
     again = plan_scaling(f, dict(reversed(list(policies.items()))), dict(reversed(list(idle.items()))), NOW,
-                         dict(reversed(list(demand.items()))))
+                         dict(reversed(list(demand.items()))), foresight())
     assert again == p

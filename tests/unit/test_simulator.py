@@ -4,6 +4,7 @@ pool's own placement function."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -34,17 +35,19 @@ def one_call_session(session_id: str, at: float) -> SessionPlan:
 
 
 def test_a_hand_checked_scenario_gives_the_exact_cold_starts_and_gpu_hours() -> None:
-    """Two one-call sessions 1000 s apart on one H100: a cold start from the origin, an unload after the
-    300 s idle timeout (at the first 2 s scaler tick past it), then a cold start from the node's disk."""
+    """Two one-call sessions 1000 s apart on one H100 under the fixed keep-alive: a cold start from the
+    origin, an unload after the 300 s idle timeout (at the first 2 s scaler tick past it), then a cold
+    start from the node's disk."""
     workload = Workload((one_call_session("a", 0.0), one_call_session("b", 1000.0)), duration_s=1001)
-    result = Simulation(ONE_GPU, catalogue_models(), workload, berth_policy(ONE_GPU.placement_config())).run()
+    result = Simulation(ONE_GPU, catalogue_models(), workload,
+                        berth_policy(ONE_GPU.placement_config(), "berth-fixed")).run()
 
     disk_read = 2.3 / (DISK_BYTES_PER_S / GIB)
     from_origin = disk_read + 20 + 2.3 / 0.5  # disk read + engine start + the WAN copy
     from_disk = disk_read + 20
     throughput = 2500 * 15 / 2.3  # an 8B model's 2,500 tokens/s on an H100, scaled by weights read per token
     prefill = 1000 / (throughput * 4)  # prefill runs at 4× decode throughput
-    serve = prefill + 100 / (throughput / 32)  # then one slot's share of the batch
+    serve = prefill + 100 / (throughput * 4 / 32)  # then alone in its batch: 4× one slot's share
     first, second = result.replicas
     assert (first.tier, second.tier) == ("origin", "disk")
     assert first.load_s == pytest.approx(from_origin) and second.load_s == pytest.approx(from_disk)
@@ -62,6 +65,19 @@ def test_a_hand_checked_scenario_gives_the_exact_cold_starts_and_gpu_hours() -> 
     assert idle_from < 26
     # Both calls waited for a load: a step leased on a loading replica waits for a GPU too.
     assert report.tasks_waited == 2 and report.gpu_wait_max_s == pytest.approx(from_origin)
+
+
+def test_with_no_gaps_learned_yet_the_ski_rental_window_keeps_a_replica_until_it_has_cost_a_cold_start() -> None:
+    """The same two sessions under the learning policy: one idle gap is too few to learn from, so the
+    replica is kept until holding its GPU has cost what its cold start would, 31 reload-seconds per
+    second of reload (its own GPU and 30 for the waiting step), timed from the tick that saw it idle."""
+    workload = Workload((one_call_session("a", 0.0), one_call_session("b", 1000.0)), duration_s=1001)
+    result = Simulation(ONE_GPU, catalogue_models(), workload, berth_policy(ONE_GPU.placement_config())).run()
+    from_disk = 2.3 / (DISK_BYTES_PER_S / GIB) + 20
+    first, _second = result.replicas
+    seen_idle = 26.0  # the call ends at ~25.1 s; the tick at 26 s sees the model need no replica
+    window = from_disk * 31
+    assert first.ended_s == 2 * math.ceil((seen_idle + window) / 2)  # the first tick past the window
 
 
 def test_the_berth_policy_places_with_the_live_pools_own_function() -> None:
@@ -106,11 +122,12 @@ def test_a_node_killed_without_notice_loses_at_most_a_heartbeat_of_tokens_and_th
          "usd_per_hour": 0.5},
         {"node_id": "steady", "datacenter": "east", "zone": "east-1a", "gpus": "1xH100-80GB", "usd_per_hour": 9}])
     long_answer = SessionPlan("a", 0.0, (CallPlan(SMALL, 2000, 4000, tool_s=1.0), CallPlan(SMALL, 6000, 4000)))
-    # The first answer takes ~7.9 s of one slot's 509 tokens/s after a ~25 s load: the kill at 30 s is mid-answer.
-    workload = Workload((long_answer,), duration_s=1, preemptions={"spot": ((30.0, 0.0),)})
+    # The first answer takes ~2 s alone in its batch (4× one slot's 509 tokens/s) after a ~25 s load: the kill
+    # at 26 s is mid-answer.
+    workload = Workload((long_answer,), duration_s=1, preemptions={"spot": ((26.0, 0.0),)})
     result = Simulation(fleet, catalogue_models(), workload, berth_policy(fleet.placement_config())).run()
     [cut] = result.preemptions
-    rate = 2500 * 15 / 2.3 / 32
+    rate = 2500 * 15 / 2.3 / 32 * 4
     assert result.replicas[0].node_id == "spot"  # the cheap node was chosen first
     assert cut.calls_cut == 1 and 0 < cut.tokens_lost <= -(-rate * 0.5 // 1)
     assert cut.tokens_lost_restart > 2000 + cut.tokens_lost  # a restart redoes the prompt and all it wrote

@@ -7,10 +7,11 @@ from datetime import datetime, timedelta, timezone
 from orchestrator.store import Store
 from orchestrator.ui.charts import Series, line_chart
 from orchestrator.ui.overview import models_last_hour, overview
-from orchestrator.ui.pages import _idle_timer
+from orchestrator.ui.pages import _idle_timer, foresight_view, unload_window
 from orchestrator.ui.session_auth import safe_next
 from orchestrator.ui.task_view import tool_calls_of
-from sdk import Message, ScalingPolicy, Spend, TaskState, TaskStatus, ToolCall
+from sdk import CatalogueModel, Message, ModelEntry, ScalingPolicy, Spend, TaskState, TaskStatus, ToolCall
+from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
 from sdk._fleet import ReplicaView
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
@@ -43,15 +44,64 @@ def test_tool_calls_are_numbered_by_step_with_their_answers() -> None:
     assert [(c.step, c.name, c.result) for c in calls] == [(1, "search", "found"), (1, "note", None), (2, "search", None)]
 
 
+def _model(policy: ScalingPolicy, foresight: ModelForesight | None = None) -> CatalogueModel:
+    return CatalogueModel(entry=ModelEntry(name="m", weights_gib=16), policy=policy, foresight=foresight)
+
+
+def _learned(window_s: float, source: str = "learned", prewarms: list[PrewarmView] | None = None) -> ModelForesight:
+    return ModelForesight(keep_alive=[KeepAliveView(level=2, window_s=60, prewarm_s=0, source="learned", gaps=30),
+                                      KeepAliveView(level=1, window_s=window_s, prewarm_s=0, source=source, gaps=254)],
+                          prewarms=prewarms or [], announced=3, intent_gpu_hours_last_hour=0.4166, updated_at=T0)
+
+
 def test_an_idle_replica_shows_how_long_until_the_scaler_unloads_it() -> None:
     replica = ReplicaView(replica_id="r1", node_id="n1", datacenter="d", zone="z", model="m", gpu_indexes=[0],
                           state="warm", active_leases=0, updated_at=T0)
-    policy = ScalingPolicy(idle_timeout_s=300)
-    assert _idle_timer(replica, T0 + timedelta(seconds=60), policy, T0 + timedelta(seconds=100)) == \
+    fixed = _model(ScalingPolicy(idle_timeout_s=300), _learned(720))  # the operator's window wins
+    assert _idle_timer(replica, T0 + timedelta(seconds=60), fixed, T0 + timedelta(seconds=100)) == \
         "idle 40 s (unloads in ~4 min)"
-    assert _idle_timer(replica, None, policy, T0 + timedelta(seconds=400)) == "idle 7 min (due to unload)"
+    assert _idle_timer(replica, None, fixed, T0 + timedelta(seconds=400)) == "idle 7 min (due to unload)"
     busy = replica.model_copy(update={"active_leases": 1})
-    assert _idle_timer(busy, None, policy, T0) == ""
+    assert _idle_timer(busy, None, fixed, T0) == ""
+
+
+def test_without_a_fixed_timeout_the_idle_timer_counts_down_the_learned_first_level_window() -> None:
+    replica = ReplicaView(replica_id="r1", node_id="n1", datacenter="d", zone="z", model="m", gpu_indexes=[0],
+                          state="warm", active_leases=0, updated_at=T0)
+    learned = _model(ScalingPolicy(), _learned(720))  # level 1: 12 min; level 2's 60 s is not the first replica's
+    assert unload_window(learned) == (720, "learned")
+    assert _idle_timer(replica, None, learned, T0 + timedelta(seconds=120)) == \
+        "idle 2 min (unloads in ~10 min, learned window)"
+    assert _idle_timer(replica, None, _model(ScalingPolicy(), _learned(200, "fallback")),
+                       T0 + timedelta(seconds=300)) == "idle 5 min (due to unload, fallback window)"
+    unplanned = _model(ScalingPolicy())
+    assert unload_window(unplanned) is None
+    assert _idle_timer(replica, None, unplanned, T0 + timedelta(seconds=30)) == \
+        "idle 30 s (idle window not learned yet)"
+
+
+def test_the_models_page_words_each_levels_window_and_whether_each_prewarm_was_used() -> None:
+    prewarms = [PrewarmView(replica_id="r-used", started_at=T0, reason="2 announced steps",
+                            used_at=T0 + timedelta(seconds=80)),
+                PrewarmView(replica_id="r-wasted", started_at=T0, reason="level 2 pre-warm",
+                            ended_at=T0 + timedelta(minutes=15)),
+                PrewarmView(replica_id="r-waiting", started_at=T0, reason="1 announced step")]
+    foresight = _learned(720, prewarms=prewarms)
+    foresight.keep_alive.append(KeepAliveView(level=3, window_s=2400, prewarm_s=900, source="learned", gaps=1))
+    foresight.keep_alive.append(KeepAliveView(level=4, window_s=180, prewarm_s=0, source="fallback", gaps=3))
+    view = foresight_view(_model(ScalingPolicy(intent_gpu_hours_per_hour=0), foresight))
+    assert view is not None
+    assert [(k.level, k.kept, k.prewarm, k.why) for k in view.levels] == [
+        (1, "12 min idle", "–", "learned from 254 idle gaps"),
+        (2, "60 s idle", "–", "learned from 30 idle gaps"),
+        (3, "unloaded at once, then kept until 40 min idle", "at 15 min idle", "learned from 1 idle gap"),
+        (4, "3 min idle", "–", "fallback: 3 idle gaps are too few or too irregular to learn from, so kept until"
+                               " holding it costs one cold start")]
+    assert [(p.replica_id, p.used, p.used_text) for p in view.prewarms] == [
+        ("r-used", "yes", "yes, 80 s after it started"), ("r-wasted", "no", "no: ended unused"),
+        ("r-waiting", "not-yet", "not yet")]
+    assert (view.announced, view.intent_used, view.intent_allowed) == (3, "0.42", "0")
+    assert foresight_view(_model(ScalingPolicy())) is None
 
 
 def test_only_local_paths_are_followed_after_signing_in() -> None:

@@ -164,7 +164,7 @@ class KeepAliveView(BaseModel):
     level: int
     window_s: float  # an idle replica at this level is kept this long
     prewarm_s: float  # > 0: unloaded at once and loaded again this long after the level went idle
-    source: Literal["learned", "fallback", "operator"]
+    source: Literal["learned", "break-even", "operator"]
     gaps: int  # idle gaps of the last hours it was learned from
 
 

@@ -212,8 +212,8 @@ def keep_alive_line(k: KeepAliveView) -> str:
     elif k.source == "operator":
         why = "set by the operator: the policy's idle_timeout_s"
     else:
-        why = (f"fallback: {k.gaps} gap{'' if k.gaps == 1 else 's'} too few or too irregular to learn from,"
-               " so kept until holding it costs one cold start")
+        why = (f"break-even: kept until holding it has cost one cold start ({k.gaps} gap{'' if k.gaps == 1 else 's'}"
+               " give no longer window)")
     return f"level {k.level}: {what} ({why})"
 
 

@@ -44,7 +44,7 @@ PREWARM_MIN_S = 600.0
 # forecast there; Berth falls back to the ski-rental rule).
 OUT_OF_BOUNDS_MAX = 0.5
 
-Source = Literal["learned", "fallback", "operator"]
+Source = Literal["learned", "break-even", "operator"]
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class IdleGaps:
         cost = _Costs(hold_gpus, load_s * (hold_gpus + wait_gpus), load_s * hold_gpus)
         break_even = cost.cold_start / max(hold_gpus, 1e-9)
         if inside < MIN_GAPS or out > OUT_OF_BOUNDS_MAX * (inside + out):
-            return KeepAlive(min(break_even, RANGE_S), 0.0, "fallback", inside + out)
+            return KeepAlive(min(break_even, RANGE_S), 0.0, "break-even", inside + out)
         edges = sorted(counts)
         head = _quantile_edge(counts, edges, inside, HEAD_QUANTILE)
         floors = [0.0] + ([head] if head >= PREWARM_MIN_S else [])
@@ -143,7 +143,7 @@ class IdleGaps:
         if prewarm == 0 and window < break_even:
             # The histogram knows nothing past its longest gap, so its cheapest threshold sits just past it
             # and the next longer gap meets a cold start: the ski-rental window stays the floor.
-            return KeepAlive(min(break_even, RANGE_S), 0.0, "fallback", inside + out)
+            return KeepAlive(min(break_even, RANGE_S), 0.0, "break-even", inside + out)
         return KeepAlive(window, prewarm, "learned", inside + out)
 
     def _level(self, model: str, level: int) -> _Level:

@@ -35,9 +35,9 @@ router = APIRouter(include_in_schema=False)
 Signed = Annotated[Viewer, Depends(signed_in)]
 Svc = Annotated[Services, Depends(services)]
 TASKS_PER_PAGE = 100
-WindowSource = Literal["learned", "fallback", "operator"]
+WindowSource = Literal["learned", "break-even", "operator"]
 WINDOW_WORDS: dict[WindowSource, str] = {"learned": "learned from its idle gaps",
-                                         "fallback": "fallback: too few idle gaps to learn from",
+                                         "break-even": "kept until holding it has cost one cold start",
                                          "operator": "the policy's idle timeout"}
 
 
@@ -155,7 +155,7 @@ def _idle_timer(replica: Any, last_served: datetime | None, model: CatalogueMode
 
 def unload_window(model: CatalogueModel | None) -> tuple[float, WindowSource] | None:
     """(seconds an idle replica is kept, where that came from): the operator's fixed idle timeout, else the
-    scaler's window for the model's first replica (learned, or its fallback); None when neither is known yet."""
+    scaler's window for the model's first replica (learned, or its break-even); None when neither is known yet."""
     if model is None:
         return None
     if model.policy.idle_timeout_s is not None:
@@ -225,8 +225,8 @@ def _keep_alive_row(k: KeepAliveView) -> KeepAliveRow:
     prewarm = f"at {_duration(k.prewarm_s)} idle" if k.prewarm_s > 0 else "–"
     gaps = f"{k.gaps} idle gap{'' if k.gaps == 1 else 's'}"
     why = {"learned": f"learned from {gaps}",
-           "fallback": f"fallback: {gaps} are too few or too irregular to learn from, so kept until holding it"
-                       " costs one cold start",
+           "break-even": f"break-even: kept until holding it has cost one cold start ({gaps} give no longer"
+                         " window)",
            "operator": "the operator's idle timeout"}[k.source]
     return KeepAliveRow(k.level, kept, prewarm, k.source, why)
 

@@ -307,7 +307,7 @@ def test_models_show_prints_the_learned_keep_alive_and_each_prewarm_used_or_not(
     server.store.models.publish_foresight({"llama-3.2-1b": ModelForesight(
         keep_alive=[KeepAliveView(level=1, window_s=720, prewarm_s=0, source="learned", gaps=254),
                     KeepAliveView(level=2, window_s=2400, prewarm_s=900, source="learned", gaps=40),
-                    KeepAliveView(level=3, window_s=180, prewarm_s=0, source="fallback", gaps=3)],
+                    KeepAliveView(level=3, window_s=180, prewarm_s=0, source="break-even", gaps=3)],
         prewarms=[PrewarmView(replica_id="r-used", started_at=at, reason="2 announced steps [soon]",
                               used_at=at + timedelta(seconds=80)),
                   PrewarmView(replica_id="r-wasted", started_at=at, reason="level 2 pre-warm",
@@ -319,7 +319,7 @@ def test_models_show_prints_the_learned_keep_alive_and_each_prewarm_used_or_not(
     assert "level 1: keep 12.0 min idle (learned from 254 gaps)" in out
     assert ("level 2: unload at once, pre-warm at 15.0 min after it goes idle, keep until 40.0 min idle"
             " (learned from 40 gaps)") in out
-    assert "level 3: keep 3.0 min idle (fallback: 3 gaps too few or too irregular to learn from" in out
+    assert "level 3: keep 3.0 min idle (break-even: kept until holding it has cost one cold start (3 gaps" in out
     assert "announced steps: 3 not arrived yet" in out
     assert "intent GPU-hours, last hour: 0.42 of 2 allowed per hour" in out
     rows = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("r-")}

@@ -30,14 +30,14 @@ def gaps_of(spans: list[float], start: float = 0.0, busy_s: float = 30.0) -> tup
 def test_too_few_gaps_fall_back_to_keeping_until_the_holding_cost_one_cold_start() -> None:
     gaps, now = gaps_of([60.0] * (MIN_GAPS - 1))
     alive = gaps.keep_alive("m", 1, now, HOLD, LOAD_S, COLD_START_WAIT_GPUS)
-    assert (alive.source, alive.window_s, alive.prewarm_s) == ("fallback", BREAK_EVEN, 0.0)
+    assert (alive.source, alive.window_s, alive.prewarm_s) == ("break-even", BREAK_EVEN, 0.0)
 
 
 def test_short_gaps_keep_the_ski_rental_window_since_the_histogram_is_blind_past_its_longest() -> None:
     rng = random.Random(7)
     gaps, now = gaps_of([rng.uniform(5, 120) for _ in range(200)])
     alive = gaps.keep_alive("m", 1, now, HOLD, LOAD_S, COLD_START_WAIT_GPUS)
-    assert (alive.source, alive.window_s, alive.prewarm_s) == ("fallback", BREAK_EVEN, 0.0)
+    assert (alive.source, alive.window_s, alive.prewarm_s) == ("break-even", BREAK_EVEN, 0.0)
 
 
 def test_gaps_of_about_20_minutes_unload_at_once_and_prewarm_before_the_shortest() -> None:
@@ -74,7 +74,7 @@ def test_levels_learn_apart_and_old_hours_age_out() -> None:
 
 def test_mostly_out_of_bounds_gaps_are_no_pattern_and_fall_back() -> None:
     gaps, now = gaps_of([5 * 3600.0] * 9 + [60.0] * 3)
-    assert gaps.keep_alive("m", 1, now, HOLD, LOAD_S, COLD_START_WAIT_GPUS).source == "fallback"
+    assert gaps.keep_alive("m", 1, now, HOLD, LOAD_S, COLD_START_WAIT_GPUS).source == "break-even"
 
 
 def two_disk_fleet() -> FleetState:

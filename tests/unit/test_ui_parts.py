@@ -72,8 +72,8 @@ def test_without_a_fixed_timeout_the_idle_timer_counts_down_the_learned_first_le
     assert unload_window(learned) == (720, "learned")
     assert _idle_timer(replica, None, learned, T0 + timedelta(seconds=120)) == \
         "idle 2 min (unloads in ~10 min, learned window)"
-    assert _idle_timer(replica, None, _model(ScalingPolicy(), _learned(200, "fallback")),
-                       T0 + timedelta(seconds=300)) == "idle 5 min (due to unload, fallback window)"
+    assert _idle_timer(replica, None, _model(ScalingPolicy(), _learned(200, "break-even")),
+                       T0 + timedelta(seconds=300)) == "idle 5 min (due to unload, break-even window)"
     unplanned = _model(ScalingPolicy())
     assert unload_window(unplanned) is None
     assert _idle_timer(replica, None, unplanned, T0 + timedelta(seconds=30)) == \
@@ -88,15 +88,15 @@ def test_the_models_page_words_each_levels_window_and_whether_each_prewarm_was_u
                 PrewarmView(replica_id="r-waiting", started_at=T0, reason="1 announced step")]
     foresight = _learned(720, prewarms=prewarms)
     foresight.keep_alive.append(KeepAliveView(level=3, window_s=2400, prewarm_s=900, source="learned", gaps=1))
-    foresight.keep_alive.append(KeepAliveView(level=4, window_s=180, prewarm_s=0, source="fallback", gaps=3))
+    foresight.keep_alive.append(KeepAliveView(level=4, window_s=180, prewarm_s=0, source="break-even", gaps=3))
     view = foresight_view(_model(ScalingPolicy(intent_gpu_hours_per_hour=0), foresight))
     assert view is not None
     assert [(k.level, k.kept, k.prewarm, k.why) for k in view.levels] == [
         (1, "12 min idle", "–", "learned from 254 idle gaps"),
         (2, "60 s idle", "–", "learned from 30 idle gaps"),
         (3, "unloaded at once, then kept until 40 min idle", "at 15 min idle", "learned from 1 idle gap"),
-        (4, "3 min idle", "–", "fallback: 3 idle gaps are too few or too irregular to learn from, so kept until"
-                               " holding it costs one cold start")]
+        (4, "3 min idle", "–", "break-even: kept until holding it has cost one cold start (3 idle gaps give no"
+                               " longer window)")]
     assert [(p.replica_id, p.used, p.used_text) for p in view.prewarms] == [
         ("r-used", "yes", "yes, 80 s after it started"), ("r-wasted", "no", "no: ended unused"),
         ("r-waiting", "not-yet", "not yet")]

@@ -115,6 +115,10 @@ class IdleGaps:
                 state.idle_since = None
         self._needed[model] = needed
 
+    def models(self) -> set[str]:
+        """The models demand was read for: one at zero replicas may still be due a pre-warm."""
+        return set(self._needed)
+
     def idle_since(self, model: str, level: int) -> float | None:
         """Since when demand has needed fewer than `level` replicas; None while it needs them (or never did)."""
         state = self._levels.get((model, level))

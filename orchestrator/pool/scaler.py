@@ -115,7 +115,7 @@ def plan_scaling(
     """
     models = set(policies) | set(demand) | {m for m, ids in fleet.replicas_by_model.items() if ids}
     announced = foresight.intents.due(now) if foresight is not None and foresight.intents is not None else {}
-    models |= set(announced)
+    models |= set(announced) | (foresight.gaps.models() if foresight is not None else set())
     plan: list[ScaleUp | ScaleDown] = []
     for model in sorted(models):
         policy = policies.get(model, DEFAULT_POLICY)
@@ -148,7 +148,8 @@ def plan_scaling(
         else:
             plan.extend(_scale_down_learned(foresight, fleet, model, policy, replicas, keep,
                                             announced.get(model, []), idle_since, now))
-            if not replicas and (head := _head_prewarm(foresight, fleet, model, now)) is not None:
+            if (not replicas and policy.idle_timeout_s is None
+                    and (head := _head_prewarm(foresight, fleet, model, now)) is not None):
                 plan.append(head)
     if foresight is not None:
         foresight.last_tick = now
@@ -167,13 +168,13 @@ def _announced(foresight: Foresight, fleet: FleetState, policy: ScalingPolicy, s
     tools one by one, into slots the others free. Every announced step keeps capacity for itself, so no
     replica it would find warm is unloaded while its tools run."""
     book = foresight.intents
-    if book is None or not intents:
+    if book is None:
         return 0, 0, ""
-    if foresight.last_tick is not None:
+    if foresight.last_tick is not None:  # an unused pre-warm costs its allowance after its steps expired too
         unused = set(book.unused(spec.name))
         idle_gpus = sum(len(r.devices) for r in replicas if r.active_leases == 0 and r.id in unused)
         book.spend(spec.name, idle_gpus * (now - foresight.last_tick), now)
-    if not book.within_allowance(spec.name, policy.intent_gpu_hours_per_hour, now):
+    if not intents or not book.within_allowance(spec.name, policy.intent_gpu_hours_per_hour, now):
         return 0, 0, ""
     keep = math.ceil((demand + len(intents)) / max(spec.concurrency, 1))
     lead = _typical_load_s(fleet, spec, foresight.config) + INTENT_LEAD_TICKS * foresight.tick_s
@@ -289,7 +290,8 @@ def _scale_down_learned(foresight: Foresight, fleet: FleetState, model: str, pol
             plan.append(ScaleDown(replica.id, replica.node_id, model,
                                   f"level {level}: next need at least {alive.prewarm_s:.0f}s after idle "
                                   f"(learned head); pre-warmed again before it"))
-        elif idle_s >= alive.window_s:
+        elif (level_idle_s if alive.prewarm_s > 0 else idle_s) >= alive.window_s:
+            # A pre-warm policy's window runs from the level's going idle, not from the pre-warm's own start.
             plan.append(ScaleDown(replica.id, replica.node_id, model,
                                   f"idle {idle_s:.0f}s at level {level} ({alive.source} keep-alive "
                                   f"{alive.window_s:.0f}s)"))
@@ -304,8 +306,7 @@ def _head_prewarm(foresight: Foresight, fleet: FleetState, model: str, now: floa
     since = foresight.gaps.idle_since(model, 1)
     if since is None:
         return None
-    alive = _level_keep_alive(foresight, fleet, model, 1, now)
-    foresight.keep_alive[model] = [alive]
+    alive = foresight.keep_alive[model][0]  # planned this tick by _scale_down_learned, with no replica: level 1
     load_s = _typical_load_s(fleet, fleet.models[model], foresight.config)
     if alive.prewarm_s > 0 and since + alive.prewarm_s - load_s <= now < since + alive.window_s:
         return ScaleUp(model, f"pre-warm: idle {now - since:.0f}s, and no idle gap of the last hours was "

@@ -8,7 +8,7 @@ import random
 from orchestrator.pool import Device, FleetState, ModelSpec, Node
 from orchestrator.pool.intents import IntentBook
 from orchestrator.pool.keepalive import BIN_S, MIN_GAPS, PREWARM_MIN_S, SLICE_S, SLICES, IdleGaps
-from orchestrator.pool.scaler import COLD_START_WAIT_GPUS, Foresight, ScaleDown, plan_scaling
+from orchestrator.pool.scaler import COLD_START_WAIT_GPUS, Foresight, ScaleDown, ScaleUp, plan_scaling
 from sdk._catalogue import ScalingPolicy
 
 LOAD_S, HOLD = 23.0, 1.0
@@ -109,3 +109,29 @@ def test_a_replica_holding_an_announced_steps_prefix_is_the_one_kept() -> None:
     ahead.intents.announce("t1", "m", "awaiting_input", now - 30, replica_id=fast)  # type: ignore[union-attr]
     plan = plan_scaling(fleet, {}, {slow: now - 50_000, fast: now - 50_000}, now, {}, ahead)
     assert [a.replica_id for a in plan if isinstance(a, ScaleDown)] == [slow]  # one is kept for the step: fast
+
+
+def test_a_head_prewarm_is_planned_before_the_shortest_gap_ends_and_kept_to_the_window_from_the_levels_idle() -> None:
+    """A model idle 20 minutes between uses: with no replica, the scaler starts one just before the learned
+    head (a pre-warm); the pre-warmed replica is then kept until the window, timed from when demand left."""
+    fleet = two_disk_fleet()
+    rng = random.Random(7)
+    ahead = Foresight(intents=None)
+    ahead.gaps, last = gaps_of([rng.uniform(1100, 1300) for _ in range(12)], busy_s=10)
+    ahead.gaps.observe("m", 0, last + 10)  # the last use ends
+    idle_from = last + 10
+    plan_scaling(fleet, {}, {}, idle_from, {}, ahead)  # the tick that sees the model go idle
+    early = plan_scaling(fleet, {}, {}, idle_from + 60, {}, ahead)
+    assert not [a for a in early if isinstance(a, ScaleUp)]  # far from the head: nothing held, nothing loaded
+    [head] = ahead.keep_alive["m"]
+    assert head.source == "learned" and head.prewarm_s > 0
+    later = plan_scaling(fleet, {}, {}, idle_from + head.prewarm_s, {}, ahead)
+    [up] = [a for a in later if isinstance(a, ScaleUp)]
+    assert up.prewarm and "pre-warm" in up.reason
+    started = idle_from + head.prewarm_s
+    replica = fleet.add_replica("m", "fast", (0,)).id
+    window = ahead.keep_alive["m"][0].window_s
+    kept = plan_scaling(fleet, {}, {replica: started}, idle_from + window - 2, {}, ahead)
+    assert not [a for a in kept if isinstance(a, ScaleDown)]
+    gone = plan_scaling(fleet, {}, {replica: started}, idle_from + window + 2, {}, ahead)
+    assert [a.replica_id for a in gone if isinstance(a, ScaleDown)] == [replica]

@@ -144,7 +144,7 @@ class ScalingPolicy(BaseModel):
     warm_buffer: int = Field(default=0, ge=0, le=100, description="extra idle replicas kept ready")
     intent_gpu_hours_per_hour: float = Field(
         default=2.0, ge=0, le=1000, allow_inf_nan=False,
-        description="GPU-hours per hour replicas started or kept for announced steps may sit idle; 0 = never")
+        description="GPU-hours per hour replicas pre-warmed for announced steps may sit idle unused; 0 = never")
 
     _numbers = numbers_not_booleans("min_replicas", "max_replicas", "idle_timeout_s", "target", "warm_buffer",
                                     "intent_gpu_hours_per_hour")

@@ -38,7 +38,7 @@ POLICY_FLAGS: dict[str, tuple[str, Callable[[str], object], str, str]] = {
     "target": ("--target", float, "a number", "queue delay in seconds, or leases per replica"),
     "warm_buffer": ("--warm-buffer", int, "a whole number", "extra idle replicas kept ready"),
     "intent_gpu_hours_per_hour": ("--intent-gpu-hours", float, "a number of GPU-hours",
-                                  "GPU-hours per hour replicas started or kept for announced steps may sit idle"
+                                  "GPU-hours per hour replicas pre-warmed for announced steps may sit idle unused"
                                   " (0 = never pre-warm for announced steps)"),
 }
 

@@ -8,8 +8,10 @@ per model from the announcements that came true, so a model whose tools take a m
 for a step due in two seconds.
 
 Pre-warming spends GPU time on a guess, so each model has an allowance (its policy's
-`intent_gpu_hours_per_hour`): the GPU-hours its intent-held replicas were idle over the last hour may not
-pass it. Low-priority work never announces anything: it is the work that waits for spare capacity.
+`intent_gpu_hours_per_hour`): the GPU-hours its pre-warms sat idle before their first lease over the
+last hour may not pass it. Keeping a warm replica for an announced step is not charged: it is what the
+keep-alive does anyway, a few minutes longer. Low-priority work never announces anything: it is the
+work that waits for spare capacity.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ class IntentBook:
         return [p.replica_id for p in self.prewarms.get(model, ()) if p.replica_id in self._by_replica]
 
     def spend(self, model: str, gpu_s: float, now: float) -> None:
-        """GPU-seconds the model's intent-held replicas sat idle since the last tick."""
+        """GPU-seconds the model's unused pre-warms sat idle since the last tick."""
         if gpu_s > 0:
             self._spent.setdefault(model, deque()).append((now, gpu_s))
 

@@ -49,12 +49,14 @@ from .weights import DEFAULT_CONFIG, PlacementConfig
 
 DEFAULT_POLICY = ScalingPolicy()
 FIXED_KEEP_ALIVE_S = 300.0
-# A second a step waits for a load is charged as 30 GPU-seconds (about 2 cents at $2.5 per GPU-hour). A
-# 1-GPU 8B replica that reloads from disk in 23 s then breaks even after 23 × (1 + 30) ≈ 12 minutes idle,
-# a 2-GPU 70B that reloads in 44 s after 44 × 32 / 2 ≈ 12 minutes. Under `berth simulate`'s four standard
-# scenarios, 15 left 1.26% of the many-models scenario's calls meeting a cold start; 30 brought it to 0.97%
-# at 0.58× k8s-spread's GPU-hours (benchmarks/simulate_scenarios.py).
-COLD_START_WAIT_GPUS = 30.0
+# A second a step waits for a load is charged as 60 GPU-seconds (about 4 cents at $2.5 per GPU-hour), and an
+# idle replica holds the share of its GPUs' memory it takes (`_held_gpus`). A 2-GPU 70B that reloads from
+# disk in 44 s then breaks even after 44 × (1.9 + 60) / 1.9 ≈ 24 minutes idle, an 8B alone on an H100 after
+# 23 × 61 ≈ 23 minutes, one packed beside other models (0.29 of the GPU) after about 80. Under
+# `berth simulate`'s four standard scenarios, 10 left 0.94% of the many-models scenario's calls meeting a
+# cold start; 60 brought it to 0.31% at 0.47× k8s-spread's GPU-hours, and in steady and bursty left no
+# cold start but each model's first (benchmarks/simulate_scenarios.py); 150 held 9% more GPU-hours there.
+COLD_START_WAIT_GPUS = 60.0
 # Intents due within a load and two ticks start replicas now; later ones only keep what is there.
 INTENT_LEAD_TICKS = 2
 
@@ -275,7 +277,7 @@ def _scale_down_learned(foresight: Foresight, fleet: FleetState, model: str, pol
         level = busy + offset + 1
         load_s = _reload_s(fleet, replica, foresight.config)
         alive = (KeepAlive(policy.idle_timeout_s, 0.0, "operator", 0) if policy.idle_timeout_s is not None
-                 else foresight.gaps.keep_alive(model, level, now, len(replica.devices), load_s,
+                 else foresight.gaps.keep_alive(model, level, now, _held_gpus(fleet, replica), load_s,
                                                 COLD_START_WAIT_GPUS))
         levels.append(alive)
         if level <= floor:
@@ -331,6 +333,13 @@ def _keep_value(fleet: FleetState, replica: Replica, prefixes: set[str], config:
     first (its loss costs that step a cold start and its whole prompt again), then the break-even of its
     ski rental, its cold start's cost over the GPUs it holds (the longer, the more it is worth keeping),
     then its id."""
-    gpus = len(replica.devices)
+    gpus = _held_gpus(fleet, replica)
     break_even = _reload_s(fleet, replica, config) * (gpus + COLD_START_WAIT_GPUS) / gpus
     return (replica.id in prefixes, break_even, replica.id)
+
+
+def _held_gpus(fleet: FleetState, replica: Replica) -> float:
+    """The GPUs an idle replica holds, as the share of each device's memory it takes: what unloading it
+    gives back. A 23 GiB 8B packed beside others on an 80 GiB GPU holds 0.29 of it, not a whole GPU."""
+    node = fleet.nodes[replica.node_id]
+    return sum(min(replica.per_device_gib / max(node.device(i).memory_gib, 1e-9), 1.0) for i in replica.devices)

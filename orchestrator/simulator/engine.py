@@ -130,6 +130,9 @@ class Simulation:
         self._serving: dict[str, set[int]] = {}  # replica id → ids of calls it is generating for
         self._calls: dict[int, _Call] = {}
         self._disk: dict[str, OrderedDict[str, float]] = {n: OrderedDict() for n in self.fleet.nodes}
+        # Which replicas hold each GPU (node, index), for the contention of replicas sharing one.
+        self._on_device: dict[tuple[str, int], set[str]] = {}
+        self._devices_of: dict[str, list[tuple[str, int]]] = {}
         self.idle_since: dict[str, float] = {}
         self.intents = policy.foresight.intents if policy.foresight is not None else None
         self._open_sessions = 0
@@ -248,7 +251,8 @@ class Simulation:
         cached = call.session.previous_replica == replica.id
         call.record.cold_start |= rep.record.ready_s is not None and rep.record.ready_s > call.record.issued_s
         prefill = call.prompt * (1 - self.config.prefix_cacheable_fraction) if cached else call.prompt
-        call.first_token_s = self.now + prefill / (replica.tokens_per_s * self.config.prefill_speedup)
+        call.first_token_s = self.now + prefill * self._contention(replica.id) / (
+            replica.tokens_per_s * self.config.prefill_speedup)
         call.decoded_at = call.first_token_s
         call.written = 0.0
         if call.record.first_token_s is None:
@@ -259,6 +263,8 @@ class Simulation:
         rep.serving += 1
         self._serving.setdefault(replica.id, set()).add(id(call))
         self._rebatch(replica.id)
+        if rep.serving == 1:
+            self._rebatch_neighbours(replica.id)  # they share its GPUs with one more busy replica now
 
     def _rebatch(self, replica_id: str) -> None:
         """The replica's batch changed: every call on it is brought up to date at its old rate, and finishes
@@ -267,13 +273,31 @@ class Simulation:
         replica = self.fleet.replicas.get(replica_id)
         if not serving or replica is None:
             return
-        rate = sequence_rate(replica.tokens_per_s, replica.concurrency, len(serving), self.settings.single_stream_gain)
+        rate = sequence_rate(replica.tokens_per_s, replica.concurrency, len(serving),
+                             self.settings.single_stream_gain) / self._contention(replica_id)
         for call_id in sorted(serving):
             call = self._calls[call_id]
             self._advance(call)
             call.rate = rate
             call.generation += 1
             self._at(max(self.now, call.first_token_s) + call.remaining / rate, self._finish, call, call.generation)
+
+    def _contention(self, replica_id: str) -> int:
+        """How many replicas share the busiest of its GPUs while generating, itself counted: decode reads each
+        replica's weights through the same memory, so two busy replicas on one GPU each get half of it."""
+        busiest = 1
+        for device in self._devices_of.get(replica_id, ()):
+            busy = sum(1 for other in self._on_device[device]
+                       if other == replica_id or self._replicas[other].serving > 0)
+            busiest = max(busiest, busy)
+        return busiest
+
+    def _rebatch_neighbours(self, replica_id: str) -> None:
+        """A replica began or stopped generating: those generating on its GPUs change speed."""
+        neighbours = {other for device in self._devices_of.get(replica_id, ()) for other in self._on_device[device]}
+        for other in sorted(neighbours - {replica_id}):
+            if self._replicas[other].serving > 0:
+                self._rebatch(other)
 
     def _advance(self, call: _Call) -> None:
         """Count the tokens the call wrote since `decoded_at` (none before its first token)."""
@@ -346,6 +370,7 @@ class Simulation:
             rep.serving -= 1
             if rep.serving == 0:
                 self._close_busy(rep, self.now)
+                self._rebatch_neighbours(replica_id)
             self._rebatch(replica_id)
         self.fleet.release(call.booking)
         call.booking = None
@@ -353,6 +378,7 @@ class Simulation:
         if replica is None:  # a replica started for this call alone, given up before it loaded
             rep.record.ended_s = self.now
             self.idle_since.pop(replica_id, None)
+            self._leave_devices(replica_id)
         elif replica.active_leases == 0:
             self.idle_since[replica_id] = self.now
         return replica_id
@@ -375,8 +401,12 @@ class Simulation:
         load_s = 0.0 if preloaded else load_seconds(self.fleet, replica.model, node, tier, self.config)
         share = node.usd_per_hour * len(replica.devices) / max(len(node.devices), 1)
         record = ReplicaRecord(replica_id, replica.model, node.id, len(replica.devices), share,
-                               "preloaded" if preloaded else tier, self.now, preloaded=preloaded)
+                               "preloaded" if preloaded else tier, self.now, preloaded=preloaded,
+                               devices=replica.devices)
         self.result.replicas.append(record)
+        self._devices_of[replica_id] = [(node.id, index) for index in replica.devices]
+        for device in self._devices_of[replica_id]:
+            self._on_device.setdefault(device, set()).add(replica_id)
         self._replicas[replica_id] = _Replica(record)
         if preloaded:
             self._ready(replica_id)
@@ -404,8 +434,13 @@ class Simulation:
         self._close_busy(rep, self.now)
         self.fleet.unload(replica_id)
         self.idle_since.pop(replica_id, None)
+        self._leave_devices(replica_id)
         if self.intents is not None:
             self.intents.ended(replica_id, self.now)
+
+    def _leave_devices(self, replica_id: str) -> None:
+        for device in self._devices_of.pop(replica_id, ()):
+            self._on_device[device].discard(replica_id)
 
     def _close_busy(self, rep: _Replica, at: float) -> None:
         if rep.busy_since is not None:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.simulator.results import SessionRecord, SimResult
+from orchestrator.simulator.results import ReplicaRecord, SessionRecord, SimResult
 from orchestrator.telemetry.model_figures import percentile
 
 if TYPE_CHECKING:
@@ -96,8 +96,10 @@ def summarize(result: SimResult) -> PolicyReport:
     cold = [r for r in result.replicas if not r.preloaded]
     # A replica that never became ready held its GPUs loading until it ended (or the run did).
     cold_start_s = sum(r.load_s if r.load_s is not None else r.held_s(end_s) for r in cold)
-    held_gpu_s = sum(r.gpus * r.held_s(end_s) for r in result.replicas)
+    held_gpu_s, held_usd = _held_gpus(result.replicas, end_s)
+    # Utilization stays per replica: the share of the GPU time each replica held that it spent generating.
     busy_gpu_s = sum(r.gpus * r.busy_s for r in result.replicas)
+    replica_gpu_s = sum(r.gpus * r.held_s(end_s) for r in result.replicas)
 
     tasks = [s for s in result.sessions if s.parent is None]
     task_s = sorted(s.ended_s - s.arrival_s for s in tasks if s.failed is None and s.ended_s is not None)
@@ -123,8 +125,8 @@ def summarize(result: SimResult) -> PolicyReport:
         task_p95_s=percentile(task_s, 95),
         task_p99_s=percentile(task_s, 99),
         gpu_hours=held_gpu_s / 3600,
-        cost_usd=sum(r.usd_per_hour * r.held_s(end_s) for r in result.replicas) / 3600,
-        gpu_utilization=busy_gpu_s / held_gpu_s if held_gpu_s > 0 else None,
+        cost_usd=held_usd,
+        gpu_utilization=busy_gpu_s / replica_gpu_s if replica_gpu_s > 0 else None,
         tokens_lost=sum(p.tokens_lost for p in result.preemptions),
         tokens_lost_restart=sum(p.tokens_lost_restart for p in result.preemptions),
         preemptions=len(result.preemptions),
@@ -138,6 +140,34 @@ def summarize(result: SimResult) -> PolicyReport:
         prewarms=sum(1 for r in result.replicas if r.prewarm),
         prewarms_used=sum(1 for r in result.replicas if r.prewarm and r.first_lease_s is not None),
     )
+
+
+def _held_gpus(replicas: Sequence[ReplicaRecord], end_s: float) -> tuple[float, float]:
+    """(GPU-seconds, dollars) the fleet held for the run's replicas: each GPU counted once while any replica
+    holds it, so two small models packed on one GPU cost one GPU, as they do on the bill. A replica recorded
+    without its devices counts its GPUs whole."""
+    spans: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    gpu_s = usd = 0.0
+    for r in replicas:
+        held = (r.started_s, r.ended_s if r.ended_s is not None else end_s, r.usd_per_hour / max(r.gpus, 1))
+        if not r.devices:
+            gpu_s += r.gpus * (held[1] - held[0])
+            usd += r.usd_per_hour * (held[1] - held[0]) / 3600
+        for index in r.devices:
+            spans.setdefault((r.node_id, index), []).append(held)
+    for intervals in spans.values():
+        intervals.sort()
+        start, end, price = intervals[0]
+        for s, e, p in intervals[1:]:
+            if s > end:
+                gpu_s += end - start
+                usd += price * (end - start) / 3600
+                start, end, price = s, e, p
+            else:
+                end = max(end, e)
+        gpu_s += end - start
+        usd += price * (end - start) / 3600
+    return gpu_s, usd
 
 
 def _recent_cold_starts(result: SimResult) -> int:

@@ -54,6 +54,7 @@ class ReplicaRecord:
     preloaded: bool = False
     prewarm: bool = False  # started by the scaler for steps that had not asked yet
     first_lease_s: float | None = None
+    devices: tuple[int, ...] = ()  # its GPU indexes on the node (several replicas may share one)
 
     @property
     def load_s(self) -> float | None:

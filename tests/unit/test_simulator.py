@@ -15,12 +15,14 @@ from orchestrator.cli.main import main
 from orchestrator.pool import admission, service
 from orchestrator.pool.placement import place
 from orchestrator.simulator.compare import run_policies, spot_nodes
+from orchestrator.pool.scaler import COLD_START_WAIT_GPUS
 from orchestrator.simulator.engine import Simulation
 from orchestrator.simulator.fleet_file import MAX_FLEET_GPUS, MAX_FLEET_NODES, parse_fleet
 from orchestrator.simulator.json_input import MAX_JSON_DEPTH
 from orchestrator.simulator.plan import CallPlan, SessionPlan, Workload
 from orchestrator.simulator.policies import POLICY_NAMES, berth_policy, policy_named
 from orchestrator.simulator.report import summarize
+from orchestrator.simulator.results import SimResult
 from orchestrator.simulator.scenarios import STANDARD_FLEET, catalogue_models
 from orchestrator.simulator.workload import WorkloadSpec, generate
 from orchestrator.weights_transfer import DISK_BYTES_PER_S, GIB
@@ -68,15 +70,22 @@ def test_a_hand_checked_scenario_gives_the_exact_cold_starts_and_gpu_hours() -> 
 
 
 def test_with_no_gaps_learned_yet_the_ski_rental_window_keeps_a_replica_until_it_has_cost_a_cold_start() -> None:
-    """The same two sessions under the learning policy: one idle gap is too few to learn from, so the
-    replica is kept until holding its GPU has cost what its cold start would, 31 reload-seconds per
-    second of reload (its own GPU and 30 for the waiting step), timed from the tick that saw it idle."""
-    workload = Workload((one_call_session("a", 0.0), one_call_session("b", 1000.0)), duration_s=1001)
+    """Two one-call sessions of an 8B model 10,000 s apart under the learning policy: one idle gap is too few
+    to learn from, so the replica is kept until holding it has cost what its cold start would. It holds the
+    share of the GPU's memory it takes, and a cold start costs its reload seconds times that share plus
+    COLD_START_WAIT_GPUS for the waiting step; timed from the tick that saw it idle."""
+    model = catalogue_models()["llama-3.1-8b"]
+    session = lambda sid, at: SessionPlan(sid, at, (CallPlan(model.name, prompt_tokens=1000, output_tokens=100),))
+    workload = Workload((session("a", 0.0), session("b", 10_000.0)), duration_s=10_001)
     result = Simulation(ONE_GPU, catalogue_models(), workload, berth_policy(ONE_GPU.placement_config())).run()
-    from_disk = 2.3 / (DISK_BYTES_PER_S / GIB) + 20
-    first, _second = result.replicas
-    seen_idle = 26.0  # the call ends at ~25.1 s; the tick at 26 s sees the model need no replica
-    window = from_disk * 31
+    [(node, _cache)] = ONE_GPU.expand()
+    held = model.memory_gib / node.devices[0].memory_gib
+    from_disk = model.weights_gib / (DISK_BYTES_PER_S / GIB) + 20
+    first, second = result.replicas
+    [call, _] = result.calls
+    assert call.done_s is not None and second.tier == "disk"
+    seen_idle = 2 * math.ceil(call.done_s / 2)  # the first tick at or after the call's end sees no demand
+    window = from_disk * (held + COLD_START_WAIT_GPUS) / held
     assert first.ended_s == 2 * math.ceil((seen_idle + window) / 2)  # the first tick past the window
 
 
@@ -203,3 +212,33 @@ def test_berth_simulate_refuses_a_fleet_beyond_its_node_or_gpu_bound(tmp_path: P
     with pytest.raises(ValueError, match=f"fleet.nodes: {MAX_FLEET_NODES * 16:,} GPUs; at most {MAX_FLEET_GPUS:,}"):
         parse_fleet([{**group, "node_id": "wide", "gpus": "16xH100-80GB"}])
     assert not (tmp_path / "o").exists()
+
+
+def test_two_models_packed_on_one_gpu_share_its_speed_and_bill_it_once() -> None:
+    """Two small models on the fleet's one GPU: a call of one while the other generates decodes at half the
+    speed it has alone (decode reads both replicas' weights through one memory), and the GPU-hours count the
+    GPU once for the time either held it."""
+    def run(with_other: bool) -> SimResult:
+        # The 1B warms at once; qwen loads from the origin in ~51 s, then writes 20,000 tokens for a minute;
+        # the 1B's second call (at 55 s) falls inside that minute.
+        sessions = [SessionPlan("warm", 0.0, (CallPlan(SMALL, prompt_tokens=100, output_tokens=10),)),
+                    SessionPlan("late", 55.0, (CallPlan(SMALL, prompt_tokens=100, output_tokens=4000),))]
+        if with_other:
+            sessions.append(SessionPlan("other", 0.0, (CallPlan("qwen2.5-7b", prompt_tokens=100,
+                                                                output_tokens=20_000),)))
+        return Simulation(ONE_GPU, catalogue_models(), Workload(tuple(sessions), duration_s=56),
+                          berth_policy(ONE_GPU.placement_config(), "berth-fixed")).run()
+
+    def decode_s(result: SimResult) -> float:
+        late = next(c for c in result.calls if c.session_id == "late")
+        assert late.done_s is not None and late.first_token_s is not None
+        return late.done_s - late.first_token_s
+
+    alone, together = run(False), run(True)
+    assert {r.devices for r in together.replicas} == {(0,)}  # both on device 0
+    assert decode_s(together) == pytest.approx(2 * decode_s(alone))
+    report = summarize(together)
+    first_start = min(r.started_s for r in together.replicas)
+    last_end = max(r.ended_s if r.ended_s is not None else together.end_s for r in together.replicas)
+    assert report.gpu_hours == pytest.approx((last_end - first_start) / 3600)
+    assert report.gpu_hours < sum(r.held_s(together.end_s) for r in together.replicas) / 3600

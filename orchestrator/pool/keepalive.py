@@ -69,8 +69,11 @@ class _Slice:
 class _Level:
     slices: deque[_Slice] = field(default_factory=lambda: deque(maxlen=SLICES))
     idle_since: float | None = None
+    gaps_added: int = 0  # with the hour, what a cached keep-alive was computed from
+    cached: tuple[tuple, KeepAlive] | None = None
 
     def add(self, gap_s: float, now: float) -> None:
+        self.gaps_added += 1
         hour = int(now // SLICE_S)
         if not self.slices or self.slices[-1].hour != hour:
             self.slices.append(_Slice(hour))
@@ -131,27 +134,39 @@ class IdleGaps:
         A cold start costs the load's GPU time and the steps that wait for it, each second of waiting
         counted as `wait_gpus` GPU-seconds: load_s × (hold_gpus + wait_gpus). A pre-warm's load costs
         only the GPU time (nobody waits for it, when the head holds)."""
-        state = self._levels.get((model, level))
-        counts, out = state.histogram(now) if state is not None else ({}, 0)
-        inside = sum(counts.values())
-        cost = _Costs(hold_gpus, load_s * (hold_gpus + wait_gpus), load_s * hold_gpus)
-        break_even = cost.cold_start / max(hold_gpus, 1e-9)
-        if inside < MIN_GAPS or out > OUT_OF_BOUNDS_MAX * (inside + out):
-            return KeepAlive(min(break_even, RANGE_S), 0.0, "break-even", inside + out)
-        edges = sorted(counts)
-        head = _quantile_edge(counts, edges, inside, HEAD_QUANTILE)
-        floors = [0.0] + ([head] if head >= PREWARM_MIN_S else [])
-        best = min((_cheapest_threshold(counts, edges, out, cost, floor) + (floor,) for floor in floors),
-                   key=lambda choice: choice[1])
-        window, _cost, prewarm = best
-        if prewarm == 0 and window < break_even:
-            # The histogram knows nothing past its longest gap, so its cheapest threshold sits just past it
-            # and the next longer gap meets a cold start: the ski-rental window stays the floor.
-            return KeepAlive(min(break_even, RANGE_S), 0.0, "break-even", inside + out)
-        return KeepAlive(window, prewarm, "learned", inside + out)
+        state = self._level(model, level)
+        # The scaler asks every tick for every idle replica; the answer changes only with a new gap, a new
+        # hour (old slices age out) or another replica's costs.
+        key = (state.gaps_added, int(now // SLICE_S), hold_gpus, load_s, wait_gpus)
+        if state.cached is not None and state.cached[0] == key:
+            return state.cached[1]
+        alive = _learn(state, now, hold_gpus, load_s, wait_gpus)
+        state.cached = (key, alive)
+        return alive
 
     def _level(self, model: str, level: int) -> _Level:
         return self._levels.setdefault((model, level), _Level())
+
+
+def _learn(state: _Level, now: float, hold_gpus: float, load_s: float, wait_gpus: float) -> KeepAlive:
+    """The keep-alive the level's histogram gives for these costs (IdleGaps.keep_alive's docstring)."""
+    counts, out = state.histogram(now)
+    inside = sum(counts.values())
+    cost = _Costs(hold_gpus, load_s * (hold_gpus + wait_gpus), load_s * hold_gpus)
+    break_even = cost.cold_start / max(hold_gpus, 1e-9)
+    if inside < MIN_GAPS or out > OUT_OF_BOUNDS_MAX * (inside + out):
+        return KeepAlive(min(break_even, RANGE_S), 0.0, "break-even", inside + out)
+    edges = sorted(counts)
+    head = _quantile_edge(counts, edges, inside, HEAD_QUANTILE)
+    floors = [0.0] + ([head] if head >= PREWARM_MIN_S else [])
+    best = min((_cheapest_threshold(counts, edges, out, cost, floor) + (floor,) for floor in floors),
+               key=lambda choice: choice[1])
+    window, _cost, prewarm = best
+    if prewarm == 0 and window < break_even:
+        # The histogram knows nothing past its longest gap, so its cheapest threshold sits just past it
+        # and the next longer gap meets a cold start: the ski-rental window stays the floor.
+        return KeepAlive(min(break_even, RANGE_S), 0.0, "break-even", inside + out)
+    return KeepAlive(window, prewarm, "learned", inside + out)
 
 
 def _quantile_edge(counts: dict[int, int], edges: list[int], total: int, q: float) -> float:

@@ -18,7 +18,7 @@ import time
 
 from orchestrator.simulator.compare import run_policies, spot_nodes
 from orchestrator.simulator.policies import POLICY_NAMES
-from orchestrator.simulator.report import PolicyReport, draw_charts, goals, summarize, table, warm_pool_figures
+from orchestrator.simulator.report import draw_charts, goals, summarize, table, warm_pool_figures, warm_pool_table
 from orchestrator.simulator.scenarios import SCENARIOS, STANDARD_FLEET, catalogue_models, scenario
 from orchestrator.simulator.workload import generate
 
@@ -27,25 +27,6 @@ from ._results import RESULTS, write_results
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b in (None, 0) else round(a / b, 3)
-
-
-def warm_pool_table(reports: dict[str, PolicyReport], figures: dict[str, list]) -> str:
-    """One row per policy: the four warm-pool figures, each marked against its goal, and its pre-warms."""
-    names = [f.name for f in next(iter(figures.values()))]
-    header = ["policy", "cold-start s ÷ k8s (≤0.2)", "GPU-h ÷ k8s (≤0.6)", "TTFT p99 ÷ warm (≤1.2)",
-              "recent cold-start calls (≤1%)", "pre-warms used"]
-    assert len(names) == 4
-    rows = [header]
-    for policy, figs in figures.items():
-        cells = [policy]
-        for i, f in enumerate(figs):
-            value = "–" if f.value is None else (f"{f.value:.2%}" if i == 3 else f"{f.value:.2f}")
-            cells.append(f"{value} {'✓' if f.met else '✗' if f.met is False else ''}".strip())
-        report = reports[policy]
-        cells.append(f"{report.prewarms_used}/{report.prewarms}")
-        rows.append(cells)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
 def main() -> None:
@@ -67,7 +48,7 @@ def main() -> None:
         for goal in goals(reports):
             print(f"  [{'met' if goal.met else 'MISSED' if goal.met is False else 'n/a'}] {goal.name}: {goal.measured}")
         warm_pool = {p: warm_pool_figures(r, reports) for p, r in reports.items()}
-        print(warm_pool_table(reports, warm_pool))
+        print(warm_pool_table(reports))
         charts = draw_charts(results, list(reports.values()), RESULTS / "simulator" / name)
         figures["scenarios"][name] = {  # type: ignore[index]
             "sessions": len(workload.sessions), "wall_s": round(wall, 2),

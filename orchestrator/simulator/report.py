@@ -238,6 +238,23 @@ def table(reports: Sequence[PolicyReport]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
+def warm_pool_table(reports: Mapping[str, PolicyReport]) -> str:
+    """One row per policy: the four warm-pool figures (`warm_pool_figures`), each marked against its goal,
+    and how many of its pre-warms a step used."""
+    header = ["policy", "cold-start s ÷ k8s (≤0.2)", "GPU-h ÷ k8s (≤0.6)", "TTFT p99 ÷ warm (≤1.2)",
+              "recent cold-start calls (≤1%)", "pre-warms used"]
+    rows = [header]
+    for policy, report in reports.items():
+        cells = [policy]
+        for i, figure in enumerate(warm_pool_figures(report, reports)):
+            value = MISSING if figure.value is None else (f"{figure.value:.2%}" if i == 3 else f"{figure.value:.2f}")
+            cells.append(f"{value} {'✓' if figure.met else '✗' if figure.met is False else ''}".strip())
+        cells.append(f"{report.prewarms_used}/{report.prewarms}")
+        rows.append(cells)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
 def _times(ratio: float) -> str:
     return "∞×" if math.isinf(ratio) else f"{ratio:.1f}×"
 
@@ -308,9 +325,11 @@ def _json_safe(value: object) -> object:
 
 def write_json(reports: Mapping[str, PolicyReport], goals: Sequence[Goal], path: Path,
                meta: Mapping[str, object]) -> None:
-    """The run's figures for machines: {"meta", "policies": {name: figures}, "goals": [...]}, strict JSON."""
+    """The run's figures for machines: {"meta", "policies": {name: figures}, "goals": [...], "warm_pool":
+    {name: [...]}}, strict JSON."""
     document = {"meta": meta, "policies": {name: asdict(r) for name, r in reports.items()},
-                "goals": [asdict(g) for g in goals]}
+                "goals": [asdict(g) for g in goals],
+                "warm_pool": {name: [asdict(f) for f in warm_pool_figures(r, reports)] for name, r in reports.items()}}
     path.write_text(json.dumps(_json_safe(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
                     encoding="utf-8")
 

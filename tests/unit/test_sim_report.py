@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.simulator.report import PolicyReport, draw_charts, goals, summarize, table, write_json
+from orchestrator.simulator.report import (PolicyReport, draw_charts, goals, summarize, table, warm_pool_figures,
+                                           warm_pool_table, write_json)
 from orchestrator.simulator.results import CallRecord, PreemptionRecord, ReplicaRecord, SessionRecord, SimResult
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -176,3 +177,29 @@ def test_importing_the_report_does_not_load_matplotlib() -> None:
     code = "import sys, orchestrator.simulator.report; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_recent_cold_starts_count_only_models_called_in_the_hour_before() -> None:
+    """A cold start on a model first called now is not a keep-alive's miss; one on a model called 30 min
+    earlier is; one after two quiet hours is not."""
+    calls = [CallRecord("a", "m", 10, 5, issued_s=0, cold_start=True),  # the model's first call
+             CallRecord("b", "m", 10, 5, issued_s=1800, cold_start=True),  # called 30 min before: a miss
+             CallRecord("c", "m", 10, 5, issued_s=9000, cold_start=True),  # 2 h quiet before it
+             CallRecord("d", "m", 10, 5, issued_s=9010),
+             CallRecord("e", "other", 10, 5, issued_s=9020, cold_start=True)]  # its first call
+    result = SimResult(policy="berth", seed=0, horizon_s=10_000, end_s=10_000, calls=calls)
+    assert summarize(result).recent_cold_start_share == pytest.approx(1 / 5)
+
+
+def test_warm_pool_figures_are_ratios_to_the_runs_baselines_with_their_goals() -> None:
+    spread = with_(cold_start_s=100.0, gpu_hours=10.0)
+    warm = with_(ttft_p99_s=2.0)
+    berth = with_(cold_start_s=10.0, gpu_hours=7.0, ttft_p99_s=2.2, recent_cold_start_share=0.02)
+    reports = {"berth": berth, "k8s-spread": spread, "always-warm": warm}
+    figures = warm_pool_figures(berth, reports)
+    assert [(f.value, f.goal, f.met) for f in figures] == [
+        (pytest.approx(0.1), 0.2, True), (pytest.approx(0.7), 0.6, False), (pytest.approx(1.1), 1.2, True),
+        (0.02, 0.01, False)]
+    assert [f.value for f in warm_pool_figures(berth, {"berth": berth})][:3] == [None, None, None]
+    printed = warm_pool_table(reports)
+    assert "0.10 ✓" in printed and "0.70 ✗" in printed and "2.00% ✗" in printed

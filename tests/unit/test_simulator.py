@@ -168,6 +168,10 @@ def test_berth_simulate_compares_policies_on_a_trace_and_writes_its_report(tmp_p
     assert all(name in printed for name in POLICY_NAMES) and "10 sessions, 40 calls" in printed
     report = json.loads((out / "report.json").read_text())
     assert set(report["policies"]) == set(POLICY_NAMES)
+    assert "The warm pool, each policy against k8s-spread and always-warm:" in printed
+    assert [f["name"] for f in report["warm_pool"]["k8s-spread"]][:2] == ["cold-start seconds ÷ k8s-spread's",
+                                                                         "GPU-hours ÷ k8s-spread's"]
+    assert report["warm_pool"]["k8s-spread"][1]["value"] == 1.0  # itself over itself
     assert report["policies"]["berth"]["calls"] == 40
     assert {p.name for p in out.glob("*.png")} == {"ttft.png", "gpu_hours.png", "replicas.png"}
 

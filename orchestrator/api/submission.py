@@ -62,7 +62,8 @@ async def check_model(services: Services, model: str) -> None:
         raise invalid("model", str(exc)) from None
     entry = services.catalogue.get(model)
     if services.config.fleet and entry is not None and entry.provider == "self-hosted":
-        reason = never_reason(await services.db(services.store.fleet.list), entry)
+        reason = never_reason(await services.db(services.store.fleet.list), entry,
+                              await services.db(services.store.node_admission.joining))
         if reason is not None:
             raise invalid("model", reason)
 

@@ -3,7 +3,7 @@ fleet at submission, so an impossible task fails at once instead of queueing for
 
 Only hardware counts (whatever the nodes' health or load): a busy or briefly unhealthy fleet
 makes a task wait, never fail. A fleet with no nodes yet answers "maybe": nodes join after
-the control plane starts. A node pending approval or revoked is not part of the fleet: a rogue
+the control plane starts; so does one with join tokens still unused, whose machines are on their way. A node pending approval or revoked is not part of the fleet: a rogue
 machine's claimed GPUs must not make a task no admitted node could hold look servable.
 """
 
@@ -19,10 +19,12 @@ from .inventory import model_spec, node_from_view
 from .reasons import never_possible
 
 
-def never_reason(nodes: list[NodeView], entry: ModelEntry) -> str | None:
-    """Why no node of `nodes` could ever hold `entry`, or None when one could (or none has joined)."""
+def never_reason(nodes: list[NodeView], entry: ModelEntry, joining: int = 0) -> str | None:
+    """Why no node of `nodes` could ever hold `entry`, or None when one could, none has joined, or `joining`
+    machines hold join tokens they have not used yet (a fleet still forming, as right after `berth up`
+    starts its nodes, may yet hold it: refusing then refused tasks that the next node to join could run)."""
     nodes = [view for view in nodes if view.status not in UNADMITTED]
-    if entry.provider != "self-hosted" or not nodes:
+    if entry.provider != "self-hosted" or not nodes or joining > 0:
         return None
     fleet = FleetState()
     for view in nodes:

@@ -113,6 +113,7 @@ class PoolService:
         # pool goes on them until the node reports them (the other pool may still give them up).
         self._others_loading: set[str] = set()
         self._disputed: set[tuple[str, str]] = set()  # (node, model) claims held back, as of the last sync
+        self._joining = 0  # join tokens not yet used, as of the last sync: a fleet still forming never says never
 
     # --- leases ----------------------------------------------------------------------------
 
@@ -154,9 +155,14 @@ class PoolService:
                 # reports (weights that just arrived on a disk, a replica that just turned warm).
                 self.sync(force=True)
                 decision = place_away_from_reclaimed_spot(self.fleet, request, self.config)
-            if decision.outcome == "never":
+            if decision.outcome == "never" and not self._joining:
                 self.queue.leave(req.task_id)
                 return Never(reason=decision.reason or f"no node of this fleet can serve {req.model}")
+            if decision.outcome == "never":  # machines still joining may hold it: wait for them
+                self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
+                return Wait(wait_reason="no_capacity", queue_position=self.queue.ahead_of(
+                    req.task_id, req.model, req.priority, now) + 1,
+                    reason=f"{decision.reason}; {self._joining} node(s) still joining may hold it")
             if decision.outcome == "placed" and may_go(self.fleet, decision, ahead):
                 try:
                     return self._grant(req, entry, decision, now)
@@ -282,6 +288,7 @@ class PoolService:
             if not force and now - self._synced_at < self.sync_every_s:
                 return
             self._synced_at = now
+            self._joining = self.store.node_admission.joining()
             for node_id in self.store.fleet.mark_lost_after(self.node_lost_after_s):
                 log.warning("node %s is lost: no heartbeat for %.0fs", node_id, self.node_lost_after_s)
             for model in self.store.models.list():

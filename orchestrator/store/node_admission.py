@@ -95,6 +95,15 @@ class SqlNodeAdmission:
             session.commit()
         return NodeAdmission(node_id=node_id, join_token=token, expires_at=expires_at)
 
+    def joining(self, now: datetime | None = None) -> int:
+        """Join tokens minted and not yet used or expired: machines on their way into the fleet, whose GPUs
+        nothing can judge yet (`pool/feasibility.py` refuses no model while one is outstanding)."""
+        now = now or utcnow()
+        with Session(self._engine) as session:
+            return session.exec(select(func.count()).select_from(NodeJoinTokenRow)
+                                .where(col(NodeJoinTokenRow.used_at).is_(None),
+                                       col(NodeJoinTokenRow.expires_at) > now)).one()
+
     def join(self, spec: NodeSpec, node_secret: str | None, join_token: str, *, cluster_token: bool,
              now: datetime | None = None) -> Joined:
         """Let a registering node in, or refuse it (changing nothing), naming the field to blame.

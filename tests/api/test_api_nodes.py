@@ -339,6 +339,17 @@ async def test_a_task_no_node_could_ever_serve_is_refused_at_submission(api: htt
     assert (await api.get("/v1/tasks")).json() == []
 
 
+async def test_while_an_admitted_node_has_not_joined_yet_a_task_its_gpus_may_hold_is_accepted(
+        api: httpx.AsyncClient, agent) -> None:
+    """`berth up` admits its nodes, then starts them: one reporting first must not get a task refused that
+    the others could run."""
+    await join(api, gpus=["H100-80GB"])
+    assert (await api.post("/v1/nodes/big-node/admit", json={})).status_code == 201
+    submitted = await api.post("/v1/tasks", json=task_body(agent, model="llama-3.1-70b"))
+    # Past the model check: this test's API has no Temporal behind it, so the submission stops there (503).
+    assert submitted.status_code == 503 and "Temporal" in error_of(submitted)["message"], submitted.text
+
+
 async def test_a_preempted_node_drains_hears_its_deadline_and_is_back_when_it_registers_again(
         api: httpx.AsyncClient) -> None:
     secret = await join(api)

@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
+from orchestrator.pool.feasibility import never_reason
 from orchestrator.pool.scaler import ScaleDown, ScaleUp
 from orchestrator.pool.service import GONE_CONFIRM_S, UNREPORTED_LOAD_GRACE_S, PoolService
 from orchestrator.store import Store
@@ -72,6 +73,31 @@ def test_a_model_no_node_could_ever_hold_fails_at_once_with_the_way_out(store: S
     grant = pool.acquire(req("t1", model="llama-3.1-70b"))
     assert grant.outcome == "never"
     assert "151.5 GiB" in grant.reason and "largest GPU" in grant.reason
+
+
+def test_while_a_minted_join_token_is_unused_a_model_too_big_for_the_joined_nodes_waits_for_the_rest(
+        store: Store, pool: PoolService, clock: Clock) -> None:
+    """Right after `berth up` starts its nodes the small one may report first: a step for a model only the
+    others can hold waits for them instead of failing, and is placed once the big node has joined."""
+    join(store, "small", "L4-24GB", count=1)
+    token = store.node_admission.mint("big", ttl_s=600).join_token
+    waiting = pool.acquire(req("t1", model="llama-3.1-70b"))
+    assert waiting.outcome == "wait" and "1 node(s) still joining" in waiting.reason
+    entry = store.models.get("llama-3.1-70b").entry  # type: ignore[union-attr]
+    assert never_reason(store.fleet.list(), entry, store.node_admission.joining()) is None
+    assert never_reason(store.fleet.list(), entry) is not None  # what it said before
+    later = datetime.now(timezone.utc) + timedelta(seconds=601)
+    assert store.node_admission.joining(now=later) == 0  # an unused token counts only until it expires
+
+    joined = store.node_admission.join(NodeSpec.model_validate({
+        "node_id": "big", "datacenter": "east", "zone": "east-1", "capacity": "on-demand", "usd_per_hour": 6.0,
+        "gpus": [{"index": i, "type_name": "H100-80GB", "memory_total_mib": 81559} for i in range(2)],
+        "weights_cache_capacity_bytes": 500 * 2**30}), None, token, cluster_token=False)
+    store.fleet.heartbeat(NodeHeartbeat.model_validate({"node_id": "big"}), joined.node_secret)
+    assert store.node_admission.joining() == 0
+    pool.sync(force=True)
+    placed = pool.acquire(req("t1", model="llama-3.1-70b"))
+    assert placed.outcome == "placed" and placed.node_id == "big"
 
 
 def test_a_cold_placement_books_a_lease_that_loads_a_replica_and_is_idempotent(store: Store, pool: PoolService) -> None:

@@ -158,13 +158,16 @@ class ScalingPolicy(BaseModel):
         return self
 
 
+KeepAliveSource = Literal["learned", "break-even", "operator"]
+
+
 class KeepAliveView(BaseModel):
     """One level's keep-alive as the scaler last planned it: level k is the model's k-th replica."""
 
     level: int
     window_s: float  # an idle replica at this level is kept this long
     prewarm_s: float  # > 0: unloaded at once and loaded again this long after the level went idle
-    source: Literal["learned", "break-even", "operator"]
+    source: KeepAliveSource
     gaps: int  # idle gaps of the last hours it was learned from
 
 
@@ -186,6 +189,10 @@ class ModelForesight(BaseModel):
     announced: int = 0  # steps announced and not arrived yet
     intent_gpu_hours_last_hour: float = 0.0  # of the policy's intent_gpu_hours_per_hour
     updated_at: datetime
+
+    def level(self, level: int) -> KeepAliveView | None:
+        """The keep-alive of the model's `level`-th replica, if the scaler planned one."""
+        return next((k for k in self.keep_alive if k.level == level), None)
 
 
 class CatalogueModel(BaseModel):

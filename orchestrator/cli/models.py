@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sdk import CatalogueModel, Client, InvalidSpec, ScalingPolicy
-from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmStarted, PrewarmView
+from sdk._catalogue import KeepAliveView, PrewarmStarted, PrewarmView
 
 from . import output
 from .output import EXIT_OK, add_api_flag, run_with_client
@@ -163,12 +163,8 @@ def idle_column(model: CatalogueModel) -> str:
     """The operator's fixed window ("300s"), else "learned", with the first replica's learned window if known."""
     if model.policy.idle_timeout_s is not None:
         return f"{model.policy.idle_timeout_s:g}s"
-    first = _level_one(model.foresight)
+    first = model.foresight.level(1) if model.foresight else None
     return f"{LEARNED} {_span(first.window_s, digits=0)}" if first is not None else LEARNED
-
-
-def _level_one(foresight: ModelForesight | None) -> KeepAliveView | None:
-    return next((k for k in foresight.keep_alive if k.level == 1), None) if foresight else None
 
 
 # --- `models show`: what the scaler learned and did ahead of demand ------------------------------

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal
+
+from sdk._catalogue import KeepAliveSource
 
 # 10 s bins: the scaler ticks every 2 s, so a finer bin would only split the same tick's gaps.
 BIN_S = 10.0
@@ -44,7 +45,6 @@ PREWARM_MIN_S = 600.0
 # forecast there; Berth falls back to the ski-rental rule).
 OUT_OF_BOUNDS_MAX = 0.5
 
-Source = Literal["learned", "break-even", "operator"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class KeepAlive:
 
     window_s: float
     prewarm_s: float
-    source: Source
+    source: KeepAliveSource
     gaps: int  # idle gaps in the histogram behind it (0 for the operator's window)
 
 

@@ -7,16 +7,14 @@ Each page is also a function that actions call to show it again with a refusal a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from sse_starlette import EventSourceResponse
 
 from sdk import CatalogueModel, TaskStatus
-from sdk._catalogue import KeepAliveView, PrewarmView
 from sdk._limits import MAX_STORED_INT
 
 from ..api import events as events_api
@@ -26,6 +24,7 @@ from ..api.services import Services, services
 from ..api.tasks import current_state
 from .charts import Series, line_chart
 from .fleet_history import FleetHistory
+from .foresight import WINDOW_WORDS, duration, foresight_view, unload_window
 from .overview import models_last_hour, overview
 from .rendering import Flash, may, render
 from .session_auth import Viewer, signed_in
@@ -35,10 +34,6 @@ router = APIRouter(include_in_schema=False)
 Signed = Annotated[Viewer, Depends(signed_in)]
 Svc = Annotated[Services, Depends(services)]
 TASKS_PER_PAGE = 100
-WindowSource = Literal["learned", "break-even", "operator"]
-WINDOW_WORDS: dict[WindowSource, str] = {"learned": "learned from its idle gaps",
-                                         "break-even": "kept until holding it has cost one cold start",
-                                         "operator": "the policy's idle timeout"}
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -141,104 +136,16 @@ def _idle_timer(replica: Any, last_served: datetime | None, model: CatalogueMode
         return ""
     since = last_served or replica.updated_at or now
     idle_s = max(0.0, (now - since).total_seconds())
-    text = f"idle {_duration(idle_s)}"
+    text = f"idle {duration(idle_s)}"
     window = unload_window(model)
     if window is not None:
         window_s, source = window
         left = window_s - idle_s
         by = "" if source == "operator" else f", {source} window"
-        text += f" (unloads in ~{_duration(left)}{by})" if left > 0 else f" (due to unload{by})"
+        text += f" (unloads in ~{duration(left)}{by})" if left > 0 else f" (due to unload{by})"
     elif model is not None:
         text += " (idle window not learned yet)"
     return text
-
-
-def unload_window(model: CatalogueModel | None) -> tuple[float, WindowSource] | None:
-    """(seconds an idle replica is kept, where that came from): the operator's fixed idle timeout, else the
-    scaler's window for the model's first replica (learned, or its break-even); None when neither is known yet."""
-    if model is None:
-        return None
-    if model.policy.idle_timeout_s is not None:
-        return model.policy.idle_timeout_s, "operator"
-    first = _level_one(model.foresight.keep_alive) if model.foresight else None
-    return (first.window_s, first.source) if first is not None else None
-
-
-def _level_one(levels: list[KeepAliveView]) -> KeepAliveView | None:
-    return next((k for k in levels if k.level == 1), None)
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-
-
-@dataclass(frozen=True)
-class KeepAliveRow:
-    """One replica level's keep-alive, in the words the Models page shows."""
-
-    level: int
-    kept: str  # "12 min idle", or "unloaded at once, then kept until 40 min idle"
-    prewarm: str  # "at 15 min idle", or "–"
-    source: WindowSource
-    why: str  # "learned from 254 idle gaps", …
-
-
-@dataclass(frozen=True)
-class PrewarmRow:
-    """A replica the scaler started ahead of demand: `used` is yes, no (ended unused) or not-yet (still up)."""
-
-    replica_id: str
-    started_at: datetime
-    reason: str
-    used: Literal["yes", "no", "not-yet"]
-    used_text: str
-    ended_at: datetime | None
-
-
-@dataclass(frozen=True)
-class ForesightView:
-    """What the scaler learned of a model and did ahead of its demand, for the Models page."""
-
-    updated_at: datetime
-    levels: list[KeepAliveRow]
-    prewarms: list[PrewarmRow]
-    announced: int
-    intent_used: str  # GPU-hours in the last hour, "0.42"
-    intent_allowed: str  # the policy's GPU-hours per hour, "2"
-
-
-def foresight_view(model: CatalogueModel) -> ForesightView | None:
-    """The model's foresight as the page shows it; None until the scaler has planned for the model."""
-    f = model.foresight
-    if f is None:
-        return None
-    return ForesightView(updated_at=f.updated_at, levels=[_keep_alive_row(k) for k in sorted(f.keep_alive,
-                                                                                          key=lambda k: k.level)],
-                         prewarms=[_prewarm_row(p) for p in f.prewarms], announced=f.announced,
-                         intent_used=f"{f.intent_gpu_hours_last_hour:.2f}",
-                         intent_allowed=f"{model.policy.intent_gpu_hours_per_hour:g}")
-
-
-def _keep_alive_row(k: KeepAliveView) -> KeepAliveRow:
-    kept = (f"unloaded at once, then kept until {_duration(k.window_s)} idle" if k.prewarm_s > 0
-            else f"{_duration(k.window_s)} idle")
-    prewarm = f"at {_duration(k.prewarm_s)} idle" if k.prewarm_s > 0 else "–"
-    gaps = f"{k.gaps} idle gap{'' if k.gaps == 1 else 's'}"
-    why = {"learned": f"learned from {gaps}",
-           "break-even": f"break-even: kept until holding it has cost one cold start ({gaps} give no longer"
-                         " window)",
-           "operator": "the operator's idle timeout"}[k.source]
-    return KeepAliveRow(k.level, kept, prewarm, k.source, why)
-
-
-def _prewarm_row(p: PrewarmView) -> PrewarmRow:
-    if p.used_at is not None:
-        used, text = "yes", f"yes, {_duration((p.used_at - p.started_at).total_seconds())} after it started"
-    elif p.ended_at is not None:
-        used, text = "no", "no: ended unused"
-    else:
-        used, text = "not-yet", "not yet"
-    return PrewarmRow(p.replica_id, p.started_at, p.reason, used, text, p.ended_at)
 
 
 @router.get("/models", response_class=HTMLResponse)
@@ -255,7 +162,7 @@ async def show_models(request: Request, svc: Services, viewer: Viewer, *, flash:
                   status=status, figures=await svc.db(models_last_hour, svc.store),
                   foresight={m.entry.name: foresight_view(m) for m in models},
                   windows={m.entry.name: unload_window(m) for m in models}, window_words=WINDOW_WORDS,
-                  duration=_duration)
+                  duration=duration)
 
 
 @router.get("/tenants", response_class=HTMLResponse)

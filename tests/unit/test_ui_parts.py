@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 from orchestrator.store import Store
 from orchestrator.ui.charts import Series, line_chart
 from orchestrator.ui.overview import models_last_hour, overview
-from orchestrator.ui.pages import _idle_timer, foresight_view, unload_window
+from orchestrator.ui.foresight import foresight_view, unload_window
+from orchestrator.ui.pages import _idle_timer
 from orchestrator.ui.session_auth import safe_next
 from orchestrator.ui.task_view import tool_calls_of
 from sdk import CatalogueModel, Message, ModelEntry, ScalingPolicy, Spend, TaskState, TaskStatus, ToolCall

@@ -45,6 +45,9 @@ from .fleet import DEFAULT_FLEET, SimulatedNode, node_argv
 from .supervisor import ChildSpec, Supervisor, python_module
 
 READY_TIMEOUT_S = 120.0
+# Ports `berth up` picks for metrics lie between this and the ephemeral range: above the well-known and
+# registered services most machines run (PostgreSQL 5432, Prometheus 9090, …).
+FIXED_PORT_FLOOR = 20000
 # A stack node's join token waits for the API to be ready (READY_TIMEOUT_S), the node's own join retries
 # (60 s) and a few supervisor restarts (1 + 2 + 5 + 10 + 30 s of backoff): ten minutes covers them all.
 NODE_TOKEN_TTL_S = 600
@@ -71,13 +74,42 @@ EDGE = "edge"
 
 def metrics_ports(host: str, fleet: Sequence[SimulatedNode]) -> dict[str, int]:
     """A free port for the /metrics of the orchestrator worker and of each node (the API serves its own on its
-    port): picked at start, so that several stacks on one machine (tests, a demo beside them) never collide."""
+    port): picked at start, so that several stacks on one machine (tests, a demo beside them) never collide.
+
+    Picked below the kernel's ephemeral range: a node binds its port only once it has joined, seconds later,
+    and a port the kernel handed out and took back (bind to 0) is the next one it gives to whoever binds 0
+    meanwhile, such as a replica's engine. A node then crash-looped on "address in use" for the life of the
+    stack (seen in a clean-clone run: one of four nodes never joined)."""
     ports: dict[str, int] = {}
     for name in ["worker", *(node.node_id for node in fleet)]:
-        with socket.socket() as probe:
-            probe.bind((host, 0))
-            ports[name] = probe.getsockname()[1]
+        ports[name] = _free_port_outside_ephemeral_range(host, set(ports.values()))
     return ports
+
+
+def _free_port_outside_ephemeral_range(host: str, taken: set[int]) -> int:
+    floor, ceiling = FIXED_PORT_FLOOR, _ephemeral_low()
+    pick = secrets.SystemRandom()
+    for _ in range(200 if ceiling > floor else 0):
+        port = pick.randrange(floor, ceiling)
+        if port in taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        return port
+    with socket.socket() as probe:  # a crowded range: the kernel's choice, as before
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default starts at 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def stack_children(config: BerthConfig, tool_agents: list[str],

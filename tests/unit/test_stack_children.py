@@ -36,6 +36,24 @@ def test_berth_up_gives_the_worker_and_each_node_a_metrics_port_of_its_own(tmp_p
         assert argv[argv.index("--metrics-port") + 1] == str(ports[node.node_id])
 
 
+def test_metrics_ports_lie_outside_the_ephemeral_range_so_no_bind_to_port_0_takes_one_meanwhile() -> None:
+    """A node binds its metrics port only after joining; a port below the kernel's ephemeral range is never the
+    one an engine's bind to port 0 gets in between, which kept a node in a crash loop for a whole stack."""
+    import socket
+
+    from orchestrator.stack.fleet import DEFAULT_FLEET
+    from orchestrator.stack.up import FIXED_PORT_FLOOR, _ephemeral_low, metrics_ports
+
+    ports = metrics_ports("127.0.0.1", DEFAULT_FLEET)
+    assert all(FIXED_PORT_FLOOR <= port < _ephemeral_low() for port in ports.values())
+    kernel_picks = []
+    for _ in range(50):  # the ports the kernel hands out to binds to 0 now
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            kernel_picks.append(s.getsockname()[1])
+    assert not set(kernel_picks) & set(ports.values())
+
+
 def test_berth_up_admits_its_own_nodes_and_leaves_the_cluster_token_to_the_others(tmp_path: Path) -> None:
     """Each stack node the store has not seen joins with a per-node token of its own; one that joined before
     rejoins with its secret, so it gets none (it keeps the cluster token, which alone would leave it pending)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -203,3 +204,18 @@ def test_warm_pool_figures_are_ratios_to_the_runs_baselines_with_their_goals() -
     assert [f.value for f in warm_pool_figures(berth, {"berth": berth})][:3] == [None, None, None]
     printed = warm_pool_table(reports)
     assert "0.10 ✓" in printed and "0.70 ✗" in printed and "2.00% ✗" in printed
+
+
+def test_first_loads_are_each_models_first_cold_replica_and_show_beside_the_cold_start_ratio() -> None:
+    """The floor no policy on empty disks goes under: m's first load (40 s, not its later 10 s reload) and
+    other's (25 s); a preloaded replica is no load at all."""
+    replicas = [ReplicaRecord("p", "m", "n1", gpus=1, usd_per_hour=1.0, tier="preloaded", started_s=0, ready_s=0,
+                              preloaded=True),
+                ReplicaRecord("b", "m", "n2", gpus=1, usd_per_hour=1.0, tier="disk", started_s=500, ready_s=510),
+                ReplicaRecord("a", "m", "n1", gpus=1, usd_per_hour=1.0, tier="origin", started_s=100, ready_s=140),
+                ReplicaRecord("c", "other", "n1", gpus=1, usd_per_hour=1.0, tier="origin", started_s=50, ready_s=75)]
+    report = summarize(SimResult(policy="berth", seed=0, horizon_s=1000, end_s=1000, replicas=replicas))
+    assert (report.cold_start_s, report.first_load_s) == (75.0, 65.0)
+    printed = warm_pool_table({"berth": report, "k8s-spread": with_(policy="k8s-spread", cold_start_s=130.0)})
+    berth_row = next(line for line in printed.splitlines() if line.startswith("berth"))
+    assert re.split(r"\s{2,}", berth_row)[1:3] == ["0.58 ✗", "0.50"]  # 75 / 130, then its first loads' 65 / 130

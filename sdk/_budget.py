@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ._errors import InvalidSpec
 
 from ._limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET, numbers_not_booleans
 
@@ -26,9 +28,19 @@ class Budget(BaseModel):
     _numbers = numbers_not_booleans("tokens", "usd")
 
     def __init__(self, tokens: int | None = None, **data: object) -> None:
+        """`Budget(5000)` for an author; a bad value is refused as InvalidSpec naming `budget.<field>` and why,
+        as the API would, not as a raw pydantic error. Validation inside a TaskSpec does not come here (marked
+        as pydantic's own __init__, as RootModel's is), so its errors keep their place in the TaskSpec's."""
         if tokens is not None:
             data["tokens"] = tokens
-        super().__init__(**data)
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(["budget", *map(str, first["loc"])])
+            raise InvalidSpec(first["msg"], field=where) from exc
+
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     @field_validator("deadline", mode="before")
     @classmethod

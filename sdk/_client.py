@@ -27,6 +27,7 @@ from ._errors import (
     BerthError,
     BudgetExhausted,
     Conflict,
+    Forbidden,
     InvalidSpec,
     NotFound,
     TaskCancelled,
@@ -60,7 +61,7 @@ EVENT_STREAM_MAX_RECONNECTS = 8
 _STATUS_ERRORS: dict[int, type[BerthError]] = {
     400: InvalidSpec,
     401: Unauthorized,
-    403: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     409: Conflict,
     413: InvalidSpec,
@@ -118,11 +119,7 @@ def as_budget(value: Budget | int | None) -> Budget | None:
     """A Budget from a Budget or a plain token count; a bad count is InvalidSpec on budget.tokens."""
     if value is None or isinstance(value, Budget):
         return value
-    try:
-        return Budget(tokens=value)
-    except ValidationError as exc:
-        refusal = invalid_from_validation(exc)
-        raise InvalidSpec(refusal.message, field=f"budget.{refusal.field}") from None
+    return Budget(tokens=value)  # a bad count is refused there, naming budget.tokens
 
 
 def _path(*parts: str) -> str:

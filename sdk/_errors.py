@@ -7,7 +7,10 @@ class BerthError(Exception):
     """Base of every error the SDK raises."""
 
     def __init__(self, message: str, *, field: str | None = None, status_code: int | None = None) -> None:
-        super().__init__(message)
+        # Its text names the field too (`.message` is the reason alone): a log line or a traceback shows
+        # what was wrong, not only `.field`.
+        named = field is not None and not message.startswith(f"{field}:")
+        super().__init__(f"{field}: {message}" if named else message)
         self.message = message
         self.field = field
         self.status_code = status_code
@@ -26,7 +29,11 @@ class Conflict(BerthError):
 
 
 class Unauthorized(BerthError):
-    """The API key is missing, unknown or lacks the role the call needs."""
+    """The API key is missing, unknown or revoked (401); `Forbidden` when it is valid but may not do this."""
+
+
+class Forbidden(Unauthorized):
+    """The API key is valid but its role or tenant may not make this call (403)."""
 
 
 class TaskEnded(BerthError):

@@ -142,7 +142,7 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     import typing
 
     try:
-        hints = typing.get_type_hints(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)  # keeps Annotated[..., Field(...)]: constraints, descriptions
     except Exception as exc:
         raise InvalidSpec(f"tool {fn.__name__!r}: cannot resolve annotations ({exc})",
                           field=f"tools.{fn.__name__}") from exc

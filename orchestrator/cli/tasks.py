@@ -6,11 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from sdk import Budget, Client, TaskHandle, TaskState, TaskStatus
-from sdk._client import invalid_from_validation
-from sdk._limits import MAX_REASON_CHARS
+from sdk import Budget, Client, InvalidSpec, TaskHandle, TaskState, TaskStatus
+from sdk._limits import MAX_PAGE, MAX_REASON_CHARS
 
 from . import output
 from .output import EXIT_FAILED, EXIT_OK, add_api_flag, fail, run_with_client
@@ -44,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--agent")
     p.add_argument("--tenant")
     p.add_argument("--parent", help="only sub-agents of this task")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50, help=f"rows to show, 1 to {MAX_PAGE} (default 50)")
+    p.add_argument("--offset", type=int, default=0, help="rows to skip first: the next page starts where one ended")
     add_api_flag(p)
     p.set_defaults(func=cmd_list)
 
@@ -105,9 +103,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     try:
         budget = Budget(tokens=args.budget, usd=args.usd)
-    except ValidationError as exc:
-        refusal = invalid_from_validation(exc)
-        return fail(refusal.message, f"budget.{refusal.field}")
+    except InvalidSpec as refusal:
+        return fail(refusal.message, refusal.field)
 
     async def command(client: Client) -> int:
         handle = await client.submit(
@@ -148,12 +145,24 @@ def print_outcome(state: TaskState) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if not 1 <= args.limit <= MAX_PAGE:
+        return fail(f"must be between 1 and {MAX_PAGE}, got {args.limit}", "limit")
+    if args.offset < 0:
+        return fail(f"must be 0 or more, got {args.offset}", "offset")
+
     async def command(client: Client) -> int:
-        states = await client.tasks(args.status, args.agent, args.limit, tenant=args.tenant, parent=args.parent)
+        # One row past the page says whether more match, so a cut list never passes for the whole one.
+        states = await client.tasks(args.status, args.agent, min(args.limit + 1, MAX_PAGE), tenant=args.tenant,
+                                    parent=args.parent, offset=args.offset)
+        more = len(states) > args.limit or len(states) == args.limit == MAX_PAGE
+        states = states[:args.limit]
         if not states:
             print("no tasks")
-        else:
-            output.stdout().print(output.tasks_table(states))
+            return EXIT_OK
+        output.stdout().print(output.tasks_table(states))
+        if more:
+            print(f"showing tasks {args.offset + 1}-{args.offset + len(states)}, newest first; more match:"
+                  f" --offset {args.offset + len(states)} for the next page", file=sys.stderr)
         return EXIT_OK
 
     return run_with_client(args, command)

@@ -176,6 +176,23 @@ def test_list_show_checkpoints_and_events(server: Server, agent: AgentSpec, caps
     assert "tokens_used=120" in capsys.readouterr().out
 
 
+def test_a_list_cut_at_its_limit_says_so_and_where_the_next_page_starts(server: Server, agent: AgentSpec,
+                                                                         capsys) -> None:
+    made = [put_task(server.store, agent, TaskStatus.completed, result=f"r{i}").task_id for i in range(3)]
+
+    assert berth(server, "tasks", "list", "--agent", agent.name, "--limit", "2") == 0
+    first = capsys.readouterr()
+    assert sum(task in first.out for task in made) == 2
+    assert "showing tasks 1-2, newest first; more match: --offset 2 for the next page" in first.err
+
+    assert berth(server, "tasks", "list", "--agent", agent.name, "--limit", "2", "--offset", "2") == 0
+    rest = capsys.readouterr()
+    assert sum(task in rest.out for task in made) == 1 and rest.err == ""  # the whole list: nothing more to say
+    for argv, prefix in [(["--limit", "0"], "error: limit: "), (["--offset", "-1"], "error: offset: ")]:
+        assert berth(server, "tasks", "list", *argv) == 2
+        assert one_error_line(capsys.readouterr().err).startswith(prefix)
+
+
 def test_agents_list_and_show(server: Server, agent: AgentSpec, capsys) -> None:
     assert berth(server, "agents", "list") == 0
     assert agent.name in capsys.readouterr().out

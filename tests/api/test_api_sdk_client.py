@@ -19,6 +19,7 @@ from sdk import (
     BudgetExhausted,
     Client,
     Conflict,
+    Forbidden,
     InvalidSpec,
     NotFound,
     TaskCancelled,
@@ -229,10 +230,12 @@ def test_status_codes_map_to_exception_types() -> None:
 
     shaped = {"error": {"code": "x", "message": "the reason", "field": "budget.tokens"}}
     for status, cls in [(422, InvalidSpec), (404, NotFound), (409, Conflict), (401, Unauthorized),
-                        (403, Unauthorized), (503, BerthError)]:
+                        (403, Forbidden), (503, BerthError)]:
         error = error_from_response(response(status, shaped))
         assert type(error) is cls
         assert (error.message, error.field, error.status_code) == ("the reason", "budget.tokens", status)
+        assert str(error) == "budget.tokens: the reason"
+    assert issubclass(Forbidden, Unauthorized)  # code that caught Unauthorized for a 403 still does
     unshaped = error_from_response(httpx.Response(502, text="Bad Gateway", request=httpx.Request("GET", "http://b/")))
     assert type(unshaped) is BerthError and unshaped.message == "Bad Gateway"
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Annotated
 
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from sdk import Agent, Budget, InvalidSpec, TaskSpec, tool
 from sdk._tool import ToolArgumentError, ToolCallContext
@@ -108,6 +109,45 @@ def test_task_spec_refusals_name_the_field(fields: dict, where: str) -> None:
 def test_budget_accepts_a_relative_deadline() -> None:
     budget = Budget(100, deadline=timedelta(minutes=5))
     assert budget.deadline is not None and budget.deadline.tzinfo is not None
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidSpec) as past:
         Budget(100, deadline=timedelta(seconds=-1))
+    assert past.value.field == "budget.deadline"
     assert isinstance(budget, BaseModel)
+
+
+@pytest.mark.parametrize("make, field, reason", [
+    (lambda: Budget(0), "budget.tokens", "greater than 0"),
+    (lambda: Budget(100, usd=-1), "budget.usd", "greater than 0"),
+    (lambda: Budget(100, surprise=1), "budget.surprise", "not permitted"),
+])
+def test_a_bad_budget_is_refused_as_invalid_spec_naming_the_field_in_its_text(make, field: str, reason: str) -> None:
+    with pytest.raises(InvalidSpec) as refused:
+        make()
+    assert refused.value.field == field
+    assert str(refused.value).startswith(f"{field}: ") and reason in str(refused.value)
+    assert not str(refused.value.message).startswith(field)  # .message is the reason alone
+
+
+def test_every_refusals_text_names_its_field_once() -> None:
+    with pytest.raises(InvalidSpec) as bad_name:
+        Agent("Bad Name!", "llama-3.1-8b")
+    assert str(bad_name.value).startswith("name: ")
+    assert str(InvalidSpec("tools.f: already named", field="tools.f")) == "tools.f: already named"
+
+
+def test_annotated_tool_parameters_keep_their_constraints_and_descriptions() -> None:
+    @tool
+    def lookup(ticket: Annotated[str, Field(pattern=r"^[A-Z]+-[0-9]+$", description="a ticket key like BER-12")],
+               depth: Annotated[int, Field(ge=1, le=5, description="how many links to follow")] = 1) -> str:
+        """Look a ticket up."""
+        return f"{ticket}@{depth}"
+
+    properties = lookup.spec.parameters["properties"]
+    assert properties["ticket"]["pattern"] == r"^[A-Z]+-[0-9]+$"
+    assert properties["ticket"]["description"] == "a ticket key like BER-12"
+    assert (properties["depth"]["minimum"], properties["depth"]["maximum"]) == (1, 5)
+    assert lookup.parse_arguments('{"ticket": "BER-12", "depth": 2}') == {"ticket": "BER-12", "depth": 2}
+    with pytest.raises(ToolArgumentError, match="ticket"):
+        lookup.parse_arguments('{"ticket": "not a key"}')
+    with pytest.raises(ToolArgumentError, match="depth"):
+        lookup.parse_arguments('{"ticket": "BER-1", "depth": 9}')

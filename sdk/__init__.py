@@ -1,7 +1,12 @@
 """Berth's SDK: declare agents and tools, submit tasks under budgets, follow and steer them.
 
     from sdk import Agent, tool, Budget, Client
+
+`serve` and `serve_blocking` (a tool worker: Temporal's worker and the MCP client) load on first use, so a
+script or CLI that only submits and follows tasks never imports them.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from ._agent import Agent
 from ._budget import Budget
@@ -27,6 +32,7 @@ from ._errors import (
     BerthError,
     BudgetExhausted,
     Conflict,
+    Forbidden,
     InvalidSpec,
     McpUnreachable,
     NotFound,
@@ -40,7 +46,6 @@ from ._mcp_server import McpServer
 from ._messages import Message, ToolCall
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskRun, TaskSpec, ToolSpec
-from ._serve import serve, serve_blocking
 from ._sync import SyncClient, SyncTaskHandle
 from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
 from ._tool import Tool, ToolCallContext, tool, tool_context
@@ -96,6 +101,7 @@ __all__ = [
     "CheckpointRef",
     "Conflict",
     "FINAL_STATUSES",
+    "Forbidden",
     "ForkSource",
     "InvalidSpec",
     "McpServer",
@@ -115,3 +121,16 @@ __all__ = [
     "ToolSpec",
     "Unauthorized",
 ]
+
+_SERVING = ("serve", "serve_blocking")
+
+if TYPE_CHECKING:
+    from ._serve import serve, serve_blocking
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SERVING:
+        from . import _serve
+
+        return getattr(_serve, name)
+    raise AttributeError(f"module 'sdk' has no attribute {name!r}")

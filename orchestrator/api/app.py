@@ -19,7 +19,8 @@ from activities.tokens import warm_up_counting
 
 from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
-from .. import mcp_server, ui
+from .. import ui
+from ..mcp_server.http import mount as mount_mcp
 from ..store import Store
 from ..tokenizers import tokenizers_under
 from ..telemetry import install_metrics
@@ -97,7 +98,7 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
     watch_tasks(lambda: task_reading(store.fleet.list(), store.tasks.list(status="waiting_for_gpu", limit=ALERT_SCAN),
                                      store.tasks.list(status="running", limit=ALERT_SCAN)))
     fleet_history = ui.install(app, store)
-    mcp = mcp_server.mount(app, store)
+    mcp = mount_mcp(app, store)
     return app
 
 

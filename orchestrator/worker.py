@@ -24,6 +24,7 @@ from activities.llm_step import LlmStepActivities
 from activities.pool_lease import PoolLeases
 from activities.ports import LeasePool
 from activities.step_books import StoreStepBooks
+from activities.tool_workers import ToolWorkers
 from sdk.contracts import CONTROL_TASK_QUEUE
 from workflows.agent_task import AgentTaskWorkflow
 from workflows.fleet_ops import PrewarmWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow
@@ -55,12 +56,14 @@ def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: 
                                            steps_in=store.transaction), ModelCatalogue(config, store.models))
     books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents, steps_in=store.transaction)
     leases = PoolLeases(pool or DirectRouting(), store.ledger, write_predecessor=books.checkpoint)
+    tool_workers = ToolWorkers(client)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[AgentTaskWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow, PrewarmWorkflow],
         activities=[llm.generate, books.begin_task, books.checkpoint, books.record_state, books.resolve_agent,
-                    leases.acquire, leases.acquire_step, leases.release, leases.node_liveness, leases.book_cut],
+                    leases.acquire, leases.acquire_step, leases.release, leases.node_liveness, leases.book_cut,
+                    tool_workers.polling],
         activity_executor=ThreadPoolExecutor(max_workers=200),
         max_concurrent_activities=200,
         max_concurrent_workflow_tasks=50,

@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.bookkeeping import TaskBookkeeping
+    from activities.tool_workers import ToolWorkers
     from pydantic import ValidationError
     from sdk import CheckpointRef, Message, Spend, TaskRun, TaskState, TaskStatus, ToolCall
     from sdk._builtins import AskHumanArgs, SpawnAgentArgs, tools_offered
@@ -62,6 +63,10 @@ with workflow.unsafe.imports_passed_through():
 
 # A tool worker may be restarting: wait this long for one before the call is reported as failed.
 TOOL_WORKER_WAIT = timedelta(minutes=10)
+# A tool call not done after this long asks whether any worker serves its queue (tasks that began before it waited
+# silently: their histories have no such check).
+TOOL_WORKER_NOTICE = timedelta(seconds=5)
+CHECKS_TOOL_WORKERS = "checks-tool-workers"
 # Each call is an activity (3 history events at least): 64 calls a step keep a step's history in the hundreds of
 # events, far from Temporal's 51,200-event limit, and no model needs more at once.
 MAX_TOOL_CALLS_PER_STEP = 64
@@ -290,6 +295,8 @@ class AgentTaskWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, initial_interval=timedelta(seconds=1)),
         )
         # A cancelled task stops waiting for its tools: their worker may not even be running.
+        if workflow.patched(CHECKS_TOOL_WORKERS):
+            await self._say_if_no_tool_worker(handle, call.name)
         await workflow.wait_condition(lambda: handle.done() or self.cancel_reason is not None)
         if not handle.done():
             handle.cancel()
@@ -300,6 +307,29 @@ class AgentTaskWorkflow:
                 return f"tool error: {call.name} was not waited for: the task was cancelled"
             return f"tool error: {call.name} failed after {spec.max_attempts} attempt(s): {_cause(err)}"
         return result.content
+
+    async def _say_if_no_tool_worker(self, handle: workflow.ActivityHandle, tool: str) -> None:
+        """A tool call still queued after TOOL_WORKER_NOTICE on a queue no worker polls: the task's state, events
+        and UI say it waits for a tool worker (until the call ends, by a worker that came or by its timeout)."""
+        def finished() -> bool:
+            return handle.done() or self.cancel_reason is not None
+
+        try:
+            await workflow.wait_condition(finished, timeout=TOOL_WORKER_NOTICE)
+            return
+        except asyncio.TimeoutError:
+            pass
+        queue = self.agent.task_queue
+        if await workflow.execute_local_activity_method(ToolWorkers.polling, queue, **BOOKKEEPING):
+            return  # a worker serves it: the tool is just slow
+        waiting = f"a tool worker on {queue}: start one with serve() for agent {self.agent.name}"
+        self.waiting_for = waiting
+        await self._record_event("waiting_for_tool_worker", {"task_queue": queue, "tool": tool})
+        await workflow.wait_condition(finished)
+        if self.waiting_for == waiting:
+            self.waiting_for = None
+            if self.cancel_reason is None:
+                await self._set_status(TaskStatus.running)
 
     async def _ask_human(self, call: ToolCall) -> str:
         try:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from sdk import Agent, Spend, TaskState, TaskStatus, tool
+from sdk import Agent, Budget, Spend, TaskRun, TaskSpec, TaskState, TaskStatus, tool
 from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget
 from workflows.agent_task import MAX_TOOL_CALLS_PER_STEP
 
@@ -283,3 +284,32 @@ async def test_a_reply_asking_for_more_tool_calls_than_a_step_runs_gets_errors_f
     refused = [a for a in answers if a.startswith(f"tool error: at most {MAX_TOOL_CALLS_PER_STEP} tool calls")]
     assert len(answers) == wanted and len(refused) == 6
     assert sorted(ran) == sorted(f"t{i}" for i in range(MAX_TOOL_CALLS_PER_STEP))
+
+
+async def test_a_tool_call_no_worker_serves_says_so_until_a_worker_comes(berth) -> None:
+    """The author forgot serve(): the task's state and events name the queue it waits on, and once a worker
+    polls it the call runs, the wait is cleared and the task completes."""
+    agent = berth.research_agent()
+    berth.store.agents.register(agent.spec())  # registered, but no worker polls agent/<name>
+    task_id = berth.unique("t")
+    spec = TaskSpec(task_id=task_id, agent=agent.name, input="H100 bandwidth", budget=Budget(20_000))
+    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name),
+                  submitted_at=datetime.now(timezone.utc))
+    handle = await berth.client.start_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=berth.queue,
+                                               result_type=TaskState)
+    deadline = asyncio.get_running_loop().time() + 120
+    while True:
+        record = berth.store.tasks.get(task_id)
+        if record is not None and (record.state.waiting_for or "").startswith("a tool worker on "):
+            break
+        assert asyncio.get_running_loop().time() < deadline, record and record.state
+        await asyncio.sleep(0.2)
+    assert record.state.status == TaskStatus.running
+    assert f"a tool worker on agent/{agent.name}" in record.state.waiting_for
+    told = berth.store.events.of_kind(task_id, "waiting_for_tool_worker")
+    assert [e.data["task_queue"] for e in told] == [f"agent/{agent.name}"]
+
+    await berth.serve(agent)
+    state: TaskState = await handle.result()
+    assert state.status == TaskStatus.completed and state.waiting_for is None
+    assert sorted(name for name, _ in berth.tool_calls) == ["search", "take_note"]

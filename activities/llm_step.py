@@ -131,7 +131,7 @@ class LlmStepActivities:
             stream = await open_stream(step.route, StreamRequest(
                 messages=call.messages, tools=call.tools, max_tokens=call.max_tokens,
                 headers={"X-Berth-Task": step.inp.task_id, IDEMPOTENCY_HEADER: f"{step.inp.task_id}/{step.inp.step}"},
-                continue_final_message=bool(progress.prefix)))
+                continue_final_message=bool(progress.prefix), settings=step.inp.settings))
         except Exception as exc:
             raise _classify(exc) from exc
         try:

@@ -25,7 +25,7 @@ import json
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -72,7 +72,8 @@ class StreamDelta:
 
 @dataclass(frozen=True)
 class StreamRequest:
-    """What a step asks the model; `continue_final_message`: go on writing the last (assistant) message."""
+    """What a step asks the model; `continue_final_message`: go on writing the last (assistant) message.
+    `settings`: the sampling settings that are set (ModelSettings.chosen()), sent as the OpenAI API names them."""
 
     messages: list[dict]
     tools: list[dict] | None
@@ -80,6 +81,14 @@ class StreamRequest:
     headers: dict[str, str]
     continue_final_message: bool
     timeout_s: float = 600.0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def hosted_settings(litellm_model: str) -> frozenset[str] | None:
+    """The OpenAI parameters litellm sends to this hosted model's provider; None when litellm does not know
+    the provider (the provider then refuses what it cannot take)."""
+    known = _litellm().get_supported_openai_params(model=litellm_model)
+    return None if known is None else frozenset(known)
 
 
 class ModelCallError(Exception):
@@ -151,7 +160,8 @@ async def _open_engine_stream(route: ModelRoute, request: StreamRequest) -> Mode
     if route.api_base is None:
         raise ValueError(f"{route.name}: an OpenAI-compatible route needs its engine's api_base")
     body: dict[str, Any] = {"model": _served_model(route), "messages": request.messages, "stream": True,
-                            "stream_options": {"include_usage": True}, "max_tokens": request.max_tokens}
+                            "stream_options": {"include_usage": True}, "max_tokens": request.max_tokens,
+                            **request.settings}
     if request.tools is not None:
         body["tools"] = request.tools
     if request.continue_final_message:
@@ -291,7 +301,7 @@ async def _open_litellm_stream(route: ModelRoute, request: StreamRequest) -> Mod
         stream = await litellm.acompletion(
             model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=request.messages,
             tools=request.tools, max_tokens=request.max_tokens, stream=True, stream_options={"include_usage": True},
-            extra_headers=request.headers, timeout=request.timeout_s, **continuing,
+            extra_headers=request.headers, timeout=request.timeout_s, **continuing, **request.settings,
             # Berth books usage and cost itself (ledger, catalogue prices); litellm's own success
             # logging would recount and reprice every reply, about 10 ms per call.
             **{"no-log": True},

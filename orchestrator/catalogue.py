@@ -13,8 +13,10 @@ import os
 import time
 from typing import Protocol
 
+from activities.model_stream import hosted_settings
 from activities.ports import ModelRoute
-from sdk._catalogue import CatalogueModel, ModelEntry, WeightsFile, WeightsSource
+from sdk._catalogue import CatalogueModel, EngineKind, ModelEntry, WeightsFile, WeightsSource
+from sdk._settings import ModelSettings
 from sdk._lease import StepPlacement
 
 from .config import BerthConfig
@@ -26,6 +28,15 @@ ENTRY_TTL_S = 2.0
 
 class UnknownModel(ValueError):
     """A model name the catalogue cannot serve; the message says why and what exists."""
+
+
+# What each of Berth's engines applies of ModelSettings (the simulated engine takes them as llama.cpp does, so
+# a task moves between them unchanged). A hosted model's are what litellm sends its provider.
+ENGINE_SETTINGS: dict[EngineKind, frozenset[str]] = {
+    engine: frozenset({"temperature", "top_p", "stop", "seed"})
+    for engine in ("simulated", "vllm", "sglang", "llama.cpp", "openai-compatible")}
+# Engines that constrain an answer to a JSON schema; on the others an output type is checked and repaired.
+ENGINES_WITH_RESPONSE_FORMAT: frozenset[EngineKind] = frozenset({"simulated", "vllm", "sglang"})
 
 
 # fp16 weights = parameters × 2 bytes (1.24 B → 2.3 GiB; 8.03 B → 15.0 GiB; 7.6 B → 14.2 GiB;
@@ -106,6 +117,29 @@ class ModelCatalogue:
     def check(self, name: str) -> None:
         """Raise UnknownModel when `name` cannot be served right now (unknown, or its key is unset)."""
         self.route(name)
+
+    def takes_response_format(self, model: str) -> bool:
+        """Whether `model`'s route constrains an answer to a JSON schema (OpenAI's `response_format`)."""
+        entry = self.get(model)
+        if entry is None:
+            return False
+        if entry.provider == "hosted":
+            applies = hosted_settings(entry.litellm_route or model)
+            return applies is not None and "response_format" in applies
+        return entry.engine in ENGINES_WITH_RESPONSE_FORMAT
+
+    def unsupported_settings(self, model: str, settings: ModelSettings) -> tuple[list[str], str]:
+        """The settings `model`'s route cannot apply (empty when it applies them all), and who serves it."""
+        entry = self.get(model)
+        if entry is None:
+            raise UnknownModel(f"unknown model {model!r}")
+        if entry.provider == "hosted":
+            applies = hosted_settings(entry.litellm_route or model)
+            served_by = f"its provider ({(entry.litellm_route or model).split('/', 1)[0]})"
+        else:
+            applies, served_by = ENGINE_SETTINGS[entry.engine], f"the {entry.engine} engine"
+        chosen = settings.chosen()
+        return ([] if applies is None else sorted(name for name in chosen if name not in applies)), served_by
 
     def route(self, model: str, placement: StepPlacement | None = None) -> ModelRoute:
         """Routes without a fleet: `placement` (the leased replica) is ignored, every self-hosted

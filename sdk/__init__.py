@@ -45,6 +45,7 @@ from ._identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantS
 from ._mcp_server import McpServer
 from ._messages import Message, ToolCall
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
+from ._settings import ModelSettings
 from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskRun, TaskSpec, ToolSpec
 from ._sync import SyncClient, SyncTaskHandle
 from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
@@ -107,6 +108,7 @@ __all__ = [
     "McpServer",
     "McpUnreachable",
     "Message",
+    "ModelSettings",
     "NotFound",
     "Spend",
     "TaskCancelled",

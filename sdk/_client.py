@@ -19,8 +19,9 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from . import _registering as registering
 from ._budget import Budget
 from ._catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, ScalingPolicy
 from ._errors import (
@@ -38,7 +39,9 @@ from ._events import END_EVENT, REVOKED_EVENT, SseParser
 from ._fleet import DEFAULT_ADMIT_TTL_S, NodeAdmission, NodeRevocation, NodeView, PreemptRequest, ReplicaView
 from ._identity import ApiKeyView, AuditEntry, CreatedKey, KeyRequest, Role, Tenant, TenantSpec, TenantUpdate
 from ._lease import ServiceClass
+from ._output import answer_json
 from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
+from ._settings import ModelSettings
 from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
 from .contracts import SpawnedChild
@@ -258,10 +261,12 @@ class Client:
         max_steps: int | None = None,
         budget_grace_s: float | None = None,
         service_class: ServiceClass = "interactive",
+        settings: ModelSettings | None = None,
     ) -> "TaskHandle":
         """Submit a task and return its handle at once (the task runs on the server).
 
-        `budget` is a `Budget` or a plain token count. Resubmitting the same `task_id` with
+        `budget` is a `Budget` or a plain token count; `settings` override the agent's model settings field by
+        field (a setting the model's engine or provider cannot apply is refused, naming it). Resubmitting the same `task_id` with
         the same spec returns the existing task; with another spec it raises `Conflict`.
         Without `tenant`, the server settles it from the key: a key confined to a tenant
         submits for it, any other for "default".
@@ -279,16 +284,24 @@ class Client:
                 max_steps=max_steps,
                 budget_grace_s=budget_grace_s,
                 service_class=service_class,
+                settings=settings,
             )
         except ValidationError as exc:
             raise invalid_from_validation(exc) from None
         body = spec.model_dump(mode="json", exclude_none=True, exclude=None if tenant else {"tenant"})
-        body = await self._request("POST", "/v1/tasks", json=body)
-        return TaskHandle(self, TaskState.model_validate(body).task_id)
+        try:
+            body = await self._request("POST", "/v1/tasks", json=body)
+        except InvalidSpec as refused:
+            # serve() in this process may be registering the agent right now: once it has, ask again.
+            if refused.field != "agent" or not await asyncio.to_thread(registering.wait, name):
+                raise
+            body = await self._request("POST", "/v1/tasks", json=body)
+        return TaskHandle(self, TaskState.model_validate(body).task_id, getattr(agent, "output_type", None))
 
-    def task(self, task_id: str) -> "TaskHandle":
-        """A handle on an existing task (no request is made until you use it)."""
-        return TaskHandle(self, task_id)
+    def task(self, task_id: str, output_type: type[BaseModel] | None = None) -> "TaskHandle":
+        """A handle on an existing task (no request is made until you use it); with `output_type`, its
+        `result()` is that model, validated from the answer."""
+        return TaskHandle(self, task_id, output_type)
 
     async def tasks(
         self,
@@ -395,9 +408,10 @@ class Client:
 class TaskHandle:
     """One task on the server; every method makes a request (nothing is cached)."""
 
-    def __init__(self, client: Client, task_id: str) -> None:
+    def __init__(self, client: Client, task_id: str, output_type: type[BaseModel] | None = None) -> None:
         self._client = client
         self.task_id = task_id
+        self.output_type = output_type  # submitted with an Agent that has one: result() returns it typed
 
     def __repr__(self) -> str:
         return f"TaskHandle({self.task_id!r})"
@@ -405,8 +419,9 @@ class TaskHandle:
     async def status(self) -> TaskState:
         return TaskState.model_validate(await self._client._request("GET", self._path()))
 
-    async def result(self, timeout: float | None = None) -> str:
-        """Wait until the task is final and return its result.
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait until the task is final and return its result: the answer's text, or with an `output_type` (the
+        agent's, when it was submitted with the Agent) that model, validated from the answer.
 
         Waits on the event stream (no polling). Raises `BudgetExhausted` (out_of_budget),
         `TaskFailed` (failed, max_steps) or `TaskCancelled`, each carrying the final state,
@@ -426,7 +441,8 @@ class TaskHandle:
                     # The stream only ends on a final task, so the store and the live state
                     # disagree for a moment; look again shortly rather than spin.
                     await asyncio.sleep(0.5)
-        return outcome(state)
+        text = outcome(state)
+        return text if self.output_type is None else self.output_type.model_validate_json(answer_json(text))
 
     async def _status_across_restarts(self) -> TaskState:
         """`status`, retried while the API is unreachable for up to API_RESTART_WAIT_S: a task outlives
@@ -509,7 +525,7 @@ class TaskHandle:
         except ValidationError as exc:
             raise invalid_from_validation(exc) from None
         body = await self._client._request("POST", self._path("fork"), json=request.model_dump(mode="json", exclude_none=True))
-        return TaskHandle(self._client, TaskState.model_validate(body).task_id)
+        return TaskHandle(self._client, TaskState.model_validate(body).task_id, self.output_type)
 
     async def interruptions(self) -> list[TaskEvent]:
         """Each node loss or preemption the task rode out: node, kind, tokens kept and lost, where it resumed."""

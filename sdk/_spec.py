@@ -22,7 +22,9 @@ from ._limits import (
     numbers_not_booleans,
 )
 from ._mcp_server import McpServer
+from ._output import schema_problem
 from ._recovery import DEFAULT_RECOVERY, RECOVERY_RULES, RecoveryRule
+from ._settings import ModelSettings
 
 SPAWN_AGENT_TOOL = "spawn_agent"
 ASK_HUMAN_TOOL = "ask_human"
@@ -69,6 +71,10 @@ class AgentSpec(BaseModel):
                                        description="how long a question waits for its answer (30 days at most)")
     mcp_servers: list[McpServer] = Field(default_factory=list, max_length=MAX_MCP_SERVERS,
                                          description="servers whose tools the tool worker offers as <server>__<tool>")
+    settings: ModelSettings | None = Field(default=None, description="how its model samples (temperature, top_p,"
+                                                                     " stop, seed); unset: the engine's defaults")
+    output_schema: dict[str, Any] | None = Field(default=None, description="the JSON schema its final answer"
+                                                                           " matches (from Agent's output_type)")
 
     _numbers = numbers_not_booleans("max_steps", "max_tokens_per_step", "ask_human_timeout_s")
 
@@ -89,6 +95,13 @@ class AgentSpec(BaseModel):
             raise ValueError(f"tool names reserved for built-ins: {', '.join(reserved)}")
         return tools
 
+    @field_validator("output_schema")
+    @classmethod
+    def _a_usable_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        if schema is not None and (problem := schema_problem(schema)) is not None:
+            raise ValueError(problem)
+        return schema
+
     @field_validator("mcp_servers")
     @classmethod
     def _unique_server_names(cls, servers: list[McpServer]) -> list[McpServer]:
@@ -100,12 +113,13 @@ class AgentSpec(BaseModel):
     def content_version(self) -> str:
         """A short hash of the spec without its version, so re-registering the same code is a no-op.
 
-        An agent without MCP servers hashes as it did before they existed, so its registered
-        versions stay current.
+        An agent without MCP servers or model settings hashes as it did before they existed, so its
+        registered versions stay current.
         """
         import hashlib
 
-        body = self.model_dump_json(exclude={"version"} if self.mcp_servers else {"version", "mcp_servers"})
+        unset = {name for name in ("mcp_servers", "settings", "output_schema") if not getattr(self, name)}
+        body = self.model_dump_json(exclude={"version", *unset})
         return hashlib.sha256(body.encode()).hexdigest()[:12]
 
 
@@ -148,6 +162,8 @@ class TaskSpec(BaseModel):
     model: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME_CHARS,
                               description="override the agent's model (e.g. for a fork)")
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
+    settings: ModelSettings | None = Field(default=None, description="this task's model settings, over its agent's"
+                                                                     " field by field")
     max_interruptions: int = Field(default=50, ge=0, le=10_000,
                                    description="node losses and preemptions the task rides out (not errors)")
     budget_grace_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
@@ -192,6 +208,9 @@ class TaskRun(BaseModel):
     resume_from: CheckpointRef | None = None
     carried: "CarriedProgress | None" = None
     fork_of: ForkSource | None = None
+    # The model's route takes a JSON-schema response format: an agent with an output schema asks for it
+    # (else its answers are checked and repaired only).
+    output_format_native: bool = False
 
 
 class CarriedProgress(BaseModel):

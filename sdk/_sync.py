@@ -22,6 +22,7 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel
 
 from ._budget import Budget
 from ._catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
@@ -30,6 +31,7 @@ from ._fleet import NodeView, ReplicaView
 from ._identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
 from ._lease import ServiceClass
 from ._resources import CheckpointDetail, CheckpointSummary, Ledger
+from ._settings import ModelSettings
 from ._spec import AgentSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
 
@@ -169,15 +171,16 @@ class SyncClient:
         max_steps: int | None = None,
         budget_grace_s: float | None = None,
         service_class: ServiceClass = "interactive",
+        settings: ModelSettings | None = None,
     ) -> "SyncTaskHandle":
         handle = self._loop.run(
             self._client.submit(agent, input, budget, task_id, tenant, priority, model, max_steps, budget_grace_s,
-                                service_class)
+                                service_class, settings)
         )
         return SyncTaskHandle(self._loop, handle)
 
-    def task(self, task_id: str) -> "SyncTaskHandle":
-        return SyncTaskHandle(self._loop, self._client.task(task_id))
+    def task(self, task_id: str, output_type: type[BaseModel] | None = None) -> "SyncTaskHandle":
+        return SyncTaskHandle(self._loop, self._client.task(task_id, output_type))
 
     def tasks(
         self,
@@ -206,7 +209,7 @@ class SyncTaskHandle:
     def status(self) -> TaskState:
         return self._loop.run(self._handle.status())
 
-    def result(self, timeout: float | None = None) -> str:
+    def result(self, timeout: float | None = None) -> Any:
         return self._loop.run(self._handle.result(timeout))
 
     def events(self, after: int = 0) -> Iterator[TaskEvent]:

@@ -7,7 +7,7 @@ the newest messages only; whole conversations stay in the checkpoint store.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -81,6 +81,7 @@ class LlmStepInput(BaseModel):
     token_allowance: int = Field(description="tokens this call may use at most, prompt included")
     usd_allowance: float | None = None
     tools: list[dict] = Field(default_factory=list, description="OpenAI tool schemas offered to the model")
+    settings: dict[str, Any] = Field(default_factory=dict, description="the set ModelSettings, as the call sends them")
     tenant: str = "default"
     placement: StepPlacement | None = Field(default=None, description="the leased replica, when the fleet serves it")
     attempt_base: int = Field(default=0, ge=0, description="attempts earlier placements of this step may have used")

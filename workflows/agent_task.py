@@ -19,11 +19,13 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities.bookkeeping import TaskBookkeeping
     from activities.tool_workers import ToolWorkers
+    import jsonschema  # noqa: F401  (passed through once: an output schema's checks import it lazily)
     from pydantic import ValidationError
     from sdk import CheckpointRef, Message, Spend, TaskRun, TaskState, TaskStatus, ToolCall
     from sdk._builtins import AskHumanArgs, SpawnAgentArgs, tools_offered
     from sdk._lease import LeaseRequest
     from sdk._limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS, reservation_margin
+    from sdk._output import MAX_OUTPUT_REPAIRS, answer_json, answer_problem, repair_request, response_format
     from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL, CarriedProgress
     from sdk._state import GpuTrouble
     from sdk.contracts import (
@@ -110,6 +112,8 @@ class AgentTaskWorkflow:
         self.cancel_reason: str | None = None
         self.budget_raised = False
         self.finishing = False
+        self.output_repairs = 0  # repair steps asked for so far (an answer that did not match the output schema)
+        self.repairing = False  # the next step is one of them
 
     # ----- the step loop -------------------------------------------------------------------
     @workflow.run
@@ -171,12 +175,30 @@ class AgentTaskWorkflow:
             return None
         if not reply.tool_calls:
             self.result = reply.message.content or ""
-            self._step_done(step, new_messages)
-            return TaskStatus.completed, None
+            return self._final(step, new_messages)
         new_messages += await asyncio.gather(*(self._run_tool(step, call, i) for i, call in enumerate(reply.tool_calls)))
         self.result = reply.message.content or self.result
         self._step_done(step, new_messages)
         return None
+
+    def _final(self, step: int, new_messages: list[Message]) -> tuple[TaskStatus, str | None] | None:
+        """A final answer ends the task, once it matches the agent's output schema; an answer that does not asks
+        for a repair step (MAX_OUTPUT_REPAIRS at most, each paid from the budget), then fails the task."""
+        schema = self.agent.output_schema
+        problem = None if schema is None else answer_problem(self.result or "", schema)
+        self.repairing = problem is not None
+        if schema is not None and problem is None:
+            self.result = answer_json(self.result or "")
+        if problem is not None and self.output_repairs < MAX_OUTPUT_REPAIRS:
+            self.output_repairs += 1
+            new_messages.append(Message(role="user", content=repair_request(problem, schema)))
+            self._step_done(step, new_messages)
+            return None
+        self._step_done(step, new_messages)
+        if problem is not None:
+            return TaskStatus.failed, (f"the answer does not match the agent's output type after"
+                                       f" {MAX_OUTPUT_REPAIRS} repair step(s): {problem}")
+        return TaskStatus.completed, None
 
     def _reason_to_stop(self) -> tuple[TaskStatus, str | None] | None:
         if self.sub_agents.violation is not None:
@@ -190,15 +212,27 @@ class AgentTaskWorkflow:
             return TaskStatus.out_of_budget, "deadline passed"
         return None
 
+    def _call_settings(self, tools: list[dict]) -> dict:
+        """The agent's model settings, and its output schema as a response format where the route takes one and
+        the call can only answer (no tools offered: an agent without tools, or a repair step)."""
+        settings = self.agent.settings.chosen() if self.agent.settings else {}
+        schema = self.agent.output_schema
+        if schema is not None and self.run_input.output_format_native and not tools:
+            settings["response_format"] = response_format(schema)
+        return settings
+
     async def _generate(self, step: int) -> LlmStepResult | StepCut | None:
         assert self.checkpoint is not None
         spec = self.run_input.spec
+        # A repair step only answers: its tools would give the model something else to do than fix its answer.
+        tools = [] if self.repairing else [t.to_openai() for t in tools_offered(self.agent)]
         inp = LlmStepInput(
             task_id=self.run_input.task_id, step=step, checkpoint=self.checkpoint, pending=self.pending,
             model=self.agent.model,
             max_tokens=self.agent.max_tokens_per_step, token_allowance=self.budget.token_allowance,
             usd_allowance=self.budget.usd_allowance, tenant=spec.tenant,
-            tools=[t.to_openai() for t in tools_offered(self.agent)],
+            tools=tools,
+            settings=self._call_settings(tools),
         )
         lease = LeaseRequest(task_id=self.run_input.task_id, step=step, model=self.agent.model,
                              tokens=max(1, min(self.agent.max_tokens_per_step, self.budget.token_allowance)),

@@ -11,10 +11,11 @@ chose is its tenant's (task_ids.py), so the comparison only ever meets the tenan
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sdk import AgentSpec, ForkSource, Spend, TaskRun, TaskSpec, TaskState, TaskStatus
+from sdk import AgentSpec, ForkSource, ModelSettings, Spend, TaskRun, TaskSpec, TaskState, TaskStatus
 
 from ..catalogue import UnknownModel
 from ..pool.feasibility import never_reason
@@ -52,6 +53,21 @@ async def resolve_agent(services: Services, name: str, version: str | None = Non
     if agent is None:
         raise invalid("agent", f"agent {name!r} is not registered; register it first (POST /v1/agents)")
     return agent
+
+
+async def settled_settings(services: Services, model: str, agent: AgentSpec,
+                           spec: TaskSpec) -> ModelSettings | None:
+    """The task's settings over its agent's, refused (naming the field) where `model`'s engine or provider
+    cannot apply one: a setting silently dropped on every call would pass for one in force."""
+    settings = spec.settings.over(agent.settings) if spec.settings else agent.settings
+    if settings is None:
+        return None
+    unsupported, served_by = await asyncio.to_thread(services.catalogue.unsupported_settings, model, settings)
+    if unsupported:
+        asked_by = "this task" if spec.settings and unsupported[0] in spec.settings.chosen() else f"agent {agent.name}"
+        raise invalid(f"settings.{unsupported[0]}", f"{model} is served by {served_by}, which does not apply"
+                                                    f" {', '.join(unsupported)} (asked by {asked_by})")
+    return settings
 
 
 async def check_model(services: Services, model: str) -> None:
@@ -100,6 +116,7 @@ async def submit_task(
     agent = await resolve_agent(services, spec.agent, agent_version, caller.tenant)
     model = spec.model or agent.model
     await check_model(services, model)
+    settings = await settled_settings(services, model, agent, spec)
 
     spec = spec.model_copy(update={"task_id": scoped_task_id(spec.tenant, spec.task_id)})
     task_id = spec.task_id
@@ -107,11 +124,14 @@ async def submit_task(
     run = TaskRun(
         task_id=task_id,
         spec=spec,
-        agent=agent.model_copy(update={"model": model, "max_steps": spec.max_steps or agent.max_steps}),
+        agent=agent.model_copy(update={"model": model, "max_steps": spec.max_steps or agent.max_steps,
+                                       "settings": settings}),
         submitted_at=datetime.now(timezone.utc),
         budget_grace_s=spec.budget_grace_s or services.config.budget_grace_s,
         heartbeat_timeout_s=services.config.heartbeat_timeout_s,
         fork_of=fork_of,
+        output_format_native=agent.output_schema is not None and await asyncio.to_thread(
+            services.catalogue.takes_response_format, model),
     )
     state = initial_state(run)
     try:

@@ -59,9 +59,14 @@ def _same_spec(a: str | None, b: str | None) -> bool:
     if a is None or b is None:
         return False
     try:
-        return bool(json.loads(a) == json.loads(b))
+        return _set_fields(json.loads(a)) == _set_fields(json.loads(b))
     except ValueError:
         return False
+
+
+def _set_fields(spec: Any) -> Any:
+    """A spec without its null fields: one stored before a field existed matches the same spec sent since."""
+    return {k: v for k, v in spec.items() if v is not None} if isinstance(spec, dict) else spec
 
 
 def _columns(state: TaskState) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel, Field
 from temporalio.client import Client as TemporalClient
 
 from api_helpers import unique
@@ -19,7 +20,8 @@ from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
-from sdk import Agent, Budget, Client, Conflict, InvalidSpec, NotFound, TaskStatus, Unauthorized
+from sdk import (Agent, Budget, Client, Conflict, InvalidSpec, ModelSettings, NotFound, TaskFailed, TaskStatus,
+                 Unauthorized)
 from sdk._identity import Role
 
 
@@ -175,3 +177,80 @@ async def test_a_task_token_refuses_what_a_sub_agent_takes_from_its_parent(stack
         with pytest.raises(Unauthorized, match="read its own tree, nothing else"):
             await as_task.task(task.task_id).fork(0)
     await task.cancel()
+
+
+async def test_model_settings_reach_the_engine_and_a_task_overrides_its_agents(stack: Stack) -> None:
+    """The agent's stop string ends its answer where the engine met it; a task's own stop wins over it."""
+    agent = Agent(unique("e2e"), "llama-3.2-1b", "Report.", settings=ModelSettings(temperature=0.2, stop=["\nApproach:"]))
+    await stack.client.register(agent)
+
+    plain = await (await stack.client.submit(agent, "What is a berth?", budget=Budget(tokens=20_000))).result(120)
+    assert plain.startswith("Report on What is a berth?.\nNotes on") and "Approach:" not in plain
+    overridden = await stack.client.submit(agent, "What is a berth?", budget=Budget(tokens=20_000),
+                                           settings=ModelSettings(stop=["\nNotes"]))
+    assert await overridden.result(120) == "Report on What is a berth?."
+    run = stack.store.tasks.get((await overridden.status()).task_id)
+    assert run is not None and '"stop":["\\nNotes"]' in run.spec_json.replace(" ", "")
+
+
+async def test_a_setting_the_models_provider_cannot_apply_is_refused_naming_it(stack: Stack,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-never-sent")
+    agent = Agent(unique("e2e"), "llama-3.2-1b", "Report.")
+    await stack.client.register(agent)
+    with pytest.raises(InvalidSpec) as refused:
+        await stack.client.submit(agent, "hello", budget=Budget(tokens=5_000), model="anthropic/claude-3-5-haiku-latest",
+                                  settings=ModelSettings(temperature=0.1, seed=7))
+    assert refused.value.field == "settings.seed"
+    assert "does not apply seed (asked by this task)" in refused.value.message
+    assert await stack.client.tasks(agent=agent.name) == []  # nothing was started
+
+
+class Verdict(BaseModel):
+    summary: str = Field(max_length=40)
+    confidence: int = Field(ge=1, le=5)
+    sources: list[str]
+
+
+async def test_an_output_type_comes_back_typed_from_an_engine_that_takes_its_schema(stack: Stack) -> None:
+    agent = Agent(unique("typed"), "llama-3.2-1b", "Judge.", output_type=Verdict)
+    await stack.client.register(agent)
+    task = await stack.client.submit(agent, "Is a berth a dock?", budget=Budget(tokens=20_000))
+
+    verdict = await task.result(timeout=120)
+    assert isinstance(verdict, Verdict) and verdict.confidence == 1 and len(verdict.sources) == 1
+    assert verdict.summary == "Report on Is a berth a dock?."  # the simulated model fills the schema from its prose
+    state = await task.status()
+    assert state.step == 1 and Verdict.model_validate_json(state.result) == verdict  # asked once: no repair
+    assert await stack.client.task(state.task_id).result() == state.result  # without the type: the JSON text
+
+
+async def test_an_answer_not_matching_its_output_type_gets_a_repair_step_on_a_route_without_schemas(
+        stack: Stack) -> None:
+    entry = stack.store.models.get("llama-3.2-1b").entry
+    stack.store.models.put(entry.model_copy(update={"engine": "openai-compatible"}))  # no response format there
+    agent = Agent(unique("typed"), "llama-3.2-1b", "Judge.", output_type=Verdict)
+    await stack.client.register(agent)
+    task = await stack.client.submit(agent, "Is a berth a dock?", budget=Budget(tokens=20_000))
+
+    verdict = await task.result(timeout=120)
+    assert isinstance(verdict, Verdict)
+    state = await task.status()
+    assert state.step == 2 and (await task.ledger()).totals.calls == 2  # the prose answer, then its repair
+    latest = stack.store.checkpoints.list(state.task_id)[-1]
+    messages = stack.store.checkpoints.read(latest.id).messages
+    assert [m.role for m in messages[-3:]] == ["assistant", "user", "assistant"]
+    assert messages[-2].content.startswith("Your answer does not match the required output (the answer is not JSON")
+
+
+async def test_an_answer_that_cannot_match_fails_the_task_after_its_repairs(stack: Stack) -> None:
+    class Digits(BaseModel):
+        code: str = Field(pattern=r"^[0-9]{6}$")
+
+    agent = Agent(unique("typed"), "llama-3.2-1b", "Give the code.", output_type=Digits)
+    await stack.client.register(agent)
+    task = await stack.client.submit(agent, "What is the code?", budget=Budget(tokens=20_000))
+    with pytest.raises(TaskFailed) as failed:
+        await task.result(timeout=120)
+    assert "does not match the agent's output type after 2 repair step(s): code: " in failed.value.state.error
+    assert failed.value.state.step == 3

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from datetime import timedelta
 from typing import Annotated
 
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from sdk import Agent, Budget, InvalidSpec, TaskSpec, tool
+from sdk import Agent, Budget, InvalidSpec, ModelSettings, TaskSpec, tool
 from sdk._tool import ToolArgumentError, ToolCallContext
 
 
@@ -151,3 +152,35 @@ def test_annotated_tool_parameters_keep_their_constraints_and_descriptions() -> 
         lookup.parse_arguments('{"ticket": "not a key"}')
     with pytest.raises(ToolArgumentError, match="depth"):
         lookup.parse_arguments('{"ticket": "BER-1", "depth": 9}')
+
+
+@pytest.mark.parametrize("settings, field", [
+    ({"temperature": 2.5}, "settings.temperature"),
+    ({"top_p": 0}, "settings.top_p"),
+    ({"seed": -1}, "settings.seed"),
+    ({"seed": True}, "settings.seed"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "settings.stop"),
+    ({"stop": [""]}, "settings.stop"),
+    ({"temprature": 1}, "settings.temprature"),
+])
+def test_bad_model_settings_are_refused_at_declaration_naming_the_field(settings: dict, field: str) -> None:
+    with pytest.raises(InvalidSpec) as refused:
+        Agent("ok", "llama-3.1-8b", settings=settings)  # type: ignore[arg-type]
+    assert refused.value.field == field
+
+
+def test_a_tasks_settings_override_its_agents_field_by_field_and_only_set_ones_are_sent() -> None:
+    agent = ModelSettings(temperature=0.2, stop="END", seed=3)
+    task = ModelSettings(temperature=0.9, top_p=0.5)
+    assert agent.chosen() == {"temperature": 0.2, "stop": ["END"], "seed": 3}
+    assert task.over(agent).chosen() == {"temperature": 0.9, "top_p": 0.5, "stop": ["END"], "seed": 3}
+    assert task.over(None) == task
+
+
+def test_an_agent_without_settings_keeps_the_version_it_had_before_settings_existed() -> None:
+    plain = Agent("a", "llama-3.1-8b", "x", [search])
+    body = plain.spec().model_dump_json(exclude={"version", "mcp_servers", "settings", "output_schema"})
+    assert plain.spec().version == hashlib.sha256(body.encode()).hexdigest()[:12]
+    tuned = Agent("a", "llama-3.1-8b", "x", [search], settings=ModelSettings(temperature=0))
+    typed = Agent("a", "llama-3.1-8b", "x", [search], output_type=ModelSettings)
+    assert len({plain.spec().version, tuned.spec().version, typed.spec().version}) == 3

@@ -26,11 +26,13 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from activities import tokens
+from sdk._output import REPAIR_SCHEMA_MARK
 
 from ..serving import ReportingStream
 from .models import DEFAULT_MODELS, SimulatedModel
 from .policy import PlannedCall, Reply, reply
 from .replay import IDEMPOTENCY_HEADER, FinishedReplies, fingerprint
+from .structured import instance
 from .usage import UsageTally
 
 TASK_HEADER = "X-Berth-Task"
@@ -69,7 +71,10 @@ class ChatRequest(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)  # accepted; replies are deterministic anyway
-    seed: int | None = None
+    top_p: float | None = Field(default=None, gt=0, le=1)  # the same
+    seed: int | None = Field(default=None, ge=0, lt=2**32)  # the same
+    stop: str | list[str] | None = Field(default=None, max_length=4)  # applied: the text ends before the first
+    response_format: dict[str, Any] | None = None  # a json_schema one is applied (structured.py)
     continue_final_message: bool = False  # vLLM's: go on writing the last (assistant) message
     add_generation_prompt: bool = True
 
@@ -191,10 +196,14 @@ def create_app(
             return _completion(call, generation)
         call = _Call(f"chatcmpl-{uuid.uuid4().hex}", model, request.headers.get(TASK_HEADER), prompt_tokens)
         if prefix is None:
-            generation = _render(reply(model.name, messages, _tools_for(chat.tool_choice, tool_defs)), max_tokens)
+            answer = reply(model.name, messages, _tools_for(chat.tool_choice, tool_defs))
+            schema = _json_schema(chat.response_format) or _schema_asked_for(messages)
+            if schema is not None and not answer.tool_calls:
+                answer = Reply(content=json.dumps(instance(schema, answer.content or "")))
+            generation = _render(answer, max_tokens, _stops(chat.stop))
         else:
             answer = reply(model.name, messages[:-1], _tools_for(chat.tool_choice, tool_defs))
-            generation = _render(Reply(content=_continuation(answer, prefix)), max_tokens)
+            generation = _render(Reply(content=_continuation(answer, prefix)), max_tokens, _stops(chat.stop))
 
         def done() -> None:
             usage.completed(model.name, call.task, prompt_tokens, generation.completion_tokens)
@@ -273,8 +282,35 @@ def _continuation(answer: Reply, prefix: str) -> str:
     return text[len(prefix):] if text.startswith(prefix) else text
 
 
-def _render(answer: Reply, max_tokens: int) -> _Generation:
-    """Cut the reply to max_tokens; a tool call that does not fit becomes truncated text, as a real model's would."""
+def _json_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The schema of a `{"type": "json_schema", "json_schema": {"schema": ...}}` response format, if that is one."""
+    if not response_format or response_format.get("type") != "json_schema":
+        return None
+    schema = (response_format.get("json_schema") or {}).get("schema")
+    return schema if isinstance(schema, dict) else None
+
+
+def _schema_asked_for(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The schema a repair step's message asks the answer in: the simulated model follows that instruction, as an
+    instruction-tuned model mostly does, on routes that take no response format."""
+    last = messages[-1] if messages else {}
+    content = last.get("content") if last.get("role") == "user" else None
+    if not isinstance(content, str) or REPAIR_SCHEMA_MARK not in content:
+        return None
+    try:
+        schema = json.loads(content.split(REPAIR_SCHEMA_MARK, 1)[1])
+    except ValueError:
+        return None
+    return schema if isinstance(schema, dict) else None
+
+
+def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
+    return (stop,) if isinstance(stop, str) else tuple(s for s in stop or () if s)
+
+
+def _render(answer: Reply, max_tokens: int, stops: tuple[str, ...] = ()) -> _Generation:
+    """Cut the reply to max_tokens; a tool call that does not fit becomes truncated text, as a real model's would.
+    Text ends before the first of `stops` it holds (a tool call is not cut), as OpenAI's API ends it."""
     calls = list(answer.tool_calls)
     call_tokens = sum(len(tokens.encode(c.name)) + len(tokens.encode(c.arguments)) for c in calls)
     if calls and call_tokens <= max_tokens:
@@ -288,8 +324,10 @@ def _render(answer: Reply, max_tokens: int) -> _Generation:
             )
         message = {"role": "assistant", "content": None, "tool_calls": [_openai_call(c) for c in calls]}
         return _Generation(deltas, message, "tool_calls", call_tokens)
-    text = answer.content if not calls else "\n".join(_as_text(c) for c in calls)
-    ids = tokens.encode(text or "")
+    text = (answer.content if not calls else "\n".join(_as_text(c) for c in calls)) or ""
+    if hits := [i for i in (text.find(s) for s in stops) if i >= 0]:
+        text = text[:min(hits)]
+    ids = tokens.encode(text)
     finish = "length" if len(ids) > max_tokens else "stop"
     pieces = _pieces(ids[:max_tokens])
     content = "".join(piece for piece, _ in pieces)

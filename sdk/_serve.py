@@ -19,14 +19,17 @@ from temporalio.client import Client as TemporalClient
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.exceptions import ApplicationError
+from temporalio.service import TLSConfig
 from temporalio.worker import Worker
 
+from . import _registering as registering
 from ._agent import Agent
 from ._client import API_KEY_ENV, DEFAULT_API_URL, Client
 from ._limits import MAX_TOOL_RESULT_CHARS
 from ._mcp_server import IDLE_CLOSE_S, BerthAccess
 from ._mcp_tools import McpToolbox
 from ._spec import AgentSpec
+from ._temporal_connection import temporal_connection
 from ._tool import ToolArgumentError, ToolCallContext
 from .contracts import TOOL_ACTIVITY, ToolCallInput, ToolCallResult
 
@@ -64,30 +67,45 @@ class ToolRunner:
         return ToolCallResult(call_id=call.call_id, ok=True, content=content)
 
 
-async def serve(*agents: Agent, temporal_address: str = "127.0.0.1:7233", namespace: str = "default",
+async def serve(*agents: Agent, temporal_address: str | None = None, namespace: str | None = None,
+                temporal_api_key: str | None = None, tls: bool | TLSConfig | None = None,
                 api_url: str | None = None, api_key: str | None = None, register: bool = True,
                 ready: asyncio.Event | None = None) -> None:
-    """Reach the agents' MCP servers, register the agents (with those servers' tools), then run their tools
-    until cancelled. An MCP server that cannot be reached stops this before anything is registered."""
+    """Reach the agents' MCP servers, register the agents (with those servers' tools) through Berth's API with
+    `api_key` (else BERTH_API_KEY), then run their tools until cancelled. An MCP server that cannot be reached
+    stops this before anything is registered.
+
+    Temporal is reached as its own CLI reaches it: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, the
+    TEMPORAL_TLS_* paths or a TEMPORAL_PROFILE, each overridden by the argument of the same meaning
+    (`_temporal_connection.py`); with none of them, `berth up`'s dev server on 127.0.0.1:7233."""
     if not agents:
         raise ValueError("serve() needs at least one Agent")
     api = Client(api_url or DEFAULT_API_URL, api_key=api_key)
     berth = BerthAccess(api.url, lambda task_id: api.task(task_id).token(),
                         own_key=api_key or os.environ.get(API_KEY_ENV))
+    names = [agent.name for agent in agents] if register else []
+    registering.begin(names)  # a submit in this process that races the registration waits for it
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(_release, names)  # serve() ended or gave up: whoever waits asks again (and is told why)
         stack.push_async_callback(api.aclose)
         toolboxes = [await stack.enter_async_context(mcp_toolbox(agent, berth)) for agent in agents]
         if register:
             for agent, toolbox in zip(agents, toolboxes):
                 await api.register(registered_spec(agent, toolbox))
-        client = await TemporalClient.connect(temporal_address, namespace=namespace,
-                                              data_converter=pydantic_data_converter,
+                registering.done(agent.name)
+        connection = temporal_connection(temporal_address, namespace, temporal_api_key, tls)
+        client = await TemporalClient.connect(**connection, data_converter=pydantic_data_converter,
                                               interceptors=[TracingInterceptor()])
         for agent, toolbox in zip(agents, toolboxes):
             await stack.enter_async_context(tool_worker(client, agent, toolbox))
         if ready is not None:
             ready.set()
         await asyncio.Event().wait()
+
+
+def _release(names: list[str]) -> None:
+    for name in names:
+        registering.done(name)
 
 
 def serve_blocking(*agents: Agent, **kwargs: object) -> None:

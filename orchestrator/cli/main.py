@@ -81,8 +81,19 @@ def cmd_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _installed_version() -> str:
+    """The installed distribution's version (what a bug report needs), or that it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("berth")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="berth", description="Durable AI-agent tasks on a GPU pool.")
+    parser.add_argument("--version", action="version", version=f"berth {_installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("up", help="run the whole stack on this machine (Temporal, server, worker, GPU fleet)")

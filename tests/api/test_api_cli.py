@@ -420,3 +420,11 @@ def test_the_cli_finds_the_admin_key_berth_up_left_in_the_data_dir(
     assert one_error_line(capsys.readouterr().err).startswith("error: authorization: ")
     (tmp_path / "admin-key").write_text(server.key + "\n")
     assert main(["tasks", "list", "--api", server.url]) == 0
+
+
+def test_version_prints_the_installed_distributions(capsys) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.strip() == f"berth {version('berth')}"

@@ -7,7 +7,7 @@ import argparse
 from sdk import Client
 
 from . import output
-from .output import EXIT_OK, add_api_flag, run_with_client
+from .output import add_api_flag, add_output_flag, emit, run_with_client
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,29 +16,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("list", help="the current version of every agent")
     add_api_flag(p)
+    add_output_flag(p)
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("show", help="one agent: model, tools, limits, instructions")
     p.add_argument("name")
     add_api_flag(p)
+    add_output_flag(p)
     p.set_defaults(func=cmd_show)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
         agents = await client.agents()
-        if not agents:
-            print("no agents registered")
-        else:
-            output.stdout().print(output.agents_table(agents))
-        return EXIT_OK
+
+        def show() -> None:
+            if not agents:
+                print("no agents registered")
+            else:
+                output.stdout().print(output.agents_table(agents))
+
+        return emit(args, agents, show)
 
     return run_with_client(args, command)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
-        output.stdout().print(output.agent_panel(await client.agent(args.name)))
-        return EXIT_OK
+        agent = await client.agent(args.name)
+        return emit(args, agent, lambda: output.stdout().print(output.agent_panel(agent)))
 
     return run_with_client(args, command)

@@ -28,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("list", help="every key: id, role, tenant, name, created, last used, revoked")
     add_api_flag(p)
+    output.add_output_flag(p)
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("revoke", help="refuse every later request made with a key")
@@ -58,8 +59,8 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
-        output.stdout().print(keys_table(await client.keys()))
-        return EXIT_OK
+        keys = await client.keys()
+        return output.emit(args, keys, lambda: output.stdout().print(keys_table(keys)))
 
     return run_with_client(args, command)
 

@@ -49,12 +49,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("list", help="every model: size, memory need, parallelism, price, policy")
     add_api_flag(p)
+    output.add_output_flag(p)
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("show", help="one model's entry, scaling policy and the keep-alive the scaler learned")
     p.add_argument("name")
-    p.add_argument("--json", action="store_true", help="print the whole model as JSON only, foresight included")
+    p.add_argument("--json", dest="output", action="store_const", const="json", help="the same as -o json")
     add_api_flag(p)
+    output.add_output_flag(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("policy", help="show a model's scaling policy, or change it with the flags")
@@ -74,8 +76,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
-        output.stdout().print(_table(await client.models()))
-        return EXIT_OK
+        models = await client.models()
+        return output.emit(args, models, lambda: output.stdout().print(_table(models)))
 
     return run_with_client(args, command)
 
@@ -83,15 +85,31 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
         found = await client.model(args.name)
-        console = output.stdout()
-        if args.json:
-            console.print_json(found.model_dump_json())
-            return EXIT_OK
-        console.print_json(found.model_dump_json(exclude={"foresight"}))
-        console.print(foresight_section(found))
-        return EXIT_OK
+        return output.emit(args, found, lambda: output.stdout().print(model_panel(found)))
 
     return run_with_client(args, command)
+
+
+def model_panel(model: CatalogueModel) -> Group:
+    """One model for people: how it is served and what it costs, its policy, then what the scaler learned."""
+    entry, policy = model.entry, model.policy
+    facts = Table.grid(padding=(0, 2))
+    served = (f"{entry.provider}, {entry.engine} engine" if entry.provider == "self-hosted"
+              else f"hosted ({entry.litellm_route or entry.name})")
+    price = ("–" if entry.usd_per_1m_prompt is None and entry.usd_per_1m_completion is None else
+             f"${entry.usd_per_1m_prompt or 0:g} prompt / ${entry.usd_per_1m_completion or 0:g} completion per 1M tokens")
+    rows = [("model", entry.name), ("served", served), ("price", price),
+            ("context", f"{entry.context_window:,} tokens")]
+    if entry.provider == "self-hosted":
+        window = "learned" if policy.idle_timeout_s is None else f"{policy.idle_timeout_s:g} s"
+        rows += [("memory", f"{entry.weights_gib:.1f} GiB weights + {entry.kv_headroom_gib:.1f} GiB KV ="
+                            f" {entry.memory_need_gib:.1f} GiB"),
+                 ("tensor parallel", ", ".join(map(str, entry.tensor_parallel))),
+                 ("replicas", f"{policy.min_replicas} to {policy.max_replicas}, {policy.scaler} target"
+                              f" {policy.target:g}, idle window {window}")]
+    for label, value in rows:
+        facts.add_row(Text(label, style="bold"), value)
+    return Group(facts, "", foresight_section(model))
 
 
 def cmd_policy(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -32,9 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--status", choices=sorted(_STATUS_STYLE), help="only nodes with this status")
     p.add_argument("--datacenter", help="only nodes in this datacenter")
     add_api_flag(p)
+    output.add_output_flag(p)
     p.set_defaults(func=cmd_list)
 
-    node_command(sub, "show", "one node: its spec, GPU metrics, cached weights and replicas", cmd_show)
+    output.add_output_flag(node_command(sub, "show", "one node: its spec, GPU metrics, cached weights and replicas",
+                                        cmd_show))
     node_command(sub, "drain", "stop placing new work on a node (what it runs finishes)", cmd_drain, undrain=False)
     node_command(sub, "undrain", "let a drained node take new work again", cmd_drain, undrain=True)
     node_command(sub, "admit", "mint a per-node join token: the node joins with it once, admitted at once",
@@ -61,16 +64,16 @@ def node_command(sub: argparse._SubParsersAction, name: str, text: str, func: Ca
 
 def cmd_list(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
-        output.stdout().print(nodes_table(await client.nodes(args.status, args.datacenter)))
-        return EXIT_OK
+        nodes = await client.nodes(args.status, args.datacenter)
+        return output.emit(args, nodes, lambda: output.stdout().print(nodes_table(nodes)))
 
     return run_with_client(args, command)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
-        output.stdout().print_json((await client.node(args.node_id)).model_dump_json())
-        return EXIT_OK
+        node = await client.node(args.node_id)
+        return output.emit(args, node, lambda: output.stdout().print(node_panel(node)))
 
     return run_with_client(args, command)
 
@@ -148,6 +151,42 @@ def parse_duration(text: str) -> float:
     if seconds < 0:
         raise ValueError(f"must be >= 0, got {text!r}")
     return seconds
+
+
+def node_panel(node: NodeView, now: datetime | None = None) -> Group:
+    """One node for people: where and what it is, then its GPUs (memory in GiB), cache and replicas."""
+    now = now or datetime.now(timezone.utc)
+    facts = Table.grid(padding=(0, 2))
+    for label, value in [
+        ("node", node.node_id), ("place", f"{node.datacenter}/{node.zone}, {node.capacity}, ${node.usd_per_hour:.2f}/h"),
+        ("status", Text(node.status, style=_STATUS_STYLE.get(node.status, ""))),
+        ("heartbeat", age_text(node.last_heartbeat_at, now)),
+        ("engines", ", ".join(node.engines) or "any"),
+        ("weights cache", f"{_gib(sum(w.size_bytes for w in node.cached_weights))} of"
+                          f" {_gib(node.weights_cache_capacity_bytes)}: "
+                          + (", ".join(sorted(w.model for w in node.cached_weights)) or "empty")),
+    ]:
+        facts.add_row(Text(label, style="bold"), value)
+    gpus = Table(box=None, header_style="bold", title="GPUs", title_justify="left")
+    for column in ("GPU", "TYPE", "MEMORY USED", "UTIL", "HEALTH"):
+        gpus.add_column(column, no_wrap=True)
+    for gpu in node.gpus:
+        used = "–" if gpu.memory_used_mib is None else f"{gpu.memory_used_mib / 1024:.1f}"
+        total = "–" if gpu.memory_total_mib is None else f"{gpu.memory_total_mib / 1024:.1f}"
+        gpus.add_row(f"#{gpu.index}", gpu.type_name, f"{used} / {total} GiB",
+                     "–" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%",
+                     "ok" if gpu.healthy else Text(gpu.reason or "unhealthy", style="red"))
+    replicas = Table(box=None, header_style="bold", title="Replicas", title_justify="left")
+    for column in ("REPLICA", "MODEL", "ON GPU", "STATE", "LEASES", "QUEUED TOKENS"):
+        replicas.add_column(column, no_wrap=True)
+    for r in node.replicas:
+        replicas.add_row(r.replica_id, r.model, ", ".join(f"#{i}" for i in r.gpu_indexes), r.state,
+                         str(r.active_leases), f"{r.outstanding_tokens:,}")
+    return Group(facts, "", gpus, "", replicas if node.replicas else Text("no replicas", style="dim"))
+
+
+def _gib(size_bytes: int) -> str:
+    return f"{size_bytes / 2**30:.1f} GiB"
 
 
 def nodes_table(nodes: list[NodeView], now: datetime | None = None) -> Table:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -72,6 +74,30 @@ def stdout() -> Console:
 
 def stderr() -> Console:
     return _console(sys.stderr)
+
+
+def add_output_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                        help="text for people (default), or json: the API's objects, for scripts and jq")
+
+
+def emit(args: argparse.Namespace, value: Any, show: Callable[[], None]) -> int:
+    """Print `value` (models, lists of them, dicts of them) as plain JSON under `-o json`, else `show()` it."""
+    if getattr(args, "output", "text") == "json":
+        print(json.dumps(_plain(value), indent=2, ensure_ascii=False))
+    else:
+        show()
+    return EXIT_OK
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
 
 
 def add_api_flag(parser: argparse.ArgumentParser) -> None:

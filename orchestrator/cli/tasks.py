@@ -44,11 +44,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=50, help=f"rows to show, 1 to {MAX_PAGE} (default 50)")
     p.add_argument("--offset", type=int, default=0, help="rows to skip first: the next page starts where one ended")
     add_api_flag(p)
+    output.add_output_flag(p)
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("show", help="a task's state, spend, result, ledger and checkpoints")
     p.add_argument("task_id")
     add_api_flag(p)
+    output.add_output_flag(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("cancel", help="stop a task after its current step")
@@ -82,6 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("checkpoints", help="a task's checkpoints")
     p.add_argument("task_id")
     add_api_flag(p)
+    output.add_output_flag(p)
     p.set_defaults(func=cmd_checkpoints)
 
     p = sub.add_parser("events", help="follow a task's events until it ends")
@@ -156,10 +159,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                                     parent=args.parent, offset=args.offset)
         more = len(states) > args.limit or len(states) == args.limit == MAX_PAGE
         states = states[:args.limit]
-        if not states:
-            print("no tasks")
-            return EXIT_OK
-        output.stdout().print(output.tasks_table(states))
+        output.emit(args, states, lambda: print("no tasks") if not states
+                    else output.stdout().print(output.tasks_table(states)))
         if more:
             print(f"showing tasks {args.offset + 1}-{args.offset + len(states)}, newest first; more match:"
                   f" --offset {args.offset + len(states)} for the next page", file=sys.stderr)
@@ -175,8 +176,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         ledger = await handle.ledger()
         checkpoints = await handle.checkpoints()
         interruptions = await handle.interruptions() if state.interruptions else []
-        output.stdout().print(output.task_panel(state, ledger, len(checkpoints), interruptions))
-        return EXIT_OK
+        whole = {"state": state, "ledger": ledger, "checkpoints": checkpoints, "interruptions": interruptions}
+        return output.emit(args, whole, lambda: output.stdout().print(
+            output.task_panel(state, ledger, len(checkpoints), interruptions)))
 
     return run_with_client(args, command)
 
@@ -226,11 +228,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
         checkpoints = await client.task(args.task_id).checkpoints()
-        if not checkpoints:
-            print("no checkpoints")
-        else:
-            output.stdout().print(output.checkpoints_table(checkpoints))
-        return EXIT_OK
+        return output.emit(args, checkpoints, lambda: print("no checkpoints") if not checkpoints
+                           else output.stdout().print(output.checkpoints_table(checkpoints)))
 
     return run_with_client(args, command)
 

@@ -33,11 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("list", help="every tenant and its limits")
     add_api_flag(p)
+    output.add_output_flag(p)
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("show", help="one tenant")
     p.add_argument("name")
     add_api_flag(p)
+    output.add_output_flag(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("update", help="change a tenant's trust or limits (`none` clears a limit)")
@@ -78,16 +80,16 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
-        output.stdout().print(tenants_table(await client.tenants()))
-        return EXIT_OK
+        tenants = await client.tenants()
+        return output.emit(args, tenants, lambda: output.stdout().print(tenants_table(tenants)))
 
     return run_with_client(args, command)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
-        print_tenant(await client.tenant(args.name))
-        return EXIT_OK
+        tenant = await client.tenant(args.name)
+        return output.emit(args, tenant, lambda: print_tenant(tenant))
 
     return run_with_client(args, command)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -310,7 +311,12 @@ def test_models_list_show_and_policy(server: Server, capsys) -> None:
     assert "llama-3.1-70b" in listed and "131.5 GiB" in listed
     assert berth(server, "models", "show", "openai/gpt-4o-mini") == 0
     shown = capsys.readouterr().out
-    assert '"provider": "hosted"' in shown and "keep-alive: none here, the provider serves this model" in shown
+    assert "hosted (openai/gpt-4o-mini)" in shown and "keep-alive: none here, the provider serves this model" in shown
+    assert berth(server, "models", "show", "llama-3.1-70b") == 0
+    panel = capsys.readouterr().out
+    assert "131.5 GiB weights + 20.0 GiB KV = 151.5 GiB" in panel and "idle window learned" in panel
+    assert berth(server, "models", "show", "openai/gpt-4o-mini", "-o", "json") == 0
+    assert json.loads(capsys.readouterr().out)["entry"]["provider"] == "hosted"
     assert berth(server, "models", "policy", "qwen2.5-7b", "--min", "1", "--max", "2") == 0
     assert '"max_replicas": 2' in capsys.readouterr().out
     assert berth(server, "models", "policy", "qwen2.5-7b", "--min", "5") == 2
@@ -332,7 +338,7 @@ def test_models_show_prints_the_learned_keep_alive_and_each_prewarm_used_or_not(
         announced=3, intent_gpu_hours_last_hour=0.42, updated_at=at)})
     assert berth(server, "models", "show", "llama-3.2-1b") == 0
     out = capsys.readouterr().out
-    assert '"idle_timeout_s": null' in out  # the raw policy, as before
+    assert "idle window learned" in out  # the policy leaves it unset
     assert "level 1: keep 12.0 min idle (learned from 254 gaps)" in out
     assert ("level 2: unload at once, pre-warm at 15.0 min after it goes idle, keep until 40.0 min idle"
             " (learned from 40 gaps)") in out
@@ -422,9 +428,53 @@ def test_the_cli_finds_the_admin_key_berth_up_left_in_the_data_dir(
     assert main(["tasks", "list", "--api", server.url]) == 0
 
 
+def test_every_listing_and_show_speaks_json_for_scripts(server: Server, agent: AgentSpec, capsys) -> None:
+    done = put_task(server.store, agent, TaskStatus.completed, result="filed", step=1)
+    write_checkpoints(server.store, done.task_id)
+    for argv, check in [
+        (["tasks", "list", "--agent", agent.name], lambda v: [t["task_id"] for t in v] == [done.task_id]),
+        (["tasks", "show", done.task_id], lambda v: v["state"]["result"] == "filed" and len(v["checkpoints"]) == 2),
+        (["tasks", "checkpoints", done.task_id], lambda v: [c["seq"] for c in v] == [0, 1]),
+        (["agents", "show", agent.name], lambda v: v["name"] == agent.name),
+        (["agents", "list"], lambda v: agent.name in {a["name"] for a in v}),
+        (["models", "list"], lambda v: "llama-3.1-70b" in {m["entry"]["name"] for m in v}),
+        (["nodes", "list"], lambda v: v == []),
+        (["keys", "list"], lambda v: any(k["name"] == "cli tests" for k in v)),
+        (["tenants", "list"], lambda v: "acme" in {t["name"] for t in v}),
+        (["tenants", "show", "acme"], lambda v: v["name"] == "acme"),
+    ]:
+        assert berth(server, *argv, "-o", "json") == 0, argv
+        assert check(json.loads(capsys.readouterr().out)), argv
+
+
 def test_version_prints_the_installed_distributions(capsys) -> None:
     from importlib.metadata import version
 
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0 and capsys.readouterr().out.strip() == f"berth {version('berth')}"
+
+
+def test_nodes_show_is_a_panel_in_gib_with_gpu_numbers_marked_as_such() -> None:
+    from rich.console import Console
+
+    from orchestrator.cli.nodes import node_panel
+    from sdk import NodeView
+
+    node = NodeView.model_validate({
+        "node_id": "gpu-east-a", "datacenter": "east", "zone": "east-1a", "capacity": "spot", "usd_per_hour": 12.5,
+        "disk_bandwidth_gbps": 2.0, "weights_cache_capacity_bytes": 200 * 2**30, "status": "healthy",
+        "registered_at": "2026-12-03T00:00:00Z",
+        "gpus": [{"index": 0, "type_name": "H100-80GB", "memory_total_mib": 81920, "memory_used_mib": 50688,
+                  "utilization_pct": 61}],
+        "cached_weights": [{"model": "llama-3.1-8b", "size_bytes": 15 * 2**30}],
+        "replicas": [{"replica_id": "r1", "node_id": "gpu-east-a", "datacenter": "east", "zone": "east-1a",
+                      "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm", "active_leases": 2,
+                      "outstanding_tokens": 1200}]})
+    console = Console(width=200, record=True)
+    console.print(node_panel(node))
+    text = console.export_text()
+    assert "east/east-1a, spot, $12.50/h" in text and "15.0 GiB of 200.0 GiB: llama-3.1-8b" in text
+    assert "49.5 / 80.0 GiB" in text and "61%" in text
+    replica = next(line for line in text.splitlines() if line.strip().startswith("r1"))
+    assert replica.split()[:5] == ["r1", "llama-3.1-8b", "#0", "warm", "2"] and "1,200" in replica

@@ -50,6 +50,7 @@ from .contracts import SpawnedChild
 # 5 s, a request sent as the server closed the connection failed with "server disconnected" and never ran.
 KEEPALIVE_S = 2.0
 DEFAULT_API_URL = "http://127.0.0.1:8080"
+API_URL_ENV = "BERTH_API_URL"
 API_KEY_ENV = "BERTH_API_KEY"
 
 # The server pings an idle event stream every 15 s; four missed pings mean the connection is
@@ -143,7 +144,7 @@ class Client:
 
     def __init__(
         self,
-        url: str = DEFAULT_API_URL,
+        url: str | None = None,
         api_key: str | None = None,
         timeout: float = 30,
         *,
@@ -153,7 +154,8 @@ class Client:
         api_key = api_key or os.environ.get(API_KEY_ENV) or None
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        self.url = url.rstrip("/")
+        # Unset: BERTH_API_URL, as the CLI reads it, else `berth up`'s local API.
+        self.url = (url or os.environ.get(API_URL_ENV) or DEFAULT_API_URL).rstrip("/")
         self.timeout = timeout
         self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
                                        limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))

@@ -24,7 +24,7 @@ from temporalio.worker import Worker
 
 from . import _registering as registering
 from ._agent import Agent
-from ._client import API_KEY_ENV, DEFAULT_API_URL, Client
+from ._client import API_KEY_ENV, Client
 from ._limits import MAX_TOOL_RESULT_CHARS
 from ._mcp_server import IDLE_CLOSE_S, BerthAccess
 from ._mcp_tools import McpToolbox
@@ -80,7 +80,7 @@ async def serve(*agents: Agent, temporal_address: str | None = None, namespace: 
     (`_temporal_connection.py`); with none of them, `berth up`'s dev server on 127.0.0.1:7233."""
     if not agents:
         raise ValueError("serve() needs at least one Agent")
-    api = Client(api_url or DEFAULT_API_URL, api_key=api_key)
+    api = Client(api_url, api_key=api_key)
     berth = BerthAccess(api.url, lambda task_id: api.task(task_id).token(),
                         own_key=api_key or os.environ.get(API_KEY_ENV))
     names = [agent.name for agent in agents] if register else []

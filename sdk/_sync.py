@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from ._budget import Budget
 from ._catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
-from ._client import DEFAULT_API_URL, Client, TaskHandle
+from ._client import Client, TaskHandle
 from ._fleet import NodeView, ReplicaView
 from ._identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
 from ._lease import ServiceClass
@@ -68,7 +68,7 @@ class SyncClient:
 
     def __init__(
         self,
-        url: str = DEFAULT_API_URL,
+        url: str | None = None,
         api_key: str | None = None,
         timeout: float = 30,
         *,

@@ -5,14 +5,14 @@
 FROM python:3.11-slim AS build
 WORKDIR /src
 RUN python -m venv /opt/berth
-COPY requirements.lock pyproject.toml ./
+COPY requirements.lock pyproject.toml README.md LICENSE ./
 COPY sdk ./sdk
 COPY workflows ./workflows
 COPY activities ./activities
 COPY orchestrator ./orchestrator
 # The lock is a constraint, not a list: the package's runtime dependencies are installed at the
 # locked versions, and the test-only ones in the lock (pytest, playwright, helm) stay out of the image.
-RUN /opt/berth/bin/pip install --no-cache-dir --constraint requirements.lock .
+RUN /opt/berth/bin/pip install --no-cache-dir --constraint requirements.lock ".[control-plane]"
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --home-dir /var/lib/berth --create-home berth

@@ -18,13 +18,13 @@ RUN apt-get update \
 
 WORKDIR /src
 RUN python3.11 -m venv /opt/berth
-COPY requirements.lock pyproject.toml ./
+COPY requirements.lock pyproject.toml README.md LICENSE ./
 COPY sdk ./sdk
 COPY workflows ./workflows
 COPY activities ./activities
 COPY orchestrator ./orchestrator
 # Runtime dependencies at the locked versions (the lock is a constraint; see control-plane.Dockerfile).
-RUN /opt/berth/bin/pip install --no-cache-dir --constraint requirements.lock . && rm -rf /src
+RUN /opt/berth/bin/pip install --no-cache-dir --constraint requirements.lock ".[node]" && rm -rf /src
 # vLLM pins its own torch and CUDA libraries, which need not agree with Berth's lock: it gets a
 # virtual environment of its own, and only its `vllm` command is put where the node agent runs it.
 RUN if [ "$WITH_VLLM" = "true" ]; then \

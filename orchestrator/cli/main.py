@@ -81,12 +81,15 @@ def cmd_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+DISTRIBUTION = "berth-platform"  # the name it is installed under ("berth" is taken on the public index)
+
+
 def _installed_version() -> str:
     """The installed distribution's version (what a bug report needs), or that it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("berth")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "(not installed: run from a source tree)"
 

@@ -452,7 +452,7 @@ def test_version_prints_the_installed_distributions(capsys) -> None:
 
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
-    assert exited.value.code == 0 and capsys.readouterr().out.strip() == f"berth {version('berth')}"
+    assert exited.value.code == 0 and capsys.readouterr().out.strip() == f"berth {version('berth-platform')}"
 
 
 def test_nodes_show_is_a_panel_in_gib_with_gpu_numbers_marked_as_such() -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
 
 from pydantic import ValidationError
 from rich.console import Group
 from rich.padding import Padding
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -16,7 +19,11 @@ from sdk import CatalogueModel, Client, InvalidSpec, ScalingPolicy
 from sdk._catalogue import KeepAliveView, PrewarmStarted, PrewarmView
 
 from . import output
-from .output import EXIT_OK, add_api_flag, run_with_client
+from .output import EXIT_FAILED, EXIT_OK, add_api_flag, fail, run_with_client
+
+PREWARM_WAIT_S = 1800.0  # a 140 GiB model from origin at 1 Gbit/s takes about 20 minutes
+MAX_PREWARM_WAIT_S = 86_400.0
+PREWARM_POLL_S = 1.0  # nodes report their cache in heartbeats, a few seconds apart
 
 LEARNED = "learned"  # --idle-timeout learned: no fixed window, the scaler learns it from the model's idle gaps
 
@@ -70,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prewarm", help="put a model's weights on the disks of the nodes that could serve it")
     p.add_argument("name")
     p.add_argument("--datacenter", help="only nodes in this datacenter (default: every datacenter)")
+    p.add_argument("--wait", action="store_true", help="follow the copies with a progress bar until every node has them")
+    p.add_argument("--timeout", type=float, default=PREWARM_WAIT_S, metavar="SECONDS",
+                   help=f"how long --wait waits (default {PREWARM_WAIT_S:g} s); then exit 1 naming the nodes left")
     add_api_flag(p)
     p.set_defaults(func=cmd_prewarm)
 
@@ -139,16 +149,44 @@ def cmd_policy(args: argparse.Namespace) -> int:
 
 
 def cmd_prewarm(args: argparse.Namespace) -> int:
+    if not 0 < args.timeout <= MAX_PREWARM_WAIT_S:
+        return fail(f"must be more than 0 and at most {MAX_PREWARM_WAIT_S:g} seconds, got {args.timeout:g}", "timeout")
+
     async def command(client: Client) -> int:
         started = await client.prewarm(args.name, args.datacenter)
         if not started.nodes:
             where = f" in {args.datacenter}" if args.datacenter else ""
             output.stdout().print(f"nothing to prewarm: every healthy node{where} that fits {started.model} has its weights")
-        else:
-            output.stdout().print(_prewarm_table(started))
+            return EXIT_OK
+        output.stdout().print(_prewarm_table(started))
+        if not args.wait:
+            return EXIT_OK
+        left = await _until_cached(client, started, args.timeout)
+        if left:
+            return fail(f"after {args.timeout:g} s, {', '.join(left)} still lack the weights of {started.model}",
+                        "timeout", code=EXIT_FAILED)
+        print(f"{started.model}: weights on {len(started.nodes)} node(s)", file=sys.stderr)
         return EXIT_OK
 
     return run_with_client(args, command)
+
+
+async def _until_cached(client: Client, started: PrewarmStarted, timeout_s: float) -> list[str]:
+    """Follow the nodes' heartbeats (their cached weights) until each target node has the model's; the ones left."""
+    pending = sorted(target.node_id for target in started.nodes)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=output.stderr(), transient=True) as progress:
+        bar = progress.add_task(f"weights of {started.model}", total=len(pending))
+        while pending and loop.time() < deadline:
+            for node_id in list(pending):
+                if any(w.model == started.model for w in (await client.node(node_id)).cached_weights):
+                    pending.remove(node_id)
+                    progress.advance(bar)
+            if pending:
+                await asyncio.sleep(PREWARM_POLL_S)
+    return pending
 
 
 def _prewarm_table(started: PrewarmStarted) -> Table:

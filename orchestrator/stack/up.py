@@ -45,6 +45,7 @@ from .fleet import DEFAULT_FLEET, SimulatedNode, node_argv
 from .supervisor import ChildSpec, Supervisor, python_module
 
 READY_TIMEOUT_S = 120.0
+PROGRESS_EVERY_S = 5.0  # how often a start still waiting says what for
 # Ports `berth up` picks for metrics lie between this and the ephemeral range: above the well-known and
 # registered services most machines run (PostgreSQL 5432, Prometheus 9090, …).
 FIXED_PORT_FLOOR = 20000
@@ -156,16 +157,24 @@ def stack_children(config: BerthConfig, tool_agents: list[str],
 
 def wait_ready(config: BerthConfig, supervisor: Supervisor, stop: "_StopFlag",
                timeout_s: float = READY_TIMEOUT_S) -> bool:
-    """Block until the API says it is ready (Temporal and the store answer); False if stopped first."""
-    deadline = time.monotonic() + timeout_s
+    """Block until the API says it is ready (Temporal and the store answer); False if stopped first. Every
+    PROGRESS_EVERY_S it says on stderr what it still waits for, so a slow first start is not a silent one."""
+    started = time.monotonic()
+    deadline, said = started + timeout_s, started
     url = f"{config.resolved_api_url}/readyz"
+    waiting_for = "the API to answer"
     while time.monotonic() < deadline and not stop.requested:
         supervisor.check()
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            answer = httpx.get(url, timeout=2)
+            if answer.status_code == 200:
                 return True
-        except httpx.HTTPError:
+            waiting_for = answer.json().get("error", {}).get("message", waiting_for)
+        except (httpx.HTTPError, ValueError):
             pass
+        if time.monotonic() - said >= PROGRESS_EVERY_S:
+            said = time.monotonic()
+            print(f"  … {said - started:.0f} s: waiting for {waiting_for}", file=sys.stderr, flush=True)
         time.sleep(0.5)
     if stop.requested:
         return False
@@ -244,6 +253,8 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
         specs = stack_children(config, agents, fleet, admin_key, otel_console, metrics, node_tokens)
         if config.fleet:
             defer_cpu_nodes(config, specs, fleet, engine)
+        print(f"starting {', '.join(spec.name for spec in specs)} (logs in {supervisor.log_dir})",
+              file=sys.stderr, flush=True)
         for spec in specs:
             supervisor.start(spec)
         if not wait_ready(config, supervisor, stop):

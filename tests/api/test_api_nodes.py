@@ -265,8 +265,11 @@ def test_nodes_list_shows_place_gpus_status_and_replicas(cli, store: Store, caps
     assert second[:7] == ["gpu-2", "us-east/us-east-1a", "spot", "1×H100-80GB,", "1×L4-24GB", "draining", "never"]
     assert cli("nodes", "undrain", "gpu-2") == 0
     assert capsys.readouterr().out.strip() == "gpu-2 is healthy"
-    assert cli("nodes", "show", "gpu-1") == 0
+    assert cli("nodes", "show", "gpu-1", "-o", "json") == 0
     assert NodeView.model_validate_json(capsys.readouterr().out).replicas[0].state == "warm"
+    assert cli("nodes", "show", "gpu-1") == 0
+    panel = capsys.readouterr().out
+    assert "us-east/us-east-1a, on-demand" in panel and "H100-80GB" in panel and " warm " in panel
 
 
 def test_berth_nodes_admits_approves_revokes_and_removes(cli, store: Store, capsys) -> None:

@@ -8,11 +8,14 @@ replica goes away and leaves its weights on disk, and that prewarmed weights loa
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from sdk import Budget, ModelEntry, ScalingPolicy, SyncClient, TaskStatus
+from tests.conftest import ROOT
 from tests.system.conftest import Stack, fleet_stack, wait_until
 
 FLEET = [
@@ -76,9 +79,15 @@ def test_a_prewarmed_model_loads_from_disk_where_a_cold_one_comes_from_origin(fl
     for name in ("prewarmed-7b", "cold-7b"):
         client.put_model(ModelEntry(name=name, weights_gib=14.2, kv_headroom_gib=8.0, usd_per_1m_prompt=0.2,
                                     usd_per_1m_completion=0.3))
-    started = client.prewarm("prewarmed-7b", datacenter="east")
-    assert sorted((n.node_id, n.source) for n in started.nodes) == [("east-a", "origin"), ("east-b", "origin")]
-    wait_until(lambda: "prewarmed-7b" in {w.model for w in client.node("east-a").cached_weights}, 60, "the prewarm")
+    # The CLI's --wait follows the copies until both east nodes report them, then exits 0.
+    prewarm = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "models", "prewarm", "prewarmed-7b",
+                              "--datacenter", "east", "--wait", "--timeout", "120"],
+                             env=fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert prewarm.returncode == 0, prewarm.stderr
+    rows = [line.split() for line in prewarm.stdout.splitlines() if line.split()[:1] in (["east-a"], ["east-b"])]
+    assert sorted((row[0], row[1]) for row in rows) == [("east-a", "origin"), ("east-b", "origin")], prewarm.stdout
+    assert "prewarmed-7b: weights on 2 node(s)" in prewarm.stderr
+    assert all("prewarmed-7b" in {w.model for w in client.node(n).cached_weights} for n in ("east-a", "east-b"))
     prewarmed = _run(fleet, "fleet-prewarmed", "prewarmed-7b")[0]
     cold = _run(fleet, "fleet-cold", "cold-7b")[0]
     assert (prewarmed["tier"], prewarmed["node_id"]) == ("disk", "east-a"), prewarmed

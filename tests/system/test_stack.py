@@ -25,6 +25,13 @@ pytestmark = pytest.mark.system
 RESEARCH_INPUT = "H100 memory bandwidth; A100 memory bandwidth; decode speed for an 8b model"
 
 
+def test_berth_up_says_what_it_starts_before_it_is_ready(stack: Stack) -> None:
+    printed = (stack.data_dir.parent / "up.log").read_text(errors="replace")
+    starting = next(line for line in printed.splitlines() if line.startswith("starting "))
+    assert all(name in starting for name in ("temporal", "server", "worker")), starting
+    assert printed.index(starting) < printed.index("Berth is up")
+
+
 def test_sdk_submit_runs_to_a_result(stack: Stack) -> None:
     client = SyncClient(stack.api, stack.admin_key())
     handle = client.submit("research", RESEARCH_INPUT, budget=Budget(20_000), task_id="default:sys-sdk-1")

@@ -39,6 +39,7 @@ from sdk import (
 )
 
 from ..config import BerthConfig
+from ..money import usd_text
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the task did not complete, or the API could not be reached
@@ -175,7 +176,7 @@ def tasks_table(states: list[TaskState]) -> Table:
     for s in states:
         table.add_row(
             s.task_id, s.agent, status_text(s.status), f"{s.step}/{s.max_steps}", tokens_text(s),
-            f"{s.spend.usd_used:.4f}", s.tenant, s.updated_at.strftime("%Y-%m-%d %H:%M:%S") if s.updated_at else "",
+            usd_text(s.spend.usd_used), s.tenant, s.updated_at.strftime("%Y-%m-%d %H:%M:%S") if s.updated_at else "",
         )
     return table
 
@@ -194,7 +195,7 @@ def task_panel(state: TaskState, ledger: Ledger | None, checkpoints: int | None,
         ("tenant", state.tenant),
         ("step", f"{state.step}/{state.max_steps}"),
         ("tokens", f"{tokens_text(state)} (remaining {spend.tokens_remaining:,}, lost {spend.tokens_lost:,})"),
-        ("usd", f"{spend.usd_used:.4f}" + (f"/{spend.usd_limit:.2f}" if spend.usd_limit is not None else "")),
+        ("usd", usd_text(spend.usd_used) + (f" of {usd_text(spend.usd_limit)}" if spend.usd_limit is not None else "")),
     ]
     if state.waiting_for:
         trouble = f" [{state.gpu_trouble}]" if state.gpu_trouble else ""
@@ -216,7 +217,7 @@ def task_panel(state: TaskState, ledger: Ledger | None, checkpoints: int | None,
     if ledger is not None:
         t = ledger.totals
         rows.append(("ledger", f"{t.calls} calls, {t.prompt_tokens:,} prompt + {t.completion_tokens:,} completion"
-                               f" + {t.lost_tokens:,} lost + {t.kept_tokens:,} kept tokens, ${t.cost_usd:.4f}"))
+                               f" + {t.lost_tokens:,} lost + {t.kept_tokens:,} kept tokens, {usd_text(t.cost_usd)}"))
     if state.error:
         rows.append(("error", Text(state.error, style="red")))
     if state.result is not None:

@@ -19,6 +19,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from ..api.auth import refusal_of
 from ..api.principal import ADMINS, OPERATORS, TASK_WRITERS
+from ..money import usd_text
 from .session_auth import CSRF_FIELD, Viewer
 
 FLASH_COOKIE = "berth_flash"
@@ -33,14 +34,6 @@ class Flash:
 
 def _tokens(value: int | float | None) -> str:
     return "–" if value is None else f"{int(value):,}"
-
-
-def _usd(value: float | None) -> str:
-    if value is None:
-        return "–"
-    if value == 0:
-        return "$0"
-    return f"${value:.6f}" if value < 0.01 else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
 
 
 def _seconds(value: float | None) -> str:
@@ -75,7 +68,7 @@ def _pretty_json(value: Any) -> str:
 def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(tokens=_tokens, usd=_usd, seconds=_seconds, when=_when, ago=_ago, pretty_json=_pretty_json)
+    env.filters.update(tokens=_tokens, usd=usd_text, seconds=_seconds, when=_when, ago=_ago, pretty_json=_pretty_json)
     return env
 
 

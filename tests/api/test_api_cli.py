@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -478,3 +480,21 @@ def test_nodes_show_is_a_panel_in_gib_with_gpu_numbers_marked_as_such() -> None:
     assert "49.5 / 80.0 GiB" in text and "61%" in text
     replica = next(line for line in text.splitlines() if line.strip().startswith("r1"))
     assert replica.split()[:5] == ["r1", "llama-3.1-8b", "#0", "warm", "2"] and "1,200" in replica
+
+
+@pytest.mark.parametrize("typed, offered", [
+    (["berth", "t"], ["tasks", "tenants"]),
+    (["berth", "tasks", "l"], ["list"]),
+    (["berth", "models", "prewarm", "qwen2.5-7b", "--w"], ["--wait"]),
+    (["berth", "tasks", "list", "--status", "running", "-"], None),  # every flag of tasks list
+])
+def test_bash_completion_offers_what_the_parser_takes(typed: list[str], offered: list[str] | None, capsys) -> None:
+    assert main(["completion", "bash"]) == 0
+    script = capsys.readouterr().out
+    words = " ".join(shlex.quote(w) for w in typed)
+    probe = f'{script}\nCOMP_WORDS=({words}); COMP_CWORD={len(typed) - 1}; _berth; printf "%s\\n" "${{COMPREPLY[@]}}"'
+    got = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    if offered is None:
+        assert {"--status", "--agent", "--limit", "--offset", "--output", "--api"} <= set(got)
+    else:
+        assert sorted(got) == offered

@@ -26,7 +26,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from sdk._limits import MIN_ANSWER_TOKENS
-from sdk.contracts import GenerationProgress, LlmStepInput, LlmStepResult, Reply, Shortfall
+from sdk.contracts import GENERATE_ACTIVITY, GenerationProgress, LlmStepInput, LlmStepResult, Reply, Shortfall
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
 from .heartbeats import beat, keep_beating
@@ -68,7 +68,7 @@ class LlmStepActivities:
         self.books = books
         self.router = router
 
-    @activity.defn(name="berth.generate")
+    @activity.defn(name=GENERATE_ACTIVITY)
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
         """Resume what earlier attempts left, plan the call within the allowance, stream it, settle it."""
         attempt = inp.attempt_base + activity.info().attempt  # numbered across the step's placements

@@ -49,9 +49,19 @@ from ._settings import ModelSettings
 from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskRun, TaskSpec, ToolSpec
 from ._sync import SyncClient, SyncTaskHandle
 from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
+from ._stream import (BudgetWaiting, Ended, Interrupted, ModelCalled, StateChanged, StepFinished, StreamEvent,
+                      TokenDelta)
 from ._tool import Tool, ToolCallContext, tool, tool_context
 
 __all__ = [
+    "TokenDelta",
+    "StreamEvent",
+    "StepFinished",
+    "StateChanged",
+    "ModelCalled",
+    "Interrupted",
+    "Ended",
+    "BudgetWaiting",
     "ApiKeyView",
     "AuditEntry",
     "CreatedKey",

@@ -44,6 +44,7 @@ from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequ
 from ._settings import ModelSettings
 from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
+from ._stream import TOKEN_DELTA_EVENT, StreamEvent, TokenDelta, typed
 from .contracts import SpawnedChild
 
 # An idle connection is dropped before the server's keep-alive (uvicorn's 5 s) closes it: at httpx's default, also
@@ -370,15 +371,18 @@ class Client:
             raise error_from_response(response)
         return response.json() if response.content else None
 
-    async def _stream_events(self, task_id: str, after: int) -> AsyncIterator[TaskEvent]:
-        """Follow a task's events from `after`, reconnecting with Last-Event-ID when cut."""
+    async def _stream_events(self, task_id: str, after: int,
+                             deltas: bool = False) -> AsyncIterator[TaskEvent | TokenDelta]:
+        """Follow a task's events from `after` (with `deltas`, its answers' text as it is written too),
+        reconnecting with Last-Event-ID when cut."""
         cuts = 0
         timeout = httpx.Timeout(self.timeout, read=max(EVENT_STREAM_READ_TIMEOUT_S, self.timeout))
         while True:
             headers = {"last-event-id": str(after)} if after else {}
             try:
                 async with self._http.stream(
-                    "GET", _path("v1", "tasks", task_id, "events"), params={"after": after}, headers=headers,
+                    "GET", _path("v1", "tasks", task_id, "events"),
+                    params={"after": after, **({"deltas": "true"} if deltas else {})}, headers=headers,
                     timeout=timeout,
                 ) as response:
                     if response.status_code >= 400:
@@ -394,6 +398,9 @@ class Client:
                         if message.event == REVOKED_EVENT:
                             raise Unauthorized("the API key was revoked while following the task's events",
                                                field="authorization", status_code=401)
+                        if message.event == TOKEN_DELTA_EVENT:
+                            yield TokenDelta.model_validate_json(message.data)
+                            continue
                         event = TaskEvent.model_validate_json(message.data)
                         after, cuts = event.seq, 0
                         yield event
@@ -462,7 +469,14 @@ class TaskHandle:
 
     def events(self, after: int = 0) -> AsyncIterator[TaskEvent]:
         """The task's events with `seq > after`, live, until the task is final and drained."""
-        return self._client._stream_events(self.task_id, after)
+        return self._client._stream_events(self.task_id, after)  # type: ignore[return-value]  # no deltas asked
+
+    async def stream(self, after: int = 0) -> AsyncIterator[StreamEvent | TokenDelta]:
+        """The task as it happens, typed: `TokenDelta`s of the answer being written (about twice a second, from
+        the generation's heartbeats), and its stored events as `StateChanged`, `BudgetWaiting`, `StepFinished`,
+        `ModelCalled`, `Interrupted` and finally `Ended`; until the task is final."""
+        async for event in self._client._stream_events(self.task_id, after, deltas=True):
+            yield event if isinstance(event, TokenDelta) else typed(event)
 
     async def cancel(self, reason: str = "cancelled by request") -> TaskState:
         body = await self._client._request("POST", self._path("cancel"), json={"reason": reason})

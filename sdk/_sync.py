@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncGenerator, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import httpx
@@ -34,6 +34,7 @@ from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._settings import ModelSettings
 from ._spec import AgentSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
+from ._stream import StreamEvent, TokenDelta
 
 T = TypeVar("T")
 
@@ -212,8 +213,14 @@ class SyncTaskHandle:
     def result(self, timeout: float | None = None) -> Any:
         return self._loop.run(self._handle.result(timeout))
 
+    def stream(self, after: int = 0) -> Iterator[StreamEvent | TokenDelta]:
+        """`TaskHandle.stream`, for scripts: typed events and the answer's text as it is written."""
+        return self._follow(self._handle.stream(after))
+
     def events(self, after: int = 0) -> Iterator[TaskEvent]:
-        stream = self._handle.events(after)
+        return self._follow(self._handle.events(after))
+
+    def _follow(self, stream: AsyncGenerator[T, None]) -> Iterator[T]:
         try:
             while True:
                 try:

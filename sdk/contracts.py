@@ -19,6 +19,7 @@ from ._spec import AgentSpec, CheckpointRef, TaskRun
 from ._state import TaskState
 
 TOOL_ACTIVITY = "berth.run_tool"
+GENERATE_ACTIVITY = "berth.generate"  # a step's generation, on a node's queue (its heartbeats carry the text so far)
 CONTROL_TASK_QUEUE = "berth-control"
 
 

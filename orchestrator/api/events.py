@@ -6,6 +6,11 @@ stream, a reconnect resumes from `Last-Event-ID`, and nothing has to fan events 
 processes. The stream ends once the task is final and its log is drained, with an `end`
 message so that clients (and browsers' EventSource) know not to reconnect; it also ends, with
 a `revoked` message, within KEY_RECHECK_S of its key being revoked.
+
+With `deltas=true` the stream also carries `token_delta` messages while a step generates: the text the
+generation wrote since the last one, read from its heartbeat through Temporal (the store never holds
+them). They have no id, so a reconnect resumes from the last stored event; a delta can be missed then,
+never repeated.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from sdk import TaskStatus
 from sdk._events import END_EVENT, REVOKED_EVENT
+from sdk._stream import TOKEN_DELTA_EVENT
 from sdk._limits import MAX_STORED_INT
 
 from .auth import Caller
@@ -48,13 +55,38 @@ async def stream_events(
     caller: Caller,
     after: Annotated[int, Query(ge=0, le=MAX_STORED_INT, description="only events with a larger seq")] = 0,
     last_event_id: Annotated[str | None, Header(description="set by reconnecting SSE clients")] = None,
+    deltas: Annotated[bool, Query(description="also `token_delta` messages: the answer as it is written")] = False,
 ) -> EventSourceResponse:
     await svc.task_record(task_id, caller)
     start = max(after, _seq(last_event_id))
-    return EventSourceResponse(tail(svc, task_id, start, caller.key_id), ping=PING_INTERVAL_S)
+    return EventSourceResponse(tail(svc, task_id, start, caller.key_id, DeltaReader(svc, task_id) if deltas else None),
+                               ping=PING_INTERVAL_S)
 
 
-async def tail(svc: Services, task_id: str, after: int, key_id: str) -> AsyncIterator[ServerSentEvent]:
+class DeltaReader:
+    """The text a running step has added since the last look, from its generation's heartbeat."""
+
+    def __init__(self, svc: Services, task_id: str) -> None:
+        self.svc, self.task_id = svc, task_id
+        self.step, self.text = 0, ""
+
+    async def delta(self, step: int) -> ServerSentEvent | None:
+        if step != self.step:  # a new step writes a new answer
+            self.step, self.text = step, ""
+        progress = await self.svc.temporal.writing(self.task_id)
+        written = progress.prefix if progress is not None else ""
+        if not written.startswith(self.text):  # a retry that did not continue the cut text starts over
+            self.text = ""
+        new = written[len(self.text):]
+        if not new:
+            return None
+        self.text = written
+        return ServerSentEvent(data=json.dumps({"task_id": self.task_id, "step": step, "text": new}),
+                               event=TOKEN_DELTA_EVENT)
+
+
+async def tail(svc: Services, task_id: str, after: int, key_id: str,
+               deltas: DeltaReader | None = None) -> AsyncIterator[ServerSentEvent]:
     quiet_polls = 0
     key_checked = time.monotonic()
     while True:
@@ -74,6 +106,9 @@ async def tail(svc: Services, task_id: str, after: int, key_id: str) -> AsyncIte
             yield ServerSentEvent(data=event.model_dump_json(), event=event.kind, id=str(event.seq))
         if len(events) == READ_BATCH:
             continue
+        if deltas is not None and record is not None and record.state.status == TaskStatus.running:
+            if (message := await deltas.delta(record.state.step + 1)) is not None:
+                yield message
         if final and not events:
             quiet_polls += 1
             if quiet_polls > FINAL_QUIET_POLLS:

@@ -35,6 +35,7 @@ from sdk.contracts import (
     ANSWER_UPDATE,
     CANCEL_SIGNAL,
     CONTROL_TASK_QUEUE,
+    GENERATE_ACTIVITY,
     NODE_GONE_SIGNAL,
     RAISE_BUDGET_UPDATE,
     RAISE_CHILD_BUDGET_UPDATE,
@@ -43,6 +44,7 @@ from sdk.contracts import (
     STATE_QUERY,
     WORKFLOW_NAME,
     CancelRequest,
+    GenerationProgress,
     HumanAnswer,
     NodeGone,
     RaiseBudget,
@@ -178,6 +180,22 @@ class TemporalGateway:
                 WorkflowQueryRejectedError, RPCTimeoutOrCancelledError) as exc:
             log.debug("state query of %s failed: %s", task_id, exc)
             return None
+
+    async def writing(self, task_id: str) -> GenerationProgress | None:
+        """What the task's running generation has written so far, from its last heartbeat (best effort: None
+        when no generation runs, or Temporal cannot say right now). Heartbeats are not history: reading them
+        puts nothing in the workflow's."""
+        try:
+            client = await self.client()
+            described = await client.get_workflow_handle(task_id).describe(rpc_timeout=self.query_timeout)
+            for pending in described.raw_description.pending_activities:
+                if pending.activity_type.name == GENERATE_ACTIVITY and pending.heartbeat_details.payloads:
+                    details = await client.data_converter.decode(pending.heartbeat_details.payloads,
+                                                                 [GenerationProgress])
+                    return details[0] if details else None
+        except (TemporalUnavailable, RPCError, RuntimeError, RPCTimeoutOrCancelledError, ValueError) as exc:
+            log.debug("reading what %s writes failed: %s", task_id, exc)
+        return None
 
     async def raise_budget(self, task_id: str, request: RaiseBudget) -> Spend:
         return await self._update(task_id, RAISE_BUDGET_UPDATE, request, Spend)

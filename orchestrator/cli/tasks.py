@@ -6,11 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from sdk import Budget, Client, InvalidSpec, TaskHandle, TaskState, TaskStatus
+from sdk import Budget, Client, InvalidSpec, TaskEvent, TaskHandle, TaskState, TaskStatus, TokenDelta
 from sdk._limits import MAX_PAGE, MAX_REASON_CHARS
 
 from . import output
 from .output import EXIT_FAILED, EXIT_OK, add_api_flag, fail, run_with_client
+
+EVENT_FIELDS = set(TaskEvent.model_fields)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,6 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("events", help="follow a task's events until it ends")
     p.add_argument("task_id")
     p.add_argument("--after", type=int, default=0, metavar="SEQ", help="start after this event")
+    p.add_argument("--text", action="store_true", help="also print each answer as the model writes it")
     add_api_flag(p)
     p.set_defaults(func=cmd_events)
 
@@ -236,8 +239,22 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 
 def cmd_events(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
-        async for event in client.task(args.task_id).events(after=args.after):
-            print(output.event_line(event), flush=True)
+        handle = client.task(args.task_id)
+        if not args.text:
+            async for event in handle.events(after=args.after):
+                print(output.event_line(event), flush=True)
+            return EXIT_OK
+        writing = False  # an answer's text is being printed: the next event line starts on a line of its own
+        async for typed in handle.stream(after=args.after):
+            if isinstance(typed, TokenDelta):
+                sys.stdout.write(typed.text)
+                sys.stdout.flush()
+                writing = True
+                continue
+            if writing:
+                print()
+                writing = False
+            print(output.event_line(TaskEvent.model_validate(typed.model_dump(include=EVENT_FIELDS))), flush=True)
         return EXIT_OK
 
     return run_with_client(args, command)

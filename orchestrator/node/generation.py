@@ -20,13 +20,13 @@ from activities.llm_step import LlmStepActivities
 from activities.ports import ModelRoute, ReplicaUnavailable
 from activities.tokens import warm_up_counting
 from sdk._lease import StepPlacement
-from sdk.contracts import LlmStepInput, LlmStepResult
+from sdk.contracts import GENERATE_ACTIVITY, LlmStepInput, LlmStepResult
 
 from ..tokenizers import ModelTokenizers
 from .replicas import ReplicaManager
 from .step_books import StepBooksRefused
 
-GENERATE = "berth.generate"
+GENERATE = GENERATE_ACTIVITY
 
 
 def warm_up() -> None:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from temporalio.client import Client as TemporalClient
 
-from sdk import Budget, SyncClient, TaskStatus
+from sdk import Budget, Ended, StepFinished, SyncClient, TaskStatus, TokenDelta
 from tests.conftest import ROOT
 from tests.system.books import assert_books_balance, assert_nothing_hidden_nothing_twice
 from tests.system.conftest import PROVIDER_CANARIES, Stack
@@ -30,6 +30,28 @@ def test_berth_up_says_what_it_starts_before_it_is_ready(stack: Stack) -> None:
     starting = next(line for line in printed.splitlines() if line.startswith("starting "))
     assert all(name in starting for name in ("temporal", "server", "worker")), starting
     assert printed.index(starting) < printed.index("Berth is up")
+
+
+def test_a_stream_carries_the_answer_as_it_is_written_then_the_end(stack: Stack) -> None:
+    """Deltas come from the generation's heartbeats while the step runs; joined, they are the start of the answer
+    the task ends with, and the typed events around them say which step and how it ended. `berth tasks events
+    --text`, following the same task, prints that text between its event lines."""
+    with SyncClient(stack.api, stack.admin_key()) as client:
+        task = client.submit("writer", "berths\nlength: 3000 tokens", budget=Budget(tokens=80_000))  # ~8 s of writing
+        cli = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "tasks", "events", task.task_id,
+                                "--text"], env=stack.env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        events = list(task.stream())
+    printed, _ = cli.communicate(timeout=120)
+    ended = events[-1]
+    assert isinstance(ended, Ended) and ended.status == TaskStatus.completed, ended
+    answer = [e for e in events if isinstance(e, TokenDelta) and e.step == ended.step]
+    assert len(answer) >= 2, [type(e).__name__ for e in events]  # written over several heartbeats, not at once
+    written = "".join(d.text for d in answer)
+    assert written and ended.result.startswith(written)
+    assert any(isinstance(e, StepFinished) and e.tool_calls for e in events)  # the research steps before it
+    assert events.index(answer[0]) > max(i for i, e in enumerate(events) if isinstance(e, StepFinished)
+                                         and e.step < ended.step)
+    assert cli.returncode == 0 and "Report on berths." in printed  # the answer's text, which no event line holds
 
 
 def test_sdk_submit_runs_to_a_result(stack: Stack) -> None:

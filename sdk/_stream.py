@@ -1,0 +1,93 @@
+"""A task as it happens, typed: what `TaskHandle.stream()` yields.
+
+The stored events (state changes, finished steps with the tools they call, model calls, interruptions) become
+classes with their main fields, and `TokenDelta`s carry the answer's text as it is written. Deltas
+come from the generation's heartbeats, which the API reads from Temporal while the step runs (about
+twice a second); they are never stored and never enter the workflow's history, so a reconnecting
+stream resumes from its last stored event and a delta can be missed, never repeated.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ._state import TaskEvent, TaskStatus
+
+TOKEN_DELTA_EVENT = "token_delta"
+
+
+class TokenDelta(BaseModel):
+    """Text the model wrote since the previous delta of the same step."""
+
+    task_id: str
+    step: int
+    text: str
+
+
+class StreamEvent(BaseModel):
+    """A stored event of the task's log: `kind` and its whole `data`, with the typed fields of each subclass."""
+
+    task_id: str
+    seq: int
+    at: datetime
+    kind: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class StateChanged(StreamEvent):
+    status: TaskStatus
+    step: int = 0
+    waiting_for: str | None = None
+
+
+class BudgetWaiting(StateChanged):
+    """The task waits for `raise_budget`: `waiting_for` says how much more its next step needs."""
+
+
+class Ended(StateChanged):
+    """The task is final: `status` says how, `result` holds its answer (or its partial one)."""
+
+    result: str | None = None
+    error: str | None = None
+
+
+class StepFinished(StreamEvent):
+    """A step's checkpoint is written: its answer or the tools it called (`tool_calls`, run next)."""
+
+    step: int
+    tokens_used: int = 0
+    tool_calls: list[str] = Field(default_factory=list)
+
+
+class ModelCalled(StreamEvent):
+    step: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Interrupted(StreamEvent):
+    """A step's node was lost or preempted: the step resumes on another one."""
+
+
+def typed(event: TaskEvent) -> StreamEvent:
+    """The stored event as its class (a kind without one stays a plain StreamEvent)."""
+    base = {"task_id": event.task_id, "seq": event.seq, "at": event.at, "kind": event.kind, "data": event.data}
+    data = event.data
+    if event.kind == "state" and "status" in data:
+        status = TaskStatus(data["status"])
+        fields = {**base, "status": status, "step": data.get("step", 0), "waiting_for": data.get("waiting_for")}
+        if status.is_final:
+            return Ended(**fields, result=data.get("result"), error=data.get("error"))
+        return (BudgetWaiting if status == TaskStatus.awaiting_budget else StateChanged)(**fields)
+    if event.kind == "step":
+        return StepFinished(**base, step=data.get("step", 0), tokens_used=data.get("tokens_used", 0),
+                            tool_calls=list(data.get("tool_calls") or []))
+    if event.kind == "llm_call":
+        return ModelCalled(**base, step=data.get("step", 0), prompt_tokens=data.get("prompt_tokens", 0),
+                           completion_tokens=data.get("completion_tokens", 0))
+    if event.kind == "interruption":
+        return Interrupted(**base)
+    return StreamEvent(**base)

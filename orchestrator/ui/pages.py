@@ -92,9 +92,11 @@ async def task_panel(request: Request, task_id: str, svc: Svc, viewer: Signed) -
 @router.get("/tasks/{task_id}/live")
 async def task_live(task_id: str, svc: Svc, viewer: Signed,
                     after: Annotated[int, Query(ge=0, le=MAX_STORED_INT)] = 0) -> EventSourceResponse:
-    """The task's events as SSE, exactly as /v1 streams them, for a signed-in browser (EventSource sends cookies)."""
+    """The task's events as SSE, as /v1 streams them with `deltas=true`, for a signed-in browser (EventSource sends
+    cookies): the page shows the answer being written."""
     await svc.task_record(task_id, viewer.principal)
-    return EventSourceResponse(events_api.tail(svc, task_id, after, viewer.principal.key_id),
+    return EventSourceResponse(events_api.tail(svc, task_id, after, viewer.principal.key_id,
+                                               events_api.DeltaReader(svc, task_id)),
                                ping=events_api.PING_INTERVAL_S)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -116,3 +117,20 @@ def test_text_from_a_task_is_shown_literally_and_never_run(ui: Ui, stack: Stack)
     assert ui.page.locator("#checkpoint img[src=x], #checkpoint script").count() == 0
     ui.open("/tasks?q=default:ui-escape")
     assert ui.page.evaluate("typeof window.__pwned") == "undefined"
+
+
+def test_the_answer_shows_as_it_is_written_then_moves_into_the_steps(ui: Ui, stack: Stack) -> None:
+    task = park_for_budget(stack, "default:ui-writing", "berths\nlength: 3000 tokens", agent="writer")
+    ui.login(stack.admin_key(), "/tasks/default:ui-writing")
+    page = ui.page
+    expect(page.locator("#live")).to_have_attribute("data-live", "on")
+    expect(page.locator("#writing-box")).to_be_hidden()
+
+    task.raise_budget(60_000)
+    page.wait_for_function("() => document.querySelector('#writing').textContent.startsWith('Report on berths.')",
+                           timeout=90_000)
+    ui.shot("tasks-ui-writing")
+    expect(page.locator("#writing-step")).to_have_text(re.compile(r"^step \d+$"))
+    expect(page.locator("#live")).to_have_attribute("data-live", "ended", timeout=120_000)
+    expect(page.locator("#writing-box")).to_be_hidden()
+    expect(page.locator("#task-status")).to_have_text(FINAL)

@@ -21,9 +21,27 @@
     }
     function soon() { if (!pending) pending = setTimeout(refresh, 250); }
 
+    // The answer being written (token deltas, as text: never parsed as markup); a finished step shows in the panel.
+    const box = document.getElementById("writing-box");
+    const writing = document.getElementById("writing");
+    let writingStep = null;
+    function stopWriting() { if (box) { box.hidden = true; writing.textContent = ""; writingStep = null; } }
+    source.addEventListener("token_delta", function (e) {
+      if (!box) return;
+      const delta = JSON.parse(e.data);
+      if (delta.step !== writingStep) {
+        writing.textContent = "";
+        writingStep = delta.step;
+        document.getElementById("writing-step").textContent = "step " + delta.step;
+      }
+      writing.textContent += delta.text;
+      box.hidden = false;
+    });
+
     source.onopen = function () { marker.dataset.live = "on"; };
     KINDS.forEach(function (kind) { source.addEventListener(kind, soon); });
-    source.addEventListener("end", function () { source.close(); marker.dataset.live = "ended"; refresh(); });
+    source.addEventListener("step", stopWriting);
+    source.addEventListener("end", function () { source.close(); marker.dataset.live = "ended"; stopWriting(); refresh(); });
     source.addEventListener("revoked", function () { source.close(); window.location.assign("/login"); });
     source.onerror = function () { if (source.readyState === EventSource.CLOSED) marker.dataset.live = "off"; };
   }

@@ -32,6 +32,8 @@ from orchestrator.worker import WORKER_METRICS_PORT_ENV, run_worker
 JOIN_TOKEN = "join-me-probes"
 
 
+PROBE_WAIT_S = 60.0
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,25 +51,28 @@ def test_the_probe_server_answers_each_check_with_its_reason() -> None:
     def crashing() -> str | None:
         raise RuntimeError("boom")
 
+    # A busy machine answers late, not wrongly: the wait is generous (httpx's 5 s default failed beside CPU hogs).
+    http = httpx.Client(timeout=PROBE_WAIT_S)
     server = ProbeServer(0, live=lambda: None, ready=lambda: broken["reason"], host="127.0.0.1")
     try:
         url = f"http://127.0.0.1:{server.port}"
-        assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}
-        not_ready = httpx.get(f"{url}/readyz")
+        assert http.get(f"{url}/healthz").json() == {"status": "ok"}
+        not_ready = http.get(f"{url}/readyz")
         assert not_ready.status_code == 503 and not_ready.json() == {"status": "not ready", "reason": "the disk is full"}
         broken["reason"] = None
-        assert httpx.get(f"{url}/readyz").json() == {"status": "ready"}
-        metrics = httpx.get(f"{url}/metrics")
+        assert http.get(f"{url}/readyz").json() == {"status": "ready"}
+        metrics = http.get(f"{url}/metrics")
         assert metrics.status_code == 200 and "# TYPE" in metrics.text
     finally:
         server.close()
     bare = ProbeServer(0, live=crashing, host="127.0.0.1")  # no readiness check: /readyz is not there; a check that raises is a 503
     try:
-        assert httpx.get(f"http://127.0.0.1:{bare.port}/readyz").status_code == 404
-        sick = httpx.get(f"http://127.0.0.1:{bare.port}/healthz")
+        assert http.get(f"http://127.0.0.1:{bare.port}/readyz").status_code == 404
+        sick = http.get(f"http://127.0.0.1:{bare.port}/healthz")
         assert sick.status_code == 503 and "RuntimeError: boom" in sick.json()["reason"]
     finally:
         bare.close()
+        http.close()
 
 
 @pytest.fixture

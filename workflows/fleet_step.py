@@ -70,6 +70,9 @@ NODE_PICKUP_SHARE = 0.8
 UNPROVEN_PICKUPS = 2
 # The patch under which a step's predecessor is written by its first lease ask (one local activity, not two).
 PREDECESSOR_WITH_ACQUIRE = "predecessor-with-acquire"
+REPORTS_LOADS = "reports-loads"  # a load says so in the task's state and events
+_WEIGHTS_FROM = {"disk": "weights from its disk", "datacenter": "weights from a peer in its datacenter",
+                 "origin": "weights from origin", "loading": "its load had already begun"}
 # Times a quiet generation on a live node is continued there (each one attempt of the placement's stride) before
 # the step counts it `stalled` and places it elsewhere: an engine that is wedged, not merely slow.
 QUIET_CONTINUES = 3
@@ -316,11 +319,33 @@ class FleetStep:
         return await self._settle(rnd, grant, placement, outcome, booked)
 
     async def _load(self, rnd: _Round, grant: Placed) -> float | Interrupted | Failed | _Cancelled:
-        """Seconds spent waiting for the leased replica's load on its node (0 when it is warm). A busy node that
-        has not picked the load up yet is waited for, as a generation is (loads are idempotent per replica). A
-        cancelled task stops waiting; the load goes on for the other steps that lease the replica."""
+        """Seconds spent waiting for the leased replica's load on its node (0 when it is warm). While it loads the
+        task says so (`waiting_for_gpu`, a `replica_loading` event, then `replica_loaded` with its seconds): a
+        large model's cold start takes minutes, which showed as plain `running`. (Runs that began before this
+        report nothing, as their histories have it.)"""
         if grant.load is None:
             return 0.0
+        reports = workflow.patched(REPORTS_LOADS)
+        if reports:
+            await self._record_event("replica_loading", {"node_id": grant.node_id, "replica_id": grant.replica_id,
+                                                          "model": grant.load.model.name, "tier": grant.tier})
+            await self._set_waiting(f"a cold start: {grant.load.model.name} loading on {grant.node_id}"
+                                    f" ({_WEIGHTS_FROM.get(grant.tier, grant.tier)})", None)
+        try:
+            loaded = await self._load_until_ready(rnd, grant)
+        finally:
+            if reports:
+                await self._set_waiting(None, None)
+        if reports and isinstance(loaded, float):
+            await self._record_event("replica_loaded", {"node_id": grant.node_id, "replica_id": grant.replica_id,
+                                                         "seconds": round(loaded, 2)})
+        return loaded
+
+    async def _load_until_ready(self, rnd: _Round, grant: Placed) -> float | Interrupted | Failed | _Cancelled:
+        """`_load`'s wait. A busy node that has not picked the load up yet is waited for, as a generation is (loads
+        are idempotent per replica). A cancelled task stops waiting; the load goes on for the other steps that
+        lease the replica."""
+        assert grant.load is not None
         started, unproven = workflow.now(), 0
         while True:
             failed = await self._load_once(grant)

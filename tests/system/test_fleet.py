@@ -49,6 +49,15 @@ def test_steps_go_where_the_weights_are_and_stay_on_the_warm_replica(fleet: Stac
         assert first["tier"] == "origin" and first["load_s"] > 0, first
         assert rest and all(s["tier"] == "warm" and s["replica_id"] == first["replica_id"] for s in rest), steps
         assert all(s["node_id"] == first["node_id"] for s in steps)  # (how long each waited is the benchmarks')
+    # The cold start said so while it lasted: a loading event, the task waiting for its GPU, then the load's seconds.
+    events = list(SyncClient(fleet.api, fleet.admin_key()).task("default:fleet-small-1").events())
+    kinds = [e.kind for e in events]
+    loading = events[kinds.index("replica_loading")]
+    assert loading.data["tier"] == "origin" and loading.data["node_id"] == small[0]["node_id"]
+    waiting = next(e for e in events if e.kind == "state" and e.data["status"] == "waiting_for_gpu")
+    assert waiting.data["waiting_for"].startswith("a cold start: llama-3.2-1b loading on ")
+    loaded = events[kinds.index("replica_loaded")]
+    assert loaded.data["seconds"] > 0 and kinds.index("replica_loaded") < kinds.index("llm_call")
     # The next task of a model goes to the replica already serving it: no new load.
     again = _run(fleet, "fleet-small-2", "llama-3.2-1b")
     assert {s["replica_id"] for s in again} == {small[0]["replica_id"]} and {s["tier"] for s in again} == {"warm"}

@@ -34,8 +34,9 @@ def sdk_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where / "venv")], check=True)
     python = where / "venv" / "bin" / "python"
     wheel = next((where / "wheel").glob("berth_sdk-*.whl"))
+    # The lock's versions (what the suite already tested, and already in uv's cache), so no new release intrudes.
     subprocess.run([_uv(), "pip", "install", "--quiet", "--native-tls", "--compile-bytecode", "--python", str(python),
-                    str(wheel)], check=True)
+                    "--constraint", str(ROOT / "requirements.lock"), str(wheel)], check=True)
     for leftover in ("build", "berth_sdk.egg-info"):  # setuptools builds in the source tree
         shutil.rmtree(ROOT / "sdk" / leftover, ignore_errors=True)
     return python

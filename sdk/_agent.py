@@ -9,7 +9,6 @@ from pydantic import BaseModel, ValidationError
 
 from ._errors import InvalidSpec
 from ._mcp_server import McpServer
-from ._output import answer_json
 from ._settings import ModelSettings
 from ._spec import AgentSpec
 from ._tool import Tool
@@ -54,10 +53,6 @@ class Agent:
 
     def spec(self) -> AgentSpec:
         return self._spec.model_copy(deep=True)
-
-    def parse_result(self, text: str) -> Any:
-        """A final answer as the agent's output type (validated), or the text when it has none."""
-        return text if self.output_type is None else self.output_type.model_validate_json(answer_json(text))
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self._spec.model!r}, tools={list(self.tools)})"

@@ -43,6 +43,8 @@ def plan_call(books: StepBooks, inp: LlmStepInput, step: StepRef, route: ModelRo
     answer: the step's room, less what the allowance must keep for the prompt and for dead attempts."""
     prepared = books.prepare(step, inp.checkpoint, inp.pending)
     messages = [m.to_openai() for m in prepared.messages]
+    if inp.instructions:
+        messages.insert(0, {"role": "system", "content": inp.instructions})
     tools = sendable_tools(inp.tools) or None
     continued = progress.prefix_tokens if progress.prefix else 0
     reserve = count_prompt(messages, tools, route.tokenizer).reserved(continued)

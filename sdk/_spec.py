@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._budget import Budget
 from ._lease import ServiceClass
@@ -23,6 +23,7 @@ from ._limits import (
 )
 from ._mcp_server import McpServer
 from ._output import schema_problem
+from ._own_loop import LoopProgress
 from ._recovery import DEFAULT_RECOVERY, RECOVERY_RULES, RecoveryRule
 from ._settings import ModelSettings
 
@@ -75,8 +76,12 @@ class AgentSpec(BaseModel):
                                                                      " stop, seed); unset: the engine's defaults")
     output_schema: dict[str, Any] | None = Field(default=None, description="the JSON schema its final answer"
                                                                            " matches (from Agent's output_type)")
+    loop: Literal["berth", "own"] = Field(default="berth", description="whose loop runs the task: Berth's, or the"
+                                          " author's own (an Agents SDK run) calling the model through Berth")
+    loop_idle_s: float = Field(default=3600.0, gt=0, le=30 * 24 * 3600, allow_inf_nan=False,
+                               description="an own loop silent this long has stopped: its task fails")
 
-    _numbers = numbers_not_booleans("max_steps", "max_tokens_per_step", "ask_human_timeout_s")
+    _numbers = numbers_not_booleans("max_steps", "max_tokens_per_step", "ask_human_timeout_s", "loop_idle_s")
 
     @property
     def task_queue(self) -> str:
@@ -94,6 +99,17 @@ class AgentSpec(BaseModel):
         if reserved:
             raise ValueError(f"tool names reserved for built-ins: {', '.join(reserved)}")
         return tools
+
+    @model_validator(mode="after")
+    def _own_loop_keeps_its_own_parts(self) -> "AgentSpec":
+        """An own loop offers its tools and writes its prompts itself: Berth's would never be used."""
+        if self.loop == "own":
+            used = [name for name in ("instructions", "tools", "mcp_servers", "output_schema", "allow_spawn",
+                                      "allow_ask_human") if getattr(self, name)]
+            if used:
+                raise ValueError(f"{used[0]}: an agent whose loop is its own keeps it in that loop"
+                                 " (its tools, instructions and output type stay there)")
+        return self
 
     @field_validator("output_schema")
     @classmethod
@@ -119,6 +135,8 @@ class AgentSpec(BaseModel):
         import hashlib
 
         unset = {name for name in ("mcp_servers", "settings", "output_schema") if not getattr(self, name)}
+        if self.loop == "berth":
+            unset |= {"loop", "loop_idle_s"}
         body = self.model_dump_json(exclude={"version", *unset})
         return hashlib.sha256(body.encode()).hexdigest()[:12]
 
@@ -227,6 +245,7 @@ class CarriedProgress(BaseModel):
     # Placements the next step already used in earlier rounds (it waited for budget, then the run continued as
     # new): its attempt numbers go on from there, so no ledger key of the step is used twice.
     placements_of_next_step: int = 0
+    own_loop: "LoopProgress | None" = None  # an own loop's transcript, replies and tool results
 
 
 TaskRun.model_rebuild()

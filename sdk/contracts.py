@@ -83,6 +83,8 @@ class LlmStepInput(BaseModel):
     usd_allowance: float | None = None
     tools: list[dict] = Field(default_factory=list, description="OpenAI tool schemas offered to the model")
     settings: dict[str, Any] = Field(default_factory=dict, description="the set ModelSettings, as the call sends them")
+    instructions: str | None = Field(default=None, max_length=MAX_INPUT_CHARS,
+                                     description="a system prompt before the conversation (an own loop's, per call)")
     tenant: str = "default"
     placement: StepPlacement | None = Field(default=None, description="the leased replica, when the fleet serves it")
     attempt_base: int = Field(default=0, ge=0, description="attempts earlier placements of this step may have used")

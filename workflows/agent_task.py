@@ -26,6 +26,8 @@ with workflow.unsafe.imports_passed_through():
     from sdk._lease import LeaseRequest
     from sdk._limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS, reservation_margin
     from sdk._output import MAX_OUTPUT_REPAIRS, answer_json, answer_problem, repair_request, response_format
+    from sdk._own_loop import (LOOP_CALL_UPDATE, LOOP_FINISH_UPDATE, LOOP_TOOL_RESULT_QUERY, LOOP_TOOL_RESULT_UPDATE,
+                               LOOP_TRANSCRIPT_QUERY, LoopCall, LoopFinish, LoopReply, LoopToolResult, LoopTranscript)
     from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL, CarriedProgress
     from sdk._state import GpuTrouble
     from sdk.contracts import (
@@ -61,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from .budget import BudgetViolation, TokenBudget
     from .fleet_step import FleetStep, StepCut, Unplaceable
     from .options import BOOKKEEPING
+    from .own_loop import OwnLoop
     from .sub_agents import SubAgents
 
 # A tool worker may be restarting: wait this long for one before the call is reported as failed.
@@ -114,6 +117,13 @@ class AgentTaskWorkflow:
         self.finishing = False
         self.output_repairs = 0  # repair steps asked for so far (an answer that did not match the output schema)
         self.repairing = False  # the next step is one of them
+        # An agent whose loop is the author's own: its model calls arrive as updates, one at a time.
+        self.own_loop = (OwnLoop(carried.own_loop if carried else None, [Message(role="user", content=run.spec.input)])
+                         if self.agent.loop == "own" else None)
+        self.loop_lock = asyncio.Lock()
+        self.loop_wakeups = 0  # bumped by each call and by the loop's finish: the task re-reads its reasons to end
+        self.loop_over: tuple[TaskStatus, str | None] | None = None  # a call found the task must end
+        self.short_since: float | None = None  # an own loop's call found the budget short (workflow time)
 
     # ----- the step loop -------------------------------------------------------------------
     @workflow.run
@@ -123,6 +133,8 @@ class AgentTaskWorkflow:
                 TaskBookkeeping.begin_task, BeginTaskInput(run=run), **BOOKKEEPING)
             self.checkpoint, self.steps_done = begun.checkpoint, begun.step
         await self._set_status(TaskStatus.running, spec_json=run.spec.model_dump_json())
+        if self.own_loop is not None:
+            return await self._serve_own_loop(self.own_loop)
         while True:
             ending = self._reason_to_stop()
             if ending is not None:
@@ -221,23 +233,197 @@ class AgentTaskWorkflow:
             settings["response_format"] = response_format(schema)
         return settings
 
-    async def _generate(self, step: int) -> LlmStepResult | StepCut | None:
+    async def _generate(self, step: int, loop_call: LoopCall | None = None) -> LlmStepResult | StepCut | None:
+        """The step's model call: Berth's own, or the one an own loop sent (its tools, settings, instructions)."""
         assert self.checkpoint is not None
         spec = self.run_input.spec
-        # A repair step only answers: its tools would give the model something else to do than fix its answer.
-        tools = [] if self.repairing else [t.to_openai() for t in tools_offered(self.agent)]
+        max_tokens = self.agent.max_tokens_per_step
+        if loop_call is not None:
+            tools, settings = loop_call.tools, loop_call.settings
+            max_tokens = min(max_tokens, loop_call.max_tokens or max_tokens)
+        else:
+            # A repair step only answers: its tools would give the model something else to do than fix its answer.
+            tools = [] if self.repairing else [t.to_openai() for t in tools_offered(self.agent)]
+            settings = self._call_settings(tools)
         inp = LlmStepInput(
             task_id=self.run_input.task_id, step=step, checkpoint=self.checkpoint, pending=self.pending,
             model=self.agent.model,
-            max_tokens=self.agent.max_tokens_per_step, token_allowance=self.budget.token_allowance,
+            max_tokens=max_tokens, token_allowance=self.budget.token_allowance,
             usd_allowance=self.budget.usd_allowance, tenant=spec.tenant,
-            tools=tools,
-            settings=self._call_settings(tools),
+            tools=tools, settings=settings, instructions=loop_call.instructions if loop_call is not None else None,
         )
         lease = LeaseRequest(task_id=self.run_input.task_id, step=step, model=self.agent.model,
-                             tokens=max(1, min(self.agent.max_tokens_per_step, self.budget.token_allowance)),
+                             tokens=max(1, min(max_tokens, self.budget.token_allowance)),
                              tenant=spec.tenant, priority=spec.priority, service_class=spec.service_class)
         return await self.fleet.generate(inp, lease)
+
+    # ----- an own loop (the author's, calling the model through Berth) -------------------
+    async def _serve_own_loop(self, loop: OwnLoop) -> TaskState:
+        """Answer the loop's calls (updates) until it finishes, falls silent, runs out of budget or is stopped."""
+        loop.last_call_at = workflow.time()
+        while True:
+            ending = self._own_loop_ending(loop)
+            if ending is not None:
+                await workflow.wait_condition(lambda: not self.loop_lock.locked())
+                return await self._finish(*ending)
+            if workflow.info().is_continue_as_new_suggested() and not self.loop_lock.locked():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                await self._flush_pending()
+                workflow.continue_as_new(self._continuation())
+            seen = self.loop_wakeups
+            try:
+                await workflow.wait_condition(lambda: self.loop_wakeups != seen or self.cancel_reason is not None,
+                                              timeout=self._until_deadline(self._own_loop_wait(loop)))
+            except asyncio.TimeoutError:
+                pass
+
+    def _own_loop_ending(self, loop: OwnLoop) -> tuple[TaskStatus, str | None] | None:
+        if loop.finished is not None:
+            output, error = loop.finished
+            if error is not None:
+                return TaskStatus.failed, f"the task's own loop failed: {error}"
+            self.result = output if output is not None else self.result
+            return TaskStatus.completed, None
+        if self.loop_over is not None:
+            return self.loop_over
+        if self.cancel_reason is not None:
+            return TaskStatus.cancelled, self.cancel_reason
+        deadline = self.run_input.spec.budget.deadline
+        if deadline is not None and workflow.now() >= deadline:
+            return TaskStatus.out_of_budget, "deadline passed"
+        if self.loop_lock.locked():
+            return None  # a call is being answered: the loop is not silent
+        now = workflow.time()
+        if self.short_since is not None and not self.budget_raised \
+                and now - self.short_since >= self.run_input.budget_grace_s:
+            return TaskStatus.out_of_budget, self.waiting_for
+        assert loop.last_call_at is not None
+        if now - loop.last_call_at >= self.agent.loop_idle_s:
+            return TaskStatus.failed, (f"the task's own loop made no call for {self.agent.loop_idle_s:g} s"
+                                       " (its process stopped?); run it again with the same task id to resume")
+        return None
+
+    def _own_loop_wait(self, loop: OwnLoop) -> float:
+        """Until the loop's silence (or the budget's grace) would end the task."""
+        assert loop.last_call_at is not None
+        now = workflow.time()
+        wait = loop.last_call_at + self.agent.loop_idle_s - now
+        if self.short_since is not None and not self.budget_raised:
+            wait = min(wait, self.short_since + self.run_input.budget_grace_s - now)
+        return max(wait, 0.001)
+
+    @workflow.update(name=LOOP_CALL_UPDATE)
+    async def loop_call(self, call: LoopCall) -> LoopReply:
+        """One model call of the task's own loop, run as a step of this task (reserved, placed, booked); the
+        same call again (a loop re-run after a crash) gets its reply back without a new generation."""
+        loop = self.own_loop
+        assert loop is not None  # the validator refused the call otherwise
+        async with self.loop_lock:
+            replayed = loop.answered(call)
+            if replayed is not None:
+                return replayed
+            loop.check_extends(call)
+            try:
+                return await self._loop_step(loop, call)
+            finally:
+                loop.last_call_at = workflow.time()
+                self.loop_wakeups += 1
+
+    @loop_call.validator
+    def _check_loop_call(self, call: LoopCall) -> None:
+        self._check_own_loop_open()
+
+    async def _loop_step(self, loop: OwnLoop, call: LoopCall) -> LoopReply:
+        if self._own_loop_ending(loop) is not None:
+            raise ApplicationError("task: it is ending; it takes no more model calls", non_retryable=True)
+        if self.steps_done >= self.agent.max_steps:
+            self.loop_over = TaskStatus.max_steps, f"reached max_steps={self.agent.max_steps}"
+            raise ApplicationError(f"max_steps: the task made its {self.agent.max_steps} model calls",
+                                   type="MaxSteps", non_retryable=True)
+        step = self.steps_done + 1
+        loop.absorb(call.new_messages)
+        if call.new_messages:  # what the loop added (its tool results, its own turns) goes with the step's input
+            if self.pending is not None:
+                self.pending.new_messages.extend(call.new_messages)
+            else:
+                self.pending = PendingStep(step=self.steps_done, new_messages=list(call.new_messages),
+                                           state=self._state())
+        try:
+            reply = await self._generate(step, call)
+        except (ActivityError, Unplaceable) as exc:
+            message = f"step {step}: model call failed: {_cause(exc) if isinstance(exc, ActivityError) else exc}"
+            self.loop_over = TaskStatus.failed, message
+            raise ApplicationError(message, type="ModelCallFailed", non_retryable=True) from None
+        if reply is None:
+            raise ApplicationError("task: it stopped waiting for a GPU (cancelled, or its deadline passed)",
+                                   non_retryable=True)
+        if reply.checkpoint is not None:
+            self.checkpoint, self.pending = reply.checkpoint, None
+        if isinstance(reply, StepCut):
+            self.budget.charge(reply.lost_tokens, reply.cost_usd, lost=reply.lost_tokens)
+            raise ApplicationError("task: it was cancelled during the call", non_retryable=True)
+        if isinstance(reply, Shortfall):
+            self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            if self.short_since is None or self.budget_raised:  # a loop asking again does not extend the grace
+                self.short_since = workflow.time()
+            self.budget_raised = False
+            self.waiting_for = f"budget: {_missing(reply)}"
+            await self._set_status(TaskStatus.awaiting_budget)
+            raise ApplicationError(f"budget: the task needs {_missing(reply)} (raise its budget, then call again)",
+                                   type="OutOfBudget", non_retryable=True)
+        try:
+            self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+        except BudgetViolation as violation:
+            self.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            self.loop_over = TaskStatus.failed, f"step {step}: {violation}"
+            raise ApplicationError(f"budget: {violation}", type="BudgetViolation", non_retryable=True) from None
+        answer = LoopReply(step=step, message=reply.message, finish_reason=reply.finish_reason,
+                           prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
+                           served_by=reply.served_by)
+        loop.take(call, answer)
+        self.result = reply.message.content or self.result
+        self._step_done(step, [reply.message])
+        if self.short_since is not None:
+            self.short_since, self.waiting_for = None, None
+            await self._set_status(TaskStatus.running)
+        return answer
+
+    @workflow.update(name=LOOP_TOOL_RESULT_UPDATE)
+    def loop_tool_result(self, result: LoopToolResult) -> None:
+        """Keep a tool's result, so that the loop re-run after a crash gets it back instead of running it again."""
+        assert self.own_loop is not None
+        self.own_loop.record_tool_result(result)
+
+    @loop_tool_result.validator
+    def _check_loop_tool_result(self, result: LoopToolResult) -> None:
+        self._check_own_loop_open()
+
+    @workflow.update(name=LOOP_FINISH_UPDATE)
+    def loop_finish(self, finish: LoopFinish) -> None:
+        assert self.own_loop is not None
+        if self.own_loop.finished is None:
+            self.own_loop.finished = finish.output, finish.error
+            self.loop_wakeups += 1
+
+    @loop_finish.validator
+    def _check_loop_finish(self, finish: LoopFinish) -> None:
+        self._check_own_loop_open()
+
+    @workflow.query(name=LOOP_TRANSCRIPT_QUERY)
+    def loop_transcript(self) -> LoopTranscript | None:
+        return self.own_loop.transcript() if self.own_loop is not None else None
+
+    @workflow.query(name=LOOP_TOOL_RESULT_QUERY)
+    def loop_tool_result_of(self, call_id: str) -> str | None:
+        return self.own_loop.tool_result(call_id) if self.own_loop is not None else None
+
+    def _check_own_loop_open(self) -> None:
+        if self.own_loop is None:
+            raise ApplicationError(f"task_id: task {self.run_input.task_id}'s agent {self.agent.name} runs Berth's"
+                                   " loop; only a task whose agent has loop='own' takes calls from its own loop")
+        if self.status.is_final or self.finishing:
+            raise ApplicationError(f"task is {self.status.value if self.status.is_final else 'finishing'};"
+                                   " it takes nothing more from its loop")
 
     def _shortfall_after_cut(self, reply: Reply) -> str:
         """What the next step is short of, as the step would reserve it: its prompt (this conversation, the cut
@@ -525,7 +711,8 @@ class AgentTaskWorkflow:
                                        children=self.children, token_limit=b.token_limit, usd_limit=b.usd_limit,
                                        tokens_lost=b.tokens_lost, placements_of_next_step=(
                                            self.fleet.placements_used
-                                           if self.fleet.placements_step == self.steps_done + 1 else 0)),
+                                           if self.fleet.placements_step == self.steps_done + 1 else 0),
+                                       own_loop=self.own_loop.progress if self.own_loop is not None else None),
         })
 
 

@@ -1,0 +1,81 @@
+"""Wire types of a task whose agent loop is the author's own (an OpenAI Agents SDK run, a LangGraph graph).
+
+Such a task is still one Berth workflow with one budget: each model call of the loop is a step the workflow
+runs on the pool (reserved, placed, booked, checkpointed), each tool result it reports is kept so that a loop
+re-run after a crash gets it back instead of running the tool again. The API sends these to the workflow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ._limits import MAX_INPUT_CHARS, MAX_MODEL_TOOLS, MAX_TOOL_RESULT_CHARS
+from ._messages import Message
+
+LOOP_CALL_UPDATE = "loop_call"
+LOOP_TOOL_RESULT_UPDATE = "loop_tool_result"
+LOOP_FINISH_UPDATE = "loop_finish"
+LOOP_TRANSCRIPT_QUERY = "loop_transcript"
+LOOP_TOOL_RESULT_QUERY = "loop_tool_result"
+
+MAX_NEW_MESSAGES = 256  # one call adds the last reply's tool results and the loop's own few messages
+MAX_CALL_ID_CHARS = 256
+
+
+class LoopTranscript(BaseModel):
+    """How far the workflow's copy of the conversation goes: its length and its chain hash (`_transcript.py`)."""
+
+    length: int = Field(ge=0)
+    chain: str
+
+
+class LoopCall(BaseModel):
+    """One model call of the loop: the messages it adds to the `prefix_length` the workflow holds, and how to
+    ask the model."""
+
+    request_hash: str = Field(min_length=64, max_length=64)
+    prefix_length: int = Field(ge=0)
+    prefix_chain: str = Field(min_length=64, max_length=64)
+    new_messages: list[Message] = Field(default_factory=list, max_length=MAX_NEW_MESSAGES)
+    instructions: str | None = Field(default=None, max_length=MAX_INPUT_CHARS)
+    tools: list[dict[str, Any]] = Field(default_factory=list, max_length=MAX_MODEL_TOOLS)
+    settings: dict[str, Any] = Field(default_factory=dict)
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
+class LoopReply(BaseModel):
+    """The model's answer to one call, as the loop gets it (again, unchanged, when its call is replayed)."""
+
+    step: int
+    message: Message
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    served_by: str = ""
+    replayed: bool = False
+
+
+class LoopToolResult(BaseModel):
+    """What one of the loop's tools returned for a call the model made."""
+
+    call_id: str = Field(min_length=1, max_length=MAX_CALL_ID_CHARS)
+    content: str = Field(max_length=MAX_TOOL_RESULT_CHARS)
+
+
+class LoopFinish(BaseModel):
+    """The loop is done: its final output ends the task completed, an error ends it failed."""
+
+    output: str | None = Field(default=None, max_length=MAX_INPUT_CHARS)
+    error: str | None = Field(default=None, max_length=MAX_INPUT_CHARS)
+
+
+class LoopProgress(BaseModel):
+    """What the workflow knows of its loop, carried over continue-as-new."""
+
+    length: int = 0
+    chain: str = ""
+    replies: dict[str, LoopReply] = Field(default_factory=dict)
+    tool_results: dict[str, str] = Field(default_factory=dict)
+    call_ids: list[str] = Field(default_factory=list)

@@ -1,0 +1,69 @@
+"""The workflow's side of a task whose loop is the author's own: which calls it answered, and what is owed.
+
+Each model call of the loop arrives with the messages it adds to the conversation the workflow holds; a call
+that does not extend it exactly (a stale prefix, a rewritten history) is refused rather than guessed at. A call
+the workflow answered before (the loop re-ran after a crash) is answered again from here, unchanged and free.
+Tool results are kept only for calls a reply of this task made, so a caller cannot park data under other ids.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from sdk._messages import Message
+    from sdk._own_loop import LoopCall, LoopProgress, LoopReply, LoopToolResult, LoopTranscript
+    from sdk._transcript import EMPTY_CHAIN, chain_of
+
+
+class OwnLoop:
+    def __init__(self, progress: LoopProgress | None, opening: list[Message]) -> None:
+        """`opening`: the conversation the task starts from (its input), when nothing is carried over."""
+        if progress is None:
+            chain = chain_of(opening)
+            progress = LoopProgress(length=len(opening), chain=chain[-1] if chain else EMPTY_CHAIN)
+        self.progress = progress
+        self.finished: tuple[str | None, str | None] | None = None  # (output, error) once the loop says it is done
+        self.last_call_at: float | None = None  # workflow time of the loop's last call (its silence is bounded)
+
+    def transcript(self) -> LoopTranscript:
+        return LoopTranscript(length=self.progress.length, chain=self.progress.chain)
+
+    def answered(self, call: LoopCall) -> LoopReply | None:
+        """The reply this very call got before, marked as replayed."""
+        reply = self.progress.replies.get(call.request_hash)
+        return reply.model_copy(update={"replayed": True}) if reply is not None else None
+
+    def check_extends(self, call: LoopCall) -> None:
+        """Refuse a call whose prefix is not the conversation held here (the API asks again with a fresh one)."""
+        p = self.progress
+        if call.prefix_length != p.length or call.prefix_chain != p.chain:
+            raise ApplicationError(
+                f"messages: the call's first {call.prefix_length} messages are not the task's conversation of"
+                f" {p.length}: an own loop's calls must extend it (send the whole conversation each call)",
+                type="TranscriptMoved", non_retryable=True)
+
+    def absorb(self, messages: list[Message]) -> None:
+        """The call's new messages join the conversation as its step begins (a call that then fails has still
+        added them: its retry, or the loop's next call, sends them as part of the prefix)."""
+        p = self.progress
+        if messages:
+            p.chain = chain_of(messages, start=p.chain)[-1]
+            p.length += len(messages)
+
+    def take(self, call: LoopCall, reply: LoopReply) -> None:
+        """A generated reply: the conversation grows by it, and it is kept for the call's replays."""
+        self.absorb([reply.message])
+        self.progress.replies[call.request_hash] = reply
+        self.progress.call_ids.extend(c.id for c in reply.message.tool_calls or ())
+
+    def record_tool_result(self, result: LoopToolResult) -> None:
+        """Keep what a tool returned, for a call one of this task's replies made (the first report stands)."""
+        if result.call_id not in self.progress.call_ids:
+            raise ApplicationError(f"call_id: {result.call_id!r} is no tool call this task's model made",
+                                   type="UnknownToolCall", non_retryable=True)
+        self.progress.tool_results.setdefault(result.call_id, result.content)
+
+    def tool_result(self, call_id: str) -> str | None:
+        return self.progress.tool_results.get(call_id)

@@ -26,8 +26,8 @@ from ..tokenizers import tokenizers_under
 from ..telemetry import install_metrics
 from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
 from ..telemetry.task_gauges import task_reading, watch_tasks
-from . import (agents, audit, checkpoints, errors, events, health, keys, metrics, models, nodes, peers, steps, tasks,
-               tenants)
+from . import (agents, audit, checkpoints, errors, events, health, keys, metrics, models, nodes, own_loop, peers, steps,
+               tasks, tenants)
 from .admin_key import install_admin_key
 from .audit import AuditTrail
 from .auth import authenticate
@@ -91,7 +91,7 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
     app.include_router(nodes.node_router)
     app.include_router(peers.router)
     app.include_router(steps.router)
-    for module in (agents, models, tasks, checkpoints, events, nodes, tenants, keys, audit):
+    for module in (agents, models, tasks, own_loop, checkpoints, events, nodes, tenants, keys, audit):
         app.include_router(module.router, dependencies=[Depends(authenticate)])
     # The fleet gauges read the store's fleet table when /metrics is scraped.
     watch_fleet(lambda: fleet_reading(store.fleet.list()))

@@ -14,7 +14,7 @@ from sdk._resources import CheckpointDetail, CheckpointSummary, ForkRequest, Led
 from ..store import CheckpointCorrupt, CheckpointNotFound
 from .audit import note_target
 from .auth import Caller, TaskWriter
-from .errors import ERROR_RESPONSES, ApiError, field_of, invalid, not_found
+from .errors import ERROR_RESPONSES, ApiError, conflict, field_of, invalid, not_found
 from .services import Svc
 from .submission import check_submission_rate, submit_task
 
@@ -58,6 +58,10 @@ async def fork(task_id: str, request: ForkRequest, http: Request, response: Resp
         raise invalid("task_id", f"task {task_id} has no stored spec to fork from")
     if await svc.db(svc.store.checkpoints.find, task_id, request.checkpoint_seq) is None:
         raise _no_checkpoint(task_id, request.checkpoint_seq)
+    agent = await svc.db(svc.store.agents.get, record.state.agent, record.state.agent_version)
+    if agent is not None and agent.loop == "own":
+        raise conflict(f"task {task_id} ran its author's own loop: where that loop stood lives in the loop, not in"
+                       " Berth's checkpoints, so a fork could not go on from one", field="task_id")
 
     source = TaskSpec.model_validate_json(record.spec_json)
     overrides = request.model_dump(exclude={"checkpoint_seq"}, exclude_none=True)

@@ -24,11 +24,13 @@ _CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    402: "out_of_budget",
     409: "conflict",
     413: "too_large",
     422: "invalid",
     429: "rate_limited",
     500: "internal",
+    502: "model_call_failed",
     503: "unavailable",
     504: "unavailable",
 }

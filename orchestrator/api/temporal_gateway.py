@@ -31,6 +31,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from sdk import Spend, TaskRun, TaskState
 from sdk._builtins import SpawnAgentArgs
+from sdk._own_loop import (LOOP_CALL_UPDATE, LOOP_FINISH_UPDATE, LOOP_TOOL_RESULT_QUERY, LOOP_TOOL_RESULT_UPDATE,
+                           LOOP_TRANSCRIPT_QUERY, LoopCall, LoopFinish, LoopReply, LoopToolResult, LoopTranscript)
 from sdk.contracts import (
     ANSWER_UPDATE,
     CANCEL_SIGNAL,
@@ -67,6 +69,8 @@ HEALTH_TIMEOUT_S = 3.0
 # machine) queues the writes behind each other for longer than a connect; a start is idempotent,
 # so waiting costs the caller less than a refusal that asks them to send it again.
 START_TIMEOUT_S = 30.0
+# An own loop's model call is a whole step: a queue for the GPU, perhaps a cold load of the model, the generation.
+LOOP_CALL_TIMEOUT = timedelta(minutes=30)
 
 
 class TemporalUnavailable(Exception):
@@ -78,7 +82,12 @@ class WorkflowGone(Exception):
 
 
 class UpdateRejected(Exception):
-    """The workflow's validator or handler refused the update; the message says why."""
+    """The workflow's validator or handler refused the update; the message says why, `kind` what sort it is
+    (the handler's ApplicationError type: OutOfBudget, TranscriptMoved, …)."""
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class TemporalGateway:
@@ -236,17 +245,57 @@ class TemporalGateway:
         except RPCError as exc:
             raise _rpc_error(task_id, exc) from exc
 
-    async def _update(self, task_id: str, name: str, arg: object, result_type: type | None) -> object:
+    async def loop_transcript(self, task_id: str) -> LoopTranscript | None:
+        """How much of its own loop's conversation the task holds; None when its agent runs Berth's loop."""
+        client = await self.client()
+        try:
+            return await client.get_workflow_handle(task_id).query(
+                LOOP_TRANSCRIPT_QUERY, result_type=LoopTranscript | None, rpc_timeout=self.update_timeout)
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+            raise UpdateRejected(f"task {task_id} could not say what it holds: {exc}") from exc
+        except RPCTimeoutOrCancelledError as exc:
+            raise TemporalUnavailable(f"the workflow of task {task_id} did not answer; is a Berth worker running?") \
+                from exc
+        except RPCError as exc:
+            raise _rpc_error(task_id, exc) from exc
+
+    async def loop_call(self, task_id: str, call: LoopCall) -> LoopReply:
+        """One model call of the task's own loop: answered once the step's generation is done (minutes, when
+        the model must load first), so it waits as long as a step may."""
+        return await self._update(task_id, LOOP_CALL_UPDATE, call, LoopReply, timeout=LOOP_CALL_TIMEOUT)
+
+    async def loop_tool_result(self, task_id: str, result: LoopToolResult) -> None:
+        await self._update(task_id, LOOP_TOOL_RESULT_UPDATE, result, None)
+
+    async def loop_tool_result_of(self, task_id: str, call_id: str) -> str | None:
+        client = await self.client()
+        try:
+            return await client.get_workflow_handle(task_id).query(
+                LOOP_TOOL_RESULT_QUERY, call_id, result_type=str | None, rpc_timeout=self.update_timeout)
+        except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
+            raise UpdateRejected(f"task {task_id} could not say: {exc}") from exc
+        except RPCTimeoutOrCancelledError as exc:
+            raise TemporalUnavailable(f"the workflow of task {task_id} did not answer; is a Berth worker running?") \
+                from exc
+        except RPCError as exc:
+            raise _rpc_error(task_id, exc) from exc
+
+    async def loop_finish(self, task_id: str, finish: LoopFinish) -> None:
+        await self._update(task_id, LOOP_FINISH_UPDATE, finish, None)
+
+    async def _update(self, task_id: str, name: str, arg: object, result_type: type | None,
+                      timeout: timedelta | None = None) -> object:
         client = await self.client()
         handle = client.get_workflow_handle(task_id)
+        timeout = timeout or self.update_timeout
         try:
-            return await handle.execute_update(name, arg, result_type=result_type, rpc_timeout=self.update_timeout)
+            return await handle.execute_update(name, arg, result_type=result_type, rpc_timeout=timeout)
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
-            raise UpdateRejected(getattr(cause, "message", None) or str(cause)) from exc
+            raise UpdateRejected(getattr(cause, "message", None) or str(cause), getattr(cause, "type", None)) from exc
         except RPCTimeoutOrCancelledError as exc:
             raise TemporalUnavailable(
-                f"the workflow of task {task_id} did not answer within {self.update_timeout.total_seconds():g} s;"
+                f"the workflow of task {task_id} did not answer within {timeout.total_seconds():g} s;"
                 " is a Berth worker running?"
             ) from exc
         except RPCError as exc:

@@ -1,0 +1,200 @@
+"""OpenAI's Chat Completions wire format, as far as a task's own loop speaks it to Berth.
+
+An author's loop (the OpenAI Agents SDK, LangChain's ChatOpenAI, a plain `openai` client) reaches a task's
+model through this one format. Every field it may send is named here: what Berth honours, what it accepts and
+ignores (with why), and anything else is refused with its name, as a typo in Berth's own API would be.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sdk._limits import MAX_INPUT_CHARS, MAX_MODEL_NAME_CHARS, MAX_MODEL_TOOLS, MAX_TOKENS_PER_STEP
+from sdk._messages import Message, ToolCall
+from sdk._own_loop import MAX_CALL_ID_CHARS, LoopReply
+from sdk._settings import ModelSettings
+
+MAX_MESSAGES = 4096
+MAX_TOOL_NAME_CHARS = 64
+MAX_DESCRIPTION_CHARS = 8192
+MAX_ARGUMENTS_CHARS = 64_000
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextPart(_Open):
+    type: Literal["text"]
+    text: str = Field(max_length=MAX_INPUT_CHARS)
+
+
+class CalledFunction(_Open):
+    name: str = Field(min_length=1, max_length=MAX_TOOL_NAME_CHARS)
+    arguments: str = Field(default="{}", max_length=MAX_ARGUMENTS_CHARS)
+
+
+class WireToolCall(_Open):
+    id: str = Field(min_length=1, max_length=MAX_CALL_ID_CHARS)
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+class WireMessage(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = Field(default=None, max_length=MAX_TOOL_NAME_CHARS)
+    tool_calls: list[WireToolCall] | None = Field(default=None, max_length=MAX_MODEL_TOOLS)
+    tool_call_id: str | None = Field(default=None, max_length=MAX_CALL_ID_CHARS)
+    refusal: str | None = Field(default=None, max_length=MAX_INPUT_CHARS, description="accepted, not sent to the model")
+
+    @field_validator("content")
+    @classmethod
+    def _bounded(cls, content: str | list[TextPart] | None) -> str | list[TextPart] | None:
+        if isinstance(content, str) and len(content) > MAX_INPUT_CHARS:
+            raise ValueError(f"at most {MAX_INPUT_CHARS} characters")
+        return content
+
+    def text(self) -> str | None:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content
+
+    def to_message(self) -> Message:
+        role = "system" if self.role == "developer" else self.role
+        calls = [ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments) for c in self.tool_calls or ()]
+        return Message(role=role, content=self.text(), tool_calls=calls or None, tool_call_id=self.tool_call_id,
+                       name=self.name if role == "tool" else None)
+
+
+class FunctionSpec(_Open):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = Field(default=None, max_length=MAX_DESCRIPTION_CHARS)
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class WireTool(_Open):
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class ResponseFormat(_Open):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class StreamOptions(_Open):
+    include_usage: bool | None = None
+
+
+class ChatRequest(_Open):
+    """A Chat Completions request to a task's model."""
+
+    model: str | None = Field(default=None, max_length=MAX_MODEL_NAME_CHARS)
+    messages: list[WireMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    tools: list[WireTool] | None = Field(default=None, max_length=MAX_MODEL_TOOLS)
+    tool_choice: Literal["auto"] | None = Field(default=None, description="only the model's own choice is served")
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_PER_STEP)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_PER_STEP)
+    response_format: ResponseFormat | None = None
+    n: Literal[1] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    # Only their neutral values: Berth's routes do not apply them, and a call must not believe they did.
+    frequency_penalty: Literal[0] | None = Field(default=None, description="not applied: only 0 is accepted")
+    presence_penalty: Literal[0] | None = Field(default=None, description="not applied: only 0 is accepted")
+    logprobs: Literal[False] | None = Field(default=None, description="not returned: only false is accepted")
+    # Accepted and ignored: they steer OpenAI's own service, or hint at what only reasoning models do, not
+    # what a Berth model writes (the Agents SDK sends reasoning_effort and verbosity with every call).
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    user: str | None = Field(default=None, max_length=256)
+    service_tier: str | None = Field(default=None, max_length=32)
+    prompt_cache_key: str | None = Field(default=None, max_length=256)
+    safety_identifier: str | None = Field(default=None, max_length=256)
+
+    def split(self) -> tuple[str | None, list[Message]]:
+        """The leading system (developer) messages as the call's instructions, and the conversation after them:
+        an agent handing off changes its instructions, not the conversation the task holds."""
+        messages = [m.to_message() for m in self.messages]
+        head = 0
+        while head < len(messages) and messages[head].role == "system":
+            head += 1
+        instructions = "\n\n".join(m.content or "" for m in messages[:head]) or None
+        return instructions, messages[head:]
+
+    def settings(self) -> dict[str, Any]:
+        """How to sample, checked as an agent's ModelSettings are (raises ValidationError naming the field)."""
+        chosen = ModelSettings(temperature=self.temperature, top_p=self.top_p, stop=self.stop,
+                               seed=self.seed).chosen()
+        if self.response_format is not None and self.response_format.type != "text":
+            chosen["response_format"] = self.response_format.model_dump(exclude_none=True)
+        return chosen
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        return [t.model_dump(exclude_none=True) for t in self.tools or ()]
+
+    def answer_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+def _finish_reason(reply: LoopReply) -> str:
+    if reply.message.tool_calls:
+        return "tool_calls"
+    return reply.finish_reason if reply.finish_reason in ("stop", "length", "content_filter") else "stop"
+
+
+def _wire_message(reply: LoopReply) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "assistant", "content": reply.message.content}
+    if reply.message.tool_calls:
+        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                             for c in reply.message.tool_calls]
+    return out
+
+
+def _usage(reply: LoopReply) -> dict[str, int]:
+    """What this call spent: a replayed call spent nothing (its tokens were booked when it was first made)."""
+    prompt, completion = (0, 0) if reply.replayed else (reply.prompt_tokens, reply.completion_tokens)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _berth(task_id: str, reply: LoopReply) -> dict[str, Any]:
+    return {"task_id": task_id, "step": reply.step, "replayed": reply.replayed, "served_by": reply.served_by}
+
+
+def completion(task_id: str, model: str, reply: LoopReply) -> dict[str, Any]:
+    """The reply as a `chat.completion` object, with Berth's own facts under `berth`."""
+    return {
+        "id": f"chatcmpl-{task_id}-{reply.step}", "object": "chat.completion", "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": _wire_message(reply), "finish_reason": _finish_reason(reply),
+                     "logprobs": None}],
+        "usage": _usage(reply), "berth": _berth(task_id, reply),
+    }
+
+
+def completion_chunks(task_id: str, model: str, reply: LoopReply, include_usage: bool) -> list[dict[str, Any]]:
+    """The reply as `chat.completion.chunk` objects, for a client that asked to stream: the whole message in one
+    delta (the step has finished generating when its reply is known), then the finish, then the usage."""
+    base = {"id": f"chatcmpl-{task_id}-{reply.step}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": model}
+    delta: dict[str, Any] = {"role": "assistant", "content": reply.message.content}
+    if reply.message.tool_calls:
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(_wire_message(reply)["tool_calls"])]
+    chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+              {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": _finish_reason(reply)}],
+               "berth": _berth(task_id, reply)}]
+    if include_usage:
+        chunks.append({**base, "choices": [], "usage": _usage(reply)})
+    return chunks

@@ -1,0 +1,175 @@
+"""Routes of a task whose agent loop is the author's own: its model calls, its tool results, its end.
+
+`POST /v1/tasks/{id}/chat/completions` is OpenAI's Chat Completions, scoped to one task: any client that
+speaks it (the Agents SDK through `sdk.openai_agents`, LangChain's ChatOpenAI) gets each call run as a step
+of the task, under its budget, on the pool. The caller must own the task right now (its key's tenant, or the
+task's own token); the workflow then checks the conversation by hash (`sdk/_transcript.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, status
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sdk import TaskState
+from sdk._own_loop import MAX_CALL_ID_CHARS, LoopCall, LoopFinish, LoopReply, LoopToolResult
+from sdk._limits import MAX_TOOL_RESULT_CHARS
+from sdk._transcript import EMPTY_CHAIN, chain_of, request_hash
+
+from .auth import TaskWriter
+from .chat_wire import ChatRequest, completion, completion_chunks
+from .errors import ERROR_RESPONSES, ApiError, conflict, field_of, invalid, not_found, unavailable
+from .services import Services, Svc
+from .tasks import current_state, require_running
+from .temporal_gateway import TemporalUnavailable, UpdateRejected, WorkflowGone
+
+router = APIRouter(prefix="/v1/tasks", tags=["own loop"], responses={
+    **ERROR_RESPONSES, 402: {**ERROR_RESPONSES[409], "description": "out_of_budget"},
+    502: {**ERROR_RESPONSES[409], "description": "model_call_failed"}})
+
+# A refusal's kind (the workflow's ApplicationError type): the status it answers with, and the field to blame.
+_REFUSALS = {"OutOfBudget": (402, "budget"), "MaxSteps": (409, "max_steps"), "TranscriptMoved": (409, "messages"),
+             "UnknownToolCall": (404, "call_id"), "ModelCallFailed": (502, "model"),
+             "BudgetViolation": (409, "budget")}
+
+
+class ToolResultBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(max_length=MAX_TOOL_RESULT_CHARS)
+
+
+class ToolResultView(BaseModel):
+    call_id: str
+    content: str
+
+
+class FinishBody(LoopFinish):
+    model_config = ConfigDict(extra="forbid")
+
+
+@router.post("/{task_id}/chat/completions")
+async def chat_completions(task_id: str, body: ChatRequest, svc: Svc, caller: TaskWriter) -> object:
+    """One model call of the task's own loop, as OpenAI's Chat Completions: run as the task's next step (its
+    budget reserved and booked, its replica placed by the pool), or, when the loop made this very call before
+    (it re-ran after a crash), answered again from the task without generating or spending."""
+    record = await svc.task_record(task_id, caller)
+    require_running(record)
+    model = record.state.model
+    if body.model is not None and body.model != model:
+        raise invalid("model", f"task {task_id} runs {model!r}; a call may not ask for {body.model!r}")
+    try:
+        settings = body.settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise invalid(field_of(first["loc"]) or "settings", first["msg"]) from None
+    instructions, conversation = body.split()
+    if not conversation:
+        raise invalid("messages", "a call needs at least one message after its system messages")
+    reply = await _answer(svc, task_id, instructions, conversation, body.tool_schemas(), settings, body.answer_limit())
+    if not body.stream:
+        return completion(task_id, model, reply)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return StreamingResponse(_sse(completion_chunks(task_id, model, reply, include_usage)),
+                             media_type="text/event-stream")
+
+
+async def _sse(chunks: list[dict]) -> AsyncIterator[str]:
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+async def _answer(svc: Services, task_id: str, instructions: str | None, conversation: list, tools: list[dict],
+                  settings: dict, answer_limit: int | None) -> LoopReply:
+    """Send the workflow what its copy of the conversation lacks. Another call of the loop may land between the
+    question and the call: the workflow then refuses this one as moved, and it is sent again once."""
+    chains = chain_of(conversation)
+    asked = request_hash(chains[-1], instructions, tools, settings)
+    for attempt in range(2):
+        try:
+            held = await svc.temporal.loop_transcript(task_id)
+            if held is None:
+                raise conflict(f"task {task_id}'s agent runs Berth's own loop: it takes no model calls from outside"
+                               " (register the agent with loop='own')", field="task_id")
+            extends = held.length <= len(conversation) and held.chain == (chains[held.length - 1] if held.length
+                                                                          else EMPTY_CHAIN)
+            # A prefix that is not the task's may still be a call the workflow answered before: it checks that first.
+            length, chain = (held.length, held.chain) if extends else (len(conversation), chains[-1])
+            call = LoopCall(request_hash=asked, prefix_length=length, prefix_chain=chain,
+                            new_messages=conversation[length:] if extends else [], instructions=instructions,
+                            tools=tools, settings=settings, max_tokens=answer_limit)
+            return await svc.temporal.loop_call(task_id, call)
+        except UpdateRejected as exc:
+            if exc.kind == "TranscriptMoved" and attempt == 0:
+                continue
+            raise _refusal(exc) from None
+        except (TemporalUnavailable, WorkflowGone) as exc:
+            raise _unreachable(exc) from None
+    raise AssertionError("unreachable: the second attempt returns or raises")
+
+
+@router.put("/{task_id}/tool-results/{call_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def put_tool_result(task_id: str, call_id: str, body: ToolResultBody, svc: Svc, caller: TaskWriter) -> None:
+    """Keep what the loop's tool returned for one of the model's calls: the loop re-run after a crash reads it
+    back instead of running the tool again. The first result reported for a call stands."""
+    _check_call_id(call_id)
+    record = await svc.task_record(task_id, caller)
+    require_running(record)
+    try:
+        await svc.temporal.loop_tool_result(task_id, LoopToolResult(call_id=call_id, content=body.content))
+    except UpdateRejected as exc:
+        raise _refusal(exc) from None
+    except (TemporalUnavailable, WorkflowGone) as exc:
+        raise _unreachable(exc) from None
+
+
+@router.get("/{task_id}/tool-results/{call_id}", response_model=ToolResultView)
+async def get_tool_result(task_id: str, call_id: str, svc: Svc, caller: TaskWriter) -> ToolResultView:
+    """A tool result the loop reported before (404 when none was)."""
+    _check_call_id(call_id)
+    record = await svc.task_record(task_id, caller)
+    require_running(record)
+    try:
+        content = await svc.temporal.loop_tool_result_of(task_id, call_id)
+    except UpdateRejected as exc:
+        raise _refusal(exc) from None
+    except (TemporalUnavailable, WorkflowGone) as exc:
+        raise _unreachable(exc) from None
+    if content is None:
+        raise not_found(f"task {task_id} has no result of tool call {call_id!r}", field="call_id")
+    return ToolResultView(call_id=call_id, content=content)
+
+
+@router.post("/{task_id}/finish", response_model=TaskState)
+async def finish(task_id: str, body: FinishBody, svc: Svc, caller: TaskWriter) -> TaskState:
+    """The loop is done: its output ends the task completed (an `error` ends it failed)."""
+    record = await svc.task_record(task_id, caller)
+    require_running(record)
+    try:
+        await svc.temporal.loop_finish(task_id, LoopFinish(output=body.output, error=body.error))
+    except UpdateRejected as exc:
+        raise _refusal(exc) from None
+    except (TemporalUnavailable, WorkflowGone) as exc:
+        raise _unreachable(exc) from None
+    return await current_state(svc, record)
+
+
+def _check_call_id(call_id: str) -> None:
+    if not 1 <= len(call_id) <= MAX_CALL_ID_CHARS:
+        raise invalid("call_id", f"a tool call id has 1 to {MAX_CALL_ID_CHARS} characters")
+
+
+def _refusal(exc: UpdateRejected) -> ApiError:
+    status, field = _REFUSALS.get(exc.kind or "", (409, "task_id"))
+    return ApiError(status, str(exc), field=field)
+
+
+def _unreachable(exc: Exception) -> ApiError:
+    if isinstance(exc, TemporalUnavailable):
+        return unavailable(str(exc))
+    return conflict(str(exc), field="task_id")

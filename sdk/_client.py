@@ -158,6 +158,8 @@ class Client:
         # Unset: BERTH_API_URL, as the CLI reads it, else `berth up`'s local API.
         self.url = (url or os.environ.get(API_URL_ENV) or DEFAULT_API_URL).rstrip("/")
         self.timeout = timeout
+        # Kept for clients that speak another wire format to the same API (sdk.openai_agents' OpenAI client).
+        self._api_key, self._transport = api_key, transport
         self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
                                        limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
 
@@ -542,6 +544,34 @@ class TaskHandle:
             raise invalid_from_validation(exc) from None
         body = await self._client._request("POST", self._path("fork"), json=request.model_dump(mode="json", exclude_none=True))
         return TaskHandle(self._client, TaskState.model_validate(body).task_id, self.output_type)
+
+    # -- a task whose loop is the author's own (sdk.openai_agents) ------------------------
+
+    @property
+    def openai_base_url(self) -> str:
+        """Where an OpenAI client sends this task's model calls (`<base>/chat/completions`): each one a step
+        of the task, under its budget, on the pool. Only a task whose agent has loop="own" takes them."""
+        return f"{self._client.url}{self._path()}"
+
+    async def kept_tool_result(self, call_id: str) -> str | None:
+        """What the loop's tool returned for the model's call `call_id`, if the loop reported it before."""
+        try:
+            body = await self._client._request("GET", self._path("tool-results", call_id))
+        except NotFound as missing:
+            if missing.field == "call_id":
+                return None
+            raise
+        return str(body["content"])
+
+    async def keep_tool_result(self, call_id: str, content: str) -> None:
+        """Report a tool's result, so that the loop re-run after a crash reads it back instead of running the
+        tool again (the first report for a call stands)."""
+        await self._client._request("PUT", self._path("tool-results", call_id), json={"content": content})
+
+    async def finish(self, output: str | None = None, error: str | None = None) -> TaskState:
+        """End the task of an own loop: completed with its `output`, or failed with `error`."""
+        body = {k: v for k, v in (("output", output), ("error", error)) if v is not None}
+        return TaskState.model_validate(await self._client._request("POST", self._path("finish"), json=body))
 
     async def interruptions(self) -> list[TaskEvent]:
         """Each node loss or preemption the task rode out: node, kind, tokens kept and lost, where it resumed."""

@@ -5,18 +5,33 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 import httpx
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 
 from orchestrator.store import Store
-from sdk import AgentSpec, Message, Spend, TaskSpec, TaskState, TaskStatus, ToolCall
+from sdk import AgentSpec, Client, Message, Spend, TaskSpec, TaskState, TaskStatus, ToolCall
 
 
 # The `client_as` fixture: `async with client_as(Role.viewer, tenant="acme") as http: ...`
 ClientAs = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
+@dataclass
+class Stack:
+    """The `stack` fixture: the app in-process with a real worker behind it, and an admin's client of it."""
+
+    client: Client
+    store: Store
+    app: Any
+
+    def as_key(self, key: str) -> Client:
+        """A client of the same app with another key (a task token, say)."""
+        return Client("http://berth", api_key=key, transport=httpx.ASGITransport(self.app))
 
 
 def unique(prefix: str) -> str:

@@ -8,6 +8,7 @@ task progress from rows they write into the store themselves, as the workflow wo
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,10 +21,11 @@ from temporalio.service import RPCError
 from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
-from sdk import AgentSpec, ToolSpec
+from orchestrator.worker import build_worker
+from sdk import AgentSpec, Client, ToolSpec
 from sdk._identity import Role
 
-from api_helpers import ClientAs, unique
+from api_helpers import ClientAs, Stack, unique
 
 
 @pytest.fixture
@@ -101,3 +103,17 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+async def stack(temporal_client: TemporalClient, engine_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
+    """The app with a real worker on its own control queue, tasks running on the simulated engine."""
+    config = BerthConfig(data_dir=tmp_path, engine_url=engine_url, database_url=f"sqlite:///{tmp_path}/berth.db")
+    store = Store.open(config.resolved_database_url)
+    admin_key = store.keys.create(Role.admin).key
+    queue = f"control-{uuid.uuid4().hex[:8]}"
+    app = create_app(config, store, TemporalGateway.from_client(temporal_client, task_queue=queue))
+    async with build_worker(temporal_client, store, config, task_queue=queue):
+        async with Client("http://berth", api_key=admin_key, transport=httpx.ASGITransport(app)) as client:
+            yield Stack(client, store, app)
+    store.close()

@@ -4,49 +4,13 @@ simulated engine, and the live paths (state query, budget update, answer refusal
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from pydantic import BaseModel, Field
-from temporalio.client import Client as TemporalClient
 
-from api_helpers import unique
-from orchestrator.api import TemporalGateway, create_app
-from orchestrator.config import BerthConfig
-from orchestrator.store import Store
-from orchestrator.worker import build_worker
-from sdk import (Agent, Budget, Client, Conflict, InvalidSpec, ModelSettings, NotFound, TaskFailed, TaskStatus,
+from api_helpers import Stack, unique
+from sdk import (Agent, Budget, Conflict, InvalidSpec, ModelSettings, NotFound, TaskFailed, TaskStatus,
                  Unauthorized)
-from sdk._identity import Role
-
-
-@dataclass
-class Stack:
-    client: Client
-    store: Store
-    app: Any
-
-    def as_key(self, key: str) -> Client:
-        """A client of the same app with another key (a task token, say)."""
-        return Client("http://berth", api_key=key, transport=httpx.ASGITransport(self.app))
-
-
-@pytest.fixture
-async def stack(temporal_client: TemporalClient, engine_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
-    config = BerthConfig(data_dir=tmp_path, engine_url=engine_url, database_url=f"sqlite:///{tmp_path}/berth.db")
-    store = Store.open(config.resolved_database_url)
-    admin_key = store.keys.create(Role.admin).key
-    queue = f"control-{uuid.uuid4().hex[:8]}"
-    app = create_app(config, store, TemporalGateway.from_client(temporal_client, task_queue=queue))
-    async with build_worker(temporal_client, store, config, task_queue=queue):
-        async with Client("http://berth", api_key=admin_key, transport=httpx.ASGITransport(app)) as client:
-            yield Stack(client, store, app)
-    store.close()
 
 
 async def test_a_submitted_task_runs_to_its_result(stack: Stack) -> None:

@@ -1,0 +1,191 @@
+"""A task whose loop is the author's own: an OpenAI Agents SDK agent run through the task's Chat Completions
+route on the real worker and the simulated engine; its calls booked once, replayed when the loop re-runs, its
+tool results kept, and every refusal naming its field."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from agents import Agent as SdkAgent
+from agents import function_tool
+
+from api_helpers import Stack, unique
+from orchestrator.api.task_ids import scoped_task_id
+from sdk import AgentSpec, Budget, TaskStatus
+from sdk.openai_agents import run_on_berth
+
+MODEL = "llama-3.2-1b"
+SUBJECTS = "H100 bandwidth; A100 bandwidth"
+
+
+def http(stack: Stack) -> httpx.AsyncClient:
+    return stack.client._http
+
+
+async def test_an_agents_sdk_agent_runs_as_a_task_with_its_calls_booked(stack: Stack) -> None:
+    looked_up: list[str] = []
+
+    @function_tool
+    def lookup(subject: str) -> str:
+        """Look a subject up."""
+        looked_up.append(subject)
+        return f"notes on {subject}"
+
+    agent = SdkAgent(name="Researcher", instructions="Research each subject, then report.", tools=[lookup])
+    run = await run_on_berth(stack.client, agent, SUBJECTS, model=MODEL, budget=Budget(tokens=20_000),
+                             task_id=unique("own"))
+
+    assert "Report on" in run.final_output
+    assert looked_up == ["H100 bandwidth", "A100 bandwidth"]
+    state = await run.task.status()
+    assert state.status == TaskStatus.completed and state.result == run.final_output
+    ledger = await run.task.ledger()
+    assert ledger.totals.calls == state.step == 3  # two tool rounds and the answer, each one step
+    assert state.spend.tokens_used == (ledger.totals.prompt_tokens + ledger.totals.completion_tokens
+                                       + ledger.totals.lost_tokens)
+
+
+async def test_a_loop_run_again_after_a_crash_replays_its_calls_and_keeps_its_tool_results(stack: Stack) -> None:
+    runs: list[str] = []
+    crash = asyncio.Event()
+
+    @function_tool
+    async def lookup(subject: str) -> str:
+        """Look a subject up."""
+        runs.append(subject)
+        if subject.startswith("A100") and not crash.is_set():
+            crash.set()
+            await asyncio.Event().wait()  # the process dies here, mid-tool
+        return f"notes on {subject}"
+
+    agent = SdkAgent(name="Researcher", instructions="Research each subject, then report.", tools=[lookup])
+    task_id = unique("own")
+    first = asyncio.create_task(run_on_berth(stack.client, agent, SUBJECTS, model=MODEL,
+                                             budget=Budget(tokens=20_000), task_id=task_id))
+    await asyncio.wait_for(crash.wait(), timeout=120)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    task = stack.client.task(scoped_task_id("default", task_id))
+    before = await task.ledger()
+    assert before.totals.calls == 2 and (await task.status()).status == TaskStatus.running
+
+    run = await run_on_berth(stack.client, agent, SUBJECTS, model=MODEL, budget=Budget(tokens=20_000),
+                             task_id=task_id)
+
+    # The first tool's result was kept: it ran once; the second ran again (it never reported), then the answer.
+    assert runs == ["H100 bandwidth", "A100 bandwidth", "A100 bandwidth"]
+    assert "Report on" in run.final_output
+    after = await run.task.ledger()
+    assert after.totals.calls == 3  # the two calls made before the crash were replayed, not generated again
+    replayed = [r.usage.input_tokens for r in run.result.raw_responses[:2]]
+    assert replayed == [0, 0]  # and the loop was told they cost nothing this time
+    state = await run.task.status()
+    assert state.status == TaskStatus.completed and state.step == 3
+
+
+async def test_a_task_on_berths_loop_takes_no_calls_from_outside(stack: Stack) -> None:
+    spec = await stack.client.register(AgentSpec(name=unique("inner"), model=MODEL, instructions="Answer."))
+    task = await stack.client.submit(spec.name, "length: 4000 tokens", budget=20_000)
+    response = await http(stack).post(f"/v1/tasks/{task.task_id}/chat/completions",
+                                      json={"messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["field"] == "task_id" and "loop='own'" in response.json()["error"]["message"]
+    await task.cancel()
+
+
+async def own_task(stack: Stack, budget: int = 20_000, text: str = SUBJECTS) -> str:
+    spec = await stack.client.register(AgentSpec(name=unique("own"), model=MODEL, loop="own"))
+    return (await stack.client.submit(spec.name, text, budget=budget)).task_id
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"messages": [{"role": "user", "content": SUBJECTS}], "temprature": 0.2}, "temprature"),
+    ({"messages": [{"role": "user", "content": SUBJECTS}], "model": "gpt-4o"}, "model"),
+    ({"messages": [{"role": "user", "content": SUBJECTS}], "max_tokens": 0}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": SUBJECTS}], "n": 2}, "n"),
+    ({"messages": [{"role": "user", "content": SUBJECTS}], "temperature": 7}, "temperature"),
+    ({"messages": [{"role": "system", "content": "Be brief."}]}, "messages"),
+    ({"messages": []}, "messages"),
+])
+async def test_a_bad_call_is_refused_naming_its_field(stack: Stack, body: dict, field: str) -> None:
+    task_id = await own_task(stack)
+    response = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["field"] == field
+    assert (await stack.client.task(task_id).ledger()).totals.calls == 0
+
+
+async def test_a_call_that_rewrites_the_conversation_is_refused(stack: Stack) -> None:
+    task_id = await own_task(stack)
+    response = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions",
+                                      json={"messages": [{"role": "user", "content": "another question"}]})
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["field"] == "messages"
+
+
+async def test_a_call_short_of_budget_is_402_and_the_task_waits_for_more(stack: Stack) -> None:
+    task_id = await own_task(stack, budget=10)
+    response = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions",
+                                      json={"messages": [{"role": "user", "content": SUBJECTS}]})
+    assert response.status_code == 402, response.text
+    assert response.json()["error"]["field"] == "budget"
+    assert (await stack.client.task(task_id).status()).status == TaskStatus.awaiting_budget
+
+    await stack.client.task(task_id).raise_budget(20_000)
+    response = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions",
+                                      json={"messages": [{"role": "user", "content": SUBJECTS}]})
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"]
+    assert (await stack.client.task(task_id).status()).status == TaskStatus.running
+
+
+async def test_tool_results_are_kept_only_for_calls_the_tasks_model_made(stack: Stack) -> None:
+    task_id = await own_task(stack)
+    messages = [{"role": "user", "content": SUBJECTS}]
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"subject": {"type": "string"}}, "required": ["subject"]}}}]
+    response = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions",
+                                      json={"messages": messages, "tools": tools})
+    call_id = response.json()["choices"][0]["message"]["tool_calls"][0]["id"]
+
+    forged = await http(stack).put(f"/v1/tasks/{task_id}/tool-results/not-a-call", json={"content": "x"})
+    assert forged.status_code == 404 and forged.json()["error"]["field"] == "call_id"
+    task = stack.client.task(task_id)
+    assert await task.kept_tool_result(call_id) is None
+    await task.keep_tool_result(call_id, "notes")
+    await task.keep_tool_result(call_id, "other notes")  # the first report stands
+    assert await task.kept_tool_result(call_id) == "notes"
+
+    state = await task.finish(output="done")
+    assert state.status == TaskStatus.completed and state.result == "done"
+
+
+async def test_an_own_loop_agent_keeps_its_tools_and_prompts_in_its_loop() -> None:
+    with pytest.raises(ValueError, match="instructions: an agent whose loop is its own"):
+        AgentSpec(name="x", model=MODEL, loop="own", instructions="Be brief.")
+
+
+async def test_a_streaming_client_gets_the_reply_as_chunks_and_a_replayed_call_costs_nothing(stack: Stack) -> None:
+    from openai import AsyncOpenAI
+
+    task_id = await own_task(stack, text="length: 60 tokens")
+    task = stack.client.task(task_id)
+    openai = AsyncOpenAI(base_url=task.openai_base_url, api_key=stack.client._api_key or "",
+                         http_client=httpx.AsyncClient(transport=httpx.ASGITransport(stack.app)))
+    messages = [{"role": "system", "content": "Write."}, {"role": "user", "content": "length: 60 tokens"}]
+    chunks = [c async for c in await openai.chat.completions.create(
+        model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True})]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text and chunks[-1].usage.completion_tokens > 0
+
+    again = await openai.chat.completions.create(model=MODEL, messages=messages)
+    assert again.choices[0].message.content == text and again.usage.total_tokens == 0
+    assert (await task.ledger()).totals.calls == 1
+
+    checkpoints = await task.checkpoints()
+    response = await http(stack).post(f"/v1/tasks/{task_id}/fork", json={"checkpoint_seq": checkpoints[-1].seq})
+    assert response.status_code == 409 and response.json()["error"]["field"] == "task_id"
+    await task.finish(output=text)

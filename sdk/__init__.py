@@ -50,11 +50,12 @@ from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskRun, TaskSpec, Tool
 from ._sync import SyncClient, SyncTaskHandle
 from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
 from ._stream import (BudgetWaiting, Ended, Interrupted, ModelCalled, StateChanged, StepFinished, StreamEvent,
-                      TokenDelta)
+                      TokenDelta, Writing)
 from ._tool import Tool, ToolCallContext, tool, tool_context
 
 __all__ = [
     "TokenDelta",
+    "Writing",
     "StreamEvent",
     "StepFinished",
     "StateChanged",

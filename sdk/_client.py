@@ -44,7 +44,7 @@ from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequ
 from ._settings import ModelSettings
 from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
-from ._stream import TOKEN_DELTA_EVENT, StreamEvent, TokenDelta, typed
+from ._stream import TOKEN_DELTA_EVENT, StreamEvent, TokenDelta, Writing, typed
 from .contracts import SpawnedChild
 
 # An idle connection is dropped before the server's keep-alive (uvicorn's 5 s) closes it: at httpx's default, also
@@ -479,6 +479,11 @@ class TaskHandle:
         `ModelCalled`, `Interrupted` and finally `Ended`; until the task is final."""
         async for event in self._client._stream_events(self.task_id, after, deltas=True):
             yield event if isinstance(event, TokenDelta) else typed(event)
+
+    async def writing(self) -> Writing:
+        """What the running step has written so far, whole (empty when no step generates): `stream()` gives it
+        as deltas; this is for a caller that looks now and then."""
+        return Writing.model_validate(await self._client._request("GET", self._path("writing")))
 
     async def cancel(self, reason: str = "cancelled by request") -> TaskState:
         body = await self._client._request("POST", self._path("cancel"), json={"reason": reason})

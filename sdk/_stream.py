@@ -27,6 +27,14 @@ class TokenDelta(BaseModel):
     text: str
 
 
+class Writing(BaseModel):
+    """The whole text a running step has written so far (for a caller that polls rather than streams)."""
+
+    task_id: str
+    step: int
+    text: str
+
+
 class StreamEvent(BaseModel):
     """A stored event of the task's log: `kind` and its whole `data`, with the typed fields of each subclass."""
 

@@ -34,7 +34,7 @@ from ._resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._settings import ModelSettings
 from ._spec import AgentSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
-from ._stream import StreamEvent, TokenDelta
+from ._stream import StreamEvent, TokenDelta, Writing
 
 T = TypeVar("T")
 
@@ -229,6 +229,9 @@ class SyncTaskHandle:
                     return
         finally:
             self._loop.run(stream.aclose())
+
+    def writing(self) -> Writing:
+        return self._loop.run(self._handle.writing())
 
     def cancel(self, reason: str = "cancelled by request") -> TaskState:
         return self._loop.run(self._handle.cancel(reason))

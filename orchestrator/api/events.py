@@ -26,7 +26,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from sdk import TaskStatus
 from sdk._events import END_EVENT, REVOKED_EVENT
-from sdk._stream import TOKEN_DELTA_EVENT
+from sdk._stream import TOKEN_DELTA_EVENT, Writing
 from sdk._limits import MAX_STORED_INT
 
 from .auth import Caller
@@ -61,6 +61,18 @@ async def stream_events(
     start = max(after, _seq(last_event_id))
     return EventSourceResponse(tail(svc, task_id, start, caller.key_id, DeltaReader(svc, task_id) if deltas else None),
                                ping=PING_INTERVAL_S)
+
+
+@router.get("/v1/tasks/{task_id}/writing", response_model=Writing)
+async def writing(task_id: str, svc: Svc, caller: Caller) -> Writing:
+    """What the task's running step has written so far (empty when none generates): for a client that polls
+    instead of following the event stream (the MCP server's progress). Read from the generation's heartbeat."""
+    record = await svc.task_record(task_id, caller)
+    step = record.state.step + 1
+    if record.state.status != TaskStatus.running:
+        return Writing(task_id=task_id, step=step, text="")
+    progress = await svc.temporal.writing(task_id)
+    return Writing(task_id=task_id, step=step, text=progress.prefix if progress is not None else "")
 
 
 class DeltaReader:

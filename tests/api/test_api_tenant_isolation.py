@@ -43,6 +43,7 @@ READ_ROUTES = {
     "/v1/tasks/{task_id}/checkpoints/{seq}": TASK,
     "/v1/tasks/{task_id}/ledger": TASK,
     "/v1/tasks/{task_id}/events": TASK,
+    "/v1/tasks/{task_id}/writing": TASK,
     "/v1/tasks/{task_id}/tool-results/{call_id}": TASK_PART,
     "/v1/agents": AGENT_LIST,
     "/v1/agents/{name}": AGENT,

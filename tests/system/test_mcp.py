@@ -101,6 +101,22 @@ async def test_http_mcp_runs_a_task_and_serves_its_resources(stack: Stack) -> No
         assert "default:mcp-http-1" in {t["task_id"] for t in listed["tasks"]}
 
 
+async def test_waiting_over_mcp_reports_the_answer_as_it_is_written(stack: Stack) -> None:
+    async with over_http(stack, stack.admin_key()) as client:
+        outcome, progress = await submit_and_wait(client, agent="writer", input="berths\nlength: 2000 tokens",
+                                                  budget_tokens=20_000, task_id="default:mcp-writing-1")
+    final = outcome["state"]
+    assert final["status"] == "completed", final
+    written = [message.split("; writing: ", 1)[1] for _, _, message in progress.seen if "; writing: " in message]
+    assert written, progress.seen  # a 2000-token answer spans many polls
+    # Each report carries only what is new (a long stretch cut to its end, after a "…"), in the answer's order.
+    at = 0
+    for piece in written:
+        found = final["result"].find(piece.removeprefix("…"), at)
+        assert found >= at, (piece, final["result"][at:at + 200])
+        at = found + len(piece.removeprefix("…"))
+
+
 async def test_http_mcp_refuses_no_key_another_tenant_and_bad_input_and_stays_usable(stack: Stack) -> None:
     refused = httpx.post(f"{stack.api}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                          headers={"accept": "application/json, text/event-stream"})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
+from typing import Any
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
@@ -247,17 +248,7 @@ class TemporalGateway:
 
     async def loop_transcript(self, task_id: str) -> LoopTranscript | None:
         """How much of its own loop's conversation the task holds; None when its agent runs Berth's loop."""
-        client = await self.client()
-        try:
-            return await client.get_workflow_handle(task_id).query(
-                LOOP_TRANSCRIPT_QUERY, result_type=LoopTranscript | None, rpc_timeout=self.update_timeout)
-        except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
-            raise UpdateRejected(f"task {task_id} could not say what it holds: {exc}") from exc
-        except RPCTimeoutOrCancelledError as exc:
-            raise TemporalUnavailable(f"the workflow of task {task_id} did not answer; is a Berth worker running?") \
-                from exc
-        except RPCError as exc:
-            raise _rpc_error(task_id, exc) from exc
+        return await self._loop_query(task_id, LOOP_TRANSCRIPT_QUERY, None, LoopTranscript | None)
 
     async def loop_call(self, task_id: str, call: LoopCall) -> LoopReply:
         """One model call of the task's own loop: answered once the step's generation is done (minutes, when
@@ -268,12 +259,18 @@ class TemporalGateway:
         await self._update(task_id, LOOP_TOOL_RESULT_UPDATE, result, None)
 
     async def loop_tool_result_of(self, task_id: str, call_id: str) -> str | None:
+        return await self._loop_query(task_id, LOOP_TOOL_RESULT_QUERY, call_id, str | None)
+
+    async def _loop_query(self, task_id: str, name: str, arg: object, result_type: object) -> Any:
+        """A query of an own loop's state, whose refusal is the workflow's word (not an absent task's)."""
         client = await self.client()
+        handle = client.get_workflow_handle(task_id)
         try:
-            return await client.get_workflow_handle(task_id).query(
-                LOOP_TOOL_RESULT_QUERY, call_id, result_type=str | None, rpc_timeout=self.update_timeout)
+            if arg is None:
+                return await handle.query(name, result_type=result_type, rpc_timeout=self.update_timeout)
+            return await handle.query(name, arg, result_type=result_type, rpc_timeout=self.update_timeout)
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
-            raise UpdateRejected(f"task {task_id} could not say: {exc}") from exc
+            raise UpdateRejected(f"task {task_id} could not say ({name}): {exc}") from exc
         except RPCTimeoutOrCancelledError as exc:
             raise TemporalUnavailable(f"the workflow of task {task_id} did not answer; is a Berth worker running?") \
                 from exc

@@ -4,7 +4,7 @@ Needs only the SDK (`pip install berth-sdk`) and a stack to talk to:
 
     BERTH_API_URL=http://127.0.0.1:8080 BERTH_API_KEY=... python examples/stream_chat.py
 
-Lines come from the terminal, or from the arguments (`python examples/stream_chat.py "length: 300 tokens"`).
+Lines come from the terminal, or from the arguments (`python examples/stream_chat.py "length: 300 tokens"`, a line the simulated engine answers at that length).
 Text arrives in deltas about twice a second, read from the generation's heartbeats; a delta missed while
 the connection was cut is made up from the final answer, so what is printed is always the whole answer.
 """
@@ -16,7 +16,8 @@ import sys
 
 from sdk import Agent, Budget, Client, Ended, TokenDelta
 
-chat = Agent("stream-chat-example", "llama-3.2-1b", "Answer the user in a few sentences.")
+# Room for a long answer in one step: a chat reply is one model call, and 1024 tokens (the default) cut essays short.
+chat = Agent("stream-chat-example", "llama-3.2-1b", "Answer the user in a few sentences.", max_tokens_per_step=8192)
 
 
 async def ask(client: Client, question: str) -> str:

@@ -31,7 +31,8 @@ from ..api.errors import ApiError
 from ..api.principal import ADMINS, OPERATORS, TASK_WRITERS
 from ..api.services import Services, services
 from .forms import model_from_form, read_form
-from .pages import show_fleet, show_models, show_task, show_tenants
+from .admin_pages import show_tenants
+from .pages import show_fleet, show_models, show_task
 from .rendering import Flash, redirect
 from .session_auth import Viewer, check_csrf, signed_in
 

@@ -1,4 +1,5 @@
-"""The admin UI's pages (GET): overview, tasks, a task, a checkpoint, fleet, models, tenants and keys, audit.
+"""The admin UI's pages (GET): overview, tasks, a task, a checkpoint, fleet, models (tenants, keys and audit:
+admin_pages).
 
 Each page reads through the same store and the same tenant rules as /v1: a key confined to a
 tenant sees that tenant's tasks only, and another tenant's task id is "not found" here too.
@@ -18,7 +19,6 @@ from sdk import CatalogueModel, TaskStatus
 from sdk._limits import MAX_STORED_INT
 
 from ..api import events as events_api
-from ..api.auth import forbidden
 from ..api.checkpoints import read_checkpoint
 from ..api.services import Services, services
 from ..api.tasks import current_state
@@ -26,7 +26,7 @@ from .charts import Series, line_chart
 from .fleet_history import FleetHistory
 from .foresight import WINDOW_WORDS, duration, foresight_view, unload_window
 from .overview import models_last_hour, overview
-from .rendering import Flash, may, render
+from .rendering import Flash, render
 from .session_auth import Viewer, signed_in
 from .task_view import TaskDetail, task_detail
 
@@ -165,35 +165,6 @@ async def show_models(request: Request, svc: Services, viewer: Viewer, *, flash:
                   foresight={m.entry.name: foresight_view(m) for m in models},
                   windows={m.entry.name: unload_window(m) for m in models}, window_words=WINDOW_WORDS,
                   duration=duration)
-
-
-@router.get("/tenants", response_class=HTMLResponse)
-async def tenants_page(request: Request, svc: Svc, viewer: Signed) -> HTMLResponse:
-    return await show_tenants(request, svc, viewer)
-
-
-async def show_tenants(request: Request, svc: Services, viewer: Viewer, *, flash: Flash | None = None,
-                       status: int = 200, new_key: str | None = None) -> HTMLResponse:
-    require_admin(viewer, "manage tenants and API keys")
-    tenants = await svc.db(svc.store.tenants.list)
-    keys = await svc.db(svc.store.keys.list)
-    return render(request, "tenants.html", viewer, tenants=tenants, keys=keys, new_key=new_key, flash=flash,
-                  status=status)
-
-
-@router.get("/audit", response_class=HTMLResponse)
-async def audit_page(request: Request, svc: Svc, viewer: Signed,
-                     key_id: Annotated[str, Query(max_length=64)] = "",
-                     page: Annotated[int, Query(ge=1, le=10_000)] = 1) -> HTMLResponse:
-    require_admin(viewer, "read the audit log")
-    entries = await svc.db(svc.store.audit.list, key_id=key_id or None, limit=201, offset=(page - 1) * 200)
-    return render(request, "audit.html", viewer, entries=entries[:200], more=len(entries) > 200, key_id=key_id,
-                  page=page)
-
-
-def require_admin(viewer: Viewer, action: str) -> None:
-    if not may(viewer, "admin"):
-        raise forbidden(viewer.principal, action)
 
 
 async def _detail(svc: Services, viewer: Viewer, task_id: str) -> TaskDetail:

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from prometheus_client.parser import text_string_to_metric_families
 
-from orchestrator.pool import metrics as pool_metrics
-from orchestrator.telemetry import fleet_gauges, task_gauges
-from orchestrator.telemetry.metrics_setup import metrics_text
+from tests.unit.metrics_exposition import exposition
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "berth-alerts.yml"
 ISSUE_ALERTS = {"BerthGpuEccErrors", "BerthReplicaCrashLooping", "BerthTasksWaitingForGpu", "BerthTenantNearBudget",
@@ -22,14 +18,7 @@ ISSUE_ALERTS = {"BerthGpuEccErrors", "BerthReplicaCrashLooping", "BerthTasksWait
 
 def test_every_alert_reads_metrics_berth_exposes(metrics_reader: InMemoryMetricReader,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    # A reading of each gauge, so that the exposition has a series of every one of them.
-    monkeypatch.setattr(task_gauges, "_read", lambda: task_gauges.TaskReading(
-        heartbeat_age_s={("n1", "east"): 3.0}, gpu_trouble=Counter({("m", "crash_loop"): 1}),
-        near_budget=Counter({"acme": 1})))
-    monkeypatch.setattr(fleet_gauges, "_read", lambda: fleet_gauges.FleetReading(
-        gpus=[fleet_gauges.GpuReading("n1", "east", 0, "H100-80GB", 1024, 81920, 50, 0, True)]))
-    monkeypatch.setattr(pool_metrics, "_depth", lambda: {"m": (1, 5.0)})
-    exposed = {s.name for f in text_string_to_metric_families(metrics_text().decode()) for s in f.samples}
+    exposed = {name for samples in exposition(monkeypatch).values() for name in samples}
 
     rules = [r for group in yaml.safe_load(RULES.read_text())["groups"] for r in group["rules"]]
     assert ISSUE_ALERTS <= {r["alert"] for r in rules}

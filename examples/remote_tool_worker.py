@@ -14,8 +14,6 @@ key of the same tenant:
 
 from __future__ import annotations
 
-import signal
-
 from sdk import Agent, serve_blocking, tool
 
 STOCK = {"widgets": 120, "gadgets": 0, "sprockets": 43}
@@ -31,10 +29,5 @@ def stock(item: str) -> str:
 inventory = Agent("inventory-example", "llama-3.2-1b", "Check the stock of each item, then report.", [stock])
 
 
-def _stop(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # a service manager's SIGTERM ends the worker as Ctrl-C does
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _stop)
-    serve_blocking(inventory)
+    serve_blocking(inventory)  # a service manager's SIGTERM stops it as Ctrl-C does

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 
 from opentelemetry import trace
 from temporalio import activity
@@ -109,11 +110,28 @@ def _release(names: list[str]) -> None:
 
 
 def serve_blocking(*agents: Agent, **kwargs: object) -> None:
-    """`serve` for scripts: blocks until Ctrl-C."""
+    """`serve` for scripts and service managers: blocks until Ctrl-C or SIGTERM. Both cancel serve() the same
+    way, so its workers shut down and its agents' registrations are released before this returns; a
+    KeyboardInterrupt raised from a signal handler would instead land wherever the event loop happened to be,
+    inside Temporal's worker too, and could leave its shutdown waiting."""
     try:
-        asyncio.run(serve(*agents, **kwargs))  # type: ignore[arg-type]
+        asyncio.run(_serve_until_terminated(agents, kwargs))
     except KeyboardInterrupt:
         pass
+
+
+async def _serve_until_terminated(agents: tuple[Agent, ...], kwargs: dict[str, object]) -> None:
+    loop = asyncio.get_running_loop()
+    if main := asyncio.current_task():
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread or on Windows
+            loop.add_signal_handler(signal.SIGTERM, main.cancel)
+    try:
+        await serve(*agents, **kwargs)  # type: ignore[arg-type]
+    except asyncio.CancelledError:
+        return  # Ctrl-C (asyncio.run cancels this task) or SIGTERM: serve() has shut down, a clean stop
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
 
 
 def tool_worker(client: TemporalClient, agent: Agent, mcp: McpToolbox | None = None,

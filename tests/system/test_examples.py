@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,17 +29,19 @@ def test_the_streaming_chat_prints_the_answer_as_it_is_written(stack: Stack) -> 
     assert len(answer) == whole and answer in ran.stdout
 
 
-def test_a_tool_worker_with_a_tenants_key_serves_that_tenants_tasks(stack: Stack) -> None:
+def test_a_tool_worker_with_a_tenants_key_serves_that_tenants_tasks(stack: Stack, tmp_path: Path) -> None:
     stack.http.post("/v1/tenants", json={"name": "warehouse"}).raise_for_status()
     key = stack.http.post("/v1/keys", json={"role": "agent", "tenant": "warehouse", "name": "worker"}).json()["key"]
     env = {**stack.env, "BERTH_API_KEY": key, "TEMPORAL_ADDRESS": f"127.0.0.1:{stack.env['BERTH_TEMPORAL_PORT']}"}
-    worker = subprocess.Popen([sys.executable, str(ROOT / "examples" / "remote_tool_worker.py")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "worker.log"  # a file, not a pipe: a full pipe nobody reads would stall the worker
+    with log.open("w") as out:
+        worker = subprocess.Popen([sys.executable, str(ROOT / "examples" / "remote_tool_worker.py")], env=env,
+                                  stdout=out, stderr=subprocess.STDOUT)
     try:
         as_tenant = {"authorization": f"Bearer {key}"}
         wait_until(lambda: stack.http.get("/v1/agents/inventory-example", headers=as_tenant).status_code == 200
                    or worker.poll() is not None, 120, "the worker to register its agent")
-        assert worker.poll() is None, worker.stderr.read()[-3000:] if worker.stderr else ""
+        assert worker.poll() is None, log.read_text()[-3000:]
         agent = stack.http.get("/v1/agents/inventory-example", headers=as_tenant).json()
         assert [t["name"] for t in agent["tools"]] == ["stock"]
         # Registered by the tenant's key, the agent is the tenant's: another tenant's key does not see it.
@@ -57,5 +60,9 @@ def test_a_tool_worker_with_a_tenants_key_serves_that_tenants_tasks(stack: Stack
         assert "widgets: 120 in stock" in state["result"] and "gadgets: 0 in stock" in state["result"]
     finally:
         worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=60)  # stops promptly on a service manager's signal
-    assert worker.returncode == 0, worker.stderr.read()[-3000:] if worker.stderr else ""
+        try:
+            worker.wait(timeout=60)  # stops promptly on a service manager's signal
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            raise AssertionError(f"the worker ignored SIGTERM:\n{log.read_text()[-3000:]}") from None
+    assert worker.returncode == 0, log.read_text()[-3000:]

@@ -82,6 +82,12 @@ class SqlEventLog:
             found = session.exec(select(func.max(EventRow.seq)).where(EventRow.task_id == task_id)).first()
         return found or 0
 
+    def newest_seq(self) -> int:
+        """The seq of the newest event of any task (0 if none): a cheap sign that something happened since."""
+        with Session(self._engine) as session:
+            found = session.exec(select(func.max(EventRow.seq))).first()
+        return found or 0
+
     def recent(self, kinds: Collection[str], since: datetime, tenant: str | None = None,
                limit: int = RECENT_CAP) -> list[TaskEvent]:
         """Events of `kinds` (of every task, or of one tenant's) at or after `since`, oldest first."""

@@ -455,7 +455,9 @@ class AuditRow(SQLModel, table=True):
     """One state-changing API request: who (key and role), what (method, path, target), when, and its status."""
 
     __tablename__ = "audit_log"
-    __table_args__ = (Index("ix_audit_log_key", "key_id", "id"), {"sqlite_autoincrement": True})
+    # ix_audit_log_at: the audit page's time windows (since/until) on a log that only grows.
+    __table_args__ = (Index("ix_audit_log_key", "key_id", "id"), Index("ix_audit_log_at", "at"),
+                      {"sqlite_autoincrement": True})
 
     id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
     at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)

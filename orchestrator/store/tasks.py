@@ -13,7 +13,7 @@ import builtins
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy import Connection, Engine, bindparam, delete, func
@@ -33,6 +33,11 @@ _INSERT = inserts_skipping_taken(_TASKS, ["task_id"], _TASKS.c.task_id)
 # A task is read by id for every page and call about it, and by a node's every prepare: built once.
 _GET = sa.select(_TASKS.c.state_json, _TASKS.c.spec_json, _TASKS.c.created_at).where(
     _TASKS.c.task_id == bindparam("task_id"))
+
+
+# What the task list may be ordered by in SQL: the two timestamps with a column (and an index) of their own.
+TaskOrder = Literal["created", "updated"]
+_ORDER_COLUMNS: dict[str, Any] = {"created": TaskRow.created_at, "updated": TaskRow.updated_at}
 
 
 class TaskConflict(Conflict):
@@ -162,12 +167,22 @@ class SqlTaskRegistry:
         parent_task_id: str | None = None,
         model: str | None = None,
         id_prefix: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        order_by: TaskOrder = "created",
+        ascending: bool = False,
         limit: int = 100,
         offset: int = 0,
     ) -> builtins.list[TaskState]:
-        """Tasks matching every filter given, newest first (by creation, so pages do not shift as tasks run)."""
+        """Tasks matching every filter given, newest first by creation unless told otherwise (creation, so pages do
+        not shift as tasks run; `order_by="updated"` for the most recently changed, each on its own index).
+
+        `created_after` is inclusive and `created_before` exclusive, so adjacent windows never count a task twice.
+        """
         if limit < 0 or offset < 0:
             raise ValueError(f"limit and offset must not be negative (limit={limit}, offset={offset})")
+        if order_by not in _ORDER_COLUMNS:
+            raise ValueError(f"order_by must be one of {', '.join(_ORDER_COLUMNS)}, not {order_by!r}")
         statement = select(TaskRow.state_json)
         if tenant is not None:
             statement = statement.where(TaskRow.tenant == tenant)
@@ -182,7 +197,13 @@ class SqlTaskRegistry:
         if id_prefix:
             # startswith escapes LIKE's wildcards: a search for "a_b" finds "a_b…" only.
             statement = statement.where(col(TaskRow.task_id).startswith(id_prefix, autoescape=True))
-        statement = statement.order_by(col(TaskRow.created_at).desc(), col(TaskRow.task_id).desc())
+        if created_after is not None:
+            statement = statement.where(col(TaskRow.created_at) >= created_after)
+        if created_before is not None:
+            statement = statement.where(col(TaskRow.created_at) < created_before)
+        column = col(_ORDER_COLUMNS[order_by])
+        tie = col(TaskRow.task_id)  # rows made in the same instant still come in one fixed order
+        statement = statement.order_by(*((column.asc(), tie.asc()) if ascending else (column.desc(), tie.desc())))
         with Session(self._engine) as session:
             rows = session.exec(statement.limit(limit).offset(offset)).all()
         return [TaskState.model_validate_json(r) for r in rows]

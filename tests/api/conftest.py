@@ -26,6 +26,7 @@ from sdk import AgentSpec, Client, ToolSpec
 from sdk._identity import Role
 
 from api_helpers import ClientAs, Stack, unique
+from ui_helpers import SignIn, csrf_of
 
 
 @pytest.fixture
@@ -117,3 +118,29 @@ async def stack(temporal_client: TemporalClient, engine_url: str, tmp_path: Path
         async with Client("http://berth", api_key=admin_key, transport=httpx.ASGITransport(app)) as client:
             yield Stack(client, store, app)
     store.close()
+
+
+@pytest.fixture
+async def browsers(app) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """Cookie-keeping clients of the app (each a separate browser), closed after the test."""
+    made: list[httpx.AsyncClient] = []
+    yield made
+    for client in made:
+        await client.aclose()
+
+
+@pytest.fixture
+def sign_in(app, store: Store, browsers: list[httpx.AsyncClient]) -> SignIn:
+    """`await sign_in(Role.viewer)`: a new browser signed in through the form with a new key of that role
+    (admin unless told; or `key=` one of the test's own)."""
+
+    async def make(role: Role = Role.admin, tenant: str | None = None, key: str | None = None) -> httpx.AsyncClient:
+        browser = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth")
+        browsers.append(browser)
+        key = key or store.keys.create(role, tenant, name=f"ui-{role.value}").key
+        form = await browser.get("/login")
+        signed = await browser.post("/login", data={"api_key": key, "csrf_token": csrf_of(form)})
+        assert signed.status_code == 303, signed.text[:500]
+        return browser
+
+    return make

@@ -26,6 +26,9 @@ class BerthConfig(BaseModel):
     engine_port: int = Field(default=8090, ge=0, le=65535)
     temporal_address: str | None = Field(default=None, description="host:port of an existing Temporal frontend")
     temporal_namespace: str = "default"
+    temporal_ui_url: str | None = Field(
+        default=None, max_length=500, pattern=r"^https?://\S+$", description="where operators open the Temporal UI, for the task page's link to"
+                                                  " its workflow; the embedded one's when Berth runs its own Temporal")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; SQLite under data_dir by default")
     engine_url: str | None = Field(default=None, description="base URL of the simulated engine (…/v1)")
     api_url: str | None = Field(default=None, description="where clients and tool workers reach the API")
@@ -50,6 +53,14 @@ class BerthConfig(BaseModel):
                                                                        " after the burst")
     submit_burst: int = Field(default=2000, ge=1, description="task submissions one API key may send at once")
     engine_latency_scale: float = Field(default=1.0, ge=0, description="multiplies the simulated TTFT and per-token time")
+
+    @property
+    def resolved_temporal_ui_url(self) -> str | None:
+        """The Temporal UI to link to: the one configured, else the embedded dev server's (none for an outside
+        Temporal whose UI Berth was not told of)."""
+        if self.temporal_ui_url:
+            return self.temporal_ui_url.rstrip("/")
+        return None if self.temporal_address else f"http://{self.host}:{self.temporal_ui_port}"
 
     @property
     def admin_key_path(self) -> Path:

@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 
 from ..api.errors import ApiError, error_response, validation_refusal
 from ..store import Store
-from . import actions, admin_pages, login, pages, task_list
+from . import actions, admin_pages, fleet_pages, live, login, pages, task_list
 from .fleet_history import FleetHistory
 from .rendering import redirect, render
 from .session_auth import CsrfRefused, SignInRequired, login_url, signed_in
@@ -35,6 +35,8 @@ def install(app: FastAPI, store: Store) -> FleetHistory:
     """Add the UI to `app`; the returned sampler is run by the app's lifespan for the replicas chart."""
     app.mount(STATIC_PREFIX, StaticFiles(directory=Path(__file__).parent / "static"), name="ui-static")
     app.include_router(login.router)
+    app.include_router(fleet_pages.router)
+    app.include_router(live.router)
     app.include_router(task_list.router)
     app.include_router(pages.router)
     app.include_router(admin_pages.router)

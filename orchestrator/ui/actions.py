@@ -32,7 +32,8 @@ from ..api.principal import ADMINS, OPERATORS, TASK_WRITERS
 from ..api.services import Services, services
 from .forms import model_from_form, read_form
 from .admin_pages import show_tenants
-from .pages import show_fleet, show_models, show_task
+from .fleet_pages import show_fleet, show_models
+from .pages import show_task
 from .rendering import Flash, redirect
 from .session_auth import Viewer, check_csrf, signed_in
 
@@ -171,6 +172,25 @@ async def set_policy(request: Request, name: str, svc: Svc) -> Response:
     return await _act(save, "/models", again)
 
 
+@router.post("/models/{name:path}/prewarm")
+async def prewarm(request: Request, name: str, svc: Svc) -> Response:
+    viewer, _ = await _form(request)
+    _allow(viewer, OPERATORS, "prewarm models", fleet_wide=True)
+
+    async def start() -> Done:
+        started = await models_api.prewarm(name, svc, viewer.principal, None)
+        if not started.nodes:
+            return Done(f"{name}: nothing to fetch: no healthy node that could serve it is missing its weights")
+        where = ", ".join(f"{t.node_id} (from {'a datacenter peer' if t.source == 'datacenter' else 'origin'})"
+                          for t in started.nodes)
+        return Done(f"{name}: weights going onto the disks of {where}")
+
+    async def again(**kwargs: Any) -> Response:
+        return await show_models(request, svc, viewer, **kwargs)
+
+    return await _act(start, "/models", again)
+
+
 # --- tenants and keys ------------------------------------------------------------------------
 
 
@@ -184,7 +204,7 @@ async def create_tenant(request: Request, svc: Svc) -> Response:
         await tenants_api.create_tenant(spec, svc, viewer.principal)
         return Done(f"tenant {spec.name} created")
 
-    return await _act(create, "/tenants", _tenants_again(request, svc, viewer))
+    return await _act(create, "/tenants", _tenants_again(request, svc, viewer, ("create-tenant", form)))
 
 
 @router.post("/tenants/{name}")
@@ -200,22 +220,24 @@ async def update_tenant(request: Request, name: str, svc: Svc) -> Response:
         await tenants_api.update_tenant(name, change, svc, viewer.principal)
         return Done(f"tenant {name} updated")
 
-    return await _act(update, "/tenants", _tenants_again(request, svc, viewer))
+    return await _act(update, "/tenants", _tenants_again(request, svc, viewer, (f"tenant-update-{name}", form)))
 
 
 @router.post("/keys")
 async def create_key(request: Request, svc: Svc) -> Response:
     viewer, form = await _form(request)
     _allow(viewer, ADMINS, "manage API keys")
-    again = _tenants_again(request, svc, viewer)
+    again = _tenants_again(request, svc, viewer, ("create-key", form))
     try:
         spec = model_from_form(KeyRequest, form, ("role", "tenant", "name", "description"))
         created = await keys_api.create_key(spec, request, svc, viewer.principal)
     except ApiError as exc:
         return await again(flash=Flash("error", exc.message), status=exc.status)
     # Shown on this one answer, never again (no redirect: the key must not travel in a cookie or a URL).
-    return await again(flash=Flash("ok", f"key {created.key_id} created: copy it now, it is not shown again"),
-                       status=201, new_key=created.key)
+    # The form starts empty again: what was typed made this key.
+    return await _tenants_again(request, svc, viewer)(
+        flash=Flash("ok", f"key {created.key_id} created: copy it now, it is not shown again"), status=201,
+        new_key=created.key)
 
 
 @router.post("/keys/{key_id}/revoke")
@@ -225,14 +247,17 @@ async def revoke_key(request: Request, key_id: str, svc: Svc) -> Response:
 
     async def revoke() -> Done:
         await keys_api.revoke_key(key_id, svc, viewer.principal)
-        return Done(f"key {key_id} revoked")
+        return Done(f"key {key_id} revoked: every request with it is refused from now on")
 
     return await _act(revoke, "/tenants", _tenants_again(request, svc, viewer))
 
 
-def _tenants_again(request: Request, svc: Services, viewer: Viewer) -> Shown:
+def _tenants_again(request: Request, svc: Services, viewer: Viewer, typed: tuple[str, dict[str, str]] | None = None,
+                   ) -> Shown:
+    """The tenants page shown again after a refusal, with the refused form (`typed`: its id, its fields) as typed."""
+
     async def show(**kwargs: Any) -> Response:
-        return await show_tenants(request, svc, viewer, **kwargs)
+        return await show_tenants(request, svc, viewer, typed=typed, **kwargs)
 
     return show
 

@@ -22,6 +22,8 @@ from ..telemetry.model_figures import ModelFigures, is_cold_start, model_figures
 from .charts import Series
 
 HOUR = timedelta(hours=1)
+# The rate the Tokens/min card says: an average over a few minutes, so a task that just finished does not read 0.
+RECENT_RATE = timedelta(minutes=5)
 WAITING_SHOWN = 50
 
 
@@ -29,7 +31,9 @@ WAITING_SHOWN = 50
 class Overview:
     tasks_by_state: dict[str, int]
     tokens_per_minute: Series
-    tokens_last_minute: int
+    tokens_per_minute_recent: float
+    calls_1h: int
+    usd_1h: float
     gpus_busy: int
     gpus_idle: int
     warm_replicas: int
@@ -42,17 +46,18 @@ class Overview:
 def overview(store: Store, tenant: str | None, now: datetime | None = None) -> Overview:
     now = now or datetime.now(timezone.utc)
     per_minute = store.ledger.tokens_per_minute(now - HOUR, tenant)
-    # The current minute is still filling up; the last whole one is the honest "per minute".
-    last_whole = per_minute[-2][1] if len(per_minute) > 1 else 0
     recent = store.events.recent(("llm_call", "interruption"), now - HOUR, tenant)
+    calls = [e for e in recent if e.kind == "llm_call"]
     fleet = fleet_reading(n for n in store.fleet.list() if n.status != "lost" and n.status not in UNADMITTED)
     replicas: Counter[str] = Counter()
     for (_model, state, _node, _datacenter), count in fleet.replicas.items():
         replicas[state] += count
     return Overview(
         tasks_by_state=_ordered(store.tasks.count_by_status(tenant)),
-        tokens_per_minute=Series("tokens per minute", "tokens/min", [(at, float(n)) for at, n in per_minute]),
-        tokens_last_minute=last_whole,
+        tokens_per_minute=Series("tokens/min", [(at, float(n)) for at, n in per_minute]),
+        tokens_per_minute_recent=recent_rate(per_minute, now),
+        calls_1h=len(calls),
+        usd_1h=sum(float(e.data.get("cost_usd") or 0.0) for e in calls),
         gpus_busy=sum(1 for g in fleet.gpus if g.held),
         gpus_idle=sum(1 for g in fleet.gpus if not g.held),
         warm_replicas=replicas["warm"],
@@ -61,6 +66,13 @@ def overview(store: Store, tenant: str | None, now: datetime | None = None) -> O
         preemptions_1h=sum(1 for e in recent if e.kind == "interruption"),
         waiting_for_gpu=_waiting_for_gpu(store, tenant),
     )
+
+
+def recent_rate(per_minute: list[tuple[datetime, int]], now: datetime) -> float:
+    """Tokens a minute over the last RECENT_RATE, the current minute counted for the part of it gone by."""
+    since = now - RECENT_RATE
+    tokens = sum(n for at, n in per_minute if at + timedelta(minutes=1) > since)
+    return tokens / (RECENT_RATE.total_seconds() / 60)
 
 
 def models_last_hour(store: Store, now: datetime | None = None) -> dict[str, ModelFigures]:

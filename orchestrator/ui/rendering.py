@@ -21,6 +21,7 @@ from ..api.auth import refusal_of
 from ..api.principal import ADMINS, OPERATORS, TASK_WRITERS
 from ..money import usd_text
 from .session_auth import CSRF_FIELD, Viewer
+from .timeline import timeline_svg
 
 FLASH_COOKIE = "berth_flash"
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -68,7 +69,8 @@ def _pretty_json(value: Any) -> str:
 def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True),
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(tokens=_tokens, usd=usd_text, seconds=_seconds, when=_when, ago=_ago, pretty_json=_pretty_json)
+    env.filters.update(tokens=_tokens, usd=usd_text, seconds=_seconds, when=_when, ago=_ago, pretty_json=_pretty_json,
+                       timeline_svg=timeline_svg)
     return env
 
 

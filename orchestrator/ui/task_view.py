@@ -9,14 +9,27 @@ than what the workflow meant to do.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from sdk import Message, TaskEvent, TaskSpec, TaskState
 
 from ..store import CheckpointCorrupt, CheckpointNotFound, CheckpointSummary, LedgerTotals, Store
+from .timeline import Timeline, step_timeline
 
 # The page is for a person: the first steps and the latest ones matter; thousands do not fit on it.
 STEPS_SHOWN = 200
 TOOL_TEXT_SHOWN = 2000
+# A sub-agent tree is read task by task: deep or wide ones are cut here, and the page says so.
+TREE_DEPTH, TREE_SHOWN = 4, 100
+RESULT_SUMMARY = 240
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """A sub-agent in the task's tree: its depth under the task (1: a child) and its state."""
+
+    depth: int
+    state: TaskState
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,9 @@ class TaskDetail:
     tool_calls: list[ToolCallView]
     interruptions: list[TaskEvent]
     checkpoints: list[CheckpointSummary]
+    timeline: Timeline
+    tree: list[TreeNode] = field(default_factory=list)
+    tree_cut: bool = False
     last_seq: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -44,12 +60,30 @@ class TaskDetail:
     def children_tokens(self) -> int:
         return sum(c.spend.tokens_used for c in self.children)
 
+    @property
+    def result_summary(self) -> str:
+        """The result's opening, for the line a collapsed result shows."""
+        result = (self.state.result or "").strip()
+        first = " ".join(result.split())
+        return first if len(first) <= RESULT_SUMMARY else first[:RESULT_SUMMARY].rsplit(" ", 1)[0] + " …"
+
+    @property
+    def duration_s(self) -> float | None:
+        """From its start to its end (to now while it runs)."""
+        start = self.state.started_at
+        if start is None:
+            return None
+        end = self.state.updated_at if self.state.status.is_final and self.state.updated_at else datetime.now(timezone.utc)
+        return max(0.0, (end - start).total_seconds())
+
 
 def task_detail(store: Store, state: TaskState, spec_json: str | None) -> TaskDetail:
     """Everything the page shows of `state`'s task (the caller has already been checked against its tenant)."""
     task_id = state.task_id
     steps = store.events.of_kind(task_id, "llm_call", limit=STEPS_SHOWN)
     interruptions = store.events.of_kind(task_id, "interruption")
+    until = state.updated_at if state.status.is_final and state.updated_at else datetime.now(timezone.utc)
+    tree, cut = sub_agent_tree(store, state)
     detail = TaskDetail(
         state=state,
         spec=TaskSpec.model_validate_json(spec_json) if spec_json else None,
@@ -59,12 +93,39 @@ def task_detail(store: Store, state: TaskState, spec_json: str | None) -> TaskDe
         tool_calls=[],
         interruptions=interruptions,
         checkpoints=store.checkpoints.list(task_id),
+        timeline=step_timeline(steps, interruptions, state.started_at, until),
+        tree=tree, tree_cut=cut,
         last_seq=store.events.last_seq(task_id),
     )
     detail.tool_calls, note = _tool_calls(store, task_id)
     if note:
         detail.notes.append(note)
     return detail
+
+
+def sub_agent_tree(store: Store, state: TaskState) -> tuple[list[TreeNode], bool]:
+    """The task's sub-agents, each followed by its own (depth first, in spawn order); True when cut short."""
+    tree: list[TreeNode] = []
+    cut = False
+
+    def visit(children: list[str], depth: int) -> None:
+        nonlocal cut
+        for child_id in children:
+            if len(tree) >= TREE_SHOWN:
+                cut = True
+                return
+            record = store.tasks.get(child_id)
+            if record is None:
+                continue
+            tree.append(TreeNode(depth, record.state))
+            if record.state.children:
+                if depth >= TREE_DEPTH:
+                    cut = True
+                else:
+                    visit(record.state.children, depth + 1)
+
+    visit(state.children, 1)
+    return tree, cut
 
 
 def _tool_calls(store: Store, task_id: str) -> tuple[list[ToolCallView], str | None]:

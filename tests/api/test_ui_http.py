@@ -7,7 +7,6 @@ including the requests no page would send (forged forms, other tenants' ids, rev
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -23,46 +22,7 @@ from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
 from sdk._identity import Role, TenantSpec
 
 from api_helpers import put_task, unique, write_checkpoints
-
-SignIn = Callable[..., Awaitable[httpx.AsyncClient]]
-
-
-def csrf_of(page: httpx.Response) -> str:
-    found = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
-    assert found, page.text[:500]
-    return found.group(1)
-
-
-def flash_of(page: httpx.Response) -> str:
-    found = re.search(r'<div id="flash" data-kind="(\w+)"[^>]*>([^<]*)</div>', page.text)
-    assert found, page.text[:2000]
-    return f"{found.group(1)}: {found.group(2)}"
-
-
-@pytest.fixture
-async def browsers(app) -> AsyncIterator[list[httpx.AsyncClient]]:
-    """Cookie-keeping clients of the app (each a separate browser), closed after the test."""
-    made: list[httpx.AsyncClient] = []
-    yield made
-    for client in made:
-        await client.aclose()
-
-
-@pytest.fixture
-def sign_in(app, store: Store, browsers: list[httpx.AsyncClient]) -> SignIn:
-    """`await sign_in(Role.viewer)`: a new browser signed in with a new key of that role (or `key=`)."""
-
-    async def make(role: Role = Role.admin, tenant: str | None = None, key: str | None = None) -> httpx.AsyncClient:
-        browser = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth")
-        browsers.append(browser)
-        key = key or store.keys.create(role, tenant, name=f"ui-{role.value}").key
-        form = await browser.get("/login")
-        signed = await browser.post("/login", data={"api_key": key, "csrf_token": csrf_of(form)})
-        assert signed.status_code == 303, signed.text[:500]
-        return browser
-
-    return make
-
+from ui_helpers import SignIn, csrf_of, flash_of
 
 async def test_pages_need_a_session_and_send_you_back_after_signing_in(app, store: Store, browsers) -> None:
     browser = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth")
@@ -240,8 +200,10 @@ async def test_the_models_page_shows_the_learned_keep_alive_and_whether_each_pre
     unplanned = _model_section(page, "llama-3.1-8b")
     assert "the scaler has not planned for this model yet" in unplanned and 'class="prewarms"' not in unplanned
     assert "a window not learned yet" in unplanned
-    hosted = _model_section(page, "openai/gpt-4o-mini")
-    assert 'class="foresight"' not in hosted  # a provider's model is never loaded here, nor kept alive
+    # A provider's model is never loaded here, nor kept alive: a summary row, no plan, no policy, no prewarm.
+    assert '<section class="model" data-model="openai/gpt-4o-mini">' not in page
+    hosted = re.search(r'<tr data-model="openai/gpt-4o-mini" class="hosted">.*?</tr>', page, re.S)
+    assert hosted and "Prewarm" not in hosted.group(0) and "GiB" not in hosted.group(0)
 
 
 async def test_what_users_and_models_wrote_is_shown_escaped(sign_in: SignIn, store: Store, agent: AgentSpec) -> None:
@@ -336,13 +298,13 @@ async def test_the_models_page_shows_each_models_last_hour_from_its_booked_calls
         books.settle(served, CallReport(attempt=attempt, prompt_tokens=20, completion_tokens=40, cost_usd=0,
                                         ttft_s=ttft, duration_s=1.0, served_by="n/r", placement=placement))
     page = (await (await sign_in(Role.viewer)).get("/models")).text
-    section = page[page.index('data-model="qwen2.5-7b"'):]
-    section = section[:section.index("</section>")]
-    shown = dict(re.findall(r'<b class="([\w-]+)">([^<]*)</b>', section))
+    row = re.search(r'<tr data-model="qwen2.5-7b" class="self-hosted">.*?</tr>', page, re.S)
+    assert row, "the model has a row in the summary"
+    shown = dict(re.findall(r'<(?:td|span) class="([\w-]+)">([^<]*)</(?:td|span)>', row.group(0)))
     assert {k: shown[k] for k in ("calls", "cold-starts", "ttft-p50", "ttft-p95", "speed")} == {
         "calls": "3", "cold-starts": "1", "ttft-p50": "300 ms", "ttft-p95": "9.0 s", "speed": "40 tok/s"}
-    idle = page[page.index('data-model="llama-3.1-8b"'):]
-    assert re.search(r'<b class="calls">0</b>.*?<b class="ttft-p50">–</b>', idle, re.S)
+    idle = re.search(r'<tr data-model="llama-3.1-8b" class="self-hosted">.*?</tr>', page, re.S)
+    assert idle and re.search(r'<td class="calls">0</td>.*?<span class="ttft-p50">–</span>', idle.group(0), re.S)
 
 
 async def test_the_fleet_page_shows_pending_and_revoked_nodes_and_revoking_needs_the_node_id_typed(
@@ -362,8 +324,28 @@ async def test_the_fleet_page_shows_pending_and_revoked_nodes_and_revoking_needs
     assert 'action="/fleet/nodes/gpu-p/approve"' not in page.text and 'name="confirm"' in page.text
     for typed in ({}, {"confirm": "gpu-q"}):  # one click, or another node's id, revokes nothing
         refused = await admin.post("/fleet/nodes/gpu-p/revoke", data={"csrf_token": csrf_of(page), **typed})
-        assert refused.status_code == 422 and "type the node id &#39;gpu-p&#39; to confirm" in flash_of(refused)
+        assert refused.status_code == 422 and "type the node id 'gpu-p' to confirm" in flash_of(refused)
     assert store.fleet.get("gpu-p").status == "healthy"
     revoked = await admin.post("/fleet/nodes/gpu-p/revoke", data={"csrf_token": csrf_of(page), "confirm": "gpu-p"})
     assert revoked.status_code == 303 and store.fleet.get("gpu-p").status == "revoked"
     assert "its credential is dead" in (await admin.get("/fleet")).text
+
+
+async def test_prewarm_from_the_models_page_is_an_operators_and_says_why_it_did_nothing(sign_in: SignIn) -> None:
+    viewer = await sign_in(Role.viewer)
+    page = await viewer.get("/models")
+    button = re.search(r'<form method="post" action="/models/qwen2.5-7b/prewarm" class="prewarm quiet">.*?</form>',
+                       page.text, re.S)
+    assert button and "disabled" in button.group(0)  # shown, greyed out: a viewer may not prewarm
+    refused = await viewer.post("/models/qwen2.5-7b/prewarm", data={"csrf_token": csrf_of(page)})
+    assert refused.status_code == 403
+
+    operator = await sign_in(Role.operator)
+    page = await operator.get("/models")
+    nowhere = await operator.post("/models/qwen2.5-7b/prewarm", data={"csrf_token": csrf_of(page)})
+    assert nowhere.status_code == 303  # no node has joined: nothing fetched, and the flash says so
+    assert flash_of(await operator.get("/models")) == \
+        "ok: qwen2.5-7b: nothing to fetch: no healthy node that could serve it is missing its weights"
+    hosted = await operator.post("/models/openai/gpt-4o-mini/prewarm", data={"csrf_token": csrf_of(page)})
+    assert hosted.status_code == 422
+    assert flash_of(hosted) == "error: openai/gpt-4o-mini is served by its provider; it has no weights to prewarm"

@@ -1,5 +1,6 @@
-"""Every page of the UI, as an admin sees it after a task has run: it renders, keeps to its
-Content-Security-Policy (a violation is a console error), and leaves a screenshot."""
+"""Every page of the UI, as an admin sees it after a task has run, on a desktop screen and on a phone: it renders,
+keeps to its Content-Security-Policy (a violation is a console error), is never wider than the screen (wide
+tables scroll in their own box), and leaves a screenshot of each size under tests/browser/artifacts/."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ PAGES = {
     "/tasks/default:ui-pages-task": "table#steps tr.step",
     "/tasks/default:ui-pages-task/checkpoints/1": "#checkpoint .message",
     "/fleet": "section.datacenter tr.node",
-    "/models": "form.policy[data-model='llama-3.2-1b']",
+    "/models": "#models-summary tr[data-model='llama-3.2-1b']",
     "/tenants": "table#keys tr[data-key-id]",
     "/audit": "table#audit tbody tr",
 }
+
+SCREENS = [(1400, 900), (390, 844)]  # a desktop and a phone
 
 
 def test_every_page_renders_within_its_content_security_policy(ui: Ui, stack: Stack) -> None:
@@ -33,11 +36,30 @@ def test_every_page_renders_within_its_content_security_policy(ui: Ui, stack: St
     ui.page.on("console", lambda m: problems.append(m.text) if _is_problem(m) else None)
     ui.page.on("pageerror", lambda e: problems.append(str(e)))
     ui.login(stack.admin_key())
-    for path, proof in PAGES.items():
-        answer = ui.open(path)
-        assert answer.status == 200, path
-        expect(ui.page.locator(proof).first).to_be_visible()
+    for width, height in SCREENS:
+        ui.page.set_viewport_size({"width": width, "height": height})
+        for path, proof in PAGES.items():
+            answer = ui.open(path, f"{width}x{height}")
+            assert answer.status == 200, path
+            expect(ui.page.locator(proof).first).to_be_visible()
+            overflow = ui.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"{path} is {overflow} px wider than a {width} px screen: {_too_wide(ui)}"
     assert problems == []
+
+
+def _too_wide(ui: Ui) -> list[str]:
+    """The outermost elements that reach past the screen's right edge outside a scrolling box: what to fix."""
+    return ui.page.evaluate("""() => {
+        const out = [];
+        for (const el of document.body.querySelectorAll("*")) {
+            if (el.getBoundingClientRect().right <= window.innerWidth + 1 || el.closest(".scroll")) continue;
+            if (el.parentElement && el.parentElement.getBoundingClientRect().right > window.innerWidth + 1
+                && !el.parentElement.closest(".scroll") && el.parentElement !== document.body) continue;
+            out.push(el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") + "." + [...el.classList].join(".")
+                     + " right=" + Math.round(el.getBoundingClientRect().right));
+        }
+        return out.slice(0, 8);
+    }""")
 
 
 def _is_problem(message: ConsoleMessage) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -43,7 +44,13 @@ def test_draining_a_node_from_the_fleet_page_and_back(ui: Ui, stack: Stack) -> N
     status = ui.page.locator(f"{NODE_ROW} td.node-status")
     expect(status).to_have_text("healthy")
 
-    ui.submit_ok(f"{NODE_ROW} form.drain")
+    said = ui.confirm(f"{NODE_ROW} form.drain", "cancel")
+    assert said.startswith(f"Drain {NODE}: no new work is placed on it; the 0 step(s) running there finish first")
+    expect(status).to_have_text("healthy")  # cancelled: nothing was sent
+    assert node_status(stack) == "healthy"
+
+    ui.confirm(f"{NODE_ROW} form.drain", "ok")
+    assert ui.flash()[0] == "ok"
     expect(status).to_have_text("draining")
     assert node_status(stack) == "draining"
 
@@ -52,14 +59,28 @@ def test_draining_a_node_from_the_fleet_page_and_back(ui: Ui, stack: Stack) -> N
     assert node_status(stack) == "healthy"
 
 
+def test_preempting_asks_first_and_names_the_notice_as_typed(ui: Ui, stack: Stack) -> None:
+    ui.login(stack.admin_key(), "/fleet")
+    form = f"{NODE_ROW} form.preempt"
+    expect(ui.page.locator(f"{form} label")).to_have_text(re.compile(r"^\s*notice\s+s\s*$"))  # with its unit
+    ui.page.fill(f"{form} input[name=notice_s]", "45")
+    said = ui.confirm(form, "cancel")
+    assert said.startswith(f"Preempt {NODE}: it leaves within 45 s. The 0 step(s) running on it resume on other nodes")
+    expect(ui.page.locator("#confirm-ok")).to_have_text("Preempt")  # the button that sends it says what it does
+    expect(ui.page.locator(f"{NODE_ROW} td.node-status")).to_have_text("healthy")
+    assert node_status(stack) == "healthy"
+
+
 def test_a_scaling_policy_is_saved_and_min_above_max_is_refused(ui: Ui, stack: Stack) -> None:
     ui.login(stack.admin_key(), "/models")
+    ui.page.click(f"details.policy-box[data-model='{MODEL}'] > summary")  # the form is folded until asked for
     ui.page.fill(f"{POLICY_FORM} input[name=max_replicas]", "3")
     ui.page.fill(f"{POLICY_FORM} input[name=idle_timeout_s]", "120")
     ui.submit_ok(POLICY_FORM)
     saved = policy(stack)
     assert (saved["min_replicas"], saved["max_replicas"], saved["idle_timeout_s"]) == (0, 3, 120)
 
+    ui.page.click(f"details.policy-box[data-model='{MODEL}'] > summary")
     ui.page.fill(f"{POLICY_FORM} input[name=min_replicas]", "5")
     refused = ui.submit(POLICY_FORM)
     assert refused.status == 422

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 from pathlib import Path
+from urllib.parse import quote
 
-from playwright.sync_api import APIResponse, Page, Response
+from playwright.sync_api import APIResponse, Page, Response, expect
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -22,10 +24,10 @@ class Ui:
     test_name: str
     _shots: int = field(default=0)
 
-    def open(self, path: str) -> Response:
+    def open(self, path: str, label: str = "") -> Response:
         response = self.page.goto(self.base + path)
         assert response is not None, f"no response for {path}"
-        self.shot(path)
+        self.shot(f"{path.split('?')[0].strip('/') or 'overview'}-{label}" if label else path)
         return response
 
     def shot(self, label: str) -> None:
@@ -36,7 +38,7 @@ class Ui:
 
     def login(self, key: str, next_path: str = "/") -> Response:
         """Sign in through the form; the answer of the POST (a 303 is followed, so 200 or an error page)."""
-        self.open(f"/login?next={next_path}")
+        self.open(f"/login?next={quote(next_path, safe='/')}")  # its own query stays inside `next`
         self.page.fill("form#login input[name=api_key]", key)
         return self.submit("form#login")
 
@@ -46,6 +48,23 @@ class Ui:
             self.page.locator(f"{form} button").first.click()
         self.shot(self.page.url.removeprefix(self.base))
         return navigation.value
+
+    def confirm(self, form: str, answer: Literal["ok", "cancel"]) -> str:
+        """Press a destructive form's button and answer the dialog that asks first; what the dialog said.
+        Cancel leaves the page as it was (nothing is sent); ok sends the form and waits for the answer page."""
+        self.page.locator(f"{form} button").first.click()
+        dialog = self.page.locator("#confirm-dialog")
+        expect(dialog).to_be_visible()
+        said = self.page.locator("#confirm-text").inner_text()
+        self.shot(f"confirm-{answer}")
+        if answer == "cancel":
+            self.page.click("#confirm-cancel")
+            expect(dialog).to_be_hidden()
+        else:
+            with self.page.expect_navigation():
+                self.page.click("#confirm-ok")
+            self.shot(self.page.url.removeprefix(self.base))
+        return said
 
     def submit_ok(self, form: str) -> None:
         """Submit a form that should work: the server redirects back to a page with the ok flash."""

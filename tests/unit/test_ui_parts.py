@@ -1,14 +1,18 @@
-"""The admin UI's parts below the pages: charts, the tool-call list of a conversation, idle timers, the overview's figures."""
+"""The admin UI's parts below the pages (charts: test_ui_charts): the tool-call list of a conversation, idle timers, the overview's figures."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.config import BerthConfig
 from orchestrator.store import Store
-from orchestrator.ui.charts import Series, line_chart
-from orchestrator.ui.overview import models_last_hour, overview
+from orchestrator.ui.fleet_pages import _idle_timer
 from orchestrator.ui.foresight import foresight_view, unload_window
-from orchestrator.ui.pages import _idle_timer
+from orchestrator.ui.overview import models_last_hour, overview
+from orchestrator.ui.pages import workflow_url
 from orchestrator.ui.session_auth import safe_next
 from orchestrator.ui.task_view import tool_calls_of
 from sdk import CatalogueModel, Message, ModelEntry, ScalingPolicy, Spend, TaskState, TaskStatus, ToolCall
@@ -16,21 +20,6 @@ from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
 from sdk._fleet import ReplicaView
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
-
-
-def test_a_chart_scales_its_line_to_the_box_and_names_latest_and_peak() -> None:
-    points = [(T0 + timedelta(minutes=i), float(v)) for i, v in enumerate([0, 50, 100, 25])]
-    svg = str(line_chart("chart-tokens", Series("tokens per minute", "tokens/min", points)))
-    assert svg.startswith('<svg class="chart" id="chart-tokens"')
-    assert 'data-latest="25" data-peak="100" data-points="4"' in svg
-    assert "tokens per minute: 25 tokens/min now, peak 100" in svg and "last 3 min" in svg
-    coordinates = svg.split(' points="')[1].split('"')[0].split()
-    assert coordinates[0] == "6.0,114.0" and coordinates[2].endswith(",6.0")  # zero at the bottom, peak at the top
-
-
-def test_an_empty_chart_says_so_and_names_are_escaped() -> None:
-    svg = str(line_chart('x"><script>', Series("<b>", "u", [])))
-    assert "no data yet" in svg and "<script>" not in svg and "<b>" not in svg
 
 
 def test_tool_calls_are_numbered_by_step_with_their_answers() -> None:
@@ -131,3 +120,16 @@ def test_the_overview_counts_cold_starts_preemptions_and_waiting_tasks_of_the_ca
     assert {m: (f.calls, f.cold_starts) for m, f in figures.items()} == {"m-1": (2, 1), "m-2": (1, 1)}
     assert (figures["m-1"].ttft_p50_s, figures["m-1"].ttft_p95_s, figures["m-1"].tokens_per_s_p50) == (0.2, 4.0, 50.0)
     assert (figures["m-2"].ttft_p50_s, figures["m-2"].tokens_per_s_p50) == (1.5, None)
+
+
+def test_a_task_links_to_its_workflow_in_the_temporal_ui_berth_knows() -> None:
+    embedded = BerthConfig(host="127.0.0.1", temporal_ui_port=8233)
+    assert workflow_url(embedded, "acme:t/1") == "http://127.0.0.1:8233/namespaces/default/workflows/acme%3At%2F1"
+    told = BerthConfig(temporal_address="temporal.internal:7233", temporal_namespace="prod ns",
+                       temporal_ui_url="https://temporal.example/")
+    assert workflow_url(told, "t") == "https://temporal.example/namespaces/prod%20ns/workflows/t"
+    # An outside Temporal whose UI Berth was not told of: no link rather than one to a UI that is not there.
+    assert workflow_url(BerthConfig(temporal_address="temporal.internal:7233"), "t") is None
+    # Only a web address becomes the link: a page's link never runs a script.
+    with pytest.raises(ValidationError, match="temporal_ui_url"):
+        BerthConfig(temporal_ui_url="javascript:alert(1)")

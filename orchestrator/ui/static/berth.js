@@ -1,5 +1,5 @@
-// Live task pages: follow the task's events (SSE) and swap in the re-rendered live section.
-// Values typed into the section's forms survive the swap. No framework, no CDN.
+// Live task pages: follow the task's events (SSE) and swap in the re-rendered live section (live.js's swap:
+// values typed into the section's forms survive it). The marker says when the task was last heard from.
 (function () {
   "use strict";
   const KINDS = ["state", "step", "llm_call", "tool_call", "checkpoint", "child", "interruption"];
@@ -10,16 +10,18 @@
     if (!region || marker.dataset.live === "ended") return;
     let after = marker.dataset.after || "0";
     let pending = null;
+    const markerEl = document.getElementById("page-live");
+    const shown = markerEl ? window.berthMarker(markerEl) : {heard: function () {}, state: function () {}};
     const source = new EventSource("/tasks/" + encodeURIComponent(taskId) + "/live?after=" + encodeURIComponent(after));
 
     function refresh() {
       pending = null;
       fetch("/tasks/" + encodeURIComponent(taskId) + "/panel", {credentials: "same-origin", headers: {"Accept": "text/html"}})
         .then(function (r) { if (r.redirected || !r.ok) throw new Error("panel " + r.status); return r.text(); })
-        .then(function (html) { swap(region, html); })
+        .then(function (html) { window.berthSwap(region, html); shown.heard(); })
         .catch(function () { /* the next event tries again */ });
     }
-    function soon() { if (!pending) pending = setTimeout(refresh, 250); }
+    function soon() { shown.heard(); if (!pending) pending = setTimeout(refresh, 250); }
 
     // The answer being written (token deltas, as text: never parsed as markup); a finished step shows in the panel.
     const box = document.getElementById("writing-box");
@@ -36,23 +38,20 @@
       }
       writing.textContent += delta.text;
       box.hidden = false;
+      shown.heard();
     });
 
-    source.onopen = function () { marker.dataset.live = "on"; };
+    source.onopen = function () { marker.dataset.live = "on"; shown.state("on"); shown.heard(); };
     KINDS.forEach(function (kind) { source.addEventListener(kind, soon); });
     source.addEventListener("step", stopWriting);
-    source.addEventListener("end", function () { source.close(); marker.dataset.live = "ended"; stopWriting(); refresh(); });
+    source.addEventListener("end", function () {
+      source.close(); marker.dataset.live = "ended"; shown.state("ended"); stopWriting(); refresh();
+    });
     source.addEventListener("revoked", function () { source.close(); window.location.assign("/login"); });
-    source.onerror = function () { if (source.readyState === EventSource.CLOSED) marker.dataset.live = "off"; };
-  }
-
-  function swap(region, html) {
-    const typed = {};
-    region.querySelectorAll("input[id], textarea[id]").forEach(function (el) { if (el.value) typed[el.id] = el.value; });
-    const focused = document.activeElement && region.contains(document.activeElement) ? document.activeElement.id : null;
-    region.innerHTML = html;
-    Object.keys(typed).forEach(function (id) { const el = document.getElementById(id); if (el) el.value = typed[id]; });
-    if (focused) { const el = document.getElementById(focused); if (el) el.focus(); }
+    source.onerror = function () {
+      if (source.readyState === EventSource.CLOSED) marker.dataset.live = "off";
+      if (marker.dataset.live !== "ended") shown.state("reconnecting");
+    };
   }
 
   document.addEventListener("DOMContentLoaded", function () {

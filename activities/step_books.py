@@ -93,11 +93,13 @@ def record_step(records: StepRecords, task_id: str, parent: CheckpointRef, pendi
     already = records.checkpoints.find(task_id, parent.seq + 1)
     ref = records.checkpoints.append(task_id, parent, pending.step, pending.new_messages, {},
                                      {"spend": spend.model_dump(), "step": pending.step})
-    if already is not None:
+    if already is not None and already.hash == ref.hash:
         # An earlier attempt wrote it (its reply was lost with its node, and the step was placed again):
         # the step is recorded and announced once.
         return ref
     records.tasks.save_state(pending.state.model_copy(update={"checkpoint_seq": ref.seq}))
+    if already is not None:
+        return ref  # it replaced what a failed workflow task wrote for this step: announced by that one already
     records.events.append(task_id, "step", {
         "step": pending.step, "checkpoint_seq": ref.seq, "tokens_used": spend.tokens_used,
         "token_limit": spend.token_limit, "usd_used": spend.usd_used,

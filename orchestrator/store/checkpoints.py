@@ -203,7 +203,7 @@ _LATEST = (sa.select(_CHECKPOINTS).where(_CHECKPOINTS.c.task_id == bindparam("ta
            .order_by(_CHECKPOINTS.c.seq.desc()).limit(1))
 _BY_ID = sa.select(_CHECKPOINTS).where(_CHECKPOINTS.c.id == bindparam("id"))
 _AT_SEQ = (sa.select(_CHECKPOINTS.c.id, _CHECKPOINTS.c.seq, _CHECKPOINTS.c.step, _CHECKPOINTS.c.hash,
-                     _CHECKPOINTS.c.message_count)
+                     _CHECKPOINTS.c.parent_hash, _CHECKPOINTS.c.message_count)
            .where(_CHECKPOINTS.c.task_id == bindparam("task_id"), _CHECKPOINTS.c.seq == bindparam("seq")))
 # A write skips a taken (task, seq) instead of failing, so that it can be one statement of a larger transaction
 # (a step's checkpoint, state and event land together, activities/step_books.py) that a rollback would end.
@@ -216,6 +216,26 @@ _CHAIN = (sa.select(_CHECKPOINTS)
 
 def _ref(row: Any) -> CheckpointRef:
     return CheckpointRef(id=row.id, seq=row.seq, step=row.step, hash=row.hash)
+
+
+def _has_successor(connection: Connection, task_id: str, seq: int) -> bool:
+    return connection.execute(_AT_SEQ, {"task_id": task_id, "seq": seq + 1}).first() is not None
+
+
+def _replace_unacknowledged(connection: Connection, stale_id: int, row: CheckpointRow) -> CheckpointRef:
+    """Put `row` where a different checkpoint on the same parent stands, one nothing was built on yet.
+
+    Only a workflow's own activities append, one at a time, each from the checkpoint its last completed workflow
+    task recorded. A different write from that same parent is therefore the workflow's workflow task run again:
+    the first run wrote its checkpoint (from a local activity) and then failed or timed out before recording it,
+    and its retry saw history as it durably is (an update the failed run had applied was never accepted, say) and
+    wrote what that history says. The first row is the one no history knows: keeping it would refuse the task its
+    every later write, and the task would never end."""
+    connection.execute(sa.delete(_CHECKPOINTS).where(_CHECKPOINTS.c.id == stale_id))
+    inserted = connection.execute(_INSERT[connection.dialect.name], row.model_dump(exclude={"id"})).first()
+    if inserted is None:
+        raise CheckpointConflict(f"task {row.task_id!r}: seq {row.seq} was taken again while it was replaced")
+    return CheckpointRef(id=inserted.id, seq=row.seq, step=row.step, hash=row.hash)
 
 
 class SqlCheckpointStore:
@@ -237,8 +257,9 @@ class SqlCheckpointStore:
     ) -> CheckpointRef:
         """Seq parent.seq + 1: the messages of `step` on top of `parent`.
 
-        A retried append of the same delta returns the existing ref; a different delta at that
-        seq raises CheckpointConflict (the caller is writing from a stale parent).
+        A retried append of the same delta returns the existing ref. A different delta at that seq from the same
+        parent replaces it while nothing is built on it (a workflow task that wrote and then failed, run again:
+        `_replace_unacknowledged`); otherwise it raises CheckpointConflict (the caller writes from a stale parent).
         """
         with connected(self._engine) as connection:
             stored = connection.execute(_AT_SEQ, {"task_id": task_id, "seq": parent.seq}).first()
@@ -303,12 +324,17 @@ class SqlCheckpointStore:
                 existing = connection.execute(_AT_SEQ, {"task_id": task_id, "seq": seq}).first()
                 if existing is None:
                     raise CheckpointConflict(f"task {task_id!r}: seq {seq} was taken and then was gone")
-                if existing.hash != digest:
+                if existing.hash == digest:
+                    ref = _ref(existing)
+                elif existing.parent_hash == parent_hash and seq > 0 and not _has_successor(connection, task_id, seq):
+                    ref = _replace_unacknowledged(connection, existing.id, row)
+                    self._cache.forget_task(task_id)
+                else:
                     raise CheckpointConflict(
                         f"task {task_id!r} already has a different checkpoint at seq {seq} "
-                        f"(stored hash {existing.hash}, this write {digest}); checkpoints are never overwritten"
+                        f"(stored hash {existing.hash}, this write {digest}); a checkpoint with a successor, or on "
+                        f"another parent, is never overwritten"
                     )
-                ref = _ref(existing)
         written = json.loads(raw)  # what a read from the database would give, e.g. tuples as lists
         conversation = _Conversation(
             ref=ref,

@@ -71,6 +71,23 @@ def test_a_retried_prepare_writes_the_step_once(store: Store) -> None:
     assert again.checkpoint == first.checkpoint and len(again.messages) == 3
 
 
+def test_a_step_written_again_by_a_workflow_task_run_again_is_the_one_that_stands(store: Store) -> None:
+    """A failed workflow task wrote step 1 with an answer its update never got accepted for; its run again writes
+    it with what history holds. The task's row follows the second; the step is announced once."""
+    root = store.checkpoints.write_root("t1", [Message(role="user", content="What is a berth?")], {})
+    books = books_of(store)
+    speculative = pending_step("t1")
+    speculative.new_messages[1].content = "that is all"
+    books.prepare(STEP, root, speculative)
+    durable = pending_step("t1")
+    durable.state.spend.tokens_used = 130
+    prepared = books.prepare(STEP, root, durable)
+    assert prepared.messages[-1].content == "a ship's place at a wharf"
+    record = store.tasks.get("t1")
+    assert record is not None and record.state.spend.tokens_used == 130
+    assert [e.kind for e in store.events.read("t1")] == ["step"]
+
+
 def test_prepare_from_a_parent_of_another_task_is_refused(store: Store) -> None:
     other = store.checkpoints.write_root("t2", [Message(role="user", content="hi")], {})
     store.checkpoints.write_root("t1", [Message(role="user", content="hi")], {})

@@ -99,17 +99,36 @@ def test_a_retried_append_returns_the_existing_checkpoint(store: Store) -> None:
     assert [s.seq for s in store.checkpoints.list("t")] == [0, 1]
 
 
-def test_a_different_delta_at_an_existing_seq_is_refused(store: Store, db_url: str) -> None:
+def test_a_different_delta_on_a_checkpoint_already_built_on_is_refused(store: Store, db_url: str) -> None:
     root = store.checkpoints.write_root("t", _opening(), {})
     first = store.checkpoints.append("t", root, 1, _turn(1), {}, {})
+    second = store.checkpoints.append("t", first, 2, _turn(2), {}, {})
     with pytest.raises(CheckpointConflict, match="seq 1"):
-        store.checkpoints.append("t", root, 1, _turn(2), {}, {})
+        store.checkpoints.append("t", root, 1, _turn(3), {}, {})
     with pytest.raises(ValueError):  # a scratch change is a different delta too
         _cold(db_url).checkpoints.append("t", root, 1, _turn(1), {"other": True}, {})
-    with pytest.raises(CheckpointConflict):
+    with pytest.raises(CheckpointConflict):  # a task's opening is never replaced
         store.checkpoints.write_root("t", [Message(role="user", content="something else")], {})
-    assert store.checkpoints.latest("t") == first
+    assert store.checkpoints.latest("t") == second
+    assert [s.seq for s in store.checkpoints.list("t")] == [0, 1, 2]
+
+
+def test_a_workflow_task_run_again_replaces_the_checkpoint_its_failed_run_wrote(store: Store, db_url: str) -> None:
+    """The failed run wrote seq 1 from a local activity (with an answer its update never got accepted for), then
+    timed out; the run again, from the same parent, writes what history says. It replaces the first, and the task
+    goes on from it, in this process and in a cold one."""
+    root = store.checkpoints.write_root("t", _opening(), {})
+    speculative = store.checkpoints.append("t", root, 1, _turn(1), {}, {"answer": "that is all"})
+    durable = store.checkpoints.append("t", root, 1, _turn(1), {}, {"answer": None})
+    assert durable.seq == 1 and durable.hash != speculative.hash
+    assert store.checkpoints.latest("t") == durable
     assert [s.seq for s in store.checkpoints.list("t")] == [0, 1]
+    assert store.checkpoints.read(durable.id).state == {"answer": None}
+    nxt = store.checkpoints.append("t", durable, 2, _turn(2), {}, {})
+    assert [m.content for m in _cold(db_url).checkpoints.read(nxt.id).messages][-2:] == \
+        [m.content for m in _turn(1) + _turn(2)][-2:]
+    with pytest.raises(CheckpointConflict, match="is not task"):  # the replaced one is no parent any more
+        store.checkpoints.append("t", speculative, 2, _turn(2), {}, {})
 
 
 def test_appending_to_a_parent_that_is_not_stored_is_refused(store: Store) -> None:
@@ -140,9 +159,12 @@ def test_racing_writers_of_one_seq_leave_exactly_one_checkpoint(db_url: str) -> 
         t.start()
     for t in threads:
         t.join()
-    written = [o for o in outcomes if not isinstance(o, Exception)]
-    assert len(written) == 1 and len(outcomes) == len(stores)
+    assert len(outcomes) == len(stores)
     assert [s.seq for s in stores[0].checkpoints.list("t")] == [0, 1]
+    # The one left standing is one writer's whole write, as that writer was told, and it reads back intact.
+    standing = stores[0].checkpoints.latest("t")
+    assert standing in [o for o in outcomes if not isinstance(o, Exception)]
+    assert stores[1].checkpoints.read(standing.id).ref == standing
     for s in stores:
         s.close()
 

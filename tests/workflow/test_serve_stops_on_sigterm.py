@@ -32,6 +32,12 @@ WORKER = textwrap.dedent("""
 """)
 
 
+def _as_from_a_terminal() -> None:
+    """Ctrl-C reaches the worker as it would started from a terminal: a suite started in the background (nohup,
+    `make test &`) ignores SIGINT, and a child inherits that, so Python would never see the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def polled(client: Client, queue: str) -> bool:
     described = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
         namespace=client.namespace, task_queue=TaskQueue(name=queue),
@@ -48,7 +54,7 @@ async def test_serve_blocking_returns_on_the_signal_and_the_process_exits_cleanl
     with log.open("w") as out:
         worker = subprocess.Popen([sys.executable, "-c", WORKER, temporal_client.service_client.config.target_host,
                                    name],
-                                  cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+                                  cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_as_from_a_terminal)
     try:
         for _ in range(1200):  # its activity poller reaching the server is the sign it serves
             if worker.poll() is not None or await polled(temporal_client, queue):

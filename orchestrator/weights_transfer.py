@@ -1,7 +1,7 @@
 """How long weights take to reach a GPU, from each place they can be: one set of figures.
 
 The pool predicts a cold start with them and the simulated replicas wait for them, so a
-placement that expects a 30 s load sees a 30 s load. They keep DESIGN.md's locality order:
+placement that expects a 30 s load sees a 30 s load. They keep the pool's locality order:
 local disk < another node in the datacenter < origin. The pool learns each from measured transfers
 (`learned_bytes_per_s`), with these figures as its prior.
 """

@@ -18,7 +18,7 @@ LOAD_REPLICA = "berth.node.load_replica"
 UNLOAD_REPLICA = "berth.node.unload_replica"
 PREWARM = "berth.node.prewarm"
 
-# Where weights come from when they are not on the node's disk yet (DESIGN.md's locality tiers).
+# Where weights come from when they are not on the node's disk yet (the pool's locality tiers).
 FetchSource = Literal["datacenter", "origin"]
 # Where a load actually read its weights from: "disk" when the node's cache had them.
 LoadedTier = Literal["warm", "disk", "datacenter", "origin"]

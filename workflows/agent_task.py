@@ -1,6 +1,6 @@
 """AgentTaskWorkflow: one agent task, step by step, under a hard budget.
 
-Each step reads as DESIGN.md's loop: reserve and generate (one activity that counts the
+Each step is the loop the README's "How a task runs" describes: reserve and generate (one activity that counts the
 prompt, shrinks max_tokens to the allowance and settles the ledger), run the tool calls
 (on the author's own queue, or built-ins here), then checkpoint. The conversation itself
 never enters Temporal history: it lives in the checkpoint store and the workflow keeps the

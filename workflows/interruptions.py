@@ -1,7 +1,7 @@
 """Telling an interruption (the node went away) from a failure (the call went wrong).
 
 A step on the fleet can end without a reply in two very different ways, and the workflow
-treats them apart, as DESIGN.md asks:
+treats them apart:
 - an **interruption** — the node stopped answering (heartbeat timeout), never picked the call
   up (schedule-to-start timeout), was told to stop (preemption notice), or no longer has the
   replica — says nothing about the task: the step is placed again, counted against

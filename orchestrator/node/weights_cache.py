@@ -1,7 +1,7 @@
 """Model weights on a node's local disk: a size-limited cache with LRU eviction.
 
 Why a node keeps weights at all: loading a model from local disk takes seconds, from the
-datacenter tens of seconds and from origin minutes (DESIGN.md, the pool's locality tiers), and
+datacenter tens of seconds and from origin minutes (the pool's locality tiers, docs/weights.md), and
 scaling a model to zero unloads it from the GPU but keeps its weights here. The pool reads this
 cache's `contents()` from heartbeats to score the "weights on local disk" tier.
 

@@ -1,7 +1,7 @@
 """Which nodes a prewarm should put a model's weights on, and where each fetches them from.
 
 Prewarming moves weights to local disk ahead of demand, so a later load is a disk load (size ÷
-disk bandwidth) instead of a datacenter or origin fetch (DESIGN.md's locality tiers). It is
+disk bandwidth) instead of a datacenter or origin fetch (the locality tiers of docs/weights.md). It is
 worth doing only on a node that could later load the model: a node that can never hold it in
 GPU memory, or whose cache is smaller than the weights, would spend bandwidth and disk for
 nothing. Pure: it reads node views, starts nothing.

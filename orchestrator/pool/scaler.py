@@ -6,7 +6,7 @@ and how many acquires wait, and returns a plan; it starts and stops nothing. Who
 of a new replica, a `ScaleDown` an unload — and records each started load as a loading
 replica in the fleet before the next tick, so a load in flight is never planned twice.
 
-Per model, in DESIGN.md's terms:
+Per model:
 - replicas counted are those not draining: a draining replica is already on its way out
   and serves no new lease, so it neither satisfies a minimum nor absorbs demand;
 - the model wants `desired` replicas, the largest of: `min_replicas`; what its demand needs

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from orchestrator.node.weights_cache import LoadPlan
     from sdk import ModelEntry
 
-# Where a replica's weights come from, best first (DESIGN.md, the pool's locality tiers): "warm"
+# Where a replica's weights come from, best first (the pool's locality tiers, docs/weights.md): "warm"
 # already in host memory, "disk" the node's weights cache, "datacenter" another node nearby,
 # "origin" the model's source across the WAN.
 LoadTier = Literal["warm", "disk", "datacenter", "origin"]

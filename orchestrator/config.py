@@ -53,6 +53,38 @@ class BerthConfig(BaseModel):
                                                                        " after the burst")
     submit_burst: int = Field(default=2000, ge=1, description="task submissions one API key may send at once")
     engine_latency_scale: float = Field(default=1.0, ge=0, description="multiplies the simulated TTFT and per-token time")
+    # Placement's weights and priors (orchestrator/pool/weights.py); unset keeps the derived default. Each scorer's
+    # raw value is turned into seconds of expected time to first token, so every weight is in seconds per unit.
+    placement_cost_s_per_usd: float | None = Field(
+        default=None, ge=0, le=100_000, description="seconds of TTFT one dollar of GPU time is worth (default 60)")
+    placement_fragmentation_s: float | None = Field(
+        default=None, ge=0, le=100_000, description="seconds of TTFT one whole large GPU left stranded costs (20)")
+    placement_capacity_class_s: float | None = Field(
+        default=None, ge=0, le=100_000, description="seconds of TTFT a step on the wrong capacity class costs: spot"
+                                                    " for interactive work, on-demand for batch (30)")
+    placement_affinity_weight: float | None = Field(
+        default=None, ge=0, le=100, description="times the prefill seconds a replica holding the task's prefix"
+                                                " saves (1)")
+    placement_spot_preemption_risk: float | None = Field(
+        default=None, ge=0, le=1, description="the share of work on a spot node expected to be reclaimed and redone,"
+                                              " for a node without its own measured risk (0.15)")
+    placement_affinity_max_queue_s: float | None = Field(
+        default=None, ge=0, le=3600, description="seconds of queued work on the previous replica past which its"
+                                                 " prefix is taken for evicted and affinity dropped (10)")
+    placement_replica_min_hold_s: float | None = Field(
+        default=None, ge=0, le=86_400, description="seconds a new replica's GPUs are counted held after its last"
+                                                   " lease, in its cost (300)")
+
+    @property
+    def placement_overrides(self) -> dict[str, float]:
+        """The placement settings an operator set, by the placement config's names (`weights.` for a weight)."""
+        named = {"weights.cost": self.placement_cost_s_per_usd, "weights.fragmentation": self.placement_fragmentation_s,
+                 "weights.capacity_class": self.placement_capacity_class_s,
+                 "weights.affinity": self.placement_affinity_weight,
+                 "spot_preemption_risk": self.placement_spot_preemption_risk,
+                 "affinity_max_queue_s": self.placement_affinity_max_queue_s,
+                 "replica_min_hold_s": self.placement_replica_min_hold_s}
+        return {name: value for name, value in named.items() if value is not None}
 
     @property
     def resolved_temporal_ui_url(self) -> str | None:

@@ -34,6 +34,7 @@ from .config import BerthConfig
 from .pool.autoscaler import Autoscaler
 from .pool.direct import DirectRouting
 from .pool.service import PoolService
+from .pool.weights import tuned
 from .store import Store
 from .telemetry import install_metrics, serve_metrics
 from .telemetry.tracing import configure_tracing
@@ -93,7 +94,7 @@ async def run_worker(config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) 
         client = await connect_temporal(config)
         pool = None
         if config.fleet:
-            pool = PoolService(store, ModelCatalogue(config, store.models),
+            pool = PoolService(store, ModelCatalogue(config, store.models), tuned(config.placement_overrides),
                                node_lost_after_s=config.node_lost_after_s, pool_id=config.control_plane_id)
         worker = build_worker(client, store, config, task_queue=task_queue, pool=pool)
         log.info("worker polling %s on %s", task_queue, config.resolved_temporal_address)

@@ -9,7 +9,7 @@ from .decision import Candidate, Decision, PlacementRequest, ScoredCandidate
 from .fleet import Booking, Device, FleetState, ModelSpec, Node, Replica, StaleDecision, Tenant
 from .placement import place
 from .scorers import SCORERS
-from .weights import DEFAULT_CONFIG, PlacementConfig, ScorerWeights
+from .weights import DEFAULT_CONFIG, PlacementConfig, ScorerWeights, tuned
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -29,4 +29,5 @@ __all__ = [
     "StaleDecision",
     "Tenant",
     "place",
+    "tuned",
 ]

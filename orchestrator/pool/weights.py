@@ -7,7 +7,8 @@ say which one decided. Operators tune these through config; the defaults are der
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 
 from ..weights_transfer import DATACENTER_BYTES_PER_S, ENGINE_START_S, GIB, ORIGIN_BYTES_PER_S
 
@@ -60,3 +61,16 @@ class PlacementConfig:
 
 
 DEFAULT_CONFIG = PlacementConfig()
+
+
+def tuned(overrides: Mapping[str, float], base: PlacementConfig = DEFAULT_CONFIG) -> PlacementConfig:
+    """`base` with an operator's values (BerthConfig.placement_overrides): a field's name, or `weights.<name>`
+    for a scorer's weight. An unknown name is refused by name, never ignored."""
+    weights = {k.removeprefix("weights."): v for k, v in overrides.items() if k.startswith("weights.")}
+    rest = {k: v for k, v in overrides.items() if not k.startswith("weights.")}
+    known = ({f"weights.{f.name}" for f in fields(ScorerWeights)}
+             | {f.name for f in fields(PlacementConfig)} - {"weights"})
+    unknown = set(overrides) - known
+    if unknown:
+        raise ValueError(f"placement: no setting named {', '.join(sorted(unknown))}")
+    return replace(base, weights=replace(base.weights, **weights), **rest)

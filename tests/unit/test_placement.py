@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
+from orchestrator.config import BerthConfig
 from orchestrator.pool import (
     DEFAULT_CONFIG,
     Device,
@@ -14,6 +16,7 @@ from orchestrator.pool import (
     StaleDecision,
     Tenant,
     place,
+    tuned,
 )
 from orchestrator.pool.decision import Candidate
 from orchestrator.pool.scorers import affinity, capacity_class, cost, fragmentation, generation, ttft
@@ -416,3 +419,26 @@ def test_a_warm_replica_that_beats_every_possible_load_reads_no_free_capacity() 
     d = place(f, req())
     assert d.chosen.candidate.replica_id == first.id and d.runner_up.candidate.replica_id is None  # type: ignore[union-attr]
     assert asked
+
+
+def test_an_operator_s_placement_settings_reach_the_decision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BERTH_PLACEMENT_COST_S_PER_USD set high: money outweighs speed, so even a long answer goes to the cheap GPU."""
+    f = fleet(node("fast", gpus(1, "H100-80GB", 80, speed=1.0), price=2.99),
+              node("slow", gpus(1, "L4-24GB", 24, speed=0.122), price=0.805))
+    long_answer = req(prompt_tokens=2_000, tokens=3_000)
+    assert place(f, long_answer).chosen.candidate.node_id == "fast"  # type: ignore[union-attr]
+    monkeypatch.setenv("BERTH_PLACEMENT_COST_S_PER_USD", "100000")
+    monkeypatch.setenv("BERTH_PLACEMENT_SPOT_PREEMPTION_RISK", "0.3")
+    settings = tuned(BerthConfig.load().placement_overrides)
+    assert (settings.weights.cost, settings.spot_preemption_risk) == (100_000, 0.3)
+    assert settings.weights.ttft == DEFAULT_CONFIG.weights.ttft and settings.wan_gib_per_s == DEFAULT_CONFIG.wan_gib_per_s
+    decision = place(f, long_answer, settings)
+    assert decision.chosen.candidate.node_id == "slow" and decision.decided_by == "cost"  # type: ignore[union-attr]
+
+
+def test_a_placement_setting_out_of_range_or_unknown_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BERTH_PLACEMENT_SPOT_PREEMPTION_RISK", "1.5")
+    with pytest.raises(ValidationError, match="placement_spot_preemption_risk"):
+        BerthConfig.load()
+    with pytest.raises(ValueError, match="no setting named weights.speed"):
+        tuned({"weights.speed": 2.0})

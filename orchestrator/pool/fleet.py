@@ -11,15 +11,13 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from ..weights_transfer import DISK_BYTES_PER_S, GIB
 from .bandwidth import LearnedBandwidth
 from .capacity import DeviceFree, FreeCapacityIndex
+from .decision import Decision
 from .spare import SpareReplicas, SpareSlot
-
-if TYPE_CHECKING:
-    from .placement import Decision
 
 CapacityClass = Literal["spot", "on-demand"]
 Trust = Literal["shared", "isolated", "dedicated"]

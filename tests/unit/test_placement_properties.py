@@ -230,6 +230,11 @@ def test_fast_ranking_and_wait_counters_match_a_scan(specs: list, ops: list, pro
 
 def full_scan(fleet: FleetState, request: PlacementRequest) -> list[float]:
     """Every candidate's total, best first: every replica and every node's best-fit gang, filtered, no index."""
+    return [total for total, _ in scored_scan(fleet, request)]
+
+
+def scored_scan(fleet: FleetState, request: PlacementRequest) -> list[tuple[float, bool]]:
+    """`full_scan` with, for each total, whether its candidate is an existing replica (else a new one)."""
     from orchestrator.pool.decision import Candidate
     from orchestrator.pool.filters import boundary_owner, engine_filter, gang_fit, node_filter, replica_filter
     from orchestrator.pool.placement import _degrees_within_quota
@@ -254,26 +259,31 @@ def full_scan(fleet: FleetState, request: PlacementRequest) -> list[float]:
                 if devices is not None:
                     tier = "disk" if node.id in cached else "datacenter" if node.datacenter in dcs else "origin"
                     found.append(Candidate(tier, node.id, devices))  # type: ignore[arg-type]
-    return sorted(weighted_total(request, c, fleet, DEFAULT_CONFIG) for c in found)
+    return sorted((weighted_total(request, c, fleet, DEFAULT_CONFIG), c.replica_id is not None) for c in found)
 
 
-# Derandomized: the search below misses the case pinned by the strict xfail that follows, which random examples
-# find in about one run in ten; a fixed set of examples (and no replay of saved ones) keeps the verdict about the
-# code, not the draw.
-@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(max_examples=300, deadline=None)
 @given(specs=node_specs, ops=st.lists(st.tuples(requests, st.integers(0, 3)), max_size=16), probe=requests)
-def test_the_indexed_decision_is_the_full_scans_best_and_runner_up(specs: list, ops: list,
-                                                                   probe: PlacementRequest) -> None:
-    """Whatever the fleet has been through, place() finds the best total a scan of every replica and every
-    node finds, and the second best too (what its explanation compares with)."""
+def test_the_indexed_decision_is_exact_for_replicas_and_a_real_candidate_for_new_ones(
+        specs: list, ops: list, probe: PlacementRequest) -> None:
+    """Whatever the fleet has been through, place() finds a candidate exactly when a scan of every replica and
+    every node finds one; when the scan's best is an existing replica, place() finds that total, and the second
+    best too (what its explanation compares with); and what it chooses is always one of the scan's candidates.
+    Among new replicas the index is not always the scan's best (the README says so; the strict xfail below
+    pins the case): that is asserted nowhere here, so a fix shows there first."""
     fleet = build(specs)
     book_and_change(fleet, ops)
     decision = place(fleet, probe)
-    totals = full_scan(fleet, probe)
+    scan = scored_scan(fleet, probe)
+    totals = [total for total, _ in scan]
     assert (decision.chosen is None) == (not totals), (decision, totals)
-    if decision.chosen is not None:
-        assert abs(decision.chosen.total - totals[0]) < 1e-9, (decision.chosen, totals)
-        if len(totals) > 1:
+    if decision.chosen is None:
+        return
+    assert any(abs(decision.chosen.total - t) < 1e-9 for t in totals), (decision.chosen, totals)
+    best_total, best_is_replica = scan[0]
+    if best_is_replica:
+        assert abs(decision.chosen.total - best_total) < 1e-9, (decision.chosen, totals)
+        if len(scan) > 1 and scan[1][1]:
             assert decision.runner_up is not None and abs(decision.runner_up.total - totals[1]) < 1e-9, totals
 
 

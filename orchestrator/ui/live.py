@@ -51,9 +51,23 @@ async def pulses(svc: Services, key_id: str, history: FleetHistory | None) -> As
                 yield ServerSentEvent(data=json.dumps({"error": "the API key was revoked"}), event=REVOKED_EVENT)
                 return
             key_checked = time.monotonic()
-        version = await svc.db(fleet_version, svc.store, len(history.samples) if history else 0)
+        version = await _shared_version(svc, len(history.samples) if history else 0)
         yield ServerSentEvent(data=json.dumps({"version": version}), event=PULSE_EVENT)
         await asyncio.sleep(PULSE_EVERY_S)
+
+
+# The digest every open live page of this process was last sent, and when: N operators' pages read the fleet once
+# per pulse between them, not N times.
+_last_version: tuple[float, int, int, str] | None = None  # (when, which store, samples, digest)
+
+
+async def _shared_version(svc: Services, samples: int) -> str:
+    global _last_version
+    now, store = time.monotonic(), id(svc.store)
+    last = _last_version
+    if last is None or now - last[0] >= PULSE_EVERY_S / 2 or last[1:3] != (store, samples):
+        last = _last_version = (now, store, samples, await svc.db(fleet_version, svc.store, samples))
+    return last[3]
 
 
 def fleet_version(store: Store, samples: int, now: float | None = None) -> str:

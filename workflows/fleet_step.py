@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -418,7 +418,7 @@ class FleetStep:
             if not _is_stalled(weighed) or quiet >= QUIET_CONTINUES:
                 if quiet and isinstance(weighed, (Reply, Shortfall)):
                     await self._say(None, None)  # it answered: the step no longer waits on the node
-                return weighed
+                return _carrying(weighed, inp.inherited_progress) if quiet else weighed
             quiet += 1
             inp = await self._continue_quiet(inp, grant, weighed.interruption, quiet)
 
@@ -599,6 +599,14 @@ class FleetStep:
 def still_excluded(excluded: dict[str, datetime], now: datetime) -> list[str]:
     """The nodes kept out of the step within EXCLUDE_NODE_FOR, oldest first."""
     return [node for node, at in sorted(excluded.items(), key=lambda item: item[1]) if now - at < EXCLUDE_NODE_FOR]
+
+
+def _carrying(outcome: Generation, carried: GenerationProgress | None) -> Generation:
+    """A continued quiet generation's cut, keeping the text it carried when the continuation itself reported
+    nothing (its node died before it beat, or never picked it up): that text is still the step's to go on from."""
+    if isinstance(outcome, Interrupted) and outcome.interruption.progress is None and carried is not None:
+        return Interrupted(replace(outcome.interruption, progress=carried))
+    return outcome
 
 
 def _is_stalled(outcome: Generation) -> bool:

@@ -3,8 +3,8 @@
 The pool places a step on the first of its nodes the step was not told to exclude. The real node runs
 the real LLM step against the simulated engine. The others: a node whose generation a preemption cuts
 (it reports the start of the real answer, as the real activity does when its worker is told to stop),
-a node that answers without booking its call, one that stalls and never lets go, and one whose first
-generation goes quiet (a starved process) while the node stays alive.
+a node that answers without booking its call, one that stalls and never lets go, one whose first
+generation goes quiet (a starved process) while the node stays alive, and one that goes quiet and then dies.
 """
 
 from __future__ import annotations
@@ -79,6 +79,20 @@ class BusyNodesPool(TwoNodePool):
         return NodeLiveness(verdict="alive", detail=f"{node_id} accepts connections")
 
 
+class DyingPool(BusyNodesPool):
+    """Its nodes are alive when first asked about, gone from then on: a node that dies while a step waits on it."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        super().__init__(nodes)
+        self.asked_about: Counter[str] = Counter()
+
+    def liveness(self, node_id: str) -> NodeLiveness:
+        self.asked_about[node_id] += 1
+        if self.asked_about[node_id] == 1:
+            return super().liveness(node_id)
+        return NodeLiveness(verdict="gone", detail=f"{node_id} refuses connections")
+
+
 class PreemptedNode:
     """A node whose generation is cut by a notice after writing `answer[:CUT_CHARS]`."""
 
@@ -151,6 +165,19 @@ class QuietOnceNode:
                             "prefix": self.prefix, "prefix_tokens": written, "prefix_own": written})
         await asyncio.sleep(120)  # silent: cut by Temporal's heartbeat timeout, cancelled at the worker's shutdown
         raise ApplicationError("a quiet generation was never meant to answer")
+
+
+class QuietThenDeadNode(QuietOnceNode):
+    """A node whose first generation goes quiet, like QuietOnceNode's, and which then dies: the continuation it is
+    given never reports anything (the process that took it is gone before its first beat)."""
+
+    @activity.defn(name="berth.generate")
+    async def generate(self, inp: LlmStepInput) -> LlmStepResult:
+        if self.calls:
+            self.calls.append(inp)
+            await asyncio.sleep(120)  # dead: cut by Temporal's heartbeat timeout, cancelled at the worker's shutdown
+            raise ApplicationError("a dead node's generation was never meant to answer")
+        return await super().generate(inp)
 
 
 @dataclass

@@ -15,8 +15,8 @@ from temporalio.client import Client
 
 from activities.tokens import encode
 from sdk import TaskStatus
-from tests.workflow.fleet_fakes import (UNSEEN_TOKENS, BusyNodesPool, PreemptedNode, QuietOnceNode, TwoNodePool,
-                                        fleet_bench)
+from tests.workflow.fleet_fakes import (UNSEEN_TOKENS, BusyNodesPool, DyingPool, PreemptedNode, QuietOnceNode,
+                                        QuietThenDeadNode, TwoNodePool, fleet_bench)
 
 
 async def test_a_step_preempted_mid_answer_continues_its_text_on_another_node(
@@ -102,6 +102,31 @@ async def test_a_quiet_generation_on_a_live_node_goes_on_there_and_is_not_cut_as
         assert (said["node_id"], said["continued"], said["tokens_carried"]) == (quiet_node, 1, kept + UNSEEN_TOKENS)
         assert any("went quiet but the node is alive" in (e.data.get("waiting_for") or "")
                    for e in events if e.kind == "state")
+        totals = bench.store.ledger.totals(state.task_id)
+        assert (totals.kept_tokens, totals.lost_tokens) == (kept, UNSEEN_TOKENS)
+        assert totals.tokens == state.spend.tokens_used
+
+
+async def test_a_node_that_goes_quiet_then_dies_leaves_the_text_it_wrote_to_the_next_node(
+        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    """A quiet generation continued on its live node, whose node then dies before the continuation reports anything:
+    the cut keeps the text the quiet generation wrote (the continuation had nothing of its own), and the next node
+    goes on from it. Before, the cut read only the continuation's silence and kept nothing."""
+    async with fleet_bench(temporal_client, engine_url, tmp_path) as bench:
+        uncut = await bench.run(f"uncut-{bench.tag}", 50_000, TwoNodePool([bench.real_node]), {})
+        assert uncut.status == TaskStatus.completed and uncut.result
+        doomed = bench.node("gpu-d")
+        pool = DyingPool([doomed, bench.real_node])
+        node = QuietThenDeadNode(uncut.result, bench.real_generation())
+        state = await bench.run(f"dies-{bench.tag}", 50_000, pool, {doomed: node})
+        assert state.status == TaskStatus.completed, state.error
+        assert state.result == uncut.result  # its start written on the node that died, the rest on the next
+        assert [c.attempt_base for c in node.calls] == [0, 1] and pool.placed == {doomed: 1, bench.real_node: 1}
+        events = bench.store.events.read(state.task_id)
+        kept = len(encode(node.prefix))
+        [cut] = [e.data for e in events if e.kind == "interruption"]
+        assert (cut["kind"], cut["node_id"], cut["resumed_on"]) == ("lost", doomed, bench.real_node)
+        assert (cut["tokens_kept"], cut["tokens_lost"]) == (kept, UNSEEN_TOKENS)
         totals = bench.store.ledger.totals(state.task_id)
         assert (totals.kept_tokens, totals.lost_tokens) == (kept, UNSEEN_TOKENS)
         assert totals.tokens == state.spend.tokens_used

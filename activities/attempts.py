@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sdk._limits import MAX_PREFIX_CHARS, MIN_ANSWER_TOKENS
-from sdk.contracts import GenerationProgress, UnresolvedAttempt
+from sdk.wire.limits import MAX_PREFIX_CHARS, MIN_ANSWER_TOKENS
+from sdk.wire.contracts import GenerationProgress, UnresolvedAttempt
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import contextlib
 from temporalio import activity
 
 from sdk import CheckpointRef, Message, TaskState
-from sdk.contracts import (
+from sdk.wire.contracts import (
     BeginTaskInput,
     BeginTaskResult,
     CheckpointInput,

@@ -25,8 +25,8 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from sdk._limits import MIN_ANSWER_TOKENS
-from sdk.contracts import GENERATE_ACTIVITY, GenerationProgress, LlmStepInput, LlmStepResult, Reply, Shortfall
+from sdk.wire.limits import MIN_ANSWER_TOKENS
+from sdk.wire.contracts import GENERATE_ACTIVITY, GenerationProgress, LlmStepInput, LlmStepResult, Reply, Shortfall
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
 from .heartbeats import beat, keep_beating

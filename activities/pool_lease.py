@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 from temporalio import activity
 
 from sdk import CheckpointRef
-from sdk._lease import (ACQUIRE_LEASE, ACQUIRE_STEP, BOOK_CUT, NODE_LIVENESS, RELEASE_LEASE, BookedRound,
+from sdk.wire.lease import (ACQUIRE_LEASE, ACQUIRE_STEP, BOOK_CUT, NODE_LIVENESS, RELEASE_LEASE, BookedRound,
                         CutGeneration, LeaseGrant, LeaseRequest, NodeLiveness, ReleaseLease)
-from sdk.contracts import AcquireStep, Acquired, CheckpointInput
+from sdk.wire.contracts import AcquireStep, Acquired, CheckpointInput
 
 from .ports import KEPT, LOST, LeasePool, LedgerEntry, TokenLedger
 from .spans import annotate_acquire

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from opentelemetry import trace
 
-from sdk._lease import LeaseGrant, LeaseRequest, Placed, StepPlacement, Wait
-from sdk.contracts import CheckpointRef
+from sdk.wire.lease import LeaseGrant, LeaseRequest, Placed, StepPlacement, Wait
+from sdk.wire.contracts import CheckpointRef
 
 INTERRUPTION_EVENT = "berth.interruption"
 INTERRUPTION_KEYS = ("step", "kind", "node_id", "replica_id", "tokens_kept", "tokens_lost", "resumed_on", "resume_s")

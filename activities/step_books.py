@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 
 from sdk import CheckpointRef
-from sdk._step_books import LlmCallEvent
-from sdk.contracts import PendingStep
+from sdk.wire.step_books import LlmCallEvent
+from sdk.wire.contracts import PendingStep
 
 from .ports import (SETTLED, CallReport, CheckpointStore, DeadTokens, EventLog, LedgerEntry, PreparedStep, Settled,
                     StepRecords, StepRef, StepTransaction, TaskRegistry, TokenLedger)

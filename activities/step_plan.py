@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdk import CheckpointRef
-from sdk._limits import MIN_ANSWER_TOKENS
-from sdk.contracts import LlmStepInput
+from sdk.wire.limits import MIN_ANSWER_TOKENS
+from sdk.wire.contracts import LlmStepInput
 
 from .attempts import Attempts
 from .ports import ModelRoute, StepBooks, StepRef

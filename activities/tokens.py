@@ -5,7 +5,7 @@ workflow code. Without a tokenizer of the model's own, counting uses the gpt-4o 
 (tiktoken o200k, shipped inside litellm, so no download): hosted models, and simulated ones,
 whose engine counts the same way. A self-hosted model with real weights is counted by its own
 tokenizer and chat template (a `PromptTokenizer`, orchestrator/tokenizers/), exactly as its
-engine counts; the reservation margin (sdk._limits.reservation_margin) covers what is not exact.
+engine counts; the reservation margin (sdk.wire.limits.reservation_margin) covers what is not exact.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sdk._limits import reservation_margin
+from sdk.wire.limits import reservation_margin
 
 COUNTING_MODEL = "gpt-4o"
 

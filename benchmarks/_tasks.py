@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 from temporalio.client import Client
 
 from orchestrator.store import Store
-from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus, tool
+from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus, tool
+from sdk.wire.task_run import TaskRun
 
 
 @tool

@@ -35,8 +35,8 @@ from orchestrator.store import Store
 from orchestrator.store.tables import LedgerRow
 from orchestrator.worker import build_worker
 from sdk import Agent, ScalingPolicy
-from sdk._identity import Role
-from sdk._serve import tool_worker
+from sdk.wire.identity import Role
+from sdk import tool_worker
 
 from .fleet_step import ApiThread
 

@@ -54,7 +54,7 @@ from orchestrator.pool.service import PoolService  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
 from sdk import Agent, TaskState  # noqa: E402
-from sdk._serve import tool_worker  # noqa: E402
+from sdk import tool_worker  # noqa: E402
 
 from ._results import write_results  # noqa: E402
 from ._tasks import observe, run_task  # noqa: E402

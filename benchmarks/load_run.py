@@ -48,7 +48,7 @@ from pathlib import Path
 from orchestrator.demo.sample_agents import KNOWLEDGE
 from orchestrator.store import Store
 from sdk import Budget, Client, ScalingPolicy, TaskState, TaskStatus
-from sdk._identity import TenantSpec
+from sdk.wire.identity import TenantSpec
 from tests.system.conftest import Stack, fleet_stack, wait_until
 
 from ._results import write_results

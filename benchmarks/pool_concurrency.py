@@ -43,7 +43,7 @@ REPORT_EVERY_S = 0.5
 
 def _setup_fleet(url: str) -> None:
     from orchestrator.store import Store
-    from sdk._fleet import NodeSpec
+    from sdk.wire.fleet import NodeSpec
 
     store = Store.open(url)
     for n in range(NODES):
@@ -61,7 +61,7 @@ def _acquirer(url: str, pool_id: str, duration_s: float, start_at: float, out: m
     from orchestrator.config import BerthConfig
     from orchestrator.pool.service import PoolService
     from orchestrator.store import Store
-    from sdk._lease import LeaseRequest, ReleaseLease
+    from sdk.wire.lease import LeaseRequest, ReleaseLease
 
     store = Store.open(url)
     pool = PoolService(store, ModelCatalogue(BerthConfig(), store.models), pool_id=pool_id)
@@ -97,7 +97,7 @@ class _Reporter(threading.Thread):
         self.beats = 0
 
     def run(self) -> None:
-        from sdk._fleet import NodeHeartbeat
+        from sdk.wire.fleet import NodeHeartbeat
 
         while not self.stop.wait(REPORT_EVERY_S):
             by_node: dict[str, list[dict]] = defaultdict(list)

@@ -44,7 +44,7 @@ from pathlib import Path
 import httpx
 
 from sdk import BerthError, Budget, Client
-from sdk._identity import TenantSpec
+from sdk.wire.identity import TenantSpec
 from tests.system.conftest import Stack, fleet_stack, wait_until
 
 from ._results import write_labelled_run

@@ -46,7 +46,7 @@ from orchestrator.engines.replicas import LlamaCppReplicaEngine, ReplicaHandle, 
 from orchestrator.engines.replicas.processes import log_tail  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
 from sdk import Message  # noqa: E402
-from sdk.contracts import LlmStepInput  # noqa: E402
+from sdk.wire.contracts import LlmStepInput  # noqa: E402
 
 from ._results import write_results  # noqa: E402
 

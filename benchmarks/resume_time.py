@@ -43,7 +43,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from temporalio.client import Client  # noqa: E402
 
 from orchestrator.store import Store  # noqa: E402
-from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus  # noqa: E402
+from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus  # noqa: E402
+from sdk.wire.task_run import TaskRun
 from workflows.fleet_step import GENERATE_HEARTBEAT  # noqa: E402
 
 from ._results import write_results  # noqa: E402

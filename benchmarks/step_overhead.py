@@ -41,7 +41,7 @@ from orchestrator.config import BerthConfig  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
 from sdk import Agent  # noqa: E402
-from sdk._serve import tool_worker  # noqa: E402
+from sdk import tool_worker  # noqa: E402
 
 from ._results import write_results  # noqa: E402
 from ._tasks import observe, run_task  # noqa: E402

@@ -35,8 +35,8 @@ from orchestrator.api import steps as routes
 from orchestrator.config import BerthConfig
 from orchestrator.store import LeaseRecord, Store
 from sdk import AgentSpec, Message, Spend, TaskState, TaskStatus, ToolSpec
-from sdk._lease import StepLimits, StepPlacement
-from sdk._step_books import BookInterruptedRequest, DeadAttemptBody, PrepareStepRequest, SettleStepRequest
+from sdk.wire.lease import StepLimits, StepPlacement
+from sdk.wire.step_books import BookInterruptedRequest, DeadAttemptBody, PrepareStepRequest, SettleStepRequest
 from tests.conftest import free_port
 
 from ._results import write_labelled_run

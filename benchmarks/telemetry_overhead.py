@@ -46,7 +46,7 @@ from orchestrator.telemetry import install_metrics  # noqa: E402
 from orchestrator.telemetry.tracing import configure_tracing, tracing_interceptor  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
 from sdk import Agent  # noqa: E402
-from sdk._serve import tool_worker  # noqa: E402
+from sdk import tool_worker  # noqa: E402
 
 from ._results import write_results  # noqa: E402
 from ._tasks import observe, run_task  # noqa: E402

@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from activities.tokens import _litellm, count_prompt_tokens  # noqa: E402
 from orchestrator.catalogue import SEED_MODELS  # noqa: E402
 from orchestrator.tokenizers import ModelTokenizers, TokenizerFiles  # noqa: E402
-from sdk._limits import reservation_margin  # noqa: E402
+from sdk.wire.limits import reservation_margin  # noqa: E402
 
 from ._results import write_results  # noqa: E402
 

@@ -56,8 +56,8 @@ from orchestrator.node.weights_fill import fill_revision
 from orchestrator.node.weights_files import Revision, sha256_of
 from orchestrator.pool import DEFAULT_CONFIG, Device, FleetState, ModelSpec, Node, PlacementRequest, place
 from orchestrator.store import Store
-from sdk import NodeHeartbeat, NodeSpec
-from sdk._catalogue import ModelEntry, WeightsFile, WeightsSource
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec
+from sdk.wire.catalogue import ModelEntry, WeightsFile, WeightsSource
 
 from ._results import write_results
 from .fleet_step import ApiThread

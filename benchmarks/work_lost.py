@@ -41,7 +41,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import httpx  # noqa: E402
 
 from activities.heartbeats import HEARTBEAT_EVERY_S  # noqa: E402
-from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus  # noqa: E402
+from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus  # noqa: E402
+from sdk.wire.task_run import TaskRun
 
 from ._results import write_results  # noqa: E402
 from ._tasks import observe, topics  # noqa: E402

@@ -15,9 +15,9 @@ from typing import Protocol
 
 from activities.model_stream import hosted_settings
 from activities.ports import ModelRoute
-from sdk._catalogue import CatalogueModel, EngineKind, ModelEntry, WeightsFile, WeightsSource
-from sdk._settings import ModelSettings
-from sdk._lease import StepPlacement
+from sdk.wire.catalogue import CatalogueModel, EngineKind, ModelEntry, WeightsFile, WeightsSource
+from sdk import ModelSettings
+from sdk.wire.lease import StepPlacement
 
 from .config import BerthConfig
 

@@ -25,7 +25,7 @@ from activities.pool_lease import PoolLeases
 from activities.ports import LeasePool
 from activities.step_books import StoreStepBooks
 from activities.tool_workers import ToolWorkers
-from sdk.contracts import CONTROL_TASK_QUEUE
+from sdk.wire.contracts import CONTROL_TASK_QUEUE
 from workflows.agent_task import AgentTaskWorkflow
 from workflows.fleet_ops import PrewarmWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow
 

@@ -2,29 +2,25 @@
 
     from sdk import Agent, tool, Budget, Client
 
-`serve` and `serve_blocking` (a tool worker: Temporal's worker and the MCP client) load on first use, so a
-script or CLI that only submits and follows tasks never imports them.
+`serve`, `serve_blocking` and `tool_worker` (a tool worker: Temporal's worker and the MCP client) load on
+first use, so a script or CLI that only submits and follows tasks never imports them.
+
+What is in `__all__` is the author's surface. `sdk.wire` is the wire between Berth's own processes (node
+heartbeats, leases, step books, the workflow's input): not for authors, and free to change with the control
+plane. The `sdk._*` modules are private to this package.
 """
 
 from typing import TYPE_CHECKING, Any
 
 from ._agent import Agent
 from ._budget import Budget
-from ._catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
-from ._fleet import (
-    CachedModelWeights,
-    GpuDescription,
+from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
+from .wire.fleet import (
     GpuHealth,
     GpuView,
-    MigDeviceDescription,
     NodeAdmission,
-    NodeHeartbeat,
-    NodeRegistered,
-    NodeRegistration,
     NodeRevocation,
-    NodeSpec,
     NodeView,
-    ReplicaReport,
     ReplicaView,
 )
 from ._client import ApiUnreachable, Client, TaskHandle
@@ -41,14 +37,14 @@ from ._errors import (
     TaskFailed,
     Unauthorized,
 )
-from ._identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate, Trust
+from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate, Trust
 from ._mcp_server import McpServer
 from ._messages import Message, ToolCall
-from ._resources import CheckpointDetail, CheckpointSummary, Ledger
+from .wire.resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._settings import ModelSettings
-from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskRun, TaskSpec, ToolSpec
+from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskSpec, ToolSpec
 from ._sync import SyncClient, SyncTaskHandle
-from ._state import FINAL_STATUSES, Spend, TaskEvent, TaskState, TaskStatus
+from ._state import FINAL_STATUSES, GpuTrouble, Spend, TaskEvent, TaskState, TaskStatus
 from ._stream import (BudgetWaiting, Ended, Interrupted, ModelCalled, StateChanged, StepFinished, StreamEvent,
                       TokenDelta, Writing)
 from ._tool import Tool, ToolCallContext, tool, tool_context
@@ -71,19 +67,11 @@ __all__ = [
     "TenantSpec",
     "TenantUpdate",
     "Trust",
-    "CachedModelWeights",
-    "GpuDescription",
     "GpuHealth",
     "GpuView",
-    "MigDeviceDescription",
     "NodeAdmission",
-    "NodeHeartbeat",
-    "NodeRegistered",
-    "NodeRegistration",
     "NodeRevocation",
-    "NodeSpec",
     "NodeView",
-    "ReplicaReport",
     "ReplicaView",
     "CatalogueModel",
     "ModelEntry",
@@ -104,6 +92,7 @@ __all__ = [
     "ToolCallContext",
     "serve",
     "serve_blocking",
+    "tool_worker",
     "tool",
     "tool_context",
     "AgentSpec",
@@ -113,6 +102,7 @@ __all__ = [
     "CheckpointRef",
     "Conflict",
     "FINAL_STATUSES",
+    "GpuTrouble",
     "Forbidden",
     "ForkSource",
     "InvalidSpec",
@@ -126,7 +116,6 @@ __all__ = [
     "TaskEnded",
     "TaskEvent",
     "TaskFailed",
-    "TaskRun",
     "TaskSpec",
     "TaskState",
     "TaskStatus",
@@ -135,10 +124,10 @@ __all__ = [
     "Unauthorized",
 ]
 
-_SERVING = ("serve", "serve_blocking")
+_SERVING = ("serve", "serve_blocking", "tool_worker")
 
 if TYPE_CHECKING:
-    from ._serve import serve, serve_blocking
+    from ._serve import serve, serve_blocking, tool_worker
 
 
 def __getattr__(name: str) -> Any:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ._errors import InvalidSpec
 
-from ._limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET, numbers_not_booleans
+from .wire.limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET, numbers_not_booleans
 
 
 class Budget(BaseModel):

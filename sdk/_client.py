@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import _registering as registering
 from ._budget import Budget
-from ._catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, ScalingPolicy
+from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, ScalingPolicy
 from ._errors import (
     BerthError,
     BudgetExhausted,
@@ -35,24 +35,23 @@ from ._errors import (
     TaskFailed,
     Unauthorized,
 )
-from ._events import END_EVENT, REVOKED_EVENT, SseParser
-from ._fleet import DEFAULT_ADMIT_TTL_S, NodeAdmission, NodeRevocation, NodeView, PreemptRequest, ReplicaView
-from ._identity import ApiKeyView, AuditEntry, CreatedKey, KeyRequest, Role, Tenant, TenantSpec, TenantUpdate
-from ._lease import ServiceClass
-from ._output import answer_json
-from ._resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
+from .wire.events import END_EVENT, REVOKED_EVENT, TOKEN_DELTA_EVENT, SseParser
+from .wire.fleet import DEFAULT_ADMIT_TTL_S, NodeAdmission, NodeRevocation, NodeView, PreemptRequest, ReplicaView
+from .wire.identity import API_KEY_ENV, ApiKeyView, AuditEntry, CreatedKey, KeyRequest, Role, Tenant, TenantSpec, TenantUpdate
+from .wire.lease import ServiceClass
+from .wire.output import answer_json
+from .wire.resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
 from ._settings import ModelSettings
 from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
-from ._stream import TOKEN_DELTA_EVENT, StreamEvent, TokenDelta, Writing, typed
-from .contracts import SpawnedChild
+from ._stream import StreamEvent, TokenDelta, Writing, typed
+from .wire.contracts import SpawnedChild
 
 # An idle connection is dropped before the server's keep-alive (uvicorn's 5 s) closes it: at httpx's default, also
 # 5 s, a request sent as the server closed the connection failed with "server disconnected" and never ran.
 KEEPALIVE_S = 2.0
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 API_URL_ENV = "BERTH_API_URL"
-API_KEY_ENV = "BERTH_API_KEY"
 
 # The server pings an idle event stream every 15 s; four missed pings mean the connection is
 # dead even if TCP has not noticed, so the client reconnects.
@@ -97,13 +96,6 @@ def error_from_response(response: httpx.Response) -> BerthError:
         message = response.text[:500] or response.reason_phrase
     cls = _STATUS_ERRORS.get(response.status_code, BerthError)
     return cls(message or f"HTTP {response.status_code}", field=field, status_code=response.status_code)
-
-
-def invalid_from_validation(exc: ValidationError) -> InvalidSpec:
-    """A local pydantic refusal, worded like the server's (first problem, dotted field)."""
-    first = exc.errors()[0]
-    field = ".".join(str(p) for p in first["loc"]) or None
-    return InvalidSpec(first["msg"], field=field)
 
 
 def outcome(state: TaskState) -> str:
@@ -292,7 +284,7 @@ class Client:
                 settings=settings,
             )
         except ValidationError as exc:
-            raise invalid_from_validation(exc) from None
+            raise InvalidSpec.from_validation(exc) from None
         body = spec.model_dump(mode="json", exclude_none=True, exclude=None if tenant else {"tenant"})
         try:
             body = await self._request("POST", "/v1/tasks", json=body)
@@ -546,7 +538,7 @@ class TaskHandle:
                 input=input,
             )
         except ValidationError as exc:
-            raise invalid_from_validation(exc) from None
+            raise InvalidSpec.from_validation(exc) from None
         body = await self._client._request("POST", self._path("fork"), json=request.model_dump(mode="json", exclude_none=True))
         return TaskHandle(self._client, TaskState.model_validate(body).task_id, self.output_type)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class BerthError(Exception):
     """Base of every error the SDK raises."""
@@ -18,6 +20,13 @@ class BerthError(Exception):
 
 class InvalidSpec(BerthError):
     """The server (or the SDK, before sending) refused a spec; `field` names what was wrong."""
+
+    @classmethod
+    def from_validation(cls, exc: ValidationError) -> InvalidSpec:
+        """A local pydantic refusal, worded like the server's (first problem, dotted field)."""
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or None
+        return cls(first["msg"], field=field)
 
 
 class NotFound(BerthError):

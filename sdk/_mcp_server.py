@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from ._limits import numbers_not_booleans
+from .wire.limits import numbers_not_booleans
 
 # A server's name prefixes its tools' names (`<server>__<tool>`, at most 64 characters for an
 # OpenAI tool), so it is an agent name without dots (not allowed in tool names), 32 at most

@@ -21,7 +21,7 @@ from ._errors import InvalidSpec, McpToolError
 from ._mcp_server import IDLE_CLOSE_S, BerthAccess, McpServer
 from ._spec import ToolSpec
 from ._tool import ToolArgumentError
-from .contracts import ToolCallInput
+from .wire.contracts import ToolCallInput
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult

@@ -26,13 +26,13 @@ from temporalio.worker import Worker
 from . import _registering as registering
 from ._agent import Agent
 from ._client import API_KEY_ENV, Client
-from ._limits import MAX_TOOL_RESULT_CHARS
+from .wire.limits import MAX_TOOL_RESULT_CHARS
 from ._mcp_server import IDLE_CLOSE_S, BerthAccess
 from ._mcp_tools import McpToolbox
 from ._spec import AgentSpec
 from ._temporal_connection import temporal_connection
 from ._tool import ToolArgumentError, ToolCallContext
-from .contracts import TOOL_ACTIVITY, ToolCallInput, ToolCallResult
+from .wire.contracts import TOOL_ACTIVITY, ToolCallInput, ToolCallResult
 
 log = logging.getLogger("berth.tools")
 
@@ -136,6 +136,8 @@ async def _serve_until_terminated(agents: tuple[Agent, ...], kwargs: dict[str, o
 
 def tool_worker(client: TemporalClient, agent: Agent, mcp: McpToolbox | None = None,
                 max_concurrent: int = 100) -> Worker:
+    """The Temporal worker that runs `agent`'s tools, for a program that owns its Temporal client and its
+    workers' lifetime (enter it as an async context): what serve() runs, without registering the agent."""
     return Worker(client, task_queue=agent.spec().task_queue, activities=[ToolRunner(agent, mcp).run_tool],
                   max_concurrent_activities=max_concurrent)
 

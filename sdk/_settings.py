@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ._limits import numbers_not_booleans
+from .wire.limits import numbers_not_booleans
 
 MAX_STOP_STRINGS = 4  # OpenAI's limit, which the engines keep too
 MAX_STOP_CHARS = 64

@@ -8,8 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._budget import Budget
-from ._lease import ServiceClass
-from ._limits import (
+from .wire.lease import ServiceClass
+from .wire.limits import (
     MAX_INPUT_CHARS,
     MAX_MCP_SERVERS,
     MAX_MODEL_NAME_CHARS,
@@ -22,13 +22,12 @@ from ._limits import (
     numbers_not_booleans,
 )
 from ._mcp_server import McpServer
-from ._output import schema_problem
-from ._own_loop import LoopProgress
-from ._recovery import DEFAULT_RECOVERY, RECOVERY_RULES, RecoveryRule
+from .wire.output import schema_problem
+from .wire.own_loop import LoopProgress
+from .wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
+from .wire.recovery import DEFAULT_RECOVERY, RECOVERY_RULES, RecoveryRule
 from ._settings import ModelSettings
 
-SPAWN_AGENT_TOOL = "spawn_agent"
-ASK_HUMAN_TOOL = "ask_human"
 BUILTIN_TOOLS = (SPAWN_AGENT_TOOL, ASK_HUMAN_TOOL)
 # The model is offered the agent's own tools and the built-ins in one request: 128 - 2 = 126 of its own.
 MAX_AGENT_TOOLS = MAX_MODEL_TOOLS - len(BUILTIN_TOOLS)
@@ -206,46 +205,3 @@ class TaskSpec(BaseModel):
         if not value.strip():
             raise ValueError("input is blank")
         return value
-
-
-class TaskRun(BaseModel):
-    """The workflow's input: a validated spec with its agent resolved, plus where to resume from.
-
-    Continue-as-new and forks pass `resume_from`; the conversation itself stays in the
-    checkpoint store and only its reference travels through Temporal history.
-    """
-
-    task_id: str
-    spec: TaskSpec
-    agent: AgentSpec
-    parent_task_id: str | None = None
-    submitted_at: datetime
-    budget_grace_s: float = 3600.0
-    heartbeat_timeout_s: float = Field(default=5.0, ge=2, le=60,
-                                       description="a generation silent this long has lost its node")
-    resume_from: CheckpointRef | None = None
-    carried: "CarriedProgress | None" = None
-    fork_of: ForkSource | None = None
-    # The model's route takes a JSON-schema response format: an agent with an output schema asks for it
-    # (else its answers are checked and repaired only).
-    output_format_native: bool = False
-
-
-class CarriedProgress(BaseModel):
-    """Counters that survive continue-as-new (everything else is rebuilt from the checkpoint)."""
-
-    tokens_used: int = 0
-    usd_used: float = 0.0
-    steps_done: int = 0
-    interruptions: int = 0
-    children: list[str] = Field(default_factory=list)
-    token_limit: int = 0
-    usd_limit: float | None = None
-    tokens_lost: int = 0
-    # Placements the next step already used in earlier rounds (it waited for budget, then the run continued as
-    # new): its attempt numbers go on from there, so no ledger key of the step is used twice.
-    placements_of_next_step: int = 0
-    own_loop: "LoopProgress | None" = None  # an own loop's transcript, replies and tool results
-
-
-TaskRun.model_rebuild()

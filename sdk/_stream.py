@@ -15,8 +15,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ._state import TaskEvent, TaskStatus
+from .wire.events import TOKEN_DELTA_EVENT
 
-TOKEN_DELTA_EVENT = "token_delta"
 
 
 class TokenDelta(BaseModel):

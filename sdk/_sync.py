@@ -25,12 +25,12 @@ import httpx
 from pydantic import BaseModel
 
 from ._budget import Budget
-from ._catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
+from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
 from ._client import Client, TaskHandle
-from ._fleet import NodeView, ReplicaView
-from ._identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
-from ._lease import ServiceClass
-from ._resources import CheckpointDetail, CheckpointSummary, Ledger
+from .wire.fleet import NodeView, ReplicaView
+from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
+from .wire.lease import ServiceClass
+from .wire.resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._settings import ModelSettings
 from ._spec import AgentSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus

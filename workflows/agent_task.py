@@ -21,16 +21,18 @@ with workflow.unsafe.imports_passed_through():
     from activities.tool_workers import ToolWorkers
     import jsonschema  # noqa: F401  (passed through once: an output schema's checks import it lazily)
     from pydantic import ValidationError
-    from sdk import CheckpointRef, Message, Spend, TaskRun, TaskState, TaskStatus, ToolCall
-    from sdk._builtins import AskHumanArgs, SpawnAgentArgs, tools_offered
-    from sdk._lease import LeaseRequest
-    from sdk._limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS, reservation_margin
-    from sdk._output import MAX_OUTPUT_REPAIRS, answer_json, answer_problem, repair_request, response_format
-    from sdk._own_loop import (LOOP_CALL_UPDATE, LOOP_FINISH_UPDATE, LOOP_TOOL_RESULT_QUERY, LOOP_TOOL_RESULT_UPDATE,
+    from sdk import CheckpointRef, Message, Spend, TaskState, TaskStatus, ToolCall
+    from sdk.wire.task_run import TaskRun
+    from sdk.wire.builtins import AskHumanArgs, SpawnAgentArgs, tools_offered
+    from sdk.wire.lease import LeaseRequest
+    from sdk.wire.limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS, reservation_margin
+    from sdk.wire.output import MAX_OUTPUT_REPAIRS, answer_json, answer_problem, repair_request, response_format
+    from sdk.wire.own_loop import (LOOP_CALL_UPDATE, LOOP_FINISH_UPDATE, LOOP_TOOL_RESULT_QUERY, LOOP_TOOL_RESULT_UPDATE,
                                LOOP_TRANSCRIPT_QUERY, LoopCall, LoopFinish, LoopReply, LoopToolResult, LoopTranscript)
-    from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL, CarriedProgress
-    from sdk._state import GpuTrouble
-    from sdk.contracts import (
+    from sdk.wire.task_run import CarriedProgress
+    from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
+    from sdk import GpuTrouble
+    from sdk.wire.contracts import (
         ANSWER_UPDATE,
         CANCEL_SIGNAL,
         GRANT_BUDGET_SIGNAL,

@@ -27,7 +27,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from sdk._node_io import (
+    from sdk.wire.node_io import (
         LOAD_REPLICA,
         LOAD_WORKFLOW,
         PREWARM,

@@ -16,7 +16,7 @@ A timeout is a suspicion, not a verdict. A call not picked up in time, or a gene
 went quiet, may be a node that is gone or one that is merely busy; the pool is asked for evidence about
 the node itself (liveness.py) before the step is given up on it. A busy node keeps the step: a call it
 has not picked up is waited for, and says so; a generation that went quiet on a live node resumes
-there. Where an interrupted step goes next is the task's recovery rules' choice (sdk/_recovery.py).
+there. Where an interrupted step goes next is the task's recovery rules' choice (sdk/wire/recovery.py).
 
 While the pool cannot place the step it waits in the pool's queue: the task shows
 `waiting_for_gpu` with the reason and its place, and asks again with a growing pause. The task's
@@ -45,13 +45,13 @@ with workflow.unsafe.imports_passed_through():
     from activities.llm_step import LlmStepActivities
     from activities.pool_lease import PoolLeases
     from sdk import CheckpointRef
-    from sdk._lease import (BookedRound, CutGeneration, Direct, LeaseGrant, LeaseRequest, Never, NextStep, NodeLiveness,
+    from sdk.wire.lease import (BookedRound, CutGeneration, Direct, LeaseGrant, LeaseRequest, Never, NextStep, NodeLiveness,
                             Placed, ReleaseLease, StepLimits, StepPlacement, StepRound)
-    from sdk._spec import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
-    from sdk._node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
-    from sdk._recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
-    from sdk._state import GpuTrouble
-    from sdk.contracts import (AcquireStep, CheckpointInput, GenerationProgress, LlmStepInput, LlmStepResult, Reply,
+    from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
+    from sdk.wire.node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
+    from sdk.wire.recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
+    from sdk import GpuTrouble
+    from sdk.wire.contracts import (AcquireStep, CheckpointInput, GenerationProgress, LlmStepInput, LlmStepResult, Reply,
                                Shortfall)
 
     from .interruptions import Interruption, NodeRevoked, books_refused, interruption, is_permanent, progress_of

@@ -23,8 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from activities.ports import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE
-    from sdk._recovery import InterruptionKind
-    from sdk.contracts import GenerationProgress
+    from sdk.wire.recovery import InterruptionKind
+    from sdk.wire.contracts import GenerationProgress
 BOOKS_REFUSED = "StepBooksRefused"  # the control plane would not book a node's call (orchestrator/node/generation.py)
 
 

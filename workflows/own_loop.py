@@ -12,9 +12,9 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from sdk._messages import Message
-    from sdk._own_loop import LoopCall, LoopProgress, LoopReply, LoopToolResult, LoopTranscript
-    from sdk._transcript import EMPTY_CHAIN, chain_of
+    from sdk import Message
+    from sdk.wire.own_loop import LoopCall, LoopProgress, LoopReply, LoopToolResult, LoopTranscript
+    from sdk.wire.transcript import EMPTY_CHAIN, chain_of
 
 
 class OwnLoop:

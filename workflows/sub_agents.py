@@ -8,7 +8,7 @@ only here, out of the parent's remainder (`raise_child`): the tree is one accoun
 that still spent more than it was given (a bug, never silent) ends its parent `failed`.
 
 A child's id extends its parent's after a mark no client-chosen id holds, with a random part
-(sdk._limits.SUB_AGENT_MARK): no client can take it first, so no spawn is ever wedged by one.
+(sdk.wire.limits.SUB_AGENT_MARK): no client can take it first, so no spawn is ever wedged by one.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError
 with workflow.unsafe.imports_passed_through():
     from activities.bookkeeping import TaskBookkeeping
     from pydantic import ValidationError
-    from sdk import TaskRun, TaskState
-    from sdk._builtins import SpawnAgentArgs
-    from sdk._limits import MAX_TASK_ID_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET, MIN_ANSWER_TOKENS, SUB_AGENT_MARK
-    from sdk._spec import AgentSpec, TaskSpec
-    from sdk.contracts import (CANCEL_SIGNAL, GRANT_BUDGET_SIGNAL, WORKFLOW_NAME, CancelRequest, RaiseBudget,
+    from sdk import TaskState
+    from sdk.wire.task_run import TaskRun
+    from sdk.wire.builtins import SpawnAgentArgs
+    from sdk.wire.limits import MAX_TASK_ID_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET, MIN_ANSWER_TOKENS, SUB_AGENT_MARK
+    from sdk import AgentSpec, TaskSpec
+    from sdk.wire.contracts import (CANCEL_SIGNAL, GRANT_BUDGET_SIGNAL, WORKFLOW_NAME, CancelRequest, RaiseBudget,
                                RaiseChildBudget, ResolveAgentInput, SpawnedChild)
 
     from .budget import BudgetViolation, TokenBudget

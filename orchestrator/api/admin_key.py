@@ -20,7 +20,7 @@ import re
 
 from pydantic import SecretStr
 
-from sdk._identity import KEY_PREFIX, Role
+from sdk.wire.identity import KEY_PREFIX, Role
 
 from ..store import KeyConflict, Store
 from ..store.keys import split_key

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field
 
 from sdk import Budget, TaskSpec
-from sdk._identity import Tenant
-from sdk._limits import TASK_ID_PATTERN
+from sdk.wire.identity import Tenant
+from sdk.wire.limits import TASK_ID_PATTERN
 
 from .errors import ApiError, invalid
 from .principal import Principal

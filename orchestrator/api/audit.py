@@ -22,8 +22,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sdk import Unauthorized
-from sdk._identity import AuditEntry
-from sdk._limits import MAX_PAGE, MAX_STORED_INT
+from sdk.wire.identity import AuditEntry
+from sdk.wire.limits import MAX_PAGE, MAX_STORED_INT
 
 from ..store import Store
 from .auth import PRINCIPAL_SCOPE_KEY, Admin

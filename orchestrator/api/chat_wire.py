@@ -12,10 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sdk._limits import MAX_INPUT_CHARS, MAX_MODEL_NAME_CHARS, MAX_MODEL_TOOLS, MAX_TOKENS_PER_STEP
-from sdk._messages import Message, ToolCall
-from sdk._own_loop import MAX_CALL_ID_CHARS, LoopReply
-from sdk._settings import ModelSettings
+from sdk.wire.limits import MAX_INPUT_CHARS, MAX_MODEL_NAME_CHARS, MAX_MODEL_TOOLS, MAX_TOKENS_PER_STEP
+from sdk import Message, ToolCall
+from sdk.wire.own_loop import MAX_CALL_ID_CHARS, LoopReply
+from sdk import ModelSettings
 
 MAX_MESSAGES = 4096
 MAX_TOOL_NAME_CHARS = 64

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Path, Request, Response, status
 from pydantic import ValidationError
 
 from sdk import ForkSource, TaskSpec, TaskState
-from sdk._limits import MAX_STORED_INT
-from sdk._resources import CheckpointDetail, CheckpointSummary, ForkRequest, Ledger, LedgerEntry, LedgerTotals
+from sdk.wire.limits import MAX_STORED_INT
+from sdk.wire.resources import CheckpointDetail, CheckpointSummary, ForkRequest, Ledger, LedgerEntry, LedgerTotals
 
 from ..store import CheckpointCorrupt, CheckpointNotFound
 from .audit import note_target

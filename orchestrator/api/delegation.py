@@ -10,8 +10,8 @@ can never spend more through its token than it was given, however it asks.
 from __future__ import annotations
 
 from sdk import AgentSpec, Budget, Spend, TaskSpec, TaskState, TaskStatus
-from sdk._builtins import SpawnAgentArgs
-from sdk.contracts import SpawnedChild
+from sdk.wire.builtins import SpawnAgentArgs
+from sdk.wire.contracts import SpawnedChild
 
 from ..store import TaskConflict
 from .admission import SubmitRequest

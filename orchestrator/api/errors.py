@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sdk._resources import ErrorBody
+from sdk.wire.resources import ErrorBody
 
 log = logging.getLogger("berth.api")
 

@@ -25,9 +25,10 @@ from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from sdk import TaskStatus
-from sdk._events import END_EVENT, REVOKED_EVENT
-from sdk._stream import TOKEN_DELTA_EVENT, Writing
-from sdk._limits import MAX_STORED_INT
+from sdk.wire.events import END_EVENT, REVOKED_EVENT
+from sdk import Writing
+from sdk.wire.events import TOKEN_DELTA_EVENT
+from sdk.wire.limits import MAX_STORED_INT
 
 from .auth import Caller
 from .errors import ERROR_RESPONSES

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, status
 
 from sdk import NotFound
-from sdk._identity import ApiKeyView, CreatedKey, KeyRequest, tenant_problem
+from sdk.wire.identity import ApiKeyView, CreatedKey, KeyRequest, tenant_problem
 
 from .audit import note_target
 from .auth import Admin

@@ -19,8 +19,8 @@ from activities.pool_lease import booked_round
 from activities.ports import KEPT, LOST, SETTLED, LedgerEntry
 from activities.prices import Prices, call_cost, generated_cost
 from activities.tokens import PromptCount
-from sdk._lease import BookedRound, StepLimits
-from sdk._step_books import DeadAttemptBody, SettleStepRequest
+from sdk.wire.lease import BookedRound, StepLimits
+from sdk.wire.step_books import DeadAttemptBody, SettleStepRequest
 
 from ..store import CallReservation
 

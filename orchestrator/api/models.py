@@ -9,8 +9,8 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Response, status
 from temporalio.service import RPCError
 
-from sdk._catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
-from sdk._node_io import PREWARM_WORKFLOW, Prewarm, PrewarmOnNode
+from sdk.wire.catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
+from sdk.wire.node_io import PREWARM_WORKFLOW, Prewarm, PrewarmOnNode
 
 from ..pool.feasibility import unservable_by_any_gpu
 from ..pool.prewarm import PrewarmRefused, prewarm_targets, weights_bytes

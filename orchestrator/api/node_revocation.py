@@ -20,8 +20,8 @@ import logging
 
 from temporalio.client import RPCTimeoutOrCancelledError
 
-from sdk._fleet import NodeRevocation
-from sdk.contracts import NodeGone
+from sdk.wire.fleet import NodeRevocation
+from sdk.wire.contracts import NodeGone
 
 from ..store import Store
 from .services import Services

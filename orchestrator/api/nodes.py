@@ -24,7 +24,7 @@ from typing import Annotated, TypeVar
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response, status
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
-from sdk._fleet import (
+from sdk.wire.fleet import (
     NODE_ID_PATTERN,
     NODE_SECRET_HEADER,
     UNKNOWN_GPU_TYPE,

@@ -3,7 +3,7 @@
 `POST /v1/tasks/{id}/chat/completions` is OpenAI's Chat Completions, scoped to one task: any client that
 speaks it (the Agents SDK through `sdk.openai_agents`, LangChain's ChatOpenAI) gets each call run as a step
 of the task, under its budget, on the pool. The caller must own the task right now (its key's tenant, or the
-task's own token); the workflow then checks the conversation by hash (`sdk/_transcript.py`).
+task's own token); the workflow then checks the conversation by hash (`sdk/wire/transcript.py`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sdk import TaskState
-from sdk._own_loop import MAX_CALL_ID_CHARS, LoopCall, LoopFinish, LoopReply, LoopToolResult
-from sdk._limits import MAX_TOOL_RESULT_CHARS
-from sdk._transcript import EMPTY_CHAIN, chain_of, request_hash
+from sdk.wire.own_loop import MAX_CALL_ID_CHARS, LoopCall, LoopFinish, LoopReply, LoopToolResult
+from sdk.wire.limits import MAX_TOOL_RESULT_CHARS
+from sdk.wire.transcript import EMPTY_CHAIN, chain_of, request_hash
 
 from .auth import TaskWriter
 from .chat_wire import ChatRequest, completion, completion_chunks

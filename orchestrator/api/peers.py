@@ -1,4 +1,4 @@
-"""Peer copy routes: nodes of one datacenter copy weights from each other under tickets (sdk/_peers.py).
+"""Peer copy routes: nodes of one datacenter copy weights from each other under tickets (sdk/wire/peers.py).
 
 Like the heartbeat, they carry no API key: each proves the calling node with its own secret
 (`X-Berth-Node-Secret`), and no node ever sees another's. B asks for a ticket and reports its copy; A checks
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from sdk._peers import PeerTicket, PeerTicketRequest, ReportAnswer, TicketCheck, TicketGrant, TransferReport
+from sdk.wire.peers import PeerTicket, PeerTicketRequest, ReportAnswer, TicketCheck, TicketGrant, TransferReport
 
 from .errors import ERROR_RESPONSES
 from .nodes import NodeId, NodeSecret, _call

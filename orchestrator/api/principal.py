@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sdk._identity import Role
-from sdk._limits import SUB_AGENT_MARK
+from sdk.wire.identity import Role
+from sdk.wire.limits import SUB_AGENT_MARK
 
 # Roles by what they may do; each route names the set it needs (viewers are refused every
 # write before any route runs, in auth.authenticate).

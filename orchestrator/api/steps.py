@@ -25,9 +25,9 @@ from activities.prices import Prices, generated_cost
 from activities.step_books import StoreStepBooks
 from activities.tokens import count_prompt, sendable_tools
 from sdk import NotFound, Unauthorized
-from sdk._builtins import tools_offered
-from sdk._fleet import NODE_SECRET_HEADER
-from sdk._step_books import (
+from sdk.wire.builtins import tools_offered
+from sdk.wire.fleet import NODE_SECRET_HEADER
+from sdk.wire.step_books import (
     BookedRequest,
     BookInterruptedRequest,
     LedgerEntryBody,

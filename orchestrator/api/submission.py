@@ -15,7 +15,8 @@ import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sdk import AgentSpec, ForkSource, ModelSettings, Spend, TaskRun, TaskSpec, TaskState, TaskStatus
+from sdk import AgentSpec, ForkSource, ModelSettings, Spend, TaskSpec, TaskState, TaskStatus
+from sdk.wire.task_run import TaskRun
 
 from ..catalogue import UnknownModel
 from ..pool.feasibility import never_reason

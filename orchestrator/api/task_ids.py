@@ -5,7 +5,7 @@ tenant take another's id, nor learn that it exists (a collision would answer "al
 So an id a client chooses is scoped to the task's tenant: the task's id is `<tenant>:<chosen id>`
 (given as is when it already starts so), and a resubmit within the tenant finds the same task.
 Ids the server makes are random (`t-<48 bits>`), and a sub-agent's id extends its parent's after
-a mark no client-chosen id may hold (sdk._limits.SUB_AGENT_MARK), so no client can pre-empt one.
+a mark no client-chosen id may hold (sdk.wire.limits.SUB_AGENT_MARK), so no client can pre-empt one.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Body, Query, Request, Response, status
 from pydantic import ConfigDict, Field
 
 from sdk import Spend, TaskEvent, TaskSpec, TaskState, TaskStatus
-from sdk._builtins import SpawnAgentArgs
-from sdk._limits import MAX_PAGE, MAX_REASON_CHARS, MAX_STORED_INT
-from sdk._identity import CreatedKey, Role
-from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget, RaiseChildBudget, SpawnedChild
+from sdk.wire.builtins import SpawnAgentArgs
+from sdk.wire.limits import MAX_PAGE, MAX_REASON_CHARS, MAX_STORED_INT
+from sdk.wire.identity import CreatedKey, Role
+from sdk.wire.contracts import CancelRequest, HumanAnswer, RaiseBudget, RaiseChildBudget, SpawnedChild
 
 from ..store import TaskRecord
 from .admission import SubmitRequest, admit

@@ -30,11 +30,12 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
-from sdk import Spend, TaskRun, TaskState
-from sdk._builtins import SpawnAgentArgs
-from sdk._own_loop import (LOOP_CALL_UPDATE, LOOP_FINISH_UPDATE, LOOP_TOOL_RESULT_QUERY, LOOP_TOOL_RESULT_UPDATE,
+from sdk import Spend, TaskState
+from sdk.wire.task_run import TaskRun
+from sdk.wire.builtins import SpawnAgentArgs
+from sdk.wire.own_loop import (LOOP_CALL_UPDATE, LOOP_FINISH_UPDATE, LOOP_TOOL_RESULT_QUERY, LOOP_TOOL_RESULT_UPDATE,
                            LOOP_TRANSCRIPT_QUERY, LoopCall, LoopFinish, LoopReply, LoopToolResult, LoopTranscript)
-from sdk.contracts import (
+from sdk.wire.contracts import (
     ANSWER_UPDATE,
     CANCEL_SIGNAL,
     CONTROL_TASK_QUEUE,

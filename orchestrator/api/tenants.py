@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from sdk import Conflict, NotFound
-from sdk._identity import Tenant, TenantSpec, TenantUpdate
+from sdk.wire.identity import Tenant, TenantSpec, TenantUpdate
 
 from .auth import Admin
 from .errors import ERROR_RESPONSES, conflict, invalid, not_found

@@ -8,7 +8,7 @@ from datetime import datetime
 from rich.table import Table
 
 from sdk import Client
-from sdk._identity import ApiKeyView, Role, tenant_problem
+from sdk.wire.identity import ApiKeyView, Role, tenant_problem
 
 from . import output
 from .output import EXIT_OK, add_api_flag, fail, run_with_client

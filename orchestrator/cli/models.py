@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sdk import CatalogueModel, Client, InvalidSpec, ScalingPolicy
-from sdk._catalogue import KeepAliveView, PrewarmStarted, PrewarmView
+from sdk.wire.catalogue import KeepAliveView, PrewarmStarted, PrewarmView
 
 from . import output
 from .output import EXIT_FAILED, EXIT_OK, add_api_flag, fail, run_with_client

@@ -196,7 +196,7 @@ def _engines(flag: str | None, built: dict[str, "ReplicaEngine"]) -> list[str]:
     run would only fail its loads."""
     from typing import get_args
 
-    from sdk._catalogue import EngineKind
+    from sdk.wire.catalogue import EngineKind
 
     from ..engines.replicas.unavailable import UnavailableReplicaEngine
     from ..engines.replicas.vllm import VllmReplicaEngine

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from sdk import Budget, Client, InvalidSpec, TaskEvent, TaskHandle, TaskState, TaskStatus, TokenDelta
-from sdk._limits import MAX_PAGE, MAX_REASON_CHARS
+from sdk.wire.limits import MAX_PAGE, MAX_REASON_CHARS
 
 from . import output
 from .output import EXIT_FAILED, EXIT_OK, add_api_flag, fail, run_with_client

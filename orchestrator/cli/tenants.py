@@ -8,9 +8,8 @@ from typing import Any
 from pydantic import ValidationError
 from rich.table import Table
 
-from sdk import Client
-from sdk._client import invalid_from_validation
-from sdk._identity import Tenant, TenantSpec, TenantUpdate, Trust
+from sdk import Client, InvalidSpec
+from sdk.wire.identity import Tenant, TenantSpec, TenantUpdate, Trust
 
 from . import output
 from .output import EXIT_OK, add_api_flag, fail, run_with_client
@@ -114,7 +113,7 @@ def cmd_update(args: argparse.Namespace) -> int:
 
 def _refused(exc: ValidationError) -> int:
     """The first problem, named by the flag that gave the value."""
-    refusal = invalid_from_validation(exc)
+    refusal = InvalidSpec.from_validation(exc)
     flags = {field: flag.removeprefix("--") for field, flag, _text in _LIMITS}
     return fail(refusal.message, flags.get(refusal.field or "", refusal.field))
 

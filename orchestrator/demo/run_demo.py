@@ -26,7 +26,7 @@ from rich.live import Live
 from rich.table import Table
 
 from sdk import BerthError, Budget, Client, ScalingPolicy, TaskHandle, TaskState, TaskStatus
-from sdk._lease import ServiceClass
+from sdk.wire.lease import ServiceClass
 
 from ..config import BerthConfig
 from .placements import interruption_rows, interruptions_table, placements_table, step_rows

@@ -12,7 +12,7 @@ from collections import Counter
 from pydantic import BaseModel, Field
 
 from sdk import AgentSpec, CatalogueModel, NodeView, TaskState
-from sdk._fleet import Capacity, NodeStatus
+from sdk.wire.fleet import Capacity, NodeStatus
 
 
 class TaskList(BaseModel):

@@ -16,7 +16,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from sdk import Budget, Spend, TaskState, TaskStatus
-from sdk._limits import (
+from sdk.wire.limits import (
     MAX_INPUT_CHARS,
     MAX_MODEL_NAME_CHARS,
     MAX_PAGE,

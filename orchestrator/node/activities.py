@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError
 from activities.spans import annotate_load
 from orchestrator.node.replicas import Replica, ReplicaLoadError, ReplicaManager
 from orchestrator.node.weights_cache import WeightsCacheError
-from sdk._node_io import (LOAD_REPLICA, PREWARM, UNLOAD_REPLICA, LoadedTier, LoadReplica, Prewarm, ReplicaReady,
+from sdk.wire.node_io import (LOAD_REPLICA, PREWARM, UNLOAD_REPLICA, LoadedTier, LoadReplica, Prewarm, ReplicaReady,
                           UnloadReplica)
 
 

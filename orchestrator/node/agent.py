@@ -39,9 +39,9 @@ from temporalio.worker import Worker
 
 from activities.heartbeats import HEARTBEAT_EVERY_S
 from activities.llm_step import LlmStepActivities
-from sdk._fleet import (Capacity, CachedModelWeights, GpuDescription, GpuHealth, MigDeviceDescription, NodeHeartbeat,
+from sdk.wire.fleet import (Capacity, CachedModelWeights, GpuDescription, GpuHealth, MigDeviceDescription, NodeHeartbeat,
                         NodeRegistration, NodeStatus)
-from sdk._node_io import node_task_queue
+from sdk.wire.node_io import node_task_queue
 
 from ..tokenizers import tokenizers_under
 from .activities import NodeActivities

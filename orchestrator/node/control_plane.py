@@ -16,7 +16,7 @@ import time
 
 import httpx
 
-from sdk._fleet import NODE_SECRET_HEADER, NodeHeartbeat, NodeRegistered, NodeRegistration, NodeView
+from sdk.wire.fleet import NODE_SECRET_HEADER, NodeHeartbeat, NodeRegistered, NodeRegistration, NodeView
 
 log = logging.getLogger("berth.node.control_plane")
 

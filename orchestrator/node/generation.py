@@ -19,8 +19,8 @@ from temporalio.exceptions import ApplicationError
 from activities.llm_step import LlmStepActivities
 from activities.ports import ModelRoute, ReplicaUnavailable
 from activities.tokens import warm_up_counting
-from sdk._lease import StepPlacement
-from sdk.contracts import GENERATE_ACTIVITY, LlmStepInput, LlmStepResult
+from sdk.wire.lease import StepPlacement
+from sdk.wire.contracts import GENERATE_ACTIVITY, LlmStepInput, LlmStepResult
 
 from ..tokenizers import ModelTokenizers
 from .replicas import ReplicaManager

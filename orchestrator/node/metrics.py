@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from opentelemetry import metrics
 
-from sdk._fleet import ReplicaReport
+from sdk.wire.fleet import ReplicaReport
 
 from ..telemetry import serve_metrics
 from ..telemetry.probe_server import Check, ProbeServer

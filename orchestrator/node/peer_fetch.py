@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from sdk._peers import PEER_FILES_PATH, PEER_TICKET_HEADER, PeerTicket, TransferOutcome, TransferReport
+from sdk.wire.peers import PEER_FILES_PATH, PEER_TICKET_HEADER, PeerTicket, TransferOutcome, TransferReport
 
 from .fetchers import SourceTier, Transfer, WeightsFetchError, http_transfer
 from .fetchers.http import TIMEOUT

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sdk._peers import PEER_FILES_PATH, PEER_TICKET_HEADER, TICKET_PATTERN
+from sdk.wire.peers import PEER_FILES_PATH, PEER_TICKET_HEADER, TICKET_PATTERN
 
 from ..engines.serving import listening_socket
 from .peer_tickets import PeerTickets, TicketRefused

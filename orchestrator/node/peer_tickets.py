@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from sdk._fleet import NODE_SECRET_HEADER
-from sdk._peers import PeerTicket, PeerTicketRequest, ReportAnswer, TicketCheck, TicketGrant, TransferReport
+from sdk.wire.fleet import NODE_SECRET_HEADER
+from sdk.wire.peers import PeerTicket, PeerTicketRequest, ReportAnswer, TicketCheck, TicketGrant, TransferReport
 
 from .control_plane import _message
 

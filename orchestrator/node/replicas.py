@@ -27,9 +27,9 @@ from pathlib import Path
 
 from orchestrator.engines.replicas import ReplicaEngine, ReplicaHandle, ReplicaSpec, ReplicaStartError, replica_spec
 from orchestrator.engines.replicas.processes import log_tail
-from sdk._catalogue import ModelEntry
-from sdk._fleet import ReplicaReport, ReplicaState
-from sdk._node_io import FetchSource, LoadedTier
+from sdk.wire.catalogue import ModelEntry
+from sdk.wire.fleet import ReplicaReport, ReplicaState
+from sdk.wire.node_io import FetchSource, LoadedTier
 
 from .metrics import record_fetch, record_load
 from .weights_cache import LoadPlan, WeightsCache

@@ -20,8 +20,8 @@ import httpx
 
 from activities.ports import CallReport, DeadTokens, LedgerEntry, PreparedStep, Settled, StepRef
 from sdk import CheckpointRef
-from sdk._fleet import NODE_SECRET_HEADER
-from sdk._step_books import (
+from sdk.wire.fleet import NODE_SECRET_HEADER
+from sdk.wire.step_books import (
     BookedRequest,
     BookInterruptedRequest,
     DeadAttemptBody,
@@ -31,7 +31,7 @@ from sdk._step_books import (
     SettleStepRequest,
     SettleStepResult,
 )
-from sdk.contracts import PendingStep
+from sdk.wire.contracts import PendingStep
 
 from .control_plane import ControlPlaneError, _message
 

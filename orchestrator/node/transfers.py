@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from sdk._peers import TransferSample, plausible_transfer
+from sdk.wire.peers import TransferSample, plausible_transfer
 
 from .weights_fill import FillReport
 

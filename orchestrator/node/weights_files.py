@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from sdk._catalogue import ModelEntry
+from sdk.wire.catalogue import ModelEntry
 
 # 1 MiB reads: large enough that hashing is bound by the CPU, not by system calls.
 CHUNK_BYTES = 1 << 20

@@ -22,8 +22,8 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from sdk._node_io import LOAD_WORKFLOW, UNLOAD_WORKFLOW, UnloadOnNode, UnloadReplica
-from sdk.contracts import CONTROL_TASK_QUEUE
+from sdk.wire.node_io import LOAD_WORKFLOW, UNLOAD_WORKFLOW, UnloadOnNode, UnloadReplica
+from sdk.wire.contracts import CONTROL_TASK_QUEUE
 
 from .scaler import ScaleDown, ScaleUp
 from .service import PoolService

@@ -6,7 +6,7 @@ workflow tests): no GPU node serves anything, so no step holds a lease.
 
 from __future__ import annotations
 
-from sdk._lease import Direct, LeaseGrant, LeaseRequest, NodeLiveness, ReleaseLease
+from sdk.wire.lease import Direct, LeaseGrant, LeaseRequest, NodeLiveness, ReleaseLease
 
 
 class DirectRouting:

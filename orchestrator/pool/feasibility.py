@@ -9,8 +9,8 @@ machine's claimed GPUs must not make a task no admitted node could hold look ser
 
 from __future__ import annotations
 
-from sdk._catalogue import TENSOR_PARALLEL_DEGREES, ModelEntry
-from sdk._fleet import UNADMITTED, NodeView
+from sdk.wire.catalogue import TENSOR_PARALLEL_DEGREES, ModelEntry
+from sdk.wire.fleet import UNADMITTED, NodeView
 
 from ..node.gpu_types import GPU_TYPES
 from .decision import PlacementRequest

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
+from sdk.wire.catalogue import KeepAliveView, ModelForesight, PrewarmView
 
 from .scaler import Foresight
 

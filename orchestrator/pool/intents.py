@@ -33,7 +33,7 @@ DELAY_SAMPLES_MIN = 5
 EXPIRY_S = 120.0
 ALLOWANCE_WINDOW_S = 3600.0
 RECENT_PREWARMS = 50  # what `berth models show` and the Models page list
-SPAWN_KEY = "#spawn-"  # no task id holds it: TASK_ID_PATTERN (sdk/_limits.py) has no '#'
+SPAWN_KEY = "#spawn-"  # no task id holds it: TASK_ID_PATTERN (sdk/wire/limits.py) has no '#'
 
 
 @dataclass(frozen=True)

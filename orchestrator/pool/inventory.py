@@ -6,8 +6,8 @@ a model's throughput) are stated once, and tested without a database.
 
 from __future__ import annotations
 
-from sdk._catalogue import ModelEntry
-from sdk._fleet import NodeView
+from sdk.wire.catalogue import ModelEntry
+from sdk.wire.fleet import NodeView
 
 from ..node.gpu_types import GPU_TYPES
 from ..weights_transfer import GIB

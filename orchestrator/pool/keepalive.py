@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from sdk._catalogue import KeepAliveSource
+from sdk.wire.catalogue import KeepAliveSource
 
 # 10 s bins: the scaler ticks every 2 s, so a finer bin would only split the same tick's gaps.
 BIN_S = 10.0

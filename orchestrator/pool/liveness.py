@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from sdk._lease import NodeLiveness
+from sdk.wire.lease import NodeLiveness
 
 from ..store.tables import NodeRow, utcnow
 

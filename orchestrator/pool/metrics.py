@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from sdk._lease import LeaseGrant, LeaseRequest, Wait
+from sdk.wire.lease import LeaseGrant, LeaseRequest, Wait
 
 # Placement is pure scoring over the fleet in memory: micro- to milliseconds, unless it re-reads the store.
 DECISION_BUCKETS_S = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25]

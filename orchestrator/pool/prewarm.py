@@ -9,9 +9,9 @@ nothing. Pure: it reads node views, starts nothing.
 
 from __future__ import annotations
 
-from sdk._catalogue import ModelEntry
-from sdk._fleet import UNADMITTED, GpuView, NodeView
-from sdk._node_io import FetchSource
+from sdk.wire.catalogue import ModelEntry
+from sdk.wire.fleet import UNADMITTED, GpuView, NodeView
+from sdk.wire.node_io import FetchSource
 
 from ..weights_transfer import GIB
 

@@ -38,7 +38,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sdk._catalogue import ScalingPolicy
+from sdk.wire.catalogue import ScalingPolicy
 
 from ..weights_transfer import DISK_BYTES_PER_S, GIB
 from .fleet import FleetState, ModelSpec, Replica

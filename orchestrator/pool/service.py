@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
-from sdk._catalogue import ModelEntry, ModelForesight, ScalingPolicy
-from sdk._fleet import UNADMITTED, NodeView
-from sdk._lease import (Direct, LeaseGrant, LeaseRequest, LocalityTier, Never, NextStep, NodeLiveness, Placed,
+from sdk.wire.catalogue import ModelEntry, ModelForesight, ScalingPolicy
+from sdk.wire.fleet import UNADMITTED, NodeView
+from sdk.wire.lease import (Direct, LeaseGrant, LeaseRequest, LocalityTier, Never, NextStep, NodeLiveness, Placed,
                         ReleaseLease, Wait)
-from sdk._limits import SUB_AGENT_MARK
-from sdk._node_io import FetchSource, LoadOnNode, LoadReplica
+from sdk.wire.limits import SUB_AGENT_MARK
+from sdk.wire.node_io import FetchSource, LoadOnNode, LoadReplica
 
 from ..store import LeaseRecord, Reservation, Store
 from .decision import Decision, PlacementRequest

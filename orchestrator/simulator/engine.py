@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sdk._recovery import Cut, avoid_after
+from sdk.wire.recovery import Cut, avoid_after
 
 from ..pool.admission import may_go
 from ..pool.decision import Decision, PlacementRequest
@@ -571,7 +571,7 @@ class Simulation:
             call.remaining = math.ceil(call.remaining + call.written) - kept
             call.written = 0.0
             call.record.interruptions += 1
-            # The very rules the workflow applies (sdk/_recovery.py): a reclaim with notice, or a lost node.
+            # The very rules the workflow applies (sdk/wire/recovery.py): a reclaim with notice, or a lost node.
             avoid = avoid_after(call.session.plan.recovery, Cut("lost" if lost_unseen else "notice", node_id, zone,
                                                                 self.fleet.nodes[node_id].capacity))
             call.exclude_nodes |= avoid.nodes

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sdk._recovery import DEFAULT_RECOVERY, RecoveryRule
+from sdk.wire.recovery import DEFAULT_RECOVERY, RecoveryRule
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sdk._catalogue import ScalingPolicy
+from sdk.wire.catalogue import ScalingPolicy
 
 from ..pool import admission
 from ..pool.decision import Candidate, Decision, PlacementRequest, ScoredCandidate, Tier

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from sdk import Unauthorized
-from sdk._identity import Role
+from sdk.wire.identity import Role
 
 from ..store import Store
 

@@ -19,8 +19,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from sdk._catalogue import EngineKind
-from sdk._fleet import NODE_ID_PATTERN, PLACE_PATTERN
+from sdk.wire.catalogue import EngineKind
+from sdk.wire.fleet import NODE_ID_PATTERN, PLACE_PATTERN
 
 from ..node.gpu_types import CPU_TYPES, parse_simulate
 

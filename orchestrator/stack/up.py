@@ -32,7 +32,7 @@ from types import FrameType
 
 import httpx
 
-from sdk._client import API_KEY_ENV
+from sdk.wire.identity import API_KEY_ENV
 
 from ..config import ENV_PREFIX, BerthConfig
 from ..store import Store

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, func
 from sqlalchemy.sql.elements import ColumnElement
 from sqlmodel import Session, col, select
 
-from sdk._identity import AuditEntry
+from sdk.wire.identity import AuditEntry
 
 from .tables import AuditRow
 

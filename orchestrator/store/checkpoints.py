@@ -36,7 +36,7 @@ from sqlmodel import Session, col, select
 
 from activities.ports import CheckpointContent
 from sdk import Message, NotFound
-from sdk.contracts import CheckpointRef
+from sdk.wire.contracts import CheckpointRef
 
 from .connections import connected, inserts_skipping_taken
 from .tables import CheckpointRow

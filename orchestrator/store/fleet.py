@@ -30,7 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
-from sdk._fleet import (
+from sdk.wire.fleet import (
     CachedModelWeights,
     GpuView,
     NodeHeartbeat,
@@ -40,7 +40,7 @@ from sdk._fleet import (
     ReplicaView,
 )
 
-from sdk._peers import plausible_transfer
+from sdk.wire.peers import plausible_transfer
 
 from .connections import connected
 from .listeners import silence_cutoff

@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from sdk import FINAL_STATUSES, NotFound, Unauthorized
-from sdk._identity import KEY_PREFIX, ApiKeyView, CreatedKey, Role
+from sdk.wire.identity import KEY_PREFIX, ApiKeyView, CreatedKey, Role
 
 from .tables import ApiKeyRow, TaskRow, utcnow
 

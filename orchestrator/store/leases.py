@@ -21,7 +21,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from sdk._lease import StepLimits
+from sdk.wire.lease import StepLimits
 
 from .connections import connected
 from .tables import LeaseRow

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from sdk._catalogue import CatalogueModel, ModelEntry, ModelForesight, ScalingPolicy
+from sdk.wire.catalogue import CatalogueModel, ModelEntry, ModelForesight, ScalingPolicy
 
 from .tables import ModelRow, utcnow
 

@@ -29,7 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from sdk import Conflict, Unauthorized
-from sdk._fleet import NodeAdmission, NodeSpec, NodeView
+from sdk.wire.fleet import NodeAdmission, NodeSpec, NodeView
 
 from .fleet import NodeConflict, NodeNotFound, new_node_row, node_view, proves, restatus, write_spec
 from .tables import (

@@ -1,6 +1,6 @@
 """Peer copies of weights inside a datacenter: tickets, their checks and reports, disputes, measured transfers.
 
-The protocol is in sdk/_peers.py; this is what the control plane keeps of it. Three rules carry the trust:
+The protocol is in sdk/wire/peers.py; this is what the control plane keeps of it. Three rules carry the trust:
 - a ticket is minted only for an admitted node (B), from an admitted, live node (A) of B's datacenter that
   reports the model in its heartbeats, and only the ticket's sha256 is stored;
 - A serves a file only after the control plane says, to A authenticated as A, that this ticket is A's to
@@ -25,8 +25,8 @@ from sqlalchemy import Engine, delete
 from sqlmodel import Session, col, select
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
-from sdk._catalogue import ModelEntry, WeightsFile
-from sdk._peers import (PeerTicket, PeerTicketRequest, ReportAnswer, TicketCheck, TicketGrant, TransferReport,
+from sdk.wire.catalogue import ModelEntry, WeightsFile
+from sdk.wire.peers import (PeerTicket, PeerTicketRequest, ReportAnswer, TicketCheck, TicketGrant, TransferReport,
                         plausible_transfer)
 
 from ..weights_transfer import DATACENTER_BYTES_PER_S, learned_bytes_per_s

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine, delete
 from sqlmodel import Session, col, select
 
-from sdk._identity import Role
+from sdk.wire.identity import Role
 
 from .tables import ApiKeyRow, UiSessionRow, utcnow
 

@@ -20,7 +20,7 @@ from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
 
-# Every integer column is 64-bit, as sdk._limits.MAX_STORED_INT promises the API's callers. SQLite's
+# Every integer column is 64-bit, as sdk.wire.limits.MAX_STORED_INT promises the API's callers. SQLite's
 # INTEGER already is; PostgreSQL's is 32-bit (a 16 GiB weights size overflows it), so there it is
 # BIGINT. SQLite keeps the name INTEGER: only an `INTEGER PRIMARY KEY` is its rowid (and AUTOINCREMENT
 # accepts no other type).
@@ -161,7 +161,7 @@ class ModelRow(SQLModel, table=True):
     entry_json: str = Field(sa_type=Text)
     policy_json: str = Field(sa_type=Text)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
-    # What the scaler learned and pre-warmed (sdk._catalogue.ModelForesight), published by its leader.
+    # What the scaler learned and pre-warmed (sdk.wire.catalogue.ModelForesight), published by its leader.
     foresight_json: str | None = Field(default=None, sa_type=Text)
 
 
@@ -361,7 +361,7 @@ class LeaseRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     # The pool (control-plane replica) that granted it; the other pools count it as load on its replica.
     pool_id: str = Field(default="", sa_column_kwargs={"server_default": ""})
-    # What the step may spend (sdk._lease.StepLimits, from its workflow), and what the control plane reserved
+    # What the step may spend (sdk.wire.lease.StepLimits, from its workflow), and what the control plane reserved
     # for its call once it counted the prompt: the bounds on everything the node books under this lease.
     limits_json: str = Field(default="", sa_type=Text, sa_column_kwargs={"server_default": ""})
     reservation_json: str | None = Field(default=None, sa_type=Text)

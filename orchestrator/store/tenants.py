@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from sdk import Conflict, NotFound
-from sdk._identity import DEFAULT_TENANT, Tenant, TenantSpec, TenantUpdate, Trust
+from sdk.wire.identity import DEFAULT_TENANT, Tenant, TenantSpec, TenantUpdate, Trust
 
 from .tables import TenantRow, utcnow
 

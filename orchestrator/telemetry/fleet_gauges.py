@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from sdk._fleet import NodeView
+from sdk.wire.fleet import NodeView
 
 MIB = 1024 * 1024
 

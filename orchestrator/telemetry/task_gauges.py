@@ -17,7 +17,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from sdk import TaskState
-from sdk._fleet import NodeView
+from sdk.wire.fleet import NodeView
 
 # A task that has used this share of its token limit is "near its budget".
 NEAR_BUDGET = 0.9

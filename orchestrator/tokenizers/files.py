@@ -23,7 +23,7 @@ from pathlib import Path
 
 from orchestrator.node.fetchers import TransferCut, WeightsFetchError, origin_fetcher
 from orchestrator.node.weights_files import Revision, RevisionFile
-from sdk._catalogue import ModelEntry
+from sdk.wire.catalogue import ModelEntry
 
 from .gguf import GgufUnreadable, read_metadata
 from .vocab import TokenizerUnreadable, Vocabulary, from_gguf_metadata, from_tokenizer_json, parse_tokenizer_config

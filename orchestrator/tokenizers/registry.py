@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdk._catalogue import ModelEntry
+from sdk.wire.catalogue import ModelEntry
 
 from .counting import ModelTokenizer
 from .files import TokenizerFiles

@@ -16,9 +16,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request, Response
 
 from sdk import ScalingPolicy
-from sdk._fleet import PreemptRequest
-from sdk._identity import KeyRequest, Role, TenantSpec, TenantUpdate
-from sdk._resources import ForkRequest
+from sdk.wire.fleet import PreemptRequest
+from sdk.wire.identity import KeyRequest, Role, TenantSpec, TenantUpdate
+from sdk.wire.resources import ForkRequest
 
 from ..api import checkpoints as checkpoints_api
 from ..api import keys as keys_api

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse
 
-from sdk._identity import Role, Trust
+from sdk.wire.identity import Role, Trust
 
 from ..api.audit import WRITE_METHODS
 from ..api.auth import forbidden

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 from starlette.concurrency import run_in_threadpool
 
-from sdk._fleet import UNADMITTED, GpuView
+from sdk.wire.fleet import UNADMITTED, GpuView
 
 from ..store import Store
 from .charts import Series

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Literal
 
 from sdk import CatalogueModel
-from sdk._catalogue import KeepAliveSource, KeepAliveView, PrewarmView
+from sdk.wire.catalogue import KeepAliveSource, KeepAliveView, PrewarmView
 
 WINDOW_WORDS: dict[KeepAliveSource, str] = {"learned": "learned from its idle gaps",
                                             "break-even": "kept until holding it has cost one cold start",

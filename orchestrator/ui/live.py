@@ -20,7 +20,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from sdk._events import REVOKED_EVENT
+from sdk.wire.events import REVOKED_EVENT
 
 from ..api.services import Services, services
 from ..store import Store

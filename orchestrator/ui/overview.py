@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from sdk import TaskState, TaskStatus
-from sdk._fleet import UNADMITTED
+from sdk.wire.fleet import UNADMITTED
 
 from ..store import Store
 from ..telemetry.fleet_gauges import fleet_reading

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse
 from sse_starlette import EventSourceResponse
 
-from sdk._limits import MAX_STORED_INT
+from sdk.wire.limits import MAX_STORED_INT
 
 from ..api import events as events_api
 from ..api.checkpoints import read_checkpoint

@@ -23,7 +23,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import AgentSpec, Client, ToolSpec
-from sdk._identity import Role
+from sdk.wire.identity import Role
 
 from api_helpers import ClientAs, Stack, unique
 from ui_helpers import SignIn, csrf_of

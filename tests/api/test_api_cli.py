@@ -25,8 +25,8 @@ from orchestrator.cli.main import main
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from sdk import AgentSpec, Budget, SyncClient, TaskCancelled, TaskStatus, ToolSpec
-from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
-from sdk._identity import Role, TenantSpec
+from sdk.wire.catalogue import KeepAliveView, ModelForesight, PrewarmView
+from sdk.wire.identity import Role, TenantSpec
 
 
 @dataclass

@@ -11,7 +11,8 @@ from temporalio.client import Client as TemporalClient
 from activities.ports import LedgerEntry
 from api_helpers import error_of, put_task, unique, write_checkpoints
 from orchestrator.store import Store
-from sdk import AgentSpec, TaskRun, TaskStatus
+from sdk import AgentSpec, TaskStatus
+from sdk.wire.task_run import TaskRun
 
 
 def parse_sse(text: str) -> list[dict]:

@@ -16,7 +16,7 @@ from orchestrator.store import Store
 from orchestrator.store.keys import hash_secret, split_key
 from orchestrator.store.tables import ApiKeyRow
 from sdk import AgentSpec, TaskStatus
-from sdk._identity import Role, TenantSpec
+from sdk.wire.identity import Role, TenantSpec
 from sqlmodel import Session, select
 
 
@@ -261,7 +261,7 @@ async def test_every_write_is_audited_with_who_what_and_status(
 
 
 def _node(node_id: str):
-    from sdk import GpuDescription, NodeSpec
+    from sdk.wire.fleet import GpuDescription, NodeSpec
 
     return NodeSpec(node_id=node_id, datacenter="dc1", zone="z1",
                     gpus=[GpuDescription(index=0, uuid=f"GPU-{node_id}", type_name="H100-80GB",

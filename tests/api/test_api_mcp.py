@@ -26,7 +26,7 @@ from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from sdk import AgentSpec, ToolSpec
-from sdk._identity import Role, TenantSpec
+from sdk.wire.identity import Role, TenantSpec
 
 from api_helpers import end_workflows, put_task, unique
 

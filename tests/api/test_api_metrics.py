@@ -11,7 +11,7 @@ from activities.ports import CallReport, StepRef
 from activities.step_books import StoreStepBooks
 from orchestrator.api import TemporalGateway
 from orchestrator.store import Store
-from sdk._identity import Role
+from sdk.wire.identity import Role
 
 import pytest
 

@@ -8,7 +8,7 @@ import pytest
 
 from api_helpers import error_of, unique
 from orchestrator.store import Store
-from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
+from sdk.wire.catalogue import KeepAliveView, ModelForesight, PrewarmView
 
 
 async def test_the_catalogue_is_seeded_with_realistic_models(api) -> None:

@@ -21,8 +21,9 @@ from orchestrator.cli.main import main
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.store.tables import utcnow
-from sdk import Client, NodeHeartbeat, NodeSpec, NodeView
-from sdk._identity import Role, TenantSpec
+from sdk import Client, NodeView
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec
+from sdk.wire.identity import Role, TenantSpec
 
 JOIN_TOKEN = "join-me-7f3a"
 SECRET_HEADER = "X-Berth-Node-Secret"

@@ -25,7 +25,7 @@ from orchestrator.cli.main import main
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from sdk import Client
-from sdk._node_io import PREWARM_WORKFLOW, PrewarmOnNode
+from sdk.wire.node_io import PREWARM_WORKFLOW, PrewarmOnNode
 
 JOIN_TOKEN = "join-prewarm-5c1d"
 SECRET_HEADER = "X-Berth-Node-Secret"

@@ -38,9 +38,10 @@ from api_helpers import write_checkpoints
 from orchestrator.api import TemporalGateway, events
 from orchestrator.config import BerthConfig
 from orchestrator.store import LeaseRecord, Store
-from sdk import AgentSpec, GpuDescription, NodeSpec, Spend, TaskSpec, TaskState, TaskStatus, ToolSpec
-from sdk._fleet import NODE_SECRET_HEADER
-from sdk._identity import Role, TenantSpec, TenantUpdate
+from sdk import AgentSpec, Spend, TaskSpec, TaskState, TaskStatus, ToolSpec
+from sdk.wire.fleet import GpuDescription, NodeSpec
+from sdk.wire.fleet import NODE_SECRET_HEADER
+from sdk.wire.identity import Role, TenantSpec, TenantUpdate
 
 JOIN_TOKEN = "join-fuzz-7a2e"
 NODE_ID = "gpu-fuzz"

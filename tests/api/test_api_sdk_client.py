@@ -29,7 +29,7 @@ from sdk import (
     tool,
 )
 from sdk._client import error_from_response
-from sdk._identity import TenantSpec, TenantUpdate
+from sdk.wire.identity import TenantSpec, TenantUpdate
 
 
 @pytest.fixture

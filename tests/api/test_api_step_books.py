@@ -23,7 +23,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.node.step_books import RemoteStepBooks, StepBooksRefused
 from orchestrator.store import LeaseRecord, SqlEventLog, Store
 from sdk import CheckpointRef, Message, Spend, TaskState, TaskStatus
-from sdk._lease import StepLimits, StepPlacement
+from sdk.wire.lease import StepLimits, StepPlacement
 from tests.conftest import free_port
 
 JOIN_TOKEN = "join-me-books"

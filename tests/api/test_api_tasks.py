@@ -13,10 +13,11 @@ from api_helpers import error_of, put_task, task_body, unique
 from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
-from sdk import AgentSpec, TaskRun, TaskStatus
-from sdk._identity import TenantSpec
-from sdk._limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET
-from sdk.contracts import CONTROL_TASK_QUEUE, WORKFLOW_NAME
+from sdk import AgentSpec, TaskStatus
+from sdk.wire.task_run import TaskRun
+from sdk.wire.identity import TenantSpec
+from sdk.wire.limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET
+from sdk.wire.contracts import CONTROL_TASK_QUEUE, WORKFLOW_NAME
 
 
 async def started_run(client: TemporalClient, task_id: str) -> TaskRun:

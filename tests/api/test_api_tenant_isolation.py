@@ -19,8 +19,9 @@ import pytest
 from activities.ports import LedgerEntry
 from api_helpers import error_of, tenant_task
 from orchestrator.store import Store
-from sdk import AgentSpec, GpuDescription, NodeSpec, TaskStatus
-from sdk._identity import Role, TenantSpec
+from sdk import AgentSpec, TaskStatus
+from sdk.wire.fleet import GpuDescription, NodeSpec
+from sdk.wire.identity import Role, TenantSpec
 
 TENANTS = ("acme", "globex")
 MODEL = "llama-3.1-8b"

@@ -34,9 +34,9 @@ from orchestrator.node.weights_files import Revision
 from orchestrator.store import Store
 from orchestrator.store.peers import DISPUTE_HOLD_S
 from orchestrator.store.tables import utcnow
-from sdk import NodeHeartbeat, NodeSpec
-from sdk._catalogue import ModelEntry, WeightsFile, WeightsSource
-from sdk._peers import PEER_FILES_PATH, PEER_TICKET_HEADER, PeerTicketRequest
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec
+from sdk.wire.catalogue import ModelEntry, WeightsFile, WeightsSource
+from sdk.wire.peers import PEER_FILES_PATH, PEER_TICKET_HEADER, PeerTicketRequest
 
 MIB = 2**20
 
@@ -335,7 +335,7 @@ async def test_a_ticket_for_another_node_another_entry_expired_or_replayed_is_re
     refused = await _get(a, gguf, expired.ticket)
     assert refused.status_code == 403 and "expired" in refused.json()["error"]["message"]
 
-    from sdk._peers import TransferReport
+    from sdk.wire.peers import TransferReport
     assert await b.tickets.report(TransferReport(ticket=ticket.ticket, outcome="verified", bytes=tiny.size_bytes,
                                                  seconds=0.5)) is not None
     replayed = await _get(a, gguf, ticket.ticket)

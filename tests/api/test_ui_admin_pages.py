@@ -16,7 +16,7 @@ from sqlmodel import Session
 
 from orchestrator.store import Store
 from orchestrator.store.tables import AuditRow
-from sdk._identity import Role, TenantSpec
+from sdk.wire.identity import Role, TenantSpec
 
 from api_helpers import unique
 from ui_helpers import SignIn, csrf_of, flash_of

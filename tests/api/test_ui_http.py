@@ -14,12 +14,12 @@ import pytest
 
 from activities.ports import CallReport, StepRef
 from activities.step_books import StoreStepBooks
-from sdk._lease import StepPlacement
+from sdk.wire.lease import StepPlacement
 from orchestrator.store import Store
 from orchestrator.ui.login import ADDRESS_FAILED_LOGIN_BURST
 from sdk import AgentSpec, TaskSpec
-from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
-from sdk._identity import Role, TenantSpec
+from sdk.wire.catalogue import KeepAliveView, ModelForesight, PrewarmView
+from sdk.wire.identity import Role, TenantSpec
 
 from api_helpers import put_task, unique, write_checkpoints
 from ui_helpers import SignIn, csrf_of, flash_of
@@ -309,7 +309,7 @@ async def test_the_models_page_shows_each_models_last_hour_from_its_booked_calls
 
 async def test_the_fleet_page_shows_pending_and_revoked_nodes_and_revoking_needs_the_node_id_typed(
         sign_in: SignIn, store: Store) -> None:
-    from sdk import NodeSpec
+    from sdk.wire.fleet import NodeSpec
 
     store.node_admission.join(NodeSpec(node_id="gpu-p", datacenter="dc1", zone="z1"), None, "cluster", cluster_token=True)
     viewer = await (await sign_in(Role.viewer)).get("/fleet")

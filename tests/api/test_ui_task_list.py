@@ -16,7 +16,7 @@ from orchestrator.store import Store
 from orchestrator.store.tables import TaskRow
 from orchestrator.ui import task_list
 from sdk import Spend, TaskState, TaskStatus
-from sdk._identity import Role, TenantSpec
+from sdk.wire.identity import Role, TenantSpec
 
 from api_helpers import unique
 from ui_helpers import SignIn

@@ -17,7 +17,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.engines.simulated import EngineThread
 from orchestrator.store import Store
 from sdk import Message
-from sdk.contracts import GenerationProgress, LlmStepInput, Shortfall
+from sdk.wire.contracts import GenerationProgress, LlmStepInput, Shortfall
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ async def test_a_booked_reply_the_engine_cannot_replay_is_charged_not_hidden(ste
 
 
 async def test_a_leased_step_records_where_it_ran(step) -> None:
-    from sdk._lease import StepPlacement
+    from sdk.wire.lease import StepPlacement
 
     acts, store, inp = step
     placement = StepPlacement(node_id="gpu-a", replica_id="r-7", gpu_indexes=[0, 1], gpu_type="H100-80GB",
@@ -160,7 +160,7 @@ PLACEMENT_KEYS = dict(node_id="gpu-b", replica_id="r-9", gpu_indexes=[0], gpu_ty
 
 
 def _long_step(store: Store, task_id: str, inp: LlmStepInput, **update: object) -> LlmStepInput:
-    from sdk._lease import StepPlacement
+    from sdk.wire.lease import StepPlacement
 
     root = store.checkpoints.write_root(task_id, [Message(role="user", content=LONG_INPUT)], {})
     if isinstance(update.get("inherited_progress"), dict):  # the workflow sends it typed

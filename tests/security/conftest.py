@@ -22,7 +22,7 @@ from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
-from sdk._identity import Role
+from sdk.wire.identity import Role
 from tests.security.parties import JOIN_TOKEN, Live
 
 

@@ -13,7 +13,7 @@ from temporalio.client import Client as TemporalClient
 
 from orchestrator.store import Store
 from sdk import Agent, TaskState, TaskStatus
-from sdk._identity import Role
+from sdk.wire.identity import Role
 
 JOIN_TOKEN = "join-security-6b1f"
 

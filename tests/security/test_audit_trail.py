@@ -10,7 +10,7 @@ import httpx
 
 from orchestrator.store import Store
 from orchestrator.store.keys import split_key
-from sdk._identity import Role
+from sdk.wire.identity import Role
 
 
 async def test_requests_without_a_valid_key_leave_no_audit_row(app, store: Store) -> None:

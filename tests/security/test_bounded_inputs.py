@@ -17,7 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from orchestrator.mcp_server import build_server
 from orchestrator.store import Store
 from sdk import AgentSpec, Client, Spend, TaskSpec, TaskState, TaskStatus, ToolSpec
-from sdk._limits import MAX_MCP_SERVERS, MAX_REASON_CHARS
+from sdk.wire.limits import MAX_MCP_SERVERS, MAX_REASON_CHARS
 from sdk._spec import MAX_AGENT_TOOLS
 from tests.security.parties import JOIN_TOKEN, error_of
 

@@ -15,8 +15,8 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from sdk import Agent, Spend, TaskState, TaskStatus
-from sdk._identity import Role, TenantSpec
-from sdk.contracts import RAISE_BUDGET_UPDATE, RaiseBudget
+from sdk.wire.identity import Role, TenantSpec
+from sdk.wire.contracts import RAISE_BUDGET_UPDATE, RaiseBudget
 from tests.security.parties import Live, error_of
 
 ROOT_LIMIT, CHILD_TOKENS = 10_000, 3_000

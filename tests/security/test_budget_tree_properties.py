@@ -39,8 +39,8 @@ from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, TaskStatus
-from sdk._identity import Role, TenantSpec
-from sdk._node_io import node_task_queue
+from sdk.wire.identity import Role, TenantSpec
+from sdk.wire.node_io import node_task_queue
 from tests.workflow.fleet_fakes import TwoNodePool
 
 TENANTS = ("acme", "globex")

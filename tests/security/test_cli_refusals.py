@@ -19,8 +19,8 @@ import uvicorn
 
 from orchestrator.store import Store
 from sdk import AgentSpec
-from sdk._identity import Role, TenantSpec
-from sdk._limits import MAX_REASON_CHARS
+from sdk.wire.identity import Role, TenantSpec
+from sdk.wire.limits import MAX_REASON_CHARS
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT_S = 120.0  # a whole `berth` run: generous for a loaded 2-core machine

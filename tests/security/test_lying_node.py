@@ -18,9 +18,9 @@ import pytest
 
 from orchestrator.store import LeaseRecord, Store
 from sdk import AgentSpec, CheckpointRef, Message, Spend, TaskSpec, TaskState, TaskStatus, ToolSpec
-from sdk._fleet import NODE_SECRET_HEADER
-from sdk._identity import Role, TenantSpec
-from sdk._lease import StepLimits
+from sdk.wire.fleet import NODE_SECRET_HEADER
+from sdk.wire.identity import Role, TenantSpec
+from sdk.wire.lease import StepLimits
 from tests.security.parties import SyncAsgi, error_of
 
 NODE = "gpu-liar"

@@ -24,7 +24,7 @@ from activities.ports import LedgerEntry
 from activities.step_metrics import record_settled_call
 from orchestrator.config import BerthConfig
 from orchestrator.worker import WORKER_METRICS_PORT_ENV, run_worker
-from sdk._identity import Role
+from sdk.wire.identity import Role
 from tests.security.parties import error_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,9 +31,9 @@ from orchestrator.store.tables import (
     utcnow,
 )
 from sdk import AgentSpec
-from sdk._identity import Role
-from sdk._lease import LeaseRequest, Placed, Wait
-from sdk.contracts import NODE_GONE_SIGNAL, NodeGone
+from sdk.wire.identity import Role
+from sdk.wire.lease import LeaseRequest, Placed, Wait
+from sdk.wire.contracts import NODE_GONE_SIGNAL, NodeGone
 from tests.security.parties import JOIN_TOKEN, error_of
 
 SECRET_HEADER = "X-Berth-Node-Secret"

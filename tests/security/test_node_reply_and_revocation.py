@@ -13,7 +13,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from sdk import TaskStatus
-from sdk.contracts import NODE_GONE_SIGNAL, NodeGone
+from sdk.wire.contracts import NODE_GONE_SIGNAL, NodeGone
 from tests.workflow.fleet_fakes import LyingNode, StalledNode, TwoNodePool, fleet_bench
 
 

@@ -16,7 +16,7 @@ import pytest
 from orchestrator.store import Store
 from orchestrator.store.keys import split_key
 from orchestrator.ui.login import ADDRESS_FAILED_LOGIN_BURST, FAILED_LOGIN_BURST
-from sdk._identity import Role
+from sdk.wire.identity import Role
 
 Browser = Callable[[str], AbstractAsyncContextManager[httpx.AsyncClient]]
 

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.store import Store
 from sdk import Agent, AgentSpec, Message, Spend, TaskSpec, TaskState, TaskStatus
-from sdk._identity import Role, TenantSpec
+from sdk.wire.identity import Role, TenantSpec
 from tests.security.parties import Live, error_of
 
 

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from sdk import Agent, TaskStatus
-from sdk._identity import Role, TenantSpec
+from sdk.wire.identity import Role, TenantSpec
 from tests.security.parties import Live, error_of
 from tests.security.test_budget_tree import FINAL
 

@@ -28,8 +28,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from orchestrator.store import Store
-from sdk._identity import Role
-from sdk._node_io import LOAD_REPLICA, PREWARM, UNLOAD_REPLICA, node_task_queue
+from sdk.wire.identity import Role
+from sdk.wire.node_io import LOAD_REPLICA, PREWARM, UNLOAD_REPLICA, node_task_queue
 from tests.conftest import ROOT, free_port, wait_http
 
 pytestmark = pytest.mark.system

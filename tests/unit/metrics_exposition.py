@@ -23,7 +23,7 @@ from orchestrator.pool import metrics as pool_metrics
 from orchestrator.telemetry import fleet_gauges, task_gauges
 from orchestrator.telemetry.metrics_setup import metrics_text
 from sdk import Spend, TaskState, TaskStatus
-from sdk._lease import LeaseRequest, Wait
+from sdk.wire.lease import LeaseRequest, Wait
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE_DIRS = ("orchestrator", "activities", "sdk", "workflows")

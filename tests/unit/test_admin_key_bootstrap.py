@@ -26,7 +26,7 @@ from orchestrator.api.admin_key import ADMIN_KEY_ENV, AdminKeyRefused, install_a
 from orchestrator.config import BerthConfig
 from orchestrator.store import KeyConflict, Store
 from orchestrator.store.keys import hash_secret
-from sdk._identity import Role
+from sdk.wire.identity import Role
 
 pytestmark = pytest.mark.postgresql
 

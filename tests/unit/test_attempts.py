@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from activities.attempts import Attempts, carried_prefix, continuable
-from sdk._limits import MAX_PREFIX_CHARS
-from sdk.contracts import GenerationProgress, UnresolvedAttempt
+from sdk.wire.limits import MAX_PREFIX_CHARS
+from sdk.wire.contracts import GenerationProgress, UnresolvedAttempt
 
 
 def _cut(chunks: list[tuple[str, int]], attempt: int = 1) -> GenerationProgress:

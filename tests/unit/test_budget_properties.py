@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdk._limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET
+from sdk.wire.limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET
 from workflows.budget import BudgetViolation, TokenBudget
 
 # An operation: ("call", fraction of the allowance the engine really used),

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from orchestrator.node import NvmlDiscovery
 from orchestrator.node.metrics import node_reading, serve_node_metrics
 from orchestrator.telemetry.fleet_gauges import fleet_reading, watch_fleet
-from sdk._fleet import GpuView, NodeView, ReplicaReport, ReplicaView
+from sdk.wire.fleet import GpuView, NodeView, ReplicaReport, ReplicaView
 
 from test_gpu_discovery import MIB, FakeGpu, FakeNvml
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from sdk._recovery import DEFAULT_RECOVERY, Avoid, Cut, avoid_after
+from sdk.wire.recovery import DEFAULT_RECOVERY, Avoid, Cut, avoid_after
 from sdk._spec import TaskSpec
 from workflows.fleet_step import EXCLUDE_NODE_FOR, still_excluded
 

@@ -9,7 +9,7 @@ from orchestrator.pool import Device, FleetState, ModelSpec, Node
 from orchestrator.pool.intents import IntentBook
 from orchestrator.pool.keepalive import BIN_S, MIN_GAPS, PREWARM_MIN_S, SLICE_S, SLICES, IdleGaps
 from orchestrator.pool.scaler import COLD_START_WAIT_GPUS, Foresight, ScaleDown, ScaleUp, plan_scaling
-from sdk._catalogue import ScalingPolicy
+from sdk.wire.catalogue import ScalingPolicy
 
 LOAD_S, HOLD = 23.0, 1.0
 BREAK_EVEN = LOAD_S * (HOLD + COLD_START_WAIT_GPUS) / HOLD

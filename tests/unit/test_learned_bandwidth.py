@@ -12,7 +12,7 @@ from orchestrator.pool import DEFAULT_CONFIG, Device, FleetState, ModelSpec, Nod
 from orchestrator.pool.bandwidth import LearnedBandwidth
 from orchestrator.store import Store
 from orchestrator.weights_transfer import GIB, MIN_SAMPLE_BYTES, learned_bytes_per_s
-from sdk import NodeHeartbeat, NodeSpec
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 
 MODEL = ModelSpec("llama-3.1-8b", weights_gib=16, kv_headroom_gib=4)
 

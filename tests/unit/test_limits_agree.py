@@ -15,7 +15,7 @@ from orchestrator.api.admission import SubmitRequest
 from orchestrator.api.tasks import AnswerRequest, CancelBody, RaiseBudgetRequest
 from orchestrator.mcp_server import build_server
 from sdk import Budget
-from sdk._resources import ForkRequest
+from sdk.wire.resources import ForkRequest
 
 BOUNDS = ("maxLength", "minLength", "maximum", "minimum", "exclusiveMinimum", "exclusiveMaximum", "pattern")
 

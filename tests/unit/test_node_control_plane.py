@@ -29,8 +29,8 @@ from orchestrator.node.control_plane import (
 )
 from orchestrator.node.replicas import ReplicaManager
 from orchestrator.store import Store
-from sdk import NodeHeartbeat
-from sdk._identity import Role
+from sdk.wire.fleet import NodeHeartbeat
+from sdk.wire.identity import Role
 
 JOIN_TOKEN = "join-me-unit"
 

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.pool.liveness import HEARD_WITHIN, node_liveness
 from orchestrator.store import Store
 from orchestrator.store.tables import utcnow
-from sdk import NodeHeartbeat, NodeSpec
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 
 SECRET = "s3cret-of-the-node-under-test"
 

@@ -24,7 +24,7 @@ from orchestrator.node.activities import NodeActivities
 from orchestrator.node.replicas import ReplicaLoadError, ReplicaManager
 from orchestrator.node.weights_cache import WeightsCache
 from sdk import ModelEntry
-from sdk._node_io import LoadReplica
+from sdk.wire.node_io import LoadReplica
 
 SMALL = next(m for m in SEED_MODELS if m.name == "llama-3.2-1b")
 GIB = 2**30

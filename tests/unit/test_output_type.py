@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from orchestrator.engines.simulated.structured import instance
 from sdk import Agent, AgentSpec, InvalidSpec
-from sdk._output import answer_json, answer_problem, schema_problem
+from sdk.wire.output import answer_json, answer_problem, schema_problem
 
 
 class Item(BaseModel):

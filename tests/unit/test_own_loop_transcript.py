@@ -7,8 +7,8 @@ from temporalio.exceptions import ApplicationError
 
 from orchestrator.api.chat_wire import ChatRequest
 from sdk import Message, ToolCall
-from sdk._own_loop import LoopCall, LoopReply, LoopToolResult
-from sdk._transcript import EMPTY_CHAIN, chain_of, request_hash
+from sdk.wire.own_loop import LoopCall, LoopReply, LoopToolResult
+from sdk.wire.transcript import EMPTY_CHAIN, chain_of, request_hash
 from workflows.own_loop import OwnLoop
 
 USER = Message(role="user", content="H100 bandwidth")

@@ -14,8 +14,8 @@ from orchestrator.pool.scaler import ScaleDown, ScaleUp
 from orchestrator.pool.service import GONE_CONFIRM_S, UNREPORTED_LOAD_GRACE_S, PoolService
 from orchestrator.store import Store
 from sdk import ModelEntry, ScalingPolicy
-from sdk._fleet import NodeHeartbeat, NodeSpec
-from sdk._lease import LeaseRequest, NextStep, ReleaseLease
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec
+from sdk.wire.lease import LeaseRequest, NextStep, ReleaseLease
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 
@@ -353,7 +353,7 @@ def test_a_step_excluded_from_every_node_waits_saying_so(store: Store, pool: Poo
 
 
 def test_tenants_admins_set_in_the_store_bound_placement(store: Store, pool: PoolService) -> None:
-    from sdk._identity import TenantSpec, Trust
+    from sdk.wire.identity import TenantSpec, Trust
 
     store.tenants.create(TenantSpec(name="acme", trust=Trust.isolated))
     store.tenants.create(TenantSpec(name="tiny", gpu_quota=1))

@@ -14,7 +14,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.pool.service import PoolService
 from orchestrator.store import Store
 from orchestrator.store.tables import utcnow
-from sdk._lease import ReleaseLease
+from sdk.wire.lease import ReleaseLease
 
 from tests.unit.test_pool_service import Clock, join, req
 

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 from orchestrator.pool.prewarm import PrewarmRefused, prewarm_targets, weights_bytes
-from sdk._catalogue import ModelEntry
-from sdk._fleet import CachedModelWeights, GpuView, MigDeviceDescription, NodeView
+from sdk.wire.catalogue import ModelEntry
+from sdk.wire.fleet import CachedModelWeights, GpuView, MigDeviceDescription, NodeView
 
 EIGHT_B = ModelEntry(name="llama-3.1-8b", weights_gib=15.0, kv_headroom_gib=8.0, tensor_parallel=[1, 2])
 SEVENTY_B = ModelEntry(name="llama-3.1-70b", weights_gib=131.5, kv_headroom_gib=20.0, tensor_parallel=[2, 4, 8])

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from orchestrator.pool import Device, FleetState, ModelSpec, Node
 from orchestrator.pool.scaler import FIXED_KEEP_ALIVE_S, Foresight, ModelDemand, ScaleDown, ScaleUp, plan_scaling
-from sdk._catalogue import ScalingPolicy
+from sdk.wire.catalogue import ScalingPolicy
 
 SMALL = ModelSpec("small", 16, 4, concurrency=4)
 BIG = ModelSpec("big", 140, 10, tensor_parallel=(2,), concurrency=8)

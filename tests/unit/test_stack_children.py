@@ -60,7 +60,7 @@ def test_berth_up_admits_its_own_nodes_and_leaves_the_cluster_token_to_the_other
     from orchestrator.stack.fleet import DEFAULT_FLEET
     from orchestrator.stack.up import JOIN_TOKEN_ENV, admit_stack_nodes
     from orchestrator.store import Store
-    from sdk import NodeSpec
+    from sdk.wire.fleet import NodeSpec
 
     config = BerthConfig(data_dir=tmp_path, fleet=True, join_token="cluster",
                          database_url=f"sqlite:///{tmp_path / 'berth.db'}")

@@ -14,7 +14,7 @@ from activities.step_books import CheckpointOfAnotherTask, StoreStepBooks
 from orchestrator.store import Store
 from orchestrator.store.checkpoints import CheckpointConflict
 from sdk import Message, Spend, TaskState, TaskStatus, ToolCall
-from sdk.contracts import PendingStep
+from sdk.wire.contracts import PendingStep
 
 
 STEP = StepRef("t1", 1, "llama-3.2-1b", "default")

@@ -12,7 +12,7 @@ from sqlmodel import Session
 from orchestrator.store import Store
 from orchestrator.store.audit import plain_role
 from orchestrator.store.tables import AuditRow
-from sdk._identity import Role
+from sdk.wire.identity import Role
 
 pytestmark = pytest.mark.postgresql  # the filters' SQL must mean the same on SQLite and PostgreSQL
 

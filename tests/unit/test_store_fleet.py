@@ -8,7 +8,8 @@ import pytest
 
 from orchestrator.store import NodeConflict, NodeNotFound, NodeSecretRefused, Store
 from orchestrator.store.tables import utcnow
-from sdk import InvalidSpec, NodeHeartbeat, NodeSpec
+from sdk import InvalidSpec
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 

@@ -14,7 +14,7 @@ from orchestrator.stack.admin_key import ensure_admin_key
 from orchestrator.store import Store
 from orchestrator.store.keys import hash_secret, split_key
 from sdk import Conflict, NotFound, Unauthorized
-from sdk._identity import Role, TenantSpec, TenantUpdate, Trust
+from sdk.wire.identity import Role, TenantSpec, TenantUpdate, Trust
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 

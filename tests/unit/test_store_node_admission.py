@@ -23,7 +23,8 @@ from orchestrator.store import (
 )
 from orchestrator.store.node_admission import TOKEN_PREFIX
 from orchestrator.store.tables import NodeJoinTokenRow, utcnow
-from sdk import Conflict, NodeHeartbeat, NodeSpec
+from sdk import Conflict
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 

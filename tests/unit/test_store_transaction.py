@@ -66,7 +66,7 @@ def test_read_latest_is_the_newest_checkpoint_and_its_whole_conversation(store: 
 
 def _pending(step: int, text: str):
     from sdk import Spend, TaskState, TaskStatus
-    from sdk.contracts import PendingStep
+    from sdk.wire.contracts import PendingStep
 
     state = TaskState(task_id="t", status=TaskStatus.running, agent="a", agent_version="1", model="m",
                       tenant="default", step=step, max_steps=10, spend=Spend(tokens_used=10 * step, token_limit=1000))

@@ -10,7 +10,7 @@ from activities.ports import SETTLED, LedgerEntry
 from orchestrator.store import Store
 from orchestrator.store.sessions import SESSION_LIFETIME
 from sdk import Spend, TaskState, TaskStatus
-from sdk._identity import Role
+from sdk.wire.identity import Role
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 

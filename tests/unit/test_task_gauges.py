@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from sdk import Spend, TaskState, TaskStatus
-from sdk._fleet import NodeView
+from sdk.wire.fleet import NodeView
 from orchestrator.telemetry.task_gauges import task_reading
 
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)

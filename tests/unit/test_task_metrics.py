@@ -10,7 +10,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from activities.bookkeeping import TaskBookkeeping
 from orchestrator.store import Store
 from sdk import Spend, TaskState, TaskStatus
-from sdk.contracts import RecordStateInput
+from sdk.wire.contracts import RecordStateInput
 
 
 def state(model: str, status: TaskStatus) -> TaskState:

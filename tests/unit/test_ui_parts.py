@@ -16,8 +16,8 @@ from orchestrator.ui.pages import workflow_url
 from orchestrator.ui.session_auth import safe_next
 from orchestrator.ui.task_view import tool_calls_of
 from sdk import CatalogueModel, Message, ModelEntry, ScalingPolicy, Spend, TaskState, TaskStatus, ToolCall
-from sdk._catalogue import KeepAliveView, ModelForesight, PrewarmView
-from sdk._fleet import ReplicaView
+from sdk.wire.catalogue import KeepAliveView, ModelForesight, PrewarmView
+from sdk.wire.fleet import ReplicaView
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
 

@@ -18,7 +18,8 @@ from temporalio.client import Client, WorkflowHandle
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
-from sdk import Agent, AgentSpec, Budget, TaskRun, TaskSpec, TaskState, tool, tool_context
+from sdk import Agent, AgentSpec, Budget, TaskSpec, TaskState, tool, tool_context
+from sdk.wire.task_run import TaskRun
 from sdk._mcp_server import BerthAccess
 from sdk._serve import mcp_toolbox, registered_spec, tool_worker
 

@@ -34,10 +34,11 @@ from orchestrator.config import BerthConfig
 from orchestrator.node.generation import warm_up
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
-from sdk import Agent, Budget, Message, TaskRun, TaskSpec, TaskState
-from sdk._lease import LeaseGrant, LeaseRequest, Never, NodeLiveness, Placed, ReleaseLease
-from sdk._node_io import node_task_queue
-from sdk.contracts import LlmStepInput, LlmStepResult, Reply
+from sdk import Agent, Budget, Message, TaskSpec, TaskState
+from sdk.wire.task_run import TaskRun
+from sdk.wire.lease import LeaseGrant, LeaseRequest, Never, NodeLiveness, Placed, ReleaseLease
+from sdk.wire.node_io import node_task_queue
+from sdk.wire.contracts import LlmStepInput, LlmStepResult, Reply
 
 INPUT = "alpha; beta\nlength: 400 tokens"
 CUT_CHARS = 600

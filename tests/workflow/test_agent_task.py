@@ -8,8 +8,9 @@ from datetime import datetime, timezone
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from sdk import Agent, Budget, Spend, TaskRun, TaskSpec, TaskState, TaskStatus, tool
-from sdk.contracts import CancelRequest, HumanAnswer, RaiseBudget
+from sdk import Agent, Budget, Spend, TaskSpec, TaskState, TaskStatus, tool
+from sdk.wire.task_run import TaskRun
+from sdk.wire.contracts import CancelRequest, HumanAnswer, RaiseBudget
 from workflows.agent_task import MAX_TOOL_CALLS_PER_STEP
 
 
@@ -205,8 +206,8 @@ async def test_fork_from_a_checkpoint_reruns_from_there(berth) -> None:
 
 
 async def test_a_client_can_spawn_a_sub_agent_paid_from_the_task(berth) -> None:
-    from sdk._builtins import SpawnAgentArgs
-    from sdk.contracts import SpawnedChild
+    from sdk.wire.builtins import SpawnAgentArgs
+    from sdk.wire.contracts import SpawnedChild
 
     research = berth.research_agent()
     await berth.serve(research)
@@ -247,7 +248,8 @@ async def test_a_dollar_limit_is_enforced_and_can_be_raised(berth) -> None:
 async def test_the_deadline_ends_a_task_that_is_waiting(berth) -> None:
     from datetime import datetime, timedelta, timezone
 
-    from sdk import Budget, TaskRun, TaskSpec
+    from sdk import Budget, TaskSpec
+    from sdk.wire.task_run import TaskRun
 
     agent = berth.research_agent(allow_ask_human=True)
     await berth.serve(agent)

@@ -24,8 +24,9 @@ from temporalio.client import Client, WorkflowHandle
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
-from sdk import Agent, Budget, TaskRun, TaskSpec, TaskState, TaskStatus, tool
-from sdk.contracts import CancelRequest
+from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus, tool
+from sdk.wire.task_run import TaskRun
+from sdk.wire.contracts import CancelRequest
 from tests.conftest import ROOT, free_port, wait_http
 
 ANSWER_TOKENS = 2000  # 50 s at 40 tokens/s: it cannot have finished when the cancel lands
@@ -140,8 +141,8 @@ async def test_a_cancel_that_crosses_a_sub_agents_end_still_ends_the_parent_canc
     signals a child that is no longer there, while the other child keeps the parent open until the answer comes
     back. That answer must not fail the parent (its row would stay open forever and the carves stay reserved): the
     parent ends cancelled, with both children settled."""
-    from sdk._builtins import SpawnAgentArgs
-    from sdk.contracts import SpawnedChild
+    from sdk.wire.builtins import SpawnAgentArgs
+    from sdk.wire.contracts import SpawnedChild
 
     config = BerthConfig(data_dir=tmp_path, engine_url=engine_url, database_url=f"sqlite:///{tmp_path}/berth.db")
     store = Store.open(config.resolved_database_url)

@@ -18,8 +18,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from sdk._catalogue import ModelEntry
-from sdk._node_io import (
+from sdk.wire.catalogue import ModelEntry
+from sdk.wire.node_io import (
     LOAD_REPLICA,
     LOAD_WORKFLOW,
     PREWARM,

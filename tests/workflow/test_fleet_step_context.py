@@ -19,9 +19,10 @@ from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
 from orchestrator.node.generation import warm_up
 from orchestrator.worker import build_worker
-from sdk import Budget, TaskRun, TaskSpec, TaskState, TaskStatus
-from sdk._lease import LeaseGrant, LeaseRequest, NodeLiveness, Placed, ReleaseLease
-from sdk._node_io import node_task_queue
+from sdk import Budget, TaskSpec, TaskState, TaskStatus
+from sdk.wire.task_run import TaskRun
+from sdk.wire.lease import LeaseGrant, LeaseRequest, NodeLiveness, Placed, ReleaseLease
+from sdk.wire.node_io import node_task_queue
 from tests.workflow.conftest import Harness
 
 

@@ -18,7 +18,7 @@ from sdk import Agent, InvalidSpec, McpServer, McpUnreachable, TaskStatus, serve
 from sdk._errors import McpToolError
 from sdk._mcp_server import BerthAccess
 from sdk._mcp_tools import McpToolbox
-from sdk.contracts import ToolCallInput
+from sdk.wire.contracts import ToolCallInput
 from tests.conftest import free_port, wait_http
 
 ECHO_SERVER = Path(__file__).resolve().parent.parent / "mcp_fixtures" / "echo_server.py"

@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from activities import tokens
-from sdk._output import REPAIR_SCHEMA_MARK
+from sdk.wire.output import REPAIR_SCHEMA_MARK
 
 from ..serving import ReportingStream
 from .models import DEFAULT_MODELS, SimulatedModel

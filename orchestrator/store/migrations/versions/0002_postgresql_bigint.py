@@ -1,4 +1,4 @@
-"""PostgreSQL: every integer column is BIGINT, as the API's bounds (sdk._limits.MAX_STORED_INT) assume
+"""PostgreSQL: every integer column is BIGINT, as the API's bounds (sdk.wire.limits.MAX_STORED_INT) assume
 
 A node's weights size (16 GiB and more) overflowed PostgreSQL's 32-bit INTEGER, and so would any
 sequence number, row id or counter past 2^31. SQLite's INTEGER is 64-bit already: nothing to do there.

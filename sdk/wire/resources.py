@@ -10,11 +10,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._budget import Budget
-from ._limits import (MAX_INPUT_CHARS, MAX_MODEL_NAME_CHARS, MAX_STEPS, MAX_STORED_INT, TASK_ID_PATTERN,
+from .._budget import Budget
+from .limits import (MAX_INPUT_CHARS, MAX_MODEL_NAME_CHARS, MAX_STEPS, MAX_STORED_INT, TASK_ID_PATTERN,
                       numbers_not_booleans)
-from ._messages import Message
-from ._spec import CheckpointRef
+from .._messages import Message
+from .._spec import CheckpointRef
 
 
 class CheckpointSummary(BaseModel):

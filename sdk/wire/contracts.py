@@ -11,12 +11,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ._lease import LeaseGrant, LeaseRequest, StepPlacement
-from ._limits import (MAX_ATTEMPTS_CARRIED, MAX_INPUT_CHARS, MAX_PREFIX_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET,
+from .lease import LeaseGrant, LeaseRequest, StepPlacement
+from .limits import (MAX_ATTEMPTS_CARRIED, MAX_INPUT_CHARS, MAX_PREFIX_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET,
                       StoredInt, numbers_not_booleans)
-from ._messages import Message, ToolCall
-from ._spec import AgentSpec, CheckpointRef, TaskRun
-from ._state import TaskState
+from .._messages import Message, ToolCall
+from .._spec import AgentSpec, CheckpointRef
+from .task_run import TaskRun
+from .._state import TaskState
 
 TOOL_ACTIVITY = "berth.run_tool"
 GENERATE_ACTIVITY = "berth.generate"  # a step's generation, on a node's queue (its heartbeats carry the text so far)

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator, model_validator
 
-from ._limits import numbers_not_booleans
-from ._refusal import refused_at
+from .limits import numbers_not_booleans
+from .._refusal import refused_at
 
 TENSOR_PARALLEL_DEGREES = (1, 2, 4, 8)  # what vLLM shards across on one node's NVLink domain
 
@@ -218,7 +218,7 @@ class PrewarmTarget(BaseModel):
     """One node a prewarm started on, where it fetches the weights from, and the workflow doing it."""
 
     node_id: str
-    source: Literal["datacenter", "origin"]  # sdk._node_io.FetchSource (that module imports this one)
+    source: Literal["datacenter", "origin"]  # sdk.wire.node_io.FetchSource (that module imports this one)
     workflow_id: str
 
 

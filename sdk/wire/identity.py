@@ -11,7 +11,10 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET, NAME_PATTERN, numbers_not_booleans
+from .limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET, NAME_PATTERN, numbers_not_booleans
+
+API_KEY_ENV = "BERTH_API_KEY"  # where a client, the CLI and a tool worker find their key when given none
+
 
 DEFAULT_TENANT = "default"
 # `berth_<key id>_<secret>`: the id is readable from the key, so a log line or an audit row can

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 END_EVENT = "end"
 REVOKED_EVENT = "revoked"
+TOKEN_DELTA_EVENT = "token_delta"  # a chunk of the text a generation writes, streamed to a watching client
 
 
 @dataclass(frozen=True)

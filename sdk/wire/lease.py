@@ -18,15 +18,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, FiniteFloat, model_validator
 
-from ._limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
-from ._node_io import LoadReplica
+from .limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
+from .node_io import LoadReplica
 
 ServiceClass = Literal["interactive", "batch", "low_priority"]
 LocalityTier = Literal["warm", "loading", "disk", "datacenter", "origin"]
 WaitReason = Literal["no_capacity", "cold_start", "busy", "tenant_quota", "low_priority", "queued"]
 
 ACQUIRE_LEASE = "berth.pool.acquire"
-ACQUIRE_STEP = "berth.pool.acquire_step"  # a lease asked with the step's predecessor to write (sdk/contracts.py)
+ACQUIRE_STEP = "berth.pool.acquire_step"  # a lease asked with the step's predecessor to write (sdk/wire/contracts.py)
 RELEASE_LEASE = "berth.pool.release"
 NODE_LIVENESS = "berth.pool.node_liveness"
 BOOK_CUT = "berth.pool.book_cut"

@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ._messages import Message
+from .._messages import Message
 
 EMPTY_CHAIN = hashlib.sha256(b"berth transcript").hexdigest()
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._catalogue import ModelEntry
+from .catalogue import ModelEntry
 
 LOAD_REPLICA = "berth.node.load_replica"
 UNLOAD_REPLICA = "berth.node.unload_replica"

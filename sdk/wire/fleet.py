@@ -18,10 +18,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ._catalogue import EngineKind
-from ._limits import MAX_STORED_INT, NAME_PATTERN, numbers_not_booleans
-from ._peers import TransferSample
-from ._refusal import refused_at
+from .catalogue import EngineKind
+from .limits import MAX_STORED_INT, NAME_PATTERN, numbers_not_booleans
+from .peers import TransferSample
+from .._refusal import refused_at
 
 NODE_ID_PATTERN = NAME_PATTERN  # a node id is typed and grepped like an agent name
 PLACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"  # datacenter and zone names, e.g. "us-east-1a"
@@ -172,7 +172,7 @@ class NodeHeartbeat(BaseModel):
     cached_weights: list[CachedModelWeights] = Field(default_factory=list, max_length=10_000)
     replicas: list[ReplicaReport] = Field(default_factory=list, max_length=512)
     leaving: bool = Field(default=False, description="the node is shutting down: place nothing new on it")
-    # Where the node serves its cached weights to peers of its datacenter (sdk/_peers.py); none: it serves none.
+    # Where the node serves its cached weights to peers of its datacenter (sdk/wire/peers.py); none: it serves none.
     # The host defaults to the address the heartbeat came from (a node bound to 0.0.0.0 cannot name one).
     peer_port: int | None = Field(default=None, ge=1, le=65_535)
     peer_host: str | None = Field(default=None, pattern=PEER_HOST_PATTERN)

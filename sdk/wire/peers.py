@@ -20,8 +20,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._catalogue import SHA256, WeightsFile
-from ._limits import MAX_REASON_CHARS, MAX_STORED_INT, NAME_PATTERN, numbers_not_booleans
+from .catalogue import SHA256, WeightsFile
+from .limits import MAX_REASON_CHARS, MAX_STORED_INT, NAME_PATTERN, numbers_not_booleans
 
 PEER_TICKET_HEADER = "X-Berth-Peer-Ticket"
 PEER_FILES_PATH = "/v1/peer/files"  # + "/<sha256>" on a node's peer server

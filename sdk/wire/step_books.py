@@ -15,10 +15,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
 
-from ._lease import LocalityTier, StepPlacement
-from ._limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
-from ._messages import Message
-from ._spec import CheckpointRef
+from .lease import LocalityTier, StepPlacement
+from .limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
+from .._messages import Message
+from .._spec import CheckpointRef
 
 _STRICT = ConfigDict(extra="forbid")
 LEASE_ID = Field(min_length=1, max_length=64, description="the lease the node holds for the step")

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sdk.wire.limits import MAX_PREFIX_CHARS, MIN_ANSWER_TOKENS
 from sdk.wire.contracts import GenerationProgress, UnresolvedAttempt
+from sdk.wire.limits import MAX_PREFIX_CHARS, MIN_ANSWER_TOKENS
 
 
 @dataclass(frozen=True)
@@ -87,15 +87,20 @@ class Attempts:
     unreported_usd: float = 0.0
 
     @classmethod
-    def resume(cls, attempt: int, last: GenerationProgress | None) -> "Attempts":
+    def resume(cls, attempt: int, last: GenerationProgress | None) -> Attempts:
         """This attempt's view, from the progress the previous attempt last sent (if any)."""
         if last is None or last.attempt == attempt:
             return cls(attempt)
         unresolved = [DeadAttempt(u.attempt, u.generated, u.response_id) for u in last.unresolved]
         if last.generated > 0:
             unresolved.append(DeadAttempt(last.attempt, last.generated, last.response_id))
-        return cls(attempt, lost_before=last.lost_before, kept_before=last.kept_before,
-                   carried=carried_prefix(last), unresolved=unresolved)
+        return cls(
+            attempt,
+            lost_before=last.lost_before,
+            kept_before=last.kept_before,
+            carried=carried_prefix(last),
+            unresolved=unresolved,
+        )
 
     def continue_prefix(self) -> list[DeadAttempt]:
         """Take the carried prefix over: every dead attempt is settled now (a continuation is a new
@@ -103,9 +108,15 @@ class Attempts:
         assert self.carried is not None
         prefix, self.carried = self.carried, None
         last = self.unresolved[-1].attempt if self.unresolved else None
-        dead = [DeadAttempt(u.attempt, u.generated, u.response_id,
-                            kept=min(prefix.own_tokens, u.generated) if u.attempt == last else 0)
-                for u in self.unresolved]
+        dead = [
+            DeadAttempt(
+                u.attempt,
+                u.generated,
+                u.response_id,
+                kept=min(prefix.own_tokens, u.generated) if u.attempt == last else 0,
+            )
+            for u in self.unresolved
+        ]
         self.unresolved = []
         self.kept_before += sum(u.kept for u in dead)
         self.lost_before += sum(u.generated - u.kept for u in dead)
@@ -140,8 +151,12 @@ class Attempts:
     @property
     def held_back(self) -> int:
         """Tokens the allowance must not give to this attempt: lost, kept, or possibly lost."""
-        return (self.lost_before + self.kept_before + sum(u.generated for u in self.unresolved)
-                + sum(b.tokens for b in self.booked))
+        return (
+            self.lost_before
+            + self.kept_before
+            + sum(u.generated for u in self.unresolved)
+            + sum(b.tokens for b in self.booked)
+        )
 
     def resolve(self, response_id: str | None) -> list[DeadAttempt]:
         """Settle the dead attempts once this attempt's reply id is known (None: no reply will come).
@@ -164,9 +179,16 @@ class Attempts:
         """What the next heartbeat carries."""
         carried = bool(self.prefix or self.written)
         return GenerationProgress(
-            attempt=self.attempt, generated=self.generated, response_id=self.response_id,
-            lost_before=self.lost_before, kept_before=self.kept_before,
-            unresolved=[UnresolvedAttempt(attempt=u.attempt, generated=u.generated, response_id=u.response_id)
-                        for u in self.unresolved],
-            prefix=self.text if carried else "", prefix_tokens=self.prefix_tokens + self.written_tokens if carried else 0,
-            prefix_own=self.written_tokens if carried else 0)
+            attempt=self.attempt,
+            generated=self.generated,
+            response_id=self.response_id,
+            lost_before=self.lost_before,
+            kept_before=self.kept_before,
+            unresolved=[
+                UnresolvedAttempt(attempt=u.attempt, generated=u.generated, response_id=u.response_id)
+                for u in self.unresolved
+            ],
+            prefix=self.text if carried else "",
+            prefix_tokens=self.prefix_tokens + self.written_tokens if carried else 0,
+            prefix_own=self.written_tokens if carried else 0,
+        )

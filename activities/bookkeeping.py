@@ -28,8 +28,14 @@ from .task_metrics import record_state_change
 
 
 class TaskBookkeeping:
-    def __init__(self, checkpoints: CheckpointStore, tasks: TaskRegistry, events: EventLog, agents: AgentCatalogue,
-                 steps_in: StepTransaction | None = None) -> None:
+    def __init__(
+        self,
+        checkpoints: CheckpointStore,
+        tasks: TaskRegistry,
+        events: EventLog,
+        agents: AgentCatalogue,
+        steps_in: StepTransaction | None = None,
+    ) -> None:
         self.checkpoints = checkpoints
         self.tasks = tasks
         self.events = events
@@ -83,8 +89,11 @@ class TaskBookkeeping:
 
 def _state_event(state: TaskState) -> dict:
     data = {
-        "status": state.status.value, "step": state.step, "tokens_used": state.spend.tokens_used,
-        "token_limit": state.spend.token_limit, "waiting_for": state.waiting_for,
+        "status": state.status.value,
+        "step": state.step,
+        "tokens_used": state.spend.tokens_used,
+        "token_limit": state.spend.token_limit,
+        "waiting_for": state.waiting_for,
     }
     if state.gpu_trouble:
         data["gpu_trouble"] = state.gpu_trouble

@@ -25,14 +25,26 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from sdk.wire.limits import MIN_ANSWER_TOKENS
 from sdk.wire.contracts import GENERATE_ACTIVITY, GenerationProgress, LlmStepInput, LlmStepResult, Reply, Shortfall
+from sdk.wire.limits import MIN_ANSWER_TOKENS
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
 from .heartbeats import beat, keep_beating
 from .model_stream import ModelCallError, StreamRequest, open_stream
-from .ports import (GENERATION_CUT, KEPT, LOST, NODE_STOPPING, REPLICA_UNAVAILABLE, CallReport, DeadTokens, ModelRoute,
-                    ModelRouter, ReplicaUnavailable, StepBooks, StepRef)
+from .ports import (
+    GENERATION_CUT,
+    KEPT,
+    LOST,
+    NODE_STOPPING,
+    REPLICA_UNAVAILABLE,
+    CallReport,
+    DeadTokens,
+    ModelRoute,
+    ModelRouter,
+    ReplicaUnavailable,
+    StepBooks,
+    StepRef,
+)
 from .prices import Prices, call_cost, generated_cost
 from .reply import ReplyAssembly, delta_text
 from .spans import annotate_checkpoint, annotate_generation, record_cut
@@ -72,8 +84,9 @@ class LlmStepActivities:
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
         """Resume what earlier attempts left, plan the call within the allowance, stream it, settle it."""
         attempt = inp.attempt_base + activity.info().attempt  # numbered across the step's placements
-        ref = StepRef(inp.task_id, inp.step, inp.model, inp.tenant,
-                      inp.placement.lease_id if inp.placement is not None else None)
+        ref = StepRef(
+            inp.task_id, inp.step, inp.model, inp.tenant, inp.placement.lease_id if inp.placement is not None else None
+        )
         progress = await self._resume(inp, ref, attempt)
         # Beat on a clock as well as on tokens: before the first token (bookkeeping, a long prefill) the
         # workflow must still see the node alive.
@@ -128,10 +141,20 @@ class LlmStepActivities:
         ttft: float | None = None
         reply = ReplyAssembly(progress.prefix)
         try:  # an engine refusing the request (say, past the context window) is not asked again
-            stream = await open_stream(step.route, StreamRequest(
-                messages=call.messages, tools=call.tools, max_tokens=call.max_tokens,
-                headers={"X-Berth-Task": step.inp.task_id, IDEMPOTENCY_HEADER: f"{step.inp.task_id}/{step.inp.step}"},
-                continue_final_message=bool(progress.prefix), settings=step.inp.settings))
+            stream = await open_stream(
+                step.route,
+                StreamRequest(
+                    messages=call.messages,
+                    tools=call.tools,
+                    max_tokens=call.max_tokens,
+                    headers={
+                        "X-Berth-Task": step.inp.task_id,
+                        IDEMPOTENCY_HEADER: f"{step.inp.task_id}/{step.inp.step}",
+                    },
+                    continue_final_message=bool(progress.prefix),
+                    settings=step.inp.settings,
+                ),
+            )
         except Exception as exc:
             raise _classify(exc) from exc
         try:
@@ -167,22 +190,54 @@ class LlmStepActivities:
         cost = call_cost(step.prices, prompt_tokens, completion_tokens)
         message, finish_reason = streamed.reply.message(), streamed.reply.finish_reason
         if not progress.replayed:
-            settled = await asyncio.to_thread(self.books.settle, step.ref, CallReport(
-                attempt=step.attempt, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost,
-                ttft_s=streamed.ttft_s, duration_s=streamed.duration_s, served_by=route.served_by,
-                response_id=progress.response_id or "", finish_reason=finish_reason,
-                tool_calls=tuple(c.name for c in message.tool_calls or []), lost_tokens=progress.lost_before,
-                kept_tokens=progress.kept_before, continued_tokens=continued, placement=inp.placement))
+            settled = await asyncio.to_thread(
+                self.books.settle,
+                step.ref,
+                CallReport(
+                    attempt=step.attempt,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    cost_usd=cost,
+                    ttft_s=streamed.ttft_s,
+                    duration_s=streamed.duration_s,
+                    served_by=route.served_by,
+                    response_id=progress.response_id or "",
+                    finish_reason=finish_reason,
+                    tool_calls=tuple(c.name for c in message.tool_calls or []),
+                    lost_tokens=progress.lost_before,
+                    kept_tokens=progress.kept_before,
+                    continued_tokens=continued,
+                    placement=inp.placement,
+                ),
+            )
             cost = settled.cost_usd
-        annotate_generation(inp.task_id, inp.step, inp.model, inp.placement, streamed.ttft_s, prompt_tokens,
-                            completion_tokens, streamed.duration_s)
+        annotate_generation(
+            inp.task_id,
+            inp.step,
+            inp.model,
+            inp.placement,
+            streamed.ttft_s,
+            prompt_tokens,
+            completion_tokens,
+            streamed.duration_s,
+        )
         annotate_checkpoint(inp.task_id, call.checkpoint)
         return Reply(
-            message=message, finish_reason=finish_reason, prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens, lost_tokens=progress.lost_before + progress.unreported_tokens,
-            kept_tokens=progress.kept_before, cost_usd=cost + _dead_cost(step, progress), ttft_s=streamed.ttft_s,
-            duration_s=streamed.duration_s, attempt=step.attempt, served_by=route.served_by,
-            checkpoint=call.checkpoint, budget_limited=call.budget_limited, placement=inp.placement)
+            message=message,
+            finish_reason=finish_reason,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            lost_tokens=progress.lost_before + progress.unreported_tokens,
+            kept_tokens=progress.kept_before,
+            cost_usd=cost + _dead_cost(step, progress),
+            ttft_s=streamed.ttft_s,
+            duration_s=streamed.duration_s,
+            attempt=step.attempt,
+            served_by=route.served_by,
+            checkpoint=call.checkpoint,
+            budget_limited=call.budget_limited,
+            placement=inp.placement,
+        )
 
     async def _shortfall(self, step: _Step, progress: Attempts, call: PlannedCall) -> Shortfall:
         """No call is made: the allowance cannot pay for a prompt and a minimum answer. What is missing is what
@@ -190,23 +245,35 @@ class LlmStepActivities:
         if dead := progress.resolve(None):
             await asyncio.to_thread(self._book_dead, step, dead)
         return Shortfall(
-            shortfall_tokens=MIN_ANSWER_TOKENS - call.max_tokens, shortfall_usd=call.shortfall_usd,
-            lost_tokens=progress.lost_before + progress.unreported_tokens, kept_tokens=progress.kept_before,
-            cost_usd=_dead_cost(step, progress), attempt=step.attempt, checkpoint=call.checkpoint,
-            placement=step.inp.placement)
+            shortfall_tokens=MIN_ANSWER_TOKENS - call.max_tokens,
+            shortfall_usd=call.shortfall_usd,
+            lost_tokens=progress.lost_before + progress.unreported_tokens,
+            kept_tokens=progress.kept_before,
+            cost_usd=_dead_cost(step, progress),
+            attempt=step.attempt,
+            checkpoint=call.checkpoint,
+            placement=step.inp.placement,
+        )
 
     # ----- the books of dead attempts --------------------------------------------------------
     def _booked_earlier(self, ref: StepRef, attempt: int) -> list[BookedAttempt]:
         """Replies earlier attempts of this step booked before dying unheard (rare: retries only)."""
-        return [BookedAttempt(e.attempt, e.prompt_tokens + e.completion_tokens, e.cost_usd, e.response_id)
-                for e in self.books.booked(ref, attempt)]
+        return [
+            BookedAttempt(e.attempt, e.prompt_tokens + e.completion_tokens, e.cost_usd, e.response_id)
+            for e in self.books.booked(ref, attempt)
+        ]
 
     def _book_dead(self, step: _Step, dead: list[DeadAttempt]) -> None:
         """Book dead attempts' tokens: those the reply continues from as kept, the others as lost."""
-        self.books.book_interrupted(step.ref, [
-            DeadTokens(attempt.attempt, kind, tokens, generated_cost(step.prices, tokens))
-            for attempt in dead for kind, tokens in ((LOST, attempt.generated - attempt.kept), (KEPT, attempt.kept))
-            if tokens > 0])
+        self.books.book_interrupted(
+            step.ref,
+            [
+                DeadTokens(attempt.attempt, kind, tokens, generated_cost(step.prices, tokens))
+                for attempt in dead
+                for kind, tokens in ((LOST, attempt.generated - attempt.kept), (KEPT, attempt.kept))
+                if tokens > 0
+            ],
+        )
 
 
 def _dead_cost(step: _Step, progress: Attempts) -> float:

@@ -33,8 +33,15 @@ import httpx
 from .ports import ModelRoute
 from .tokens import _litellm
 
-__all__ = ["CONTINUE_FINAL_MESSAGE", "ModelCallError", "ModelStream", "StreamDelta", "StreamRequest",
-           "ToolCallDelta", "open_stream"]
+__all__ = [
+    "CONTINUE_FINAL_MESSAGE",
+    "ModelCallError",
+    "ModelStream",
+    "StreamDelta",
+    "StreamRequest",
+    "ToolCallDelta",
+    "open_stream",
+]
 
 # How vLLM (and Berth's simulated and llama.cpp engines) is asked to go on writing the last, assistant, message.
 CONTINUE_FINAL_MESSAGE = {"continue_final_message": True, "add_generation_prompt": False}
@@ -159,9 +166,14 @@ def _served_model(route: ModelRoute) -> str:
 async def _open_engine_stream(route: ModelRoute, request: StreamRequest) -> ModelStream:
     if route.api_base is None:
         raise ValueError(f"{route.name}: an OpenAI-compatible route needs its engine's api_base")
-    body: dict[str, Any] = {"model": _served_model(route), "messages": request.messages, "stream": True,
-                            "stream_options": {"include_usage": True}, "max_tokens": request.max_tokens,
-                            **request.settings}
+    body: dict[str, Any] = {
+        "model": _served_model(route),
+        "messages": request.messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": request.max_tokens,
+        **request.settings,
+    }
     if request.tools is not None:
         body["tools"] = request.tools
     if request.continue_final_message:
@@ -172,8 +184,9 @@ async def _open_engine_stream(route: ModelRoute, request: StreamRequest) -> Mode
     client = _client()
     url = f"{route.api_base.rstrip('/')}/chat/completions"
     try:
-        response = await client.send(client.build_request("POST", url, json=body, headers=headers,
-                                                          timeout=request.timeout_s), stream=True)
+        response = await client.send(
+            client.build_request("POST", url, json=body, headers=headers, timeout=request.timeout_s), stream=True
+        )
     except httpx.HTTPError as exc:
         raise ModelCallError(f"{route.served_by} did not answer: {_described(exc)}") from exc
     if not response.is_success:
@@ -198,8 +211,7 @@ async def _refusal(route: ModelRoute, response: httpx.Response) -> ModelCallErro
         message = _error_message(json.loads(text))
     except ValueError:
         message = text.strip()
-    return ModelCallError(f"{route.served_by} answered {response.status_code}: {_cut(message)}",
-                          response.status_code)
+    return ModelCallError(f"{route.served_by} answered {response.status_code}: {_cut(message)}", response.status_code)
 
 
 async def _engine_deltas(route: ModelRoute, response: httpx.Response) -> AsyncGenerator[StreamDelta, None]:
@@ -264,9 +276,15 @@ def _engine_delta(chunk: dict[str, Any]) -> StreamDelta | None:
         return StreamDelta(chunk.get("id") or None, "", (), None, usage) if usage is not None else None
     choice = choices[0]
     delta = choice.get("delta") or {}
-    calls = tuple(ToolCallDelta(call.get("index") or 0, call.get("id"), (call.get("function") or {}).get("name"),
-                                (call.get("function") or {}).get("arguments"))
-                  for call in delta.get("tool_calls") or ())
+    calls = tuple(
+        ToolCallDelta(
+            call.get("index") or 0,
+            call.get("id"),
+            (call.get("function") or {}).get("name"),
+            (call.get("function") or {}).get("arguments"),
+        )
+        for call in delta.get("tool_calls") or ()
+    )
     return StreamDelta(chunk.get("id") or None, delta.get("content") or "", calls, choice.get("finish_reason"), usage)
 
 
@@ -299,9 +317,18 @@ async def _open_litellm_stream(route: ModelRoute, request: StreamRequest) -> Mod
     continuing = {"extra_body": CONTINUE_FINAL_MESSAGE} if request.continue_final_message else {}
     try:
         stream = await litellm.acompletion(
-            model=route.litellm_model, api_base=route.api_base, api_key=route.api_key, messages=request.messages,
-            tools=request.tools, max_tokens=request.max_tokens, stream=True, stream_options={"include_usage": True},
-            extra_headers=request.headers, timeout=request.timeout_s, **continuing, **request.settings,
+            model=route.litellm_model,
+            api_base=route.api_base,
+            api_key=route.api_key,
+            messages=request.messages,
+            tools=request.tools,
+            max_tokens=request.max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_headers=request.headers,
+            timeout=request.timeout_s,
+            **continuing,
+            **request.settings,
             # Berth books usage and cost itself (ledger, catalogue prices); litellm's own success
             # logging would recount and reprice every reply, about 10 ms per call.
             **{"no-log": True},
@@ -341,9 +368,12 @@ def _litellm_delta(chunk: Any) -> StreamDelta | None:
         return StreamDelta(response_id, "", (), None, usage) if usage is not None else None
     choice = chunk.choices[0]
     delta = choice.delta
-    calls = tuple(ToolCallDelta(call.index or 0, call.id, getattr(call.function, "name", None),
-                                getattr(call.function, "arguments", None))
-                  for call in getattr(delta, "tool_calls", None) or ())
+    calls = tuple(
+        ToolCallDelta(
+            call.index or 0, call.id, getattr(call.function, "name", None), getattr(call.function, "arguments", None)
+        )
+        for call in getattr(delta, "tool_calls", None) or ()
+    )
     return StreamDelta(response_id, getattr(delta, "content", None) or "", calls, choice.finish_reason, usage)
 
 

@@ -14,17 +14,32 @@ from collections.abc import Callable, Iterable
 from temporalio import activity
 
 from sdk import CheckpointRef
-from sdk.wire.lease import (ACQUIRE_LEASE, ACQUIRE_STEP, BOOK_CUT, NODE_LIVENESS, RELEASE_LEASE, BookedRound,
-                        CutGeneration, LeaseGrant, LeaseRequest, NodeLiveness, ReleaseLease)
-from sdk.wire.contracts import AcquireStep, Acquired, CheckpointInput
+from sdk.wire.contracts import Acquired, AcquireStep, CheckpointInput
+from sdk.wire.lease import (
+    ACQUIRE_LEASE,
+    ACQUIRE_STEP,
+    BOOK_CUT,
+    NODE_LIVENESS,
+    RELEASE_LEASE,
+    BookedRound,
+    CutGeneration,
+    LeaseGrant,
+    LeaseRequest,
+    NodeLiveness,
+    ReleaseLease,
+)
 
 from .ports import KEPT, LOST, LeasePool, LedgerEntry, TokenLedger
 from .spans import annotate_acquire
 
 
 class PoolLeases:
-    def __init__(self, pool: LeasePool, ledger: TokenLedger,
-                 write_predecessor: Callable[[CheckpointInput], CheckpointRef] | None = None) -> None:
+    def __init__(
+        self,
+        pool: LeasePool,
+        ledger: TokenLedger,
+        write_predecessor: Callable[[CheckpointInput], CheckpointRef] | None = None,
+    ) -> None:
         self.pool = pool
         self.ledger = ledger
         self.write_predecessor = write_predecessor  # the bookkeeping's checkpoint write, beside the store
@@ -54,7 +69,6 @@ class PoolLeases:
         r = req.booked_round
         return booked_round(self.ledger.round_entries(r.task_id, r.step, r.first_attempt))
 
-
     @activity.defn(name=NODE_LIVENESS)
     def node_liveness(self, node_id: str) -> NodeLiveness:
         """Evidence about a node a step's timeout made suspect: asked before the step is given up on it."""
@@ -65,9 +79,21 @@ class PoolLeases:
         """Book what a cancelled generation had written as lost (the engine served it; nobody will use it), under
         the attempt's own key, so a retry books it once."""
         cost = cut.tokens * (cut.usd_per_1m_completion or 0.0) / 1e6
-        self.ledger.record(LedgerEntry(task_id=cut.task_id, step=cut.step, attempt=cut.attempt, model=cut.model,
-                                       prompt_tokens=0, completion_tokens=cut.tokens, cost_usd=cost, ttft_s=0.0,
-                                       duration_s=0.0, served_by=cut.served_by, kind=LOST))
+        self.ledger.record(
+            LedgerEntry(
+                task_id=cut.task_id,
+                step=cut.step,
+                attempt=cut.attempt,
+                model=cut.model,
+                prompt_tokens=0,
+                completion_tokens=cut.tokens,
+                cost_usd=cost,
+                ttft_s=0.0,
+                duration_s=0.0,
+                served_by=cut.served_by,
+                kind=LOST,
+            )
+        )
         return BookedRound(lost_tokens=cut.tokens, cost_usd=cost)
 
 
@@ -76,8 +102,10 @@ def booked_round(entries: Iterable[LedgerEntry]) -> BookedRound:
     entries = tuple(entries)
     settled = [e for e in entries if e.kind not in (LOST, KEPT)]
     return BookedRound(
-        settled_calls=len(settled), prompt_tokens=sum(e.prompt_tokens for e in settled),
+        settled_calls=len(settled),
+        prompt_tokens=sum(e.prompt_tokens for e in settled),
         completion_tokens=sum(e.completion_tokens for e in settled),
         lost_tokens=sum(e.completion_tokens for e in entries if e.kind == LOST),
         kept_tokens=sum(e.completion_tokens for e in entries if e.kind == KEPT),
-        cost_usd=sum(e.cost_usd for e in entries))
+        cost_usd=sum(e.cost_usd for e in entries),
+    )

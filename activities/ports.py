@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sdk import AgentSpec, Message, TaskState
-from sdk.wire.lease import LeaseGrant, LeaseRequest, NodeLiveness, ReleaseLease, StepPlacement
 from sdk.wire.contracts import CheckpointRef, PendingStep
+from sdk.wire.lease import LeaseGrant, LeaseRequest, NodeLiveness, ReleaseLease, StepPlacement
 
 from .tokens import PromptTokenizer
 

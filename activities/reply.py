@@ -44,10 +44,12 @@ class ReplyAssembly:
             slot.arguments += call.arguments or ""
 
     def message(self) -> Message:
-        tool_calls = [ToolCall(id=c.id, name=c.name, arguments=c.arguments or "{}")
-                      for _, c in sorted(self.calls.items())]
-        return Message(role="assistant", content=self.prefix + "".join(self.text) or None,
-                       tool_calls=tool_calls or None)
+        tool_calls = [
+            ToolCall(id=c.id, name=c.name, arguments=c.arguments or "{}") for _, c in sorted(self.calls.items())
+        ]
+        return Message(
+            role="assistant", content=self.prefix + "".join(self.text) or None, tool_calls=tool_calls or None
+        )
 
 
 def delta_text(delta: StreamDelta) -> tuple[str, bool]:

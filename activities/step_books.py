@@ -10,11 +10,24 @@ from __future__ import annotations
 import contextlib
 
 from sdk import CheckpointRef
-from sdk.wire.step_books import LlmCallEvent
 from sdk.wire.contracts import PendingStep
+from sdk.wire.step_books import LlmCallEvent
 
-from .ports import (SETTLED, CallReport, CheckpointStore, DeadTokens, EventLog, LedgerEntry, PreparedStep, Settled,
-                    StepRecords, StepRef, StepTransaction, TaskRegistry, TokenLedger)
+from .ports import (
+    SETTLED,
+    CallReport,
+    CheckpointStore,
+    DeadTokens,
+    EventLog,
+    LedgerEntry,
+    PreparedStep,
+    Settled,
+    StepRecords,
+    StepRef,
+    StepTransaction,
+    TaskRegistry,
+    TokenLedger,
+)
 from .step_metrics import record_settled_call
 
 
@@ -25,8 +38,14 @@ class CheckpointOfAnotherTask(ValueError):
 class StoreStepBooks:
     """Implements ports.StepBooks with the checkpoint store, task registry, event log and ledger."""
 
-    def __init__(self, checkpoints: CheckpointStore, tasks: TaskRegistry, events: EventLog, ledger: TokenLedger,
-                 steps_in: StepTransaction | None = None) -> None:
+    def __init__(
+        self,
+        checkpoints: CheckpointStore,
+        tasks: TaskRegistry,
+        events: EventLog,
+        ledger: TokenLedger,
+        steps_in: StepTransaction | None = None,
+    ) -> None:
         self.checkpoints = checkpoints
         self.tasks = tasks
         self.events = events
@@ -53,33 +72,67 @@ class StoreStepBooks:
         return Settled(recorded=True, cost_usd=call.cost_usd)
 
     def booked(self, step: StepRef, before_attempt: int) -> list[LedgerEntry]:
-        return [e for e in self.ledger.entries(step.task_id)
-                if e.step == step.step and e.kind == SETTLED and e.attempt < before_attempt]
+        return [
+            e
+            for e in self.ledger.entries(step.task_id)
+            if e.step == step.step and e.kind == SETTLED and e.attempt < before_attempt
+        ]
 
     def book_interrupted(self, step: StepRef, dead: list[DeadTokens]) -> None:
         for d in dead:
-            self.ledger.record(LedgerEntry(
-                task_id=step.task_id, step=step.step, attempt=d.attempt, model=step.model, prompt_tokens=0,
-                completion_tokens=d.tokens, cost_usd=d.cost_usd, ttft_s=0.0, duration_s=0.0, served_by="", kind=d.kind))
+            self.ledger.record(
+                LedgerEntry(
+                    task_id=step.task_id,
+                    step=step.step,
+                    attempt=d.attempt,
+                    model=step.model,
+                    prompt_tokens=0,
+                    completion_tokens=d.tokens,
+                    cost_usd=d.cost_usd,
+                    ttft_s=0.0,
+                    duration_s=0.0,
+                    served_by="",
+                    kind=d.kind,
+                )
+            )
 
 
 def settled_entry(step: StepRef, call: CallReport) -> LedgerEntry:
-    return LedgerEntry(task_id=step.task_id, step=step.step, attempt=call.attempt, model=step.model,
-                       prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens,
-                       cost_usd=call.cost_usd, ttft_s=call.ttft_s, duration_s=call.duration_s,
-                       served_by=call.served_by, response_id=call.response_id)
+    return LedgerEntry(
+        task_id=step.task_id,
+        step=step.step,
+        attempt=call.attempt,
+        model=step.model,
+        prompt_tokens=call.prompt_tokens,
+        completion_tokens=call.completion_tokens,
+        cost_usd=call.cost_usd,
+        ttft_s=call.ttft_s,
+        duration_s=call.duration_s,
+        served_by=call.served_by,
+        response_id=call.response_id,
+    )
 
 
 def llm_call_event(step: StepRef, call: CallReport) -> LlmCallEvent:
     """The call's event: the ledger's figures, where it ran and what it waited for."""
     placement = call.placement
     return LlmCallEvent(
-        step=step.step, attempt=call.attempt, model=step.model, tenant=step.tenant,
-        prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens, lost_tokens=call.lost_tokens,
-        kept_tokens=call.kept_tokens, continued_tokens=call.continued_tokens, cost_usd=call.cost_usd,
-        ttft_s=round(call.ttft_s, 4), duration_s=round(call.duration_s, 4),
+        step=step.step,
+        attempt=call.attempt,
+        model=step.model,
+        tenant=step.tenant,
+        prompt_tokens=call.prompt_tokens,
+        completion_tokens=call.completion_tokens,
+        lost_tokens=call.lost_tokens,
+        kept_tokens=call.kept_tokens,
+        continued_tokens=call.continued_tokens,
+        cost_usd=call.cost_usd,
+        ttft_s=round(call.ttft_s, 4),
+        duration_s=round(call.duration_s, 4),
         tokens_per_s=round(call.completion_tokens / call.duration_s, 1) if call.duration_s > 0 else None,
-        served_by=call.served_by, finish_reason=call.finish_reason, tool_calls=list(call.tool_calls),
+        served_by=call.served_by,
+        finish_reason=call.finish_reason,
+        tool_calls=list(call.tool_calls),
         **(placement.model_dump(exclude={"lease_id"}) if placement is not None else {}),
     )
 
@@ -91,8 +144,9 @@ def record_step(records: StepRecords, task_id: str, parent: CheckpointRef, pendi
     writes a task's state."""
     spend = pending.state.spend
     already = records.checkpoints.find(task_id, parent.seq + 1)
-    ref = records.checkpoints.append(task_id, parent, pending.step, pending.new_messages, {},
-                                     {"spend": spend.model_dump(), "step": pending.step})
+    ref = records.checkpoints.append(
+        task_id, parent, pending.step, pending.new_messages, {}, {"spend": spend.model_dump(), "step": pending.step}
+    )
     if already is not None and already.hash == ref.hash:
         # An earlier attempt wrote it (its reply was lost with its node, and the step was placed again):
         # the step is recorded and announced once.
@@ -100,9 +154,16 @@ def record_step(records: StepRecords, task_id: str, parent: CheckpointRef, pendi
     records.tasks.save_state(pending.state.model_copy(update={"checkpoint_seq": ref.seq}))
     if already is not None:
         return ref  # it replaced what a failed workflow task wrote for this step: announced by that one already
-    records.events.append(task_id, "step", {
-        "step": pending.step, "checkpoint_seq": ref.seq, "tokens_used": spend.tokens_used,
-        "token_limit": spend.token_limit, "usd_used": spend.usd_used,
-        "tool_calls": [c.name for m in pending.new_messages for c in (m.tool_calls or [])],
-    })
+    records.events.append(
+        task_id,
+        "step",
+        {
+            "step": pending.step,
+            "checkpoint_seq": ref.seq,
+            "tokens_used": spend.tokens_used,
+            "token_limit": spend.token_limit,
+            "usd_used": spend.usd_used,
+            "tool_calls": [c.name for m in pending.new_messages for c in (m.tool_calls or [])],
+        },
+    )
     return ref

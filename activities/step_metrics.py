@@ -18,16 +18,26 @@ TOKENS_PER_S_BUCKETS = [1, 5, 10, 20, 40, 80, 160, 320, 640, 1280]
 
 _meter = metrics.get_meter("berth.activities.step")
 _ttft = _meter.create_histogram(
-    "berth_step_ttft_seconds", unit="s", description="time to the first generated token, per model",
-    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S)
+    "berth_step_ttft_seconds",
+    unit="s",
+    description="time to the first generated token, per model",
+    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
+)
 _duration = _meter.create_histogram(
-    "berth_step_duration_seconds", unit="s", description="one LLM call from request to last token, per model",
-    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S)
+    "berth_step_duration_seconds",
+    unit="s",
+    description="one LLM call from request to last token, per model",
+    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
+)
 _speed = _meter.create_histogram(
-    "berth_generation_tokens_per_second", unit="{token}/s", description="completion tokens per second of a call",
-    explicit_bucket_boundaries_advisory=TOKENS_PER_S_BUCKETS)
+    "berth_generation_tokens_per_second",
+    unit="{token}/s",
+    description="completion tokens per second of a call",
+    explicit_bucket_boundaries_advisory=TOKENS_PER_S_BUCKETS,
+)
 _tokens = _meter.create_counter(
-    "berth_tokens_used", unit="{token}", description="tokens booked to tenants, by kind (prompt, completion)")
+    "berth_tokens_used", unit="{token}", description="tokens booked to tenants, by kind (prompt, completion)"
+)
 _cost = _meter.create_counter("berth_cost_usd", unit="usd", description="money booked to tenants, in US dollars")
 
 

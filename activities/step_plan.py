@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdk import CheckpointRef
-from sdk.wire.limits import MIN_ANSWER_TOKENS
 from sdk.wire.contracts import LlmStepInput
+from sdk.wire.limits import MIN_ANSWER_TOKENS
 
 from .attempts import Attempts
 from .ports import ModelRoute, StepBooks, StepRef
@@ -37,8 +37,9 @@ class PlannedCall:
         return self.max_tokens >= MIN_ANSWER_TOKENS
 
 
-def plan_call(books: StepBooks, inp: LlmStepInput, step: StepRef, route: ModelRoute, progress: Attempts,
-              prices: Prices | None) -> PlannedCall:
+def plan_call(
+    books: StepBooks, inp: LlmStepInput, step: StepRef, route: ModelRoute, progress: Attempts, prices: Prices | None
+) -> PlannedCall:
     """Read the conversation (through the books: a node gets only the task's current checkpoint) and size the
     answer: the step's room, less what the allowance must keep for the prompt and for dead attempts."""
     prepared = books.prepare(step, inp.checkpoint, inp.pending)
@@ -60,7 +61,9 @@ def plan_call(books: StepBooks, inp: LlmStepInput, step: StepRef, route: ModelRo
         shortfall_usd = needed_usd - usd_left if needed_usd > usd_left else None
     if progress.prefix:
         messages.append({"role": "assistant", "content": progress.prefix})
-    return PlannedCall(prepared.checkpoint, messages, tools, max_tokens, shortfall_usd, budget_limited=max_tokens < room)
+    return PlannedCall(
+        prepared.checkpoint, messages, tools, max_tokens, shortfall_usd, budget_limited=max_tokens < room
+    )
 
 
 def held_back_usd(progress: Attempts, prices: Prices) -> float:

@@ -18,13 +18,19 @@ BUDGET_EXHAUSTED = frozenset({TaskStatus.awaiting_budget, TaskStatus.out_of_budg
 
 _meter = metrics.get_meter("berth.activities.task")
 _budget_exhausted = _meter.create_counter(
-    "berth_budget_exhausted", unit="{event}",
-    description="tasks whose budget ran out, by status (awaiting_budget: waits for a raise; out_of_budget: ended)")
+    "berth_budget_exhausted",
+    unit="{event}",
+    description="tasks whose budget ran out, by status (awaiting_budget: waits for a raise; out_of_budget: ended)",
+)
 _preemptions = _meter.create_counter(
-    "berth_preemptions", unit="{interruption}", description="steps cut off by an interruption of their node, by kind")
+    "berth_preemptions", unit="{interruption}", description="steps cut off by an interruption of their node, by kind"
+)
 _resume = _meter.create_histogram(
-    "berth_resume_seconds", unit="s", description="from an interruption to the step's new placement",
-    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S)
+    "berth_resume_seconds",
+    unit="s",
+    description="from an interruption to the step's new placement",
+    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
+)
 
 
 def record_state_change(state: TaskState, event: str, details: dict | None) -> None:

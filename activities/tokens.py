@@ -64,8 +64,9 @@ class PromptTokenizer(Protocol):
     def count_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> PromptCount: ...
 
 
-def count_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                 tokenizer: PromptTokenizer | None = None) -> PromptCount:
+def count_prompt(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, tokenizer: PromptTokenizer | None = None
+) -> PromptCount:
     """The prompt as reservations count it: by the model's own tokenizer when it has one (exact), else as
     OpenAI counts it (litellm's gpt-4o formula, which the margin covers)."""
     if tokenizer is not None:

@@ -23,7 +23,11 @@ class ToolWorkers:
     @activity.defn(name=TOOL_WORKERS)
     async def polling(self, task_queue: str) -> int:
         """How many workers polled `task_queue` for tool calls recently (0: nobody serves it)."""
-        described = await self.client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-            namespace=self.client.namespace, task_queue=TaskQueue(name=task_queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
+        described = await self.client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=self.client.namespace,
+                task_queue=TaskQueue(name=task_queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+            )
+        )
         return len(described.pollers)

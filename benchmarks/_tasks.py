@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from temporalio.client import Client
 
@@ -27,9 +27,7 @@ async def run_task(client: Client, store: Store, agent: Agent, queue: str, tool_
     """Run `agent` over `tool_steps` topics on `queue` (a worker from `build_worker` polls it); its final state."""
     task_id = f"bench-{uuid.uuid4().hex[:10]}"
     spec = TaskSpec(task_id=task_id, agent=agent.name, input=topics(tool_steps), budget=Budget(5_000_000))
-    run = TaskRun(task_id=task_id, spec=spec, agent=store.agents.get(agent.name),
-                  submitted_at=datetime.now(timezone.utc))
-    state = await client.execute_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=queue,
-                                          result_type=TaskState)
+    run = TaskRun(task_id=task_id, spec=spec, agent=store.agents.get(agent.name), submitted_at=datetime.now(UTC))
+    state = await client.execute_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=queue, result_type=TaskState)
     assert state.status == TaskStatus.completed, state.error
     return state

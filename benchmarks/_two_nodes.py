@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlmodel import Session, col, select
@@ -34,9 +34,8 @@ from orchestrator.pool.service import PoolService
 from orchestrator.store import Store
 from orchestrator.store.tables import LedgerRow
 from orchestrator.worker import build_worker
-from sdk import Agent, ScalingPolicy
+from sdk import Agent, ScalingPolicy, tool_worker
 from sdk.wire.identity import Role
-from sdk import tool_worker
 
 from .fleet_step import ApiThread
 
@@ -58,10 +57,31 @@ class NodeProcess:
     def start(self) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.cli.main", "node", "--node-id", self.node_id,
-                 "--simulate", "1xH100-80GB", "--datacenter", "east", "--zone", "east-1a",
-                 "--load-time-scale", "0", "--heartbeat-s", "1", "--cache-dir", str(self.cache_dir)],
-                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "orchestrator.cli.main",
+                    "node",
+                    "--node-id",
+                    self.node_id,
+                    "--simulate",
+                    "1xH100-80GB",
+                    "--datacenter",
+                    "east",
+                    "--zone",
+                    "east-1a",
+                    "--load-time-scale",
+                    "0",
+                    "--heartbeat-s",
+                    "1",
+                    "--cache-dir",
+                    str(self.cache_dir),
+                ],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     @property
     def alive(self) -> bool:
@@ -135,8 +155,10 @@ class TwoNodes:
             for node_id in nodes:
                 with contextlib.suppress(Exception):  # a node not yet registered
                     store.fleet.undrain(node_id)
-        raise TimeoutError(f"no warm replica of {self.model} on each of {sorted(nodes)} after {WARM_WAIT_S:.0f} s: "
-                           f"{[(r.node_id, r.replica_id, r.state) for r in store.fleet.replicas(self.model)]}")
+        raise TimeoutError(
+            f"no warm replica of {self.model} on each of {sorted(nodes)} after {WARM_WAIT_S:.0f} s: "
+            f"{[(r.node_id, r.replica_id, r.state) for r in store.fleet.replicas(self.model)]}"
+        )
 
     def replicas_on(self, node_id: str) -> frozenset[str]:
         return frozenset(r.replica_id for r in self.store.fleet.replicas(self.model) if r.node_id == node_id)
@@ -146,24 +168,31 @@ class TwoNodes:
 async def two_nodes(tmp: Path, agent: Agent, queue: str) -> AsyncIterator[TwoNodes]:
     """The control plane, both nodes joined and a warm replica of the agent's model on each."""
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"), data_converter=pydantic_data_converter)
+        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"), data_converter=pydantic_data_converter
+    )
     nodes: dict[str, NodeProcess] = {}
     try:
         address = env.client.service_client.config.target_host
-        config = BerthConfig(data_dir=tmp, join_token=JOIN_TOKEN, database_url=f"sqlite:///{tmp / 'berth.db'}",
-                             temporal_address=address)
+        config = BerthConfig(
+            data_dir=tmp, join_token=JOIN_TOKEN, database_url=f"sqlite:///{tmp / 'berth.db'}", temporal_address=address
+        )
         store = Store.open(config.resolved_database_url)
         store.agents.register(agent.spec())
         api_store = Store.open(config.resolved_database_url)
-        pool = PoolService(store, ModelCatalogue(config, store.models), sync_every_s=1.0,
-                           node_lost_after_s=config.node_lost_after_s)
+        pool = PoolService(
+            store, ModelCatalogue(config, store.models), sync_every_s=1.0, node_lost_after_s=config.node_lost_after_s
+        )
         model = agent.spec().model
         assert store.models.set_policy(model, ScalingPolicy(min_replicas=2)) is not None, model
         autoscaler = Autoscaler(pool, env.client, task_queue=queue)
         with ApiThread(create_app(config, api_store, TemporalGateway(address, config.temporal_namespace))) as api:
-            node_env = {**os.environ, "BERTH_API_URL": api.url,
-                        "BERTH_TEMPORAL_ADDRESS": address, "BERTH_ENGINE_LATENCY_SCALE": "1.0",
-                        "BERTH_DATA_DIR": str(tmp / "node-data")}
+            node_env = {
+                **os.environ,
+                "BERTH_API_URL": api.url,
+                "BERTH_TEMPORAL_ADDRESS": address,
+                "BERTH_ENGINE_LATENCY_SCALE": "1.0",
+                "BERTH_DATA_DIR": str(tmp / "node-data"),
+            }
             # Each joins admitted with a token of its own (with the cluster token it would wait for approval).
             tokens = {n: store.node_admission.mint(n, 600).join_token for n in NODES}
             nodes = {n: NodeProcess(n, tmp, {**node_env, "BERTH_JOIN_TOKEN": tokens[n]}) for n in NODES}
@@ -187,12 +216,13 @@ async def two_nodes(tmp: Path, agent: Agent, queue: str) -> AsyncIterator[TwoNod
 def ledger_rows(store: Store, task_id: str) -> list[LedgerRow]:
     """The task's ledger rows with their write time, which `SqlTokenLedger.entries` does not return."""
     with Session(store.engine) as session:
-        return list(session.exec(select(LedgerRow).where(LedgerRow.task_id == task_id)
-                                 .order_by(col(LedgerRow.id))).all())
+        return list(
+            session.exec(select(LedgerRow).where(LedgerRow.task_id == task_id).order_by(col(LedgerRow.id))).all()
+        )
 
 
 def wall(at: datetime) -> float:
-    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
 def node_of(served_by: str) -> str:
@@ -203,8 +233,11 @@ async def first_token_after(store: Store, task_id: str, node_id: str, after_wall
     """When the task's first generation settled after `after_wall` on another node had its first token."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        rows = [r for r in ledger_rows(store, task_id) if r.kind == "settled" and node_of(r.served_by) != node_id
-                and wall(r.created_at) > after_wall]
+        rows = [
+            r
+            for r in ledger_rows(store, task_id)
+            if r.kind == "settled" and node_of(r.served_by) != node_id and wall(r.created_at) > after_wall
+        ]
         if rows:
             return wall(rows[0].created_at) - rows[0].duration_s + rows[0].ttft_s
         await asyncio.sleep(0.05)

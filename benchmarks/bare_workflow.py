@@ -44,6 +44,7 @@ class BareStepWorkflow:
         for i in range(steps):
             total += await workflow.execute_activity(echo, i, start_to_close_timeout=timedelta(seconds=30))
             if i < steps - 1:
-                total += await workflow.execute_activity(echo, i, task_queue=second_queue,
-                                                         start_to_close_timeout=timedelta(seconds=30))
+                total += await workflow.execute_activity(
+                    echo, i, task_queue=second_queue, start_to_close_timeout=timedelta(seconds=30)
+                )
         return total

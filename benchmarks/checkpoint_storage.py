@@ -64,8 +64,10 @@ def main() -> dict:
     }
     path = write_results("checkpoint_storage", figures)
     print(f"final conversation      {final_size / 1024:8.1f} KiB")
-    print(f"Berth stored (deltas)   {delta_bytes / 1024:8.1f} KiB  = {figures['berth_stored_over_final']}× final "
-          f"(goal ≤ 2×)")
+    print(
+        f"Berth stored (deltas)   {delta_bytes / 1024:8.1f} KiB  = {figures['berth_stored_over_final']}× final "
+        f"(goal ≤ 2×)"
+    )
     print(f"full-snapshot baseline  {snapshot_bytes / 1024:8.1f} KiB  = {figures['baseline_over_berth']}× Berth")
     print(f"figures written to {path}")
     return figures

@@ -53,8 +53,11 @@ from orchestrator.node.replicas import ReplicaManager  # noqa: E402
 from orchestrator.pool.service import PoolService  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
-from sdk import Agent, TaskState  # noqa: E402
-from sdk import tool_worker  # noqa: E402
+from sdk import (  # noqa: E402
+    Agent,
+    TaskState,
+    tool_worker,  # noqa: E402
+)
 
 from ._results import write_results  # noqa: E402
 from ._tasks import observe, run_task  # noqa: E402
@@ -69,8 +72,14 @@ DIRECT_QUEUE = "bench-direct"
 FLEET_QUEUE = "bench-fleet"
 
 
-AGENT = Agent("bench-fleet-agent", MODEL, "Observe each topic, then answer.", [observe],
-              max_steps=STEPS + 10, max_tokens_per_step=64)
+AGENT = Agent(
+    "bench-fleet-agent",
+    MODEL,
+    "Observe each topic, then answer.",
+    [observe],
+    max_steps=STEPS + 10,
+    max_tokens_per_step=64,
+)
 
 
 class ActivityTimes(temporalio.client.Interceptor, temporalio.worker.Interceptor):
@@ -80,8 +89,9 @@ class ActivityTimes(temporalio.client.Interceptor, temporalio.worker.Interceptor
         self.times: dict[str, list[float]] = defaultdict(list)
         self._lock = threading.Lock()
 
-    def intercept_activity(self, next: temporalio.worker.ActivityInboundInterceptor
-                           ) -> temporalio.worker.ActivityInboundInterceptor:
+    def intercept_activity(
+        self, next: temporalio.worker.ActivityInboundInterceptor
+    ) -> temporalio.worker.ActivityInboundInterceptor:
         return _Timed(next, self)
 
     def take(self) -> dict[str, list[float]]:
@@ -141,7 +151,7 @@ class ApiThread:
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
-    def __enter__(self) -> "ApiThread":
+    def __enter__(self) -> ApiThread:
         self._thread.start()
         deadline = time.monotonic() + 60
         while not self._server.started:
@@ -187,23 +197,30 @@ def _history_ms_per_step(history: Any) -> dict[str, float]:
             sched = e.workflow_task_started_event_attributes.scheduled_event_id
             totals["workflow task wait"] += (at[e.event_id] - at[sched]).total_seconds()
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            totals["workflow task run"] += (at[e.event_id] - at[e.workflow_task_completed_event_attributes
-                                                               .started_event_id]).total_seconds()
+            totals["workflow task run"] += (
+                at[e.event_id] - at[e.workflow_task_completed_event_attributes.started_event_id]
+            ).total_seconds()
             tasks += 1
-    return {**{k: round(1000 * v / STEPS, 2) for k, v in sorted(totals.items())},
-            "workflow tasks per step": round(tasks / STEPS, 2)}
+    return {
+        **{k: round(1000 * v / STEPS, 2) for k, v in sorted(totals.items())},
+        "workflow tasks per step": round(tasks / STEPS, 2),
+    }
 
 
-async def _timed(client: Client, store: Store, queue: str, times: ActivityTimes,
-                 requests: RequestCounter) -> dict:
+async def _timed(client: Client, store: Store, queue: str, times: ActivityTimes, requests: RequestCounter) -> dict:
     times.take()
     requests.take()
     t0 = time.perf_counter()
     state, history = await _run_task(client, store, queue, STEPS - 1)
     elapsed = time.perf_counter() - t0
     assert state.step == STEPS
-    return {"s": elapsed, "events": len(history.events), "history": _history_ms_per_step(history),
-            "activities": times.take(), "requests": requests.take()}
+    return {
+        "s": elapsed,
+        "events": len(history.events),
+        "history": _history_ms_per_step(history),
+        "activities": times.take(),
+        "requests": requests.take(),
+    }
 
 
 def _ms_per_step(values: list[float]) -> float:
@@ -213,18 +230,27 @@ def _ms_per_step(values: list[float]) -> float:
 async def main() -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="berth-bench-fleet-"))
     port = _free_port()
-    engine = subprocess.Popen([sys.executable, "-m", "orchestrator.engines.simulated", "--port", str(port),
-                               "--latency-scale", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.engines.simulated", "--port", str(port), "--latency-scale", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"), data_converter=pydantic_data_converter)
+        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"), data_converter=pydantic_data_converter
+    )
     times = ActivityTimes()
     rounds: list[dict[str, dict]] = []
     try:
         await _wait(f"http://127.0.0.1:{port}/health")
         address = env.client.service_client.config.target_host
-        config = BerthConfig(data_dir=tmp, engine_url=f"http://127.0.0.1:{port}/v1", join_token=JOIN_TOKEN,
-                             database_url=f"sqlite:///{tmp / 'berth.db'}", temporal_address=address,
-                             engine_latency_scale=0)
+        config = BerthConfig(
+            data_dir=tmp,
+            engine_url=f"http://127.0.0.1:{port}/v1",
+            join_token=JOIN_TOKEN,
+            database_url=f"sqlite:///{tmp / 'berth.db'}",
+            temporal_address=address,
+            engine_latency_scale=0,
+        )
         store = Store.open(config.resolved_database_url)  # the worker's; the API opens its own, as its process would
         store.agents.register(AGENT.spec())
         api_store = Store.open(config.resolved_database_url)
@@ -234,21 +260,31 @@ async def main() -> dict:
 
         with ApiThread(requests) as api:
             discovery = SimulatedDiscovery(parse_simulate("1xH100-80GB"), NODE_ID)
-            replicas = ReplicaManager(WeightsCache(tmp / "node" / "cache", 200 * 2**30),
-                                      {"simulated": SimulatedReplicaEngine(load_time_scale=0.0, latency_scale=0.0,
-                                                                           log_dir=tmp / "node" / "replica-logs")},
-                                      gpu_indexes={0})
+            replicas = ReplicaManager(
+                WeightsCache(tmp / "node" / "cache", 200 * 2**30),
+                {
+                    "simulated": SimulatedReplicaEngine(
+                        load_time_scale=0.0, latency_scale=0.0, log_dir=tmp / "node" / "replica-logs"
+                    )
+                },
+                gpu_indexes={0},
+            )
             control_plane = ControlPlane(api.url)
             admitted = store.node_admission.mint(NODE_ID, 600).join_token  # the cluster token would leave it pending
-            agent = NodeAgent(NodeOptions(node_id=NODE_ID, join_token=admitted, cache_dir=tmp / "node",
-                                          heartbeat_s=1.0), discovery, control_plane, replicas)
+            agent = NodeAgent(
+                NodeOptions(node_id=NODE_ID, join_token=admitted, cache_dir=tmp / "node", heartbeat_s=1.0),
+                discovery,
+                control_plane,
+                replicas,
+            )
             await agent.join()
             serving = asyncio.create_task(agent.serve(client))
             try:
                 async with contextlib.AsyncExitStack() as stack:
                     await stack.enter_async_context(build_worker(client, store, config, task_queue=DIRECT_QUEUE))
-                    await stack.enter_async_context(build_worker(client, store, config, task_queue=FLEET_QUEUE,
-                                                                 pool=pool))
+                    await stack.enter_async_context(
+                        build_worker(client, store, config, task_queue=FLEET_QUEUE, pool=pool)
+                    )
                     await stack.enter_async_context(tool_worker(client, AGENT))
                     await _run_task(client, store, DIRECT_QUEUE, 3)  # imports, tokenizer, connections
                     t0 = time.perf_counter()
@@ -275,8 +311,12 @@ async def main() -> dict:
     fleet_s = mean([r["fleet"]["s"] for r in rounds])
     last = rounds[-1]
     lease_ms = [
-        (sum(r["fleet"]["activities"].get("berth.pool.acquire (local)", []))
-         + sum(r["fleet"]["activities"].get("berth.pool.release (local)", []))) * 1000 / STEPS
+        (
+            sum(r["fleet"]["activities"].get("berth.pool.acquire (local)", []))
+            + sum(r["fleet"]["activities"].get("berth.pool.release (local)", []))
+        )
+        * 1000
+        / STEPS
         for r in rounds
     ]
     node_requests = Counter({k: v for k, v in last["fleet"]["requests"].items() if "/v1/nodes/" in k})
@@ -285,8 +325,9 @@ async def main() -> dict:
 
     def activity_ms(kind: str) -> dict[str, float]:
         names = sorted({n for r in rounds for n in r[kind]["activities"]})
-        return {n: round(mean([1000 * sum(r[kind]["activities"].get(n, [])) / STEPS for r in rounds]), 2)
-                for n in names}
+        return {
+            n: round(mean([1000 * sum(r[kind]["activities"].get(n, [])) / STEPS for r in rounds]), 2) for n in names
+        }
 
     def history_ms(kind: str) -> dict[str, float]:
         names = sorted({n for r in rounds for n in r[kind]["history"]})
@@ -305,11 +346,11 @@ async def main() -> dict:
         "fleet_extra_ms_per_step": round(1000 * (fleet_s - direct_s) / STEPS, 2),
         "lease_ms_per_step": [round(v, 2) for v in lease_ms],
         "lease_note": "wall time of the acquire + release local activities' execution (pool call, thread hop); "
-                      "their scheduling is inside the workflow tasks and counted only in the totals",
+        "their scheduling is inside the workflow tasks and counted only in the totals",
         "direct_activity_ms_per_step": activity_ms("direct"),
         "fleet_activity_ms_per_step": activity_ms("fleet"),
         "history_note": "ms per step from the task's history: scheduled → started (wait) and started → "
-                        "closed (run) of each activity type and of the workflow tasks",
+        "closed (run) of each activity type and of the workflow tasks",
         "direct_history_ms_per_step": history_ms("direct"),
         "fleet_history_ms_per_step": history_ms("fleet"),
         "direct_history_events": rounds[-1]["direct"]["events"],
@@ -319,18 +360,28 @@ async def main() -> dict:
         "node_heartbeats_during_last_fleet_task": heartbeats,
     }
     path = write_results("fleet_step", figures)
-    print(f"direct (control queue → engine), {STEPS} steps: {figures['direct_task_s']} s  "
-          f"({figures['direct_ms_per_step']} ms/step)")
-    print(f"fleet (lease, node queue, API bookkeeping), {STEPS} steps: {figures['fleet_task_s']} s  "
-          f"({figures['fleet_ms_per_step']} ms/step)")
-    print(f"fleet/direct ratio:                  {figures['fleet_over_direct']:7.3f}  "
-          f"(+{figures['fleet_extra_ms_per_step']} ms/step)")
+    print(
+        f"direct (control queue → engine), {STEPS} steps: {figures['direct_task_s']} s  "
+        f"({figures['direct_ms_per_step']} ms/step)"
+    )
+    print(
+        f"fleet (lease, node queue, API bookkeeping), {STEPS} steps: {figures['fleet_task_s']} s  "
+        f"({figures['fleet_ms_per_step']} ms/step)"
+    )
+    print(
+        f"fleet/direct ratio:                  {figures['fleet_over_direct']:7.3f}  "
+        f"(+{figures['fleet_extra_ms_per_step']} ms/step)"
+    )
     print(f"lease (acquire + release execution):  {figures['lease_ms_per_step']} ms/step")
-    print(f"node → API requests per step:         {figures['node_step_requests_per_step']} "
-          f"(+{heartbeats} heartbeats in {last['fleet']['s']:.1f} s)")
-    print(f"generate activity: direct {figures['direct_activity_ms_per_step'].get('berth.generate')} ms/step, "
-          f"on the node {figures['fleet_activity_ms_per_step'].get('berth.generate')} ms/step; "
-          f"history events {figures['direct_history_events']} vs {figures['fleet_history_events']}")
+    print(
+        f"node → API requests per step:         {figures['node_step_requests_per_step']} "
+        f"(+{heartbeats} heartbeats in {last['fleet']['s']:.1f} s)"
+    )
+    print(
+        f"generate activity: direct {figures['direct_activity_ms_per_step'].get('berth.generate')} ms/step, "
+        f"on the node {figures['fleet_activity_ms_per_step'].get('berth.generate')} ms/step; "
+        f"history events {figures['direct_history_events']} vs {figures['fleet_history_events']}"
+    )
     print(f"(replica warm-up task: {figures['replica_warm_up_task_s']} s)")
     print(f"figures written to {path}")
     return figures

@@ -44,7 +44,6 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-
 from orchestrator.demo.sample_agents import KNOWLEDGE
 from orchestrator.store import Store
 from sdk import Budget, Client, ScalingPolicy, TaskState, TaskStatus
@@ -58,8 +57,10 @@ BASELINE_TASKS = 10
 MODEL = "llama-3.2-1b"
 AGENT = "research"
 BUDGET_TOKENS = 20_000
-FLEET = [{"node_id": "gpu-load-a", "datacenter": "east", "zone": "east-1a", "gpus": "1xH100-80GB"},
-         {"node_id": "gpu-load-b", "datacenter": "east", "zone": "east-1b", "gpus": "1xH100-80GB"}]
+FLEET = [
+    {"node_id": "gpu-load-a", "datacenter": "east", "zone": "east-1a", "gpus": "1xH100-80GB"},
+    {"node_id": "gpu-load-b", "datacenter": "east", "zone": "east-1b", "gpus": "1xH100-80GB"},
+]
 # One replica warm before anything is timed, so the baseline does not pay for a cold load.
 POLICY = ScalingPolicy(min_replicas=1, max_replicas=4)
 MAX_NUM_SEQS = 256
@@ -101,23 +102,32 @@ async def run_baseline(client: Client, count: int) -> dict:
     latencies, steps = [], 0
     for i in range(count):
         sent = time.time()
-        handle = await client.submit(AGENT, subject(i), budget=Budget(tokens=BUDGET_TOKENS), model=MODEL,
-                                     tenant="baseline")
+        handle = await client.submit(
+            AGENT, subject(i), budget=Budget(tokens=BUDGET_TOKENS), model=MODEL, tenant="baseline"
+        )
         await handle.result()
         state = await handle.status()
         latencies.append(completed_at(state) - sent)
         steps += state.step
     busy = sum(latencies)
-    return {"tasks": count, "steps": steps, "busy_s": round(busy, 2), "steps_per_s": round(steps / busy, 2),
-            "latency_p50_s": round(statistics.median(latencies), 3), "latency_max_s": round(max(latencies), 3)}
+    return {
+        "tasks": count,
+        "steps": steps,
+        "busy_s": round(busy, 2),
+        "steps_per_s": round(steps / busy, 2),
+        "latency_p50_s": round(statistics.median(latencies), 3),
+        "latency_max_s": round(max(latencies), 3),
+    }
 
 
 async def submit_all(client: Client, count: int) -> tuple[dict[str, float], list[float]]:
     """Submit `count` tasks at once; each task's id → when its submit was sent, and each submit's duration."""
+
     async def one(i: int) -> tuple[str, float, float]:
         sent = time.time()
-        handle = await client.submit(AGENT, subject(i), budget=Budget(tokens=BUDGET_TOKENS), model=MODEL,
-                                     tenant="load", task_id=f"load-{i:05d}")
+        handle = await client.submit(
+            AGENT, subject(i), budget=Budget(tokens=BUDGET_TOKENS), model=MODEL, tenant="load", task_id=f"load-{i:05d}"
+        )
         return handle.task_id, sent, time.time() - sent
 
     submitted = await asyncio.gather(*(one(i) for i in range(count)))
@@ -143,7 +153,9 @@ async def wait_final(client: Client, task_ids: set[str], deadline_s: float) -> d
             return final
         if time.monotonic() > deadline:
             pending = Counter(s.status.value for i, s in seen.items() if i not in final)
-            raise TimeoutError(f"{len(task_ids) - len(final)} tasks not final after {deadline_s:.0f} s: {dict(pending)}")
+            raise TimeoutError(
+                f"{len(task_ids) - len(final)} tasks not final after {deadline_s:.0f} s: {dict(pending)}"
+            )
         if time.monotonic() - last_report > 15:
             last_report = time.monotonic()
             print(f"  {len(final)}/{len(task_ids)} final", flush=True)
@@ -164,8 +176,13 @@ async def ledger_over_budget(client: Client, states: dict[str, TaskState]) -> li
 
 
 def tools_ran_twice(stack: Stack) -> list[str]:
-    return [key for key, n in Counter(line.split()[0] for line in
-                                      Path(stack.env["BERTH_TOOL_JOURNAL"]).read_text().splitlines()).items() if n > 1]
+    return [
+        key
+        for key, n in Counter(
+            line.split()[0] for line in Path(stack.env["BERTH_TOOL_JOURNAL"]).read_text().splitlines()
+        ).items()
+        if n > 1
+    ]
 
 
 def interruptions_by_kind(stack: Stack, task_ids: set[str]) -> dict[str, int]:
@@ -173,8 +190,9 @@ def interruptions_by_kind(stack: Stack, task_ids: set[str]) -> dict[str, int]:
     is a step cut off while all its nodes were alive: `stalled` (a busy node's generation went quiet) or worse,
     `lost` (a live node taken for a dead one)."""
     store = Store.open(f"sqlite:///{stack.data_dir / 'berth.db'}")
-    kinds = Counter(e.data.get("kind", "?") for task_id in task_ids for e in store.events.read(task_id)
-                    if e.kind == "interruption")
+    kinds = Counter(
+        e.data.get("kind", "?") for task_id in task_ids for e in store.events.read(task_id) if e.kind == "interruption"
+    )
     return dict(sorted(kinds.items()))
 
 
@@ -206,24 +224,31 @@ def leases_left(stack: Stack) -> tuple[int, list[dict]]:
 async def measure(stack: Stack, tasks: int, hogs: int) -> dict:
     async with Client(stack.api, api_key=stack.admin_key(), timeout=CLIENT_TIMEOUT_S) as client:
         entry = (await client.model(MODEL)).entry
-        await client.put_model(entry.model_copy(update={"engine_args": {**entry.engine_args,
-                                                                       "max_num_seqs": MAX_NUM_SEQS}}))
+        await client.put_model(
+            entry.model_copy(update={"engine_args": {**entry.engine_args, "max_num_seqs": MAX_NUM_SEQS}})
+        )
         await client.set_policy(MODEL, POLICY)
         for tenant in ("baseline", "load"):  # the baseline's tasks and the burst's are listed apart
             await client.create_tenant(TenantSpec(name=tenant))
-        await asyncio.to_thread(wait_until, lambda: any(r["state"] == "warm" for r in stack.http.get(
-            "/v1/replicas", params={"model": MODEL}).json()), 120, f"a warm replica of {MODEL}")
+        await asyncio.to_thread(
+            wait_until,
+            lambda: any(r["state"] == "warm" for r in stack.http.get("/v1/replicas", params={"model": MODEL}).json()),
+            120,
+            f"a warm replica of {MODEL}",
+        )
         baseline = await run_baseline(client, BASELINE_TASKS)
-        print(f"baseline: {BASELINE_TASKS} tasks one at a time, {baseline['steps_per_s']} steps/s, "
-              f"p50 {baseline['latency_p50_s']} s", flush=True)
+        print(
+            f"baseline: {BASELINE_TASKS} tasks one at a time, {baseline['steps_per_s']} steps/s, "
+            f"p50 {baseline['latency_p50_s']} s",
+            flush=True,
+        )
 
         load_before = round(os.getloadavg()[0], 2)
         with cpu_hogs(hogs):
             t0 = time.time()
             sent, submit_s = await submit_all(client, tasks)
             burst_s = time.time() - t0
-            print(f"submitted {tasks} tasks in {burst_s:.1f} s{f' beside {hogs} CPU hogs' if hogs else ''}",
-                  flush=True)
+            print(f"submitted {tasks} tasks in {burst_s:.1f} s{f' beside {hogs} CPU hogs' if hogs else ''}", flush=True)
             states = await wait_final(client, set(sent), LOAD_DEADLINE_S)
             load_after = round(os.getloadavg()[0], 2)
         over_ledger = await ledger_over_budget(client, states)
@@ -283,19 +308,29 @@ async def measure(stack: Stack, tasks: int, hogs: int) -> dict:
             "replicas_with_active_leases": len(busy_replicas),
         },
     }
-    print(f"{tasks} tasks at once: {steps} steps in {wall:.1f} s = {figures['steps_per_s']} steps/s, "
-          f"{figures['tasks_per_s']} tasks/s; latency p50 {p50:.2f} s, p99 {p99:.2f} s, max {max(latencies):.2f} s")
-    print(f"against {BASELINE_TASKS} tasks one at a time ({baseline['steps_per_s']} steps/s, p50 "
-          f"{baseline['latency_p50_s']} s): {figures['steps_per_s_over_baseline']}× the steps/s, "
-          f"{figures['latency_p50_over_baseline']}× the p50 latency")
+    print(
+        f"{tasks} tasks at once: {steps} steps in {wall:.1f} s = {figures['steps_per_s']} steps/s, "
+        f"{figures['tasks_per_s']} tasks/s; latency p50 {p50:.2f} s, p99 {p99:.2f} s, max {max(latencies):.2f} s"
+    )
+    print(
+        f"against {BASELINE_TASKS} tasks one at a time ({baseline['steps_per_s']} steps/s, p50 "
+        f"{baseline['latency_p50_s']} s): {figures['steps_per_s_over_baseline']}× the steps/s, "
+        f"{figures['latency_p50_over_baseline']}× the p50 latency"
+    )
     print(f"checks: {figures['checks']}")
-    problems = {"not completed": list(not_completed.items())[:5], "spend over budget": over_spend[:5],
-                "ledger over budget": over_ledger[:5], "tool calls run twice": twice[:5],
-                "busy replicas": busy_replicas[:5]}
+    problems = {
+        "not completed": list(not_completed.items())[:5],
+        "spend over budget": over_spend[:5],
+        "ledger over budget": over_ledger[:5],
+        "tool calls run twice": twice[:5],
+        "busy replicas": busy_replicas[:5],
+    }
     problems = {k: v for k, v in problems.items() if v}
     if problems or lease_rows:
-        raise SystemExit(f"the load run broke what must hold (figures not written): {problems}, "
-                         f"{lease_rows} lease rows left; logs in {stack.data_dir / 'logs'}")
+        raise SystemExit(
+            f"the load run broke what must hold (figures not written): {problems}, "
+            f"{lease_rows} lease rows left; logs in {stack.data_dir / 'logs'}"
+        )
     return figures
 
 

@@ -68,22 +68,33 @@ class Tally:
         """Per call, in the median round: a burst of another process's work on a shared machine moves one round."""
         cpu_ms = [1000 * s / self.calls_per_round for s in self.cpu_s]
         wall_ms = [1000 * s / self.calls_per_round for s in self.wall_s]
-        return {"calls": self.calls_per_round * len(self.cpu_s), "cpu_ms_per_call": round(statistics.median(cpu_ms), 3),
-                "cpu_ms_per_call_round_range": [round(min(cpu_ms), 3), round(max(cpu_ms), 3)],
-                "wall_ms_per_call": round(statistics.median(wall_ms), 3), "deltas_per_reply": self.deltas,
-                "failed_calls": len(self.failures), "first_failure": self.failures[0] if self.failures else None}
+        return {
+            "calls": self.calls_per_round * len(self.cpu_s),
+            "cpu_ms_per_call": round(statistics.median(cpu_ms), 3),
+            "cpu_ms_per_call_round_range": [round(min(cpu_ms), 3), round(max(cpu_ms), 3)],
+            "wall_ms_per_call": round(statistics.median(wall_ms), 3),
+            "deltas_per_reply": self.deltas,
+            "failed_calls": len(self.failures),
+            "first_failure": self.failures[0] if self.failures else None,
+        }
 
 
 async def _step_request(base_url: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The research agent's answer step, played as a task plays it: its tool calls answered by its own tools."""
     spec = research.spec()
     tools = sendable_tools([t.to_openai() for t in spec.tools])
-    messages: list[dict[str, Any]] = [{"role": "system", "content": spec.instructions},
-                                      {"role": "user", "content": TASK_INPUT}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": spec.instructions},
+        {"role": "user", "content": TASK_INPUT},
+    ]
     async with httpx.AsyncClient(timeout=30) as http:
         for _ in range(10):
-            reply = (await http.post(f"{base_url}/chat/completions", json={
-                "model": MODEL, "messages": messages, "tools": tools, "max_tokens": 400})).json()
+            reply = (
+                await http.post(
+                    f"{base_url}/chat/completions",
+                    json={"model": MODEL, "messages": messages, "tools": tools, "max_tokens": 400},
+                )
+            ).json()
             message = reply["choices"][0]["message"]
             if not message.get("tool_calls"):
                 return messages, tools
@@ -125,8 +136,9 @@ async def _round(route: ModelRoute, request: StreamRequest, calls: int, concurre
     tally.deltas = len(replies[-1]) if replies else tally.deltas
 
 
-async def _variant(routes: dict[str, ModelRoute], request: StreamRequest, rounds: int, round_calls: int,
-                   concurrent: bool = False) -> dict[str, Tally]:
+async def _variant(
+    routes: dict[str, ModelRoute], request: StreamRequest, rounds: int, round_calls: int, concurrent: bool = False
+) -> dict[str, Tally]:
     """`rounds` rounds of `round_calls` calls for each client, the clients taking turns to go first."""
     tallies = {name: Tally(round_calls) for name in CLIENTS}
     for n in range(rounds):
@@ -137,9 +149,12 @@ async def _variant(routes: dict[str, ModelRoute], request: StreamRequest, rounds
 
 def _compared(tallies: dict[str, Tally]) -> dict[str, Any]:
     plain, through_litellm = tallies["plain"].figures(), tallies["litellm"].figures()
-    return {"plain": plain, "litellm": through_litellm,
-            "cpu_ratio_plain_over_litellm": round(plain["cpu_ms_per_call"] / through_litellm["cpu_ms_per_call"], 3),
-            "wall_ratio_plain_over_litellm": round(plain["wall_ms_per_call"] / through_litellm["wall_ms_per_call"], 3)}
+    return {
+        "plain": plain,
+        "litellm": through_litellm,
+        "cpu_ratio_plain_over_litellm": round(plain["cpu_ms_per_call"] / through_litellm["cpu_ms_per_call"], 3),
+        "wall_ratio_plain_over_litellm": round(plain["wall_ms_per_call"] / through_litellm["wall_ms_per_call"], 3),
+    }
 
 
 def _per_chunk(short: dict[str, Tally], long: dict[str, Tally]) -> dict[str, Any]:
@@ -156,15 +171,25 @@ def _per_chunk(short: dict[str, Tally], long: dict[str, Tally]) -> dict[str, Any
 async def main(rounds: int, concurrent: int) -> dict[str, Any]:
     load_at_start = round(os.getloadavg()[0], 2)  # a shared CPU's other work shows in the wall times
     port = _free_port()
-    engine = subprocess.Popen([sys.executable, "-m", "orchestrator.engines.simulated", "--port", str(port),
-                               "--latency-scale", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.engines.simulated", "--port", str(port), "--latency-scale", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         base_url = f"http://127.0.0.1:{port}/v1"
         await _wait(base_url.removesuffix("/v1") + "/health")
         messages, tools = await _step_request(base_url)
-        plain = ModelRoute(name=MODEL, litellm_model=f"hosted_vllm/{MODEL}", api_base=base_url, api_key="berth-bench",
-                           usd_per_1m_prompt=None, usd_per_1m_completion=None, served_by="simulated engine",
-                           openai_compatible=True)
+        plain = ModelRoute(
+            name=MODEL,
+            litellm_model=f"hosted_vllm/{MODEL}",
+            api_base=base_url,
+            api_key="berth-bench",
+            usd_per_1m_prompt=None,
+            usd_per_1m_completion=None,
+            served_by="simulated engine",
+            openai_compatible=True,
+        )
         routes = {"plain": plain, "litellm": replace(plain, openai_compatible=False)}
         headers = {"X-Berth-Task": "bench-model-client"}
         request = StreamRequest(messages, tools, ANSWER_TOKENS, headers, continue_final_message=False)
@@ -180,9 +205,13 @@ async def main(rounds: int, concurrent: int) -> dict[str, Any]:
         engine.wait(10)
     return {
         "engine": "orchestrator.engines.simulated at latency 0, its own process (4 tokens a chunk)",
-        "request": {"agent": "research (orchestrator/demo/sample_agents.py)", "messages": len(messages),
-                    "tools": len(tools), "prompt_tokens": count_prompt_tokens(messages, tools),
-                    "answer_tokens": ANSWER_TOKENS},
+        "request": {
+            "agent": "research (orchestrator/demo/sample_agents.py)",
+            "messages": len(messages),
+            "tools": len(tools),
+            "prompt_tokens": count_prompt_tokens(messages, tools),
+            "answer_tokens": ANSWER_TOKENS,
+        },
         "measured": "this process's CPU (time.process_time) and wall time per call, open to usage and aclose",
         "one_after_another": _compared(one_by_one),
         "concurrent": {"at_once": concurrent, **_compared(together)},
@@ -193,28 +222,34 @@ async def main(rounds: int, concurrent: int) -> dict[str, Any]:
     }
 
 
-
-
 def _summary(figures: dict[str, Any]) -> None:
     for variant in ("one_after_another", "concurrent", "long_answer"):
         f = figures[variant]
-        print(f"{variant:>17}: CPU ms/call plain {f['plain']['cpu_ms_per_call']:7.3f}, litellm "
-              f"{f['litellm']['cpu_ms_per_call']:7.3f} (ratio {f['cpu_ratio_plain_over_litellm']}); wall ms/call "
-              f"{f['plain']['wall_ms_per_call']:7.3f} / {f['litellm']['wall_ms_per_call']:7.3f} "
-              f"(ratio {f['wall_ratio_plain_over_litellm']})")
+        print(
+            f"{variant:>17}: CPU ms/call plain {f['plain']['cpu_ms_per_call']:7.3f}, litellm "
+            f"{f['litellm']['cpu_ms_per_call']:7.3f} (ratio {f['cpu_ratio_plain_over_litellm']}); wall ms/call "
+            f"{f['plain']['wall_ms_per_call']:7.3f} / {f['litellm']['wall_ms_per_call']:7.3f} "
+            f"(ratio {f['wall_ratio_plain_over_litellm']})"
+        )
         for name in CLIENTS:
             if f[name]["failed_calls"]:
                 print(f"{'':>19}{name}: {f[name]['failed_calls']} call(s) failed, first: {f[name]['first_failure']}")
     plain, through_litellm = figures["per_chunk"]["plain"], figures["per_chunk"]["litellm"]
-    print(f"CPU per chunk: plain {plain['cpu_us_per_chunk']} µs, litellm {through_litellm['cpu_us_per_chunk']} µs; "
-          f"per call besides: {plain['cpu_ms_per_call_besides_chunks']} ms, "
-          f"{through_litellm['cpu_ms_per_call_besides_chunks']} ms")
+    print(
+        f"CPU per chunk: plain {plain['cpu_us_per_chunk']} µs, litellm {through_litellm['cpu_us_per_chunk']} µs; "
+        f"per call besides: {plain['cpu_ms_per_call_besides_chunks']} ms, "
+        f"{through_litellm['cpu_ms_per_call_besides_chunks']} ms"
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m benchmarks.model_client", description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10,
-                        help=f"rounds per client and variant (the long one: half as many); {ROUND_CALLS} calls a round")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=10,
+        help=f"rounds per client and variant (the long one: half as many); {ROUND_CALLS} calls a round",
+    )
     parser.add_argument("--concurrent", type=int, default=50, help="calls at once, a round of the concurrent variant")
     args = parser.parse_args()
     results = asyncio.run(main(args.rounds, args.concurrent))

@@ -151,8 +151,12 @@ def _percentile(values: list[float], q: float) -> float:
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=NODES, help=f"nodes of {GPUS_PER_NODE} GPUs (default {NODES})")
-    parser.add_argument("--baseline-decisions", type=int, default=BASELINE_DECISIONS,
-                        help=f"decisions also made by the full scan (default {BASELINE_DECISIONS})")
+    parser.add_argument(
+        "--baseline-decisions",
+        type=int,
+        default=BASELINE_DECISIONS,
+        help=f"decisions also made by the full scan (default {BASELINE_DECISIONS})",
+    )
     args = parser.parse_args()
     t0 = time.perf_counter()
     fleet, models, popularity = build_fleet(nodes=args.nodes)
@@ -223,14 +227,19 @@ def main() -> dict:
         "missed_by_s": {"max": round(max(losses), 3), "mean": round(statistics.mean(losses), 3)} if losses else None,
         "goal_p99_ms": 1.0,
     }
-    path = write_results("placement_latency" if args.nodes == NODES else f"placement_latency_{args.nodes}_nodes",
-                         figures)
+    path = write_results(
+        "placement_latency" if args.nodes == NODES else f"placement_latency_{args.nodes}_nodes", figures
+    )
     print(f"placement at {args.nodes} nodes × {GPUS_PER_NODE} GPUs, {MODELS} models, {len(fleet.replicas)} replicas")
-    print(f"  place(): p50 {figures['place_p50_ms']} ms, p99 {figures['place_p99_ms']} ms (goal ≤ 1 ms), "
-          f"{figures['decisions_per_s']} decisions/s including apply/release")
+    print(
+        f"  place(): p50 {figures['place_p50_ms']} ms, p99 {figures['place_p99_ms']} ms (goal ≤ 1 ms), "
+        f"{figures['decisions_per_s']} decisions/s including apply/release"
+    )
     print(f"  outcomes {outcomes}, tiers {tiers}")
-    print(f"  baseline full scan p50 {figures['baseline_p50_ms']} ms → indexed is "
-          f"{figures['speedup_over_baseline_p50']}× faster; same best score {figures['same_best_score_as_baseline']}")
+    print(
+        f"  baseline full scan p50 {figures['baseline_p50_ms']} ms → indexed is "
+        f"{figures['speedup_over_baseline_p50']}× faster; same best score {figures['same_best_score_as_baseline']}"
+    )
     print(f"  written to {path}")
     return figures
 

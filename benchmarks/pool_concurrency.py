@@ -47,11 +47,23 @@ def _setup_fleet(url: str) -> None:
 
     store = Store.open(url)
     for n in range(NODES):
-        store.fleet.register(NodeSpec.model_validate({
-            "node_id": f"n{n:02d}", "datacenter": "east" if n % 2 else "west", "zone": f"z{n % 4}",
-            "capacity": "on-demand", "usd_per_hour": 20.0,
-            "gpus": [{"index": i, "type_name": "H100-80GB", "memory_total_mib": GPU_MIB} for i in range(GPUS_PER_NODE)],
-            "weights_cache_capacity_bytes": 2000 * 2**30}), SECRET)
+        store.fleet.register(
+            NodeSpec.model_validate(
+                {
+                    "node_id": f"n{n:02d}",
+                    "datacenter": "east" if n % 2 else "west",
+                    "zone": f"z{n % 4}",
+                    "capacity": "on-demand",
+                    "usd_per_hour": 20.0,
+                    "gpus": [
+                        {"index": i, "type_name": "H100-80GB", "memory_total_mib": GPU_MIB}
+                        for i in range(GPUS_PER_NODE)
+                    ],
+                    "weights_cache_capacity_bytes": 2000 * 2**30,
+                }
+            ),
+            SECRET,
+        )
     store.close()
 
 
@@ -102,12 +114,17 @@ class _Reporter(threading.Thread):
         while not self.stop.wait(REPORT_EVERY_S):
             by_node: dict[str, list[dict]] = defaultdict(list)
             for r in self.store.reservations.list():
-                by_node[r.node_id].append({"replica_id": r.replica_id, "model": r.model,
-                                           "gpu_indexes": list(r.gpu_indexes), "state": "warm"})
+                by_node[r.node_id].append(
+                    {"replica_id": r.replica_id, "model": r.model, "gpu_indexes": list(r.gpu_indexes), "state": "warm"}
+                )
             for n in range(NODES):
                 node = f"n{n:02d}"
-                self.store.fleet.heartbeat(NodeHeartbeat.model_validate(
-                    {"node_id": node, "replicas": by_node.get(node, []), "cached_weights": []}), SECRET)
+                self.store.fleet.heartbeat(
+                    NodeHeartbeat.model_validate(
+                        {"node_id": node, "replicas": by_node.get(node, []), "cached_weights": []}
+                    ),
+                    SECRET,
+                )
             self.violations += check_gpus(self.store)
             self.beats += 1
 
@@ -126,11 +143,15 @@ def check_gpus(store) -> list[str]:  # noqa: ANN001
         for i in replica.gpu_indexes:
             reported[(replica.node_id, i)] += models[replica.model] / len(replica.gpu_indexes)
     for name, used in (("reserved", reserved), ("reported", reported)):
-        problems += [f"{node} GPU {i}: {gb:.1f} GiB {name} of {gib:.1f}" for (node, i), gb in used.items()
-                     if gb > gib + 1e-6]
+        problems += [
+            f"{node} GPU {i}: {gb:.1f} GiB {name} of {gib:.1f}" for (node, i), gb in used.items() if gb > gib + 1e-6
+        ]
     reservations = {r.replica_id for r in store.reservations.list()}
-    problems += [f"lease {lease.lease_id} on unreserved replica {lease.replica_id}" for lease in store.leases.list()
-                 if lease.replica_id not in reservations]
+    problems += [
+        f"lease {lease.lease_id} on unreserved replica {lease.replica_id}"
+        for lease in store.leases.list()
+        if lease.replica_id not in reservations
+    ]
     return problems
 
 
@@ -154,12 +175,17 @@ def run_configuration(url: str, acquirers: int, duration_s: float) -> dict:
     ops = sum(r["placed"] + r["wait"] + r["other"] for r in results)
     latencies = sorted(x for r in results for x in r["latencies"])
     return {
-        "acquirers": acquirers, "duration_s": duration_s, "operations": ops,
-        "placed": sum(r["placed"] for r in results), "waited": sum(r["wait"] for r in results),
+        "acquirers": acquirers,
+        "duration_s": duration_s,
+        "operations": ops,
+        "placed": sum(r["placed"] for r in results),
+        "waited": sum(r["wait"] for r in results),
         "ops_per_s": round(ops / duration_s, 1),
         "p50_ms": round(latencies[len(latencies) // 2] * 1000, 2) if latencies else None,
         "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2) if latencies else None,
-        "reporter_beats": reporter.beats, "violations": violations[:20], "violation_count": len(violations),
+        "reporter_beats": reporter.beats,
+        "violations": violations[:20],
+        "violation_count": len(violations),
     }
 
 
@@ -177,16 +203,25 @@ def main() -> int:
         figures["postgresql_1"] = run_configuration(server.new_database("bench_one"), 1, args.duration)
         figures["postgresql_8"] = run_configuration(server.new_database("bench_eight"), 8, args.duration)
     base = figures["sqlite_1"]["ops_per_s"]
-    figures["ratio_postgresql_8_over_sqlite_1"] = round(figures["postgresql_8"]["ops_per_s"] / base, 2) if base else None
-    figures["ratio_postgresql_1_over_sqlite_1"] = round(figures["postgresql_1"]["ops_per_s"] / base, 2) if base else None
-    figures["no_double_booking"] = all(figures[k]["violation_count"] == 0
-                                       for k in ("sqlite_1", "postgresql_1", "postgresql_8"))
+    figures["ratio_postgresql_8_over_sqlite_1"] = (
+        round(figures["postgresql_8"]["ops_per_s"] / base, 2) if base else None
+    )
+    figures["ratio_postgresql_1_over_sqlite_1"] = (
+        round(figures["postgresql_1"]["ops_per_s"] / base, 2) if base else None
+    )
+    figures["no_double_booking"] = all(
+        figures[k]["violation_count"] == 0 for k in ("sqlite_1", "postgresql_1", "postgresql_8")
+    )
     for key in ("sqlite_1", "postgresql_1", "postgresql_8"):
         f = figures[key]
-        print(f"{key:14} {f['ops_per_s']:8.1f} acquire+release/s  p50 {f['p50_ms']} ms  p99 {f['p99_ms']} ms  "
-              f"placed {f['placed']}  waited {f['waited']}  violations {f['violation_count']}")
-    print(f"PostgreSQL × 8 / SQLite × 1: {figures['ratio_postgresql_8_over_sqlite_1']}×; "
-          f"no double booking: {figures['no_double_booking']}")
+        print(
+            f"{key:14} {f['ops_per_s']:8.1f} acquire+release/s  p50 {f['p50_ms']} ms  p99 {f['p99_ms']} ms  "
+            f"placed {f['placed']}  waited {f['waited']}  violations {f['violation_count']}"
+        )
+    print(
+        f"PostgreSQL × 8 / SQLite × 1: {figures['ratio_postgresql_8_over_sqlite_1']}×; "
+        f"no double booking: {figures['no_double_booking']}"
+    )
     print(f"wrote {write_results('pool_concurrency', figures)}")
     if not figures["no_double_booking"]:
         print(json.dumps({k: figures[k]["violations"] for k in ("sqlite_1", "postgresql_1", "postgresql_8")}, indent=1))

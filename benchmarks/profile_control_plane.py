@@ -48,8 +48,19 @@ from sdk.wire.identity import TenantSpec
 from tests.system.conftest import Stack, fleet_stack, wait_until
 
 from ._results import write_labelled_run
-from .load_run import (AGENT, BUDGET_TOKENS, CLIENT_TIMEOUT_S, FLEET, LOAD_DEADLINE_S, MAX_NUM_SEQS, MODEL, POLICY,
-                       TASKS, subject, wait_final)
+from .load_run import (
+    AGENT,
+    BUDGET_TOKENS,
+    CLIENT_TIMEOUT_S,
+    FLEET,
+    LOAD_DEADLINE_S,
+    MAX_NUM_SEQS,
+    MODEL,
+    POLICY,
+    TASKS,
+    subject,
+    wait_final,
+)
 
 NAME = "profile_control_plane"
 SAMPLE_S = 2.0
@@ -91,7 +102,7 @@ def _stat(pid: int) -> tuple[int, int] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state is field 3 of stat(5)
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state is field 3 of stat(5)
     return int(fields[1]), int(fields[11]) + int(fields[12])
 
 
@@ -143,8 +154,10 @@ class CpuSampler:
             found = {pid for pid, (ppid, _) in stats.items() if ppid in tree} - tree
             tree |= found
             grew = bool(found)
-        self.other_stacks = max(self.other_stacks, sum(
-            "orchestrator.cli.main server" in " ".join(_argv(pid)) for pid in stats if pid not in tree))
+        self.other_stacks = max(
+            self.other_stacks,
+            sum("orchestrator.cli.main server" in " ".join(_argv(pid)) for pid in stats if pid not in tree),
+        )
         for pid in sorted(tree):
             if pid not in self.roles:
                 self.roles[pid] = role(_argv(pid), self.roles.get(stats[pid][0]))
@@ -159,9 +172,23 @@ class PySpy:
     def __init__(self, pid: int, out: Path) -> None:
         self.out = out
         executable = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        self.process = subprocess.Popen([executable, "record", "--nonblocking", "--rate", str(PYSPY_RATE_HZ),
-                                         "--format", "raw", "--output", str(out), "--pid", str(pid)],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [
+                executable,
+                "record",
+                "--nonblocking",
+                "--rate",
+                str(PYSPY_RATE_HZ),
+                "--format",
+                "raw",
+                "--output",
+                str(out),
+                "--pid",
+                str(pid),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
 
     def stop(self) -> dict:
         self.process.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
@@ -187,12 +214,14 @@ def shares(lines: list[str]) -> dict:
             inclusive[name] += samples
     if not total:
         return {}
-    return {"samples": total,
-            "self": {f: round(n / total, 3) for f, n in own.most_common(TOP)},
-            "own_code_inclusive": {f: round(n / total, 3) for f, n in inclusive.most_common(TOP * 2)}}
+    return {
+        "samples": total,
+        "self": {f: round(n / total, 3) for f, n in own.most_common(TOP)},
+        "own_code_inclusive": {f: round(n / total, 3) for f, n in inclusive.most_common(TOP * 2)},
+    }
 
 
-METRIC_LINE = re.compile(r'^(service_requests|persistence_requests)\{(.*)\} ([0-9.e+]+)$')
+METRIC_LINE = re.compile(r"^(service_requests|persistence_requests)\{(.*)\} ([0-9.e+]+)$")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
@@ -215,11 +244,17 @@ def temporal_requests(metrics_url: str) -> Counter:
 async def set_up(client: Client, stack: Stack) -> None:
     """As the load run sets its stack up: the model at MAX_NUM_SEQS under POLICY, the burst's tenant, a warm replica."""
     entry = (await client.model(MODEL)).entry
-    await client.put_model(entry.model_copy(update={"engine_args": {**entry.engine_args, "max_num_seqs": MAX_NUM_SEQS}}))
+    await client.put_model(
+        entry.model_copy(update={"engine_args": {**entry.engine_args, "max_num_seqs": MAX_NUM_SEQS}})
+    )
     await client.set_policy(MODEL, POLICY)
     await client.create_tenant(TenantSpec(name="load"))
-    await asyncio.to_thread(wait_until, lambda: any(r["state"] == "warm" for r in stack.http.get(
-        "/v1/replicas", params={"model": MODEL}).json()), 120, f"a warm replica of {MODEL}")
+    await asyncio.to_thread(
+        wait_until,
+        lambda: any(r["state"] == "warm" for r in stack.http.get("/v1/replicas", params={"model": MODEL}).json()),
+        120,
+        f"a warm replica of {MODEL}",
+    )
 
 
 async def submit_burst(client: Client, count: int) -> tuple[set[str], int]:
@@ -230,8 +265,16 @@ async def submit_burst(client: Client, count: int) -> tuple[set[str], int]:
         nonlocal retries
         for attempt in range(SUBMIT_ATTEMPTS):
             try:
-                return (await client.submit(AGENT, subject(i), budget=Budget(tokens=BUDGET_TOKENS), model=MODEL,
-                                            tenant="load", task_id=f"load-{i:05d}")).task_id
+                return (
+                    await client.submit(
+                        AGENT,
+                        subject(i),
+                        budget=Budget(tokens=BUDGET_TOKENS),
+                        model=MODEL,
+                        tenant="load",
+                        task_id=f"load-{i:05d}",
+                    )
+                ).task_id
             except BerthError:
                 if attempt == SUBMIT_ATTEMPTS - 1:
                     raise
@@ -283,10 +326,13 @@ async def burst(stack: Stack, tasks: int, profile_dir: Path | None) -> dict:
         "cpu_ms_per_step": {r: round(1000 * s / steps, 2) for r, s in sorted(cpu.items())},
         "cpu_ms_per_step_total": round(1000 * sum(cpu.values()) / steps, 2),
         "idle_cpu_s_per_s": {r: round(v, 4) for r, v in sorted(idle_per_s.items())},
-        "cpu_ms_per_step_net_of_idle": {r: round(1000 * (s - idle_per_s.get(r, 0.0) * wall) / steps, 2)
-                                        for r, s in sorted(cpu.items())},
+        "cpu_ms_per_step_net_of_idle": {
+            r: round(1000 * (s - idle_per_s.get(r, 0.0) * wall) / steps, 2) for r, s in sorted(cpu.items())
+        },
         # What the dev server's CPU per step is spent on: its RPCs and its store's operations, per step.
-        "temporal_requests_per_step": {op: round(n / steps, 2) for op, n in requests.most_common() if n / steps >= 0.05},
+        "temporal_requests_per_step": {
+            op: round(n / steps, 2) for op, n in requests.most_common() if n / steps >= 0.05
+        },
         "profiles": profiles,
     }
 

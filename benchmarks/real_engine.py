@@ -68,15 +68,22 @@ GOAL_TTFT_ADDED_MS = 15.0
 GOAL_TOKENS_PER_S_RATIO = 0.95
 
 
-async def _direct(client: httpx.AsyncClient, base_url: str, task_id: str, prompt: str,
-                  max_tokens: int) -> dict[str, float]:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "stream": True, "stream_options": {"include_usage": True}}
+async def _direct(
+    client: httpx.AsyncClient, base_url: str, task_id: str, prompt: str, max_tokens: int
+) -> dict[str, float]:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     started = time.monotonic()
     first: float | None = None
     usage: dict[str, int] = {}
-    async with client.stream("POST", f"{base_url}/chat/completions", json=body,
-                             headers={"X-Berth-Task": task_id}) as response:
+    async with client.stream(
+        "POST", f"{base_url}/chat/completions", json=body, headers={"X-Berth-Task": task_id}
+    ) as response:
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -87,19 +94,28 @@ async def _direct(client: httpx.AsyncClient, base_url: str, task_id: str, prompt
             if first is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                 first = time.monotonic() - started
     duration = time.monotonic() - started
-    return {"ttft_s": first or duration, "duration_s": duration, "completion_tokens": usage["completion_tokens"],
-            "wall_s": duration}
+    return {
+        "ttft_s": first or duration,
+        "duration_s": duration,
+        "completion_tokens": usage["completion_tokens"],
+        "wall_s": duration,
+    }
 
 
 async def _berth(acts: LlmStepActivities, store: Store, task_id: str, prompt: str, max_tokens: int) -> dict[str, float]:
     root = store.checkpoints.write_root(task_id, [Message(role="user", content=prompt)], {})
-    inp = LlmStepInput(task_id=task_id, step=1, checkpoint=root, model=MODEL, max_tokens=max_tokens,
-                       token_allowance=100_000)
+    inp = LlmStepInput(
+        task_id=task_id, step=1, checkpoint=root, model=MODEL, max_tokens=max_tokens, token_allowance=100_000
+    )
     started = time.monotonic()
     result = await ActivityEnvironment().run(acts.generate, inp)
     wall = time.monotonic() - started
-    return {"ttft_s": result.ttft_s, "duration_s": result.duration_s, "completion_tokens": result.completion_tokens,
-            "wall_s": wall}
+    return {
+        "ttft_s": result.ttft_s,
+        "duration_s": result.duration_s,
+        "completion_tokens": result.completion_tokens,
+        "wall_s": wall,
+    }
 
 
 async def _flush(client: httpx.AsyncClient, base_url: str) -> None:
@@ -109,8 +125,10 @@ async def _flush(client: httpx.AsyncClient, base_url: str) -> None:
 
 def _engine_s(line: dict[str, Any]) -> dict[str, float]:
     """What the engine itself took for a request: to its first token, and from there to its last chunk."""
-    return {"engine_ttft_s": line["first_token_s"] - line["received_s"],
-            "engine_decode_s": line["finished_s"] - line["first_token_s"]}
+    return {
+        "engine_ttft_s": line["first_token_s"] - line["received_s"],
+        "engine_decode_s": line["finished_s"] - line["first_token_s"],
+    }
 
 
 def _outside_engine_ttft_ms(run: dict[str, float]) -> float:
@@ -128,8 +146,15 @@ def _per_token_s(run: dict[str, float]) -> float:
 
 
 async def _start(engine: LlamaCppReplicaEngine, gguf: Path) -> ReplicaHandle:
-    handle = await engine.start(ReplicaSpec(replica_id="bench", model=MODEL, gpu_indexes=(0,), weights_path=str(gguf),
-                                            engine_args={"default_temperature": 0}))
+    handle = await engine.start(
+        ReplicaSpec(
+            replica_id="bench",
+            model=MODEL,
+            gpu_indexes=(0,),
+            weights_path=str(gguf),
+            engine_args={"default_temperature": 0},
+        )
+    )
     deadline = time.monotonic() + 120
     while not await engine.ready(handle):
         if not await engine.alive(handle) or time.monotonic() > deadline:
@@ -149,8 +174,10 @@ async def main(rounds: int, max_tokens: int, threads: int | None) -> dict[str, A
     handle = await _start(engine, gguf)
     base_url = engine.base_url(handle)
     store = Store.open(f"sqlite:///{tmp / 'bench.db'}")
-    acts = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger),
-                             ModelCatalogue(BerthConfig(engine_url=base_url)))
+    acts = LlmStepActivities(
+        StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger),
+        ModelCatalogue(BerthConfig(engine_url=base_url)),
+    )
     direct: list[dict[str, float]] = []
     berth: list[dict[str, float]] = []
     try:
@@ -174,12 +201,16 @@ async def main(rounds: int, max_tokens: int, threads: int | None) -> dict[str, A
         run.update(_engine_s(engine_side[f"direct-{n}"]))
     for n, run in enumerate(berth):
         run.update(_engine_s(engine_side[f"berth-{n}"]))
-    return {**_figures(direct, berth, rounds, max_tokens), "replica_threads": threads or "llama.cpp's default",
-            "load_average_1m_at_start": load_at_start}
+    return {
+        **_figures(direct, berth, rounds, max_tokens),
+        "replica_threads": threads or "llama.cpp's default",
+        "load_average_1m_at_start": load_at_start,
+    }
 
 
-def _figures(direct: list[dict[str, float]], berth: list[dict[str, float]], rounds: int,
-             max_tokens: int) -> dict[str, Any]:
+def _figures(
+    direct: list[dict[str, float]], berth: list[dict[str, float]], rounds: int, max_tokens: int
+) -> dict[str, Any]:
     same_tokens = all(d["completion_tokens"] == b["completion_tokens"] for d, b in zip(direct, berth))
     # The engine's own share varies from request to request far more than 15 ms on a busy CPU, so what each path
     # adds is measured against the engine's instants for that very request, then the paths are compared.
@@ -190,10 +221,13 @@ def _figures(direct: list[dict[str, float]], berth: list[dict[str, float]], roun
     direct_tps = 1 / statistics.median(_per_token_s(d) for d in direct)
     berth_tps = 1 / statistics.median(_per_token_s(b) for b in berth)
     ratio = statistics.median(map(_decode_speed_vs_engine, berth)) / statistics.median(
-        map(_decode_speed_vs_engine, direct))
+        map(_decode_speed_vs_engine, direct)
+    )
     return {
         "model": f"{MODEL} ({GGUF_NAME}, llama.cpp on CPU)",
-        "rounds": rounds, "max_tokens": max_tokens, "same_tokens_both_paths": same_tokens,
+        "rounds": rounds,
+        "max_tokens": max_tokens,
+        "same_tokens_both_paths": same_tokens,
         "completion_tokens_p50": statistics.median(d["completion_tokens"] for d in direct),
         "direct_ttft_ms_p50": round(statistics.median(d["ttft_s"] for d in direct) * 1000, 2),
         "berth_ttft_ms_p50": round(statistics.median(b["ttft_s"] for b in berth) * 1000, 2),
@@ -209,8 +243,7 @@ def _figures(direct: list[dict[str, float]], berth: list[dict[str, float]], roun
         "tokens_per_s_ratio": round(ratio, 3),  # each path's decode speed over the engine's own, berth ÷ direct
         "direct_wall_ms_p50": round(statistics.median(d["wall_s"] for d in direct) * 1000, 1),
         "berth_step_wall_ms_p50": round(statistics.median(b["wall_s"] for b in berth) * 1000, 1),
-        "berth_bookkeeping_ms_p50": round(statistics.median(
-            (b["wall_s"] - b["duration_s"]) * 1000 for b in berth), 1),
+        "berth_bookkeeping_ms_p50": round(statistics.median((b["wall_s"] - b["duration_s"]) * 1000 for b in berth), 1),
         "goal": f"berth_added_ttft_ms_p50 <= {GOAL_TTFT_ADDED_MS}, tokens_per_s_ratio >= {GOAL_TOKENS_PER_S_RATIO}",
         "goal_met": ttft_added_p50 <= GOAL_TTFT_ADDED_MS and ratio >= GOAL_TOKENS_PER_S_RATIO,
     }

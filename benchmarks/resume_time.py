@@ -33,7 +33,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,14 @@ GOAL_S = GENERATE_HEARTBEAT.total_seconds() + 1.0  # the heartbeat timeout, and 
 RESUME_WAIT_S = 90.0
 
 
-AGENT = Agent("bench-resume-agent", MODEL, "Observe each topic, then answer.", [observe],
-              max_steps=TOOL_STEPS + 10, max_tokens_per_step=256)
+AGENT = Agent(
+    "bench-resume-agent",
+    MODEL,
+    "Observe each topic, then answer.",
+    [observe],
+    max_steps=TOOL_STEPS + 10,
+    max_tokens_per_step=256,
+)
 
 
 @dataclass
@@ -80,8 +86,7 @@ class Kill:
 async def _start_task(client: Client, store: Store) -> tuple[str, float]:
     task_id = f"bench-resume-{os.urandom(5).hex()}"
     spec = TaskSpec(task_id=task_id, agent=AGENT.name, input=topics(TOOL_STEPS), budget=Budget(5_000_000))
-    run = TaskRun(task_id=task_id, spec=spec, agent=store.agents.get(AGENT.name),
-                  submitted_at=datetime.now(timezone.utc))
+    run = TaskRun(task_id=task_id, spec=spec, agent=store.agents.get(AGENT.name), submitted_at=datetime.now(UTC))
     started = time.time()
     await client.start_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=QUEUE)
     return task_id, started
@@ -111,8 +116,11 @@ async def _resumed(store: Store, kill: Kill) -> dict:
     deadline = time.monotonic() + RESUME_WAIT_S
     while True:
         rows = ledger_rows(store, kill.task_id)
-        after = [r for r in rows if r.kind == "settled" and node_of(r.served_by) != kill.node_id
-                 and wall(r.created_at) > kill.at_wall]
+        after = [
+            r
+            for r in rows
+            if r.kind == "settled" and node_of(r.served_by) != kill.node_id and wall(r.created_at) > kill.at_wall
+        ]
         if after:
             break
         if time.monotonic() > deadline:
@@ -149,7 +157,7 @@ def _history_after(history: Any, kill: Kill) -> dict:
     scheduled: dict[int, tuple[str, str]] = {}
     out: dict[str, Any] = {}
     for e in history.events:
-        t = e.event_time.ToDatetime().replace(tzinfo=timezone.utc).timestamp() - kill.at_wall
+        t = e.event_time.ToDatetime().replace(tzinfo=UTC).timestamp() - kill.at_wall
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             a = e.activity_task_scheduled_event_attributes
             scheduled[e.event_id] = (a.activity_type.name, a.task_queue.name)
@@ -157,8 +165,12 @@ def _history_after(history: Any, kill: Kill) -> dict:
             a = e.activity_task_timed_out_event_attributes
             name, queue = scheduled.get(a.scheduled_event_id, ("?", "?"))
             timeout = a.failure.timeout_failure_info.timeout_type
-            out.update(timed_out_s=round(t, 3), timed_out_activity=name, timed_out_queue=queue,
-                       timeout=TimeoutType.Name(timeout).removeprefix("TIMEOUT_TYPE_").lower())
+            out.update(
+                timed_out_s=round(t, 3),
+                timed_out_activity=name,
+                timed_out_queue=queue,
+                timeout=TimeoutType.Name(timeout).removeprefix("TIMEOUT_TYPE_").lower(),
+            )
         elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED and t > 0 and "next_started_s" not in out:
             name, queue = scheduled.get(e.activity_task_started_event_attributes.scheduled_event_id, ("?", "?"))
             if "generate" in name and queue.startswith("node/") and queue != f"node/{kill.node_id}":
@@ -171,12 +183,14 @@ def _first_generate_after(history: Any, kill: Kill) -> dict:
     from temporalio.api.enums.v1 import EventType
 
     for e in history.events:
-        t = e.event_time.ToDatetime().replace(tzinfo=timezone.utc).timestamp() - kill.at_wall
+        t = e.event_time.ToDatetime().replace(tzinfo=UTC).timestamp() - kill.at_wall
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED and t > 0:
             a = e.activity_task_scheduled_event_attributes
             if "generate" in a.activity_type.name:
-                return {"first_generate_scheduled_after_kill_s": round(t, 3),
-                        "first_generate_scheduled_queue": a.task_queue.name}
+                return {
+                    "first_generate_scheduled_after_kill_s": round(t, 3),
+                    "first_generate_scheduled_queue": a.task_queue.name,
+                }
     return {}
 
 
@@ -198,21 +212,29 @@ async def main() -> dict:
             events = fleet.store.events.read(kill.task_id, limit=10_000)
             interruptions = [e.data for e in events if e.kind == "interruption"]
             kill.resumed.update(
-                task_status=state.status.value, task_steps=state.step, lost_tokens_task=totals.lost_tokens,
+                task_status=state.status.value,
+                task_steps=state.step,
+                lost_tokens_task=totals.lost_tokens,
                 interruption_events=len(interruptions),
-                interruption=({k: interruptions[0].get(k) for k in ("kind", "tokens_lost", "resume_s",
-                                                                   "resumed_on", "step")}
-                              if interruptions else None),
-                history=_history_after(history, kill) | _first_generate_after(history, kill))
+                interruption=(
+                    {k: interruptions[0].get(k) for k in ("kind", "tokens_lost", "resume_s", "resumed_on", "step")}
+                    if interruptions
+                    else None
+                ),
+                history=_history_after(history, kill) | _first_generate_after(history, kill),
+            )
             # a heartbeat timeout: the generate was running on the killed node; schedule-to-start:
             # the kill fell between steps and the next step was leased to the dead node's replica
             kill.resumed["generate_running_at_kill"] = kill.resumed["history"].get("timeout") == "heartbeat"
             kills.append(kill)
             r = kill.resumed
-            print(f"kill {i + 1}: {kill.node_id} after step {kill.step_before} (+{kill.jitter_s * 1000:.0f} ms)"
-                  f" → first token on {node_of(r['resumed_on'])} in {r['resume_s']:.2f} s; lost "
-                  f"{r['lost_tokens_ledger']} tokens; interruption {r['interruption']}; history "
-                  f"{r['history']}", flush=True)
+            print(
+                f"kill {i + 1}: {kill.node_id} after step {kill.step_before} (+{kill.jitter_s * 1000:.0f} ms)"
+                f" → first token on {node_of(r['resumed_on'])} in {r['resume_s']:.2f} s; lost "
+                f"{r['lost_tokens_ledger']} tokens; interruption {r['interruption']}; history "
+                f"{r['history']}",
+                flush=True,
+            )
             rewarm_s.append(round(await fleet.two_warm(stale), 2))
 
     resume = [k.resumed["resume_s"] for k in kills]
@@ -231,11 +253,13 @@ async def main() -> dict:
         "resume_max_s": max(resume),
         "within_goal": sum(1 for s in resume if s <= GOAL_S),
         "kills_mid_generation": sum(1 for k in kills if k.resumed["generate_running_at_kill"]),
-        "resume_by_timeout_s": {t: [k.resumed["resume_s"] for k in kills if k.resumed["history"].get("timeout") == t]
-                                for t in sorted({str(k.resumed["history"].get("timeout")) for k in kills})},
+        "resume_by_timeout_s": {
+            t: [k.resumed["resume_s"] for k in kills if k.resumed["history"].get("timeout") == t]
+            for t in sorted({str(k.resumed["history"].get("timeout")) for k in kills})
+        },
         "berth_lost_tokens": berth_tokens,
         "berth_lost_tokens_note": "ledger lost_tokens: completion tokens the cut generation had streamed (from its "
-                                  "last heartbeat); the resumed step prefills its prompt again on the new replica",
+        "last heartbeat); the resumed step prefills its prompt again on the new replica",
         "berth_prefill_again_tokens": sum(k.resumed["resumed_step_prompt_tokens"] for k in kills),
         "job_restart_tokens": job_tokens,
         "step_restart_tokens": step_tokens,
@@ -245,23 +269,40 @@ async def main() -> dict:
         "job_restart_wall_lost_s": round(job_wall, 3),
         "berth_over_job_restart_wall": round(sum(resume) / job_wall, 3) if job_wall else None,
         "job_restart_wall_note": "the task's elapsed time at the kill only; a Job restart must also notice the "
-                                 "machine is gone, which this baseline leaves out",
+        "machine is gone, which this baseline leaves out",
         "job_restart_wall_with_same_detection_s": round(job_wall + sum(resume), 3),
         "rewarm_after_restart_s": rewarm_s,
-        "per_kill": [{"task_id": k.task_id, "node": k.node_id, "after_step": k.step_before, "jitter_s": k.jitter_s,
-                      "replicas_killed": k.replicas_killed, **k.resumed} for k in kills],
+        "per_kill": [
+            {
+                "task_id": k.task_id,
+                "node": k.node_id,
+                "after_step": k.step_before,
+                "jitter_s": k.jitter_s,
+                "replicas_killed": k.replicas_killed,
+                **k.resumed,
+            }
+            for k in kills
+        ],
     }
     path = write_results("resume_time", figures)
-    print(f"time to resume (SIGKILL → first token on the other node), {len(kills)} kills: "
-          f"p50 {figures['resume_p50_s']:.2f} s, max {figures['resume_max_s']:.2f} s "
-          f"(goal ≤ {GOAL_S:.0f} s: heartbeat timeout + 1 s; {figures['within_goal']}/{len(kills)} within)")
-    print(f"kills with the generate running on the node (heartbeat timeout): {figures['kills_mid_generation']}/"
-          f"{len(kills)}; resume by timeout: {figures['resume_by_timeout_s']}")
-    print(f"tokens regenerated: Berth {berth_tokens} (lost) vs Job restart {job_tokens} "
-          f"({figures['berth_over_job_restart_tokens']}) vs step restart {step_tokens} "
-          f"({figures['berth_over_step_restart_tokens']})")
-    print(f"wall time lost: Berth {figures['berth_wall_lost_s']} s vs Job restart {figures['job_restart_wall_lost_s']} s "
-          f"({figures['berth_over_job_restart_wall']}; the Job baseline without its own detection time)")
+    print(
+        f"time to resume (SIGKILL → first token on the other node), {len(kills)} kills: "
+        f"p50 {figures['resume_p50_s']:.2f} s, max {figures['resume_max_s']:.2f} s "
+        f"(goal ≤ {GOAL_S:.0f} s: heartbeat timeout + 1 s; {figures['within_goal']}/{len(kills)} within)"
+    )
+    print(
+        f"kills with the generate running on the node (heartbeat timeout): {figures['kills_mid_generation']}/"
+        f"{len(kills)}; resume by timeout: {figures['resume_by_timeout_s']}"
+    )
+    print(
+        f"tokens regenerated: Berth {berth_tokens} (lost) vs Job restart {job_tokens} "
+        f"({figures['berth_over_job_restart_tokens']}) vs step restart {step_tokens} "
+        f"({figures['berth_over_step_restart_tokens']})"
+    )
+    print(
+        f"wall time lost: Berth {figures['berth_wall_lost_s']} s vs Job restart {figures['job_restart_wall_lost_s']} s "
+        f"({figures['berth_over_job_restart_wall']}; the Job baseline without its own detection time)"
+    )
     print(f"figures written to {path}")
     return figures
 

@@ -34,8 +34,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     args = parser.parse_args()
-    figures: dict[str, object] = {"seed": args.seed, "fleet_gpus": sum(len(n.devices) for n, _ in STANDARD_FLEET.expand()),
-                                  "scenarios": {}}
+    figures: dict[str, object] = {
+        "seed": args.seed,
+        "fleet_gpus": sum(len(n.devices) for n, _ in STANDARD_FLEET.expand()),
+        "scenarios": {},
+    }
     for name in args.scenarios.split(","):
         workload = generate(scenario(name), args.seed, spot_nodes(STANDARD_FLEET))
         started = time.perf_counter()
@@ -51,12 +54,16 @@ def main() -> None:
         print(warm_pool_table(reports))
         charts = draw_charts(results, list(reports.values()), RESULTS / "simulator" / name)
         figures["scenarios"][name] = {  # type: ignore[index]
-            "sessions": len(workload.sessions), "wall_s": round(wall, 2),
-            "ratios": {"k8s_spread_cold_start_s_over_berth": _ratio(spread.cold_start_s, berth.cold_start_s),
-                       "berth_gpu_hours_over_always_warm": _ratio(berth.gpu_hours, warm.gpu_hours),
-                       "berth_p99_ttft_over_always_warm": _ratio(berth.ttft_p99_s, warm.ttft_p99_s),
-                       "restart_tokens_lost_over_berth": _ratio(berth.tokens_lost_restart, berth.tokens_lost)
-                       if berth.tokens_lost else None},
+            "sessions": len(workload.sessions),
+            "wall_s": round(wall, 2),
+            "ratios": {
+                "k8s_spread_cold_start_s_over_berth": _ratio(spread.cold_start_s, berth.cold_start_s),
+                "berth_gpu_hours_over_always_warm": _ratio(berth.gpu_hours, warm.gpu_hours),
+                "berth_p99_ttft_over_always_warm": _ratio(berth.ttft_p99_s, warm.ttft_p99_s),
+                "restart_tokens_lost_over_berth": _ratio(berth.tokens_lost_restart, berth.tokens_lost)
+                if berth.tokens_lost
+                else None,
+            },
             "goals": [dataclasses.asdict(g) for g in goals(reports)],
             "warm_pool": {p: [dataclasses.asdict(f) for f in figs] for p, figs in warm_pool.items()},
             "policies": {p: dataclasses.asdict(r) for p, r in reports.items()},

@@ -40,8 +40,10 @@ from temporalio.worker import Worker  # noqa: E402
 from orchestrator.config import BerthConfig  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
-from sdk import Agent  # noqa: E402
-from sdk import tool_worker  # noqa: E402
+from sdk import (
+    Agent,  # noqa: E402
+    tool_worker,  # noqa: E402
+)
 
 from ._results import write_results  # noqa: E402
 from ._tasks import observe, run_task  # noqa: E402
@@ -53,41 +55,57 @@ STEPS_PER_CONCURRENT_TASK = 10
 BARE_TOOL_QUEUE = "bench-bare-tools"
 
 
-AGENT = Agent("bench-agent", "llama-3.2-1b", "Observe each topic, then answer.", [observe],
-              max_steps=STEPS + 10, max_tokens_per_step=64)
+AGENT = Agent(
+    "bench-agent",
+    "llama-3.2-1b",
+    "Observe each topic, then answer.",
+    [observe],
+    max_steps=STEPS + 10,
+    max_tokens_per_step=64,
+)
 
 
 async def _bare(client: Client, queue: str, activities: int) -> None:
     """All activities on the workflow's own queue (every one eager)."""
-    await client.execute_workflow(BareLoopWorkflow.run, activities, id=f"bare-{uuid.uuid4().hex[:10]}",
-                                  task_queue=queue)
+    await client.execute_workflow(
+        BareLoopWorkflow.run, activities, id=f"bare-{uuid.uuid4().hex[:10]}", task_queue=queue
+    )
 
 
 async def _bare_steps(client: Client, queue: str, steps: int) -> None:
     """A Berth task's shape: per step one activity here and, but for the last step, one on BARE_TOOL_QUEUE."""
-    await client.execute_workflow(BareStepWorkflow.run, args=[steps, BARE_TOOL_QUEUE],
-                                  id=f"bare-{uuid.uuid4().hex[:10]}", task_queue=queue)
+    await client.execute_workflow(
+        BareStepWorkflow.run, args=[steps, BARE_TOOL_QUEUE], id=f"bare-{uuid.uuid4().hex[:10]}", task_queue=queue
+    )
 
 
 async def main() -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="berth-bench-"))
     port = _free_port()
-    engine = subprocess.Popen([sys.executable, "-m", "orchestrator.engines.simulated", "--port", str(port),
-                               "--latency-scale", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.engines.simulated", "--port", str(port), "--latency-scale", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"), data_converter=pydantic_data_converter)
+        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"), data_converter=pydantic_data_converter
+    )
     try:
         await _wait(f"http://127.0.0.1:{port}/health")
-        config = BerthConfig(data_dir=tmp, engine_url=f"http://127.0.0.1:{port}/v1",
-                             database_url=f"sqlite:///{tmp / 'berth.db'}")
+        config = BerthConfig(
+            data_dir=tmp, engine_url=f"http://127.0.0.1:{port}/v1", database_url=f"sqlite:///{tmp / 'berth.db'}"
+        )
         store = Store.open(config.resolved_database_url)
         store.agents.register(AGENT.spec())
         client = env.client
         async with contextlib.AsyncExitStack() as stack:
             await stack.enter_async_context(build_worker(client, store, config, task_queue="bench-control"))
             await stack.enter_async_context(tool_worker(client, AGENT))
-            await stack.enter_async_context(Worker(client, task_queue="bench-bare",
-                                                   workflows=[BareLoopWorkflow, BareStepWorkflow], activities=[echo]))
+            await stack.enter_async_context(
+                Worker(
+                    client, task_queue="bench-bare", workflows=[BareLoopWorkflow, BareStepWorkflow], activities=[echo]
+                )
+            )
             await stack.enter_async_context(Worker(client, task_queue=BARE_TOOL_QUEUE, activities=[echo]))
             await run_task(client, store, AGENT, "bench-control", 3)  # warm-up: imports, tokenizer, connections
             await _bare(client, "bench-bare", 5)
@@ -113,8 +131,9 @@ async def main() -> dict:
             await asyncio.gather(*(_bare(client, "bench-bare", 2 * per_task + 1) for _ in range(CONCURRENT_TASKS)))
             bare_many_eager_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            states = await asyncio.gather(*(run_task(client, store, AGENT, "bench-control", per_task)
-                                            for _ in range(CONCURRENT_TASKS)))
+            states = await asyncio.gather(
+                *(run_task(client, store, AGENT, "bench-control", per_task) for _ in range(CONCURRENT_TASKS))
+            )
             berth_many_s = time.perf_counter() - t0
             total_steps = sum(s.step for s in states)
     finally:
@@ -146,13 +165,19 @@ async def main() -> dict:
     path = write_results("step_overhead", figures)
     print(f"bare workflow, {activities} activities, all eager:       {bare_eager_s:7.2f} s")
     print(f"bare workflow, {activities} activities, a step's shape:  {bare_s:7.2f} s")
-    print(f"Berth task, {STEPS} steps:                             {berth_s:7.2f} s  "
-          f"({figures['berth_ms_per_step']} ms/step)")
-    print(f"overhead ratio:                      {figures['overhead_ratio']:7.3f}  (goal ≤ 1.5; "
-          f"{figures['overhead_ratio_same_shape']} against a bare workflow of a step's shape)")
-    print(f"{CONCURRENT_TASKS} tasks at once: {total_steps} steps in {berth_many_s:.2f} s = "
-          f"{figures['concurrent_steps_per_s']} steps/s; ratio to bare {figures['concurrent_ratio']} "
-          f"({figures['concurrent_ratio_same_shape']} against the step's shape)")
+    print(
+        f"Berth task, {STEPS} steps:                             {berth_s:7.2f} s  "
+        f"({figures['berth_ms_per_step']} ms/step)"
+    )
+    print(
+        f"overhead ratio:                      {figures['overhead_ratio']:7.3f}  (goal ≤ 1.5; "
+        f"{figures['overhead_ratio_same_shape']} against a bare workflow of a step's shape)"
+    )
+    print(
+        f"{CONCURRENT_TASKS} tasks at once: {total_steps} steps in {berth_many_s:.2f} s = "
+        f"{figures['concurrent_steps_per_s']} steps/s; ratio to bare {figures['concurrent_ratio']} "
+        f"({figures['concurrent_ratio_same_shape']} against the step's shape)"
+    )
     print(f"figures written to {path}")
     return figures
 

@@ -76,43 +76,108 @@ class Counts:
 async def register_node(app: object, store: Store) -> str:
     token = store.node_admission.mint(NODE, 600).join_token
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as http:
-        joined = await http.post("/v1/nodes/register", json={
-            "node_id": NODE, "join_token": token, "datacenter": "dc1", "zone": "z1",
-            "gpus": [{"index": 0, "uuid": "GPU-0", "type_name": "H100-80GB", "memory_total_mib": 81559}]})
+        joined = await http.post(
+            "/v1/nodes/register",
+            json={
+                "node_id": NODE,
+                "join_token": token,
+                "datacenter": "dc1",
+                "zone": "z1",
+                "gpus": [{"index": 0, "uuid": "GPU-0", "type_name": "H100-80GB", "memory_total_mib": 81559}],
+            },
+        )
     joined.raise_for_status()
     return joined.json()["node_secret"]
 
 
 def leased_tasks(store: Store, count: int) -> list[tuple[str, object]]:
     """`count` running tasks of one agent, each with its root checkpoint and the lease of its step 1."""
-    agent = store.agents.register(AgentSpec(name="writer", model=MODEL, instructions="Write briefly.",
-                                            tools=[ToolSpec(name="lookup", description="Look a word up.")]))
+    agent = store.agents.register(
+        AgentSpec(
+            name="writer",
+            model=MODEL,
+            instructions="Write briefly.",
+            tools=[ToolSpec(name="lookup", description="Look a word up.")],
+        )
+    )
     tasks = []
     for i in range(count):
         task_id = f"t-{i}"
-        store.tasks.create(task_id, "{}", TaskState(
-            task_id=task_id, agent=agent.name, agent_version=agent.version, model=MODEL, tenant="default",
-            status=TaskStatus.running, max_steps=5, spend=Spend(token_limit=50_000)))
+        store.tasks.create(
+            task_id,
+            "{}",
+            TaskState(
+                task_id=task_id,
+                agent=agent.name,
+                agent_version=agent.version,
+                model=MODEL,
+                tenant="default",
+                status=TaskStatus.running,
+                max_steps=5,
+                spend=Spend(token_limit=50_000),
+            ),
+        )
         root = store.checkpoints.write_root(task_id, [Message(role="user", content=f"What is berth {i}?")], {})
-        store.leases.add(LeaseRecord(lease_id=f"lease-{i}", task_id=task_id, step=1, model=MODEL, node_id=NODE,
-                                     replica_id="r-1", tokens=500, tenant="default",
-                                     limits=StepLimits(max_tokens=500, token_allowance=4000, first_attempt=1,
-                                                       last_attempt=100)))
+        store.leases.add(
+            LeaseRecord(
+                lease_id=f"lease-{i}",
+                task_id=task_id,
+                step=1,
+                model=MODEL,
+                node_id=NODE,
+                replica_id="r-1",
+                tokens=500,
+                tenant="default",
+                limits=StepLimits(max_tokens=500, token_allowance=4000, first_attempt=1, last_attempt=100),
+            )
+        )
         tasks.append((f"lease-{i}", root))
     return tasks
 
 
 def calls(svc: object, secret: str, lease_id: str, root: object) -> list[tuple[str, Callable[[], Awaitable[object]]]]:
-    placement = StepPlacement(lease_id=lease_id, node_id=NODE, replica_id="r-1", gpu_indexes=[0],
-                              gpu_type="H100-80GB", tier="warm", decided_by="queue", queue_wait_s=0.2)
+    placement = StepPlacement(
+        lease_id=lease_id,
+        node_id=NODE,
+        replica_id="r-1",
+        gpu_indexes=[0],
+        gpu_type="H100-80GB",
+        tier="warm",
+        decided_by="queue",
+        queue_wait_s=0.2,
+    )
     return [
         ("prepare", lambda: routes.prepare(NODE, PrepareStepRequest(lease_id=lease_id, checkpoint=root), svc, secret)),
-        ("interrupted", lambda: routes.book_interrupted(NODE, BookInterruptedRequest(
-            lease_id=lease_id, entries=[DeadAttemptBody(attempt=1, kind="lost", tokens=5)]), svc, secret)),
-        ("settle", lambda: routes.settle(NODE, SettleStepRequest(
-            lease_id=lease_id, attempt=2, prompt_tokens=30, completion_tokens=12, continued_tokens=0, ttft_s=0.05,
-            duration_s=0.2, response_id="chatcmpl-1", finish_reason="stop", tool_calls=[], placement=placement),
-            svc, secret)),
+        (
+            "interrupted",
+            lambda: routes.book_interrupted(
+                NODE,
+                BookInterruptedRequest(lease_id=lease_id, entries=[DeadAttemptBody(attempt=1, kind="lost", tokens=5)]),
+                svc,
+                secret,
+            ),
+        ),
+        (
+            "settle",
+            lambda: routes.settle(
+                NODE,
+                SettleStepRequest(
+                    lease_id=lease_id,
+                    attempt=2,
+                    prompt_tokens=30,
+                    completion_tokens=12,
+                    continued_tokens=0,
+                    ttft_s=0.05,
+                    duration_s=0.2,
+                    response_id="chatcmpl-1",
+                    finish_reason="stop",
+                    tool_calls=[],
+                    placement=placement,
+                ),
+                svc,
+                secret,
+            ),
+        ),
     ]
 
 
@@ -133,12 +198,20 @@ async def measure(tasks: int) -> dict:
                 await counts.timed(route, call())
     finally:
         store.close()
-    per_call = {r: {"statements": round(counts.statements[r] / tasks, 2),
-                    "connections": round(counts.connections[r] / tasks, 2),
-                    "commits": round(counts.commits[r] / tasks, 2),
-                    "cpu_ms": round(1000 * counts.cpu_s[r] / tasks, 2)} for r in ROUTES}
-    return {"tasks": tasks, "per_call": per_call,
-            "prepare_and_settle_cpu_ms": round(per_call["prepare"]["cpu_ms"] + per_call["settle"]["cpu_ms"], 2)}
+    per_call = {
+        r: {
+            "statements": round(counts.statements[r] / tasks, 2),
+            "connections": round(counts.connections[r] / tasks, 2),
+            "commits": round(counts.commits[r] / tasks, 2),
+            "cpu_ms": round(1000 * counts.cpu_s[r] / tasks, 2),
+        }
+        for r in ROUTES
+    }
+    return {
+        "tasks": tasks,
+        "per_call": per_call,
+        "prepare_and_settle_cpu_ms": round(per_call["prepare"]["cpu_ms"] + per_call["settle"]["cpu_ms"], 2),
+    }
 
 
 def main() -> dict:

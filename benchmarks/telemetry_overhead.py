@@ -45,8 +45,10 @@ from orchestrator.store import Store  # noqa: E402
 from orchestrator.telemetry import install_metrics  # noqa: E402
 from orchestrator.telemetry.tracing import configure_tracing, tracing_interceptor  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
-from sdk import Agent  # noqa: E402
-from sdk import tool_worker  # noqa: E402
+from sdk import (
+    Agent,  # noqa: E402
+    tool_worker,  # noqa: E402
+)
 
 from ._results import write_results  # noqa: E402
 from ._tasks import observe, run_task  # noqa: E402
@@ -85,14 +87,19 @@ async def _child(arm: str, target: str, engine_url: str) -> None:
     if arm == "on":
         assert configure_tracing("berth-bench")
         install_metrics("berth-bench")
-    agent = Agent(f"bench-telemetry-{arm}", "llama-3.2-1b", "Observe each topic, then answer.", [observe],
-                  max_steps=TOOL_STEPS + 10, max_tokens_per_step=64)
+    agent = Agent(
+        f"bench-telemetry-{arm}",
+        "llama-3.2-1b",
+        "Observe each topic, then answer.",
+        [observe],
+        max_steps=TOOL_STEPS + 10,
+        max_tokens_per_step=64,
+    )
     tmp = Path(tempfile.mkdtemp(prefix=f"berth-bench-{arm}-"))
     config = BerthConfig(data_dir=tmp, engine_url=engine_url, database_url=f"sqlite:///{tmp / 'berth.db'}")
     store = Store.open(config.resolved_database_url)
     store.agents.register(agent.spec())
-    client = await Client.connect(target, data_converter=pydantic_data_converter,
-                                  interceptors=[tracing_interceptor()])
+    client = await Client.connect(target, data_converter=pydantic_data_converter, interceptors=[tracing_interceptor()])
     queue = f"bench-telemetry-control-{arm}"
     async with build_worker(client, store, config, task_queue=queue), tool_worker(client, agent):
         await run_task(client, store, agent, queue, 3)  # warm-up: imports, tokenizer, connections
@@ -108,9 +115,23 @@ def _spawn(arm: str, target: str, engine_url: str, collector: str) -> subprocess
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     if arm == "on":
         env |= {"OTEL_EXPORTER_OTLP_ENDPOINT": collector, **EXPORT_ENV}
-    return subprocess.Popen([sys.executable, "-m", "benchmarks.telemetry_overhead", "--arm", arm,
-                             "--target", target, "--engine-url", engine_url],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.telemetry_overhead",
+            "--arm",
+            arm,
+            "--target",
+            target,
+            "--engine-url",
+            engine_url,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def _ask(child: subprocess.Popen[str], line: str) -> str:
@@ -132,10 +153,14 @@ async def main(trials: int) -> dict:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     collector = f"http://127.0.0.1:{server.server_address[1]}"
     port = _free_port()
-    engine = subprocess.Popen([sys.executable, "-m", "orchestrator.engines.simulated", "--port", str(port),
-                               "--latency-scale", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.engines.simulated", "--port", str(port), "--latency-scale", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"), data_converter=pydantic_data_converter)
+        dev_server_existing_path=str(Path(sys.executable).parent / "temporal"), data_converter=pydantic_data_converter
+    )
     children: dict[str, subprocess.Popen[str]] = {}
     samples: dict[str, list[float]] = {arm: [] for arm in ARMS}
     try:
@@ -187,11 +212,15 @@ async def main(trials: int) -> dict:
     }
     path = write_results("telemetry_overhead", figures)
     print(f"{len(off)} tasks per arm, {TOOL_STEPS + 1} steps each, arms alternated")
-    print(f"telemetry off: p50 {figures['off_p50_ms_per_step']:7.2f} ms/step, p95 {figures['off_p95_ms_per_step']:7.2f}")
+    print(
+        f"telemetry off: p50 {figures['off_p50_ms_per_step']:7.2f} ms/step, p95 {figures['off_p95_ms_per_step']:7.2f}"
+    )
     print(f"OTLP export:   p50 {figures['on_p50_ms_per_step']:7.2f} ms/step, p95 {figures['on_p95_ms_per_step']:7.2f}")
     print(f"ratio: p50 {figures['ratio_p50']:.3f}, p95 {figures['ratio_p95']:.3f}  (goal: p50 ≤ 1.05)")
-    print(f"exported: {traces[0]} trace requests ({traces[1]} bytes), "
-          f"{metric_posts[0]} metric requests ({metric_posts[1]} bytes)")
+    print(
+        f"exported: {traces[0]} trace requests ({traces[1]} bytes), "
+        f"{metric_posts[0]} metric requests ({metric_posts[1]} bytes)"
+    )
     print(f"figures written to {path}")
     return figures
 

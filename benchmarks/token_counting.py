@@ -40,18 +40,29 @@ from ._results import write_results  # noqa: E402
 
 MODEL = "smollm2-135m"
 SNIPPETS = (
-    "What is the capital of France?", "Explain a KV cache in one sentence.", "Write a haiku about the sea.",
-    "東京は日本の首都です。", "naïve café résumé — déjà vu", "Ελληνικά και русский язык", "مرحبا بالعالم",
-    "emoji 🙂🚀 👩‍👩‍👧 🇫🇷", "```python\ndef area(r):\n    return 3.14159 * r ** 2\n```",
-    '{"city": "Paris", "population": 2102650, "tags": ["capital", "seine"]}', "1234567890 + 987654321 = ?",
-    "  indented\n\n\ttabbed\r\nwindows line", "SELECT name FROM users WHERE id = 42;", "I'll, we've, they're, don't",
-    "<|im_end|> is a special token written as text", "A long sentence about distributed systems, consensus, "
+    "What is the capital of France?",
+    "Explain a KV cache in one sentence.",
+    "Write a haiku about the sea.",
+    "東京は日本の首都です。",
+    "naïve café résumé — déjà vu",
+    "Ελληνικά και русский язык",
+    "مرحبا بالعالم",
+    "emoji 🙂🚀 👩‍👩‍👧 🇫🇷",
+    "```python\ndef area(r):\n    return 3.14159 * r ** 2\n```",
+    '{"city": "Paris", "population": 2102650, "tags": ["capital", "seine"]}',
+    "1234567890 + 987654321 = ?",
+    "  indented\n\n\ttabbed\r\nwindows line",
+    "SELECT name FROM users WHERE id = 42;",
+    "I'll, we've, they're, don't",
+    "<|im_end|> is a special token written as text",
+    "A long sentence about distributed systems, consensus, "
     "leases, heartbeats and the many ways a node can fail without anyone noticing for a while.",
 )
 
 
 def conversation(rng: random.Random) -> list[dict[str, Any]]:
     """One varied request: with or without a system message, 1 to 6 turns, tool calls and results among them."""
+
     def text() -> str:
         return " ".join(rng.choice(SNIPPETS) for _ in range(rng.choice((1, 1, 1, 2, 3, 8))))
 
@@ -62,9 +73,22 @@ def conversation(rng: random.Random) -> list[dict[str, Any]]:
         messages.append({"role": "user", "content": text()})
         if rng.random() < 0.2:
             call_id = f"call_{turn}"
-            messages.append({"role": "assistant", "content": None, "tool_calls": [{
-                "id": call_id, "type": "function", "function": {"name": "search", "arguments": json.dumps(
-                    {"q": rng.choice(SNIPPETS)}, ensure_ascii=False)}}]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {
+                                "name": "search",
+                                "arguments": json.dumps({"q": rng.choice(SNIPPETS)}, ensure_ascii=False),
+                            },
+                        }
+                    ],
+                }
+            )
             messages.append({"role": "tool", "tool_call_id": call_id, "content": text()})
         messages.append({"role": "assistant", "content": text()})
     messages.pop()  # ends on the user's (or a tool's) turn
@@ -73,17 +97,26 @@ def conversation(rng: random.Random) -> list[dict[str, Any]]:
 
 def engine_prompt_tokens(base_url: str, messages: list[dict[str, Any]]) -> int:
     """The engine's own count, asked as the LLM step asks (litellm's hosted_vllm route)."""
-    reply = _litellm().completion(model=f"hosted_vllm/{MODEL}", api_base=base_url, api_key="bench", messages=messages,
-                                  max_tokens=1, temperature=0, **{"no-log": True})
+    reply = _litellm().completion(
+        model=f"hosted_vllm/{MODEL}",
+        api_base=base_url,
+        api_key="bench",
+        messages=messages,
+        max_tokens=1,
+        temperature=0,
+        **{"no-log": True},
+    )
     return int(reply.usage.prompt_tokens)
 
 
 def _errors(counted: list[int], truth: list[int]) -> dict[str, Any]:
     diffs = [c - t for c, t in zip(counted, truth)]
     return {
-        "exact": sum(d == 0 for d in diffs), "prompts": len(diffs),
+        "exact": sum(d == 0 for d in diffs),
+        "prompts": len(diffs),
         "mean_abs_error_tokens": round(statistics.fmean(abs(d) for d in diffs), 2),
-        "max_under_tokens": -min(0, min(diffs)), "max_over_tokens": max(0, max(diffs)),
+        "max_under_tokens": -min(0, min(diffs)),
+        "max_over_tokens": max(0, max(diffs)),
         "mean_relative_error_pct": round(100 * statistics.fmean(d / t for d, t in zip(diffs, truth)), 2),
         "under_counted": sum(d < 0 for d in diffs),
     }
@@ -102,19 +135,37 @@ def counting_cost(tokenizers: ModelTokenizers, entry: Any) -> dict[str, float]:
     rng = random.Random(7)
     base = [{"role": "system", "content": "You are terse."}]
     while tokenizer.count_prompt(base, None).tokens < 2000:
-        base.append({"role": "user" if len(base) % 2 else "assistant", "content": " ".join(
-            rng.choice(SNIPPETS) for _ in range(6))})
+        base.append(
+            {
+                "role": "user" if len(base) % 2 else "assistant",
+                "content": " ".join(rng.choice(SNIPPETS) for _ in range(6)),
+            }
+        )
     tokens = tokenizer.count_prompt(base, None).tokens
     fresh = iter(range(10**9))
     grown = base[:-1]
     return {
         "prompt_tokens": tokens,
         # a conversation none of whose pieces was seen: every message tokenized
-        "fresh_ms": round(_timed_ms(lambda: tokenizer.count_text(tokenizer.render(
-            [{**m, "content": f"{next(fresh)} {m['content']}"} for m in base], None)), 50), 3),
+        "fresh_ms": round(
+            _timed_ms(
+                lambda: tokenizer.count_text(
+                    tokenizer.render([{**m, "content": f"{next(fresh)} {m['content']}"} for m in base], None)
+                ),
+                50,
+            ),
+            3,
+        ),
         # the step's case: the conversation grew by its newest message since the last count
-        "grown_by_one_message_ms": round(_timed_ms(lambda: tokenizer.count_prompt(
-            [*grown, {"role": "user", "content": f"{next(fresh)} " + base[-1]["content"]}], None), 200), 3),
+        "grown_by_one_message_ms": round(
+            _timed_ms(
+                lambda: tokenizer.count_prompt(
+                    [*grown, {"role": "user", "content": f"{next(fresh)} " + base[-1]["content"]}], None
+                ),
+                200,
+            ),
+            3,
+        ),
         "recounted_ms": round(_timed_ms(lambda: tokenizer.count_prompt(base, None), 1000), 3),
         "gpt4o_litellm_recounted_ms": round(_timed_ms(lambda: count_prompt_tokens(base, None), 1000), 3),
     }
@@ -156,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     own_counts = [own.count_prompt(m, None).tokens for m in requests]
     gpt4o = [count_prompt_tokens(m, None) for m in requests]
     figures = {
-        "model": MODEL, "engine": "orchestrator.engines.llamacpp (llama.cpp via llama-cpp-python), through litellm",
+        "model": MODEL,
+        "engine": "orchestrator.engines.llamacpp (llama.cpp via llama-cpp-python), through litellm",
         "prompt_tokens": {"min": min(truth), "median": int(statistics.median(truth)), "max": max(truth)},
         "own_tokenizer": _errors(own_counts, truth),
         "gpt4o_litellm": _errors(gpt4o, truth),

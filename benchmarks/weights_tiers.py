@@ -52,12 +52,12 @@ from orchestrator.node.peer_server import CacheBlobs, PeerServer, Throttle
 from orchestrator.node.peer_tickets import PeerTickets
 from orchestrator.node.transfers import TransferLog
 from orchestrator.node.weights_cache import WeightsCache
-from orchestrator.node.weights_fill import fill_revision
 from orchestrator.node.weights_files import Revision, sha256_of
+from orchestrator.node.weights_fill import fill_revision
 from orchestrator.pool import DEFAULT_CONFIG, Device, FleetState, ModelSpec, Node, PlacementRequest, place
 from orchestrator.store import Store
-from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 from sdk.wire.catalogue import ModelEntry, WeightsFile, WeightsSource
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 
 from ._results import write_results
 from .fleet_step import ApiThread
@@ -108,8 +108,12 @@ def write_model(root: Path, size_mib: int) -> ModelEntry:
                 f.write(chunk)
                 digest.update(chunk)
         files.append(WeightsFile(path=name, sha256=digest.hexdigest(), size_bytes=mib * MIB))
-    return ModelEntry(name="bench-weights", engine="vllm", weights_gib=size_mib / 1024,
-                      weights=WeightsSource(origin="http://placeholder", files=files))
+    return ModelEntry(
+        name="bench-weights",
+        engine="vllm",
+        weights_gib=size_mib / 1024,
+        weights=WeightsSource(origin="http://placeholder", files=files),
+    )
 
 
 class Bench:
@@ -117,8 +121,9 @@ class Bench:
         self.tmp, self.store, self.api_url, self.revision = tmp, store, api_url, revision
         self.secrets = {n: f"bench-secret-{n}-0123456789" for n in NODES}
         for node_id, dc in NODES.items():
-            store.fleet.register(NodeSpec(node_id=node_id, datacenter=dc, zone=f"{dc}-1", capacity="on-demand"),
-                                 self.secrets[node_id])
+            store.fleet.register(
+                NodeSpec(node_id=node_id, datacenter=dc, zone=f"{dc}-1", capacity="on-demand"), self.secrets[node_id]
+            )
         self.caches: dict[str, WeightsCache] = {}
         self.tickets = {n: PeerTickets(api_url, n, lambda n=n: self.secrets[n]) for n in NODES}
         self.logs = {n: TransferLog() for n in NODES}
@@ -132,10 +137,16 @@ class Bench:
 
     def heartbeat(self, node_id: str, peer_port: int | None = None) -> None:
         cache = self.caches[node_id]
-        self.store.fleet.heartbeat(NodeHeartbeat(
-            node_id=node_id, peer_port=peer_port, peer_host="127.0.0.1", transfers=self.logs[node_id].drain(),
-            cached_weights=[{"model": w.model, "size_bytes": w.size_bytes} for w in cache.contents()]),
-            self.secrets[node_id])
+        self.store.fleet.heartbeat(
+            NodeHeartbeat(
+                node_id=node_id,
+                peer_port=peer_port,
+                peer_host="127.0.0.1",
+                transfers=self.logs[node_id].drain(),
+                cached_weights=[{"model": w.model, "size_bytes": w.size_bytes} for w in cache.contents()],
+            ),
+            self.secrets[node_id],
+        )
 
     async def from_origin(self, node_id: str) -> float:
         cache = self.caches[node_id]
@@ -167,18 +178,24 @@ class Bench:
         """Where the pool places a load of the model away from holder, by what the store's samples taught it."""
         fleet = FleetState()
         for node_id, dc in NODES.items():
-            fleet.add_node(Node(node_id, dc, f"{dc}-1", "on-demand", 10.0, [Device(0, f"{node_id}-0", "H100-80GB", 80)]))
+            fleet.add_node(
+                Node(node_id, dc, f"{dc}-1", "on-demand", 10.0, [Device(0, f"{node_id}-0", "H100-80GB", 80)])
+            )
         fleet.add_model(ModelSpec("bench-weights", weights_gib=self.revision.size_bytes / 2**30, kv_headroom_gib=1))
         fleet.cache_weights("holder", "bench-weights")
         fleet.bandwidth.observe(self.store.peers.samples_after(0), fleet, DEFAULT_CONFIG)
-        decision = place(fleet, PlacementRequest(model="bench-weights", tokens=1000,
-                                                 exclude_nodes=frozenset({"holder"})))
+        decision = place(
+            fleet, PlacementRequest(model="bench-weights", tokens=1000, exclude_nodes=frozenset({"holder"}))
+        )
         assert decision.chosen is not None, decision.reason
         bw = fleet.bandwidth
-        return {"node": decision.chosen.candidate.node_id, "tier": decision.chosen.candidate.tier,
-                "learned_peer_mb_s": round(bw.peer.get("holder", 0) / 1e6, 1),
-                "learned_origin_mb_s_far": round(bw.origin.get("far", 0) / 1e6, 1),
-                "expected_ttft_s": round(decision.chosen.terms["ttft"], 2)}
+        return {
+            "node": decision.chosen.candidate.node_id,
+            "tier": decision.chosen.candidate.tier,
+            "learned_peer_mb_s": round(bw.peer.get("holder", 0) / 1e6, 1),
+            "learned_origin_mb_s_far": round(bw.origin.get("far", 0) / 1e6, 1),
+            "expected_ttft_s": round(decision.chosen.terms["ttft"], 2),
+        }
 
 
 async def run(size_mib: int, wan_mb_s: float, dc_mb_s: float) -> dict:
@@ -187,12 +204,14 @@ async def run(size_mib: int, wan_mb_s: float, dc_mb_s: float) -> dict:
         entry = write_model(tmp / "origin", size_mib)
         origin_throttle = Throttle(wan_mb_s * 1e6)
         sock = listening_socket("127.0.0.1", 0)
-        origin = uvicorn.Server(uvicorn.Config(origin_app(tmp / "origin", origin_throttle), log_level="warning",
-                                               lifespan="off"))
+        origin = uvicorn.Server(
+            uvicorn.Config(origin_app(tmp / "origin", origin_throttle), log_level="warning", lifespan="off")
+        )
         origin_task = asyncio.create_task(origin.serve(sockets=[sock]))
         assert entry.weights is not None
-        entry = entry.model_copy(update={"weights": entry.weights.model_copy(
-            update={"origin": f"http://127.0.0.1:{sock.getsockname()[1]}"})})
+        entry = entry.model_copy(
+            update={"weights": entry.weights.model_copy(update={"origin": f"http://127.0.0.1:{sock.getsockname()[1]}"})}
+        )
         revision = Revision.of(entry)
         assert revision is not None
         store = Store.open(f"sqlite:///{tmp}/berth.db")
@@ -200,13 +219,16 @@ async def run(size_mib: int, wan_mb_s: float, dc_mb_s: float) -> dict:
         config = BerthConfig(data_dir=tmp, database_url=f"sqlite:///{tmp}/berth.db")
         with ApiThread(create_app(config, store, TemporalGateway("127.0.0.1:1"))) as api:
             bench = Bench(tmp / "nodes", store, api.url, revision)
-            server = PeerServer(CacheBlobs(bench.caches["holder"]), bench.tickets["holder"],
-                                limit_bytes_per_s=dc_mb_s * 1e6)
+            server = PeerServer(
+                CacheBlobs(bench.caches["holder"]), bench.tickets["holder"], limit_bytes_per_s=dc_mb_s * 1e6
+            )
             await server.start()
             try:
                 phases = {}
-                for phase, (wan, dc), want in (("wan_slow_peer_fast", (wan_mb_s, dc_mb_s), "datacenter"),
-                                               ("flipped_wan_fast_peer_slow", (dc_mb_s, wan_mb_s), "origin")):
+                for phase, (wan, dc), want in (
+                    ("wan_slow_peer_fast", (wan_mb_s, dc_mb_s), "datacenter"),
+                    ("flipped_wan_fast_peer_slow", (dc_mb_s, wan_mb_s), "origin"),
+                ):
                     origin_throttle.bytes_per_s, server.throttle.bytes_per_s = wan * 1e6, dc * 1e6
                     rounds: list[dict] = []
                     # Each round moves the model once per tier; the estimates move halfway towards each measurement,
@@ -223,11 +245,18 @@ async def run(size_mib: int, wan_mb_s: float, dc_mb_s: float) -> dict:
                         times["origin_far_s"] = await bench.from_origin("far")
                         for node_id in NODES:
                             bench.heartbeat(node_id, server.port if node_id == "holder" else None)
-                        rounds.append({**{k: round(v, 3) for k, v in times.items()}, "pool_choice": bench.pool_choice()})
+                        rounds.append(
+                            {**{k: round(v, 3) for k, v in times.items()}, "pool_choice": bench.pool_choice()}
+                        )
                         if rounds[-1]["pool_choice"]["tier"] == want:
                             break
-                    phases[phase] = {"origin_mb_s": wan, "peer_mb_s": dc, "rounds": rounds, **rounds[0],
-                                     "pool_choice": rounds[-1]["pool_choice"]}
+                    phases[phase] = {
+                        "origin_mb_s": wan,
+                        "peer_mb_s": dc,
+                        "rounds": rounds,
+                        **rounds[0],
+                        "pool_choice": rounds[-1]["pool_choice"],
+                    }
             finally:
                 await server.stop()
                 for t in bench.tickets.values():
@@ -238,7 +267,7 @@ async def run(size_mib: int, wan_mb_s: float, dc_mb_s: float) -> dict:
         first = phases["wan_slow_peer_fast"]
         return {
             "what": "time to verified bytes on disk (fetched, sha256-checked, committed) per tier; the pool's placement"
-                    " away from the holder by learned rates, before and after the throttles flip",
+            " away from the holder by learned rates, before and after the throttles flip",
             "how": "fetch layer + real peer server + real control-plane API on loopback; throttles in the servers",
             "size_mib": size_mib,
             "phases": phases,
@@ -247,8 +276,11 @@ async def run(size_mib: int, wan_mb_s: float, dc_mb_s: float) -> dict:
                 "peer_over_disk": round(first["datacenter_peer_s"] / first["local_disk_s"], 2),
                 "origin_over_disk": round(first["origin_s"] / first["local_disk_s"], 2),
             },
-            "choice_flipped": (phases["wan_slow_peer_fast"]["pool_choice"]["tier"],
-                               phases["flipped_wan_fast_peer_slow"]["pool_choice"]["tier"]) == ("datacenter", "origin"),
+            "choice_flipped": (
+                phases["wan_slow_peer_fast"]["pool_choice"]["tier"],
+                phases["flipped_wan_fast_peer_slow"]["pool_choice"]["tier"],
+            )
+            == ("datacenter", "origin"),
         }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -268,11 +300,15 @@ def main() -> None:
         for key in ("origin_s", "datacenter_peer_s", "local_disk_s", "origin_far_s"):
             if key in p:
                 print(f"  {key:<20} {p[key]:8.2f} s")
-        print(f"  after {len(p['rounds'])} round(s) of copies the pool places on {choice['node']} ({choice['tier']}): learned peer {choice['learned_peer_mb_s']} MB/s,"
-              f" origin {choice['learned_origin_mb_s_far']} MB/s, expected ttft {choice['expected_ttft_s']} s")
+        print(
+            f"  after {len(p['rounds'])} round(s) of copies the pool places on {choice['node']} ({choice['tier']}): learned peer {choice['learned_peer_mb_s']} MB/s,"
+            f" origin {choice['learned_origin_mb_s_far']} MB/s, expected ttft {choice['expected_ttft_s']} s"
+        )
     r = figures["ratios"]
-    print(f"origin/peer {r['origin_over_peer']}x, peer/disk {r['peer_over_disk']}x, origin/disk {r['origin_over_disk']}x;"
-          f" choice flipped: {figures['choice_flipped']}")
+    print(
+        f"origin/peer {r['origin_over_peer']}x, peer/disk {r['peer_over_disk']}x, origin/disk {r['origin_over_disk']}x;"
+        f" choice flipped: {figures['choice_flipped']}"
+    )
     print(f"wrote {write_results('weights_tiers', figures)}")
 
 

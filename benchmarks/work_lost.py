@@ -32,7 +32,7 @@ import signal
 import statistics
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -58,16 +58,25 @@ TRIALS = {"notice": 3, "sigterm": 3, "kill": 3}
 WAIT_S = 120.0
 
 
-AGENT = Agent("bench-longform-agent", MODEL, "Observe each topic, then write a long answer.", [observe],
-              max_steps=TOOL_STEPS + 5, max_tokens_per_step=4096)
+AGENT = Agent(
+    "bench-longform-agent",
+    MODEL,
+    "Observe each topic, then write a long answer.",
+    [observe],
+    max_steps=TOOL_STEPS + 5,
+    max_tokens_per_step=4096,
+)
 
 
 async def _start(fleet: TwoNodes) -> tuple[str, float]:
     task_id = f"bench-lost-{os.urandom(5).hex()}"
-    spec = TaskSpec(task_id=task_id, agent=AGENT.name, input=f"{topics(TOOL_STEPS)}\nlength: {ANSWER_TOKENS} tokens",
-                    budget=Budget(1_000_000))
-    run = TaskRun(task_id=task_id, spec=spec, agent=fleet.store.agents.get(AGENT.name),
-                  submitted_at=datetime.now(timezone.utc))
+    spec = TaskSpec(
+        task_id=task_id,
+        agent=AGENT.name,
+        input=f"{topics(TOOL_STEPS)}\nlength: {ANSWER_TOKENS} tokens",
+        budget=Budget(1_000_000),
+    )
+    run = TaskRun(task_id=task_id, spec=spec, agent=fleet.store.agents.get(AGENT.name), submitted_at=datetime.now(UTC))
     started = time.time()
     await fleet.client.start_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=QUEUE)
     return task_id, started
@@ -96,8 +105,12 @@ async def _cut(fleet: TwoNodes, how: str, node_id: str) -> float:
     node = fleet.nodes[node_id]
     at = time.time()
     if how == "notice":
-        httpx.post(f"{fleet.api_url}/v1/nodes/{node_id}/preempt", json={"notice_s": 10}, timeout=10,
-                   headers={"authorization": f"Bearer {fleet.operator_key}"}).raise_for_status()
+        httpx.post(
+            f"{fleet.api_url}/v1/nodes/{node_id}/preempt",
+            json={"notice_s": 10},
+            timeout=10,
+            headers={"authorization": f"Bearer {fleet.operator_key}"},
+        ).raise_for_status()
     elif how == "sigterm":
         assert node.proc is not None
         node.proc.send_signal(signal.SIGTERM)
@@ -133,8 +146,13 @@ async def _trial(fleet: TwoNodes, how: str) -> dict:
     interruptions = [e.data for e in fleet.store.events.read(task_id, limit=1000) if e.kind == "interruption"]
     resume_s = first_token - cut_at
     result = {
-        "how": how, "task_id": task_id, "node": node_id, "cut_after_answer_s": round(cut_at - answer_started, 3),
-        "engine_streamed_before_cut": streamed, "ledger_kept": kept, "ledger_lost": lost,
+        "how": how,
+        "task_id": task_id,
+        "node": node_id,
+        "cut_after_answer_s": round(cut_at - answer_started, 3),
+        "engine_streamed_before_cut": streamed,
+        "ledger_kept": kept,
+        "ledger_lost": lost,
         "berth_regenerated_tokens": max(0, cut_generation - kept),
         "berth_wall_lost_s": round(resume_s, 3),
         "step_restart_regenerated_tokens": cut_generation,
@@ -142,14 +160,18 @@ async def _trial(fleet: TwoNodes, how: str) -> dict:
         "job_restart_regenerated_tokens": sum(r.prompt_tokens + r.completion_tokens for r in before) + cut_generation,
         "job_restart_wall_lost_s": round(cut_at - started + resume_s, 3),
         "interruption": {k: interruptions[0].get(k) for k in ("kind", "tokens_kept", "tokens_lost", "resume_s")}
-        if interruptions else None,
+        if interruptions
+        else None,
         "answer": state.result,
     }
     await fleet.two_warm(stale)
-    print(f"{how}: cut {result['cut_after_answer_s']:.1f} s into the answer on {node_id}; engine streamed {streamed},"
-          f" kept {kept}, lost {lost} → regenerated {result['berth_regenerated_tokens']} (step restart "
-          f"{cut_generation}, Job restart {result['job_restart_regenerated_tokens']}); first token elsewhere after"
-          f" {resume_s:.2f} s; interruption {result['interruption']}", flush=True)
+    print(
+        f"{how}: cut {result['cut_after_answer_s']:.1f} s into the answer on {node_id}; engine streamed {streamed},"
+        f" kept {kept}, lost {lost} → regenerated {result['berth_regenerated_tokens']} (step restart "
+        f"{cut_generation}, Job restart {result['job_restart_regenerated_tokens']}); first token elsewhere after"
+        f" {resume_s:.2f} s; interruption {result['interruption']}",
+        flush=True,
+    )
     return result
 
 
@@ -169,45 +191,60 @@ async def main(plan: dict[str, int]) -> dict:
         return round(sum(t[key] for t in by_how[how]), 3)
 
     figures = {
-        "model": MODEL, "tokens_per_s": TOKENS_PER_S, "answer_tokens": ANSWER_TOKENS,
-        "cut_after_answer_s": ANSWER_CUT_S, "trials": {how: len(ts) for how, ts in by_how.items()},
+        "model": MODEL,
+        "tokens_per_s": TOKENS_PER_S,
+        "answer_tokens": ANSWER_TOKENS,
+        "cut_after_answer_s": ANSWER_CUT_S,
+        "trials": {how: len(ts) for how, ts in by_how.items()},
         "heartbeat_every_s": HEARTBEAT_EVERY_S,
         "goal": {"notice_regenerated_tokens": 0, "kill_regenerated_tokens_max": heartbeat_tokens},
-        "summary": {how: {
-            "berth_regenerated_tokens": [t["berth_regenerated_tokens"] for t in ts],
-            "step_restart_regenerated_tokens": total(how, "step_restart_regenerated_tokens"),
-            "job_restart_regenerated_tokens": total(how, "job_restart_regenerated_tokens"),
-            "berth_wall_lost_s_p50": round(statistics.median(t["berth_wall_lost_s"] for t in ts), 3),
-            "step_restart_wall_lost_s_p50": round(statistics.median(t["step_restart_wall_lost_s"] for t in ts), 3),
-            "job_restart_wall_lost_s_p50": round(statistics.median(t["job_restart_wall_lost_s"] for t in ts), 3),
-            "berth_over_step_restart_tokens": round(total(how, "berth_regenerated_tokens")
-                                                    / max(1.0, total(how, "step_restart_regenerated_tokens")), 4),
-            "berth_over_job_restart_tokens": round(total(how, "berth_regenerated_tokens")
-                                                   / max(1.0, total(how, "job_restart_regenerated_tokens")), 4),
-        } for how, ts in by_how.items()},
-        "within_goal": {how: sum(1 for t in ts if t["berth_regenerated_tokens"] <= (
-            heartbeat_tokens if how == "kill" else 0)) for how, ts in by_how.items()},
-        "kill_regenerated_within_1s": sum(1 for t in by_how.get("kill", [])
-                                          if t["berth_regenerated_tokens"] <= round(TOKENS_PER_S)),
+        "summary": {
+            how: {
+                "berth_regenerated_tokens": [t["berth_regenerated_tokens"] for t in ts],
+                "step_restart_regenerated_tokens": total(how, "step_restart_regenerated_tokens"),
+                "job_restart_regenerated_tokens": total(how, "job_restart_regenerated_tokens"),
+                "berth_wall_lost_s_p50": round(statistics.median(t["berth_wall_lost_s"] for t in ts), 3),
+                "step_restart_wall_lost_s_p50": round(statistics.median(t["step_restart_wall_lost_s"] for t in ts), 3),
+                "job_restart_wall_lost_s_p50": round(statistics.median(t["job_restart_wall_lost_s"] for t in ts), 3),
+                "berth_over_step_restart_tokens": round(
+                    total(how, "berth_regenerated_tokens") / max(1.0, total(how, "step_restart_regenerated_tokens")), 4
+                ),
+                "berth_over_job_restart_tokens": round(
+                    total(how, "berth_regenerated_tokens") / max(1.0, total(how, "job_restart_regenerated_tokens")), 4
+                ),
+            }
+            for how, ts in by_how.items()
+        },
+        "within_goal": {
+            how: sum(1 for t in ts if t["berth_regenerated_tokens"] <= (heartbeat_tokens if how == "kill" else 0))
+            for how, ts in by_how.items()
+        },
+        "kill_regenerated_within_1s": sum(
+            1 for t in by_how.get("kill", []) if t["berth_regenerated_tokens"] <= round(TOKENS_PER_S)
+        ),
         "received_but_not_kept": {how: [t["ledger_lost"] for t in ts] for how, ts in by_how.items()},
         "note": "regenerated = what the engine streamed before the cut minus what the step continued from; with "
-                "notice, tokens streamed but not received (in the socket, or written in the moment before the "
-                "engine noticed the client had gone) count as regenerated too; received_but_not_kept is Berth's "
-                "own share (the ledger's lost tokens)",
+        "notice, tokens streamed but not received (in the socket, or written in the moment before the "
+        "engine noticed the client had gone) count as regenerated too; received_but_not_kept is Berth's "
+        "own share (the ledger's lost tokens)",
         "answers_match_uncut": all(t["answer_matches_uncut"] for t in trials),
         "per_trial": trials,
     }
     path = write_results("work_lost", figures)
     for how, s in figures["summary"].items():
-        print(f"{how}: regenerated {s['berth_regenerated_tokens']} tokens (step restart "
-              f"{s['step_restart_regenerated_tokens']}, Job restart {s['job_restart_regenerated_tokens']}: ratios "
-              f"{s['berth_over_step_restart_tokens']} / {s['berth_over_job_restart_tokens']}); wall lost p50 "
-              f"{s['berth_wall_lost_s_p50']} s (step restart {s['step_restart_wall_lost_s_p50']} s, Job restart "
-              f"{s['job_restart_wall_lost_s_p50']} s)")
-    print(f"trials within the goal (0 regenerated with notice, ≤ {heartbeat_tokens} without): "
-          f"{figures['within_goal']} of {figures['trials']}; kills within 1 s of tokens: "
-          f"{figures['kill_regenerated_within_1s']}; received but not kept: {figures['received_but_not_kept']};"
-          f" every answer the same as an uncut one: {figures['answers_match_uncut']}")
+        print(
+            f"{how}: regenerated {s['berth_regenerated_tokens']} tokens (step restart "
+            f"{s['step_restart_regenerated_tokens']}, Job restart {s['job_restart_regenerated_tokens']}: ratios "
+            f"{s['berth_over_step_restart_tokens']} / {s['berth_over_job_restart_tokens']}); wall lost p50 "
+            f"{s['berth_wall_lost_s_p50']} s (step restart {s['step_restart_wall_lost_s_p50']} s, Job restart "
+            f"{s['job_restart_wall_lost_s_p50']} s)"
+        )
+    print(
+        f"trials within the goal (0 regenerated with notice, ≤ {heartbeat_tokens} without): "
+        f"{figures['within_goal']} of {figures['trials']}; kills within 1 s of tokens: "
+        f"{figures['kill_regenerated_within_1s']}; received but not kept: {figures['received_but_not_kept']};"
+        f" every answer the same as an uncut one: {figures['answers_match_uncut']}"
+    )
     print(f"figures written to {path}")
     return figures
 

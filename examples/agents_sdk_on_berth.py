@@ -44,8 +44,14 @@ def note(journal: Path | None, line: str) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     async with Client() as client:  # BERTH_API_URL and BERTH_API_KEY from the environment
-        run = await run_on_berth(client, build_agent(args.journal, args.tool_seconds), args.input,
-                                 model=args.model, budget=Budget(tokens=args.tokens), task_id=args.task_id)
+        run = await run_on_berth(
+            client,
+            build_agent(args.journal, args.tool_seconds),
+            args.input,
+            model=args.model,
+            budget=Budget(tokens=args.tokens),
+            task_id=args.task_id,
+        )
         state = await run.task.status()
     print(f"{state.task_id} {state.status.value} steps={state.step} tokens={state.spend.tokens_used}")
     print(run.final_output)

@@ -31,7 +31,7 @@ async def ask(client: Client, question: str) -> str:
         elif isinstance(event, Ended):
             answer = event.result or ""
             if answer.startswith(printed):
-                sys.stdout.write(answer[len(printed):])
+                sys.stdout.write(answer[len(printed) :])
             else:  # a delta went missing mid-answer: show the answer whole
                 sys.stdout.write(f"\n[the whole answer]\n{answer}")
             status = event.status.value if event.error is None else f"{event.status.value}: {event.error}"

@@ -31,8 +31,14 @@ def search(query: str) -> str:
     return f"notes on {query}: the H100 SXM reads HBM3 at 3.35 TB/s"
 
 
-researcher = Agent(f"typed-example-{uuid.uuid4().hex[:6]}", "llama-3.2-1b", "Search, then answer.", [search],
-                   output_type=Finding, settings=ModelSettings(temperature=0.2, seed=7))
+researcher = Agent(
+    f"typed-example-{uuid.uuid4().hex[:6]}",
+    "llama-3.2-1b",
+    "Search, then answer.",
+    [search],
+    output_type=Finding,
+    settings=ModelSettings(temperature=0.2, seed=7),
+)
 
 
 async def main(question: str) -> None:

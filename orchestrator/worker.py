@@ -50,11 +50,18 @@ log = logging.getLogger("berth.worker")
 WORKER_METRICS_PORT_ENV = "BERTH_WORKER_METRICS_PORT"
 
 
-def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE,
-                 pool: LeasePool | None = None) -> Worker:
+def build_worker(
+    client: Client,
+    store: Store,
+    config: BerthConfig,
+    task_queue: str = CONTROL_TASK_QUEUE,
+    pool: LeasePool | None = None,
+) -> Worker:
     """The control-queue worker; without `pool`, every model is called from here (no fleet)."""
-    llm = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger,
-                                           steps_in=store.transaction), ModelCatalogue(config, store.models))
+    llm = LlmStepActivities(
+        StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger, steps_in=store.transaction),
+        ModelCatalogue(config, store.models),
+    )
     books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents, steps_in=store.transaction)
     leases = PoolLeases(pool or DirectRouting(), store.ledger, write_predecessor=books.checkpoint)
     tool_workers = ToolWorkers(client)
@@ -62,9 +69,19 @@ def build_worker(client: Client, store: Store, config: BerthConfig, task_queue: 
         client,
         task_queue=task_queue,
         workflows=[AgentTaskWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow, PrewarmWorkflow],
-        activities=[llm.generate, books.begin_task, books.checkpoint, books.record_state, books.resolve_agent,
-                    leases.acquire, leases.acquire_step, leases.release, leases.node_liveness, leases.book_cut,
-                    tool_workers.polling],
+        activities=[
+            llm.generate,
+            books.begin_task,
+            books.checkpoint,
+            books.record_state,
+            books.resolve_agent,
+            leases.acquire,
+            leases.acquire_step,
+            leases.release,
+            leases.node_liveness,
+            leases.book_cut,
+            tool_workers.polling,
+        ],
         activity_executor=ThreadPoolExecutor(max_workers=200),
         max_concurrent_activities=200,
         max_concurrent_workflow_tasks=50,
@@ -94,8 +111,13 @@ async def run_worker(config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) 
         client = await connect_temporal(config)
         pool = None
         if config.fleet:
-            pool = PoolService(store, ModelCatalogue(config, store.models), tuned(config.placement_overrides),
-                               node_lost_after_s=config.node_lost_after_s, pool_id=config.control_plane_id)
+            pool = PoolService(
+                store,
+                ModelCatalogue(config, store.models),
+                tuned(config.placement_overrides),
+                node_lost_after_s=config.node_lost_after_s,
+                pool_id=config.control_plane_id,
+            )
         worker = build_worker(client, store, config, task_queue=task_queue, pool=pool)
         log.info("worker polling %s on %s", task_queue, config.resolved_temporal_address)
         scaling = asyncio.ensure_future(Autoscaler(pool, client).run()) if pool is not None else None

@@ -14,15 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from ._agent import Agent
 from ._budget import Budget
-from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
-from .wire.fleet import (
-    GpuHealth,
-    GpuView,
-    NodeAdmission,
-    NodeRevocation,
-    NodeView,
-    ReplicaView,
-)
 from ._client import ApiUnreachable, Client, TaskHandle
 from ._errors import (
     BerthError,
@@ -37,17 +28,35 @@ from ._errors import (
     TaskFailed,
     Unauthorized,
 )
-from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate, Trust
 from ._mcp_server import McpServer
 from ._messages import Message, ToolCall
-from .wire.resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._settings import ModelSettings
 from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskSpec, ToolSpec
-from ._sync import SyncClient, SyncTaskHandle
 from ._state import FINAL_STATUSES, GpuTrouble, Spend, TaskEvent, TaskState, TaskStatus
-from ._stream import (BudgetWaiting, Ended, Interrupted, ModelCalled, StateChanged, StepFinished, StreamEvent,
-                      TokenDelta, Writing)
+from ._stream import (
+    BudgetWaiting,
+    Ended,
+    Interrupted,
+    ModelCalled,
+    StateChanged,
+    StepFinished,
+    StreamEvent,
+    TokenDelta,
+    Writing,
+)
+from ._sync import SyncClient, SyncTaskHandle
 from ._tool import Tool, ToolCallContext, tool, tool_context
+from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
+from .wire.fleet import (
+    GpuHealth,
+    GpuView,
+    NodeAdmission,
+    NodeRevocation,
+    NodeView,
+    ReplicaView,
+)
+from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate, Trust
+from .wire.resources import CheckpointDetail, CheckpointSummary, Ledger
 
 __all__ = [
     "TokenDelta",

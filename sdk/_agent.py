@@ -21,11 +21,22 @@ class Agent:
     and not when the first task runs.
     """
 
-    def __init__(self, name: str, model: str, instructions: str = "", tools: Iterable[Tool] = (),
-                 *, max_steps: int = 50, max_tokens_per_step: int = 1024, allow_spawn: bool = False,
-                 allow_ask_human: bool = False, ask_human_timeout_s: float = 3600.0,
-                 mcp_servers: Iterable[McpServer] = (), settings: ModelSettings | None = None,
-                 output_type: type[BaseModel] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        instructions: str = "",
+        tools: Iterable[Tool] = (),
+        *,
+        max_steps: int = 50,
+        max_tokens_per_step: int = 1024,
+        allow_spawn: bool = False,
+        allow_ask_human: bool = False,
+        ask_human_timeout_s: float = 3600.0,
+        mcp_servers: Iterable[McpServer] = (),
+        settings: ModelSettings | None = None,
+        output_type: type[BaseModel] | None = None,
+    ) -> None:
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if not isinstance(t, Tool):
@@ -36,10 +47,18 @@ class Agent:
         self.output_type = output_type
         try:
             self._spec = AgentSpec(
-                name=name, model=model, instructions=instructions, tools=[t.spec for t in self.tools.values()],
-                max_steps=max_steps, max_tokens_per_step=max_tokens_per_step, allow_spawn=allow_spawn,
-                allow_ask_human=allow_ask_human, ask_human_timeout_s=ask_human_timeout_s,
-                mcp_servers=list(mcp_servers), settings=settings, output_schema=_schema_of(output_type),
+                name=name,
+                model=model,
+                instructions=instructions,
+                tools=[t.spec for t in self.tools.values()],
+                max_steps=max_steps,
+                max_tokens_per_step=max_tokens_per_step,
+                allow_spawn=allow_spawn,
+                allow_ask_human=allow_ask_human,
+                ask_human_timeout_s=ask_human_timeout_s,
+                mcp_servers=list(mcp_servers),
+                settings=settings,
+                output_schema=_schema_of(output_type),
             )
         except ValidationError as exc:
             err = exc.errors()[0]
@@ -66,5 +85,6 @@ def _schema_of(output_type: type[BaseModel] | None) -> dict[str, Any] | None:
     try:
         return output_type.model_json_schema()
     except Exception as exc:  # pydantic raises several types for a model it cannot describe
-        raise InvalidSpec(f"cannot build a JSON schema for {output_type.__name__} ({exc})",
-                          field="output_type") from exc
+        raise InvalidSpec(
+            f"cannot build a JSON schema for {output_type.__name__} ({exc})", field="output_type"
+        ) from exc

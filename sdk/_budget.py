@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ._errors import InvalidSpec
-
 from .wire.limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET, numbers_not_booleans
 
 
@@ -48,7 +47,7 @@ class Budget(BaseModel):
         if isinstance(value, timedelta):
             if value <= timedelta(0):
                 raise ValueError("a relative deadline must be in the future")
-            return datetime.now(timezone.utc) + value
+            return datetime.now(UTC) + value
         if isinstance(value, datetime) and value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
+            return value.replace(tzinfo=UTC)
         return value

@@ -23,7 +23,6 @@ from pydantic import BaseModel, ValidationError
 
 from . import _registering as registering
 from ._budget import Budget
-from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, ScalingPolicy
 from ._errors import (
     BerthError,
     BudgetExhausted,
@@ -35,17 +34,28 @@ from ._errors import (
     TaskFailed,
     Unauthorized,
 )
-from .wire.events import END_EVENT, REVOKED_EVENT, TOKEN_DELTA_EVENT, SseParser
-from .wire.fleet import DEFAULT_ADMIT_TTL_S, NodeAdmission, NodeRevocation, NodeView, PreemptRequest, ReplicaView
-from .wire.identity import API_KEY_ENV, ApiKeyView, AuditEntry, CreatedKey, KeyRequest, Role, Tenant, TenantSpec, TenantUpdate
-from .wire.lease import ServiceClass
-from .wire.output import answer_json
-from .wire.resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
 from ._settings import ModelSettings
 from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
 from ._stream import StreamEvent, TokenDelta, Writing, typed
+from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, ScalingPolicy
 from .wire.contracts import SpawnedChild
+from .wire.events import END_EVENT, REVOKED_EVENT, TOKEN_DELTA_EVENT, SseParser
+from .wire.fleet import DEFAULT_ADMIT_TTL_S, NodeAdmission, NodeRevocation, NodeView, PreemptRequest, ReplicaView
+from .wire.identity import (
+    API_KEY_ENV,
+    ApiKeyView,
+    AuditEntry,
+    CreatedKey,
+    KeyRequest,
+    Role,
+    Tenant,
+    TenantSpec,
+    TenantUpdate,
+)
+from .wire.lease import ServiceClass
+from .wire.output import answer_json
+from .wire.resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
 
 # An idle connection is dropped before the server's keep-alive (uvicorn's 5 s) closes it: at httpx's default, also
 # 5 s, a request sent as the server closed the connection failed with "server disconnected" and never ran.
@@ -152,10 +162,15 @@ class Client:
         self.timeout = timeout
         # Kept for clients that speak another wire format to the same API (sdk.openai_agents' OpenAI client).
         self._api_key, self._transport = api_key, transport
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout, transport=transport,
-                                       limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
+        self._http = httpx.AsyncClient(
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
+        )
 
-    async def __aenter__(self) -> "Client":
+    async def __aenter__(self) -> Client:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -198,7 +213,9 @@ class Client:
     async def prewarm(self, model: str, datacenter: str | None = None) -> PrewarmStarted:
         """Start putting `model`'s weights on the disks of the nodes that could serve it (one datacenter's, or all)."""
         body = PrewarmRequest(datacenter=datacenter).model_dump(mode="json")
-        return PrewarmStarted.model_validate(await self._request("POST", f"/v1/models/{quote(model)}/prewarm", json=body))
+        return PrewarmStarted.model_validate(
+            await self._request("POST", f"/v1/models/{quote(model)}/prewarm", json=body)
+        )
 
     # -- fleet --------------------------------------------------------------------------
 
@@ -225,8 +242,9 @@ class Client:
     async def admit_node(self, node_id: str, ttl_s: int = DEFAULT_ADMIT_TTL_S) -> NodeAdmission:
         """A per-node join token: `node_id` may join with it once, admitted at once, within `ttl_s`."""
         body = {"ttl_s": ttl_s}  # the server bounds it, and names the field when it refuses
-        return NodeAdmission.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "admit"),
-                                                                json=body))
+        return NodeAdmission.model_validate(
+            await self._request("POST", _path("v1", "nodes", node_id, "admit"), json=body)
+        )
 
     async def approve_node(self, node_id: str) -> NodeView:
         """Let a node that joined with the cluster token (and waits, `pending`) into the fleet."""
@@ -259,7 +277,7 @@ class Client:
         budget_grace_s: float | None = None,
         service_class: ServiceClass = "interactive",
         settings: ModelSettings | None = None,
-    ) -> "TaskHandle":
+    ) -> TaskHandle:
         """Submit a task and return its handle at once (the task runs on the server).
 
         `budget` is a `Budget` or a plain token count; `settings` override the agent's model settings field by
@@ -295,7 +313,7 @@ class Client:
             body = await self._request("POST", "/v1/tasks", json=body)
         return TaskHandle(self, TaskState.model_validate(body).task_id, getattr(agent, "output_type", None))
 
-    def task(self, task_id: str, output_type: type[BaseModel] | None = None) -> "TaskHandle":
+    def task(self, task_id: str, output_type: type[BaseModel] | None = None) -> TaskHandle:
         """A handle on an existing task (no request is made until you use it); with `output_type`, its
         `result()` is that model, validated from the answer."""
         return TaskHandle(self, task_id, output_type)
@@ -310,8 +328,14 @@ class Client:
         parent: str | None = None,
         offset: int = 0,
     ) -> list[TaskState]:
-        params = {"status": status.value if isinstance(status, TaskStatus) else status, "agent": agent, "tenant": tenant,
-                  "parent": parent, "limit": limit, "offset": offset}
+        params = {
+            "status": status.value if isinstance(status, TaskStatus) else status,
+            "agent": agent,
+            "tenant": tenant,
+            "parent": parent,
+            "limit": limit,
+            "offset": offset,
+        }
         body = await self._request("GET", "/v1/tasks", params={k: v for k, v in params.items() if v is not None})
         return [TaskState.model_validate(s) for s in body]
 
@@ -319,14 +343,16 @@ class Client:
 
     # -- identity (admin keys) ----------------------------------------------------------
 
-    async def create_key(self, role: Role | str, tenant: str | None = None, name: str = "",
-                         description: str = "") -> CreatedKey:
+    async def create_key(
+        self, role: Role | str, tenant: str | None = None, name: str = "", description: str = ""
+    ) -> CreatedKey:
         """A new API key; its `.key` (the secret) is in this answer only."""
         try:
             body = KeyRequest(role=Role(role), tenant=tenant, name=name, description=description)
         except ValueError as exc:
-            raise InvalidSpec(f"unknown role {role!r}; one of {', '.join(r.value for r in Role)}",
-                              field="role") from exc
+            raise InvalidSpec(
+                f"unknown role {role!r}; one of {', '.join(r.value for r in Role)}", field="role"
+            ) from exc
         return CreatedKey.model_validate(await self._request("POST", "/v1/keys", json=body.model_dump(mode="json")))
 
     async def keys(self) -> list[ApiKeyView]:
@@ -365,8 +391,9 @@ class Client:
             raise error_from_response(response)
         return response.json() if response.content else None
 
-    async def _stream_events(self, task_id: str, after: int,
-                             deltas: bool = False) -> AsyncIterator[TaskEvent | TokenDelta]:
+    async def _stream_events(
+        self, task_id: str, after: int, deltas: bool = False
+    ) -> AsyncIterator[TaskEvent | TokenDelta]:
         """Follow a task's events from `after` (with `deltas`, its answers' text as it is written too),
         reconnecting with Last-Event-ID when cut."""
         cuts = 0
@@ -375,8 +402,10 @@ class Client:
             headers = {"last-event-id": str(after)} if after else {}
             try:
                 async with self._http.stream(
-                    "GET", _path("v1", "tasks", task_id, "events"),
-                    params={"after": after, **({"deltas": "true"} if deltas else {})}, headers=headers,
+                    "GET",
+                    _path("v1", "tasks", task_id, "events"),
+                    params={"after": after, **({"deltas": "true"} if deltas else {})},
+                    headers=headers,
                     timeout=timeout,
                 ) as response:
                     if response.status_code >= 400:
@@ -390,8 +419,11 @@ class Client:
                         if message.event == END_EVENT:
                             return
                         if message.event == REVOKED_EVENT:
-                            raise Unauthorized("the API key was revoked while following the task's events",
-                                               field="authorization", status_code=401)
+                            raise Unauthorized(
+                                "the API key was revoked while following the task's events",
+                                field="authorization",
+                                status_code=401,
+                            )
                         if message.event == TOKEN_DELTA_EVENT:
                             yield TokenDelta.model_validate_json(message.data)
                             continue
@@ -494,7 +526,7 @@ class TaskHandle:
         body = await self._client._request("POST", self._path("raise-budget"), json={"tokens": tokens, "usd": usd})
         return Spend.model_validate(body)
 
-    async def spawn(self, agent: str, input: str, tokens: int | None = None) -> "TaskHandle":
+    async def spawn(self, agent: str, input: str, tokens: int | None = None) -> TaskHandle:
         """Start a sub-agent paid from this task's budget (`tokens`, or half of what remains)."""
         body: dict[str, object] = {"agent": agent, "input": input}
         if tokens is not None:
@@ -513,7 +545,9 @@ class TaskHandle:
         return TaskState.model_validate(await self._client._request("POST", self._path("answer"), json={"text": text}))
 
     async def checkpoints(self) -> list[CheckpointSummary]:
-        return [CheckpointSummary.model_validate(c) for c in await self._client._request("GET", self._path("checkpoints"))]
+        return [
+            CheckpointSummary.model_validate(c) for c in await self._client._request("GET", self._path("checkpoints"))
+        ]
 
     async def checkpoint(self, seq: int) -> CheckpointDetail:
         return CheckpointDetail.model_validate(await self._client._request("GET", self._path("checkpoints", str(seq))))
@@ -526,7 +560,7 @@ class TaskHandle:
         task_id: str | None = None,
         max_steps: int | None = None,
         input: str | None = None,
-    ) -> "TaskHandle":
+    ) -> TaskHandle:
         """Start a new task from one of this task's checkpoints; returns the new task's handle."""
         try:
             request = ForkRequest(
@@ -539,7 +573,9 @@ class TaskHandle:
             )
         except ValidationError as exc:
             raise InvalidSpec.from_validation(exc) from None
-        body = await self._client._request("POST", self._path("fork"), json=request.model_dump(mode="json", exclude_none=True))
+        body = await self._client._request(
+            "POST", self._path("fork"), json=request.model_dump(mode="json", exclude_none=True)
+        )
         return TaskHandle(self._client, TaskState.model_validate(body).task_id, self.output_type)
 
     # -- a task whose loop is the author's own (sdk.openai_agents) ------------------------

@@ -59,8 +59,10 @@ class McpConnection:
             if not isinstance(exc, Exception):
                 raise
             reason = f"no answer within {CONNECT_TIMEOUT_S:.0f} s" if isinstance(exc, TimeoutError) else _reason(exc)
-            raise McpUnreachable(f"MCP server {self.server.name!r} ({self.server.where}) could not be reached: "
-                                 f"{reason}", field=f"mcp_servers.{self.server.name}") from exc
+            raise McpUnreachable(
+                f"MCP server {self.server.name!r} ({self.server.where}) could not be reached: {reason}",
+                field=f"mcp_servers.{self.server.name}",
+            ) from exc
         self._client, self._holder = client, holder
         self._generation += 1
 
@@ -72,8 +74,9 @@ class McpConnection:
         try:
             await asyncio.wait_for(holder, CLOSE_TIMEOUT_S)
         except TimeoutError:
-            log.warning("MCP server %s did not close within %.0f s; left to its transport", self.server.name,
-                        CLOSE_TIMEOUT_S)
+            log.warning(
+                "MCP server %s did not close within %.0f s; left to its transport", self.server.name, CLOSE_TIMEOUT_S
+            )
 
     async def list_tools(self) -> list[McpTool]:
         tools: list[McpTool] = []
@@ -86,8 +89,9 @@ class McpConnection:
                 break
         return tools
 
-    async def call(self, tool: str, arguments: dict[str, Any], *, idempotency_key: str,
-                   timeout_s: float) -> CallToolResult:
+    async def call(
+        self, tool: str, arguments: dict[str, Any], *, idempotency_key: str, timeout_s: float
+    ) -> CallToolResult:
         """Call `tool` with the key in the request's `_meta`, so a server that cares can dedupe retries."""
         generation = self._generation
         try:
@@ -102,8 +106,9 @@ class McpConnection:
 
     async def _call_once(self, tool: str, arguments: dict[str, Any], key: str, timeout_s: float) -> CallToolResult:
         try:
-            return await self._live().call_tool(tool, arguments, read_timeout_seconds=timeout_s,
-                                                meta={IDEMPOTENCY_META_KEY: key})
+            return await self._live().call_tool(
+                tool, arguments, read_timeout_seconds=timeout_s, meta={IDEMPOTENCY_META_KEY: key}
+            )
         except MCPError as exc:
             error = _SessionGone if exc.code == CONNECTION_CLOSED else McpToolError
             raise error(f"MCP server {self.server.name!r}: {exc.message} (MCP error {exc.code})") from exc
@@ -135,8 +140,12 @@ class McpConnection:
     async def _session(self) -> AsyncIterator[Client]:
         server = self.server
         if server.command is not None:
-            params = StdioServerParameters(command=server.command[0], args=server.command[1:],
-                                           env={**server.env, **self._extra_env} or None, cwd=server.cwd)
+            params = StdioServerParameters(
+                command=server.command[0],
+                args=server.command[1:],
+                env={**server.env, **self._extra_env} or None,
+                cwd=server.cwd,
+            )
             async with Client(params) as client:
                 yield client
             return

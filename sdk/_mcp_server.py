@@ -38,12 +38,20 @@ class McpServer(BaseModel):
 
     name: str = Field(pattern=MCP_SERVER_NAME_PATTERN, description="prefix of its tools' names")
     command: list[str] | None = Field(default=None, min_length=1, description="argv of a stdio server")
-    env: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False,
-                                description="extra environment of a stdio server; never leaves this process")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        exclude=True,
+        repr=False,
+        description="extra environment of a stdio server; never leaves this process",
+    )
     cwd: str | None = Field(default=None, description="working directory of a stdio server")
     url: str | None = Field(default=None, validate_default=True, description="endpoint of a streamable-HTTP server")
-    headers: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False,
-                                    description="HTTP headers sent to a url server; never leave this process")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        exclude=True,
+        repr=False,
+        description="HTTP headers sent to a url server; never leave this process",
+    )
     berth_token: bool = Field(default=False, description="a stdio server per task, holding that task's token")
     timeout_s: float = Field(default=60.0, gt=0, le=24 * 3600, description="per attempt of each call")
     max_attempts: int = Field(default=3, ge=1, le=100)
@@ -71,8 +79,10 @@ class McpServer(BaseModel):
             return url  # command was refused already; that error says enough
         has_command = info.data["command"] is not None
         if has_command == (url is not None):
-            raise ValueError("give exactly one of command (a stdio server) or url (a streamable-HTTP server)"
-                             + ("; both were given" if has_command else ""))
+            raise ValueError(
+                "give exactly one of command (a stdio server) or url (a streamable-HTTP server)"
+                + ("; both were given" if has_command else "")
+            )
         if url is not None and not url.startswith(("http://", "https://")):
             raise ValueError("an MCP server's url starts with http:// or https://")
         return url

@@ -39,9 +39,11 @@ def mcp_tool_name(server: str, tool: str) -> str:
     """The name the model calls a server's tool by; InvalidSpec when no model could call it."""
     name = f"{server}{SEPARATOR}{tool}"
     if not tool or not TOOL_NAME.match(name):
-        raise InvalidSpec(f"MCP server {server!r} offers the tool {tool!r}, whose name {name!r} a model cannot call"
-                          " (only A-Z, a-z, 0-9, _ and -, 64 characters at most)",
-                          field=f"mcp_servers.{server}.tools.{tool}")
+        raise InvalidSpec(
+            f"MCP server {server!r} offers the tool {tool!r}, whose name {name!r} a model cannot call"
+            " (only A-Z, a-z, 0-9, _ and -, 64 characters at most)",
+            field=f"mcp_servers.{server}.tools.{tool}",
+        )
     return name
 
 
@@ -71,8 +73,14 @@ class McpToolbox:
     `berth_token` server's, which is per task (`TaskSessions`).
     """
 
-    def __init__(self, servers: Iterable[McpServer], *, native_tools: Iterable[str] = (),
-                 berth: BerthAccess | None = None, idle_close_s: float = IDLE_CLOSE_S) -> None:
+    def __init__(
+        self,
+        servers: Iterable[McpServer],
+        *,
+        native_tools: Iterable[str] = (),
+        berth: BerthAccess | None = None,
+        idle_close_s: float = IDLE_CLOSE_S,
+    ) -> None:
         self.servers = list(servers)
         self.specs: list[ToolSpec] = []
         self._native = set(native_tools)
@@ -113,8 +121,9 @@ class McpToolbox:
             self._per_task = TaskSessions(self._berth, self._idle_close_s)
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -132,21 +141,25 @@ class McpToolbox:
         if not isinstance(arguments, dict):
             raise ToolArgumentError("arguments must be a JSON object")
         async with self._session(route.server, call.task_id) as connection:
-            result = await connection.call(route.tool, arguments, idempotency_key=call.idempotency_key,
-                                           timeout_s=route.server.timeout_s)
+            result = await connection.call(
+                route.tool, arguments, idempotency_key=call.idempotency_key, timeout_s=route.server.timeout_s
+            )
         if result.is_error:
             raise McpToolError(result_text(result) or f"{call.name} reported an error without a message")
         return result_text(result)
 
-    async def _discover(self, server: McpServer,
-                        connect: Callable[[McpServer, dict[str, str] | None], Awaitable[McpConnection]]
-                        ) -> list[McpTool]:
+    async def _discover(
+        self, server: McpServer, connect: Callable[[McpServer, dict[str, str] | None], Awaitable[McpConnection]]
+    ) -> list[McpTool]:
         if not server.berth_token:
             self._shared[server.name] = await connect(server, None)
             return await self._shared[server.name].list_tools()
         if self._berth is None:
-            raise InvalidSpec(f"MCP server {server.name!r} asks for a task token (berth_token), but this tool worker"
-                              " has no Berth API to get one from", field=f"mcp_servers.{server.name}.berth_token")
+            raise InvalidSpec(
+                f"MCP server {server.name!r} asks for a task token (berth_token), but this tool worker"
+                " has no Berth API to get one from",
+                field=f"mcp_servers.{server.name}.berth_token",
+            )
         connection = await connect(server, self._berth.env(self._berth.own_key))
         try:
             return await connection.list_tools()
@@ -160,12 +173,20 @@ class McpToolbox:
             other = self._routes[name]
             clash = f"tool {other.tool!r} of MCP server {other.server.name!r}"
         if clash:
-            raise InvalidSpec(f"MCP server {server.name!r} offers the tool {tool.name!r} as {name!r}, which is"
-                              f" already {clash}", field=f"mcp_servers.{server.name}.tools.{tool.name}")
+            raise InvalidSpec(
+                f"MCP server {server.name!r} offers the tool {tool.name!r} as {name!r}, which is already {clash}",
+                field=f"mcp_servers.{server.name}.tools.{tool.name}",
+            )
         self._routes[name] = _Route(server, tool.name)
-        self.specs.append(ToolSpec(name=name, description=tool.description or tool.title or "",
-                                   parameters=tool.input_schema, timeout_s=server.timeout_s,
-                                   max_attempts=server.max_attempts))
+        self.specs.append(
+            ToolSpec(
+                name=name,
+                description=tool.description or tool.title or "",
+                parameters=tool.input_schema,
+                timeout_s=server.timeout_s,
+                max_attempts=server.max_attempts,
+            )
+        )
 
     @contextlib.asynccontextmanager
     async def _session(self, server: McpServer, task_id: str) -> AsyncIterator[McpConnection]:

@@ -17,8 +17,8 @@ import signal
 from opentelemetry import trace
 from temporalio import activity
 from temporalio.client import Client as TemporalClient
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import TLSConfig
 from temporalio.worker import Worker
@@ -26,13 +26,13 @@ from temporalio.worker import Worker
 from . import _registering as registering
 from ._agent import Agent
 from ._client import API_KEY_ENV, Client
-from .wire.limits import MAX_TOOL_RESULT_CHARS
 from ._mcp_server import IDLE_CLOSE_S, BerthAccess
 from ._mcp_tools import McpToolbox
 from ._spec import AgentSpec
 from ._temporal_connection import temporal_connection
 from ._tool import ToolArgumentError, ToolCallContext
 from .wire.contracts import TOOL_ACTIVITY, ToolCallInput, ToolCallResult
+from .wire.limits import MAX_TOOL_RESULT_CHARS
 
 log = logging.getLogger("berth.tools")
 
@@ -49,11 +49,20 @@ class ToolRunner:
         tool = self.agent.tools.get(call.name)
         if tool is None and call.name not in self.mcp:
             available = ", ".join(sorted([*self.agent.tools, *self.mcp.names])) or "none"
-            return ToolCallResult(call_id=call.call_id, ok=False,
-                                  content=f"tool error: unknown tool {call.name!r}; available: {available}")
+            return ToolCallResult(
+                call_id=call.call_id,
+                ok=False,
+                content=f"tool error: unknown tool {call.name!r}; available: {available}",
+            )
         # The interceptor's span for this activity is current: an author's own spans in the tool become its children.
-        trace.get_current_span().set_attributes({"berth.tool": call.name, "berth.idempotency_key": call.idempotency_key,
-                                                 "berth.task_id": call.task_id, "berth.step": call.step})
+        trace.get_current_span().set_attributes(
+            {
+                "berth.tool": call.name,
+                "berth.idempotency_key": call.idempotency_key,
+                "berth.task_id": call.task_id,
+                "berth.step": call.step,
+            }
+        )
         context = ToolCallContext(call.task_id, call.step, call.call_id, activity.info().attempt)
         try:
             content = await (tool.invoke(call.arguments, context) if tool is not None else self.mcp.call(call))
@@ -68,10 +77,17 @@ class ToolRunner:
         return ToolCallResult(call_id=call.call_id, ok=True, content=content)
 
 
-async def serve(*agents: Agent, temporal_address: str | None = None, namespace: str | None = None,
-                temporal_api_key: str | None = None, tls: bool | TLSConfig | None = None,
-                api_url: str | None = None, api_key: str | None = None, register: bool = True,
-                ready: asyncio.Event | None = None) -> None:
+async def serve(
+    *agents: Agent,
+    temporal_address: str | None = None,
+    namespace: str | None = None,
+    temporal_api_key: str | None = None,
+    tls: bool | TLSConfig | None = None,
+    api_url: str | None = None,
+    api_key: str | None = None,
+    register: bool = True,
+    ready: asyncio.Event | None = None,
+) -> None:
     """Reach the agents' MCP servers, register the agents (with those servers' tools) through Berth's API with
     `api_key` (else BERTH_API_KEY), then run their tools until cancelled. An MCP server that cannot be reached
     stops this before anything is registered.
@@ -82,8 +98,9 @@ async def serve(*agents: Agent, temporal_address: str | None = None, namespace: 
     if not agents:
         raise ValueError("serve() needs at least one Agent")
     api = Client(api_url, api_key=api_key)
-    berth = BerthAccess(api.url, lambda task_id: api.task(task_id).token(),
-                        own_key=api_key or os.environ.get(API_KEY_ENV))
+    berth = BerthAccess(
+        api.url, lambda task_id: api.task(task_id).token(), own_key=api_key or os.environ.get(API_KEY_ENV)
+    )
     names = [agent.name for agent in agents] if register else []
     registering.begin(names)  # a submit in this process that races the registration waits for it
     async with contextlib.AsyncExitStack() as stack:
@@ -95,8 +112,9 @@ async def serve(*agents: Agent, temporal_address: str | None = None, namespace: 
                 await api.register(registered_spec(agent, toolbox))
                 registering.done(agent.name)
         connection = temporal_connection(temporal_address, namespace, temporal_api_key, tls)
-        client = await TemporalClient.connect(**connection, data_converter=pydantic_data_converter,
-                                              interceptors=[TracingInterceptor()])
+        client = await TemporalClient.connect(
+            **connection, data_converter=pydantic_data_converter, interceptors=[TracingInterceptor()]
+        )
         for agent, toolbox in zip(agents, toolboxes):
             await stack.enter_async_context(tool_worker(client, agent, toolbox))
         if ready is not None:
@@ -134,12 +152,17 @@ async def _serve_until_terminated(agents: tuple[Agent, ...], kwargs: dict[str, o
             loop.remove_signal_handler(signal.SIGTERM)
 
 
-def tool_worker(client: TemporalClient, agent: Agent, mcp: McpToolbox | None = None,
-                max_concurrent: int = 100) -> Worker:
+def tool_worker(
+    client: TemporalClient, agent: Agent, mcp: McpToolbox | None = None, max_concurrent: int = 100
+) -> Worker:
     """The Temporal worker that runs `agent`'s tools, for a program that owns its Temporal client and its
     workers' lifetime (enter it as an async context): what serve() runs, without registering the agent."""
-    return Worker(client, task_queue=agent.spec().task_queue, activities=[ToolRunner(agent, mcp).run_tool],
-                  max_concurrent_activities=max_concurrent)
+    return Worker(
+        client,
+        task_queue=agent.spec().task_queue,
+        activities=[ToolRunner(agent, mcp).run_tool],
+        max_concurrent_activities=max_concurrent,
+    )
 
 
 def mcp_toolbox(agent: Agent, berth: BerthAccess | None = None, idle_close_s: float = IDLE_CLOSE_S) -> McpToolbox:

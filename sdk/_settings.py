@@ -24,14 +24,24 @@ class ModelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    temperature: float | None = Field(default=None, ge=0, le=2, allow_inf_nan=False,
-                                      description="0 is greedy; higher samples more widely")
-    top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False,
-                                description="sample only from the most likely tokens covering this share")
-    stop: list[str] | None = Field(default=None, max_length=MAX_STOP_STRINGS,
-                                   description=f"up to {MAX_STOP_STRINGS} strings that end the answer (not included)")
-    seed: int | None = Field(default=None, ge=0, le=MAX_SEED,
-                             description="the same request with the same seed samples the same answer")
+    temperature: float | None = Field(
+        default=None, ge=0, le=2, allow_inf_nan=False, description="0 is greedy; higher samples more widely"
+    )
+    top_p: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="sample only from the most likely tokens covering this share",
+    )
+    stop: list[str] | None = Field(
+        default=None,
+        max_length=MAX_STOP_STRINGS,
+        description=f"up to {MAX_STOP_STRINGS} strings that end the answer (not included)",
+    )
+    seed: int | None = Field(
+        default=None, ge=0, le=MAX_SEED, description="the same request with the same seed samples the same answer"
+    )
 
     _numbers = numbers_not_booleans("temperature", "top_p", "seed")
 

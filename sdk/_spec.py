@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._budget import Budget
+from ._mcp_server import McpServer
+from ._settings import ModelSettings
 from .wire.lease import ServiceClass
 from .wire.limits import (
     MAX_INPUT_CHARS,
@@ -21,12 +22,9 @@ from .wire.limits import (
     StoredInt,
     numbers_not_booleans,
 )
-from ._mcp_server import McpServer
 from .wire.output import schema_problem
-from .wire.own_loop import LoopProgress
-from .wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 from .wire.recovery import DEFAULT_RECOVERY, RECOVERY_RULES, RecoveryRule
-from ._settings import ModelSettings
+from .wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
 BUILTIN_TOOLS = (SPAWN_AGENT_TOOL, ASK_HUMAN_TOOL)
 # The model is offered the agent's own tools and the built-ins in one request: 128 - 2 = 126 of its own.
@@ -67,18 +65,36 @@ class AgentSpec(BaseModel):
     max_tokens_per_step: int = Field(default=1024, ge=16, le=MAX_TOKENS_PER_STEP)
     allow_spawn: bool = False
     allow_ask_human: bool = False
-    ask_human_timeout_s: float = Field(default=3600.0, gt=0, le=30 * 24 * 3600, allow_inf_nan=False,
-                                       description="how long a question waits for its answer (30 days at most)")
-    mcp_servers: list[McpServer] = Field(default_factory=list, max_length=MAX_MCP_SERVERS,
-                                         description="servers whose tools the tool worker offers as <server>__<tool>")
-    settings: ModelSettings | None = Field(default=None, description="how its model samples (temperature, top_p,"
-                                                                     " stop, seed); unset: the engine's defaults")
-    output_schema: dict[str, Any] | None = Field(default=None, description="the JSON schema its final answer"
-                                                                           " matches (from Agent's output_type)")
-    loop: Literal["berth", "own"] = Field(default="berth", description="whose loop runs the task: Berth's, or the"
-                                          " author's own (an Agents SDK run) calling the model through Berth")
-    loop_idle_s: float = Field(default=3600.0, gt=0, le=30 * 24 * 3600, allow_inf_nan=False,
-                               description="an own loop silent this long has stopped: its task fails")
+    ask_human_timeout_s: float = Field(
+        default=3600.0,
+        gt=0,
+        le=30 * 24 * 3600,
+        allow_inf_nan=False,
+        description="how long a question waits for its answer (30 days at most)",
+    )
+    mcp_servers: list[McpServer] = Field(
+        default_factory=list,
+        max_length=MAX_MCP_SERVERS,
+        description="servers whose tools the tool worker offers as <server>__<tool>",
+    )
+    settings: ModelSettings | None = Field(
+        default=None, description="how its model samples (temperature, top_p, stop, seed); unset: the engine's defaults"
+    )
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="the JSON schema its final answer matches (from Agent's output_type)"
+    )
+    loop: Literal["berth", "own"] = Field(
+        default="berth",
+        description="whose loop runs the task: Berth's, or the"
+        " author's own (an Agents SDK run) calling the model through Berth",
+    )
+    loop_idle_s: float = Field(
+        default=3600.0,
+        gt=0,
+        le=30 * 24 * 3600,
+        allow_inf_nan=False,
+        description="an own loop silent this long has stopped: its task fails",
+    )
 
     _numbers = numbers_not_booleans("max_steps", "max_tokens_per_step", "ask_human_timeout_s", "loop_idle_s")
 
@@ -100,14 +116,19 @@ class AgentSpec(BaseModel):
         return tools
 
     @model_validator(mode="after")
-    def _own_loop_keeps_its_own_parts(self) -> "AgentSpec":
+    def _own_loop_keeps_its_own_parts(self) -> AgentSpec:
         """An own loop offers its tools and writes its prompts itself: Berth's would never be used."""
         if self.loop == "own":
-            used = [name for name in ("instructions", "tools", "mcp_servers", "output_schema", "allow_spawn",
-                                      "allow_ask_human") if getattr(self, name)]
+            used = [
+                name
+                for name in ("instructions", "tools", "mcp_servers", "output_schema", "allow_spawn", "allow_ask_human")
+                if getattr(self, name)
+            ]
             if used:
-                raise ValueError(f"{used[0]}: an agent whose loop is its own keeps it in that loop"
-                                 " (its tools, instructions and output type stay there)")
+                raise ValueError(
+                    f"{used[0]}: an agent whose loop is its own keeps it in that loop"
+                    " (its tools, instructions and output type stay there)"
+                )
         return self
 
     @field_validator("output_schema")
@@ -165,8 +186,11 @@ class TaskSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task_id: str | None = Field(default=None, pattern=TASK_REF_PATTERN,
-                                description="the task's id (a client chooses one matching TASK_ID_PATTERN)")
+    task_id: str | None = Field(
+        default=None,
+        pattern=TASK_REF_PATTERN,
+        description="the task's id (a client chooses one matching TASK_ID_PATTERN)",
+    )
     agent: str = Field(pattern=NAME_PATTERN, description="registered agent name")
     input: str = Field(min_length=1, max_length=MAX_INPUT_CHARS)
     budget: Budget
@@ -175,19 +199,28 @@ class TaskSpec(BaseModel):
     service_class: ServiceClass = Field(
         default="interactive",
         description="interactive prefers on-demand GPUs; batch and low_priority prefer spot; low_priority never"
-                    " starts a replica")
-    model: str | None = Field(default=None, min_length=1, max_length=MAX_MODEL_NAME_CHARS,
-                              description="override the agent's model (e.g. for a fork)")
+        " starts a replica",
+    )
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_MODEL_NAME_CHARS,
+        description="override the agent's model (e.g. for a fork)",
+    )
     max_steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
-    settings: ModelSettings | None = Field(default=None, description="this task's model settings, over its agent's"
-                                                                     " field by field")
-    max_interruptions: int = Field(default=50, ge=0, le=10_000,
-                                   description="node losses and preemptions the task rides out (not errors)")
+    settings: ModelSettings | None = Field(
+        default=None, description="this task's model settings, over its agent's field by field"
+    )
+    max_interruptions: int = Field(
+        default=50, ge=0, le=10_000, description="node losses and preemptions the task rides out (not errors)"
+    )
     budget_grace_s: float | None = Field(default=None, gt=0, le=30 * 24 * 3600)
     recovery: list[RecoveryRule] = Field(
-        default_factory=lambda: list(DEFAULT_RECOVERY), max_length=len(RECOVERY_RULES),
+        default_factory=lambda: list(DEFAULT_RECOVERY),
+        max_length=len(RECOVERY_RULES),
         description="what an interrupted step stays away from when it is placed again: avoid_node (the node that"
-                    " went away, for a while), avoid_spot_zone (the spot capacity of a zone a cloud reclaimed)")
+        " went away, for a while), avoid_spot_zone (the spot capacity of a zone a cloud reclaimed)",
+    )
 
     _numbers = numbers_not_booleans("priority", "max_steps", "max_interruptions", "budget_grace_s")
 

@@ -67,9 +67,11 @@ class TaskState(BaseModel):
     error: str | None = None
     waiting_for: str | None = Field(default=None, description="why the task is not running: budget, input, ...")
     gpu_trouble: GpuTrouble | None = Field(
-        default=None, description="while a step cannot run on the fleet: `capacity` (no room now), `preemption`"
-                                  " (its node went away; resuming elsewhere) or `crash_loop` (its replica keeps"
-                                  " failing to load or to answer); `waiting_for` says where and why")
+        default=None,
+        description="while a step cannot run on the fleet: `capacity` (no room now), `preemption`"
+        " (its node went away; resuming elsewhere) or `crash_loop` (its replica keeps"
+        " failing to load or to answer); `waiting_for` says where and why",
+    )
     question: str | None = None
     parent_task_id: str | None = None
     children: list[str] = Field(default_factory=list)

@@ -15,8 +15,6 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ._state import TaskEvent, TaskStatus
-from .wire.events import TOKEN_DELTA_EVENT
-
 
 
 class TokenDelta(BaseModel):
@@ -91,11 +89,19 @@ def typed(event: TaskEvent) -> StreamEvent:
             return Ended(**fields, result=data.get("result"), error=data.get("error"))
         return (BudgetWaiting if status == TaskStatus.awaiting_budget else StateChanged)(**fields)
     if event.kind == "step":
-        return StepFinished(**base, step=data.get("step", 0), tokens_used=data.get("tokens_used", 0),
-                            tool_calls=list(data.get("tool_calls") or []))
+        return StepFinished(
+            **base,
+            step=data.get("step", 0),
+            tokens_used=data.get("tokens_used", 0),
+            tool_calls=list(data.get("tool_calls") or []),
+        )
     if event.kind == "llm_call":
-        return ModelCalled(**base, step=data.get("step", 0), prompt_tokens=data.get("prompt_tokens", 0),
-                           completion_tokens=data.get("completion_tokens", 0))
+        return ModelCalled(
+            **base,
+            step=data.get("step", 0),
+            prompt_tokens=data.get("prompt_tokens", 0),
+            completion_tokens=data.get("completion_tokens", 0),
+        )
     if event.kind == "interruption":
         return Interrupted(**base)
     return StreamEvent(**base)

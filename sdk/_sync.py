@@ -25,16 +25,16 @@ import httpx
 from pydantic import BaseModel
 
 from ._budget import Budget
-from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
 from ._client import Client, TaskHandle
-from .wire.fleet import NodeView, ReplicaView
-from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
-from .wire.lease import ServiceClass
-from .wire.resources import CheckpointDetail, CheckpointSummary, Ledger
 from ._settings import ModelSettings
 from ._spec import AgentSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
 from ._stream import StreamEvent, TokenDelta, Writing
+from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
+from .wire.fleet import NodeView, ReplicaView
+from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
+from .wire.lease import ServiceClass
+from .wire.resources import CheckpointDetail, CheckpointSummary, Ledger
 
 T = TypeVar("T")
 
@@ -82,7 +82,7 @@ class SyncClient:
     def url(self) -> str:
         return self._client.url
 
-    def __enter__(self) -> "SyncClient":
+    def __enter__(self) -> SyncClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -135,8 +135,9 @@ class SyncClient:
     def replicas(self, model: str | None = None) -> list[ReplicaView]:
         return self._loop.run(self._client.replicas(model))
 
-    def create_key(self, role: Role | str, tenant: str | None = None, name: str = "",
-                   description: str = "") -> CreatedKey:
+    def create_key(
+        self, role: Role | str, tenant: str | None = None, name: str = "", description: str = ""
+    ) -> CreatedKey:
         return self._loop.run(self._client.create_key(role, tenant, name, description))
 
     def keys(self) -> list[ApiKeyView]:
@@ -173,14 +174,25 @@ class SyncClient:
         budget_grace_s: float | None = None,
         service_class: ServiceClass = "interactive",
         settings: ModelSettings | None = None,
-    ) -> "SyncTaskHandle":
+    ) -> SyncTaskHandle:
         handle = self._loop.run(
-            self._client.submit(agent, input, budget, task_id, tenant, priority, model, max_steps, budget_grace_s,
-                                service_class, settings)
+            self._client.submit(
+                agent,
+                input,
+                budget,
+                task_id,
+                tenant,
+                priority,
+                model,
+                max_steps,
+                budget_grace_s,
+                service_class,
+                settings,
+            )
         )
         return SyncTaskHandle(self._loop, handle)
 
-    def task(self, task_id: str, output_type: type[BaseModel] | None = None) -> "SyncTaskHandle":
+    def task(self, task_id: str, output_type: type[BaseModel] | None = None) -> SyncTaskHandle:
         return SyncTaskHandle(self._loop, self._client.task(task_id, output_type))
 
     def tasks(
@@ -239,7 +251,7 @@ class SyncTaskHandle:
     def raise_budget(self, tokens: int, usd: float = 0.0) -> Spend:
         return self._loop.run(self._handle.raise_budget(tokens, usd))
 
-    def spawn(self, agent: str, input: str, tokens: int | None = None) -> "SyncTaskHandle":
+    def spawn(self, agent: str, input: str, tokens: int | None = None) -> SyncTaskHandle:
         return SyncTaskHandle(self._loop, self._loop.run(self._handle.spawn(agent, input, tokens)))
 
     def token(self) -> str:
@@ -262,7 +274,7 @@ class SyncTaskHandle:
         task_id: str | None = None,
         max_steps: int | None = None,
         input: str | None = None,
-    ) -> "SyncTaskHandle":
+    ) -> SyncTaskHandle:
         forked = self._loop.run(self._handle.fork(checkpoint_seq, budget, model, task_id, max_steps, input))
         return SyncTaskHandle(self._loop, forked)
 

@@ -11,8 +11,9 @@ import asyncio
 import contextvars
 import inspect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -52,8 +53,9 @@ class ToolArgumentError(ValueError):
 class Tool:
     """A function the model can call, with its schema and run settings."""
 
-    def __init__(self, fn: Callable[..., Any], *, name: str | None, description: str | None,
-                 timeout_s: float, max_attempts: int) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], *, name: str | None, description: str | None, timeout_s: float, max_attempts: int
+    ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -126,8 +128,9 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise InvalidSpec(f"tool {name!r}: *args/**kwargs cannot be described to a model", field=f"tools.{name}")
         if param.name not in hints:
-            raise InvalidSpec(f"tool {name!r}: parameter {param.name!r} needs a type annotation",
-                              field=f"tools.{name}.{param.name}")
+            raise InvalidSpec(
+                f"tool {name!r}: parameter {param.name!r} needs a type annotation", field=f"tools.{name}.{param.name}"
+            )
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (hints[param.name], default)
     try:
@@ -142,16 +145,25 @@ def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     import typing
 
     try:
-        hints = typing.get_type_hints(fn, include_extras=True)  # keeps Annotated[..., Field(...)]: constraints, descriptions
+        hints = typing.get_type_hints(
+            fn, include_extras=True
+        )  # keeps Annotated[..., Field(...)]: constraints, descriptions
     except Exception as exc:
-        raise InvalidSpec(f"tool {fn.__name__!r}: cannot resolve annotations ({exc})",
-                          field=f"tools.{fn.__name__}") from exc
+        raise InvalidSpec(
+            f"tool {fn.__name__!r}: cannot resolve annotations ({exc})", field=f"tools.{fn.__name__}"
+        ) from exc
     hints.pop("return", None)
     return hints
 
 
-def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
-         timeout_s: float = 60.0, max_attempts: int = 3) -> Any:
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float = 60.0,
+    max_attempts: int = 3,
+) -> Any:
     """Make a typed function (sync or async) callable by the model: `@tool` or `@tool(timeout_s=10)`."""
 
     def wrap(f: Callable[..., Any]) -> Tool:

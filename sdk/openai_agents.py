@@ -19,8 +19,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from agents import (Agent, FunctionTool, Handoff, Model, ModelProvider, OpenAIChatCompletionsModel, RunConfig,
-                    RunContextWrapper, Runner, RunResult, UserError)
+from agents import (
+    Agent,
+    FunctionTool,
+    Handoff,
+    Model,
+    ModelProvider,
+    OpenAIChatCompletionsModel,
+    RunConfig,
+    RunContextWrapper,
+    Runner,
+    RunResult,
+    UserError,
+)
 from agents.items import ItemHelpers
 from agents.tool_context import ToolContext
 from openai import APIConnectionError, APIStatusError, AsyncOpenAI
@@ -43,18 +54,22 @@ class BerthModelProvider(ModelProvider):
         self.task, self.model = task, model
         client = task._client
         self._openai = AsyncOpenAI(
-            base_url=task.openai_base_url, api_key=client._api_key or "berth-dev-stack-key-unset",
+            base_url=task.openai_base_url,
+            api_key=client._api_key or "berth-dev-stack-key-unset",
             timeout=MODEL_CALL_TIMEOUT_S,
             # A retried call is safe: the task recognises a call it answered and replays its reply.
             max_retries=2,
             http_client=httpx.AsyncClient(transport=client._transport, timeout=MODEL_CALL_TIMEOUT_S)
-            if client._transport is not None else None,
+            if client._transport is not None
+            else None,
         )
 
     def get_model(self, model_name: str | None) -> Model:
         if model_name not in (None, "", self.model):
-            raise UserError(f"model: task {self.task.task_id} runs {self.model!r} on Berth; an agent of its loop"
-                            f" asked for {model_name!r} (leave Agent.model unset or name the task's model)")
+            raise UserError(
+                f"model: task {self.task.task_id} runs {self.model!r} on Berth; an agent of its loop"
+                f" asked for {model_name!r} (leave Agent.model unset or name the task's model)"
+            )
         return OpenAIChatCompletionsModel(model=self.model, openai_client=self._openai)
 
     async def aclose(self) -> None:
@@ -155,11 +170,13 @@ async def run_on_berth(
     await client.register(spec)
     task = await client.submit(spec.name, input, budget=budget, task_id=task_id)
     provider = BerthModelProvider(task, model)
-    config = dataclasses.replace(run_config or RunConfig(), model_provider=provider, tracing_disabled=True,
-                                 nest_handoff_history=False)  # the task's conversation only grows
+    config = dataclasses.replace(
+        run_config or RunConfig(), model_provider=provider, tracing_disabled=True, nest_handoff_history=False
+    )  # the task's conversation only grows
     try:
-        result = await Runner.run(durable_tools(agent, task), input, context=context, max_turns=max_turns,
-                                  run_config=config)
+        result = await Runner.run(
+            durable_tools(agent, task), input, context=context, max_turns=max_turns, run_config=config
+        )
     except (BerthError, APIConnectionError):
         raise
     except APIStatusError as refused:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from orchestrator.telemetry import install_metrics
 
@@ -50,8 +50,10 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=TEMPORAL_BIN,
         data_converter=pydantic_data_converter,
-        dev_server_extra_args=["--dynamic-config-value",
-                               f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER_EVENTS}"],
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER_EVENTS}",
+        ],
     )
     try:
         yield env
@@ -84,8 +86,21 @@ def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = open(tmp_path_factory.mktemp("engine") / "engine.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.engines.simulated", "--host", "127.0.0.1", "--port", str(port),
-         "--latency-scale", "0"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.engines.simulated",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--latency-scale",
+            "0",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
         yield f"http://127.0.0.1:{port}/v1"

@@ -50,8 +50,10 @@ def _server_bin_dir() -> Path | None:
     found = shutil.which("initdb")
     if found:
         return Path(found).resolve().parent
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                      key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0)
+    versions = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+        key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0,
+    )
     return Path(versions[-1]).parent if versions else None
 
 
@@ -103,15 +105,27 @@ class _Cluster:
             raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout}{done.stderr}{log}")
 
     def init(self) -> None:
-        self.run("initdb", "-D", str(self.data), "-U", SUPERUSER, "-A", "trust", "-E", "UTF8",
-                 "--locale=C", "--no-sync")
+        self.run(
+            "initdb", "-D", str(self.data), "-U", SUPERUSER, "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"
+        )
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.writelines(f"{name} = {value}\n" for name, value in SETTINGS.items())
 
     def start(self, port: int) -> None:
         # The unix socket goes into our own directory: the default one (/var/run/postgresql) may not exist.
-        self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
-                 "-o", f"-p {port} -k {self.dir}", "start")
+        self.run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-p {port} -k {self.dir}",
+            "start",
+        )
         self.running = True
 
     def stop(self) -> None:
@@ -143,8 +157,10 @@ def local_postgres() -> Iterator[PostgresServer]:
     """A PostgreSQL server of our own, with the template database, until the block ends (tests, benchmarks)."""
     bin_dir = _server_bin_dir()
     if bin_dir is None:
-        raise RuntimeError("PostgreSQL's server binaries (initdb, pg_ctl, postgres) are not on PATH nor under "
-                           "/usr/lib/postgresql/*/bin: run `make test`, which installs Debian's postgresql package")
+        raise RuntimeError(
+            "PostgreSQL's server binaries (initdb, pg_ctl, postgres) are not on PATH nor under "
+            "/usr/lib/postgresql/*/bin: run `make test`, which installs Debian's postgresql package"
+        )
     _stop_abandoned(bin_dir)
     cluster = _Cluster(bin_dir)
     try:

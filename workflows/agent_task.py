@@ -17,21 +17,13 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.bookkeeping import TaskBookkeeping
-    from activities.tool_workers import ToolWorkers
     import jsonschema  # noqa: F401  (passed through once: an output schema's checks import it lazily)
     from pydantic import ValidationError
-    from sdk import CheckpointRef, Message, Spend, TaskState, TaskStatus, ToolCall
-    from sdk.wire.task_run import TaskRun
+
+    from activities.bookkeeping import TaskBookkeeping
+    from activities.tool_workers import ToolWorkers
+    from sdk import CheckpointRef, GpuTrouble, Message, Spend, TaskState, TaskStatus, ToolCall
     from sdk.wire.builtins import AskHumanArgs, SpawnAgentArgs, tools_offered
-    from sdk.wire.lease import LeaseRequest
-    from sdk.wire.limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS, reservation_margin
-    from sdk.wire.output import MAX_OUTPUT_REPAIRS, answer_json, answer_problem, repair_request, response_format
-    from sdk.wire.own_loop import (LOOP_CALL_UPDATE, LOOP_FINISH_UPDATE, LOOP_TOOL_RESULT_QUERY, LOOP_TOOL_RESULT_UPDATE,
-                               LOOP_TRANSCRIPT_QUERY, LoopCall, LoopFinish, LoopReply, LoopToolResult, LoopTranscript)
-    from sdk.wire.task_run import CarriedProgress
-    from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
-    from sdk import GpuTrouble
     from sdk.wire.contracts import (
         ANSWER_UPDATE,
         CANCEL_SIGNAL,
@@ -61,10 +53,27 @@ with workflow.unsafe.imports_passed_through():
         ToolCallInput,
         ToolCallResult,
     )
+    from sdk.wire.lease import LeaseRequest
+    from sdk.wire.limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS, reservation_margin
+    from sdk.wire.output import MAX_OUTPUT_REPAIRS, answer_json, answer_problem, repair_request, response_format
+    from sdk.wire.own_loop import (
+        LOOP_CALL_UPDATE,
+        LOOP_FINISH_UPDATE,
+        LOOP_TOOL_RESULT_QUERY,
+        LOOP_TOOL_RESULT_UPDATE,
+        LOOP_TRANSCRIPT_QUERY,
+        LoopCall,
+        LoopFinish,
+        LoopReply,
+        LoopToolResult,
+        LoopTranscript,
+    )
+    from sdk.wire.task_run import CarriedProgress, TaskRun
+    from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
     from .budget import BudgetViolation, TokenBudget
     from .fleet_step import FleetStep, StepCut, Unplaceable
-    from .options import BOOKKEEPING
+    from .options import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT
     from .own_loop import OwnLoop
     from .sub_agents import SubAgents
 
@@ -99,13 +108,18 @@ class AgentTaskWorkflow:
         self.steps_done = carried.steps_done if carried else 0
         self.children: list[str] = list(carried.children) if carried else []
         self.sub_agents = SubAgents(run, self.budget, self.children)
-        self.fleet = FleetStep(self._set_waiting_for_gpu, self._stop_waiting, lambda: self.cancel_reason is not None,
-                               self._record_event, max_interruptions=run.spec.max_interruptions,
-                               recovery=run.spec.recovery,
-                               heartbeat_timeout=timedelta(seconds=run.heartbeat_timeout_s),
-                               interruptions=carried.interruptions if carried else 0,
-                               placements_step=self.steps_done + 1 if carried else 0,
-                               placements_used=carried.placements_of_next_step if carried else 0)
+        self.fleet = FleetStep(
+            self._set_waiting_for_gpu,
+            self._stop_waiting,
+            lambda: self.cancel_reason is not None,
+            self._record_event,
+            max_interruptions=run.spec.max_interruptions,
+            recovery=run.spec.recovery,
+            heartbeat_timeout=timedelta(seconds=run.heartbeat_timeout_s),
+            interruptions=carried.interruptions if carried else 0,
+            placements_step=self.steps_done + 1 if carried else 0,
+            placements_used=carried.placements_of_next_step if carried else 0,
+        )
         self.checkpoint: CheckpointRef | None = run.resume_from
         self.pending: PendingStep | None = None  # the last finished step, until the next activity writes it
         self.result: str | None = None
@@ -120,8 +134,11 @@ class AgentTaskWorkflow:
         self.output_repairs = 0  # repair steps asked for so far (an answer that did not match the output schema)
         self.repairing = False  # the next step is one of them
         # An agent whose loop is the author's own: its model calls arrive as updates, one at a time.
-        self.own_loop = (OwnLoop(carried.own_loop if carried else None, [Message(role="user", content=run.spec.input)])
-                         if self.agent.loop == "own" else None)
+        self.own_loop = (
+            OwnLoop(carried.own_loop if carried else None, [Message(role="user", content=run.spec.input)])
+            if self.agent.loop == "own"
+            else None
+        )
         self.loop_lock = asyncio.Lock()
         self.loop_wakeups = 0  # bumped by each call and by the loop's finish: the task re-reads its reasons to end
         self.loop_over: tuple[TaskStatus, str | None] | None = None  # a call found the task must end
@@ -132,7 +149,11 @@ class AgentTaskWorkflow:
     async def run(self, run: TaskRun) -> TaskState:
         if self.checkpoint is None:
             begun = await workflow.execute_local_activity_method(
-                TaskBookkeeping.begin_task, BeginTaskInput(run=run), **BOOKKEEPING)
+                TaskBookkeeping.begin_task,
+                BeginTaskInput(run=run),
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY,
+            )
             self.checkpoint, self.steps_done = begun.checkpoint, begun.step
         await self._set_status(TaskStatus.running, spec_json=run.spec.model_dump_json())
         if self.own_loop is not None:
@@ -190,7 +211,9 @@ class AgentTaskWorkflow:
         if not reply.tool_calls:
             self.result = reply.message.content or ""
             return self._final(step, new_messages)
-        new_messages += await asyncio.gather(*(self._run_tool(step, call, i) for i, call in enumerate(reply.tool_calls)))
+        new_messages += await asyncio.gather(
+            *(self._run_tool(step, call, i) for i, call in enumerate(reply.tool_calls))
+        )
         self.result = reply.message.content or self.result
         self._step_done(step, new_messages)
         return None
@@ -210,8 +233,10 @@ class AgentTaskWorkflow:
             return None
         self._step_done(step, new_messages)
         if problem is not None:
-            return TaskStatus.failed, (f"the answer does not match the agent's output type after"
-                                       f" {MAX_OUTPUT_REPAIRS} repair step(s): {problem}")
+            return TaskStatus.failed, (
+                f"the answer does not match the agent's output type after"
+                f" {MAX_OUTPUT_REPAIRS} repair step(s): {problem}"
+            )
         return TaskStatus.completed, None
 
     def _reason_to_stop(self) -> tuple[TaskStatus, str | None] | None:
@@ -248,15 +273,28 @@ class AgentTaskWorkflow:
             tools = [] if self.repairing else [t.to_openai() for t in tools_offered(self.agent)]
             settings = self._call_settings(tools)
         inp = LlmStepInput(
-            task_id=self.run_input.task_id, step=step, checkpoint=self.checkpoint, pending=self.pending,
+            task_id=self.run_input.task_id,
+            step=step,
+            checkpoint=self.checkpoint,
+            pending=self.pending,
             model=self.agent.model,
-            max_tokens=max_tokens, token_allowance=self.budget.token_allowance,
-            usd_allowance=self.budget.usd_allowance, tenant=spec.tenant,
-            tools=tools, settings=settings, instructions=loop_call.instructions if loop_call is not None else None,
+            max_tokens=max_tokens,
+            token_allowance=self.budget.token_allowance,
+            usd_allowance=self.budget.usd_allowance,
+            tenant=spec.tenant,
+            tools=tools,
+            settings=settings,
+            instructions=loop_call.instructions if loop_call is not None else None,
         )
-        lease = LeaseRequest(task_id=self.run_input.task_id, step=step, model=self.agent.model,
-                             tokens=max(1, min(max_tokens, self.budget.token_allowance)),
-                             tenant=spec.tenant, priority=spec.priority, service_class=spec.service_class)
+        lease = LeaseRequest(
+            task_id=self.run_input.task_id,
+            step=step,
+            model=self.agent.model,
+            tokens=max(1, min(max_tokens, self.budget.token_allowance)),
+            tenant=spec.tenant,
+            priority=spec.priority,
+            service_class=spec.service_class,
+        )
         return await self.fleet.generate(inp, lease)
 
     # ----- an own loop (the author's, calling the model through Berth) -------------------
@@ -274,9 +312,11 @@ class AgentTaskWorkflow:
                 workflow.continue_as_new(self._continuation())
             seen = self.loop_wakeups
             try:
-                await workflow.wait_condition(lambda: self.loop_wakeups != seen or self.cancel_reason is not None,
-                                              timeout=self._until_deadline(self._own_loop_wait(loop)))
-            except asyncio.TimeoutError:
+                await workflow.wait_condition(
+                    lambda seen=seen: self.loop_wakeups != seen or self.cancel_reason is not None,
+                    timeout=self._until_deadline(self._own_loop_wait(loop)),
+                )
+            except TimeoutError:
                 pass
 
     def _own_loop_ending(self, loop: OwnLoop) -> tuple[TaskStatus, str | None] | None:
@@ -296,13 +336,18 @@ class AgentTaskWorkflow:
         if self.loop_lock.locked():
             return None  # a call is being answered: the loop is not silent
         now = workflow.time()
-        if self.short_since is not None and not self.budget_raised \
-                and now - self.short_since >= self.run_input.budget_grace_s:
+        if (
+            self.short_since is not None
+            and not self.budget_raised
+            and now - self.short_since >= self.run_input.budget_grace_s
+        ):
             return TaskStatus.out_of_budget, self.waiting_for
         assert loop.last_call_at is not None
         if now - loop.last_call_at >= self.agent.loop_idle_s:
-            return TaskStatus.failed, (f"the task's own loop made no call for {self.agent.loop_idle_s:g} s"
-                                       " (its process stopped?); run it again with the same task id to resume")
+            return TaskStatus.failed, (
+                f"the task's own loop made no call for {self.agent.loop_idle_s:g} s"
+                " (its process stopped?); run it again with the same task id to resume"
+            )
         return None
 
     def _own_loop_wait(self, loop: OwnLoop) -> float:
@@ -340,16 +385,18 @@ class AgentTaskWorkflow:
             raise ApplicationError("task: it is ending; it takes no more model calls", non_retryable=True)
         if self.steps_done >= self.agent.max_steps:
             self.loop_over = TaskStatus.max_steps, f"reached max_steps={self.agent.max_steps}"
-            raise ApplicationError(f"max_steps: the task made its {self.agent.max_steps} model calls",
-                                   type="MaxSteps", non_retryable=True)
+            raise ApplicationError(
+                f"max_steps: the task made its {self.agent.max_steps} model calls", type="MaxSteps", non_retryable=True
+            )
         step = self.steps_done + 1
         loop.absorb(call.new_messages)
         if call.new_messages:  # what the loop added (its tool results, its own turns) goes with the step's input
             if self.pending is not None:
                 self.pending.new_messages.extend(call.new_messages)
             else:
-                self.pending = PendingStep(step=self.steps_done, new_messages=list(call.new_messages),
-                                           state=self._state())
+                self.pending = PendingStep(
+                    step=self.steps_done, new_messages=list(call.new_messages), state=self._state()
+                )
         try:
             reply = await self._generate(step, call)
         except (ActivityError, Unplaceable) as exc:
@@ -357,8 +404,9 @@ class AgentTaskWorkflow:
             self.loop_over = TaskStatus.failed, message
             raise ApplicationError(message, type="ModelCallFailed", non_retryable=True) from None
         if reply is None:
-            raise ApplicationError("task: it stopped waiting for a GPU (cancelled, or its deadline passed)",
-                                   non_retryable=True)
+            raise ApplicationError(
+                "task: it stopped waiting for a GPU (cancelled, or its deadline passed)", non_retryable=True
+            )
         if reply.checkpoint is not None:
             self.checkpoint, self.pending = reply.checkpoint, None
         if isinstance(reply, StepCut):
@@ -371,17 +419,25 @@ class AgentTaskWorkflow:
             self.budget_raised = False
             self.waiting_for = f"budget: {_missing(reply)}"
             await self._set_status(TaskStatus.awaiting_budget)
-            raise ApplicationError(f"budget: the task needs {_missing(reply)} (raise its budget, then call again)",
-                                   type="OutOfBudget", non_retryable=True)
+            raise ApplicationError(
+                f"budget: the task needs {_missing(reply)} (raise its budget, then call again)",
+                type="OutOfBudget",
+                non_retryable=True,
+            )
         try:
             self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
         except BudgetViolation as violation:
             self.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
             self.loop_over = TaskStatus.failed, f"step {step}: {violation}"
             raise ApplicationError(f"budget: {violation}", type="BudgetViolation", non_retryable=True) from None
-        answer = LoopReply(step=step, message=reply.message, finish_reason=reply.finish_reason,
-                           prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
-                           served_by=reply.served_by)
+        answer = LoopReply(
+            step=step,
+            message=reply.message,
+            finish_reason=reply.finish_reason,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            served_by=reply.served_by,
+        )
         loop.take(call, answer)
         self.result = reply.message.content or self.result
         self._step_done(step, [reply.message])
@@ -421,11 +477,15 @@ class AgentTaskWorkflow:
 
     def _check_own_loop_open(self) -> None:
         if self.own_loop is None:
-            raise ApplicationError(f"task_id: task {self.run_input.task_id}'s agent {self.agent.name} runs Berth's"
-                                   " loop; only a task whose agent has loop='own' takes calls from its own loop")
+            raise ApplicationError(
+                f"task_id: task {self.run_input.task_id}'s agent {self.agent.name} runs Berth's"
+                " loop; only a task whose agent has loop='own' takes calls from its own loop"
+            )
         if self.status.is_final or self.finishing:
-            raise ApplicationError(f"task is {self.status.value if self.status.is_final else 'finishing'};"
-                                   " it takes nothing more from its loop")
+            raise ApplicationError(
+                f"task is {self.status.value if self.status.is_final else 'finishing'};"
+                " it takes nothing more from its loop"
+            )
 
     def _shortfall_after_cut(self, reply: Reply) -> str:
         """What the next step is short of, as the step would reserve it: its prompt (this conversation, the cut
@@ -442,8 +502,11 @@ class AgentTaskWorkflow:
 
     async def _record_event(self, kind: str, details: dict) -> None:
         await workflow.execute_local_activity_method(
-            TaskBookkeeping.record_state, RecordStateInput(state=self._state(), event=kind, details=details),
-            **BOOKKEEPING)
+            TaskBookkeeping.record_state,
+            RecordStateInput(state=self._state(), event=kind, details=details),
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+        )
 
     def _stop_waiting(self) -> bool:
         return self._reason_to_stop() is not None
@@ -467,7 +530,8 @@ class AgentTaskWorkflow:
         self.checkpoint = await workflow.execute_local_activity_method(
             TaskBookkeeping.checkpoint,
             CheckpointInput(task_id=self.run_input.task_id, parent=self.checkpoint, pending=self.pending),
-            **BOOKKEEPING,
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
         )
         self.pending = None
 
@@ -477,9 +541,11 @@ class AgentTaskWorkflow:
         self.waiting_for = f"budget: {missing}"
         await self._set_status(TaskStatus.awaiting_budget)
         try:
-            await workflow.wait_condition(lambda: self.budget_raised or self.cancel_reason is not None,
-                                          timeout=self._until_deadline(self.run_input.budget_grace_s))
-        except asyncio.TimeoutError:
+            await workflow.wait_condition(
+                lambda: self.budget_raised or self.cancel_reason is not None,
+                timeout=self._until_deadline(self.run_input.budget_grace_s),
+            )
+        except TimeoutError:
             return False
         self.waiting_for = None
         if self.cancel_reason is None:
@@ -508,8 +574,9 @@ class AgentTaskWorkflow:
             return f"tool error: unknown tool {call.name!r}; available: {available}"
         handle = workflow.start_activity(
             TOOL_ACTIVITY,
-            ToolCallInput(task_id=self.run_input.task_id, step=step, call_id=call.id, name=call.name,
-                          arguments=call.arguments),
+            ToolCallInput(
+                task_id=self.run_input.task_id, step=step, call_id=call.id, name=call.name, arguments=call.arguments
+            ),
             task_queue=self.agent.task_queue,
             result_type=ToolCallResult,
             start_to_close_timeout=timedelta(seconds=spec.timeout_s),
@@ -533,16 +600,19 @@ class AgentTaskWorkflow:
     async def _say_if_no_tool_worker(self, handle: workflow.ActivityHandle, tool: str) -> None:
         """A tool call still queued after TOOL_WORKER_NOTICE on a queue no worker polls: the task's state, events
         and UI say it waits for a tool worker (until the call ends, by a worker that came or by its timeout)."""
+
         def finished() -> bool:
             return handle.done() or self.cancel_reason is not None
 
         try:
             await workflow.wait_condition(finished, timeout=TOOL_WORKER_NOTICE)
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         queue = self.agent.task_queue
-        if await workflow.execute_local_activity_method(ToolWorkers.polling, queue, **BOOKKEEPING):
+        if await workflow.execute_local_activity_method(
+            ToolWorkers.polling, queue, start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY
+        ):
             return  # a worker serves it: the tool is just slow
         waiting = f"a tool worker on {queue}: start one with serve() for agent {self.agent.name}"
         self.waiting_for = waiting
@@ -562,9 +632,11 @@ class AgentTaskWorkflow:
         self.waiting_for = "input: a human answer"
         await self._set_status(TaskStatus.awaiting_input)
         try:
-            await workflow.wait_condition(lambda: self.answer_text is not None or self.cancel_reason is not None,
-                                          timeout=self._until_deadline(self.agent.ask_human_timeout_s))
-        except asyncio.TimeoutError:
+            await workflow.wait_condition(
+                lambda: self.answer_text is not None or self.cancel_reason is not None,
+                timeout=self._until_deadline(self.agent.ask_human_timeout_s),
+            )
+        except TimeoutError:
             self.answer_text = None
         answer, self.question, self.waiting_for = self.answer_text, None, None
         if self.cancel_reason is None:
@@ -587,9 +659,11 @@ class AgentTaskWorkflow:
     @raise_budget.validator
     def _check_raise(self, req: RaiseBudget) -> None:
         if self.run_input.parent_task_id is not None:
-            raise ApplicationError(f"task_id: {self.run_input.task_id} is a sub-agent of"
-                                   f" {self.run_input.parent_task_id}; its budget grows only out of its parent's"
-                                   " remainder, through the parent")
+            raise ApplicationError(
+                f"task_id: {self.run_input.task_id} is a sub-agent of"
+                f" {self.run_input.parent_task_id}; its budget grows only out of its parent's"
+                " remainder, through the parent"
+            )
         if self.status.is_final:
             raise ApplicationError(f"task is {self.status.value}; its budget can no longer change")
         if req.tokens <= 0 and req.usd <= 0:
@@ -643,7 +717,8 @@ class AgentTaskWorkflow:
             raise ApplicationError(
                 f"budget.tokens: asked for {req.tokens} tokens, but only {remaining} remain of task"
                 f" {self.run_input.task_id}'s budget ({spend.token_limit} limit, {spend.tokens_used} used,"
-                f" {spend.reserved_for_children} reserved for sub-agents)")
+                f" {spend.reserved_for_children} reserved for sub-agents)"
+            )
 
     @workflow.signal(name=SIMULATE_PREEMPTION_SIGNAL)
     def simulate_preemption(self) -> None:
@@ -669,20 +744,36 @@ class AgentTaskWorkflow:
     def _state(self) -> TaskState:
         run = self.run_input
         return TaskState(
-            task_id=run.task_id, agent=self.agent.name, agent_version=self.agent.version, model=self.agent.model,
-            tenant=run.spec.tenant, status=self.status, step=self.steps_done, max_steps=self.agent.max_steps,
-            spend=self.budget.spend(), checkpoint_seq=self.checkpoint.seq if self.checkpoint else None,
+            task_id=run.task_id,
+            agent=self.agent.name,
+            agent_version=self.agent.version,
+            model=self.agent.model,
+            tenant=run.spec.tenant,
+            status=self.status,
+            step=self.steps_done,
+            max_steps=self.agent.max_steps,
+            spend=self.budget.spend(),
+            checkpoint_seq=self.checkpoint.seq if self.checkpoint else None,
             interruptions=self.fleet.interruptions,
-            result=self.result, error=self.error, waiting_for=self.waiting_for, gpu_trouble=self.gpu_trouble,
+            result=self.result,
+            error=self.error,
+            waiting_for=self.waiting_for,
+            gpu_trouble=self.gpu_trouble,
             question=self.question,
-            parent_task_id=run.parent_task_id, children=list(self.children), started_at=run.submitted_at,
+            parent_task_id=run.parent_task_id,
+            children=list(self.children),
+            started_at=run.submitted_at,
             updated_at=workflow.now(),
         )
 
     async def _set_status(self, status: TaskStatus, spec_json: str | None = None) -> None:
         self.status = status
         await workflow.execute_local_activity_method(
-            TaskBookkeeping.record_state, RecordStateInput(state=self._state(), spec_json=spec_json), **BOOKKEEPING)
+            TaskBookkeeping.record_state,
+            RecordStateInput(state=self._state(), spec_json=spec_json),
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+        )
 
     async def _finish(self, status: TaskStatus, error: str | None = None) -> TaskState:
         self.finishing = True  # no new sub-agent from here: one started after the wait below would outlive the task
@@ -706,16 +797,26 @@ class AgentTaskWorkflow:
     def _continuation(self) -> TaskRun:
         """The input of the next run: the same task, resumed from its last checkpoint."""
         b = self.budget
-        return self.run_input.model_copy(update={
-            "resume_from": self.checkpoint, "fork_of": None,
-            "carried": CarriedProgress(tokens_used=b.tokens_used, usd_used=b.usd_used, steps_done=self.steps_done,
-                                       interruptions=self.fleet.interruptions,
-                                       children=self.children, token_limit=b.token_limit, usd_limit=b.usd_limit,
-                                       tokens_lost=b.tokens_lost, placements_of_next_step=(
-                                           self.fleet.placements_used
-                                           if self.fleet.placements_step == self.steps_done + 1 else 0),
-                                       own_loop=self.own_loop.progress if self.own_loop is not None else None),
-        })
+        return self.run_input.model_copy(
+            update={
+                "resume_from": self.checkpoint,
+                "fork_of": None,
+                "carried": CarriedProgress(
+                    tokens_used=b.tokens_used,
+                    usd_used=b.usd_used,
+                    steps_done=self.steps_done,
+                    interruptions=self.fleet.interruptions,
+                    children=self.children,
+                    token_limit=b.token_limit,
+                    usd_limit=b.usd_limit,
+                    tokens_lost=b.tokens_lost,
+                    placements_of_next_step=(
+                        self.fleet.placements_used if self.fleet.placements_step == self.steps_done + 1 else 0
+                    ),
+                    own_loop=self.own_loop.progress if self.own_loop is not None else None,
+                ),
+            }
+        )
 
 
 def _missing(reply: Shortfall) -> str:

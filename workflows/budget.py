@@ -96,6 +96,10 @@ class TokenBudget:
 
     def spend(self) -> Spend:
         return Spend(
-            tokens_used=self.tokens_used, token_limit=self.token_limit, reserved_for_children=self.reserved_tokens,
-            usd_used=round(self.usd_used, 8), usd_limit=self.usd_limit, tokens_lost=self.tokens_lost,
+            tokens_used=self.tokens_used,
+            token_limit=self.token_limit,
+            reserved_for_children=self.reserved_tokens,
+            usd_used=round(self.usd_used, 8),
+            usd_limit=self.usd_limit,
+            tokens_lost=self.tokens_lost,
         )

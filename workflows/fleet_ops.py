@@ -55,11 +55,19 @@ PREWARM_TIMEOUT = timedelta(hours=2)
 # An unload waits up to the request's grace period for in-flight requests, then stops the process.
 UNLOAD_MARGIN = timedelta(seconds=60)
 # A few attempts ride out a node agent restart; an error that would repeat is non-retryable at the node.
-NODE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=5), backoff_coefficient=2.0,
-                         maximum_interval=timedelta(minutes=1), maximum_attempts=3)
+NODE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=5),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=3,
+)
 # Unload is idempotent on the node (an unknown replica is already unloaded), so retry a little more.
-UNLOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
-                           maximum_interval=timedelta(seconds=30), maximum_attempts=5)
+UNLOAD_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+)
 
 
 T = TypeVar("T")
@@ -70,18 +78,26 @@ def _node_failure(exc: ActivityError, what: str, node_id: str) -> ApplicationErr
     cause = exc.cause
     if isinstance(cause, ApplicationError):
         return ApplicationError(cause.message, type=cause.type, non_retryable=True)
-    return ApplicationError(f"{what} on node {node_id} failed: {cause or exc}", type="NodeCallFailed",
-                            non_retryable=True)
+    return ApplicationError(
+        f"{what} on node {node_id} failed: {cause or exc}", type="NodeCallFailed", non_retryable=True
+    )
 
 
-async def _heartbeating_on_node(activity: str, request: object, node_id: str, result_type: type[T],
-                                timeout: timedelta, what: str) -> T:
+async def _heartbeating_on_node(
+    activity: str, request: object, node_id: str, result_type: type[T], timeout: timedelta, what: str
+) -> T:
     """Run a long node activity that heartbeats (load, prewarm); the node's error becomes the workflow's."""
     try:
         return await workflow.execute_activity(
-            activity, request, task_queue=node_task_queue(node_id), result_type=result_type,
-            schedule_to_start_timeout=NODE_PICKUP, start_to_close_timeout=timeout,
-            heartbeat_timeout=NODE_HEARTBEAT, retry_policy=NODE_RETRY)
+            activity,
+            request,
+            task_queue=node_task_queue(node_id),
+            result_type=result_type,
+            schedule_to_start_timeout=NODE_PICKUP,
+            start_to_close_timeout=timeout,
+            heartbeat_timeout=NODE_HEARTBEAT,
+            retry_policy=NODE_RETRY,
+        )
     except ActivityError as exc:
         raise _node_failure(exc, what, node_id) from exc
 
@@ -92,8 +108,14 @@ class ReplicaLoadWorkflow:
 
     @workflow.run
     async def run(self, order: LoadOnNode) -> ReplicaReady:
-        return await _heartbeating_on_node(LOAD_REPLICA, order.request, order.node_id, ReplicaReady, LOAD_TIMEOUT,
-                                           f"loading {order.request.replica_id}")
+        return await _heartbeating_on_node(
+            LOAD_REPLICA,
+            order.request,
+            order.node_id,
+            ReplicaReady,
+            LOAD_TIMEOUT,
+            f"loading {order.request.replica_id}",
+        )
 
 
 @workflow.defn(name=UNLOAD_WORKFLOW)
@@ -122,5 +144,6 @@ class PrewarmWorkflow:
 
     @workflow.run
     async def run(self, order: PrewarmOnNode) -> str:
-        return await _heartbeating_on_node(PREWARM, order.request, order.node_id, str, PREWARM_TIMEOUT,
-                                           f"prewarming {order.request.model.name}")
+        return await _heartbeating_on_node(
+            PREWARM, order.request, order.node_id, str, PREWARM_TIMEOUT, f"prewarming {order.request.model.name}"
+        )

@@ -44,24 +44,44 @@ with workflow.unsafe.imports_passed_through():
     from activities.bookkeeping import TaskBookkeeping
     from activities.llm_step import LlmStepActivities
     from activities.pool_lease import PoolLeases
-    from sdk import CheckpointRef
-    from sdk.wire.lease import (BookedRound, CutGeneration, Direct, LeaseGrant, LeaseRequest, Never, NextStep, NodeLiveness,
-                            Placed, ReleaseLease, StepLimits, StepPlacement, StepRound)
-    from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
+    from sdk import CheckpointRef, GpuTrouble
+    from sdk.wire.contracts import (
+        AcquireStep,
+        CheckpointInput,
+        GenerationProgress,
+        LlmStepInput,
+        LlmStepResult,
+        Reply,
+        Shortfall,
+    )
+    from sdk.wire.lease import (
+        BookedRound,
+        CutGeneration,
+        Direct,
+        LeaseGrant,
+        LeaseRequest,
+        Never,
+        NextStep,
+        NodeLiveness,
+        Placed,
+        ReleaseLease,
+        StepLimits,
+        StepPlacement,
+        StepRound,
+    )
     from sdk.wire.node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
     from sdk.wire.recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
-    from sdk import GpuTrouble
-    from sdk.wire.contracts import (AcquireStep, CheckpointInput, GenerationProgress, LlmStepInput, LlmStepResult, Reply,
-                               Shortfall)
+    from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
     from .interruptions import Interruption, NodeRevoked, books_refused, interruption, is_permanent, progress_of
-    from .options import BOOKKEEPING
+    from .options import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT
 
 # A generation heartbeats every 0.5 s while tokens stream (every 2 s before them), and its worker sends a beat at
 # least every second; by default 5 s of silence (`heartbeat_timeout_s`) makes the step ask whether its node is gone.
 GENERATE_HEARTBEAT = timedelta(seconds=5)
-GENERATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
-                             maximum_attempts=6)
+GENERATE_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10), maximum_attempts=6
+)
 NO_RETRY = RetryPolicy(maximum_attempts=1)
 # A node's worker polls its queue all the time: a call not picked up in this share of the heartbeat timeout
 # makes the step ask for evidence about the node (kept under it, so a dead node is found as fast as mid-stream).
@@ -71,8 +91,12 @@ UNPROVEN_PICKUPS = 2
 # The patch under which a step's predecessor is written by its first lease ask (one local activity, not two).
 PREDECESSOR_WITH_ACQUIRE = "predecessor-with-acquire"
 REPORTS_LOADS = "reports-loads"  # a load says so in the task's state and events
-_WEIGHTS_FROM = {"disk": "weights from its disk", "datacenter": "weights from a peer in its datacenter",
-                 "origin": "weights from origin", "loading": "its load had already begun"}
+_WEIGHTS_FROM = {
+    "disk": "weights from its disk",
+    "datacenter": "weights from a peer in its datacenter",
+    "origin": "weights from origin",
+    "loading": "its load had already begun",
+}
 # Times a quiet generation on a live node is continued there (each one attempt of the placement's stride) before
 # the step counts it `stalled` and places it elsewhere: an engine that is wedged, not merely slow.
 QUIET_CONTINUES = 3
@@ -167,12 +191,19 @@ class _Round:
 class FleetStep:
     """Runs one task's model calls on the fleet; remembers the replica that served the last step."""
 
-    def __init__(self, set_waiting: Callable[[str | None, GpuTrouble | None], Awaitable[None]],
-                 stop_waiting: Callable[[], bool], cancelled: Callable[[], bool],
-                 record_event: Callable[[str, dict], Awaitable[None]], max_interruptions: int,
-                 heartbeat_timeout: timedelta = GENERATE_HEARTBEAT, interruptions: int = 0,
-                 placements_step: int = 0, placements_used: int = 0,
-                 recovery: Sequence[RecoveryRule] = DEFAULT_RECOVERY) -> None:
+    def __init__(
+        self,
+        set_waiting: Callable[[str | None, GpuTrouble | None], Awaitable[None]],
+        stop_waiting: Callable[[], bool],
+        cancelled: Callable[[], bool],
+        record_event: Callable[[str, dict], Awaitable[None]],
+        max_interruptions: int,
+        heartbeat_timeout: timedelta = GENERATE_HEARTBEAT,
+        interruptions: int = 0,
+        placements_step: int = 0,
+        placements_used: int = 0,
+        recovery: Sequence[RecoveryRule] = DEFAULT_RECOVERY,
+    ) -> None:
         self._set_waiting = set_waiting  # (None, None): waiting is over
         self._said: tuple[str, GpuTrouble] | None = None
         self._stop_waiting = stop_waiting
@@ -232,15 +263,24 @@ class FleetStep:
     def _asking(self, rnd: _Round, index: int) -> LeaseRequest:
         """The lease request, made again at each ask: exclusions end while the step waits."""
         inp = rnd.inp
-        return rnd.request.model_copy(update={
-            "exclude_nodes": rnd.request.exclude_nodes + sorted(self.gone_nodes)
-            + still_excluded(rnd.excluded, workflow.now()),
-            "avoid_spot_zones": sorted(rnd.avoided_zones), "previous_replica": self.previous_replica,
-            "prompt_tokens": self.context_tokens,
-            "limits": StepLimits(max_tokens=inp.max_tokens, token_allowance=max(0, inp.token_allowance),
-                                 usd_allowance=None if inp.usd_allowance is None else max(0.0, inp.usd_allowance),
-                                 first_attempt=index * ATTEMPT_STRIDE + 1, last_attempt=(index + 1) * ATTEMPT_STRIDE,
-                                 round_first_attempt=rnd.first_attempt)})
+        return rnd.request.model_copy(
+            update={
+                "exclude_nodes": rnd.request.exclude_nodes
+                + sorted(self.gone_nodes)
+                + still_excluded(rnd.excluded, workflow.now()),
+                "avoid_spot_zones": sorted(rnd.avoided_zones),
+                "previous_replica": self.previous_replica,
+                "prompt_tokens": self.context_tokens,
+                "limits": StepLimits(
+                    max_tokens=inp.max_tokens,
+                    token_allowance=max(0, inp.token_allowance),
+                    usd_allowance=None if inp.usd_allowance is None else max(0.0, inp.usd_allowance),
+                    first_attempt=index * ATTEMPT_STRIDE + 1,
+                    last_attempt=(index + 1) * ATTEMPT_STRIDE,
+                    round_first_attempt=rnd.first_attempt,
+                ),
+            }
+        )
 
     async def _acquire(self, rnd: _Round, index: int) -> Placed | Direct | None:
         """A lease; while the pool says wait, the task shows why (under the trouble that brought the step here)."""
@@ -256,8 +296,9 @@ class FleetStep:
                 raise Unplaceable(grant.reason)
             now = workflow.now()
             if said is None or said[0] != grant.wait_reason or now - said[1] >= PLACE_UPDATE_EVERY:
-                await self._say(f"gpu: {grant.reason} (place {grant.queue_position} in the queue for"
-                                f" {request.model})", rnd.trouble)
+                await self._say(
+                    f"gpu: {grant.reason} (place {grant.queue_position} in the queue for {request.model})", rnd.trouble
+                )
                 said = (grant.wait_reason, now)
             try:
                 await workflow.wait_condition(self._stop_waiting, timeout=timedelta(seconds=pause))
@@ -272,10 +313,18 @@ class FleetStep:
         (workflows that began before it did wrote it apart, after placement: `_checkpoint`)."""
         inp = rnd.inp
         if inp.pending is None or not workflow.patched(PREDECESSOR_WITH_ACQUIRE):
-            return await workflow.execute_local_activity_method(PoolLeases.acquire, request, **BOOKKEEPING)
-        asked = await workflow.execute_local_activity_method(PoolLeases.acquire_step, AcquireStep(
-            request=request, predecessor=CheckpointInput(task_id=inp.task_id, parent=inp.checkpoint,
-                                                         pending=inp.pending)), **BOOKKEEPING)
+            return await workflow.execute_local_activity_method(
+                PoolLeases.acquire, request, start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY
+            )
+        asked = await workflow.execute_local_activity_method(
+            PoolLeases.acquire_step,
+            AcquireStep(
+                request=request,
+                predecessor=CheckpointInput(task_id=inp.task_id, parent=inp.checkpoint, pending=inp.pending),
+            ),
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+        )
         rnd.inp = inp.model_copy(update={"checkpoint": asked.checkpoint, "pending": None})
         return asked.grant
 
@@ -286,12 +335,17 @@ class FleetStep:
         if inp.pending is None:
             return inp
         ref = await workflow.execute_local_activity_method(
-            TaskBookkeeping.checkpoint, CheckpointInput(task_id=inp.task_id, parent=inp.checkpoint, pending=inp.pending),
-            **BOOKKEEPING)
+            TaskBookkeeping.checkpoint,
+            CheckpointInput(task_id=inp.task_id, parent=inp.checkpoint, pending=inp.pending),
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+        )
         return inp.model_copy(update={"checkpoint": ref, "pending": None})
 
     # ----- on the lease: load, generate, settle ----------------------------------------------
-    async def _on_lease(self, rnd: _Round, grant: Placed, index: int) -> Reply | Shortfall | StepCut | Interrupted | Failed:
+    async def _on_lease(
+        self, rnd: _Round, grant: Placed, index: int
+    ) -> Reply | Shortfall | StepCut | Interrupted | Failed:
         """Load (if need be) and generate under the lease; release it whatever happened, and settle."""
         outcome: Generation | None = None
         placement: StepPlacement | None = None
@@ -307,15 +361,26 @@ class FleetStep:
                 outcome = loaded
         finally:
             served = isinstance(outcome, (Reply, Shortfall))
-            gone = (placement is None and isinstance(outcome, (Interrupted, Failed))  # its load failed
-                    or isinstance(outcome, Interrupted) and outcome.interruption.replica_gone)
+            gone = (
+                placement is None
+                and isinstance(outcome, (Interrupted, Failed))  # its load failed
+                or isinstance(outcome, Interrupted)
+                and outcome.interruption.replica_gone
+            )
             booked = await workflow.execute_local_activity_method(
-                PoolLeases.release, ReleaseLease(lease_id=grant.lease_id, replica_warm=served, replica_gone=gone,
-                                                 booked_round=StepRound(task_id=rnd.inp.task_id, step=rnd.inp.step,
-                                                                        first_attempt=rnd.first_attempt)
-                                                 if served else None,
-                                                 next_step=next_step_of(outcome) if isinstance(outcome, Reply) else None),
-                **BOOKKEEPING)
+                PoolLeases.release,
+                ReleaseLease(
+                    lease_id=grant.lease_id,
+                    replica_warm=served,
+                    replica_gone=gone,
+                    booked_round=StepRound(task_id=rnd.inp.task_id, step=rnd.inp.step, first_attempt=rnd.first_attempt)
+                    if served
+                    else None,
+                    next_step=next_step_of(outcome) if isinstance(outcome, Reply) else None,
+                ),
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY,
+            )
         return await self._settle(rnd, grant, placement, outcome, booked)
 
     async def _load(self, rnd: _Round, grant: Placed) -> float | Interrupted | Failed | _Cancelled:
@@ -327,18 +392,30 @@ class FleetStep:
             return 0.0
         reports = workflow.patched(REPORTS_LOADS)
         if reports:
-            await self._record_event("replica_loading", {"node_id": grant.node_id, "replica_id": grant.replica_id,
-                                                          "model": grant.load.model.name, "tier": grant.tier})
-            await self._set_waiting(f"a cold start: {grant.load.model.name} loading on {grant.node_id}"
-                                    f" ({_WEIGHTS_FROM.get(grant.tier, grant.tier)})", None)
+            await self._record_event(
+                "replica_loading",
+                {
+                    "node_id": grant.node_id,
+                    "replica_id": grant.replica_id,
+                    "model": grant.load.model.name,
+                    "tier": grant.tier,
+                },
+            )
+            await self._set_waiting(
+                f"a cold start: {grant.load.model.name} loading on {grant.node_id}"
+                f" ({_WEIGHTS_FROM.get(grant.tier, grant.tier)})",
+                None,
+            )
         try:
             loaded = await self._load_until_ready(rnd, grant)
         finally:
             if reports:
                 await self._set_waiting(None, None)
         if reports and isinstance(loaded, float):
-            await self._record_event("replica_loaded", {"node_id": grant.node_id, "replica_id": grant.replica_id,
-                                                         "seconds": round(loaded, 2)})
+            await self._record_event(
+                "replica_loaded",
+                {"node_id": grant.node_id, "replica_id": grant.replica_id, "seconds": round(loaded, 2)},
+            )
         return loaded
 
     async def _load_until_ready(self, rnd: _Round, grant: Placed) -> float | Interrupted | Failed | _Cancelled:
@@ -364,9 +441,15 @@ class FleetStep:
 
     async def _load_once(self, grant: Placed) -> Interrupted | Failed | _Cancelled | None:
         handle = workflow.start_activity(
-            LOAD_REPLICA, grant.load, task_queue=node_task_queue(grant.node_id), result_type=ReplicaReady,
-            start_to_close_timeout=LOAD_TIMEOUT, schedule_to_start_timeout=self.node_pickup,
-            heartbeat_timeout=LOAD_HEARTBEAT, retry_policy=LOAD_RETRY)
+            LOAD_REPLICA,
+            grant.load,
+            task_queue=node_task_queue(grant.node_id),
+            result_type=ReplicaReady,
+            start_to_close_timeout=LOAD_TIMEOUT,
+            schedule_to_start_timeout=self.node_pickup,
+            heartbeat_timeout=LOAD_HEARTBEAT,
+            retry_policy=LOAD_RETRY,
+        )
         await workflow.wait_condition(lambda: handle.done() or grant.node_id in self.gone_nodes or self._cancelled())
         if not handle.done() and grant.node_id not in self.gone_nodes:
             return _Cancelled(None)
@@ -385,33 +468,52 @@ class FleetStep:
         if not isinstance(outcome, Interrupted) or outcome.interruption.kind != "lost":
             return outcome
         lost = outcome.interruption
-        evidence = await workflow.execute_local_activity_method(PoolLeases.node_liveness, node_id, **BOOKKEEPING)
-        if evidence.verdict == "gone" or (evidence.verdict == "unknown" and
-                                          (not lost.never_started or unproven + 1 >= UNPROVEN_PICKUPS)):
+        evidence = await workflow.execute_local_activity_method(
+            PoolLeases.node_liveness,
+            node_id,
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+        )
+        if evidence.verdict == "gone" or (
+            evidence.verdict == "unknown" and (not lost.never_started or unproven + 1 >= UNPROVEN_PICKUPS)
+        ):
             return Interrupted(lost.gone(evidence.detail))
         if not lost.never_started:
             return Interrupted(lost.stalled(evidence.detail))
-        await self._say(f"gpu: waiting for {node_id} to pick {what} up: the node is busy, not gone"
-                        f" ({evidence.detail})", "capacity")
+        await self._say(
+            f"gpu: waiting for {node_id} to pick {what} up: the node is busy, not gone ({evidence.detail})", "capacity"
+        )
         return evidence
 
     def _placement(self, rnd: _Round, grant: Placed, load_s: float) -> StepPlacement:
         return StepPlacement(
-            lease_id=grant.lease_id, node_id=grant.node_id, replica_id=grant.replica_id,
-            gpu_indexes=grant.gpu_indexes, gpu_type=grant.gpu_type, tier=grant.tier, decided_by=grant.decided_by,
+            lease_id=grant.lease_id,
+            node_id=grant.node_id,
+            replica_id=grant.replica_id,
+            gpu_indexes=grant.gpu_indexes,
+            gpu_type=grant.gpu_type,
+            tier=grant.tier,
+            decided_by=grant.decided_by,
             queue_wait_s=max(0.0, round((workflow.now() - rnd.asked_at).total_seconds() - load_s, 3)),
-            load_s=round(load_s, 3))
+            load_s=round(load_s, 3),
+        )
 
     async def _generate(self, rnd: _Round, grant: Placed, placement: StepPlacement, index: int) -> Generation:
         """Generate on the node; a timeout there is weighed against the evidence about the node before the step
         is given up on it: a busy node's call is waited for, and a quiet generation on a live node is continued
         there, on the same lease, up to QUIET_CONTINUES times before it counts as `stalled`."""
-        inp = rnd.inp.model_copy(update={"placement": placement, "attempt_base": index * ATTEMPT_STRIDE,
-                                         "inherited_progress": self._inherited})
+        inp = rnd.inp.model_copy(
+            update={
+                "placement": placement,
+                "attempt_base": index * ATTEMPT_STRIDE,
+                "inherited_progress": self._inherited,
+            }
+        )
         unproven = quiet = 0
         while True:
-            weighed = await self._weigh(await self._generate_on_node(inp, grant.node_id), grant.node_id, unproven,
-                                        f"step {inp.step}'s call")
+            weighed = await self._weigh(
+                await self._generate_on_node(inp, grant.node_id), grant.node_id, unproven, f"step {inp.step}'s call"
+            )
             if isinstance(weighed, NodeLiveness):
                 unproven += weighed.verdict == "unknown"
                 continue
@@ -428,11 +530,23 @@ class FleetStep:
         without giving up the replica, its warm prefix or the step's place. It is said and recorded, not hidden."""
         progress = lost.progress if lost.progress is not None else inp.inherited_progress
         carried = progress.generated if progress is not None else 0
-        await self._say(f"gpu: step {inp.step}'s generation on {grant.node_id} went quiet but the node is alive:"
-                        f" continuing it there ({quiet} of {QUIET_CONTINUES}; {lost.detail})", "capacity")
-        await self._record_event("generation_quiet", {
-            "step": inp.step, "node_id": grant.node_id, "replica_id": grant.replica_id, "detail": lost.detail,
-            "continued": quiet, "tokens_carried": carried, "at": workflow.now().isoformat()})
+        await self._say(
+            f"gpu: step {inp.step}'s generation on {grant.node_id} went quiet but the node is alive:"
+            f" continuing it there ({quiet} of {QUIET_CONTINUES}; {lost.detail})",
+            "capacity",
+        )
+        await self._record_event(
+            "generation_quiet",
+            {
+                "step": inp.step,
+                "node_id": grant.node_id,
+                "replica_id": grant.replica_id,
+                "detail": lost.detail,
+                "continued": quiet,
+                "tokens_carried": carried,
+                "at": workflow.now().isoformat(),
+            },
+        )
         self._inherited = progress
         return inp.model_copy(update={"attempt_base": inp.attempt_base + 1, "inherited_progress": progress})
 
@@ -441,12 +555,19 @@ class FleetStep:
         cancellation cuts it off (a revoked node is not waited for: it may never answer the cancellation)."""
         assert inp.placement is not None
         handle = workflow.start_activity_method(
-            LlmStepActivities.generate, inp, task_queue=node_task_queue(node_id), start_to_close_timeout=GENERATE_TIMEOUT,
-            heartbeat_timeout=self.heartbeat_timeout, schedule_to_start_timeout=self.node_pickup, retry_policy=NO_RETRY,
+            LlmStepActivities.generate,
+            inp,
+            task_queue=node_task_queue(node_id),
+            start_to_close_timeout=GENERATE_TIMEOUT,
+            heartbeat_timeout=self.heartbeat_timeout,
+            schedule_to_start_timeout=self.node_pickup,
+            retry_policy=NO_RETRY,
             # Wait for the cut-off generation to report what it had generated, so its tokens are booked.
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
-        await workflow.wait_condition(lambda: handle.done() or self.preempt_requested or node_id in self.gone_nodes
-                                      or self._cancelled())
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        await workflow.wait_condition(
+            lambda: handle.done() or self.preempt_requested or node_id in self.gone_nodes or self._cancelled()
+        )
         if not handle.done() and node_id in self.gone_nodes:
             return await self._abandon(handle, node_id)
         cancelling = not handle.done() and self._cancelled()
@@ -476,8 +597,14 @@ class FleetStep:
             return handle.result()
         return Interrupted(interruption(NodeRevoked(node_id)))
 
-    async def _settle(self, rnd: _Round, grant: Placed, placement: StepPlacement | None, outcome: Generation | None,
-                      booked: BookedRound | None) -> Reply | Shortfall | StepCut | Interrupted | Failed:
+    async def _settle(
+        self,
+        rnd: _Round,
+        grant: Placed,
+        placement: StepPlacement | None,
+        outcome: Generation | None,
+        booked: BookedRound | None,
+    ) -> Reply | Shortfall | StepCut | Interrupted | Failed:
         """The step's result as the ledger booked it (never as the node says), or why there is none."""
         assert outcome is not None
         if isinstance(outcome, _Cancelled):
@@ -492,15 +619,26 @@ class FleetStep:
         self.context_tokens = charged.tokens_charged
         return charged
 
-    async def _book_cut(self, inp: LlmStepInput, progress: GenerationProgress | None, usd_per_1m: float | None,
-                        served_by: str) -> StepCut:
+    async def _book_cut(
+        self, inp: LlmStepInput, progress: GenerationProgress | None, usd_per_1m: float | None, served_by: str
+    ) -> StepCut:
         """Book what a cancelled generation had written as lost: the engine served it, so the books say so."""
         lost = BookedRound()
         if progress is not None and progress.generated > 0:
-            lost = await workflow.execute_local_activity_method(PoolLeases.book_cut, CutGeneration(
-                task_id=inp.task_id, step=inp.step, attempt=progress.attempt, model=inp.model,
-                tokens=min(progress.generated, inp.max_tokens), usd_per_1m_completion=usd_per_1m, served_by=served_by),
-                **BOOKKEEPING)
+            lost = await workflow.execute_local_activity_method(
+                PoolLeases.book_cut,
+                CutGeneration(
+                    task_id=inp.task_id,
+                    step=inp.step,
+                    attempt=progress.attempt,
+                    model=inp.model,
+                    tokens=min(progress.generated, inp.max_tokens),
+                    usd_per_1m_completion=usd_per_1m,
+                    served_by=served_by,
+                ),
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY,
+            )
         return StepCut(lost.lost_tokens, lost.cost_usd, inp.checkpoint if inp.pending is None else None)
 
     # ----- recovery --------------------------------------------------------------------------
@@ -522,26 +660,34 @@ class FleetStep:
         refused = outcome.error is not None and books_refused(outcome.error)
         if outcome.phase == "books" or refused:  # the books would not (or did not) take this node's call
             rnd.excluded[grant.node_id] = workflow.now()
-        if outcome.error is not None and ((is_permanent(outcome.error) and not refused)
-                                          or rnd.failures >= MAX_STEP_FAILURES):
+        if outcome.error is not None and (
+            (is_permanent(outcome.error) and not refused) or rnd.failures >= MAX_STEP_FAILURES
+        ):
             raise outcome.error
         if rnd.failures >= MAX_STEP_FAILURES:
             raise Unplaceable(f"step {rnd.inp.step}: {outcome.detail} ({rnd.failures} times)")
         rnd.trouble = "crash_loop"
-        await self._say(f"gpu: the model call failed on {grant.node_id} ({rnd.failures} of {MAX_STEP_FAILURES}):"
-                        f" {outcome.detail}", rnd.trouble)
-        await workflow.sleep(timedelta(seconds=min(2 ** rnd.failures, 10)))
+        await self._say(
+            f"gpu: the model call failed on {grant.node_id} ({rnd.failures} of {MAX_STEP_FAILURES}): {outcome.detail}",
+            rnd.trouble,
+        )
+        await workflow.sleep(timedelta(seconds=min(2**rnd.failures, 10)))
 
     async def _load_failed(self, rnd: _Round, grant: Placed, failed: Failed) -> None:
         rnd.excluded[grant.node_id] = workflow.now()
         rnd.load_failures += 1
         workflow.logger.warning("load of %s on %s failed: %s", grant.replica_id, grant.node_id, failed.detail)
         if rnd.load_failures >= MAX_LOAD_FAILURES:
-            raise Unplaceable(f"{rnd.request.model} failed to load {rnd.load_failures} times (on"
-                              f" {', '.join(rnd.excluded)}): {failed.detail}") from failed.error
+            raise Unplaceable(
+                f"{rnd.request.model} failed to load {rnd.load_failures} times (on"
+                f" {', '.join(rnd.excluded)}): {failed.detail}"
+            ) from failed.error
         rnd.trouble = "crash_loop"
-        await self._say(f"gpu: {rnd.request.model} failed to load on {grant.node_id} ({rnd.load_failures} of"
-                        f" {MAX_LOAD_FAILURES}): {failed.detail}", rnd.trouble)
+        await self._say(
+            f"gpu: {rnd.request.model} failed to load on {grant.node_id} ({rnd.load_failures} of"
+            f" {MAX_LOAD_FAILURES}): {failed.detail}",
+            rnd.trouble,
+        )
 
     def _interrupted(self, lost: Interruption, grant: Placed, max_tokens: int) -> _Pending:
         """Count an interruption (never against the retry budget) and keep what the generation had made."""
@@ -551,8 +697,10 @@ class FleetStep:
             self._inherited = lost.progress
         workflow.logger.info("step interrupted on %s (%s): %s", grant.node_id, lost.kind, lost.detail)
         if self.interruptions > self.max_interruptions:
-            raise Unplaceable(f"interrupted {self.interruptions} times (max_interruptions={self.max_interruptions});"
-                              f" last on {grant.node_id}: {lost.detail}")
+            raise Unplaceable(
+                f"interrupted {self.interruptions} times (max_interruptions={self.max_interruptions});"
+                f" last on {grant.node_id}: {lost.detail}"
+            )
         generated = lost.progress.generated if lost.progress is not None else 0
         prefix = carried_prefix(lost.progress)
         # Every fleet engine continues a final assistant message (vLLM, SGLang, llama.cpp, the simulated one).
@@ -561,13 +709,23 @@ class FleetStep:
 
     async def _record(self, pending: _Pending, step: int, resumed: Placed) -> None:
         """Record an interruption once the step has a new place: where it was, what it lost, where it resumed."""
-        await self._record_event("interruption", {
-            "step": step, "node_id": pending.grant.node_id, "replica_id": pending.grant.replica_id,
-            "kind": pending.interruption.kind, "detail": pending.interruption.detail, "at": pending.at.isoformat(),
-            "tokens_kept": pending.tokens_kept, "tokens_lost": pending.tokens_lost,
-            "resumed_on": resumed.node_id, "resumed_replica": resumed.replica_id, "resumed_tier": resumed.tier,
-            "resume_s": round((workflow.now() - pending.at).total_seconds(), 3),
-        })
+        await self._record_event(
+            "interruption",
+            {
+                "step": step,
+                "node_id": pending.grant.node_id,
+                "replica_id": pending.grant.replica_id,
+                "kind": pending.interruption.kind,
+                "detail": pending.interruption.detail,
+                "at": pending.at.isoformat(),
+                "tokens_kept": pending.tokens_kept,
+                "tokens_lost": pending.tokens_lost,
+                "resumed_on": resumed.node_id,
+                "resumed_replica": resumed.replica_id,
+                "resumed_tier": resumed.tier,
+                "resume_s": round((workflow.now() - pending.at).total_seconds(), 3),
+            },
+        )
 
     async def _say(self, why: str | None, trouble: GpuTrouble | None) -> None:
         """Show why the step is not running (None: it runs again), writing the task state only on a change."""
@@ -581,9 +739,13 @@ class FleetStep:
         """The generate activity off the fleet, retried by Temporal (on a node it is never retried: a retry
         would go back to the same node; failover and retries there are `generate`'s). A cancellation cuts it."""
         handle = workflow.start_activity_method(
-            LlmStepActivities.generate, inp, start_to_close_timeout=GENERATE_TIMEOUT,
-            heartbeat_timeout=GENERATE_HEARTBEAT, retry_policy=GENERATE_RETRY,
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED)
+            LlmStepActivities.generate,
+            inp,
+            start_to_close_timeout=GENERATE_TIMEOUT,
+            heartbeat_timeout=GENERATE_HEARTBEAT,
+            retry_policy=GENERATE_RETRY,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
         await workflow.wait_condition(lambda: handle.done() or self._cancelled())
         cancelling = not handle.done()
         if cancelling:
@@ -618,20 +780,34 @@ def _classified(err: ActivityError, phase: Literal["load", "generate"]) -> Inter
     return Interrupted(lost) if lost is not None else Failed(err, phase, _cause(err))
 
 
-def _as_booked(reply: Reply | Shortfall, booked: BookedRound, checkpoint: CheckpointRef,
-               placement: StepPlacement | None) -> Reply | Shortfall | None:
+def _as_booked(
+    reply: Reply | Shortfall, booked: BookedRound, checkpoint: CheckpointRef, placement: StepPlacement | None
+) -> Reply | Shortfall | None:
     """The node's reply with the figures the ledger booked for the step's round in place of the node's own, the
     checkpoint this step sent, and where it ran; None for a reply whose call the node never booked."""
     if isinstance(reply, Shortfall):  # no call was made: whatever the round booked was for dead attempts
-        return reply.model_copy(update={"kept_tokens": booked.kept_tokens, "cost_usd": booked.cost_usd,
-                                        "lost_tokens": booked.tokens - booked.kept_tokens,
-                                        "checkpoint": checkpoint, "placement": placement})
+        return reply.model_copy(
+            update={
+                "kept_tokens": booked.kept_tokens,
+                "cost_usd": booked.cost_usd,
+                "lost_tokens": booked.tokens - booked.kept_tokens,
+                "checkpoint": checkpoint,
+                "placement": placement,
+            }
+        )
     if booked.settled_calls == 0:
         return None
-    return reply.model_copy(update={
-        "prompt_tokens": booked.prompt_tokens, "completion_tokens": booked.completion_tokens,
-        "lost_tokens": booked.lost_tokens, "kept_tokens": booked.kept_tokens, "cost_usd": booked.cost_usd,
-        "checkpoint": checkpoint, "placement": placement})
+    return reply.model_copy(
+        update={
+            "prompt_tokens": booked.prompt_tokens,
+            "completion_tokens": booked.completion_tokens,
+            "lost_tokens": booked.lost_tokens,
+            "kept_tokens": booked.kept_tokens,
+            "cost_usd": booked.cost_usd,
+            "checkpoint": checkpoint,
+            "placement": placement,
+        }
+    )
 
 
 def _cause(err: BaseException) -> str:

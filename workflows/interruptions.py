@@ -23,8 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from activities.ports import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE
-    from sdk.wire.recovery import InterruptionKind
     from sdk.wire.contracts import GenerationProgress
+    from sdk.wire.recovery import InterruptionKind
 BOOKS_REFUSED = "StepBooksRefused"  # the control plane would not book a node's call (orchestrator/node/generation.py)
 
 
@@ -65,16 +65,23 @@ def interruption(err: ActivityError | NodeRevoked) -> Interruption | None:
     if isinstance(cause, TimeoutError) and cause.type in (TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_START):
         silent = cause.type == TimeoutType.HEARTBEAT
         what = "stopped heartbeating" if silent else "never picked the call up"
-        return Interruption("lost", f"the node {what}", _progress(cause.last_heartbeat_details), replica_gone=silent,
-                            never_started=not silent)
+        return Interruption(
+            "lost",
+            f"the node {what}",
+            _progress(cause.last_heartbeat_details),
+            replica_gone=silent,
+            never_started=not silent,
+        )
     if isinstance(cause, ApplicationError) and cause.type == NODE_STOPPING:
         return Interruption("notice", str(cause.message), _progress(cause.details))
     if isinstance(cause, ApplicationError) and cause.type == GENERATION_CUT:
-        return Interruption("simulated", "a simulated preemption cut the generation", _progress(cause.details),
-                            replica_gone=False)
+        return Interruption(
+            "simulated", "a simulated preemption cut the generation", _progress(cause.details), replica_gone=False
+        )
     if isinstance(cause, CancelledError):  # cut before the node had started it
-        return Interruption("simulated", "a simulated preemption cut the generation before it started", None,
-                            replica_gone=False)
+        return Interruption(
+            "simulated", "a simulated preemption cut the generation before it started", None, replica_gone=False
+        )
     if isinstance(cause, ApplicationError) and cause.type == REPLICA_UNAVAILABLE:
         return Interruption("replica_gone", str(cause.message), None)
     return None

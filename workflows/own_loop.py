@@ -42,7 +42,9 @@ class OwnLoop:
             raise ApplicationError(
                 f"messages: the call's first {call.prefix_length} messages are not the task's conversation of"
                 f" {p.length}: an own loop's calls must extend it (send the whole conversation each call)",
-                type="TranscriptMoved", non_retryable=True)
+                type="TranscriptMoved",
+                non_retryable=True,
+            )
 
     def absorb(self, messages: list[Message]) -> None:
         """The call's new messages join the conversation as its step begins (a call that then fails has still
@@ -61,8 +63,11 @@ class OwnLoop:
     def record_tool_result(self, result: LoopToolResult) -> None:
         """Keep what a tool returned, for a call one of this task's replies made (the first report stands)."""
         if result.call_id not in self.progress.call_ids:
-            raise ApplicationError(f"call_id: {result.call_id!r} is no tool call this task's model made",
-                                   type="UnknownToolCall", non_retryable=True)
+            raise ApplicationError(
+                f"call_id: {result.call_id!r} is no tool call this task's model made",
+                type="UnknownToolCall",
+                non_retryable=True,
+            )
         self.progress.tool_results.setdefault(result.call_id, result.content)
 
     def tool_result(self, call_id: str) -> str | None:

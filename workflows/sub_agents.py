@@ -21,18 +21,26 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.bookkeeping import TaskBookkeeping
     from pydantic import ValidationError
-    from sdk import TaskState
-    from sdk.wire.task_run import TaskRun
+
+    from activities.bookkeeping import TaskBookkeeping
+    from sdk import AgentSpec, TaskSpec, TaskState
     from sdk.wire.builtins import SpawnAgentArgs
+    from sdk.wire.contracts import (
+        CANCEL_SIGNAL,
+        GRANT_BUDGET_SIGNAL,
+        WORKFLOW_NAME,
+        CancelRequest,
+        RaiseBudget,
+        RaiseChildBudget,
+        ResolveAgentInput,
+        SpawnedChild,
+    )
     from sdk.wire.limits import MAX_TASK_ID_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET, MIN_ANSWER_TOKENS, SUB_AGENT_MARK
-    from sdk import AgentSpec, TaskSpec
-    from sdk.wire.contracts import (CANCEL_SIGNAL, GRANT_BUDGET_SIGNAL, WORKFLOW_NAME, CancelRequest, RaiseBudget,
-                               RaiseChildBudget, ResolveAgentInput, SpawnedChild)
+    from sdk.wire.task_run import TaskRun
 
     from .budget import BudgetViolation, TokenBudget
-    from .options import BOOKKEEPING
+    from .options import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT
 
 
 # What Temporal calls a signal to a workflow that has closed (or never was).
@@ -71,8 +79,15 @@ class SubAgents:
         child = await self._settle(started)
         if isinstance(child, str):
             return f"tool error: {child}"
-        return json.dumps({"task_id": child.task_id, "status": child.status.value, "answer": child.result,
-                           "error": child.error, "tokens_used": child.spend.tokens_used})
+        return json.dumps(
+            {
+                "task_id": child.task_id,
+                "status": child.status.value,
+                "answer": child.result,
+                "error": child.error,
+                "tokens_used": child.spend.tokens_used,
+            }
+        )
 
     async def spawn(self, args: SpawnAgentArgs) -> SpawnedChild:
         """A child asked for from outside (SDK, API): started now, settled in the background (`_settle` never
@@ -84,18 +99,20 @@ class SubAgents:
     def check_raise(self, req: RaiseChildBudget) -> None:
         """Refuse a raise the parent's remainder cannot pay for, or of a task that is not a running child."""
         if req.child_task_id not in self.running:
-            raise ApplicationError(f"task_id: {req.child_task_id} is not a running sub-agent of"
-                                   f" {self.parent.task_id}")
+            raise ApplicationError(f"task_id: {req.child_task_id} is not a running sub-agent of {self.parent.task_id}")
         remaining = self.budget.token_allowance
         if req.tokens > remaining:
-            raise ApplicationError(f"tokens: a sub-agent's budget grows out of its parent's remainder: asked for"
-                                   f" {req.tokens} tokens, but only {remaining} remain of task {self.parent.task_id}")
+            raise ApplicationError(
+                f"tokens: a sub-agent's budget grows out of its parent's remainder: asked for"
+                f" {req.tokens} tokens, but only {remaining} remain of task {self.parent.task_id}"
+            )
         usd_left = self.budget.usd_allowance
         if req.usd > 0 and (usd_left is None or self._started[req.child_task_id].usd is None):
             raise ApplicationError("usd: this sub-agent has no dollar limit to raise")
         if usd_left is not None and req.usd > usd_left:
-            raise ApplicationError(f"usd: asked for ${req.usd}, but only ${usd_left:.6f} remain of task"
-                                   f" {self.parent.task_id}")
+            raise ApplicationError(
+                f"usd: asked for ${req.usd}, but only ${usd_left:.6f} remain of task {self.parent.task_id}"
+            )
 
     async def raise_child(self, req: RaiseChildBudget) -> SpawnedChild:
         """Carve more for a running child out of this task's remainder, then tell the child: the carve is taken
@@ -106,7 +123,8 @@ class SubAgents:
         self._carve_more(started, req.tokens, usd)
         try:
             await workflow.get_external_workflow_handle(req.child_task_id).signal(
-                GRANT_BUDGET_SIGNAL, RaiseBudget(tokens=req.tokens, usd=usd))
+                GRANT_BUDGET_SIGNAL, RaiseBudget(tokens=req.tokens, usd=usd)
+            )
         except Exception as exc:  # it ended meanwhile: nothing more was given, so nothing more is set aside
             self._carve_more(started, -req.tokens, -usd)
             raise ApplicationError(f"sub-agent {req.child_task_id} has ended: {exc}") from exc
@@ -150,24 +168,41 @@ class SubAgents:
     async def _carve_and_start(self, args: SpawnAgentArgs, origin: str) -> _Started:
         agent = await self._resolve(args.agent)
         if self.budget.token_allowance < 2 * MIN_ANSWER_TOKENS or (
-                self.budget.usd_allowance is not None and self.budget.usd_allowance <= 0):
+            self.budget.usd_allowance is not None and self.budget.usd_allowance <= 0
+        ):
             raise ApplicationError("no budget left to give a sub-agent", non_retryable=True)
         task_id = f"{self.parent.task_id}{SUB_AGENT_MARK}{origin}.{len(self.children) + 1}.{workflow.uuid4().hex[:8]}"
         if len(task_id) > MAX_TASK_ID_CHARS:
-            raise ApplicationError(f"sub-agents nest too deep under {self.parent.task_id}: a sub-agent's id would be"
-                                   f" longer than {MAX_TASK_ID_CHARS} characters", non_retryable=True)
+            raise ApplicationError(
+                f"sub-agents nest too deep under {self.parent.task_id}: a sub-agent's id would be"
+                f" longer than {MAX_TASK_ID_CHARS} characters",
+                non_retryable=True,
+            )
         tokens, usd = self.budget.carve(args.tokens, MAX_TOKEN_BUDGET, MAX_USD_BUDGET)
         if tokens < 2 * MIN_ANSWER_TOKENS:
             self.budget.settle_child(tokens, usd, 0)
             raise ApplicationError(f"only {tokens} tokens left, too few for a sub-agent", non_retryable=True)
-        spec = TaskSpec(task_id=task_id, agent=args.agent, input=args.input, budget={"tokens": tokens, "usd": usd or None},
-                        tenant=self.parent.spec.tenant, priority=self.parent.spec.priority)
-        run = TaskRun(task_id=task_id, spec=spec, agent=agent, parent_task_id=self.parent.task_id,
-                      submitted_at=workflow.now(), budget_grace_s=0,
-                      heartbeat_timeout_s=self.parent.heartbeat_timeout_s)
+        spec = TaskSpec(
+            task_id=task_id,
+            agent=args.agent,
+            input=args.input,
+            budget={"tokens": tokens, "usd": usd or None},
+            tenant=self.parent.spec.tenant,
+            priority=self.parent.spec.priority,
+        )
+        run = TaskRun(
+            task_id=task_id,
+            spec=spec,
+            agent=agent,
+            parent_task_id=self.parent.task_id,
+            submitted_at=workflow.now(),
+            budget_grace_s=0,
+            heartbeat_timeout_s=self.parent.heartbeat_timeout_s,
+        )
         try:
-            handle = await workflow.start_child_workflow(WORKFLOW_NAME, run, id=task_id, result_type=TaskState,
-                                                         task_queue=workflow.info().task_queue)
+            handle = await workflow.start_child_workflow(
+                WORKFLOW_NAME, run, id=task_id, result_type=TaskState, task_queue=workflow.info().task_queue
+            )
         except Exception as exc:  # the start failed (an id taken, say): the carve goes back, nothing waits on it
             self.budget.settle_child(tokens, usd, 0)
             raise ApplicationError(f"sub-agent {task_id} could not start: {exc}", non_retryable=True) from exc
@@ -199,8 +234,11 @@ class SubAgents:
 
     async def _resolve(self, name: str) -> AgentSpec:
         resolved = await workflow.execute_local_activity_method(
-            TaskBookkeeping.resolve_agent, ResolveAgentInput(name=name, tenant=self.parent.spec.tenant),
-            **BOOKKEEPING)
+            TaskBookkeeping.resolve_agent,
+            ResolveAgentInput(name=name, tenant=self.parent.spec.tenant),
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
+        )
         if resolved.agent is None:
             raise ApplicationError(resolved.error or f"no agent named {name!r}", non_retryable=True)
         return resolved.agent

@@ -26,11 +26,17 @@ class SubmitRequest(TaskSpec):
 
     model_config = ConfigDict(extra="forbid")
 
-    task_id: str | None = Field(default=None, pattern=TASK_ID_PATTERN, description=(
-        "an id of your choosing, scoped to the task's tenant: the task's id is `<tenant>:<task_id>`, and submitting"
-        " it again with the same spec returns that task"))
+    task_id: str | None = Field(
+        default=None,
+        pattern=TASK_ID_PATTERN,
+        description=(
+            "an id of your choosing, scoped to the task's tenant: the task's id is `<tenant>:<task_id>`, and submitting"
+            " it again with the same spec returns that task"
+        ),
+    )
     budget: Budget | None = Field(  # type: ignore[assignment]  # optional here; a TaskSpec always has one
-        default=None, description="the task's limits; the tenant's default budget when absent")
+        default=None, description="the task's limits; the tenant's default budget when absent"
+    )
 
 
 async def admit(svc: Services, caller: Principal, request: SubmitRequest) -> TaskSpec:
@@ -38,8 +44,11 @@ async def admit(svc: Services, caller: Principal, request: SubmitRequest) -> Tas
     tenant_name = request.tenant
     if caller.tenant is not None:
         if "tenant" in request.model_fields_set and request.tenant != caller.tenant:
-            raise ApiError(403, f"API key {caller.key_id} submits for tenant {caller.tenant!r} only, not"
-                                f" {request.tenant!r}", field="tenant")
+            raise ApiError(
+                403,
+                f"API key {caller.key_id} submits for tenant {caller.tenant!r} only, not {request.tenant!r}",
+                field="tenant",
+            )
         tenant_name = caller.tenant
     tenant = await svc.db(svc.store.tenants.get, tenant_name)
     if tenant is None:

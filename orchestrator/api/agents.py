@@ -19,8 +19,12 @@ from .submission import check_model
 router = APIRouter(prefix="/v1/agents", tags=["agents"], responses=ERROR_RESPONSES)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=AgentSpec,
-             responses={200: {"model": AgentSpec, "description": "this content was already the current version"}})
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=AgentSpec,
+    responses={200: {"model": AgentSpec, "description": "this content was already the current version"}},
+)
 async def register(spec: AgentSpec, response: Response, svc: Svc, caller: AgentRegistrar) -> AgentSpec:
     """Register an agent; its version is the hash of its content, so re-registering is a no-op (200)."""
     registered, owner = await svc.db(svc.store.agents.owner, spec.name)
@@ -28,8 +32,11 @@ async def register(spec: AgentSpec, response: Response, svc: Svc, caller: AgentR
     changes = current is None or current.version != spec.content_version()
     if registered and changes and caller.tenant is not None and owner != caller.tenant:
         # Registering the same content again (a shared agent's tool worker starting) changes nothing.
-        raise ApiError(403, f"agent {spec.name!r} is registered by another tenant (or for all of them); choose"
-                            " another name", field="name")
+        raise ApiError(
+            403,
+            f"agent {spec.name!r} is registered by another tenant (or for all of them); choose another name",
+            field="name",
+        )
     await check_model(svc, spec.model)
     stored = await svc.db(svc.store.agents.register, spec, caller.tenant)
     if current is not None and current.version == stored.version:

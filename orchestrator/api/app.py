@@ -17,17 +17,32 @@ from fastapi import Depends, FastAPI
 
 from activities.tokens import warm_up_counting
 
+from .. import ui
 from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
-from .. import ui
 from ..mcp_server.http import mount as mount_mcp
 from ..store import Store
-from ..tokenizers import tokenizers_under
 from ..telemetry import install_metrics
 from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
 from ..telemetry.task_gauges import task_reading, watch_tasks
-from . import (agents, audit, checkpoints, errors, events, health, keys, metrics, models, nodes, own_loop, peers, steps,
-               tasks, tenants)
+from ..tokenizers import tokenizers_under
+from . import (
+    agents,
+    audit,
+    checkpoints,
+    errors,
+    events,
+    health,
+    keys,
+    metrics,
+    models,
+    nodes,
+    own_loop,
+    peers,
+    steps,
+    tasks,
+    tenants,
+)
 from .admin_key import install_admin_key
 from .audit import AuditTrail
 from .auth import authenticate
@@ -79,8 +94,13 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
         lifespan=lifespan,
     )
     catalogue = ModelCatalogue(config, store.models)
-    app.state.services = Services(config=config, store=store, temporal=temporal, catalogue=catalogue,
-                                  submissions=KeyRateLimit(config.submit_rate_per_s, config.submit_burst))
+    app.state.services = Services(
+        config=config,
+        store=store,
+        temporal=temporal,
+        catalogue=catalogue,
+        submissions=KeyRateLimit(config.submit_rate_per_s, config.submit_burst),
+    )
     errors.install(app)
     # The last added runs first: the audit trail wraps the body limit, so a refused oversized write is
     # on record too.
@@ -95,8 +115,13 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
         app.include_router(module.router, dependencies=[Depends(authenticate)])
     # The fleet gauges read the store's fleet table when /metrics is scraped.
     watch_fleet(lambda: fleet_reading(store.fleet.list()))
-    watch_tasks(lambda: task_reading(store.fleet.list(), store.tasks.list(status="waiting_for_gpu", limit=ALERT_SCAN),
-                                     store.tasks.list(status="running", limit=ALERT_SCAN)))
+    watch_tasks(
+        lambda: task_reading(
+            store.fleet.list(),
+            store.tasks.list(status="waiting_for_gpu", limit=ALERT_SCAN),
+            store.tasks.list(status="running", limit=ALERT_SCAN),
+        )
+    )
     fleet_history = ui.install(app, store)
     mcp = mount_mcp(app, store)
     return app

@@ -78,8 +78,15 @@ class AuditTrail:
             if who is None:
                 return
             await run_in_threadpool(
-                self.store.audit.record, key_id=who.key_id, role=who.role.value, tenant=who.tenant,
-                method=scope["method"], path=scope["path"], target=_target(scope), status=status)
+                self.store.audit.record,
+                key_id=who.key_id,
+                role=who.role.value,
+                tenant=who.tenant,
+                method=scope["method"],
+                path=scope["path"],
+                target=_target(scope),
+                status=status,
+            )
         except Exception:  # the request has been answered; a lost audit row must be loud, not fatal
             log.exception("could not write the audit row of %s %s", scope["method"], scope["path"])
 

@@ -34,8 +34,9 @@ _bearer = HTTPBearer(auto_error=False, description="an API key: `berth keys crea
 # nowhere, answering its own question would open its own human gate, registering an agent would rewrite a
 # prompt every task of the tenant runs: none of them is its task's to do.
 TASK_TOKEN_READS = ("/v1/tasks", "/v1/agents", "/v1/models")
-TASK_TOKEN_WRITES = frozenset({("POST", "/v1/tasks"), ("POST", "/v1/tasks/{task_id}/spawn"),
-                               ("POST", "/v1/tasks/{task_id}/cancel")})
+TASK_TOKEN_WRITES = frozenset(
+    {("POST", "/v1/tasks"), ("POST", "/v1/tasks/{task_id}/spawn"), ("POST", "/v1/tasks/{task_id}/cancel")}
+)
 
 
 async def authenticate(
@@ -45,8 +46,9 @@ async def authenticate(
 ) -> Principal:
     """The caller of a valid key; 401 without one, 403 for a viewer's write (viewers only read)."""
     if credentials is None or not credentials.credentials.strip():
-        raise ApiError(401, "an API key is required: send `Authorization: Bearer <key>`", field="authorization",
-                       headers=_CHALLENGE)
+        raise ApiError(
+            401, "an API key is required: send `Authorization: Bearer <key>`", field="authorization", headers=_CHALLENGE
+        )
     try:
         holder = await svc.db(svc.store.keys.authenticate, credentials.credentials.strip())
     except Unauthorized as exc:
@@ -72,9 +74,12 @@ def _hold_task_token_to_its_task(caller: Principal, request: Request) -> None:
         # It may stop its sub-agents, not itself: its task ends by its own agent's answer, or by a person.
         if not (path.endswith("/cancel") and target == caller.task_id):
             return
-    raise ApiError(403, f"API key {caller.key_id} is the token of task {caller.task_id}: it may submit sub-agents out"
-                        " of that task's budget, cancel them and read its own tree, nothing else",
-                   field="authorization")
+    raise ApiError(
+        403,
+        f"API key {caller.key_id} is the token of task {caller.task_id}: it may submit sub-agents out"
+        " of that task's budget, cancel them and read its own tree, nothing else",
+        field="authorization",
+    )
 
 
 def allow(roles: frozenset[Role], action: str, *, fleet_wide: bool = False) -> Callable[..., Awaitable[Principal]]:
@@ -97,14 +102,19 @@ def refusal_of(caller: Principal, roles: frozenset[Role], action: str, *, fleet_
     if caller.role not in roles:
         return forbidden(caller, action)
     if fleet_wide and caller.tenant is not None:
-        return ApiError(403, f"API key {caller.key_id} is confined to tenant {caller.tenant}, and may not {action}:"
-                             " every tenant shares it", field="authorization")
+        return ApiError(
+            403,
+            f"API key {caller.key_id} is confined to tenant {caller.tenant}, and may not {action}:"
+            " every tenant shares it",
+            field="authorization",
+        )
     return None
 
 
 def forbidden(caller: Principal, action: str) -> ApiError:
-    return ApiError(403, f"API key {caller.key_id} has role {caller.role.value}, which may not {action}",
-                    field="authorization")
+    return ApiError(
+        403, f"API key {caller.key_id} has role {caller.role.value}, which may not {action}", field="authorization"
+    )
 
 
 Caller = Annotated[Principal, Depends(authenticate)]

@@ -12,10 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sdk import Message, ModelSettings, ToolCall
 from sdk.wire.limits import MAX_INPUT_CHARS, MAX_MODEL_NAME_CHARS, MAX_MODEL_TOOLS, MAX_TOKENS_PER_STEP
-from sdk import Message, ToolCall
 from sdk.wire.own_loop import MAX_CALL_ID_CHARS, LoopReply
-from sdk import ModelSettings
 
 MAX_MESSAGES = 4096
 MAX_TOOL_NAME_CHARS = 64
@@ -66,8 +65,13 @@ class WireMessage(_Open):
     def to_message(self) -> Message:
         role = "system" if self.role == "developer" else self.role
         calls = [ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments) for c in self.tool_calls or ()]
-        return Message(role=role, content=self.text(), tool_calls=calls or None, tool_call_id=self.tool_call_id,
-                       name=self.name if role == "tool" else None)
+        return Message(
+            role=role,
+            content=self.text(),
+            tool_calls=calls or None,
+            tool_call_id=self.tool_call_id,
+            name=self.name if role == "tool" else None,
+        )
 
 
 class FunctionSpec(_Open):
@@ -136,8 +140,7 @@ class ChatRequest(_Open):
 
     def settings(self) -> dict[str, Any]:
         """How to sample, checked as an agent's ModelSettings are (raises ValidationError naming the field)."""
-        chosen = ModelSettings(temperature=self.temperature, top_p=self.top_p, stop=self.stop,
-                               seed=self.seed).chosen()
+        chosen = ModelSettings(temperature=self.temperature, top_p=self.top_p, stop=self.stop, seed=self.seed).chosen()
         if self.response_format is not None and self.response_format.type != "text":
             chosen["response_format"] = self.response_format.model_dump(exclude_none=True)
         return chosen
@@ -158,8 +161,10 @@ def _finish_reason(reply: LoopReply) -> str:
 def _wire_message(reply: LoopReply) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "assistant", "content": reply.message.content}
     if reply.message.tool_calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                             for c in reply.message.tool_calls]
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in reply.message.tool_calls
+        ]
     return out
 
 
@@ -176,25 +181,38 @@ def _berth(task_id: str, reply: LoopReply) -> dict[str, Any]:
 def completion(task_id: str, model: str, reply: LoopReply) -> dict[str, Any]:
     """The reply as a `chat.completion` object, with Berth's own facts under `berth`."""
     return {
-        "id": f"chatcmpl-{task_id}-{reply.step}", "object": "chat.completion", "created": int(time.time()),
+        "id": f"chatcmpl-{task_id}-{reply.step}",
+        "object": "chat.completion",
+        "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": _wire_message(reply), "finish_reason": _finish_reason(reply),
-                     "logprobs": None}],
-        "usage": _usage(reply), "berth": _berth(task_id, reply),
+        "choices": [
+            {"index": 0, "message": _wire_message(reply), "finish_reason": _finish_reason(reply), "logprobs": None}
+        ],
+        "usage": _usage(reply),
+        "berth": _berth(task_id, reply),
     }
 
 
 def completion_chunks(task_id: str, model: str, reply: LoopReply, include_usage: bool) -> list[dict[str, Any]]:
     """The reply as `chat.completion.chunk` objects, for a client that asked to stream: the whole message in one
     delta (the step has finished generating when its reply is known), then the finish, then the usage."""
-    base = {"id": f"chatcmpl-{task_id}-{reply.step}", "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": model}
+    base = {
+        "id": f"chatcmpl-{task_id}-{reply.step}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
     delta: dict[str, Any] = {"role": "assistant", "content": reply.message.content}
     if reply.message.tool_calls:
         delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(_wire_message(reply)["tool_calls"])]
-    chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-              {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": _finish_reason(reply)}],
-               "berth": _berth(task_id, reply)}]
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": _finish_reason(reply)}],
+            "berth": _berth(task_id, reply),
+        },
+    ]
     if include_usage:
         chunks.append({**base, "choices": [], "usage": _usage(reply)})
     return chunks

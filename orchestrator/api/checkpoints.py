@@ -29,8 +29,9 @@ async def list_checkpoints(task_id: str, svc: Svc, caller: Caller) -> list[Check
 
 
 @router.get("/checkpoints/{seq}", response_model=CheckpointDetail)
-async def read_checkpoint(task_id: str, seq: Annotated[int, Path(ge=0, le=MAX_STORED_INT)], svc: Svc,
-                          caller: Caller) -> CheckpointDetail:
+async def read_checkpoint(
+    task_id: str, seq: Annotated[int, Path(ge=0, le=MAX_STORED_INT)], svc: Svc, caller: Caller
+) -> CheckpointDetail:
     """One checkpoint whole: the conversation up to it, its scratch and the task state it saved."""
     await svc.task_record(task_id, caller)
     ref = await svc.db(svc.store.checkpoints.find, task_id, seq)
@@ -46,8 +47,9 @@ async def read_checkpoint(task_id: str, seq: Annotated[int, Path(ge=0, le=MAX_ST
 
 
 @router.post("/fork", status_code=status.HTTP_201_CREATED, response_model=TaskState)
-async def fork(task_id: str, request: ForkRequest, http: Request, response: Response, svc: Svc,
-               caller: TaskWriter) -> TaskState:
+async def fork(
+    task_id: str, request: ForkRequest, http: Request, response: Response, svc: Svc, caller: TaskWriter
+) -> TaskState:
     """Start a new task from one of this task's checkpoints, with the source's spec and any overrides.
 
     The workflow of the new task copies the checkpoint as its starting conversation; it is a task of the
@@ -60,8 +62,11 @@ async def fork(task_id: str, request: ForkRequest, http: Request, response: Resp
         raise _no_checkpoint(task_id, request.checkpoint_seq)
     agent = await svc.db(svc.store.agents.get, record.state.agent, record.state.agent_version)
     if agent is not None and agent.loop == "own":
-        raise conflict(f"task {task_id} ran its author's own loop: where that loop stood lives in the loop, not in"
-                       " Berth's checkpoints, so a fork could not go on from one", field="task_id")
+        raise conflict(
+            f"task {task_id} ran its author's own loop: where that loop stood lives in the loop, not in"
+            " Berth's checkpoints, so a fork could not go on from one",
+            field="task_id",
+        )
 
     source = TaskSpec.model_validate_json(record.spec_json)
     overrides = request.model_dump(exclude={"checkpoint_seq"}, exclude_none=True)
@@ -74,7 +79,10 @@ async def fork(task_id: str, request: ForkRequest, http: Request, response: Resp
         raise invalid(field_of(first["loc"]), first["msg"]) from None
     check_submission_rate(svc, caller)
     submitted = await submit_task(
-        svc, spec, caller, fork_of=ForkSource(task_id=task_id, checkpoint_seq=request.checkpoint_seq),
+        svc,
+        spec,
+        caller,
+        fork_of=ForkSource(task_id=task_id, checkpoint_seq=request.checkpoint_seq),
         agent_version=record.state.agent_version,
     )
     note_target(http.scope, submitted.state.task_id)

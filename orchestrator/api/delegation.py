@@ -30,17 +30,24 @@ async def submit_as_child(svc: Services, caller: Principal, request: SubmitReque
     assert caller.task_id is not None
     parent = await svc.task_record(caller.task_id, caller)
     # Left out, left at its default (as clients send it) or, for the tenant, the parent's own: nothing to refuse.
-    asked = [name for name in _FROM_THE_PARENT if name in request.model_fields_set and getattr(request, name) != (
-        parent.state.tenant if name == "tenant" else TaskSpec.model_fields[name].default)]
+    asked = [
+        name
+        for name in _FROM_THE_PARENT
+        if name in request.model_fields_set
+        and getattr(request, name) != (parent.state.tenant if name == "tenant" else TaskSpec.model_fields[name].default)
+    ]
     if asked:
-        raise invalid(asked[0], f"a task token starts sub-agents of task {caller.task_id}, which take {asked[0]} from"
-                                " it; leave it out")
+        raise invalid(
+            asked[0],
+            f"a task token starts sub-agents of task {caller.task_id}, which take {asked[0]} from it; leave it out",
+        )
     if request.budget is not None and (request.budget.usd is not None or request.budget.deadline is not None):
         field = "budget.usd" if request.budget.usd is not None else "budget.deadline"
         raise invalid(field, "a sub-agent's dollar limit and deadline are its parent's share, not asked for")
     agent = await resolve_agent(svc, request.agent, visible_to=parent.state.tenant)
-    args = SpawnAgentArgs(agent=request.agent, input=request.input,
-                          tokens=request.budget.tokens if request.budget is not None else None)
+    args = SpawnAgentArgs(
+        agent=request.agent, input=request.input, tokens=request.budget.tokens if request.budget is not None else None
+    )
     try:
         child = await svc.temporal.spawn(caller.task_id, args)
     except TemporalUnavailable as exc:
@@ -50,18 +57,31 @@ async def submit_as_child(svc: Services, caller: Principal, request: SubmitReque
     return await list_child(svc, child, agent, parent.state, request.input, request.priority)
 
 
-async def list_child(svc: Services, child: SpawnedChild, agent: AgentSpec, parent: TaskState, input_text: str,
-                     priority: int) -> TaskState:
+async def list_child(
+    svc: Services, child: SpawnedChild, agent: AgentSpec, parent: TaskState, input_text: str, priority: int
+) -> TaskState:
     """List a sub-agent its parent's workflow has just started, at once and with its input: a caller who asks
     about it next (cancel, preempt, read) finds it, though its own first save may come later. That save (which
     may also come first) keeps its row."""
     state = TaskState(
-        task_id=child.task_id, agent=agent.name, agent_version=agent.version, model=agent.model,
-        tenant=parent.tenant, status=TaskStatus.queued, max_steps=agent.max_steps,
-        spend=Spend(token_limit=child.tokens, usd_limit=child.usd), parent_task_id=parent.task_id,
+        task_id=child.task_id,
+        agent=agent.name,
+        agent_version=agent.version,
+        model=agent.model,
+        tenant=parent.tenant,
+        status=TaskStatus.queued,
+        max_steps=agent.max_steps,
+        spend=Spend(token_limit=child.tokens, usd_limit=child.usd),
+        parent_task_id=parent.task_id,
     )
-    spec = TaskSpec(task_id=child.task_id, agent=agent.name, input=input_text, tenant=parent.tenant,
-                    budget=Budget(tokens=child.tokens, usd=child.usd), priority=priority)
+    spec = TaskSpec(
+        task_id=child.task_id,
+        agent=agent.name,
+        input=input_text,
+        tenant=parent.tenant,
+        budget=Budget(tokens=child.tokens, usd=child.usd),
+        priority=priority,
+    )
     try:
         await svc.db(svc.store.tasks.create, child.task_id, spec.model_dump_json(), state)
     except TaskConflict:

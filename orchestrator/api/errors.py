@@ -37,17 +37,30 @@ _CODES = {
 
 # Documents the shape in OpenAPI for the statuses routes can answer with.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": code} for status, code in
-    ((401, "unauthorized"), (403, "forbidden"), (404, "not_found"), (409, "conflict"), (422, "invalid"),
-     (503, "unavailable"))
+    status: {"model": ErrorBody, "description": code}
+    for status, code in (
+        (401, "unauthorized"),
+        (403, "forbidden"),
+        (404, "not_found"),
+        (409, "conflict"),
+        (422, "invalid"),
+        (503, "unavailable"),
+    )
 }
 
 
 class ApiError(Exception):
     """A refusal with its HTTP status, a stable code, a reason and (when one is to blame) a field."""
 
-    def __init__(self, status: int, message: str, *, field: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        field: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code or _CODES.get(status, "error")
@@ -76,10 +89,17 @@ def error_body(code: str, message: str, field: str | None = None) -> dict[str, A
     return {"error": {"code": code, "message": message, "field": field}}
 
 
-def error_response(status: int, message: str, *, field: str | None = None, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(code or _CODES.get(status, "error"), message, field), status_code=status,
-                        headers=headers)
+def error_response(
+    status: int,
+    message: str,
+    *,
+    field: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        error_body(code or _CODES.get(status, "error"), message, field), status_code=status, headers=headers
+    )
 
 
 def field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:

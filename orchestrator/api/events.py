@@ -24,10 +24,8 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from sdk import TaskStatus
-from sdk.wire.events import END_EVENT, REVOKED_EVENT
-from sdk import Writing
-from sdk.wire.events import TOKEN_DELTA_EVENT
+from sdk import TaskStatus, Writing
+from sdk.wire.events import END_EVENT, REVOKED_EVENT, TOKEN_DELTA_EVENT
 from sdk.wire.limits import MAX_STORED_INT
 
 from .auth import Caller
@@ -60,8 +58,9 @@ async def stream_events(
 ) -> EventSourceResponse:
     await svc.task_record(task_id, caller)
     start = max(after, _seq(last_event_id))
-    return EventSourceResponse(tail(svc, task_id, start, caller.key_id, DeltaReader(svc, task_id) if deltas else None),
-                               ping=PING_INTERVAL_S)
+    return EventSourceResponse(
+        tail(svc, task_id, start, caller.key_id, DeltaReader(svc, task_id) if deltas else None), ping=PING_INTERVAL_S
+    )
 
 
 @router.get("/v1/tasks/{task_id}/writing", response_model=Writing)
@@ -90,23 +89,26 @@ class DeltaReader:
         written = progress.prefix if progress is not None else ""
         if not written.startswith(self.text):  # a retry that did not continue the cut text starts over
             self.text = ""
-        new = written[len(self.text):]
+        new = written[len(self.text) :]
         if not new:
             return None
         self.text = written
-        return ServerSentEvent(data=json.dumps({"task_id": self.task_id, "step": step, "text": new}),
-                               event=TOKEN_DELTA_EVENT)
+        return ServerSentEvent(
+            data=json.dumps({"task_id": self.task_id, "step": step, "text": new}), event=TOKEN_DELTA_EVENT
+        )
 
 
-async def tail(svc: Services, task_id: str, after: int, key_id: str,
-               deltas: DeltaReader | None = None) -> AsyncIterator[ServerSentEvent]:
+async def tail(
+    svc: Services, task_id: str, after: int, key_id: str, deltas: DeltaReader | None = None
+) -> AsyncIterator[ServerSentEvent]:
     quiet_polls = 0
     key_checked = time.monotonic()
     while True:
         if time.monotonic() - key_checked >= KEY_RECHECK_S:
             if not await svc.db(svc.store.keys.is_live, key_id):
-                yield ServerSentEvent(data=json.dumps({"task_id": task_id, "error": "the API key was revoked"}),
-                                      event=REVOKED_EVENT)
+                yield ServerSentEvent(
+                    data=json.dumps({"task_id": task_id, "error": "the API key was revoked"}), event=REVOKED_EVENT
+                )
                 return
             key_checked = time.monotonic()
         # Read the status before the events: a final status seen here means every event

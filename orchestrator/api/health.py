@@ -48,6 +48,6 @@ async def _check_store(svc: Services) -> str:
 async def _check_temporal(svc: Services) -> str:
     try:
         await asyncio.wait_for(svc.temporal.check(), HEALTH_TIMEOUT_S + 2)
-    except (TemporalUnavailable, asyncio.TimeoutError) as exc:
+    except (TimeoutError, TemporalUnavailable) as exc:
         return str(exc) or "no answer in time"
     return "ok"

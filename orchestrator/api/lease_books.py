@@ -51,8 +51,9 @@ class Round:
         return any(e.attempt == attempt and e.kind == kind for e in self.entries)
 
 
-def reserve_call(limits: StepLimits, booked: BookedRound, counted: PromptCount,
-                 prices: Prices | None) -> CallReservation:
+def reserve_call(
+    limits: StepLimits, booked: BookedRound, counted: PromptCount, prices: Prices | None
+) -> CallReservation:
     """Set aside the prompt (as counted here, with the margin for what the count may miss: an engine's template
     when counted by OpenAI's formula, the re-sent kept text of a continuation) and grant what the round's
     allowance leaves for the answer: never more than the step's max_tokens less the kept text it goes on from,
@@ -64,36 +65,56 @@ def reserve_call(limits: StepLimits, booked: BookedRound, counted: PromptCount,
     return CallReservation(prompt_tokens=prompt, max_tokens=max(0, max_tokens))
 
 
-def check_settle(limits: StepLimits, reservation: CallReservation | None, booked: Round, req: SettleStepRequest,
-                 prices: Prices | None) -> float:
+def check_settle(
+    limits: StepLimits,
+    reservation: CallReservation | None,
+    booked: Round,
+    req: SettleStepRequest,
+    prices: Prices | None,
+) -> float:
     """The call's price when the lease allows booking it; BookingRefused naming the field otherwise."""
     if reservation is None:
         raise BookingRefused("lease_id", "nothing was reserved for this lease's call: prepare it first")
     _check_attempt(req.attempt, limits.first_attempt, limits.last_attempt, "attempt")
     if req.completion_tokens > reservation.max_tokens:
-        raise BookingRefused("completion_tokens", f"{req.completion_tokens} answer tokens, but the lease granted"
-                                                  f" {reservation.max_tokens}")
+        raise BookingRefused(
+            "completion_tokens",
+            f"{req.completion_tokens} answer tokens, but the lease granted {reservation.max_tokens}",
+        )
     if req.prompt_tokens + req.completion_tokens > reservation.tokens:
-        raise BookingRefused("prompt_tokens", f"{req.prompt_tokens} prompt and {req.completion_tokens} answer tokens,"
-                                              f" but the lease reserved {reservation.tokens} in all")
+        raise BookingRefused(
+            "prompt_tokens",
+            f"{req.prompt_tokens} prompt and {req.completion_tokens} answer tokens,"
+            f" but the lease reserved {reservation.tokens} in all",
+        )
     totals = booked.totals
     if req.continued_tokens > totals.kept_tokens:
-        raise BookingRefused("continued_tokens", f"the call continued {req.continued_tokens} tokens, but the step"
-                                                 f" kept {totals.kept_tokens}")
-    _check_within(limits, totals, req.prompt_tokens + req.completion_tokens, call_cost(prices, req.prompt_tokens,
-                                                                                        req.completion_tokens))
+        raise BookingRefused(
+            "continued_tokens",
+            f"the call continued {req.continued_tokens} tokens, but the step kept {totals.kept_tokens}",
+        )
+    _check_within(
+        limits,
+        totals,
+        req.prompt_tokens + req.completion_tokens,
+        call_cost(prices, req.prompt_tokens, req.completion_tokens),
+    )
     return call_cost(prices, req.prompt_tokens, req.completion_tokens)
 
 
-def check_dead(limits: StepLimits, booked: Round, entries: Iterable[DeadAttemptBody],
-               prices: Prices | None) -> list[DeadAttemptBody]:
+def check_dead(
+    limits: StepLimits, booked: Round, entries: Iterable[DeadAttemptBody], prices: Prices | None
+) -> list[DeadAttemptBody]:
     """The dead attempts' entries not booked yet, when the lease allows booking them all."""
     new: list[DeadAttemptBody] = []
     for i, entry in enumerate(entries):
         _check_attempt(entry.attempt, limits.round_first_attempt, limits.last_attempt, f"entries.{i}.attempt")
         if entry.tokens > limits.max_tokens:
-            raise BookingRefused(f"entries.{i}.tokens", f"attempt {entry.attempt} cannot have generated {entry.tokens}"
-                                                        f" tokens: the step's answers are at most {limits.max_tokens}")
+            raise BookingRefused(
+                f"entries.{i}.tokens",
+                f"attempt {entry.attempt} cannot have generated {entry.tokens}"
+                f" tokens: the step's answers are at most {limits.max_tokens}",
+            )
         kind = LOST if entry.kind == "lost" else KEPT
         if not booked.has(entry.attempt, kind) and all((e.attempt, e.kind) != (entry.attempt, entry.kind) for e in new):
             new.append(entry)
@@ -113,8 +134,14 @@ def _check_attempt(attempt: int, first: int, last: int, field: str) -> None:
 
 def _check_within(limits: StepLimits, totals: BookedRound, tokens: int, usd: float) -> None:
     if totals.tokens + tokens > limits.token_allowance:
-        raise BookingRefused("tokens", f"the step would book {totals.tokens + tokens} tokens, beyond the"
-                                       f" {limits.token_allowance} its task allowed it")
+        raise BookingRefused(
+            "tokens",
+            f"the step would book {totals.tokens + tokens} tokens, beyond the"
+            f" {limits.token_allowance} its task allowed it",
+        )
     if limits.usd_allowance is not None and totals.cost_usd + usd > limits.usd_allowance + USD_SLACK:
-        raise BookingRefused("usd", f"the step would book ${totals.cost_usd + usd:.6f}, beyond the"
-                                    f" ${limits.usd_allowance:.6f} its task allowed it")
+        raise BookingRefused(
+            "usd",
+            f"the step would book ${totals.cost_usd + usd:.6f}, beyond the"
+            f" ${limits.usd_allowance:.6f} its task allowed it",
+        )

@@ -60,13 +60,22 @@ class BodySizeLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"error": {
-            "code": "too_large",
-            "message": f"the request body is larger than {self.max_bytes} bytes",
-            "field": None,
-        }}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            {
+                "error": {
+                    "code": "too_large",
+                    "message": f"the request body is larger than {self.max_bytes} bytes",
+                    "field": None,
+                }
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 

@@ -23,7 +23,11 @@ router = APIRouter()
 async def prometheus_metrics(caller: Caller) -> Response:
     if caller.tenant is not None or caller.task_id is not None:
         confined = f"task {caller.task_id}" if caller.task_id is not None else f"tenant {caller.tenant}"
-        raise ApiError(403, f"API key {caller.key_id} is confined to {confined}, and /metrics names every tenant:"
-                            " scrape with a key of no tenant (a viewer key is enough)", field="authorization")
+        raise ApiError(
+            403,
+            f"API key {caller.key_id} is confined to {confined}, and /metrics names every tenant:"
+            " scrape with a key of no tenant (a viewer key is enough)",
+            field="authorization",
+        )
     # In a thread: the fleet gauges read the store while the text is built.
     return Response(await asyncio.to_thread(metrics_text), media_type=METRICS_CONTENT_TYPE)

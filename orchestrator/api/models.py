@@ -42,8 +42,9 @@ async def set_policy(name: str, policy: ScalingPolicy, svc: Svc, _caller: Operat
 
 
 @router.post("/{name:path}/prewarm", response_model=PrewarmStarted, status_code=status.HTTP_202_ACCEPTED)
-async def prewarm(name: str, svc: Svc, _caller: Operator,
-                  request: Annotated[PrewarmRequest | None, Body()] = None) -> PrewarmStarted:
+async def prewarm(
+    name: str, svc: Svc, _caller: Operator, request: Annotated[PrewarmRequest | None, Body()] = None
+) -> PrewarmStarted:
     """Start putting the model's weights on the disk of every healthy node that could serve it.
 
     One PrewarmWorkflow per node, so each transfer retries and reports on its own; the answer
@@ -63,10 +64,16 @@ async def prewarm(name: str, svc: Svc, _caller: Operator,
         client = await svc.temporal.client()
         for node_id, source in targets:
             workflow_id = f"prewarm-{name}-{node_id}-{uuid.uuid4().hex[:8]}"
-            order = PrewarmOnNode(node_id=node_id, request=Prewarm(model=entry, size_bytes=weights_bytes(entry),
-                                                                    tier=source))
-            await client.start_workflow(PREWARM_WORKFLOW, order, id=workflow_id, task_queue=svc.temporal.task_queue,
-                                        rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
+            order = PrewarmOnNode(
+                node_id=node_id, request=Prewarm(model=entry, size_bytes=weights_bytes(entry), tier=source)
+            )
+            await client.start_workflow(
+                PREWARM_WORKFLOW,
+                order,
+                id=workflow_id,
+                task_queue=svc.temporal.task_queue,
+                rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S),
+            )
             started.append(PrewarmTarget(node_id=node_id, source=source, workflow_id=workflow_id))
     except (TemporalUnavailable, RPCError, RuntimeError) as exc:
         done = f" (started on {', '.join(t.node_id for t in started)})" if started else ""
@@ -79,8 +86,12 @@ async def get_model(name: str, svc: Svc) -> CatalogueModel:
     return await _existing(svc, name)
 
 
-@router.put("/{name:path}", response_model=CatalogueModel, status_code=status.HTTP_200_OK,
-            responses={201: {"model": CatalogueModel, "description": "a new model was added"}})
+@router.put(
+    "/{name:path}",
+    response_model=CatalogueModel,
+    status_code=status.HTTP_200_OK,
+    responses={201: {"model": CatalogueModel, "description": "a new model was added"}},
+)
 async def put_model(name: str, entry: ModelEntry, response: Response, svc: Svc, _caller: Operator) -> CatalogueModel:
     """Add a model or replace its entry; an existing model keeps its scaling policy."""
     if entry.name != name:

@@ -20,8 +20,8 @@ import logging
 
 from temporalio.client import RPCTimeoutOrCancelledError
 
-from sdk.wire.fleet import NodeRevocation
 from sdk.wire.contracts import NodeGone
+from sdk.wire.fleet import NodeRevocation
 
 from ..store import Store
 from .services import Services
@@ -39,8 +39,9 @@ async def revoke_node(svc: Services, node_id: str, *, remove: bool) -> NodeRevoc
     if remove:
         await svc.db(svc.store.node_admission.remove, node_id)
     reason = f"node {node_id} was {'removed' if remove else 'revoked'} by an operator"
-    told = await asyncio.gather(*(_tell(svc, task_id, NodeGone(node_id=node_id, reason=reason))
-                                  for task_id in sorted(leased)))
+    told = await asyncio.gather(
+        *(_tell(svc, task_id, NodeGone(node_id=node_id, reason=reason)) for task_id in sorted(leased))
+    )
     moved = [task_id for task_id, ok in zip(sorted(leased), told) if ok]
     unreached = [task_id for task_id, ok in zip(sorted(leased), told) if not ok]
     log.info("%s: %d task(s) told to move their steps, %d not reached", reason, len(moved), len(unreached))

@@ -57,33 +57,49 @@ DEDICATED_LABEL = "dedicated"  # the pool places only that tenant's steps on suc
 ANOTHER_TENANT = "(another tenant)"  # no tenant can be called this (NAME_PATTERN)
 
 
-@node_router.post("/v1/nodes/register", status_code=status.HTTP_201_CREATED, response_model=NodeRegistered,
-             responses={200: {"model": NodeRegistered, "description": "the node was already registered"},
-                        401: {"description": "the join token is wrong, used or expired"}})
-async def register(reg: NodeRegistration, response: Response, svc: Svc,
-                   node_secret: NodeSecret = None) -> NodeRegistered:
+@node_router.post(
+    "/v1/nodes/register",
+    status_code=status.HTTP_201_CREATED,
+    response_model=NodeRegistered,
+    responses={
+        200: {"model": NodeRegistered, "description": "the node was already registered"},
+        401: {"description": "the join token is wrong, used or expired"},
+    },
+)
+async def register(
+    reg: NodeRegistration, response: Response, svc: Svc, node_secret: NodeSecret = None
+) -> NodeRegistered:
     """Join the fleet (201: admitted with a per-node token, `pending` with the cluster token), or re-register a
     node that presents its node secret (200). The node secret is always the control plane's: one sent with a
     first registration is ignored."""
     _check_gpu_types(reg)
     cluster = _is_cluster_token(svc, reg.join_token)
     try:
-        joined = await _call(svc, svc.store.node_admission.join, reg.spec(), node_secret, reg.join_token,
-                             cluster_token=cluster)
+        joined = await _call(
+            svc, svc.store.node_admission.join, reg.spec(), node_secret, reg.join_token, cluster_token=cluster
+        )
     except ApiError as exc:
         if exc.field == "join_token" and exc.status == 401 and not svc.config.join_token:
-            raise ApiError(401, f"{exc.message}; this control plane has no cluster join token (BERTH_JOIN_TOKEN),"
-                                " so only per-node tokens let nodes in", field="join_token") from None
+            raise ApiError(
+                401,
+                f"{exc.message}; this control plane has no cluster join token (BERTH_JOIN_TOKEN),"
+                " so only per-node tokens let nodes in",
+                field="join_token",
+            ) from None
         raise
     if not joined.created:
         response.status_code = status.HTTP_200_OK
     return NodeRegistered(node=joined.node, node_secret=joined.node_secret)
 
 
-@node_router.post("/v1/nodes/{node_id}/heartbeat", response_model=NodeView,
-             responses={401: {"description": "the node secret is missing or wrong"}})
-async def heartbeat(node_id: str, hb: NodeHeartbeat, svc: Svc, request: Request,
-                    node_secret: NodeSecret = None) -> NodeView:
+@node_router.post(
+    "/v1/nodes/{node_id}/heartbeat",
+    response_model=NodeView,
+    responses={401: {"description": "the node secret is missing or wrong"}},
+)
+async def heartbeat(
+    node_id: str, hb: NodeHeartbeat, svc: Svc, request: Request, node_secret: NodeSecret = None
+) -> NodeView:
     """A node's metrics, cached weights and replicas, replacing the previous report."""
     if hb.node_id != node_id:
         raise invalid("node_id", f"the body names node {hb.node_id!r} but the path names {node_id!r}")
@@ -94,8 +110,12 @@ async def heartbeat(node_id: str, hb: NodeHeartbeat, svc: Svc, request: Request,
 
 
 @router.get("/v1/nodes", response_model=list[NodeView])
-async def list_nodes(svc: Svc, caller: Caller, status: Annotated[NodeStatus | None, Query()] = None,
-                     datacenter: Annotated[str | None, Query(max_length=63)] = None) -> list[NodeView]:
+async def list_nodes(
+    svc: Svc,
+    caller: Caller,
+    status: Annotated[NodeStatus | None, Query()] = None,
+    datacenter: Annotated[str | None, Query(max_length=63)] = None,
+) -> list[NodeView]:
     """Every node (the fleet serves every tenant); one dedicated to another tenant does not say which."""
     return [seen_by(caller, node) for node in await svc.db(svc.store.fleet.list, status, datacenter)]
 
@@ -108,10 +128,15 @@ async def get_node(node_id: str, svc: Svc, caller: Caller) -> NodeView:
     return seen_by(caller, node)
 
 
-@router.post("/v1/nodes/{node_id}/admit", status_code=status.HTTP_201_CREATED, response_model=NodeAdmission,
-             responses={409: {"description": "the node is admitted already"}})
-async def admit(node_id: NodeId, svc: Svc, caller: Operator,
-                req: Annotated[AdmitRequest | None, Body()] = None) -> NodeAdmission:
+@router.post(
+    "/v1/nodes/{node_id}/admit",
+    status_code=status.HTTP_201_CREATED,
+    response_model=NodeAdmission,
+    responses={409: {"description": "the node is admitted already"}},
+)
+async def admit(
+    node_id: NodeId, svc: Svc, caller: Operator, req: Annotated[AdmitRequest | None, Body()] = None
+) -> NodeAdmission:
     """A per-node join token: it lets `node_id` join once, admitted at once, until it expires (1 h by default)."""
     return await _call(svc, svc.store.node_admission.mint, node_id, (req or AdmitRequest()).ttl_s, caller.key_id)
 
@@ -148,7 +173,9 @@ async def undrain(node_id: str, svc: Svc, caller: Operator) -> NodeView:
 
 
 @router.post("/v1/nodes/{node_id}/preempt", response_model=NodeView)
-async def preempt(node_id: str, svc: Svc, caller: Operator, req: Annotated[PreemptRequest | None, Body()] = None) -> NodeView:
+async def preempt(
+    node_id: str, svc: Svc, caller: Operator, req: Annotated[PreemptRequest | None, Body()] = None
+) -> NodeView:
     """A preemption notice: no new placements; the node finishes what it can and leaves within `notice_s`.
     Its tasks resume on other nodes from their last checkpoints."""
     return seen_by(caller, await _call(svc, svc.store.fleet.preempt, node_id, (req or PreemptRequest()).notice_s))
@@ -178,8 +205,10 @@ def _check_gpu_types(reg: NodeRegistration) -> None:
     """A GPU type the catalogue does not know could not be priced or sped; refuse it by name."""
     for i, gpu in enumerate(reg.gpus):
         if gpu.type_name != UNKNOWN_GPU_TYPE and gpu.type_name not in GPU_TYPES:
-            raise invalid(f"gpus.{i}.type_name",
-                          f"unknown GPU type {gpu.type_name!r}; known: {known_types()}, or {UNKNOWN_GPU_TYPE!r}")
+            raise invalid(
+                f"gpus.{i}.type_name",
+                f"unknown GPU type {gpu.type_name!r}; known: {known_types()}, or {UNKNOWN_GPU_TYPE!r}",
+            )
 
 
 async def _call(svc: Services, fn: Callable[..., T], *args: object, **kwargs: object) -> T:

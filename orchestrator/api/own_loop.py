@@ -16,8 +16,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sdk import TaskState
-from sdk.wire.own_loop import MAX_CALL_ID_CHARS, LoopCall, LoopFinish, LoopReply, LoopToolResult
 from sdk.wire.limits import MAX_TOOL_RESULT_CHARS
+from sdk.wire.own_loop import MAX_CALL_ID_CHARS, LoopCall, LoopFinish, LoopReply, LoopToolResult
 from sdk.wire.transcript import EMPTY_CHAIN, chain_of, request_hash
 
 from .auth import TaskWriter
@@ -27,14 +27,25 @@ from .services import Services, Svc
 from .tasks import current_state, require_running
 from .temporal_gateway import TemporalUnavailable, UpdateRejected, WorkflowGone
 
-router = APIRouter(prefix="/v1/tasks", tags=["own loop"], responses={
-    **ERROR_RESPONSES, 402: {**ERROR_RESPONSES[409], "description": "out_of_budget"},
-    502: {**ERROR_RESPONSES[409], "description": "model_call_failed"}})
+router = APIRouter(
+    prefix="/v1/tasks",
+    tags=["own loop"],
+    responses={
+        **ERROR_RESPONSES,
+        402: {**ERROR_RESPONSES[409], "description": "out_of_budget"},
+        502: {**ERROR_RESPONSES[409], "description": "model_call_failed"},
+    },
+)
 
 # A refusal's kind (the workflow's ApplicationError type): the status it answers with, and the field to blame.
-_REFUSALS = {"OutOfBudget": (402, "budget"), "MaxSteps": (409, "max_steps"), "TranscriptMoved": (409, "messages"),
-             "UnknownToolCall": (404, "call_id"), "ModelCallFailed": (502, "model"),
-             "BudgetViolation": (409, "budget")}
+_REFUSALS = {
+    "OutOfBudget": (402, "budget"),
+    "MaxSteps": (409, "max_steps"),
+    "TranscriptMoved": (409, "messages"),
+    "UnknownToolCall": (404, "call_id"),
+    "ModelCallFailed": (502, "model"),
+    "BudgetViolation": (409, "budget"),
+}
 
 
 class ToolResultBody(BaseModel):
@@ -74,8 +85,9 @@ async def chat_completions(task_id: str, body: ChatRequest, svc: Svc, caller: Ta
     if not body.stream:
         return completion(task_id, model, reply)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return StreamingResponse(_sse(completion_chunks(task_id, model, reply, include_usage)),
-                             media_type="text/event-stream")
+    return StreamingResponse(
+        _sse(completion_chunks(task_id, model, reply, include_usage)), media_type="text/event-stream"
+    )
 
 
 async def _sse(chunks: list[dict]) -> AsyncIterator[str]:
@@ -84,8 +96,15 @@ async def _sse(chunks: list[dict]) -> AsyncIterator[str]:
     yield "data: [DONE]\n\n"
 
 
-async def _answer(svc: Services, task_id: str, instructions: str | None, conversation: list, tools: list[dict],
-                  settings: dict, answer_limit: int | None) -> LoopReply:
+async def _answer(
+    svc: Services,
+    task_id: str,
+    instructions: str | None,
+    conversation: list,
+    tools: list[dict],
+    settings: dict,
+    answer_limit: int | None,
+) -> LoopReply:
     """Send the workflow what its copy of the conversation lacks. Another call of the loop may land between the
     question and the call: the workflow then refuses this one as moved, and it is sent again once."""
     chains = chain_of(conversation)
@@ -94,15 +113,26 @@ async def _answer(svc: Services, task_id: str, instructions: str | None, convers
         try:
             held = await svc.temporal.loop_transcript(task_id)
             if held is None:
-                raise conflict(f"task {task_id}'s agent runs Berth's own loop: it takes no model calls from outside"
-                               " (register the agent with loop='own')", field="task_id")
-            extends = held.length <= len(conversation) and held.chain == (chains[held.length - 1] if held.length
-                                                                          else EMPTY_CHAIN)
+                raise conflict(
+                    f"task {task_id}'s agent runs Berth's own loop: it takes no model calls from outside"
+                    " (register the agent with loop='own')",
+                    field="task_id",
+                )
+            extends = held.length <= len(conversation) and held.chain == (
+                chains[held.length - 1] if held.length else EMPTY_CHAIN
+            )
             # A prefix that is not the task's may still be a call the workflow answered before: it checks that first.
             length, chain = (held.length, held.chain) if extends else (len(conversation), chains[-1])
-            call = LoopCall(request_hash=asked, prefix_length=length, prefix_chain=chain,
-                            new_messages=conversation[length:] if extends else [], instructions=instructions,
-                            tools=tools, settings=settings, max_tokens=answer_limit)
+            call = LoopCall(
+                request_hash=asked,
+                prefix_length=length,
+                prefix_chain=chain,
+                new_messages=conversation[length:] if extends else [],
+                instructions=instructions,
+                tools=tools,
+                settings=settings,
+                max_tokens=answer_limit,
+            )
             return await svc.temporal.loop_call(task_id, call)
         except UpdateRejected as exc:
             if exc.kind == "TranscriptMoved" and attempt == 0:

@@ -18,8 +18,12 @@ from .services import Svc
 router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
 
 
-@router.post("/v1/nodes/{node_id}/peer-tickets", status_code=status.HTTP_201_CREATED, response_model=PeerTicket,
-             responses={404: {"description": "no peer of the node's datacenter serves the model"}})
+@router.post(
+    "/v1/nodes/{node_id}/peer-tickets",
+    status_code=status.HTTP_201_CREATED,
+    response_model=PeerTicket,
+    responses={404: {"description": "no peer of the node's datacenter serves the model"}},
+)
 async def mint_ticket(node_id: NodeId, req: PeerTicketRequest, svc: Svc, node_secret: NodeSecret = None) -> PeerTicket:
     """A ticket for `node_id` to copy `req.model`'s weights from the fastest peer of its datacenter that holds them
     (shown once; only its hash is kept)."""
@@ -27,15 +31,21 @@ async def mint_ticket(node_id: NodeId, req: PeerTicketRequest, svc: Svc, node_se
     return await _call(svc, svc.store.peers.mint, node_id, node_secret, req, entry.entry if entry else None)
 
 
-@router.post("/v1/nodes/{node_id}/peer-tickets/check", response_model=TicketGrant,
-             responses={403: {"description": "the ticket does not let this node serve that file"}})
+@router.post(
+    "/v1/nodes/{node_id}/peer-tickets/check",
+    response_model=TicketGrant,
+    responses={403: {"description": "the ticket does not let this node serve that file"}},
+)
 async def check_ticket(node_id: NodeId, chk: TicketCheck, svc: Svc, node_secret: NodeSecret = None) -> TicketGrant:
     """May `node_id` serve file `chk.sha256` to whoever presented `chk.ticket`?"""
     return await _call(svc, svc.store.peers.check, node_id, node_secret, chk)
 
 
-@router.post("/v1/nodes/{node_id}/peer-tickets/report", response_model=ReportAnswer,
-             responses={409: {"description": "the ticket's copy was reported already"}})
+@router.post(
+    "/v1/nodes/{node_id}/peer-tickets/report",
+    response_model=ReportAnswer,
+    responses={409: {"description": "the ticket's copy was reported already"}},
+)
 async def report_copy(node_id: NodeId, rep: TransferReport, svc: Svc, node_secret: NodeSecret = None) -> ReportAnswer:
     """How the copy under a ticket went; closes the ticket. A corrupt or unservable copy is held against its source."""
     return await _call(svc, svc.store.peers.report, node_id, node_secret, rep)

@@ -38,16 +38,21 @@ from sdk.wire.step_books import (
 )
 
 from ..store import LeaseRecord, Store
-from ..tokenizers import ModelTokenizer, TokenizerUnreadable, tokenizers_under
 from ..store.checkpoints import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
+from ..tokenizers import ModelTokenizer, TokenizerUnreadable, tokenizers_under
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
 from .lease_books import BookingRefused, Round, booked_settled, check_dead, check_settle, reserve_call
 from .services import Services, Svc
 
-router = APIRouter(prefix="/v1/nodes/{node_id}/steps", tags=["fleet"], responses={
-    **ERROR_RESPONSES, 401: {"description": "the node secret is missing or wrong"},
-    403: {"description": "the node holds no such lease"},
-})
+router = APIRouter(
+    prefix="/v1/nodes/{node_id}/steps",
+    tags=["fleet"],
+    responses={
+        **ERROR_RESPONSES,
+        401: {"description": "the node secret is missing or wrong"},
+        403: {"description": "the node holds no such lease"},
+    },
+)
 NodeSecret = Annotated[str | None, Header(alias=NODE_SECRET_HEADER)]
 T = TypeVar("T")
 
@@ -59,8 +64,9 @@ async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: 
     def run(lease: LeaseRecord, store: Store) -> PreparedStepBody:
         current = store.checkpoints.read_latest(lease.task_id)
         if current is None or req.checkpoint != current.ref:
-            raise ApiError(409, f"checkpoint {req.checkpoint.id} is not task {lease.task_id!r}'s current one",
-                           field="checkpoint")
+            raise ApiError(
+                409, f"checkpoint {req.checkpoint.id} is not task {lease.task_id!r}'s current one", field="checkpoint"
+            )
         messages = [m.to_openai() for m in current.messages]
         tools = sendable_tools(_tools_of(store, lease.task_id)) or None
         counted = count_prompt(messages, tools, _tokenizer(svc, lease.model))
@@ -82,20 +88,36 @@ async def settle(node_id: str, req: SettleStepRequest, svc: Svc, node_secret: No
         booked = _round(store, lease)
         prices = _prices(svc, lease.model)
         if booked.has(req.attempt, SETTLED):  # a retried settle: booked already, as it was priced then
-            return SettleStepResult(recorded=False, cost_usd=next(
-                e.cost_usd for e in booked.entries if (e.attempt, e.kind) == (req.attempt, SETTLED)))
+            return SettleStepResult(
+                recorded=False,
+                cost_usd=next(e.cost_usd for e in booked.entries if (e.attempt, e.kind) == (req.attempt, SETTLED)),
+            )
         cost = check_settle(lease.limits, lease.reservation, booked, req, prices)
         totals = booked.totals
         placement = None
         if req.placement is not None:  # its timings are the node's word; where it ran is the lease's
-            placement = req.placement.model_copy(update={
-                "lease_id": lease.lease_id, "node_id": lease.node_id, "replica_id": lease.replica_id})
-        settled = _books(store).settle(_step_of(lease), CallReport(
-            attempt=req.attempt, prompt_tokens=req.prompt_tokens, completion_tokens=req.completion_tokens,
-            cost_usd=cost, ttft_s=req.ttft_s, duration_s=req.duration_s,
-            served_by=f"{lease.node_id}/{lease.replica_id}", response_id=req.response_id,
-            finish_reason=req.finish_reason, tool_calls=tuple(req.tool_calls), lost_tokens=totals.lost_tokens,
-            kept_tokens=totals.kept_tokens, continued_tokens=req.continued_tokens, placement=placement))
+            placement = req.placement.model_copy(
+                update={"lease_id": lease.lease_id, "node_id": lease.node_id, "replica_id": lease.replica_id}
+            )
+        settled = _books(store).settle(
+            _step_of(lease),
+            CallReport(
+                attempt=req.attempt,
+                prompt_tokens=req.prompt_tokens,
+                completion_tokens=req.completion_tokens,
+                cost_usd=cost,
+                ttft_s=req.ttft_s,
+                duration_s=req.duration_s,
+                served_by=f"{lease.node_id}/{lease.replica_id}",
+                response_id=req.response_id,
+                finish_reason=req.finish_reason,
+                tool_calls=tuple(req.tool_calls),
+                lost_tokens=totals.lost_tokens,
+                kept_tokens=totals.kept_tokens,
+                continued_tokens=req.continued_tokens,
+                placement=placement,
+            ),
+        )
         return SettleStepResult(recorded=settled.recorded, cost_usd=settled.cost_usd)
 
     return await _call(svc, node_id, node_secret, req.lease_id, run)
@@ -106,7 +128,9 @@ async def booked(node_id: str, req: BookedRequest, svc: Svc, node_secret: NodeSe
     """Node agents only: what earlier attempts of the leased step's round booked (a retried attempt asks)."""
 
     def run(lease: LeaseRecord, store: Store) -> list[LedgerEntryBody]:
-        return [LedgerEntryBody(**dataclasses.asdict(e)) for e in booked_settled(_round(store, lease), req.before_attempt)]
+        return [
+            LedgerEntryBody(**dataclasses.asdict(e)) for e in booked_settled(_round(store, lease), req.before_attempt)
+        ]
 
     return await _call(svc, node_id, node_secret, req.lease_id, run)
 
@@ -119,17 +143,23 @@ async def book_interrupted(node_id: str, req: BookInterruptedRequest, svc: Svc, 
         assert lease.limits is not None
         prices = _prices(svc, lease.model)
         new = check_dead(lease.limits, _round(store, lease), req.entries, prices)
-        _books(store).book_interrupted(_step_of(lease), [
-            DeadTokens(e.attempt, LOST if e.kind == "lost" else KEPT, e.tokens, generated_cost(prices, e.tokens))
-            for e in new])
+        _books(store).book_interrupted(
+            _step_of(lease),
+            [
+                DeadTokens(e.attempt, LOST if e.kind == "lost" else KEPT, e.tokens, generated_cost(prices, e.tokens))
+                for e in new
+            ],
+        )
 
     await _call(svc, node_id, node_secret, req.lease_id, run)
 
 
 class NoLease(Exception):
     def __init__(self, node_id: str) -> None:
-        super().__init__(f"node {node_id!r} holds no such lease; it may read and book only the step the pool leased"
-                         " to it, while it holds the lease")
+        super().__init__(
+            f"node {node_id!r} holds no such lease; it may read and book only the step the pool leased"
+            " to it, while it holds the lease"
+        )
 
 
 def _books(store: Store) -> StoreStepBooks:
@@ -157,8 +187,11 @@ def _tokenizer(svc: Services, model: str) -> ModelTokenizer | None:
     try:
         return tokenizers_under(svc.config.data_dir).for_entry(svc.catalogue.get(model))
     except TokenizerUnreadable as exc:
-        raise ApiError(503 if exc.transient else 422, f"model {model!r} cannot be counted with its own tokenizer: "
-                                                      f"{exc}", field="model") from None
+        raise ApiError(
+            503 if exc.transient else 422,
+            f"model {model!r} cannot be counted with its own tokenizer: {exc}",
+            field="model",
+        ) from None
 
 
 def _tools_of(store: Store, task_id: str) -> list[dict]:
@@ -168,8 +201,9 @@ def _tools_of(store: Store, task_id: str) -> list[dict]:
     return [t.to_openai() for t in tools_offered(agent)] if agent is not None else []
 
 
-async def _call(svc: Services, node_id: str, node_secret: str | None, lease_id: str,
-                fn: Callable[[LeaseRecord, Store], T]) -> T:
+async def _call(
+    svc: Services, node_id: str, node_secret: str | None, lease_id: str, fn: Callable[[LeaseRecord, Store], T]
+) -> T:
     """Authenticate the node, find the lease it names and holds, then run `fn` over the store: one thread hop
     and one transaction, so that a call's writes (a ledger row and its event) land together or not at all;
     refusals in the API's shape."""

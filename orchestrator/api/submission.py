@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sdk import AgentSpec, ForkSource, ModelSettings, Spend, TaskSpec, TaskState, TaskStatus
 from sdk.wire.task_run import TaskRun
@@ -42,8 +42,9 @@ class Submitted:
     created: bool  # False: the same task was submitted before, and this is its state
 
 
-async def resolve_agent(services: Services, name: str, version: str | None = None,
-                        visible_to: str | None = None) -> AgentSpec:
+async def resolve_agent(
+    services: Services, name: str, version: str | None = None, visible_to: str | None = None
+) -> AgentSpec:
     """The registered agent (a given version when it still exists, else the current one), if the
     caller's tenant (`visible_to`) may use it."""
     agent = None
@@ -56,8 +57,7 @@ async def resolve_agent(services: Services, name: str, version: str | None = Non
     return agent
 
 
-async def settled_settings(services: Services, model: str, agent: AgentSpec,
-                           spec: TaskSpec) -> ModelSettings | None:
+async def settled_settings(services: Services, model: str, agent: AgentSpec, spec: TaskSpec) -> ModelSettings | None:
     """The task's settings over its agent's, refused (naming the field) where `model`'s engine or provider
     cannot apply one: a setting silently dropped on every call would pass for one in force."""
     settings = spec.settings.over(agent.settings) if spec.settings else agent.settings
@@ -66,8 +66,10 @@ async def settled_settings(services: Services, model: str, agent: AgentSpec,
     unsupported, served_by = await asyncio.to_thread(services.catalogue.unsupported_settings, model, settings)
     if unsupported:
         asked_by = "this task" if spec.settings and unsupported[0] in spec.settings.chosen() else f"agent {agent.name}"
-        raise invalid(f"settings.{unsupported[0]}", f"{model} is served by {served_by}, which does not apply"
-                                                    f" {', '.join(unsupported)} (asked by {asked_by})")
+        raise invalid(
+            f"settings.{unsupported[0]}",
+            f"{model} is served by {served_by}, which does not apply {', '.join(unsupported)} (asked by {asked_by})",
+        )
     return settings
 
 
@@ -79,8 +81,11 @@ async def check_model(services: Services, model: str) -> None:
         raise invalid("model", str(exc)) from None
     entry = services.catalogue.get(model)
     if services.config.fleet and entry is not None and entry.provider == "self-hosted":
-        reason = never_reason(await services.db(services.store.fleet.list), entry,
-                              await services.db(services.store.node_admission.joining))
+        reason = never_reason(
+            await services.db(services.store.fleet.list),
+            entry,
+            await services.db(services.store.node_admission.joining),
+        )
         if reason is not None:
             raise invalid("model", reason)
 
@@ -106,13 +111,21 @@ def check_submission_rate(services: Services, caller: Principal) -> None:
     """429 once the caller's key has used its burst of submissions and its rate since."""
     wait_s = services.submissions.take(caller.key_id)
     if wait_s is not None:
-        raise ApiError(429, f"API key {caller.key_id} submits too fast (more than {services.submissions.burst} at"
-                            f" once, then {services.submissions.per_s:g}/s); retry in {wait_s:.1f} s",
-                       headers={"Retry-After": str(max(1, round(wait_s)))})
+        raise ApiError(
+            429,
+            f"API key {caller.key_id} submits too fast (more than {services.submissions.burst} at"
+            f" once, then {services.submissions.per_s:g}/s); retry in {wait_s:.1f} s",
+            headers={"Retry-After": str(max(1, round(wait_s)))},
+        )
 
 
 async def submit_task(
-    services: Services, spec: TaskSpec, caller: Principal, *, fork_of: ForkSource | None = None, agent_version: str | None = None
+    services: Services,
+    spec: TaskSpec,
+    caller: Principal,
+    *,
+    fork_of: ForkSource | None = None,
+    agent_version: str | None = None,
 ) -> Submitted:
     agent = await resolve_agent(services, spec.agent, agent_version, caller.tenant)
     model = spec.model or agent.model
@@ -125,14 +138,15 @@ async def submit_task(
     run = TaskRun(
         task_id=task_id,
         spec=spec,
-        agent=agent.model_copy(update={"model": model, "max_steps": spec.max_steps or agent.max_steps,
-                                       "settings": settings}),
-        submitted_at=datetime.now(timezone.utc),
+        agent=agent.model_copy(
+            update={"model": model, "max_steps": spec.max_steps or agent.max_steps, "settings": settings}
+        ),
+        submitted_at=datetime.now(UTC),
         budget_grace_s=spec.budget_grace_s or services.config.budget_grace_s,
         heartbeat_timeout_s=services.config.heartbeat_timeout_s,
         fork_of=fork_of,
-        output_format_native=agent.output_schema is not None and await asyncio.to_thread(
-            services.catalogue.takes_response_format, model),
+        output_format_native=agent.output_schema is not None
+        and await asyncio.to_thread(services.catalogue.takes_response_format, model),
     )
     state = initial_state(run)
     try:

@@ -9,9 +9,9 @@ from pydantic import ConfigDict, Field
 
 from sdk import Spend, TaskEvent, TaskSpec, TaskState, TaskStatus
 from sdk.wire.builtins import SpawnAgentArgs
-from sdk.wire.limits import MAX_PAGE, MAX_REASON_CHARS, MAX_STORED_INT
-from sdk.wire.identity import CreatedKey, Role
 from sdk.wire.contracts import CancelRequest, HumanAnswer, RaiseBudget, RaiseChildBudget, SpawnedChild
+from sdk.wire.identity import CreatedKey, Role
+from sdk.wire.limits import MAX_PAGE, MAX_REASON_CHARS, MAX_STORED_INT
 
 from ..store import TaskRecord
 from .admission import SubmitRequest, admit
@@ -40,8 +40,7 @@ class CancelBody(CancelRequest):
 
     # Bounded here, where a client sends it, as MCP and the CLI bound it: the reason becomes the task's error,
     # echoed by every later refusal. The signal's own contract stays open for the workflow's reasons.
-    reason: str = Field(default=CancelRequest.model_fields["reason"].default, min_length=1,
-                        max_length=MAX_REASON_CHARS)
+    reason: str = Field(default=CancelRequest.model_fields["reason"].default, min_length=1, max_length=MAX_REASON_CHARS)
 
 
 class SpawnRequest(SpawnAgentArgs):
@@ -51,8 +50,12 @@ class SpawnRequest(SpawnAgentArgs):
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"], responses=ERROR_RESPONSES)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=TaskState,
-             responses={200: {"model": TaskState, "description": "the same task was submitted before"}})
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TaskState,
+    responses={200: {"model": TaskState, "description": "the same task was submitted before"}},
+)
 async def submit(body: SubmitRequest, request: Request, response: Response, svc: Svc, caller: TaskWriter) -> TaskState:
     """Submit a task. Resubmitting an id with the same spec returns it (200); another spec is a 409.
 
@@ -89,12 +92,24 @@ async def list_tasks(
         tenant = caller.tenant
     if caller.task_id is not None:
         # A task token sees its own task and its sub-agents: the ids that extend its own.
-        found = await svc.db(svc.store.tasks.list, tenant=tenant, status=status_.value if status_ else None,
-                             agent=agent, parent_task_id=parent, id_prefix=caller.task_id, limit=MAX_PAGE * 4)
-        return [t for t in found if in_tree(caller.task_id, t.task_id)][offset:offset + limit]
+        found = await svc.db(
+            svc.store.tasks.list,
+            tenant=tenant,
+            status=status_.value if status_ else None,
+            agent=agent,
+            parent_task_id=parent,
+            id_prefix=caller.task_id,
+            limit=MAX_PAGE * 4,
+        )
+        return [t for t in found if in_tree(caller.task_id, t.task_id)][offset : offset + limit]
     return await svc.db(
-        svc.store.tasks.list, tenant=tenant, status=status_.value if status_ else None, agent=agent,
-        parent_task_id=parent, limit=limit, offset=offset,
+        svc.store.tasks.list,
+        tenant=tenant,
+        status=status_.value if status_ else None,
+        agent=agent,
+        parent_task_id=parent,
+        limit=limit,
+        offset=offset,
     )
 
 
@@ -112,8 +127,9 @@ async def list_interruptions(task_id: str, svc: Svc, caller: Caller) -> list[Tas
 
 
 @router.post("/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=TaskState)
-async def cancel(task_id: str, svc: Svc, caller: TaskWriter,
-                 request: Annotated[CancelBody | None, Body()] = None) -> TaskState:
+async def cancel(
+    task_id: str, svc: Svc, caller: TaskWriter, request: Annotated[CancelBody | None, Body()] = None
+) -> TaskState:
     """Ask the task to stop; it ends `cancelled` after its current step is settled (hence 202)."""
     record = await svc.task_record(task_id, caller)
     require_running(record)
@@ -149,14 +165,19 @@ async def raise_budget(task_id: str, request: RaiseBudgetRequest, svc: Svc, call
     try:
         if parent is None:
             return await svc.temporal.raise_budget(task_id, RaiseBudget(tokens=request.tokens, usd=request.usd))
-        child = await svc.temporal.raise_child(parent, RaiseChildBudget(child_task_id=task_id, tokens=request.tokens,
-                                                                        usd=request.usd))
+        child = await svc.temporal.raise_child(
+            parent, RaiseChildBudget(child_task_id=task_id, tokens=request.tokens, usd=request.usd)
+        )
     except (TemporalUnavailable, WorkflowGone, UpdateRejected) as exc:
         raise _refusal(exc) from None
     spend = (await current_state(svc, record)).spend
     # The child hears of its grant by a signal the parent sends after carving it: it may not have yet.
-    return spend.model_copy(update={"token_limit": max(spend.token_limit, child.tokens),
-                                    "usd_limit": child.usd if child.usd is not None else spend.usd_limit})
+    return spend.model_copy(
+        update={
+            "token_limit": max(spend.token_limit, child.tokens),
+            "usd_limit": child.usd if child.usd is not None else spend.usd_limit,
+        }
+    )
 
 
 @router.post("/{task_id}/spawn", status_code=status.HTTP_201_CREATED, response_model=SpawnedChild)
@@ -197,8 +218,9 @@ async def task_token(task_id: str, http: Request, svc: Svc, caller: TaskWriter) 
     submits is a sub-agent paid from this task's budget, and it stops working when the task ends. Shown once."""
     record = await svc.task_record(task_id, caller)
     require_running(record)
-    created = await svc.db(svc.store.keys.create, Role.agent, record.state.tenant, f"task {task_id}",
-                           "a task token", task_id)
+    created = await svc.db(
+        svc.store.keys.create, Role.agent, record.state.tenant, f"task {task_id}", "a task token", task_id
+    )
     note_target(http.scope, created.key_id)
     return created
 

@@ -31,10 +31,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from sdk import Spend, TaskState
-from sdk.wire.task_run import TaskRun
 from sdk.wire.builtins import SpawnAgentArgs
-from sdk.wire.own_loop import (LOOP_CALL_UPDATE, LOOP_FINISH_UPDATE, LOOP_TOOL_RESULT_QUERY, LOOP_TOOL_RESULT_UPDATE,
-                           LOOP_TRANSCRIPT_QUERY, LoopCall, LoopFinish, LoopReply, LoopToolResult, LoopTranscript)
 from sdk.wire.contracts import (
     ANSWER_UPDATE,
     CANCEL_SIGNAL,
@@ -55,6 +52,20 @@ from sdk.wire.contracts import (
     RaiseChildBudget,
     SpawnedChild,
 )
+from sdk.wire.own_loop import (
+    LOOP_CALL_UPDATE,
+    LOOP_FINISH_UPDATE,
+    LOOP_TOOL_RESULT_QUERY,
+    LOOP_TOOL_RESULT_UPDATE,
+    LOOP_TRANSCRIPT_QUERY,
+    LoopCall,
+    LoopFinish,
+    LoopReply,
+    LoopToolResult,
+    LoopTranscript,
+)
+from sdk.wire.task_run import TaskRun
+
 from ..telemetry.tracing import tracing_interceptor
 
 log = logging.getLogger("berth.api.temporal")
@@ -114,7 +125,7 @@ class TemporalGateway:
         self._lock: asyncio.Lock | None = None
 
     @classmethod
-    async def connect(cls, address: str, namespace: str = "default") -> "TemporalGateway":
+    async def connect(cls, address: str, namespace: str = "default") -> TemporalGateway:
         """A gateway that has tried to connect once; it never raises, a later call retries."""
         gateway = cls(address, namespace)
         try:
@@ -124,7 +135,7 @@ class TemporalGateway:
         return gateway
 
     @classmethod
-    def from_client(cls, client: Client, task_queue: str = CONTROL_TASK_QUEUE) -> "TemporalGateway":
+    def from_client(cls, client: Client, task_queue: str = CONTROL_TASK_QUEUE) -> TemporalGateway:
         """Wrap a connected client; it must use `pydantic_data_converter`."""
         return cls(client.service_client.config.target_host, client.namespace, client=client, task_queue=task_queue)
 
@@ -137,11 +148,15 @@ class TemporalGateway:
             if self._client is None:
                 try:
                     self._client = await asyncio.wait_for(
-                        Client.connect(self.address, namespace=self.namespace, data_converter=pydantic_data_converter,
-                                       interceptors=[tracing_interceptor()]),
+                        Client.connect(
+                            self.address,
+                            namespace=self.namespace,
+                            data_converter=pydantic_data_converter,
+                            interceptors=[tracing_interceptor()],
+                        ),
                         CONNECT_TIMEOUT_S,
                     )
-                except (RuntimeError, OSError, asyncio.TimeoutError, RPCError) as exc:
+                except (TimeoutError, RuntimeError, OSError, RPCError) as exc:
                     raise TemporalUnavailable(f"Temporal at {self.address} is unreachable: {exc}") from exc
         return self._client
 
@@ -187,8 +202,14 @@ class TemporalGateway:
             client = await self.client()
             handle = client.get_workflow_handle(task_id)
             return await handle.query(STATE_QUERY, result_type=TaskState, rpc_timeout=self.query_timeout)
-        except (TemporalUnavailable, RPCError, RuntimeError, WorkflowQueryFailedError,
-                WorkflowQueryRejectedError, RPCTimeoutOrCancelledError) as exc:
+        except (
+            TemporalUnavailable,
+            RPCError,
+            RuntimeError,
+            WorkflowQueryFailedError,
+            WorkflowQueryRejectedError,
+            RPCTimeoutOrCancelledError,
+        ) as exc:
             log.debug("state query of %s failed: %s", task_id, exc)
             return None
 
@@ -201,8 +222,9 @@ class TemporalGateway:
             described = await client.get_workflow_handle(task_id).describe(rpc_timeout=self.query_timeout)
             for pending in described.raw_description.pending_activities:
                 if pending.activity_type.name == GENERATE_ACTIVITY and pending.heartbeat_details.payloads:
-                    details = await client.data_converter.decode(pending.heartbeat_details.payloads,
-                                                                 [GenerationProgress])
+                    details = await client.data_converter.decode(
+                        pending.heartbeat_details.payloads, [GenerationProgress]
+                    )
                     return details[0] if details else None
         except (TemporalUnavailable, RPCError, RuntimeError, RPCTimeoutOrCancelledError, ValueError) as exc:
             log.debug("reading what %s writes failed: %s", task_id, exc)
@@ -234,7 +256,8 @@ class TemporalGateway:
         client = await self.client()
         try:
             await client.get_workflow_handle(task_id).signal(
-                SIMULATE_PREEMPTION_SIGNAL, rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
+                SIMULATE_PREEMPTION_SIGNAL, rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S)
+            )
         except RPCError as exc:
             raise _rpc_error(task_id, exc) from exc
 
@@ -243,7 +266,8 @@ class TemporalGateway:
         client = await self.client()
         try:
             await client.get_workflow_handle(task_id).signal(
-                NODE_GONE_SIGNAL, gone, rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
+                NODE_GONE_SIGNAL, gone, rpc_timeout=timedelta(seconds=CONNECT_TIMEOUT_S)
+            )
         except RPCError as exc:
             raise _rpc_error(task_id, exc) from exc
 
@@ -273,16 +297,18 @@ class TemporalGateway:
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
             raise UpdateRejected(f"task {task_id} could not say ({name}): {exc}") from exc
         except RPCTimeoutOrCancelledError as exc:
-            raise TemporalUnavailable(f"the workflow of task {task_id} did not answer; is a Berth worker running?") \
-                from exc
+            raise TemporalUnavailable(
+                f"the workflow of task {task_id} did not answer; is a Berth worker running?"
+            ) from exc
         except RPCError as exc:
             raise _rpc_error(task_id, exc) from exc
 
     async def loop_finish(self, task_id: str, finish: LoopFinish) -> None:
         await self._update(task_id, LOOP_FINISH_UPDATE, finish, None)
 
-    async def _update(self, task_id: str, name: str, arg: object, result_type: type | None,
-                      timeout: timedelta | None = None) -> object:
+    async def _update(
+        self, task_id: str, name: str, arg: object, result_type: type | None, timeout: timedelta | None = None
+    ) -> object:
         client = await self.client()
         handle = client.get_workflow_handle(task_id)
         timeout = timeout or self.update_timeout

@@ -26,7 +26,7 @@ _ZSH_PRELUDE = "autoload -U +X bashcompinit && bashcompinit\n"
 
 
 def register(subparsers: argparse._SubParsersAction, root: Callable[[], argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("completion", help="print a shell completion script: eval \"$(berth completion bash)\"")
+    p = subparsers.add_parser("completion", help='print a shell completion script: eval "$(berth completion bash)"')
     p.add_argument("shell", choices=("bash", "zsh"))
     p.set_defaults(func=lambda args: print(script(root(), args.shell), end="") or 0)
 
@@ -37,13 +37,16 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
     _walk(parser, "berth", commands, words)  # bash keys cannot be empty: the root is "berth"
     table = "".join(
         f"_berth_commands[{shlex.quote(path)}]={shlex.quote(' '.join(commands.get(path, [])))}\n"
-        f"_berth_words[{shlex.quote(path)}]={shlex.quote(' '.join(words[path]))}\n" for path in sorted(words))
+        f"_berth_words[{shlex.quote(path)}]={shlex.quote(' '.join(words[path]))}\n"
+        for path in sorted(words)
+    )
     body = f"declare -gA _berth_commands _berth_words\n{table}{_FUNCTION}"
     return (_ZSH_PRELUDE if shell == "zsh" else "") + body
 
 
-def _walk(parser: argparse.ArgumentParser, path: str, commands: dict[str, list[str]],
-          words: dict[str, list[str]]) -> None:
+def _walk(
+    parser: argparse.ArgumentParser, path: str, commands: dict[str, list[str]], words: dict[str, list[str]]
+) -> None:
     here: list[str] = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

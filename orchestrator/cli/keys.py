@@ -49,8 +49,9 @@ def cmd_create(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
         created = await client.create_key(role, args.tenant, args.name, args.description)
         scope = f" for tenant {created.tenant}" if created.tenant else ""
-        output.stderr().print(f"created {created.role.value} key {created.key_id}{scope}; the secret is shown"
-                              " only now:")
+        output.stderr().print(
+            f"created {created.role.value} key {created.key_id}{scope}; the secret is shown only now:"
+        )
         print(created.key)  # alone on stdout, so `KEY=$(berth keys create …)` captures it
         return EXIT_OK
 
@@ -80,8 +81,15 @@ def keys_table(keys: list[ApiKeyView]) -> Table:
     for column in ("KEY", "ROLE", "TENANT", "NAME", "CREATED", "LAST USED", "REVOKED"):
         table.add_column(column, no_wrap=True)
     for k in keys:
-        table.add_row(k.key_id, k.role.value, k.tenant or "(all)", k.name or "-", _when(k.created_at),
-                      _when(k.last_used_at), _when(k.revoked_at))
+        table.add_row(
+            k.key_id,
+            k.role.value,
+            k.tenant or "(all)",
+            k.name or "-",
+            _when(k.created_at),
+            _when(k.last_used_at),
+            _when(k.revoked_at),
+        )
     return table
 
 

@@ -103,12 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_flags(p)
     p.add_argument("--demo", action="store_true", help="also run the sample agents and a demo workload")
     p.add_argument("--agents", help="also serve these agents' tools (module:attr,…)")
-    p.add_argument("--otel-console", action="store_true",
-                   help="every Berth process prints its trace spans to its log (a quick look without a collector)")
+    p.add_argument(
+        "--otel-console",
+        action="store_true",
+        help="every Berth process prints its trace spans to its log (a quick look without a collector)",
+    )
     p.add_argument("--fleet", metavar="FILE", help="the simulated nodes to start, as JSON (default: 3 nodes, 2 DCs)")
     p.add_argument("--no-fleet", action="store_true", help="no GPU nodes: one simulated engine serves every model")
-    p.add_argument("--load-time-scale", type=float,
-                   help="multiplies simulated replicas' load time (env BERTH_LOAD_TIME_SCALE, default 0.25)")
+    p.add_argument(
+        "--load-time-scale",
+        type=float,
+        help="multiplies simulated replicas' load time (env BERTH_LOAD_TIME_SCALE, default 0.25)",
+    )
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("server", help="the control-plane HTTP server (API, /healthz, /readyz)")

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 from rich.console import Group
@@ -38,15 +38,22 @@ def _seconds_or_learned(raw: str) -> float | None:
 POLICY_FLAGS: dict[str, tuple[str, Callable[[str], object], str, str]] = {
     "min_replicas": ("--min", int, "a whole number", "replicas kept even when idle (0 = scale to zero)"),
     "max_replicas": ("--max", int, "a whole number", "replicas at most"),
-    "idle_timeout_s": ("--idle-timeout", _seconds_or_learned, f"seconds, or {LEARNED!r}",
-                       f"seconds idle before a replica is unloaded, or {LEARNED!r}: learned from the model's own"
-                       " idle gaps"),
+    "idle_timeout_s": (
+        "--idle-timeout",
+        _seconds_or_learned,
+        f"seconds, or {LEARNED!r}",
+        f"seconds idle before a replica is unloaded, or {LEARNED!r}: learned from the model's own idle gaps",
+    ),
     "scaler": ("--scaler", str, "queue_delay or request_count", "queue_delay or request_count"),
     "target": ("--target", float, "a number", "queue delay in seconds, or leases per replica"),
     "warm_buffer": ("--warm-buffer", int, "a whole number", "extra idle replicas kept ready"),
-    "intent_gpu_hours_per_hour": ("--intent-gpu-hours", float, "a number of GPU-hours",
-                                  "GPU-hours per hour replicas pre-warmed for announced steps may sit idle unused"
-                                  " (0 = never pre-warm for announced steps)"),
+    "intent_gpu_hours_per_hour": (
+        "--intent-gpu-hours",
+        float,
+        "a number of GPU-hours",
+        "GPU-hours per hour replicas pre-warmed for announced steps may sit idle unused"
+        " (0 = never pre-warm for announced steps)",
+    ),
 }
 
 
@@ -77,9 +84,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prewarm", help="put a model's weights on the disks of the nodes that could serve it")
     p.add_argument("name")
     p.add_argument("--datacenter", help="only nodes in this datacenter (default: every datacenter)")
-    p.add_argument("--wait", action="store_true", help="follow the copies with a progress bar until every node has them")
-    p.add_argument("--timeout", type=float, default=PREWARM_WAIT_S, metavar="SECONDS",
-                   help=f"how long --wait waits (default {PREWARM_WAIT_S:g} s); then exit 1 naming the nodes left")
+    p.add_argument(
+        "--wait", action="store_true", help="follow the copies with a progress bar until every node has them"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=PREWARM_WAIT_S,
+        metavar="SECONDS",
+        help=f"how long --wait waits (default {PREWARM_WAIT_S:g} s); then exit 1 naming the nodes left",
+    )
     add_api_flag(p)
     p.set_defaults(func=cmd_prewarm)
 
@@ -104,19 +118,37 @@ def model_panel(model: CatalogueModel) -> Group:
     """One model for people: how it is served and what it costs, its policy, then what the scaler learned."""
     entry, policy = model.entry, model.policy
     facts = Table.grid(padding=(0, 2))
-    served = (f"{entry.provider}, {entry.engine} engine" if entry.provider == "self-hosted"
-              else f"hosted ({entry.litellm_route or entry.name})")
-    price = ("–" if entry.usd_per_1m_prompt is None and entry.usd_per_1m_completion is None else
-             f"${entry.usd_per_1m_prompt or 0:g} prompt / ${entry.usd_per_1m_completion or 0:g} completion per 1M tokens")
-    rows = [("model", entry.name), ("served", served), ("price", price),
-            ("context", f"{entry.context_window:,} tokens")]
+    served = (
+        f"{entry.provider}, {entry.engine} engine"
+        if entry.provider == "self-hosted"
+        else f"hosted ({entry.litellm_route or entry.name})"
+    )
+    price = (
+        "–"
+        if entry.usd_per_1m_prompt is None and entry.usd_per_1m_completion is None
+        else f"${entry.usd_per_1m_prompt or 0:g} prompt / ${entry.usd_per_1m_completion or 0:g} completion per 1M tokens"
+    )
+    rows = [
+        ("model", entry.name),
+        ("served", served),
+        ("price", price),
+        ("context", f"{entry.context_window:,} tokens"),
+    ]
     if entry.provider == "self-hosted":
         window = "learned" if policy.idle_timeout_s is None else f"{policy.idle_timeout_s:g} s"
-        rows += [("memory", f"{entry.weights_gib:.1f} GiB weights + {entry.kv_headroom_gib:.1f} GiB KV ="
-                            f" {entry.memory_need_gib:.1f} GiB"),
-                 ("tensor parallel", ", ".join(map(str, entry.tensor_parallel))),
-                 ("replicas", f"{policy.min_replicas} to {policy.max_replicas}, {policy.scaler} target"
-                              f" {policy.target:g}, idle window {window}")]
+        rows += [
+            (
+                "memory",
+                f"{entry.weights_gib:.1f} GiB weights + {entry.kv_headroom_gib:.1f} GiB KV ="
+                f" {entry.memory_need_gib:.1f} GiB",
+            ),
+            ("tensor parallel", ", ".join(map(str, entry.tensor_parallel))),
+            (
+                "replicas",
+                f"{policy.min_replicas} to {policy.max_replicas}, {policy.scaler} target"
+                f" {policy.target:g}, idle window {window}",
+            ),
+        ]
     for label, value in rows:
         facts.add_row(Text(label, style="bold"), value)
     return Group(facts, "", foresight_section(model))
@@ -156,15 +188,20 @@ def cmd_prewarm(args: argparse.Namespace) -> int:
         started = await client.prewarm(args.name, args.datacenter)
         if not started.nodes:
             where = f" in {args.datacenter}" if args.datacenter else ""
-            output.stdout().print(f"nothing to prewarm: every healthy node{where} that fits {started.model} has its weights")
+            output.stdout().print(
+                f"nothing to prewarm: every healthy node{where} that fits {started.model} has its weights"
+            )
             return EXIT_OK
         output.stdout().print(_prewarm_table(started))
         if not args.wait:
             return EXIT_OK
         left = await _until_cached(client, started, args.timeout)
         if left:
-            return fail(f"after {args.timeout:g} s, {', '.join(left)} still lack the weights of {started.model}",
-                        "timeout", code=EXIT_FAILED)
+            return fail(
+                f"after {args.timeout:g} s, {', '.join(left)} still lack the weights of {started.model}",
+                "timeout",
+                code=EXIT_FAILED,
+            )
         print(f"{started.model}: weights on {len(started.nodes)} node(s)", file=sys.stderr)
         return EXIT_OK
 
@@ -176,8 +213,14 @@ async def _until_cached(client: Client, started: PrewarmStarted, timeout_s: floa
     pending = sorted(target.node_id for target in started.nodes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=output.stderr(), transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=output.stderr(),
+        transient=True,
+    ) as progress:
         bar = progress.add_task(f"weights of {started.model}", total=len(pending))
         while pending and loop.time() < deadline:
             for node_id in list(pending):
@@ -205,13 +248,22 @@ def _table(models: list[CatalogueModel]) -> Table:
         table.add_column(col)
     for m in models:
         e, p = m.entry, m.policy
-        price = (f"{e.usd_per_1m_prompt:g} / {e.usd_per_1m_completion:g}"
-                 if e.usd_per_1m_prompt is not None and e.usd_per_1m_completion is not None else "provider's")
+        price = (
+            f"{e.usd_per_1m_prompt:g} / {e.usd_per_1m_completion:g}"
+            if e.usd_per_1m_prompt is not None and e.usd_per_1m_completion is not None
+            else "provider's"
+        )
         sized = e.provider == "self-hosted"
-        table.add_row(e.name, e.provider, f"{e.weights_gib:g} GiB" if sized else "-",
-                      f"{e.memory_need_gib:g} GiB" if sized else "-",
-                      ",".join(map(str, e.tensor_parallel)) if sized else "-", price,
-                      f"{p.min_replicas}–{p.max_replicas}", idle_column(m))
+        table.add_row(
+            e.name,
+            e.provider,
+            f"{e.weights_gib:g} GiB" if sized else "-",
+            f"{e.memory_need_gib:g} GiB" if sized else "-",
+            ",".join(map(str, e.tensor_parallel)) if sized else "-",
+            price,
+            f"{p.min_replicas}–{p.max_replicas}",
+            idle_column(m),
+        )
     return table
 
 
@@ -232,18 +284,28 @@ def foresight_section(model: CatalogueModel) -> Group:
     if model.entry.provider == "hosted":
         return Group(Text("keep-alive: none here, the provider serves this model"))
     if foresight is None:
-        return Group(Text("keep-alive: the scaler has not planned for this model yet"
-                          + (f"; the policy keeps an idle replica {_span(policy.idle_timeout_s)}"
-                             if policy.idle_timeout_s is not None else
-                             "; it learns each replica's idle window from the model's own idle gaps")))
+        return Group(
+            Text(
+                "keep-alive: the scaler has not planned for this model yet"
+                + (
+                    f"; the policy keeps an idle replica {_span(policy.idle_timeout_s)}"
+                    if policy.idle_timeout_s is not None
+                    else "; it learns each replica's idle window from the model's own idle gaps"
+                )
+            )
+        )
     parts: list[Text | Padding] = [Text(f"keep-alive, as the scaler planned it at {_when(foresight.updated_at)}:")]
     if not foresight.keep_alive:
         parts.append(Text("  no replica level planned yet"))
     parts += [Text(f"  {keep_alive_line(k)}") for k in sorted(foresight.keep_alive, key=lambda k: k.level)]
     parts.append(Text(f"announced steps: {foresight.announced} not arrived yet"))
     allowance = policy.intent_gpu_hours_per_hour
-    parts.append(Text(f"intent GPU-hours, last hour: {foresight.intent_gpu_hours_last_hour:.2f} of {allowance:g}"
-                      " allowed per hour" + (" (pre-warming for announced steps is off)" if allowance == 0 else "")))
+    parts.append(
+        Text(
+            f"intent GPU-hours, last hour: {foresight.intent_gpu_hours_last_hour:.2f} of {allowance:g}"
+            " allowed per hour" + (" (pre-warming for announced steps is off)" if allowance == 0 else "")
+        )
+    )
     if foresight.prewarms:
         parts.append(Text("recent pre-warms:"))
         parts.append(Padding(prewarms_table(foresight.prewarms), (0, 0, 0, 2), expand=False))
@@ -253,10 +315,11 @@ def foresight_section(model: CatalogueModel) -> Group:
 
 
 def keep_alive_line(k: KeepAliveView) -> str:
-    """"level 1: keep 12.0 min idle (learned from 254 gaps)", in words an operator reads without the code."""
+    """ "level 1: keep 12.0 min idle (learned from 254 gaps)", in words an operator reads without the code."""
     if k.prewarm_s > 0:
-        what = (f"unload at once, pre-warm at {_span(k.prewarm_s)} after it goes idle,"
-                f" keep until {_span(k.window_s)} idle")
+        what = (
+            f"unload at once, pre-warm at {_span(k.prewarm_s)} after it goes idle, keep until {_span(k.window_s)} idle"
+        )
     else:
         what = f"keep {_span(k.window_s)} idle"
     if k.source == "learned":
@@ -264,8 +327,10 @@ def keep_alive_line(k: KeepAliveView) -> str:
     elif k.source == "operator":
         why = "set by the operator: the policy's idle_timeout_s"
     else:
-        why = (f"break-even: kept until holding it has cost one cold start ({k.gaps} gap{'' if k.gaps == 1 else 's'}"
-               " give no longer window)")
+        why = (
+            f"break-even: kept until holding it has cost one cold start ({k.gaps} gap{'' if k.gaps == 1 else 's'}"
+            " give no longer window)"
+        )
     return f"level {k.level}: {what} ({why})"
 
 
@@ -274,13 +339,18 @@ def prewarms_table(prewarms: list[PrewarmView]) -> Table:
     for column in ("REPLICA", "STARTED", "REASON", "USED", "ENDED"):
         table.add_column(column, no_wrap=True)
     for p in prewarms:
-        table.add_row(Text(p.replica_id), _when(p.started_at), Text(p.reason), prewarm_used(p),
-                      _when(p.ended_at) if p.ended_at else "still up")
+        table.add_row(
+            Text(p.replica_id),
+            _when(p.started_at),
+            Text(p.reason),
+            prewarm_used(p),
+            _when(p.ended_at) if p.ended_at else "still up",
+        )
     return table
 
 
 def prewarm_used(p: PrewarmView) -> str:
-    """"yes, at … (N after it started)"; "no" once it ended unused; "not yet" while it is still up."""
+    """ "yes, at … (N after it started)"; "no" once it ended unused; "not yet" while it is still up."""
     if p.used_at is not None:
         return f"yes, at {_when(p.used_at)} ({_span((p.used_at - p.started_at).total_seconds())} after it started)"
     return "no" if p.ended_at is not None else "not yet"
@@ -295,5 +365,5 @@ def _span(seconds: float, digits: int = 1) -> str:
 
 
 def _when(value: datetime) -> str:
-    value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    value = value if value.tzinfo else value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

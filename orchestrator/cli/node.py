@@ -33,8 +33,11 @@ class NodeSetupError(Exception):
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("node", help="the GPU node agent: join the fleet and run model replicas")
     p.add_argument("--node-id", required=True, help="this node's name in the fleet (letters, digits, - _ .)")
-    p.add_argument("--simulate", help='simulated GPUs instead of NVML, e.g. "2xH100-80GB,1xA100-40GB"; '
-                                      '"1xCPU-16GB" is this host\'s CPU with 16 GiB for llama.cpp models')
+    p.add_argument(
+        "--simulate",
+        help='simulated GPUs instead of NVML, e.g. "2xH100-80GB,1xA100-40GB"; '
+        '"1xCPU-16GB" is this host\'s CPU with 16 GiB for llama.cpp models',
+    )
     p.add_argument("--datacenter", default="local")
     p.add_argument("--zone", default="local-1")
     p.add_argument("--capacity", choices=["spot", "on-demand"], default="on-demand")
@@ -42,21 +45,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label", action="append", default=[], metavar="K=V", help="a node label (repeatable)")
     p.add_argument("--cache-dir", help="weights cache and node secret (default <data-dir>/node/<node-id>)")
     p.add_argument("--cache-gib", type=float, default=DEFAULT_CACHE_GIB, help="weights cache size in GiB")
-    p.add_argument("--join-token", help="a per-node token from `berth nodes admit`, or the cluster join token"
-                                        " (the node then waits for approval) (env BERTH_JOIN_TOKEN)")
+    p.add_argument(
+        "--join-token",
+        help="a per-node token from `berth nodes admit`, or the cluster join token"
+        " (the node then waits for approval) (env BERTH_JOIN_TOKEN)",
+    )
     p.add_argument("--api", help="the control plane's URL (env BERTH_API_URL, default http://127.0.0.1:8080)")
     p.add_argument("--data-dir", help="state directory (env BERTH_DATA_DIR, default ./.berth)")
-    p.add_argument("--load-time-scale", type=float, default=1.0,
-                   help="multiplies simulated replicas' load time (0.01 turns 40 s into 0.4 s)")
+    p.add_argument(
+        "--load-time-scale",
+        type=float,
+        default=1.0,
+        help="multiplies simulated replicas' load time (0.01 turns 40 s into 0.4 s)",
+    )
     p.add_argument("--heartbeat-s", type=float, default=5.0, help="seconds between heartbeats")
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port (0: none)")
     p.add_argument("--host", help="the address the metrics port binds (env BERTH_HOST, default 127.0.0.1)")
     p.add_argument("--external-url", help="an OpenAI-compatible server that serves 'openai-compatible' models")
-    p.add_argument("--peer-port", type=int, help="serve this node's cached weights to its datacenter's nodes on this"
-                                                 " port (binds --host; 0: any free port; default: serve none)")
+    p.add_argument(
+        "--peer-port",
+        type=int,
+        help="serve this node's cached weights to its datacenter's nodes on this"
+        " port (binds --host; 0: any free port; default: serve none)",
+    )
     p.add_argument("--peer-limit-mb-s", type=float, help="at most this many MB/s to peers (default: no limit)")
-    p.add_argument("--engines", help="the engines this node runs replicas with, e.g. \"llama.cpp\" (default: every"
-                                     " one that can run here: simulated, llama.cpp once installed, vllm on PATH, ...)")
+    p.add_argument(
+        "--engines",
+        help='the engines this node runs replicas with, e.g. "llama.cpp" (default: every'
+        " one that can run here: simulated, llama.cpp once installed, vllm on PATH, ...)",
+    )
     p.set_defaults(func=cmd_node)
 
 
@@ -85,7 +102,6 @@ async def _run(args: argparse.Namespace) -> int:
 
     from ..engines.replicas import ExternalReplicaEngine, SglangReplicaEngine, SimulatedReplicaEngine, VllmReplicaEngine
     from ..engines.replicas.processes import stop_orphans
-    from ..weights_transfer import DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S
     from ..node import GpuDiscovery, NvmlDiscovery, NvmlUnavailable, SimulatedDiscovery, WeightsCache, parse_simulate
     from ..node.agent import NodeAgent, NodeOptions
     from ..node.control_plane import ControlPlane, ControlPlaneError
@@ -97,12 +113,15 @@ async def _run(args: argparse.Namespace) -> int:
     from ..telemetry import install_metrics
     from ..telemetry.tracing import configure_tracing
     from ..temporal import connect_temporal
+    from ..weights_transfer import DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S
 
     configure_tracing("berth-node")
     config = BerthConfig.load(data_dir=args.data_dir, join_token=args.join_token, api_url=args.api, host=args.host)
     if not config.join_token:
-        raise NodeSetupError("join-token: give --join-token or set BERTH_JOIN_TOKEN "
-                             "(`berth nodes admit NODE_ID`, or the control plane's <data_dir>/join-token)")
+        raise NodeSetupError(
+            "join-token: give --join-token or set BERTH_JOIN_TOKEN "
+            "(`berth nodes admit NODE_ID`, or the control plane's <data_dir>/join-token)"
+        )
     if args.heartbeat_s <= 0:
         raise NodeSetupError(f"heartbeat-s: must be > 0, got {args.heartbeat_s}")
     if args.load_time_scale < 0:
@@ -126,12 +145,19 @@ async def _run(args: argparse.Namespace) -> int:
     cache = WeightsCache(cache_dir / "cache", round(args.cache_gib * 2**30))
     log_dir = cache_dir / "replica-logs"
     if orphans := stop_orphans(log_dir):
-        print(f"stopped {len(orphans)} replica process(es) an earlier agent on this node left running:"
-              f" {', '.join(map(str, orphans))}", file=sys.stderr)
-    engines = {"simulated": SimulatedReplicaEngine(load_time_scale=args.load_time_scale,
-                                                   latency_scale=config.engine_latency_scale, log_dir=log_dir),
-               "vllm": VllmReplicaEngine(log_dir=log_dir), "sglang": SglangReplicaEngine(python=sys.executable, log_dir=log_dir),
-               "llama.cpp": llamacpp_engine(log_dir)}
+        print(
+            f"stopped {len(orphans)} replica process(es) an earlier agent on this node left running:"
+            f" {', '.join(map(str, orphans))}",
+            file=sys.stderr,
+        )
+    engines = {
+        "simulated": SimulatedReplicaEngine(
+            load_time_scale=args.load_time_scale, latency_scale=config.engine_latency_scale, log_dir=log_dir
+        ),
+        "vllm": VllmReplicaEngine(log_dir=log_dir),
+        "sglang": SglangReplicaEngine(python=sys.executable, log_dir=log_dir),
+        "llama.cpp": llamacpp_engine(log_dir),
+    }
     if args.external_url:
         try:
             engines["openai-compatible"] = ExternalReplicaEngine(args.external_url)
@@ -147,22 +173,42 @@ async def _run(args: argparse.Namespace) -> int:
     transfers = TransferLog()
     agent: NodeAgent | None = None
 
-    async def from_peers(cache: WeightsCache, revision: Revision, *, stop: threading.Event | None = None,
-                         on_bytes: Callable[[int], None] | None = None) -> FillReport:
+    async def from_peers(
+        cache: WeightsCache,
+        revision: Revision,
+        *,
+        stop: threading.Event | None = None,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> FillReport:
         assert agent is not None, "a load runs only once the agent serves"
         return await fill_from_peers(cache, revision, agent.peer_tickets, stop=stop, on_bytes=on_bytes)
 
-    replicas = ReplicaManager(cache, engines, gpu_indexes={g.index for g in discovery.discover()},
-                              fetch_delay_s=lambda tier, size: size / rates[tier] * args.load_time_scale,
-                              sources={"datacenter": from_peers}, on_fill=transfers.record)
+    replicas = ReplicaManager(
+        cache,
+        engines,
+        gpu_indexes={g.index for g in discovery.discover()},
+        fetch_delay_s=lambda tier, size: size / rates[tier] * args.load_time_scale,
+        sources={"datacenter": from_peers},
+        on_fill=transfers.record,
+    )
     try:
         install_metrics("berth-node")
-        options = NodeOptions(node_id=args.node_id, join_token=config.join_token, cache_dir=cache_dir,
-                              datacenter=args.datacenter, zone=args.zone, capacity=args.capacity,
-                              usd_per_hour=args.usd_per_hour, labels=_labels(args.label),
-                              heartbeat_s=args.heartbeat_s, metrics_port=args.metrics_port, metrics_host=config.host,
-                              engines=stated, peer_port=args.peer_port,
-                              peer_limit_bytes_per_s=args.peer_limit_mb_s * 1e6 if args.peer_limit_mb_s else None)
+        options = NodeOptions(
+            node_id=args.node_id,
+            join_token=config.join_token,
+            cache_dir=cache_dir,
+            datacenter=args.datacenter,
+            zone=args.zone,
+            capacity=args.capacity,
+            usd_per_hour=args.usd_per_hour,
+            labels=_labels(args.label),
+            heartbeat_s=args.heartbeat_s,
+            metrics_port=args.metrics_port,
+            metrics_host=config.host,
+            engines=stated,
+            peer_port=args.peer_port,
+            peer_limit_bytes_per_s=args.peer_limit_mb_s * 1e6 if args.peer_limit_mb_s else None,
+        )
         async with ControlPlane(config.resolved_api_url) as control_plane:
             agent = NodeAgent(options, discovery, control_plane, replicas, transfers)
             agent.install_signal_handlers()
@@ -190,7 +236,7 @@ async def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engines(flag: str | None, built: dict[str, "ReplicaEngine"]) -> list[str]:
+def _engines(flag: str | None, built: dict[str, ReplicaEngine]) -> list[str]:
     """The engines the node registers: those named by --engines (each one must be able to run here), or every
     one that can. Placement sends a node only models of its engines, so a node that names an engine it cannot
     run would only fail its loads."""
@@ -226,7 +272,7 @@ def _engines(flag: str | None, built: dict[str, "ReplicaEngine"]) -> list[str]:
     return list(dict.fromkeys(named))
 
 
-def llamacpp_engine(log_dir: Path) -> "ReplicaEngine":
+def llamacpp_engine(log_dir: Path) -> ReplicaEngine:
     """The llama.cpp engine when llama-cpp-python loads here; else one that refuses its loads saying why."""
     from ..engines.llamacpp import available
     from ..engines.replicas import LlamaCppReplicaEngine

@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rich.console import Group
 from rich.table import Table
@@ -21,8 +21,14 @@ from sdk import Client, NodeView
 from . import output
 from .output import EXIT_OK, add_api_flag, fail, run_with_client
 
-_STATUS_STYLE = {"healthy": "green", "unhealthy": "red", "draining": "yellow", "lost": "magenta", "pending": "cyan",
-                 "revoked": "bright_black"}
+_STATUS_STYLE = {
+    "healthy": "green",
+    "unhealthy": "red",
+    "draining": "yellow",
+    "lost": "magenta",
+    "pending": "cyan",
+    "revoked": "bright_black",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,24 +42,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     output.add_output_flag(p)
     p.set_defaults(func=cmd_list)
 
-    output.add_output_flag(node_command(sub, "show", "one node: its spec, GPU metrics, cached weights and replicas",
-                                        cmd_show))
+    output.add_output_flag(
+        node_command(sub, "show", "one node: its spec, GPU metrics, cached weights and replicas", cmd_show)
+    )
     node_command(sub, "drain", "stop placing new work on a node (what it runs finishes)", cmd_drain, undrain=False)
     node_command(sub, "undrain", "let a drained node take new work again", cmd_drain, undrain=True)
-    node_command(sub, "admit", "mint a per-node join token: the node joins with it once, admitted at once",
-                 cmd_admit).add_argument("--ttl", default="1h", help="how long the token may wait to be used:"
-                                                                     " 10m, 1h, 7d (default 1h)")
+    node_command(
+        sub, "admit", "mint a per-node join token: the node joins with it once, admitted at once", cmd_admit
+    ).add_argument("--ttl", default="1h", help="how long the token may wait to be used: 10m, 1h, 7d (default 1h)")
     node_command(sub, "approve", "let a node that joined with the cluster token (pending) into the fleet", cmd_approve)
-    node_command(sub, "revoke", "kill a node's credential now: its steps move elsewhere; it must be admitted again",
-                 cmd_revoke, remove=False)
+    node_command(
+        sub,
+        "revoke",
+        "kill a node's credential now: its steps move elsewhere; it must be admitted again",
+        cmd_revoke,
+        remove=False,
+    )
     node_command(sub, "remove", "revoke a node and forget it, so its id may be admitted anew", cmd_revoke, remove=True)
-    node_command(sub, "preempt", "take a node away as a spot reclaim would: its tasks resume elsewhere",
-                 cmd_preempt).add_argument("--notice", default="30s",
-                                           help="the warning it gets: 30s, 2m or seconds (default 30s)")
+    node_command(
+        sub, "preempt", "take a node away as a spot reclaim would: its tasks resume elsewhere", cmd_preempt
+    ).add_argument("--notice", default="30s", help="the warning it gets: 30s, 2m or seconds (default 30s)")
 
 
-def node_command(sub: argparse._SubParsersAction, name: str, text: str, func: Callable[[argparse.Namespace], int],
-                 **defaults: object) -> argparse.ArgumentParser:
+def node_command(
+    sub: argparse._SubParsersAction, name: str, text: str, func: Callable[[argparse.Namespace], int], **defaults: object
+) -> argparse.ArgumentParser:
     """A subcommand that acts on one node, named by its id."""
     p = sub.add_parser(name, help=text)
     p.add_argument("node_id")
@@ -97,8 +110,11 @@ def cmd_admit(args: argparse.Namespace) -> int:
         admission = await client.admit_node(args.node_id, round(ttl_s))
         print(admission.join_token)
         until = admission.expires_at.isoformat(timespec="seconds")
-        print(f"a join token for node {admission.node_id}, usable once until {until}:"
-              f" berth node --node-id {admission.node_id} --join-token TOKEN", file=sys.stderr)
+        print(
+            f"a join token for node {admission.node_id}, usable once until {until}:"
+            f" berth node --node-id {admission.node_id} --join-token TOKEN",
+            file=sys.stderr,
+        )
         return EXIT_OK
 
     return run_with_client(args, command)
@@ -155,16 +171,20 @@ def parse_duration(text: str) -> float:
 
 def node_panel(node: NodeView, now: datetime | None = None) -> Group:
     """One node for people: where and what it is, then its GPUs (memory in GiB), cache and replicas."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     facts = Table.grid(padding=(0, 2))
     for label, value in [
-        ("node", node.node_id), ("place", f"{node.datacenter}/{node.zone}, {node.capacity}, ${node.usd_per_hour:.2f}/h"),
+        ("node", node.node_id),
+        ("place", f"{node.datacenter}/{node.zone}, {node.capacity}, ${node.usd_per_hour:.2f}/h"),
         ("status", Text(node.status, style=_STATUS_STYLE.get(node.status, ""))),
         ("heartbeat", age_text(node.last_heartbeat_at, now)),
         ("engines", ", ".join(node.engines) or "any"),
-        ("weights cache", f"{_gib(sum(w.size_bytes for w in node.cached_weights))} of"
-                          f" {_gib(node.weights_cache_capacity_bytes)}: "
-                          + (", ".join(sorted(w.model for w in node.cached_weights)) or "empty")),
+        (
+            "weights cache",
+            f"{_gib(sum(w.size_bytes for w in node.cached_weights))} of"
+            f" {_gib(node.weights_cache_capacity_bytes)}: "
+            + (", ".join(sorted(w.model for w in node.cached_weights)) or "empty"),
+        ),
     ]:
         facts.add_row(Text(label, style="bold"), value)
     gpus = Table(box=None, header_style="bold", title="GPUs", title_justify="left")
@@ -173,15 +193,25 @@ def node_panel(node: NodeView, now: datetime | None = None) -> Group:
     for gpu in node.gpus:
         used = "–" if gpu.memory_used_mib is None else f"{gpu.memory_used_mib / 1024:.1f}"
         total = "–" if gpu.memory_total_mib is None else f"{gpu.memory_total_mib / 1024:.1f}"
-        gpus.add_row(f"#{gpu.index}", gpu.type_name, f"{used} / {total} GiB",
-                     "–" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%",
-                     "ok" if gpu.healthy else Text(gpu.reason or "unhealthy", style="red"))
+        gpus.add_row(
+            f"#{gpu.index}",
+            gpu.type_name,
+            f"{used} / {total} GiB",
+            "–" if gpu.utilization_pct is None else f"{gpu.utilization_pct}%",
+            "ok" if gpu.healthy else Text(gpu.reason or "unhealthy", style="red"),
+        )
     replicas = Table(box=None, header_style="bold", title="Replicas", title_justify="left")
     for column in ("REPLICA", "MODEL", "ON GPU", "STATE", "LEASES", "QUEUED TOKENS"):
         replicas.add_column(column, no_wrap=True)
     for r in node.replicas:
-        replicas.add_row(r.replica_id, r.model, ", ".join(f"#{i}" for i in r.gpu_indexes), r.state,
-                         str(r.active_leases), f"{r.outstanding_tokens:,}")
+        replicas.add_row(
+            r.replica_id,
+            r.model,
+            ", ".join(f"#{i}" for i in r.gpu_indexes),
+            r.state,
+            str(r.active_leases),
+            f"{r.outstanding_tokens:,}",
+        )
     return Group(facts, "", gpus, "", replicas if node.replicas else Text("no replicas", style="dim"))
 
 
@@ -190,14 +220,20 @@ def _gib(size_bytes: int) -> str:
 
 
 def nodes_table(nodes: list[NodeView], now: datetime | None = None) -> Table:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     table = Table(box=None, header_style="bold")
     for column in ("NODE", "DATACENTER/ZONE", "CAPACITY", "GPUS", "STATUS", "HEARTBEAT", "REPLICAS"):
         table.add_column(column, no_wrap=True)
     for n in nodes:
-        table.add_row(n.node_id, f"{n.datacenter}/{n.zone}", n.capacity, gpus_text(n),
-                      Text(n.status, style=_STATUS_STYLE.get(n.status, "")),
-                      age_text(n.last_heartbeat_at, now), replicas_text(n))
+        table.add_row(
+            n.node_id,
+            f"{n.datacenter}/{n.zone}",
+            n.capacity,
+            gpus_text(n),
+            Text(n.status, style=_STATUS_STYLE.get(n.status, "")),
+            age_text(n.last_heartbeat_at, now),
+            replicas_text(n),
+        )
     return table
 
 

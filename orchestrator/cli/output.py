@@ -78,8 +78,13 @@ def stderr() -> Console:
 
 
 def add_output_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
-                        help="text for people (default), or json: the API's objects, for scripts and jq")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text for people (default), or json: the API's objects, for scripts and jq",
+    )
 
 
 def emit(args: argparse.Namespace, value: Any, show: Callable[[], None]) -> int:
@@ -102,10 +107,18 @@ def _plain(value: Any) -> Any:
 
 
 def add_api_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api", "--api-url", dest="api", metavar="URL",
-                        help="Berth API base URL (env BERTH_API_URL, default http://127.0.0.1:8080)")
-    parser.add_argument("--api-key", metavar="KEY",
-                        help="API key (env BERTH_API_KEY, else <data_dir>/admin-key when `berth up` made one)")
+    parser.add_argument(
+        "--api",
+        "--api-url",
+        dest="api",
+        metavar="URL",
+        help="Berth API base URL (env BERTH_API_URL, default http://127.0.0.1:8080)",
+    )
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="API key (env BERTH_API_KEY, else <data_dir>/admin-key when `berth up` made one)",
+    )
 
 
 def api_url(args: argparse.Namespace) -> str:
@@ -175,14 +188,21 @@ def tasks_table(states: list[TaskState]) -> Table:
         table.add_column(column, no_wrap=True)
     for s in states:
         table.add_row(
-            s.task_id, s.agent, status_text(s.status), f"{s.step}/{s.max_steps}", tokens_text(s),
-            usd_text(s.spend.usd_used), s.tenant, s.updated_at.strftime("%Y-%m-%d %H:%M:%S") if s.updated_at else "",
+            s.task_id,
+            s.agent,
+            status_text(s.status),
+            f"{s.step}/{s.max_steps}",
+            tokens_text(s),
+            usd_text(s.spend.usd_used),
+            s.tenant,
+            s.updated_at.strftime("%Y-%m-%d %H:%M:%S") if s.updated_at else "",
         )
     return table
 
 
-def task_panel(state: TaskState, ledger: Ledger | None, checkpoints: int | None,
-               interruptions: list[TaskEvent] | None = None) -> Table:
+def task_panel(
+    state: TaskState, ledger: Ledger | None, checkpoints: int | None, interruptions: list[TaskEvent] | None = None
+) -> Table:
     table = Table(box=None, show_header=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
@@ -210,14 +230,24 @@ def task_panel(state: TaskState, ledger: Ledger | None, checkpoints: int | None,
         rows.append(("checkpoints", str(checkpoints)))
     for event in interruptions or []:
         d = event.data
-        rows.append(("interrupted", f"step {d.get('step')} on {d.get('node_id')} ({d.get('kind')}):"
-                                    f" {d.get('tokens_kept', 0)} tokens kept, {d.get('tokens_lost', 0)} tokens lost;"
-                                    f" resumed on {d.get('resumed_on')}"
-                                    f" after {d.get('resume_s', 0):.1f}s"))
+        rows.append(
+            (
+                "interrupted",
+                f"step {d.get('step')} on {d.get('node_id')} ({d.get('kind')}):"
+                f" {d.get('tokens_kept', 0)} tokens kept, {d.get('tokens_lost', 0)} tokens lost;"
+                f" resumed on {d.get('resumed_on')}"
+                f" after {d.get('resume_s', 0):.1f}s",
+            )
+        )
     if ledger is not None:
         t = ledger.totals
-        rows.append(("ledger", f"{t.calls} calls, {t.prompt_tokens:,} prompt + {t.completion_tokens:,} completion"
-                               f" + {t.lost_tokens:,} lost + {t.kept_tokens:,} kept tokens, {usd_text(t.cost_usd)}"))
+        rows.append(
+            (
+                "ledger",
+                f"{t.calls} calls, {t.prompt_tokens:,} prompt + {t.completion_tokens:,} completion"
+                f" + {t.lost_tokens:,} lost + {t.kept_tokens:,} kept tokens, {usd_text(t.cost_usd)}",
+            )
+        )
     if state.error:
         rows.append(("error", Text(state.error, style="red")))
     if state.result is not None:
@@ -259,8 +289,14 @@ def checkpoints_table(checkpoints: list[CheckpointSummary]) -> Table:
     for column in ("SEQ", "STEP", "MESSAGES", "BYTES", "HASH", "CREATED"):
         table.add_column(column, no_wrap=True)
     for c in checkpoints:
-        table.add_row(str(c.seq), str(c.step), str(c.message_count), f"{c.delta_bytes:,}", c.hash,
-                      c.created_at.strftime("%Y-%m-%d %H:%M:%S") if c.created_at else "")
+        table.add_row(
+            str(c.seq),
+            str(c.step),
+            str(c.message_count),
+            f"{c.delta_bytes:,}",
+            c.hash,
+            c.created_at.strftime("%Y-%m-%d %H:%M:%S") if c.created_at else "",
+        )
     return table
 
 
@@ -289,7 +325,7 @@ class TaskProgress:
         self._live: Live | None = None
         self._last_line = ""
 
-    def __enter__(self) -> "TaskProgress":
+    def __enter__(self) -> TaskProgress:
         if self.console.is_terminal:
             self._live = Live(self._render(), console=self.console, refresh_per_second=8, transient=False)
             self._live.__enter__()
@@ -314,8 +350,10 @@ class TaskProgress:
             self._print()
 
     def _line(self) -> str:
-        return (f"{self.task_id}  step {self.step}/{self.max_steps}  "
-                f"tokens {self.tokens_used:,}/{self.token_limit:,}  {self.status}")
+        return (
+            f"{self.task_id}  step {self.step}/{self.max_steps}  "
+            f"tokens {self.tokens_used:,}/{self.token_limit:,}  {self.status}"
+        )
 
     def _print(self) -> None:
         line = self._line()

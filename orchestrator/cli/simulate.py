@@ -17,24 +17,47 @@ EXIT_BAD_INPUT = 2
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("simulate", help="simulate a fleet under an agent workload and compare policies")
-    p.add_argument("--scenario", default="bursty",
-                   help="standard traffic when no --workload/--trace: steady, bursty, spot-heavy, many-models")
+    p.add_argument(
+        "--scenario",
+        default="bursty",
+        help="standard traffic when no --workload/--trace: steady, bursty, spot-heavy, many-models",
+    )
     p.add_argument("--fleet", metavar="FILE", type=Path, help="fleet JSON (default: the standard 12-node fleet)")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--workload", metavar="FILE", type=Path, help="a workload spec (JSON) for the generator")
-    source.add_argument("--trace", metavar="FILE", type=Path,
-                        help="a CSV of calls: timestamp, model, prompt_tokens, output_tokens, session_id")
-    p.add_argument("--policy", action="append", metavar="NAME",
-                   help="berth, k8s-spread, bin-pack, random, always-warm (repeatable; default berth)")
+    source.add_argument(
+        "--trace",
+        metavar="FILE",
+        type=Path,
+        help="a CSV of calls: timestamp, model, prompt_tokens, output_tokens, session_id",
+    )
+    p.add_argument(
+        "--policy",
+        action="append",
+        metavar="NAME",
+        help="berth, k8s-spread, bin-pack, random, always-warm (repeatable; default berth)",
+    )
     p.add_argument("--compare", action="store_true", help="run every policy on the same workload and fleet")
     p.add_argument("--seed", type=int, default=0, help="the workload's and the random policy's seed")
-    p.add_argument("--preemptions-per-node-hour", type=float, default=0.0,
-                   help="spot reclaims per spot node and hour, for --trace (a workload spec has its own)")
+    p.add_argument(
+        "--preemptions-per-node-hour",
+        type=float,
+        default=0.0,
+        help="spot reclaims per spot node and hour, for --trace (a workload spec has its own)",
+    )
     p.add_argument("--notice-s", type=float, default=30.0, help="seconds of notice of each reclaim, for --trace")
-    p.add_argument("--baseline-node-cache", action="store_true",
-                   help="give the baselines Berth's node weight caches (default: their pods fetch from the origin)")
-    p.add_argument("--out", metavar="DIR", type=Path, default=Path("simulation"),
-                   help="where report.json and the PNG charts go (default ./simulation)")
+    p.add_argument(
+        "--baseline-node-cache",
+        action="store_true",
+        help="give the baselines Berth's node weight caches (default: their pods fetch from the origin)",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        type=Path,
+        default=Path("simulation"),
+        help="where report.json and the PNG charts go (default ./simulation)",
+    )
     p.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
     p.set_defaults(func=cmd_simulate)
 
@@ -56,16 +79,22 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         fleet = load_fleet_file(args.fleet) if args.fleet else STANDARD_FLEET
         spot = spot_nodes(fleet)
         if args.trace:
-            workload = read_trace(args.trace, spot_nodes=spot, preemptions_per_node_hour=args.preemptions_per_node_hour,
-                                  preemption_notice_s=args.notice_s, seed=args.seed)
+            workload = read_trace(
+                args.trace,
+                spot_nodes=spot,
+                preemptions_per_node_hour=args.preemptions_per_node_hour,
+                preemption_notice_s=args.notice_s,
+                seed=args.seed,
+            )
             source = f"trace {args.trace}"
         else:
             spec = load_workload_spec(args.workload) if args.workload else scenario(args.scenario)
             workload = generate(spec, args.seed, spot)
             source = f"workload {args.workload}" if args.workload else f"scenario {args.scenario}"
         names = list(POLICY_NAMES) if args.compare else (args.policy or ["berth"])
-        results = run_policies(fleet, catalogue_models(), workload, names, args.seed,
-                               baseline_node_cache=args.baseline_node_cache)
+        results = run_policies(
+            fleet, catalogue_models(), workload, names, args.seed, baseline_node_cache=args.baseline_node_cache
+        )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -74,8 +103,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     by_name = {r.policy: r for r in reports}
     found = goals(by_name)
     nodes = fleet.expand()
-    print(f"{source}: {len(workload.sessions)} sessions, {len(results[0].calls)} calls, "
-          f"{len(nodes)} nodes ({sum(len(n.devices) for n, _ in nodes)} GPUs), seed {args.seed}\n")
+    print(
+        f"{source}: {len(workload.sessions)} sessions, {len(results[0].calls)} calls, "
+        f"{len(nodes)} nodes ({sum(len(n.devices) for n, _ in nodes)} GPUs), seed {args.seed}\n"
+    )
     print(table(reports))
     if len(reports) > 1:
         print()
@@ -86,9 +117,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             print("\nThe warm pool, each policy against k8s-spread and always-warm:")
             print(warm_pool_table(by_name))
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"source": source, "seed": args.seed, "sessions": len(workload.sessions),
-            "nodes": len(nodes), "gpus": sum(len(n.devices) for n, _ in nodes),
-            "baseline_node_cache": args.baseline_node_cache}
+    meta = {
+        "source": source,
+        "seed": args.seed,
+        "sessions": len(workload.sessions),
+        "nodes": len(nodes),
+        "gpus": sum(len(n.devices) for n, _ in nodes),
+        "baseline_node_cache": args.baseline_node_cache,
+    }
     write_json(by_name, found, args.out / "report.json", meta)
     written = [args.out / "report.json"]
     if not args.no_charts:

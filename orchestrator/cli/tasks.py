@@ -27,9 +27,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tenant", help="whose task it is (default: the key's own tenant, or default for a key of none)")
     p.add_argument("--priority", type=int, default=0, help="0 (default) to 9")
     p.add_argument("--model", help="use this model instead of the agent's")
-    p.add_argument("--service-class", choices=["interactive", "batch", "low_priority"], default="interactive",
-                   help="interactive prefers on-demand GPUs; batch and low_priority prefer spot;"
-                        " low_priority never starts a replica")
+    p.add_argument(
+        "--service-class",
+        choices=["interactive", "batch", "low_priority"],
+        default="interactive",
+        help="interactive prefers on-demand GPUs; batch and low_priority prefer spot;"
+        " low_priority never starts a replica",
+    )
     p.add_argument("--max-steps", type=int, help="override the agent's step limit")
     p.add_argument("--wait", action="store_true", help="follow the task live; exit 0 only if it completes")
     add_api_flag(p)
@@ -102,8 +106,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
         try:
             text = sys.stdin.read() if args.input_file == "-" else Path(args.input_file).read_text()
         except (OSError, UnicodeDecodeError) as exc:
-            return fail(f"cannot read {args.input_file}: {exc.strerror if isinstance(exc, OSError) else exc}",
-                        "input-file")
+            return fail(
+                f"cannot read {args.input_file}: {exc.strerror if isinstance(exc, OSError) else exc}", "input-file"
+            )
     else:
         text = args.input
 
@@ -114,8 +119,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     async def command(client: Client) -> int:
         handle = await client.submit(
-            args.agent, text, budget, task_id=args.task_id,
-            tenant=args.tenant, priority=args.priority, model=args.model, max_steps=args.max_steps,
+            args.agent,
+            text,
+            budget,
+            task_id=args.task_id,
+            tenant=args.tenant,
+            priority=args.priority,
+            model=args.model,
+            max_steps=args.max_steps,
             service_class=args.service_class,
         )
         print(handle.task_id, flush=True)
@@ -158,15 +169,25 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     async def command(client: Client) -> int:
         # One row past the page says whether more match, so a cut list never passes for the whole one.
-        states = await client.tasks(args.status, args.agent, min(args.limit + 1, MAX_PAGE), tenant=args.tenant,
-                                    parent=args.parent, offset=args.offset)
+        states = await client.tasks(
+            args.status,
+            args.agent,
+            min(args.limit + 1, MAX_PAGE),
+            tenant=args.tenant,
+            parent=args.parent,
+            offset=args.offset,
+        )
         more = len(states) > args.limit or len(states) == args.limit == MAX_PAGE
-        states = states[:args.limit]
-        output.emit(args, states, lambda: print("no tasks") if not states
-                    else output.stdout().print(output.tasks_table(states)))
+        states = states[: args.limit]
+        output.emit(
+            args, states, lambda: print("no tasks") if not states else output.stdout().print(output.tasks_table(states))
+        )
         if more:
-            print(f"showing tasks {args.offset + 1}-{args.offset + len(states)}, newest first; more match:"
-                  f" --offset {args.offset + len(states)} for the next page", file=sys.stderr)
+            print(
+                f"showing tasks {args.offset + 1}-{args.offset + len(states)}, newest first; more match:"
+                f" --offset {args.offset + len(states)} for the next page",
+                file=sys.stderr,
+            )
         return EXIT_OK
 
     return run_with_client(args, command)
@@ -180,8 +201,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         checkpoints = await handle.checkpoints()
         interruptions = await handle.interruptions() if state.interruptions else []
         whole = {"state": state, "ledger": ledger, "checkpoints": checkpoints, "interruptions": interruptions}
-        return output.emit(args, whole, lambda: output.stdout().print(
-            output.task_panel(state, ledger, len(checkpoints), interruptions)))
+        return output.emit(
+            args,
+            whole,
+            lambda: output.stdout().print(output.task_panel(state, ledger, len(checkpoints), interruptions)),
+        )
 
     return run_with_client(args, command)
 
@@ -231,8 +255,15 @@ def cmd_fork(args: argparse.Namespace) -> int:
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
         checkpoints = await client.task(args.task_id).checkpoints()
-        return output.emit(args, checkpoints, lambda: print("no checkpoints") if not checkpoints
-                           else output.stdout().print(output.checkpoints_table(checkpoints)))
+        return output.emit(
+            args,
+            checkpoints,
+            lambda: (
+                print("no checkpoints")
+                if not checkpoints
+                else output.stdout().print(output.checkpoints_table(checkpoints))
+            ),
+        )
 
     return run_with_client(args, command)
 

@@ -14,9 +14,11 @@ from sdk.wire.identity import Tenant, TenantSpec, TenantUpdate, Trust
 from . import output
 from .output import EXIT_OK, add_api_flag, fail, run_with_client
 
-_LIMITS = (("gpu_quota", "--gpu-quota", "GPUs the tenant may hold at once"),
-           ("default_budget_tokens", "--budget-tokens", "token budget of a task submitted without one"),
-           ("default_budget_usd", "--budget-usd", "dollar limit of a task submitted without one"))
+_LIMITS = (
+    ("gpu_quota", "--gpu-quota", "GPUs the tenant may hold at once"),
+    ("default_budget_tokens", "--budget-tokens", "token budget of a task submitted without one"),
+    ("default_budget_usd", "--budget-usd", "dollar limit of a task submitted without one"),
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -127,8 +129,13 @@ def tenants_table(tenants: list[Tenant]) -> Table:
     for column in ("TENANT", "TRUST", "GPU QUOTA", "DEFAULT TOKENS", "DEFAULT USD"):
         table.add_column(column, no_wrap=True)
     for t in tenants:
-        table.add_row(t.name, t.trust.value, _or_dash(t.gpu_quota), _or_dash(t.default_budget_tokens),
-                      f"${t.default_budget_usd:g}" if t.default_budget_usd is not None else "-")
+        table.add_row(
+            t.name,
+            t.trust.value,
+            _or_dash(t.gpu_quota),
+            _or_dash(t.default_budget_tokens),
+            f"${t.default_budget_usd:g}" if t.default_budget_usd is not None else "-",
+        )
     return table
 
 

@@ -45,8 +45,12 @@ def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
     configure_tracing("berth-tools")
 
     def start() -> Awaitable[None]:
-        return serve(*agents, temporal_address=config.resolved_temporal_address,
-                     namespace=config.temporal_namespace, api_url=config.resolved_api_url)
+        return serve(
+            *agents,
+            temporal_address=config.resolved_temporal_address,
+            namespace=config.temporal_namespace,
+            api_url=config.resolved_api_url,
+        )
 
     try:
         asyncio.run(_with_retry(start))

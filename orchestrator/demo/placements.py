@@ -38,9 +38,16 @@ def placements_table(rows: list[tuple[str, dict]], prefix: str = "") -> Table:
         node = d.get("node_id")
         gpus = f"{d.get('gpu_type')} {','.join(map(str, d.get('gpu_indexes') or []))}" if node else "-"
         table.add_row(
-            task_id.removeprefix(prefix), str(d.get("step")), node or d.get("served_by", ""), gpus,
+            task_id.removeprefix(prefix),
+            str(d.get("step")),
+            node or d.get("served_by", ""),
+            gpus,
             WHY.get(d.get("tier") or "", "provider" if not node else str(d.get("tier"))),
-            d.get("decided_by") or "-", _num(d.get("queue_wait_s")), _num(d.get("load_s")), _num(d.get("ttft_s")))
+            d.get("decided_by") or "-",
+            _num(d.get("queue_wait_s")),
+            _num(d.get("load_s")),
+            _num(d.get("ttft_s")),
+        )
     return table
 
 
@@ -53,8 +60,9 @@ async def interruption_rows(client: Client, states: list[TaskState]) -> list[tup
     rows: list[tuple[str, dict]] = []
     for state in states:
         if state.interruptions:
-            rows += [(state.task_id, e.data) async for e in client.task(state.task_id).events()
-                     if e.kind == "interruption"]
+            rows += [
+                (state.task_id, e.data) async for e in client.task(state.task_id).events() if e.kind == "interruption"
+            ]
     return rows
 
 
@@ -63,8 +71,14 @@ def interruptions_table(rows: list[tuple[str, dict]], prefix: str = "") -> Table
     for col in ("task", "step", "node", "kind", "tokens kept", "tokens lost", "resumed on", "after s"):
         table.add_column(col)
     for task_id, d in rows:
-        table.add_row(task_id.removeprefix(prefix), str(d.get("step")), str(d.get("node_id")), str(d.get("kind")),
-                      str(d.get("tokens_kept", 0)), str(d.get("tokens_lost", 0)),
-                      f"{d.get('resumed_on')} ({d.get('resumed_tier')})",
-                      _num(d.get("resume_s")))
+        table.add_row(
+            task_id.removeprefix(prefix),
+            str(d.get("step")),
+            str(d.get("node_id")),
+            str(d.get("kind")),
+            str(d.get("tokens_kept", 0)),
+            str(d.get("tokens_lost", 0)),
+            f"{d.get('resumed_on')} ({d.get('resumed_tier')})",
+            _num(d.get("resume_s")),
+        )
     return table

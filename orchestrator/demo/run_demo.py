@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -33,9 +34,13 @@ from .placements import interruption_rows, interruptions_table, placements_table
 
 DEMO_TASKS = [
     ("research", "H100 memory bandwidth; A100 memory bandwidth; decode speed for an 8b model", 20_000),
-    ("coordinator", "Should we serve our 8B model on spot GPUs?\n"
-                    "delegate to research: spot GPU pricing and preemption (budget 6000)\n"
-                    "delegate to research: 8b model memory on l4 and h100 (budget 6000)", 40_000),
+    (
+        "coordinator",
+        "Should we serve our 8B model on spot GPUs?\n"
+        "delegate to research: spot GPU pricing and preemption (budget 6000)\n"
+        "delegate to research: 8b model memory on l4 and h100 (budget 6000)",
+        40_000,
+    ),
     ("research", "kv cache size for 8b; 70b memory needs; spot GPU pricing", 700),
 ]
 TOP_UP_TOKENS = 10_000
@@ -44,8 +49,12 @@ PREWARM_WAIT_S = 60.0
 # A batch task prefers spot capacity; once its tool steps are done there and it writes its long
 # answer, the demo reclaims that spot node (as a cloud would, with a short notice): the answer's
 # generation stops, hands over its text, and goes on from it on another node.
-ON_SPOT = ("writer", "llama-3.2-1b", "spot preemption; kv cache size for 8b; decode speed for an 8b model\n"
-                                     "length: 2400 tokens", 20_000)
+ON_SPOT = (
+    "writer",
+    "llama-3.2-1b",
+    "spot preemption; kv cache size for 8b; decode speed for an 8b model\nlength: 2400 tokens",
+    20_000,
+)
 PREEMPT_AFTER_STEP = 3
 PREEMPT_NOTICE_S = 5.0
 # While the demo runs, the spot task's model keeps two replicas (the scaler spreads them over two
@@ -62,15 +71,22 @@ class _Stop(Protocol):
     requested: bool
 
 
-def run_demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int = 0,
-             api_key: str | None = None, real_model: bool = False) -> list[TaskState]:
+def run_demo(
+    config: BerthConfig,
+    tick: Callable[[], None],
+    stop: _Stop,
+    nodes: int = 0,
+    api_key: str | None = None,
+    real_model: bool = False,
+) -> list[TaskState]:
     """Run the demo workload; `nodes` is how many GPU nodes the stack started (0: no fleet), `real_model` whether
     a node that serves the real model is to join (now or once llama.cpp is installed)."""
     return asyncio.run(_demo(config, tick, stop, nodes, api_key, real_model))
 
 
-async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int,
-                api_key: str | None, real_model: bool) -> list[TaskState]:
+async def _demo(
+    config: BerthConfig, tick: Callable[[], None], stop: _Stop, nodes: int, api_key: str | None, real_model: bool
+) -> list[TaskState]:
     console = Console()
     client = Client(config.resolved_api_url, api_key=api_key)
     await _wait_for_agents(client, {"research", "coordinator", "writer"})
@@ -88,10 +104,20 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
         handles.append(await _submit(client, agent, text, tokens, f"{prefix}{len(handles) + 1}", model=model))
         agent, model, text, tokens = ON_SPOT
         spot_policy = (await client.model(model)).policy
-        await client.set_policy(model, spot_policy.model_copy(update={
-            "min_replicas": SPOT_MODEL_REPLICAS, "max_replicas": max(spot_policy.max_replicas, SPOT_MODEL_REPLICAS)}))
-        handles.append(await _submit(client, agent, text, tokens, f"{prefix}{len(handles) + 1}", model=model,
-                                     service_class="batch"))
+        await client.set_policy(
+            model,
+            spot_policy.model_copy(
+                update={
+                    "min_replicas": SPOT_MODEL_REPLICAS,
+                    "max_replicas": max(spot_policy.max_replicas, SPOT_MODEL_REPLICAS),
+                }
+            ),
+        )
+        handles.append(
+            await _submit(
+                client, agent, text, tokens, f"{prefix}{len(handles) + 1}", model=model, service_class="batch"
+            )
+        )
     spot_task = handles[-1].task_id if nodes else None
     preempted: str | None = None
     topped_up: set[str] = set()
@@ -126,15 +152,22 @@ async def _demo(config: BerthConfig, tick: Callable[[], None], stop: _Stop, node
             moved = next((d for task_id, d in rows if task_id == spot_task and d.get("node_id") != preempted), None)
             cut = next((d for task_id, d in interrupted if task_id == spot_task), None)
             if moved is not None:
-                what = (f"cut step {cut['step']}'s generation after {cut['tokens_kept']} tokens, which it kept"
-                        f" ({cut['tokens_lost']} lost), and the step ran again {cut['resume_s']:.1f} s later"
-                        if cut is not None else "came between two steps, so nothing was cut")
-                console.print(f"The spot node {preempted} was reclaimed with {PREEMPT_NOTICE_S:g} s notice; the"
-                              f" preemption {what}. The batch task resumed at step {moved['step']} on"
-                              f" {moved['node_id']} from its checkpoint.")
+                what = (
+                    f"cut step {cut['step']}'s generation after {cut['tokens_kept']} tokens, which it kept"
+                    f" ({cut['tokens_lost']} lost), and the step ran again {cut['resume_s']:.1f} s later"
+                    if cut is not None
+                    else "came between two steps, so nothing was cut"
+                )
+                console.print(
+                    f"The spot node {preempted} was reclaimed with {PREEMPT_NOTICE_S:g} s notice; the"
+                    f" preemption {what}. The batch task resumed at step {moved['step']} on"
+                    f" {moved['node_id']} from its checkpoint."
+                )
     if states:
-        console.print(f"See them in the admin UI: {config.resolved_api_url}/tasks?q={prefix} (sign in with the"
-                      f" admin key); a task's page shows its steps, budget, interruptions and checkpoints.")
+        console.print(
+            f"See them in the admin UI: {config.resolved_api_url}/tasks?q={prefix} (sign in with the"
+            f" admin key); a task's page shows its steps, budget, interruptions and checkpoints."
+        )
     return states
 
 
@@ -160,8 +193,10 @@ class _RealModelTask:
         if not any("llama.cpp" in n.engines for n in await client.nodes(status="healthy")):
             if time.monotonic() > self._deadline:
                 self.gave_up = True
-                self.note = (f"{REAL_MODEL[1]} did not join within {REAL_MODEL_WAIT_S / 60:.0f} min: see"
-                             " .berth/engine-build.log and the cpu-local node's log")
+                self.note = (
+                    f"{REAL_MODEL[1]} did not join within {REAL_MODEL_WAIT_S / 60:.0f} min: see"
+                    " .berth/engine-build.log and the cpu-local node's log"
+                )
             return None
         agent, model, text, tokens = REAL_MODEL
         self.submitted = True
@@ -183,8 +218,10 @@ async def _prewarm(client: Client, console: Console, model: str, datacenter: str
     """Put `model`'s weights on the disks of `datacenter`'s nodes and wait until each of them reports them
     (the step then goes to the one that suits it, not to the first copy to land)."""
     started = await client.prewarm(model, datacenter=datacenter)
-    console.print(f"prewarming {model} in {datacenter}: "
-                  + (", ".join(f"{n.node_id} (from {n.source})" for n in started.nodes) or "already there"))
+    console.print(
+        f"prewarming {model} in {datacenter}: "
+        + (", ".join(f"{n.node_id} (from {n.source})" for n in started.nodes) or "already there")
+    )
     fetching = {n.node_id for n in started.nodes}
     deadline = time.monotonic() + PREWARM_WAIT_S
     while time.monotonic() < deadline:
@@ -194,13 +231,22 @@ async def _prewarm(client: Client, console: Console, model: str, datacenter: str
         await asyncio.sleep(0.5)
 
 
-async def _submit(client: Client, agent: str, text: str, tokens: int, task_id: str, attempts: int = 30,
-                  model: str | None = None, service_class: ServiceClass = "interactive") -> TaskHandle:
+async def _submit(
+    client: Client,
+    agent: str,
+    text: str,
+    tokens: int,
+    task_id: str,
+    attempts: int = 30,
+    model: str | None = None,
+    service_class: ServiceClass = "interactive",
+) -> TaskHandle:
     """Submit, retrying while a just-started Temporal is still unavailable (safe: the task id makes it idempotent)."""
     for attempt in range(attempts):
         try:
-            return await client.submit(agent, text, budget=Budget(tokens), task_id=task_id, model=model,
-                                       service_class=service_class)
+            return await client.submit(
+                agent, text, budget=Budget(tokens), task_id=task_id, model=model, service_class=service_class
+            )
         except BerthError as exc:
             if exc.status_code != 503 or attempt == attempts - 1:
                 raise
@@ -235,8 +281,9 @@ def _table(states: list[TaskState], topped_up: set[str]) -> Table:
         note = s.waiting_for or ("budget topped up" if s.task_id in topped_up else "")
         if s.children:
             note = f"{len(s.children)} sub-agents " + note
-        table.add_row(s.task_id, s.agent, s.status.value, str(s.step),
-                      f"{s.spend.tokens_used:,} / {s.spend.token_limit:,}", note)
+        table.add_row(
+            s.task_id, s.agent, s.status.value, str(s.step), f"{s.spend.tokens_used:,} / {s.spend.token_limit:,}", note
+        )
     return table
 
 
@@ -246,6 +293,13 @@ def _summary(states: list[TaskState]) -> Table:
         table.add_column(col)
     for s in states:
         answer = (s.result or s.error or "").replace("\n", " ")
-        table.add_row(s.task_id, s.agent, s.status.value, str(s.step), f"{s.spend.tokens_used:,}",
-                      f"${s.spend.usd_used:.6f}", answer[:80] + ("…" if len(answer) > 80 else ""))
+        table.add_row(
+            s.task_id,
+            s.agent,
+            s.status.value,
+            str(s.step),
+            f"{s.spend.tokens_used:,}",
+            f"${s.spend.usd_used:.6f}",
+            answer[:80] + ("…" if len(answer) > 80 else ""),
+        )
     return table

@@ -37,8 +37,8 @@ def listening_socket(host: str, port: int, listen: bool = True) -> socket.socket
 class AppThread:
     """An engine's app on a free port of `host` in a background thread; `base_url` ends in /v1.
 
-        with EngineThread(...) as engine:
-            httpx.post(f"{engine.base_url}/chat/completions", json=...)
+    with EngineThread(...) as engine:
+        httpx.post(f"{engine.base_url}/chat/completions", json=...)
     """
 
     def __init__(self, app: Any, what: str, host: str = "127.0.0.1") -> None:

@@ -86,8 +86,9 @@ class UsageTally:
     def _append(self, kind: str, model: str, task: str | None, prompt_tokens: int, completion_tokens: int) -> None:
         if self._journal is None:
             return
-        line = json.dumps({"kind": kind, "model": model, "task": task, "prompt": prompt_tokens,
-                           "completion": completion_tokens})
+        line = json.dumps(
+            {"kind": kind, "model": model, "task": task, "prompt": prompt_tokens, "completion": completion_tokens}
+        )
         with self._lock, self._journal.open("a", encoding="utf-8") as f:
             f.write(line + "\n")
 

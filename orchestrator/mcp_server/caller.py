@@ -28,7 +28,7 @@ _KINDS: tuple[tuple[type[BerthError], str], ...] = (
 
 
 def refusal_text(exc: BerthError) -> str:
-    """"not found: task_id: task 'x' does not exist": the kind first, so a caller can branch on it."""
+    """ "not found: task_id: task 'x' does not exist": the kind first, so a caller can branch on it."""
     kind = next((word for cls, word in _KINDS if isinstance(exc, cls)), "error")
     reason = " ".join(exc.message.split())
     return f"{kind}: {exc.field}: {reason}" if exc.field else f"{kind}: {reason}"

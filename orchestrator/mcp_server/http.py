@@ -80,9 +80,17 @@ def _bearer(scope: Scope) -> str | None:
 async def _refuse(send: Send, message: str) -> None:
     """The 401 of /v1, in its error shape."""
     body = json.dumps({"error": {"code": "unauthorized", "message": message, "field": "authorization"}}).encode()
-    await send({"type": "http.response.start", "status": 401,
-                "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                            (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", b"Bearer"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -45,12 +45,18 @@ class NodeSummary(BaseModel):
     replicas: list[str] = Field(description='models loaded on the node with their state, e.g. "llama-3.1-8b (warm)"')
 
     @classmethod
-    def of(cls, node: NodeView) -> "NodeSummary":
+    def of(cls, node: NodeView) -> NodeSummary:
         types = Counter(g.type_name for g in node.gpus)
-        return cls(node_id=node.node_id, datacenter=node.datacenter, zone=node.zone, capacity=node.capacity,
-                   status=node.status, gpus=[f"{n}x{t}" for t, n in sorted(types.items())],
-                   healthy_gpus=sum(g.healthy for g in node.gpus),
-                   replicas=[f"{r.model} ({r.state})" for r in node.replicas])
+        return cls(
+            node_id=node.node_id,
+            datacenter=node.datacenter,
+            zone=node.zone,
+            capacity=node.capacity,
+            status=node.status,
+            gpus=[f"{n}x{t}" for t, n in sorted(types.items())],
+            healthy_gpus=sum(g.healthy for g in node.gpus),
+            replicas=[f"{r.model} ({r.state})" for r in node.replicas],
+        )
 
 
 class FleetStatus(BaseModel):
@@ -61,8 +67,12 @@ class FleetStatus(BaseModel):
     replicas_by_state: dict[str, int] = Field(description="how many replicas are loading, warm, draining")
 
     @classmethod
-    def of(cls, nodes: list[NodeView]) -> "FleetStatus":
+    def of(cls, nodes: list[NodeView]) -> FleetStatus:
         summaries = [NodeSummary.of(n) for n in nodes]
-        return cls(nodes=summaries, nodes_by_status=dict(Counter(n.status for n in nodes)),
-                   gpus=sum(len(n.gpus) for n in nodes), healthy_gpus=sum(s.healthy_gpus for s in summaries),
-                   replicas_by_state=dict(Counter(r.state for n in nodes for r in n.replicas)))
+        return cls(
+            nodes=summaries,
+            nodes_by_status=dict(Counter(n.status for n in nodes)),
+            gpus=sum(len(n.gpus) for n in nodes),
+            healthy_gpus=sum(s.healthy_gpus for s in summaries),
+            replicas_by_state=dict(Counter(r.state for n in nodes for r in n.replicas)),
+        )

@@ -37,8 +37,9 @@ from .waiting import wait_for
 
 # Naming a task takes any id the server gives (a sub-agent's, a tenant's scoped one); choosing one, the client's form.
 TaskId = Annotated[str, Field(pattern=TASK_REF_PATTERN, description="the task's id, e.g. from submit_task")]
-Tokens = Annotated[int, Field(gt=0, le=MAX_TOKEN_BUDGET, description="tokens, prompt and completion together"),
-                   NOT_A_BOOLEAN]
+Tokens = Annotated[
+    int, Field(gt=0, le=MAX_TOKEN_BUDGET, description="tokens, prompt and completion together"), NOT_A_BOOLEAN
+]
 Usd = Annotated[float | None, Field(gt=0, le=MAX_USD_BUDGET, description="a spend limit in US dollars"), NOT_A_BOOLEAN]
 AgentName = Annotated[str, Field(pattern=NAME_PATTERN, description="a registered agent's name (see list_agents)")]
 MAX_WAIT_S = 3600.0
@@ -53,20 +54,27 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
         input: Annotated[str, Field(min_length=1, max_length=MAX_INPUT_CHARS, description="what the agent is to do")],
         budget_tokens: Tokens,
         budget_usd: Usd = None,
-        priority: Annotated[int, Field(ge=0, le=9, description="higher is served first when GPUs are short"),
-                            NOT_A_BOOLEAN] = 0,
-        task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN,
-                                             description="your own id, scoped to your tenant (the task's id is"
-                                                         " <tenant>:<task_id>); resubmitting it with the same"
-                                                         " spec returns the same task")] = None,
+        priority: Annotated[
+            int, Field(ge=0, le=9, description="higher is served first when GPUs are short"), NOT_A_BOOLEAN
+        ] = 0,
+        task_id: Annotated[
+            str | None,
+            Field(
+                pattern=TASK_ID_PATTERN,
+                description="your own id, scoped to your tenant (the task's id is"
+                " <tenant>:<task_id>); resubmitting it with the same"
+                " spec returns the same task",
+            ),
+        ] = None,
     ) -> TaskState:
         """Start an agent on a task with a hard budget; returns at once with the task's state.
 
         With a task token (a task running inside Berth), the new task is that task's sub-agent and its
         budget is carved out of the caller's remainder; asking for more than remains is refused."""
         async with caller.client(ToolError) as client:
-            task = await client.submit(agent, input, Budget(tokens=budget_tokens, usd=budget_usd), task_id=task_id,
-                                       priority=priority)
+            task = await client.submit(
+                agent, input, Budget(tokens=budget_tokens, usd=budget_usd), task_id=task_id, priority=priority
+            )
             return await task.status()
 
     @server.tool()
@@ -89,8 +97,9 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
     async def wait_for_task(
         task_id: TaskId,
         ctx: Context,
-        timeout_s: Annotated[float, Field(gt=0, le=MAX_WAIT_S, description="give up waiting after this long"),
-                             NOT_A_BOOLEAN] = 60.0,
+        timeout_s: Annotated[
+            float, Field(gt=0, le=MAX_WAIT_S, description="give up waiting after this long"), NOT_A_BOOLEAN
+        ] = 60.0,
     ) -> WaitOutcome:
         """Wait until the task ends, reporting progress (step of max steps, tokens used) as it goes.
 
@@ -129,23 +138,32 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
     @server.tool()
     async def fork_task(
         task_id: TaskId,
-        checkpoint_seq: Annotated[int, Field(ge=0, le=MAX_STORED_INT,
-                                             description="which checkpoint (see the task's checkpoint_seq)"),
-                                  NOT_A_BOOLEAN],
-        budget_tokens: Annotated[int | None, Field(gt=0, le=MAX_TOKEN_BUDGET,
-                                                   description="the fork's budget; the source's when absent"),
-                                 NOT_A_BOOLEAN] = None,
-        model: Annotated[str | None, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS,
-                                           description="run the fork on another model")] = None,
-        input: Annotated[str | None, Field(min_length=1, max_length=MAX_INPUT_CHARS,
-                                           description="a new user message to continue with")] = None,
+        checkpoint_seq: Annotated[
+            int,
+            Field(ge=0, le=MAX_STORED_INT, description="which checkpoint (see the task's checkpoint_seq)"),
+            NOT_A_BOOLEAN,
+        ],
+        budget_tokens: Annotated[
+            int | None,
+            Field(gt=0, le=MAX_TOKEN_BUDGET, description="the fork's budget; the source's when absent"),
+            NOT_A_BOOLEAN,
+        ] = None,
+        model: Annotated[
+            str | None,
+            Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS, description="run the fork on another model"),
+        ] = None,
+        input: Annotated[
+            str | None,
+            Field(min_length=1, max_length=MAX_INPUT_CHARS, description="a new user message to continue with"),
+        ] = None,
         max_steps: Annotated[int | None, Field(ge=1, le=MAX_STEPS), NOT_A_BOOLEAN] = None,
         new_task_id: Annotated[str | None, Field(pattern=TASK_ID_PATTERN, description="the fork's id")] = None,
     ) -> TaskState:
         """Start a new task from one of a task's checkpoints: its conversation so far, other limits if given."""
         async with caller.client(ToolError) as client:
-            fork = await client.task(task_id).fork(checkpoint_seq, budget=budget_tokens, model=model,
-                                                   task_id=new_task_id, max_steps=max_steps, input=input)
+            fork = await client.task(task_id).fork(
+                checkpoint_seq, budget=budget_tokens, model=model, task_id=new_task_id, max_steps=max_steps, input=input
+            )
             return await fork.status()
 
     @server.tool()

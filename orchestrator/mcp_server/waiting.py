@@ -31,7 +31,9 @@ Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 def progress_line(state: TaskState) -> str:
     spend = state.spend
-    return f"{state.status.value}: step {state.step}/{state.max_steps}, {spend.tokens_used:,}/{spend.token_limit:,} tokens"
+    return (
+        f"{state.status.value}: step {state.step}/{state.max_steps}, {spend.tokens_used:,}/{spend.token_limit:,} tokens"
+    )
 
 
 async def wait_for(task: TaskHandle, timeout_s: float, progress: Progress) -> WaitOutcome:
@@ -66,5 +68,5 @@ class WrittenSoFar:
     def since_last(self, now: Writing) -> str:
         if now.step != self.step or not now.text.startswith(self.text):
             self.step, self.text = now.step, ""
-        new, self.text = now.text[len(self.text):], now.text
+        new, self.text = now.text[len(self.text) :], now.text
         return new if len(new) <= MAX_WRITTEN_CHARS else "…" + new[-MAX_WRITTEN_CHARS:]

@@ -14,8 +14,16 @@ from temporalio.exceptions import ApplicationError
 from activities.spans import annotate_load
 from orchestrator.node.replicas import Replica, ReplicaLoadError, ReplicaManager
 from orchestrator.node.weights_cache import WeightsCacheError
-from sdk.wire.node_io import (LOAD_REPLICA, PREWARM, UNLOAD_REPLICA, LoadedTier, LoadReplica, Prewarm, ReplicaReady,
-                          UnloadReplica)
+from sdk.wire.node_io import (
+    LOAD_REPLICA,
+    PREWARM,
+    UNLOAD_REPLICA,
+    LoadedTier,
+    LoadReplica,
+    Prewarm,
+    ReplicaReady,
+    UnloadReplica,
+)
 
 
 def _heartbeat(replica: Replica) -> None:
@@ -31,16 +39,21 @@ class NodeActivities:
     @activity.defn(name=LOAD_REPLICA)
     async def load_replica(self, req: LoadReplica) -> ReplicaReady:
         try:
-            replica = await self.replicas.load(req.model, tuple(req.gpu_indexes), req.replica_id, req.tier,
-                                               on_progress=_heartbeat)
+            replica = await self.replicas.load(
+                req.model, tuple(req.gpu_indexes), req.replica_id, req.tier, on_progress=_heartbeat
+            )
         except (ReplicaLoadError, WeightsCacheError, ValueError) as exc:
             # Retrying the same load on the same node fails the same way; the caller places it elsewhere.
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
         assert replica.handle is not None
         tier: LoadedTier = replica.tier
         annotate_load(req.model.name, replica.replica_id, req.gpu_indexes, tier, replica.load_seconds)
-        return ReplicaReady(replica_id=replica.replica_id, base_url=replica.handle.base_url,
-                            load_seconds=replica.load_seconds, tier=tier)
+        return ReplicaReady(
+            replica_id=replica.replica_id,
+            base_url=replica.handle.base_url,
+            load_seconds=replica.load_seconds,
+            tier=tier,
+        )
 
     @activity.defn(name=UNLOAD_REPLICA)
     async def unload_replica(self, req: UnloadReplica) -> None:
@@ -50,8 +63,9 @@ class NodeActivities:
     @activity.defn(name=PREWARM)
     async def prewarm(self, req: Prewarm) -> str:
         try:
-            return await self.replicas.prewarm(req.model, req.size_bytes, req.tier,
-                                               on_progress=lambda: activity.heartbeat({"model": req.model.name}))
+            return await self.replicas.prewarm(
+                req.model, req.size_bytes, req.tier, on_progress=lambda: activity.heartbeat({"model": req.model.name})
+            )
         except (WeightsCacheError, ValueError) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 

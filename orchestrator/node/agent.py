@@ -39,8 +39,16 @@ from temporalio.worker import Worker
 
 from activities.heartbeats import HEARTBEAT_EVERY_S
 from activities.llm_step import LlmStepActivities
-from sdk.wire.fleet import (Capacity, CachedModelWeights, GpuDescription, GpuHealth, MigDeviceDescription, NodeHeartbeat,
-                        NodeRegistration, NodeStatus)
+from sdk.wire.fleet import (
+    CachedModelWeights,
+    Capacity,
+    GpuDescription,
+    GpuHealth,
+    MigDeviceDescription,
+    NodeHeartbeat,
+    NodeRegistration,
+    NodeStatus,
+)
 from sdk.wire.node_io import node_task_queue
 
 from ..tokenizers import tokenizers_under
@@ -92,23 +100,44 @@ class NodeOptions:
 
 def registration(options: NodeOptions, gpus: list[GpuInfo], cache_capacity_bytes: int) -> NodeRegistration:
     return NodeRegistration(
-        node_id=options.node_id, join_token=options.join_token, datacenter=options.datacenter, zone=options.zone,
-        capacity=options.capacity, usd_per_hour=options.usd_per_hour, labels=options.labels,
-        disk_bandwidth_gbps=options.disk_bandwidth_gbps, weights_cache_capacity_bytes=cache_capacity_bytes,
+        node_id=options.node_id,
+        join_token=options.join_token,
+        datacenter=options.datacenter,
+        zone=options.zone,
+        capacity=options.capacity,
+        usd_per_hour=options.usd_per_hour,
+        labels=options.labels,
+        disk_bandwidth_gbps=options.disk_bandwidth_gbps,
+        weights_cache_capacity_bytes=cache_capacity_bytes,
         engines=options.engines,  # type: ignore[arg-type]  (validated as engine kinds by NodeRegistration)
-        gpus=[GpuDescription(index=g.index, uuid=g.uuid, type_name=g.type_name, memory_total_mib=g.memory_total_mib,
-                             mig_mode=g.mig_mode,
-                             mig_devices=[MigDeviceDescription(uuid=m.uuid, profile=m.profile,
-                                                               memory_total_mib=m.memory_total_mib)
-                                          for m in g.mig_devices]) for g in gpus],
+        gpus=[
+            GpuDescription(
+                index=g.index,
+                uuid=g.uuid,
+                type_name=g.type_name,
+                memory_total_mib=g.memory_total_mib,
+                mig_mode=g.mig_mode,
+                mig_devices=[
+                    MigDeviceDescription(uuid=m.uuid, profile=m.profile, memory_total_mib=m.memory_total_mib)
+                    for m in g.mig_devices
+                ],
+            )
+            for g in gpus
+        ],
     )
 
 
 class NodeAgent:
     """Joins the fleet, heartbeats, and serves the node's activities until told to stop."""
 
-    def __init__(self, options: NodeOptions, discovery: GpuDiscovery, control_plane: ControlPlane,
-                 replicas: ReplicaManager, transfers: TransferLog | None = None) -> None:
+    def __init__(
+        self,
+        options: NodeOptions,
+        discovery: GpuDiscovery,
+        control_plane: ControlPlane,
+        replicas: ReplicaManager,
+        transfers: TransferLog | None = None,
+    ) -> None:
         self.options = options
         self.discovery = discovery
         self.control_plane = control_plane
@@ -140,8 +169,12 @@ class NodeAgent:
         joined = await self.control_plane.register(reg, remembered, wait_s=self.options.register_wait_s)
         self.node_secret = joined.node_secret
         self._write_secret(joined.node_secret)
-        log.info("node %s joined the fleet at %s with %d GPU(s)", self.options.node_id, self.control_plane.api_url,
-                 len(self._gpus))
+        log.info(
+            "node %s joined the fleet at %s with %d GPU(s)",
+            self.options.node_id,
+            self.control_plane.api_url,
+            len(self._gpus),
+        )
         self._note_status(joined.node.status)
 
     async def join_unless_stopped(self) -> bool:
@@ -164,12 +197,22 @@ class NodeAgent:
     def heartbeat_body(self) -> NodeHeartbeat:
         self._simulate_gpu_use()
         return NodeHeartbeat(
-            node_id=self.options.node_id, leaving=self.stopping.is_set(),
-            gpus=[GpuHealth(index=m.index, memory_used_mib=m.memory_used_mib, utilization_pct=m.utilization_pct,
-                            ecc_errors=m.ecc_errors, healthy=m.healthy, reason=m.unhealthy_reason)
-                  for m in self.discovery.sample()],
-            cached_weights=[CachedModelWeights(model=w.model, size_bytes=w.size_bytes)
-                            for w in self.replicas.cache.contents()],
+            node_id=self.options.node_id,
+            leaving=self.stopping.is_set(),
+            gpus=[
+                GpuHealth(
+                    index=m.index,
+                    memory_used_mib=m.memory_used_mib,
+                    utilization_pct=m.utilization_pct,
+                    ecc_errors=m.ecc_errors,
+                    healthy=m.healthy,
+                    reason=m.unhealthy_reason,
+                )
+                for m in self.discovery.sample()
+            ],
+            cached_weights=[
+                CachedModelWeights(model=w.model, size_bytes=w.size_bytes) for w in self.replicas.cache.contents()
+            ],
             replicas=self.replicas.reports(),
             peer_port=self.peer_server.port if self.peer_server is not None else None,
             # Bound to every address, it is reached where its heartbeats come from (the control plane says so).
@@ -201,8 +244,12 @@ class NodeAgent:
 
     def _note_status(self, status: NodeStatus) -> None:
         if status == "pending" and self._status != "pending":
-            log.warning("node %s waits for approval: it joined with the cluster token, and gets no work until an"
-                        " operator runs `berth nodes approve %s`", self.options.node_id, self.options.node_id)
+            log.warning(
+                "node %s waits for approval: it joined with the cluster token, and gets no work until an"
+                " operator runs `berth nodes approve %s`",
+                self.options.node_id,
+                self.options.node_id,
+            )
         elif self._status == "pending" and status != "pending":
             log.info("node %s was approved: it takes work now", self.options.node_id)
         self._status = status
@@ -230,8 +277,15 @@ class NodeAgent:
         if self._probes_started:
             return
         self._probes_started = True
-        serve_node_metrics(self.options.metrics_host, self.options.metrics_port, self.options.node_id,
-                           self.options.datacenter, self.discovery, self.replicas.reports, ready=self.readiness)
+        serve_node_metrics(
+            self.options.metrics_host,
+            self.options.metrics_port,
+            self.options.node_id,
+            self.options.datacenter,
+            self.discovery,
+            self.replicas.reports,
+            ready=self.readiness,
+        )
 
     async def heartbeat_loop(self) -> None:
         """Beat every `heartbeat_s` until stopping; a failed beat is logged and the next one tried, unless the
@@ -255,29 +309,41 @@ class NodeAgent:
         books = RemoteStepBooks(self.control_plane.api_url, node_id, lambda: self.node_secret)
         router = ReplicaRouter(node_id, self.replicas, tokenizers_under(self.options.cache_dir))
         generation = NodeGeneration(LlmStepActivities(books, router), self.replicas)
-        return Worker(client, task_queue=node_task_queue(node_id),
-                      activities=[*NodeActivities(self.replicas).all(), generation.generate],
-                      activity_executor=ThreadPoolExecutor(max_workers=64),
-                      # Every lease on this node's replicas is a generation here at once (a replica takes
-                      # up to 32): the pool bounds them, so the worker must not queue them behind a limit
-                      # and let a step's pickup timeout take the node for lost.
-                      max_concurrent_activities=1024,
-                      # A generation's heartbeat carries the text written so far: what survives a kill -9
-                      # is what the last one that reached Temporal carried. The SDK's default throttle
-                      # (0.8 × the 5 s heartbeat timeout) would lose up to 4 s of tokens; send each beat
-                      # (activities/llm_step.py beats every 0.5 s while tokens stream).
-                      max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
-                      graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S))
+        return Worker(
+            client,
+            task_queue=node_task_queue(node_id),
+            activities=[*NodeActivities(self.replicas).all(), generation.generate],
+            activity_executor=ThreadPoolExecutor(max_workers=64),
+            # Every lease on this node's replicas is a generation here at once (a replica takes
+            # up to 32): the pool bounds them, so the worker must not queue them behind a limit
+            # and let a step's pickup timeout take the node for lost.
+            max_concurrent_activities=1024,
+            # A generation's heartbeat carries the text written so far: what survives a kill -9
+            # is what the last one that reached Temporal carried. The SDK's default throttle
+            # (0.8 × the 5 s heartbeat timeout) would lose up to 4 s of tokens; send each beat
+            # (activities/llm_step.py beats every 0.5 s while tokens stream).
+            max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_S),
+            graceful_shutdown_timeout=timedelta(seconds=GRACEFUL_SHUTDOWN_S),
+        )
 
     async def _start_peer_server(self) -> None:
         """Serve verified cache files to the datacenter's nodes that hold a ticket the control plane checks."""
         if self.options.peer_port is None:
             return
-        self.peer_server = PeerServer(CacheBlobs(self.replicas.cache), self.peer_tickets, host=self.options.metrics_host,
-                                      port=self.options.peer_port, limit_bytes_per_s=self.options.peer_limit_bytes_per_s)
+        self.peer_server = PeerServer(
+            CacheBlobs(self.replicas.cache),
+            self.peer_tickets,
+            host=self.options.metrics_host,
+            port=self.options.peer_port,
+            limit_bytes_per_s=self.options.peer_limit_bytes_per_s,
+        )
         await self.peer_server.start()
-        log.info("node %s serves its weights to peers on %s:%d", self.options.node_id, self.options.metrics_host,
-                 self.peer_server.port)
+        log.info(
+            "node %s serves its weights to peers on %s:%d",
+            self.options.node_id,
+            self.options.metrics_host,
+            self.peer_server.port,
+        )
 
     async def serve(self, client: Client) -> bool:
         """Poll for work, join, heartbeat until `stopping` is set, then shut down in order; False when told to

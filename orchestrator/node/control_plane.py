@@ -54,7 +54,9 @@ def _message(response: httpx.Response) -> str:
 class ControlPlane:
     """Register and heartbeat over HTTP; `transport` lets tests run the real app in-process."""
 
-    def __init__(self, api_url: str, timeout_s: float = 10.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, api_url: str, timeout_s: float = 10.0, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.api_url = api_url.rstrip("/")
         self._http = httpx.AsyncClient(base_url=self.api_url, timeout=timeout_s, transport=transport)
 
@@ -67,30 +69,40 @@ class ControlPlane:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def register(self, registration: NodeRegistration, node_secret: str | None = None,
-                       wait_s: float = 60.0, retry_every_s: float = 1.0) -> NodeRegistered:
+    async def register(
+        self,
+        registration: NodeRegistration,
+        node_secret: str | None = None,
+        wait_s: float = 60.0,
+        retry_every_s: float = 1.0,
+    ) -> NodeRegistered:
         """Join (or rejoin with `node_secret`), retrying connection errors for up to `wait_s`."""
         headers = {NODE_SECRET_HEADER: node_secret} if node_secret else {}
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                response = await self._http.post("/v1/nodes/register", json=registration.model_dump(mode="json"),
-                                                 headers=headers)
+                response = await self._http.post(
+                    "/v1/nodes/register", json=registration.model_dump(mode="json"), headers=headers
+                )
             except httpx.TransportError as exc:
                 if time.monotonic() >= deadline:
-                    raise ControlPlaneUnreachable(f"control plane at {self.api_url} did not answer within "
-                                                  f"{wait_s:.0f}s: {exc}") from exc
+                    raise ControlPlaneUnreachable(
+                        f"control plane at {self.api_url} did not answer within {wait_s:.0f}s: {exc}"
+                    ) from exc
                 log.info("control plane at %s not reachable yet (%s); retrying", self.api_url, exc)
                 await asyncio.sleep(retry_every_s)
                 continue
             if response.status_code in (200, 201):
                 return NodeRegistered.model_validate(response.json())
             if response.status_code == 401:
-                raise JoinRefused(f"the control plane refused to let node {registration.node_id!r} join: "
-                                  f"{_message(response)}")
+                raise JoinRefused(
+                    f"the control plane refused to let node {registration.node_id!r} join: {_message(response)}"
+                )
             if response.status_code == 409:
-                raise JoinRefused(f"node id {registration.node_id!r} is taken: {_message(response)}; "
-                                  "give this node another --node-id, or its own cache dir's node-secret")
+                raise JoinRefused(
+                    f"node id {registration.node_id!r} is taken: {_message(response)}; "
+                    "give this node another --node-id, or its own cache dir's node-secret"
+                )
             if response.status_code >= 500 and time.monotonic() < deadline:
                 await asyncio.sleep(retry_every_s)  # a control plane still opening its store
                 continue
@@ -102,13 +114,18 @@ class ControlPlane:
 
         Connection errors propagate: the agent's loop logs them and tries at the next beat.
         """
-        response = await self._http.post(f"/v1/nodes/{beat.node_id}/heartbeat", json=beat.model_dump(mode="json"),
-                                         headers={NODE_SECRET_HEADER: node_secret})
+        response = await self._http.post(
+            f"/v1/nodes/{beat.node_id}/heartbeat",
+            json=beat.model_dump(mode="json"),
+            headers={NODE_SECRET_HEADER: node_secret},
+        )
         if response.status_code == 200:
             return NodeView.model_validate(response.json())
         if response.status_code == 404:
             raise NodeUnknown(f"the control plane does not know node {beat.node_id!r}: {_message(response)}")
         if response.status_code == 401:
-            raise CredentialRefused(f"the control plane refused the credential of node {beat.node_id!r}, so the"
-                                    f" node stops: {_message(response)}")
+            raise CredentialRefused(
+                f"the control plane refused the credential of node {beat.node_id!r}, so the"
+                f" node stops: {_message(response)}"
+            )
         raise ControlPlaneError(f"heartbeat of node {beat.node_id!r} refused: {_message(response)}")

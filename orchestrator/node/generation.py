@@ -19,8 +19,8 @@ from temporalio.exceptions import ApplicationError
 from activities.llm_step import LlmStepActivities
 from activities.ports import ModelRoute, ReplicaUnavailable
 from activities.tokens import warm_up_counting
-from sdk.wire.lease import StepPlacement
 from sdk.wire.contracts import GENERATE_ACTIVITY, LlmStepInput, LlmStepResult
+from sdk.wire.lease import StepPlacement
 
 from ..tokenizers import ModelTokenizers
 from .replicas import ReplicaManager
@@ -54,12 +54,18 @@ class ReplicaRouter:
             raise ReplicaUnavailable(f"replica {placement.replica_id} of {model} is not serving on node {self.node_id}")
         entry = replica.entry
         return ModelRoute(
-            name=model, litellm_model=entry.litellm_route or f"hosted_vllm/{model}", api_base=replica.handle.base_url,
-            api_key="berth-node", usd_per_1m_prompt=entry.usd_per_1m_prompt,
-            usd_per_1m_completion=entry.usd_per_1m_completion, served_by=f"{self.node_id}/{replica.replica_id}",
+            name=model,
+            litellm_model=entry.litellm_route or f"hosted_vllm/{model}",
+            api_base=replica.handle.base_url,
+            api_key="berth-node",
+            usd_per_1m_prompt=entry.usd_per_1m_prompt,
+            usd_per_1m_completion=entry.usd_per_1m_completion,
+            served_by=f"{self.node_id}/{replica.replica_id}",
             # Counted as the control plane counts it (the model's own tokenizer), once loaded; routing runs on the
             # event loop, so a tokenizer still loading leaves this step to litellm's count, within the plane's grant.
-            tokenizer=self.tokenizers.ready(entry) if self.tokenizers is not None else None, openai_compatible=True)
+            tokenizer=self.tokenizers.ready(entry) if self.tokenizers is not None else None,
+            openai_compatible=True,
+        )
 
 
 class NodeGeneration:

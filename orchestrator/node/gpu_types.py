@@ -108,9 +108,7 @@ GPU_TYPES: dict[str, GpuType] = {
 #   relative_speed: a 4-vCPU slice (2 cores with AVX-512: 2 FMA units × 16 fp32 lanes × 2 flops ×
 #   3.0 GHz = 192 GFLOPS per core, 384 in all) ÷ H100's 989 TFLOPS → 0.0004.
 #   Price: the slice as a VM of its size, AWS m7i.xlarge (4 vCPU, 16 GiB) $0.2016/h on demand, spot ~$0.08.
-CPU_TYPES: dict[str, GpuType] = {
-    t.name: t for t in (GpuType("CPU-16GB", "CPU", 16, 0.0004, 0.2016, 0.08),)
-}
+CPU_TYPES: dict[str, GpuType] = {t.name: t for t in (GpuType("CPU-16GB", "CPU", 16, 0.0004, 0.2016, 0.08),)}
 GPU_TYPES.update(CPU_TYPES)  # one catalogue: placement, pricing and registration read devices the same way
 
 # A simulated node with more GPUs than this is a typo, not a machine: the largest common
@@ -142,8 +140,9 @@ def match_device(device_name: str, memory_total_mib: int | None) -> GpuType | No
     Names alone are ambiguous ("NVIDIA A100-SXM4-40GB" vs "NVIDIA A100 80GB PCIe"), so the
     family word picks candidates and the reported memory picks among them.
     """
-    candidates = [t for t in GPU_TYPES.values()
-                  if t.name not in CPU_TYPES and re.search(rf"\b{t.family}\b", device_name, re.I)]
+    candidates = [
+        t for t in GPU_TYPES.values() if t.name not in CPU_TYPES and re.search(rf"\b{t.family}\b", device_name, re.I)
+    ]
     if not candidates:
         return None
     if memory_total_mib is None:

@@ -17,24 +17,30 @@ from opentelemetry import metrics
 from sdk.wire.fleet import ReplicaReport
 
 from ..telemetry import serve_metrics
-from ..telemetry.probe_server import Check, ProbeServer
 from ..telemetry.fleet_gauges import FleetReading, GpuReading, watch_fleet
+from ..telemetry.probe_server import Check, ProbeServer
 from .discovery import GpuDiscovery, GpuInfo
-
 
 # A small model from a warm disk loads in seconds; a 70B model from the origin takes minutes.
 LOAD_BUCKETS_S = [1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200]
 
 _load = metrics.get_meter("berth.node").create_histogram(
-    "berth_replica_load_seconds", unit="s", description="from a replica's start to serving, by where its weights came from",
-    explicit_bucket_boundaries_advisory=LOAD_BUCKETS_S)
+    "berth_replica_load_seconds",
+    unit="s",
+    description="from a replica's start to serving, by where its weights came from",
+    explicit_bucket_boundaries_advisory=LOAD_BUCKETS_S,
+)
 
 
 _fetched_bytes = metrics.get_meter("berth.node").create_counter(
-    "berth_weights_fetched_bytes", unit="By", description="real weights fetched into the node's cache, by source tier")
+    "berth_weights_fetched_bytes", unit="By", description="real weights fetched into the node's cache, by source tier"
+)
 _fetch = metrics.get_meter("berth.node").create_histogram(
-    "berth_weights_fetch_seconds", unit="s", description="a revision's fetch into the node's cache, by source tier",
-    explicit_bucket_boundaries_advisory=LOAD_BUCKETS_S)
+    "berth_weights_fetch_seconds",
+    unit="s",
+    description="a revision's fetch into the node's cache, by source tier",
+    explicit_bucket_boundaries_advisory=LOAD_BUCKETS_S,
+)
 
 
 def record_fetch(model: str, tier: str, size_bytes: int, seconds: float) -> None:
@@ -52,14 +58,34 @@ def node_reading(node_id: str, datacenter: str, gpus: list[GpuInfo], replicas: l
     """One node's GPUs and replicas as the fleet gauges show them."""
     held = {i for r in replicas for i in r.gpu_indexes}
     return FleetReading(
-        gpus=[GpuReading(node_id, datacenter, g.index, g.type_name, g.memory_used_mib, g.memory_total_mib,
-                         g.utilization_pct, g.ecc_errors, g.healthy, g.index in held) for g in gpus],
+        gpus=[
+            GpuReading(
+                node_id,
+                datacenter,
+                g.index,
+                g.type_name,
+                g.memory_used_mib,
+                g.memory_total_mib,
+                g.utilization_pct,
+                g.ecc_errors,
+                g.healthy,
+                g.index in held,
+            )
+            for g in gpus
+        ],
         replicas=Counter((r.model, r.state, node_id, datacenter) for r in replicas),
     )
 
 
-def serve_node_metrics(host: str, port: int, node_id: str, datacenter: str, discovery: GpuDiscovery,
-                       replicas: Callable[[], list[ReplicaReport]], ready: Check | None = None) -> ProbeServer | None:
+def serve_node_metrics(
+    host: str,
+    port: int,
+    node_id: str,
+    datacenter: str,
+    discovery: GpuDiscovery,
+    replicas: Callable[[], list[ReplicaReport]],
+    ready: Check | None = None,
+) -> ProbeServer | None:
     """Watch this node's GPUs and replicas; with a port, serve /metrics, /healthz and /readyz (from `ready`) on
     `host`:`port` (port 0: serve nothing). The process's MeterProvider is installed by its entry point
     (`berth node`); without one the gauges are no-ops."""

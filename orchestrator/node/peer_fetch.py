@@ -32,8 +32,8 @@ from .fetchers import SourceTier, Transfer, WeightsFetchError, http_transfer
 from .fetchers.http import TIMEOUT
 from .peer_tickets import NoPeer, PeerTickets
 from .weights_cache import WeightsCache
-from .weights_fill import FillReport, fill_revision
 from .weights_files import Revision, RevisionFile, WeightsIntegrityError
+from .weights_fill import FillReport, fill_revision
 
 log = logging.getLogger("berth.node.peers")
 
@@ -71,8 +71,14 @@ class PeerFetcher:
     @contextmanager
     def open(self, revision: Revision, file: RevisionFile, offset: int) -> Iterator[Transfer]:
         url = f"{self.ticket.peer_url}{PEER_FILES_PATH}/{file.sha256}"
-        with http_transfer(self.client(), url, offset, {PEER_TICKET_HEADER: self.ticket.ticket},
-                           named=self.url_of(revision, file), refused=self._refused) as transfer:
+        with http_transfer(
+            self.client(),
+            url,
+            offset,
+            {PEER_TICKET_HEADER: self.ticket.ticket},
+            named=self.url_of(revision, file),
+            refused=self._refused,
+        ) as transfer:
             yield transfer
 
     def _refused(self, response: httpx.Response) -> str:
@@ -92,9 +98,15 @@ class PeerFetcher:
         return "unservable"  # a 404 for a file it reports, or a port it names where nothing serves
 
 
-async def fill_from_peers(cache: WeightsCache, revision: Revision, tickets: PeerTickets, *,
-                          stop: threading.Event | None = None, on_bytes: Callable[[int], None] | None = None,
-                          max_peers: int = MAX_PEERS) -> FillReport:
+async def fill_from_peers(
+    cache: WeightsCache,
+    revision: Revision,
+    tickets: PeerTickets,
+    *,
+    stop: threading.Event | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+    max_peers: int = MAX_PEERS,
+) -> FillReport:
     """Fill `revision` into `cache` from datacenter peers (see the module docstring); `NoPeer` when none gave a
     verified copy. The room must be reserved (`cache.ensure_revision`); on `NoPeer` it stays reserved for the
     origin fetch that follows, and what the peers verified stays in the cache's blobs."""
@@ -110,8 +122,13 @@ async def fill_from_peers(cache: WeightsCache, revision: Revision, tickets: Peer
             report = await asyncio.to_thread(fill_revision, cache, revision, fetcher, stop=stop, on_bytes=on_bytes)
         except (WeightsIntegrityError, WeightsFetchError) as exc:
             outcome = fetcher.outcome_of(exc)
-            log.warning("copy of %s from peer %s failed (%s): %s; trying another source", revision.model,
-                        ticket.source_node, outcome or "ticket refused there", exc)
+            log.warning(
+                "copy of %s from peer %s failed (%s): %s; trying another source",
+                revision.model,
+                ticket.source_node,
+                outcome or "ticket refused there",
+                exc,
+            )
             if outcome is not None:
                 await tickets.report(TransferReport(ticket=ticket.ticket, outcome=outcome, reason=str(exc)[:500]))
             tried.append(ticket.source_node)
@@ -119,7 +136,13 @@ async def fill_from_peers(cache: WeightsCache, revision: Revision, tickets: Peer
             continue
         finally:
             fetcher.close()
-        await tickets.report(TransferReport(ticket=ticket.ticket, outcome="verified", bytes=report.bytes_fetched,
-                                            seconds=round(max(report.seconds, 1e-3), 6)))
+        await tickets.report(
+            TransferReport(
+                ticket=ticket.ticket,
+                outcome="verified",
+                bytes=report.bytes_fetched,
+                seconds=round(max(report.seconds, 1e-3), 6),
+            )
+        )
         return report
     raise NoPeer(f"{len(tried)} peer(s) failed to copy {revision.model}: " + "; ".join(failures))

@@ -32,8 +32,14 @@ class TicketRefused(RuntimeError):
 class PeerTickets:
     """Mint, check and report peer tickets as node `node_id`; `secret` is read at each call (it may change)."""
 
-    def __init__(self, api_url: str, node_id: str, secret: Callable[[], str | None], timeout_s: float = 10.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        api_url: str,
+        node_id: str,
+        secret: Callable[[], str | None],
+        timeout_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self.node_id = node_id
         self._secret = secret
         self._http = httpx.AsyncClient(base_url=api_url.rstrip("/"), timeout=timeout_s, transport=transport)
@@ -68,5 +74,6 @@ class PeerTickets:
         return ReportAnswer.model_validate(response.json()) if response.status_code == 200 else None
 
     async def _post(self, route: str, body: dict) -> httpx.Response:
-        return await self._http.post(f"/v1/nodes/{self.node_id}/{route}", json=body,
-                                     headers={NODE_SECRET_HEADER: self._secret() or ""})
+        return await self._http.post(
+            f"/v1/nodes/{self.node_id}/{route}", json=body, headers={NODE_SECRET_HEADER: self._secret() or ""}
+        )

@@ -70,8 +70,14 @@ class Replica:
     pinned: bool = False  # holds a pin on its weights in the cache
 
     def report(self) -> ReplicaReport:
-        return ReplicaReport(replica_id=self.replica_id, model=self.entry.name, gpu_indexes=list(self.gpu_indexes), state=self.state,
-                             outstanding_tokens=self.outstanding_tokens, active_leases=self.active_leases)
+        return ReplicaReport(
+            replica_id=self.replica_id,
+            model=self.entry.name,
+            gpu_indexes=list(self.gpu_indexes),
+            state=self.state,
+            outstanding_tokens=self.outstanding_tokens,
+            active_leases=self.active_leases,
+        )
 
 
 EngineFactory = Callable[[ModelEntry], ReplicaEngine]
@@ -87,12 +93,16 @@ class ReplicaManager:
     simulated prewarm from a tier takes (the simulated node sleeps it, scaled).
     """
 
-    def __init__(self, cache: WeightsCache, engines: Mapping[str, ReplicaEngine],
-                 gpu_indexes: set[int] | None = None,
-                 fetch_delay_s: Callable[[FetchSource, int], float] = lambda tier, size: 0.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 sources: Mapping[FetchSource, RevisionSource] | None = None,
-                 on_fill: Callable[[FillReport], None] | None = None) -> None:
+    def __init__(
+        self,
+        cache: WeightsCache,
+        engines: Mapping[str, ReplicaEngine],
+        gpu_indexes: set[int] | None = None,
+        fetch_delay_s: Callable[[FetchSource, int], float] = lambda tier, size: 0.0,
+        clock: Callable[[], float] = time.monotonic,
+        sources: Mapping[FetchSource, RevisionSource] | None = None,
+        on_fill: Callable[[FillReport], None] | None = None,
+    ) -> None:
         self.cache = cache
         self.engines = dict(engines)
         self.gpu_indexes = gpu_indexes  # the node's GPUs; None accepts any index
@@ -116,13 +126,22 @@ class ReplicaManager:
             raise ReplicaLoadError(f"model {entry.name!r} is hosted by a provider; nodes load only self-hosted models")
         engine = self.engines.get(entry.engine)
         if engine is None:
-            hint = " (start the node with --external-url for an OpenAI-compatible server)" \
-                if entry.engine == "openai-compatible" else ""
+            hint = (
+                " (start the node with --external-url for an OpenAI-compatible server)"
+                if entry.engine == "openai-compatible"
+                else ""
+            )
             raise ReplicaLoadError(f"model {entry.name!r}: this node has no {entry.engine!r} engine{hint}")
         return engine
 
-    async def load(self, entry: ModelEntry, gpu_indexes: tuple[int, ...], replica_id: str,
-                   source: FetchSource = "origin", on_progress: Callable[[Replica], None] | None = None) -> Replica:
+    async def load(
+        self,
+        entry: ModelEntry,
+        gpu_indexes: tuple[int, ...],
+        replica_id: str,
+        source: FetchSource = "origin",
+        on_progress: Callable[[Replica], None] | None = None,
+    ) -> Replica:
         """Start replica `replica_id` and return it once it serves; idempotent for a retried load.
 
         `on_progress` is called at every readiness probe (the activity heartbeats there). A
@@ -135,10 +154,14 @@ class ReplicaManager:
         self._check_gpus(entry, gpu_indexes)
         revision = Revision.of(entry)
         size = round(entry.weights_gib * 2**30)
-        plan = (self.cache.ensure(entry.name, size, source) if revision is None
-                else self.cache.ensure_revision(revision, source))
-        replica = Replica(replica_id, entry, tuple(gpu_indexes), "loading", plan.tier, started_at=self._clock(),
-                          ready=asyncio.Event())
+        plan = (
+            self.cache.ensure(entry.name, size, source)
+            if revision is None
+            else self.cache.ensure_revision(revision, source)
+        )
+        replica = Replica(
+            replica_id, entry, tuple(gpu_indexes), "loading", plan.tier, started_at=self._clock(), ready=asyncio.Event()
+        )
         self._replicas[replica_id] = replica
         try:
             if revision is None:
@@ -146,8 +169,9 @@ class ReplicaManager:
             else:
                 spec = await self._local_copy(entry, revision, plan, replica, source, on_progress)
             replica.handle = await engine.start(spec)
-            log.info("replica %s of %s loading on GPUs %s from %s", replica_id, entry.name, list(gpu_indexes),
-                     replica.tier)
+            log.info(
+                "replica %s of %s loading on GPUs %s from %s", replica_id, entry.name, list(gpu_indexes), replica.tier
+            )
             await self._wait_ready(engine, replica, on_progress)
             if replica.state == "draining":  # unloaded between the last probe and now
                 raise ReplicaLoadError(f"replica {replica_id} was unloaded while it loaded")
@@ -176,8 +200,15 @@ class ReplicaManager:
         record_load(entry.name, replica.tier, replica.load_seconds)
         return replica
 
-    async def _local_copy(self, entry: ModelEntry, revision: Revision, plan: LoadPlan, replica: Replica,
-                          source: FetchSource, on_progress: Callable[[Replica], None] | None) -> ReplicaSpec:
+    async def _local_copy(
+        self,
+        entry: ModelEntry,
+        revision: Revision,
+        plan: LoadPlan,
+        replica: Replica,
+        source: FetchSource,
+        on_progress: Callable[[Replica], None] | None,
+    ) -> ReplicaSpec:
         """Fetch `revision` unless the cache has it, pin it, and the spec that starts the engine on its copy."""
         if plan.tier != "disk":
             replica.fill = await self._fill(revision, source, lambda: on_progress(replica) if on_progress else None)
@@ -185,8 +216,13 @@ class ReplicaManager:
         self.cache.pin_revision(revision.digest)  # before the engine reads it: no eviction under a load
         replica.pinned = True
         on_disk = LoadPlan(entry.name, "disk", 0, [], revision.digest, plan.path)
-        return replica_spec(entry, replica.replica_id, replica.gpu_indexes, on_disk,
-                            weights_path=str(weights_path(entry, revision, self.cache.revision_path(revision.digest))))
+        return replica_spec(
+            entry,
+            replica.replica_id,
+            replica.gpu_indexes,
+            on_disk,
+            weights_path=str(weights_path(entry, revision, self.cache.revision_path(revision.digest))),
+        )
 
     async def _fill(self, revision: Revision, source: FetchSource, on_progress: Callable[[], None]) -> FillReport:
         """Fill `revision` from `source`, falling back to the origin; the measured report of the tier that did."""
@@ -221,16 +257,26 @@ class ReplicaManager:
     def _check_gpus(self, entry: ModelEntry, gpu_indexes: tuple[int, ...]) -> None:
         missing = sorted(set(gpu_indexes) - self.gpu_indexes) if self.gpu_indexes is not None else []
         if missing:
-            raise ReplicaLoadError(f"gpu_indexes: this node has no GPU {missing[0]} (it has {sorted(self.gpu_indexes or [])})")
+            raise ReplicaLoadError(
+                f"gpu_indexes: this node has no GPU {missing[0]} (it has {sorted(self.gpu_indexes or [])})"
+            )
         if len(gpu_indexes) not in entry.tensor_parallel:
-            raise ReplicaLoadError(f"gpu_indexes: {entry.name} runs on {entry.tensor_parallel} GPU(s), "
-                                   f"got {len(gpu_indexes)}")
+            raise ReplicaLoadError(
+                f"gpu_indexes: {entry.name} runs on {entry.tensor_parallel} GPU(s), got {len(gpu_indexes)}"
+            )
 
-    async def _await_existing(self, replica: Replica, entry: ModelEntry, gpu_indexes: tuple[int, ...],
-                              on_progress: Callable[[Replica], None] | None) -> Replica:
+    async def _await_existing(
+        self,
+        replica: Replica,
+        entry: ModelEntry,
+        gpu_indexes: tuple[int, ...],
+        on_progress: Callable[[Replica], None] | None,
+    ) -> Replica:
         if replica.entry.name != entry.name or replica.gpu_indexes != tuple(gpu_indexes):
-            raise ReplicaLoadError(f"replica_id {replica.replica_id!r} already runs {replica.entry.name} on GPUs "
-                                   f"{list(replica.gpu_indexes)}")
+            raise ReplicaLoadError(
+                f"replica_id {replica.replica_id!r} already runs {replica.entry.name} on GPUs "
+                f"{list(replica.gpu_indexes)}"
+            )
         assert replica.ready is not None
         while not replica.ready.is_set():
             if on_progress is not None:
@@ -243,14 +289,17 @@ class ReplicaManager:
             raise ReplicaLoadError(f"replica {replica.replica_id!r} did not load: {replica.error or 'it is stopping'}")
         return replica
 
-    async def _wait_ready(self, engine: ReplicaEngine, replica: Replica,
-                          on_progress: Callable[[Replica], None] | None) -> None:
+    async def _wait_ready(
+        self, engine: ReplicaEngine, replica: Replica, on_progress: Callable[[Replica], None] | None
+    ) -> None:
         assert replica.handle is not None
         while not await engine.ready(replica.handle):
             if not await engine.alive(replica.handle):
                 tail = log_tail(replica.handle.log_path).strip()
-                raise ReplicaLoadError(f"replica {replica.replica_id} of {replica.entry.name} died while loading"
-                                       + (f"; log tail:\n{tail}" if tail else ""))
+                raise ReplicaLoadError(
+                    f"replica {replica.replica_id} of {replica.entry.name} died while loading"
+                    + (f"; log tail:\n{tail}" if tail else "")
+                )
             if on_progress is not None:
                 on_progress(replica)
             await asyncio.sleep(READY_PROBE_S)
@@ -293,8 +342,13 @@ class ReplicaManager:
         """Stop every replica at once (the node is shutting down)."""
         await asyncio.gather(*(self.unload(r, grace_s) for r in list(self._replicas)), return_exceptions=True)
 
-    async def prewarm(self, entry: ModelEntry, size_bytes: int | None = None, source: FetchSource = "origin",
-                      on_progress: Callable[[], None] | None = None) -> str:
+    async def prewarm(
+        self,
+        entry: ModelEntry,
+        size_bytes: int | None = None,
+        source: FetchSource = "origin",
+        on_progress: Callable[[], None] | None = None,
+    ) -> str:
         """Put `entry`'s weights on disk without loading them; the tier they came from ("disk" if already there).
 
         `on_progress` is called about once a second while the weights arrive (a 70B fetch from

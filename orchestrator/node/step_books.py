@@ -15,11 +15,14 @@ restarting), then the error propagates.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
 from activities.ports import CallReport, DeadTokens, LedgerEntry, PreparedStep, Settled, StepRef
 from sdk import CheckpointRef
+from sdk.wire.contracts import PendingStep
 from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.step_books import (
     BookedRequest,
@@ -31,7 +34,6 @@ from sdk.wire.step_books import (
     SettleStepRequest,
     SettleStepResult,
 )
-from sdk.wire.contracts import PendingStep
 
 from .control_plane import ControlPlaneError, _message
 
@@ -64,8 +66,15 @@ class RemoteStepBooks:
     `transport` lets tests run the real app in-process.
     """
 
-    def __init__(self, api_url: str, node_id: str, node_secret: Callable[[], str | None], timeout_s: float = 30,
-                 transport: httpx.BaseTransport | None = None, retry_for_s: float = RETRY_FOR_S) -> None:
+    def __init__(
+        self,
+        api_url: str,
+        node_id: str,
+        node_secret: Callable[[], str | None],
+        timeout_s: float = 30,
+        transport: httpx.BaseTransport | None = None,
+        retry_for_s: float = RETRY_FOR_S,
+    ) -> None:
         self.api_url = api_url.rstrip("/")
         self.node_id = node_id
         self._node_secret = node_secret
@@ -83,33 +92,62 @@ class RemoteStepBooks:
 
     def prepare(self, step: StepRef, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
         if pending is not None:
-            raise ValueError(f"step {step.step} of task {step.task_id!r} reached a node with its predecessor unwritten;"
-                             " a node never writes a task's steps")
-        body = PreparedStepBody.model_validate(self._post(
-            "prepare", PrepareStepRequest(lease_id=_lease(step), checkpoint=checkpoint),
-            f"preparing step {step.step} of task {step.task_id!r}"))
+            raise ValueError(
+                f"step {step.step} of task {step.task_id!r} reached a node with its predecessor unwritten;"
+                " a node never writes a task's steps"
+            )
+        body = PreparedStepBody.model_validate(
+            self._post(
+                "prepare",
+                PrepareStepRequest(lease_id=_lease(step), checkpoint=checkpoint),
+                f"preparing step {step.step} of task {step.task_id!r}",
+            )
+        )
         return PreparedStep(checkpoint=body.checkpoint, messages=body.messages, max_tokens=body.max_tokens)
 
     def settle(self, step: StepRef, call: CallReport) -> Settled:
-        answer = SettleStepResult.model_validate(self._post("settle", SettleStepRequest(
-            lease_id=_lease(step), attempt=call.attempt, prompt_tokens=call.prompt_tokens,
-            completion_tokens=call.completion_tokens, continued_tokens=call.continued_tokens, ttft_s=call.ttft_s,
-            duration_s=call.duration_s, response_id=call.response_id, finish_reason=call.finish_reason,
-            tool_calls=list(call.tool_calls), placement=call.placement,
-        ), f"settling step {step.step} of task {step.task_id!r}"))
+        answer = SettleStepResult.model_validate(
+            self._post(
+                "settle",
+                SettleStepRequest(
+                    lease_id=_lease(step),
+                    attempt=call.attempt,
+                    prompt_tokens=call.prompt_tokens,
+                    completion_tokens=call.completion_tokens,
+                    continued_tokens=call.continued_tokens,
+                    ttft_s=call.ttft_s,
+                    duration_s=call.duration_s,
+                    response_id=call.response_id,
+                    finish_reason=call.finish_reason,
+                    tool_calls=list(call.tool_calls),
+                    placement=call.placement,
+                ),
+                f"settling step {step.step} of task {step.task_id!r}",
+            )
+        )
         return Settled(recorded=answer.recorded, cost_usd=answer.cost_usd)
 
     def booked(self, step: StepRef, before_attempt: int) -> list[LedgerEntry]:
-        answer = self._post("booked", BookedRequest(lease_id=_lease(step), before_attempt=before_attempt),
-                            f"reading what step {step.step} of task {step.task_id!r} booked")
+        answer = self._post(
+            "booked",
+            BookedRequest(lease_id=_lease(step), before_attempt=before_attempt),
+            f"reading what step {step.step} of task {step.task_id!r} booked",
+        )
         return [LedgerEntry(**LedgerEntryBody.model_validate(e).model_dump()) for e in answer]
 
     def book_interrupted(self, step: StepRef, dead: list[DeadTokens]) -> None:
         if dead:
-            self._post("interrupted", BookInterruptedRequest(lease_id=_lease(step), entries=[
-                DeadAttemptBody.model_validate({"attempt": d.attempt, "kind": d.kind, "tokens": d.tokens})
-                for d in dead]),
-                f"booking the tokens of interrupted attempts of step {step.step} of task {step.task_id!r}")
+            self._post(
+                "interrupted",
+                BookInterruptedRequest(
+                    lease_id=_lease(step),
+                    entries=[
+                        DeadAttemptBody.model_validate({"attempt": d.attempt, "kind": d.kind, "tokens": d.tokens})
+                        for d in dead
+                    ],
+                ),
+                f"booking the tokens of interrupted attempts of step {step.step} of task {step.task_id!r}",
+            )
 
     def _post(self, route: str, request: Any, what: str) -> Any:
         """One POST, sent again while the control plane is unreachable or failing (a restart) for up to

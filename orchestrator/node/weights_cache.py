@@ -40,8 +40,16 @@ Tier = Literal["disk", "datacenter", "origin"]
 _TIERS: tuple[Tier, ...] = ("disk", "datacenter", "origin")
 _INDEX_VERSION = 2  # 1 had simulated models only; it is still read
 
-__all__ = ["CachedWeights", "LoadPlan", "Revision", "RevisionFile", "Tier", "WeightsCache", "WeightsCacheError",
-           "WeightsIntegrityError"]
+__all__ = [
+    "CachedWeights",
+    "LoadPlan",
+    "Revision",
+    "RevisionFile",
+    "Tier",
+    "WeightsCache",
+    "WeightsCacheError",
+    "WeightsIntegrityError",
+]
 
 
 @dataclass(frozen=True)
@@ -257,8 +265,13 @@ class WeightsCache:
             if reserved < revision.size_bytes:
                 self._evict_for(revision.size_bytes - reserved)
             self._seq += 1
-            self._entries[key] = _Entry(revision.size_bytes, self._clock(), self._seq, [revision.model],
-                                        [[f.path, f.sha256, f.size_bytes] for f in revision.files])
+            self._entries[key] = _Entry(
+                revision.size_bytes,
+                self._clock(),
+                self._seq,
+                [revision.model],
+                [[f.path, f.sha256, f.size_bytes] for f in revision.files],
+            )
             self._write_index()
             return path
 
@@ -302,8 +315,10 @@ class WeightsCache:
                 if kind == "model":
                     out.append(CachedWeights(name, e.size_bytes, e.last_used, key in self._pins))
                 else:
-                    out.extend(CachedWeights(m, e.size_bytes, e.last_used, key in self._pins, name,
-                                             self.revision_path(name)) for m in e.models)
+                    out.extend(
+                        CachedWeights(m, e.size_bytes, e.last_used, key in self._pins, name, self.revision_path(name))
+                        for m in e.models
+                    )
             return out
 
     # -- internals (called with the lock held) --
@@ -410,9 +425,11 @@ class WeightsCache:
         self.store.remove_blobs_except(keep)
 
     def _write_index(self) -> None:
-        data = {"version": _INDEX_VERSION,
-                "models": {n: asdict(e) for (k, n), e in self._entries.items() if k == "model"},
-                "revisions": {d: asdict(e) for (k, d), e in self._entries.items() if k == "revision"}}
+        data = {
+            "version": _INDEX_VERSION,
+            "models": {n: asdict(e) for (k, n), e in self._entries.items() if k == "model"},
+            "revisions": {d: asdict(e) for (k, d), e in self._entries.items() if k == "revision"},
+        }
         for entry in data["models"].values():
             del entry["models"], entry["files"]
         tmp = self._index_path.with_suffix(".tmp")
@@ -440,11 +457,16 @@ class WeightsCache:
                 complete = path.is_file() and path.stat().st_size == entry.size_bytes
             else:
                 files = entry.revision_files()
-                complete = (bool(files) and entry.size_bytes == sum(f.size_bytes for f in files)
-                            and all(self.store.has_blob(f) for f in files))
+                complete = (
+                    bool(files)
+                    and entry.size_bytes == sum(f.size_bytes for f in files)
+                    and all(self.store.has_blob(f) for f in files)
+                )
             if not complete:
-                log.warning("weights of %s are missing or truncated on disk; dropping them",
-                            name if kind == "model" else f"{', '.join(entry.models)} ({name[:12]})")
+                log.warning(
+                    "weights of %s are missing or truncated on disk; dropping them",
+                    name if kind == "model" else f"{', '.join(entry.models)} ({name[:12]})",
+                )
                 del entries[key]
         known = {self.path_of(n).name for k, n in entries if k == "model"}
         for path in self._dir.iterdir():

@@ -57,7 +57,7 @@ class Revision:
     files: tuple[RevisionFile, ...]
 
     @classmethod
-    def of(cls, entry: ModelEntry) -> "Revision | None":
+    def of(cls, entry: ModelEntry) -> Revision | None:
         """The revision a catalogue entry names; None for a simulated model (no real weights)."""
         if entry.weights is None:
             return None
@@ -125,8 +125,11 @@ class BlobStore:
         size_got = partial.stat().st_size
         if size_got != file.size_bytes or sha256_got != file.sha256:
             partial.unlink(missing_ok=True)
-            what = (f"{size_got} bytes, the catalogue says {file.size_bytes}" if size_got != file.size_bytes
-                    else f"sha256 {sha256_got}, the catalogue says {file.sha256}")
+            what = (
+                f"{size_got} bytes, the catalogue says {file.size_bytes}"
+                if size_got != file.size_bytes
+                else f"sha256 {sha256_got}, the catalogue says {file.sha256}"
+            )
             raise WeightsIntegrityError(f"{file.path} from {source}: {what}")
         path = self.blob_path(file.sha256)
         os.replace(partial, path)

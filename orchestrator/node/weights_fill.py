@@ -59,9 +59,16 @@ class FillReport:
         return self.bytes_fetched / self.seconds if self.seconds > 0 else 0.0
 
 
-def fill_revision(cache: WeightsCache, revision: Revision, fetcher: WeightsFetcher, *,
-                  stop: threading.Event | None = None, on_bytes: Callable[[int], None] | None = None,
-                  parallel: int = PARALLEL_FILES, backoff_s: float = BACKOFF_S) -> FillReport:
+def fill_revision(
+    cache: WeightsCache,
+    revision: Revision,
+    fetcher: WeightsFetcher,
+    *,
+    stop: threading.Event | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+    parallel: int = PARALLEL_FILES,
+    backoff_s: float = BACKOFF_S,
+) -> FillReport:
     """Fetch `revision`'s missing files from `fetcher` into `cache` and commit the entry.
 
     The room must be reserved (`cache.ensure_revision`); on failure the caller releases it.
@@ -87,8 +94,15 @@ def fill_revision(cache: WeightsCache, revision: Revision, fetcher: WeightsFetch
     path = cache.commit_revision(revision)
     seconds = time.monotonic() - began
     report = FillReport(revision.digest, fetcher.tier, len(missing), moved.total, seconds, path)
-    log.info("fetched %s (%d file(s), %d bytes) from %s in %.2fs, %.1f MB/s", revision.model, report.files,
-             report.bytes_fetched, fetcher.tier, seconds, report.bytes_per_s / 1e6)
+    log.info(
+        "fetched %s (%d file(s), %d bytes) from %s in %.2fs, %.1f MB/s",
+        revision.model,
+        report.files,
+        report.bytes_fetched,
+        fetcher.tier,
+        seconds,
+        report.bytes_per_s / 1e6,
+    )
     return report
 
 
@@ -161,8 +175,10 @@ class _FileFill:
                 with self.fetcher.open(self.revision, file, have) as transfer:
                     if transfer.total is not None and transfer.total != file.size_bytes:
                         partial.unlink(missing_ok=True)
-                        raise WeightsIntegrityError(f"{file.path} from {source}: the source has {transfer.total} "
-                                                    f"bytes, the catalogue says {file.size_bytes}")
+                        raise WeightsIntegrityError(
+                            f"{file.path} from {source}: the source has {transfer.total} "
+                            f"bytes, the catalogue says {file.size_bytes}"
+                        )
                     if transfer.start != have:  # the source sends the whole file: start over
                         have, digest = 0, hashlib.sha256()
                         partial.unlink(missing_ok=True)
@@ -172,16 +188,20 @@ class _FileFill:
                                 raise FetchCancelled(f"fetch of {file.path} stopped at {have} bytes")
                             if have + len(chunk) > file.size_bytes:
                                 partial.unlink(missing_ok=True)
-                                raise WeightsIntegrityError(f"{file.path} from {source}: more than the "
-                                                            f"{file.size_bytes} bytes the catalogue says")
+                                raise WeightsIntegrityError(
+                                    f"{file.path} from {source}: more than the "
+                                    f"{file.size_bytes} bytes the catalogue says"
+                                )
                             out.write(chunk)
                             digest.update(chunk)
                             have += len(chunk)
                             self.moved.add(len(chunk))
                 if have < file.size_bytes and have == before:
                     partial.unlink(missing_ok=True)
-                    raise WeightsIntegrityError(f"{file.path} from {source}: the source ends at {have} bytes, "
-                                                f"the catalogue says {file.size_bytes}")
+                    raise WeightsIntegrityError(
+                        f"{file.path} from {source}: the source ends at {have} bytes, "
+                        f"the catalogue says {file.size_bytes}"
+                    )
             except TransferCut as exc:
                 fruitless = 0 if have > before else fruitless + 1
                 if fruitless >= RESUMES_WITHOUT_PROGRESS:
@@ -191,7 +211,7 @@ class _FileFill:
         return digest.hexdigest()
 
 
-def _hashed(path: Path) -> "hashlib._Hash":
+def _hashed(path: Path) -> hashlib._Hash:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK_BYTES):
@@ -206,12 +226,20 @@ class RevisionSource(Protocol):
     caller releases or falls back to the next tier with the room still reserved.
     """
 
-    async def __call__(self, cache: WeightsCache, revision: Revision, *, stop: threading.Event,
-                      on_bytes: Callable[[int], None] | None = None) -> FillReport: ...
+    async def __call__(
+        self,
+        cache: WeightsCache,
+        revision: Revision,
+        *,
+        stop: threading.Event,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> FillReport: ...
 
 
-async def fill_from_origin(cache: WeightsCache, revision: Revision, *, stop: threading.Event,
-                           on_bytes: Callable[[int], None] | None = None) -> FillReport:
+async def fill_from_origin(
+    cache: WeightsCache, revision: Revision, *, stop: threading.Event, on_bytes: Callable[[int], None] | None = None
+) -> FillReport:
     """Fill `revision` from the origin its catalogue entry names, in a thread."""
-    return await asyncio.to_thread(fill_revision, cache, revision, origin_fetcher(revision), stop=stop,
-                                   on_bytes=on_bytes)
+    return await asyncio.to_thread(
+        fill_revision, cache, revision, origin_fetcher(revision), stop=stop, on_bytes=on_bytes
+    )

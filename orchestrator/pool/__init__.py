@@ -1,8 +1,8 @@
 """The placement engine: pure, deterministic and fast; the pool service feeds it state.
 
-    decision = place(fleet, request)          # filters, then scores; reads only
-    booking = fleet.apply(decision, tokens)   # counts as load at once (no thundering herd)
-    fleet.release(booking)                    # the lease ended, or the placement was abandoned
+decision = place(fleet, request)          # filters, then scores; reads only
+booking = fleet.apply(decision, tokens)   # counts as load at once (no thundering herd)
+fleet.release(booking)                    # the lease ended, or the placement was abandoned
 """
 
 from .decision import Candidate, Decision, PlacementRequest, ScoredCandidate

@@ -22,8 +22,8 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from sdk.wire.node_io import LOAD_WORKFLOW, UNLOAD_WORKFLOW, UnloadOnNode, UnloadReplica
 from sdk.wire.contracts import CONTROL_TASK_QUEUE
+from sdk.wire.node_io import LOAD_WORKFLOW, UNLOAD_WORKFLOW, UnloadOnNode, UnloadReplica
 
 from .scaler import ScaleDown, ScaleUp
 from .service import PoolService
@@ -40,8 +40,9 @@ PUBLISH_EVERY_TICKS = 5
 
 
 class Autoscaler:
-    def __init__(self, pool: PoolService, client: Client, task_queue: str = CONTROL_TASK_QUEUE,
-                 tick_s: float = TICK_S) -> None:
+    def __init__(
+        self, pool: PoolService, client: Client, task_queue: str = CONTROL_TASK_QUEUE, tick_s: float = TICK_S
+    ) -> None:
         self.pool = pool
         self.client = client
         self.task_queue = task_queue
@@ -83,8 +84,9 @@ class Autoscaler:
         await self._start(UNLOAD_WORKFLOW, order, f"unload-{action.replica_id}")
 
     async def _load(self, action: ScaleUp) -> None:
-        order = await asyncio.to_thread(self.pool.start_replica, action.model,
-                                        action.reason if action.prewarm else None)
+        order = await asyncio.to_thread(
+            self.pool.start_replica, action.model, action.reason if action.prewarm else None
+        )
         if order is None:
             log.info("cannot add a replica of %s now (%s): nothing fits", action.model, action.reason)
             return
@@ -93,7 +95,12 @@ class Autoscaler:
 
     async def _start(self, workflow: str, order: object, workflow_id: str) -> None:
         try:
-            await self.client.start_workflow(workflow, order, id=workflow_id, task_queue=self.task_queue,
-                                             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
+            await self.client.start_workflow(
+                workflow,
+                order,
+                id=workflow_id,
+                task_queue=self.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
         except WorkflowAlreadyStartedError:
             pass  # the same order, given before: nothing to add

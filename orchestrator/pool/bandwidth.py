@@ -51,7 +51,7 @@ class LearnedBandwidth:
     fastest_origin: float = 0.0
     fastest_peer: float = 0.0
 
-    def observe(self, samples: Iterable[Measured], fleet: "FleetState", config: "PlacementConfig") -> int:
+    def observe(self, samples: Iterable[Measured], fleet: FleetState, config: PlacementConfig) -> int:
         """Fold `samples` in (oldest first); how many were new."""
         n = 0
         for s in samples:
@@ -74,22 +74,25 @@ class LearnedBandwidth:
 
     # -- what the scorers read (GiB/s, as the config's figures) --
 
-    def disk_gib_per_s(self, node: "Node") -> float:
+    def disk_gib_per_s(self, node: Node) -> float:
         learned = self.disk.get(node.id)
         return node.disk_gib_per_s if learned is None else learned / GIB
 
-    def origin_gib_per_s(self, node: "Node", config: "PlacementConfig") -> float:
+    def origin_gib_per_s(self, node: Node, config: PlacementConfig) -> float:
         learned = self.origin.get(node.id)
         return config.wan_gib_per_s if learned is None else learned / GIB
 
-    def datacenter_gib_per_s(self, fleet: "FleetState", model: str, node: "Node", config: "PlacementConfig") -> float:
+    def datacenter_gib_per_s(self, fleet: FleetState, model: str, node: Node, config: PlacementConfig) -> float:
         """The best source of `node`'s datacenter holding `model`: measured ones at their rate, any other at the prior."""
         prior = config.intra_dc_gib_per_s
         if not self.peer:
             return prior
         holders = fleet.cached.get(model, ())
-        measured = [rate / GIB for source, rate in self.peer.items()
-                    if source != node.id and source in holders and _datacenter(fleet, source) == node.datacenter]
+        measured = [
+            rate / GIB
+            for source, rate in self.peer.items()
+            if source != node.id and source in holders and _datacenter(fleet, source) == node.datacenter
+        ]
         in_dc = fleet.weights_in_dc.get(model, {}).get(node.datacenter, 0) - (1 if node.id in holders else 0)
         if len(measured) < in_dc:
             measured.append(prior)  # a holder nobody has measured yet: as configured
@@ -100,6 +103,6 @@ def _learn(table: dict[str, float], key: str, prior: float, s: Measured) -> None
     table[key] = learned_bytes_per_s(table.get(key, prior), s.bytes, s.seconds)
 
 
-def _datacenter(fleet: "FleetState", node_id: str) -> str | None:
+def _datacenter(fleet: FleetState, node_id: str) -> str | None:
     node = fleet.nodes.get(node_id)
     return node.datacenter if node is not None else None

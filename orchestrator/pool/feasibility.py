@@ -44,5 +44,7 @@ def unservable_by_any_gpu(entry: ModelEntry) -> str | None:
     need = entry.memory_need_gib / widest
     hint = next((d for d in TENSOR_PARALLEL_DEGREES if entry.memory_need_gib / d <= largest.memory_gib), None)
     way_out = f"; allow tensor_parallel {hint}" if hint is not None else "; no tensor-parallel degree makes it fit"
-    return (f"{entry.name} needs {entry.memory_need_gib:g} GiB ({need:g} GiB per GPU at tensor_parallel {widest});"
-            f" the largest GPU type, {largest.name}, has {largest.memory_gib:g} GiB{way_out}")
+    return (
+        f"{entry.name} needs {entry.memory_need_gib:g} GiB ({need:g} GiB per GPU at tensor_parallel {widest});"
+        f" the largest GPU type, {largest.name}, has {largest.memory_gib:g} GiB{way_out}"
+    )

@@ -300,7 +300,9 @@ class FleetState:
         for i in devices:
             dev = node.device(i)
             if dev.free_gib + EPSILON_GIB < per_device:
-                raise StaleDecision(f"{node_id} device {i} has {dev.free_gib:.1f} GiB free, {model} needs {per_device:.1f}")
+                raise StaleDecision(
+                    f"{node_id} device {i} has {dev.free_gib:.1f} GiB free, {model} needs {per_device:.1f}"
+                )
             if dev.replicas and dev.owner != (tenant if isolated else None):
                 raise StaleDecision(f"{node_id} device {i} is held across a tenant boundary")
         if replica_id is None:
@@ -336,7 +338,9 @@ class FleetState:
         self._reindex(node)
         return replica
 
-    def set_load(self, replica_id: str, *, outstanding_tokens: int | None = None, active_leases: int | None = None) -> None:
+    def set_load(
+        self, replica_id: str, *, outstanding_tokens: int | None = None, active_leases: int | None = None
+    ) -> None:
         """A heartbeat's measured load for a replica (the only way to change it outside apply/release)."""
         replica = self.replicas[replica_id]
         self._unindex_replica(replica)
@@ -399,7 +403,9 @@ class FleetState:
             replica = self.replicas.get(cand.replica_id)  # type: ignore[arg-type]
             if replica is None or not replica.has_slot:
                 raise StaleDecision(f"replica {cand.replica_id} can no longer take a lease")
-        self.set_load(replica.id, outstanding_tokens=replica.outstanding_tokens + tokens, active_leases=replica.active_leases + 1)
+        self.set_load(
+            replica.id, outstanding_tokens=replica.outstanding_tokens + tokens, active_leases=replica.active_leases + 1
+        )
         self._next_lease += 1
         return Booking(f"l-{self._next_lease}", replica.id, tokens, created)
 
@@ -444,9 +450,11 @@ class FleetState:
         usd_per_hour = node.usd_per_hour * len(replica.devices) / max(len(node.devices), 1)
         speed = min(node.device(i).speed for i in replica.devices)
         risk = node.preemption_risk if node.capacity == "spot" else None
-        return SpareSlot((replica.model, replica.boundary, node.capacity),
-                         (tier, replica.tokens_per_s, replica.concurrency, speed, usd_per_hour, risk),
-                         (wait, node.id, replica.devices, replica.id))
+        return SpareSlot(
+            (replica.model, replica.boundary, node.capacity),
+            (tier, replica.tokens_per_s, replica.concurrency, speed, usd_per_hour, risk),
+            (wait, node.id, replica.devices, replica.id),
+        )
 
     def _unindex_replica(self, replica: Replica) -> None:
         self._count_replica(replica, -1)

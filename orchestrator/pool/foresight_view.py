@@ -24,11 +24,22 @@ def foresight_views(foresight: Foresight, clock_now: float, wall_now: datetime) 
     for model in sorted(models):
         prewarms = list(book.prewarms.get(model, ())) if book is not None else []
         views[model] = ModelForesight(
-            keep_alive=[KeepAliveView(level=i + 1, window_s=k.window_s, prewarm_s=k.prewarm_s, source=k.source,
-                                      gaps=k.gaps) for i, k in enumerate(foresight.keep_alive.get(model, []))],
-            prewarms=[PrewarmView(replica_id=p.replica_id, started_at=wall(p.started_at), reason=p.reason,
-                                  used_at=wall(p.used_at), ended_at=wall(p.ended_at)) for p in reversed(prewarms)],
+            keep_alive=[
+                KeepAliveView(level=i + 1, window_s=k.window_s, prewarm_s=k.prewarm_s, source=k.source, gaps=k.gaps)
+                for i, k in enumerate(foresight.keep_alive.get(model, []))
+            ],
+            prewarms=[
+                PrewarmView(
+                    replica_id=p.replica_id,
+                    started_at=wall(p.started_at),
+                    reason=p.reason,
+                    used_at=wall(p.used_at),
+                    ended_at=wall(p.ended_at),
+                )
+                for p in reversed(prewarms)
+            ],
             announced=len(pending.get(model, [])),
             intent_gpu_hours_last_hour=round(book.spent_gpu_hours(model, clock_now), 4) if book is not None else 0.0,
-            updated_at=wall_now)
+            updated_at=wall_now,
+        )
     return views

@@ -33,23 +33,44 @@ def node_from_view(view: NodeView) -> Node:
             memory_gib = known.memory_gib
         else:
             continue  # an unknown GPU without a memory figure cannot be placed on
-        devices.append(Device(index=gpu.index, uuid=gpu.uuid or f"{view.node_id}/{gpu.index}", type_name=gpu.type_name,
-                              memory_gib=memory_gib, speed=known.relative_speed if known else 1.0))
+        devices.append(
+            Device(
+                index=gpu.index,
+                uuid=gpu.uuid or f"{view.node_id}/{gpu.index}",
+                type_name=gpu.type_name,
+                memory_gib=memory_gib,
+                speed=known.relative_speed if known else 1.0,
+            )
+        )
     return Node(
-        id=view.node_id, datacenter=view.datacenter, zone=view.zone, capacity=view.capacity,
-        usd_per_hour=view.usd_per_hour, devices=devices, labels=dict(view.labels),
+        id=view.node_id,
+        datacenter=view.datacenter,
+        zone=view.zone,
+        capacity=view.capacity,
+        usd_per_hour=view.usd_per_hour,
+        devices=devices,
+        labels=dict(view.labels),
         disk_gib_per_s=view.disk_bandwidth_gbps * 1e9 / GIB,
-        healthy=view.status in ("healthy", "draining"), draining=view.status == "draining",
+        healthy=view.status in ("healthy", "draining"),
+        draining=view.status == "draining",
         engines=frozenset(view.engines) or None,
     )
 
 
 def model_spec(entry: ModelEntry) -> ModelSpec:
     """A self-hosted catalogue entry as placement sees it."""
-    tokens_per_s = float(entry.engine_args.get("batch_tokens_per_s", 0) or 0) or \
-        REFERENCE_TOKENS_PER_S * REFERENCE_WEIGHTS_GIB / max(entry.weights_gib, 1.0)
+    tokens_per_s = float(
+        entry.engine_args.get("batch_tokens_per_s", 0) or 0
+    ) or REFERENCE_TOKENS_PER_S * REFERENCE_WEIGHTS_GIB / max(entry.weights_gib, 1.0)
     concurrency = int(entry.engine_args.get("max_num_seqs", DEFAULT_CONCURRENCY))
     price = entry.usd_per_1m_completion or 0.0
-    return ModelSpec(name=entry.name, weights_gib=entry.weights_gib, kv_headroom_gib=entry.kv_headroom_gib,
-                     tensor_parallel=tuple(entry.tensor_parallel), usd_per_1m_tokens=price,
-                     tokens_per_s=tokens_per_s, concurrency=max(concurrency, 1), engine=entry.engine)
+    return ModelSpec(
+        name=entry.name,
+        weights_gib=entry.weights_gib,
+        kv_headroom_gib=entry.kv_headroom_gib,
+        tensor_parallel=tuple(entry.tensor_parallel),
+        usd_per_1m_tokens=price,
+        tokens_per_s=tokens_per_s,
+        concurrency=max(concurrency, 1),
+        engine=entry.engine,
+    )

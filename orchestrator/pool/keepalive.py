@@ -46,7 +46,6 @@ PREWARM_MIN_S = 600.0
 OUT_OF_BOUNDS_MAX = 0.5
 
 
-
 @dataclass(frozen=True)
 class KeepAlive:
     """A level's keep-alive: keep an idle replica `window_s`; when `prewarm_s` > 0, unload it at once
@@ -127,8 +126,9 @@ class IdleGaps:
         state = self._levels.get((model, level))
         return None if state is None else state.idle_since
 
-    def keep_alive(self, model: str, level: int, now: float, hold_gpus: float, load_s: float,
-                   wait_gpus: float) -> KeepAlive:
+    def keep_alive(
+        self, model: str, level: int, now: float, hold_gpus: float, load_s: float, wait_gpus: float
+    ) -> KeepAlive:
         """The level's learned keep-alive for a replica holding `hold_gpus` that takes `load_s` to load again.
 
         A cold start costs the load's GPU time and the steps that wait for it, each second of waiting
@@ -159,8 +159,10 @@ def _learn(state: _Level, now: float, hold_gpus: float, load_s: float, wait_gpus
     edges = sorted(counts)
     head = _quantile_edge(counts, edges, inside, HEAD_QUANTILE)
     floors = [0.0] + ([head] if head >= PREWARM_MIN_S else [])
-    best = min((_cheapest_threshold(counts, edges, out, cost, floor) + (floor,) for floor in floors),
-               key=lambda choice: choice[1])
+    best = min(
+        (_cheapest_threshold(counts, edges, out, cost, floor) + (floor,) for floor in floors),
+        key=lambda choice: choice[1],
+    )
     window, _cost, prewarm = best
     if prewarm == 0 and window < break_even:
         # The histogram knows nothing past its longest gap, so its cheapest threshold sits just past it
@@ -186,8 +188,9 @@ class _Costs:
     prewarm_load: float  # GPU-seconds a pre-warm's load costs
 
 
-def _cheapest_threshold(counts: dict[int, int], edges: list[int], out: int, cost: _Costs,
-                        floor: float) -> tuple[float, float]:
+def _cheapest_threshold(
+    counts: dict[int, int], edges: list[int], out: int, cost: _Costs, floor: float
+) -> tuple[float, float]:
     """(T, expected cost per idle gap) for the threshold T (`floor`, or a bin's upper edge past it) with the
     least expected cost, the replica unloaded at once and pre-warmed at `floor` when `floor` > 0.
 

@@ -21,16 +21,25 @@ WAIT_BUCKETS_S = [0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800]
 
 _meter = metrics.get_meter("berth.pool")
 _decision = _meter.create_histogram(
-    "berth_placement_decision_seconds", unit="s", description="time the pool took to answer an acquire, by outcome",
-    explicit_bucket_boundaries_advisory=DECISION_BUCKETS_S)
+    "berth_placement_decision_seconds",
+    unit="s",
+    description="time the pool took to answer an acquire, by outcome",
+    explicit_bucket_boundaries_advisory=DECISION_BUCKETS_S,
+)
 _waits = _meter.create_counter(
-    "berth_gpu_wait_answers", unit="{answer}",
-    description="acquires answered 'wait', by reason (a waiting step asks again, so this counts answers, not steps)")
+    "berth_gpu_wait_answers",
+    unit="{answer}",
+    description="acquires answered 'wait', by reason (a waiting step asks again, so this counts answers, not steps)",
+)
 _waited = _meter.create_histogram(
-    "berth_gpu_wait_seconds", unit="s", description="how long a step that had to wait waited for its lease",
-    explicit_bucket_boundaries_advisory=WAIT_BUCKETS_S)
+    "berth_gpu_wait_seconds",
+    unit="s",
+    description="how long a step that had to wait waited for its lease",
+    explicit_bucket_boundaries_advisory=WAIT_BUCKETS_S,
+)
 _cold_starts = _meter.create_counter(
-    "berth_cold_starts", unit="{replica}", description="leases that start a new replica, by where its weights come from")
+    "berth_cold_starts", unit="{replica}", description="leases that start a new replica, by where its weights come from"
+)
 
 
 def record_decision(req: LeaseRequest, grant: LeaseGrant, decision_s: float) -> None:
@@ -68,7 +77,12 @@ def _observe_longest(_options: CallbackOptions) -> Iterator[Observation]:
         yield Observation(longest, {"model": model})
 
 
-_meter.create_observable_gauge("berth_gpu_queue_depth", [_observe_depth], unit="{step}",
-                               description="steps waiting for a GPU, per model")
-_meter.create_observable_gauge("berth_gpu_queue_longest_wait_seconds", [_observe_longest], unit="s",
-                               description="how long the longest-waiting step of each model has waited for a GPU")
+_meter.create_observable_gauge(
+    "berth_gpu_queue_depth", [_observe_depth], unit="{step}", description="steps waiting for a GPU, per model"
+)
+_meter.create_observable_gauge(
+    "berth_gpu_queue_longest_wait_seconds",
+    [_observe_longest],
+    unit="s",
+    description="how long the longest-waiting step of each model has waited for a GPU",
+)

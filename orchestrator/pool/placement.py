@@ -176,9 +176,18 @@ class _NewReplicaSearch:
     the runner-up, so the decision's explanation (what it beat, and by which term) is the full ranking's too.
     """
 
-    def __init__(self, fleet: FleetState, request: PlacementRequest, model: ModelSpec, trust: Trust, degree: int,
-                 config: PlacementConfig, found: dict[Shelf, int], rejections: dict[str, int],
-                 scored: list[tuple[float, tuple, Candidate]]) -> None:
+    def __init__(
+        self,
+        fleet: FleetState,
+        request: PlacementRequest,
+        model: ModelSpec,
+        trust: Trust,
+        degree: int,
+        config: PlacementConfig,
+        found: dict[Shelf, int],
+        rejections: dict[str, int],
+        scored: list[tuple[float, tuple, Candidate]],
+    ) -> None:
         self.fleet, self.request, self.model, self.trust, self.degree = fleet, request, model, trust, degree
         self.config, self.found, self.rejections, self.scored = config, found, rejections, scored
         self.need = model.memory_gib / degree
@@ -199,8 +208,9 @@ class _NewReplicaSearch:
 
     def floor(self, tier: str, type_name: str) -> float:
         if (tier, type_name) not in self.floors:
-            self.floors[(tier, type_name)] = new_replica_floor(self.request, self.fleet, self.config, tier,
-                                                               self.fleet.type_speed[type_name])
+            self.floors[(tier, type_name)] = new_replica_floor(
+                self.request, self.fleet, self.config, tier, self.fleet.type_speed[type_name]
+            )
         return self.floors[(tier, type_name)]
 
     def beaten(self, tier: str, type_name: str) -> bool:
@@ -246,8 +256,11 @@ class _NewReplicaSearch:
 
     def read_caches(self, groups: list[tuple[str, str, str]]) -> None:
         """Every node caching the model, in id order, while a disk shelf is still open."""
-        self.open_disk_shelves.update(("disk", capacity, type_name) for _, type_name, capacity in groups
-                                      if self.still_open(("disk", capacity, type_name)))
+        self.open_disk_shelves.update(
+            ("disk", capacity, type_name)
+            for _, type_name, capacity in groups
+            if self.still_open(("disk", capacity, type_name))
+        )
         for node_id in self.fleet.cached_sorted.get(self.request.model, ()):
             if not self.open_disk_shelves:
                 break
@@ -290,7 +303,11 @@ class _NewReplicaSearch:
 
 
 def _waiting(
-    fleet: FleetState, request: PlacementRequest, model: ModelSpec, quota_blocked: bool, capped: bool,
+    fleet: FleetState,
+    request: PlacementRequest,
+    model: ModelSpec,
+    quota_blocked: bool,
+    capped: bool,
     rejections: dict[str, int],
 ) -> Decision:
     """Nothing fits now: say which wait it is, for the task's `waiting_for_gpu` status."""
@@ -313,8 +330,10 @@ def _waiting(
         reason = f"a replica of {model.name} is loading and already has all the leases it can take{detail}"
         return Decision(request, "wait", reason=reason, wait_reason="cold_start", rejections=rejections)
     if capped:
-        reason = (f"every replica of {model.name} is at its concurrency and the model is at its max_replicas "
-                  f"({request.max_replicas}){detail}")
+        reason = (
+            f"every replica of {model.name} is at its concurrency and the model is at its max_replicas "
+            f"({request.max_replicas}){detail}"
+        )
         return Decision(request, "wait", reason=reason, wait_reason="busy", rejections=rejections)
     if mine:
         reason = f"every replica of {model.name} is at its concurrency and no free GPUs fit a new one{detail}"

@@ -52,9 +52,13 @@ def prewarm_targets(nodes: list[NodeView], entry: ModelEntry, datacenter: str | 
     caching_dcs = {n.datacenter for n in nodes if n.status not in _UNREADABLE and _caches(n, entry.name)}
     targets: list[tuple[str, FetchSource]] = []
     for node in sorted(nodes, key=lambda n: n.node_id):
-        if (node.status != "healthy" or (datacenter is not None and node.datacenter != datacenter)
-                or _caches(node, entry.name) or node.weights_cache_capacity_bytes < size
-                or not _fits_on_gpus(node.gpus, entry)):
+        if (
+            node.status != "healthy"
+            or (datacenter is not None and node.datacenter != datacenter)
+            or _caches(node, entry.name)
+            or node.weights_cache_capacity_bytes < size
+            or not _fits_on_gpus(node.gpus, entry)
+        ):
             continue
         targets.append((node.node_id, "datacenter" if node.datacenter in caching_dcs else "origin"))
     return targets
@@ -70,10 +74,18 @@ def _fits_on_gpus(gpus: list[GpuView], entry: ModelEntry) -> bool:
     A MIG instance is a device of its own but never joins a tensor-parallel gang, so it counts
     for degree 1 only; a GPU whose memory is unknown counts for nothing.
     """
-    whole = [g.memory_total_mib / MIB_PER_GIB for g in gpus
-             if g.healthy and not g.mig_mode and g.memory_total_mib is not None]
-    instances = [m.memory_total_mib / MIB_PER_GIB for g in gpus if g.healthy and g.mig_mode
-                 for m in g.mig_devices if m.memory_total_mib is not None]
+    whole = [
+        g.memory_total_mib / MIB_PER_GIB
+        for g in gpus
+        if g.healthy and not g.mig_mode and g.memory_total_mib is not None
+    ]
+    instances = [
+        m.memory_total_mib / MIB_PER_GIB
+        for g in gpus
+        if g.healthy and g.mig_mode
+        for m in g.mig_devices
+        if m.memory_total_mib is not None
+    ]
     need = entry.memory_need_gib
     for degree in entry.tensor_parallel:
         devices = whole + instances if degree == 1 else whole

@@ -133,8 +133,9 @@ def plan_scaling(
         if foresight is not None and spec is not None:
             leases = sum(r.active_leases for r in replicas)
             foresight.gaps.observe(model, math.ceil((leases + waiting) / max(spec.concurrency, 1)), now)
-            wanted, keep_for_intents, said = _announced(foresight, fleet, policy, spec, replicas, leases + waiting,
-                                                        announced.get(model, []), now)
+            wanted, keep_for_intents, said = _announced(
+                foresight, fleet, policy, spec, replicas, leases + waiting, announced.get(model, []), now
+            )
             if wanted > desired:
                 desired, why, prewarm = wanted, said, True
         count = len(replicas)
@@ -148,18 +149,32 @@ def plan_scaling(
         if foresight is None or spec is None:
             plan.extend(_scale_down_fixed(model, policy, replicas, keep, idle_since, now))
         else:
-            plan.extend(_scale_down_learned(foresight, fleet, model, policy, replicas, keep,
-                                            announced.get(model, []), idle_since, now))
-            if (not replicas and policy.idle_timeout_s is None
-                    and (head := _head_prewarm(foresight, fleet, model, now)) is not None):
+            plan.extend(
+                _scale_down_learned(
+                    foresight, fleet, model, policy, replicas, keep, announced.get(model, []), idle_since, now
+                )
+            )
+            if (
+                not replicas
+                and policy.idle_timeout_s is None
+                and (head := _head_prewarm(foresight, fleet, model, now)) is not None
+            ):
                 plan.append(head)
     if foresight is not None:
         foresight.last_tick = now
     return plan
 
 
-def _announced(foresight: Foresight, fleet: FleetState, policy: ScalingPolicy, spec: ModelSpec,
-               replicas: list[Replica], demand: int, intents: list[Intent], now: float) -> tuple[int, int, str]:
+def _announced(
+    foresight: Foresight,
+    fleet: FleetState,
+    policy: ScalingPolicy,
+    spec: ModelSpec,
+    replicas: list[Replica],
+    demand: int,
+    intents: list[Intent],
+    now: float,
+) -> tuple[int, int, str]:
     """(replicas to have now for the announced steps due soon, replicas all announced steps keep, why),
     within the model's allowance; the allowance is charged with the GPUs its unused pre-warms sat idle
     since the last tick.
@@ -217,8 +232,12 @@ def _desired(policy: ScalingPolicy, replicas: list[Replica], waiting: int, spec:
         leases = sum(r.active_leases for r in replicas)
         if replicas and leases / count > policy.target:
             # The replica count that brings leases per replica back to the target (as Kubernetes' HPA does).
-            needs.append((math.ceil(leases / policy.target),
-                          f"{leases / count:.1f} leases per replica over the target {policy.target:g}"))
+            needs.append(
+                (
+                    math.ceil(leases / policy.target),
+                    f"{leases / count:.1f} leases per replica over the target {policy.target:g}",
+                )
+            )
         if waiting > 0 and not any(r.has_slot for r in replicas):
             needs.append((for_waiters, f"{waiting} acquire(s) waiting and every replica full"))
         # Otherwise it still counts as a floor for scale-down: never unload below what the leases need.
@@ -254,13 +273,23 @@ def _scale_down_fixed(
         if r.state == "warm" and r.active_leases == 0 and now - idle_since.get(r.id, now) >= window
     ]
     idle.sort(key=lambda pair: (pair[0], pair[1].id))
-    return [ScaleDown(r.id, r.node_id, model, f"idle {now - since:.0f}s (timeout {window:g}s)")
-            for since, r in idle[:excess]]
+    return [
+        ScaleDown(r.id, r.node_id, model, f"idle {now - since:.0f}s (timeout {window:g}s)")
+        for since, r in idle[:excess]
+    ]
 
 
-def _scale_down_learned(foresight: Foresight, fleet: FleetState, model: str, policy: ScalingPolicy,
-                        replicas: list[Replica], keep: int, intents: list[Intent], idle_since: Mapping[str, float],
-                        now: float) -> list[ScaleDown]:
+def _scale_down_learned(
+    foresight: Foresight,
+    fleet: FleetState,
+    model: str,
+    policy: ScalingPolicy,
+    replicas: list[Replica],
+    keep: int,
+    intents: list[Intent],
+    idle_since: Mapping[str, float],
+    now: float,
+) -> list[ScaleDown]:
     """Unload the idle replicas above `keep` whose level's keep-alive has run out.
 
     Busy replicas fill the lowest levels; the idle ones take the next levels in the order of what keeping
@@ -268,17 +297,22 @@ def _scale_down_learned(foresight: Foresight, fleet: FleetState, model: str, pol
     judged by its level's keep-alive, timed from when it went idle or its level did, whichever is later."""
     busy = sum(1 for r in replicas if r.active_leases > 0 or r.state != "warm")
     prefixes = {i.replica_id for i in intents if i.replica_id is not None}
-    idle = sorted((r for r in replicas if r.state == "warm" and r.active_leases == 0),
-                  key=lambda r: _keep_value(fleet, r, prefixes, foresight.config), reverse=True)
+    idle = sorted(
+        (r for r in replicas if r.state == "warm" and r.active_leases == 0),
+        key=lambda r: _keep_value(fleet, r, prefixes, foresight.config),
+        reverse=True,
+    )
     floor = max(keep, policy.min_replicas)
     levels: list[KeepAlive] = []
     plan: list[ScaleDown] = []
     for offset, replica in enumerate(idle):
         level = busy + offset + 1
         load_s = _reload_s(fleet, replica, foresight.config)
-        alive = (KeepAlive(policy.idle_timeout_s, 0.0, "operator", 0) if policy.idle_timeout_s is not None
-                 else foresight.gaps.keep_alive(model, level, now, _held_gpus(fleet, replica), load_s,
-                                                COLD_START_WAIT_GPUS))
+        alive = (
+            KeepAlive(policy.idle_timeout_s, 0.0, "operator", 0)
+            if policy.idle_timeout_s is not None
+            else foresight.gaps.keep_alive(model, level, now, _held_gpus(fleet, replica), load_s, COLD_START_WAIT_GPUS)
+        )
         levels.append(alive)
         if level <= floor:
             continue
@@ -289,14 +323,25 @@ def _scale_down_learned(foresight: Foresight, fleet: FleetState, model: str, pol
         idle_s = now - (mine if alive.source == "operator" else max(mine, since if since is not None else mine))
         level_idle_s = now - since if since is not None else idle_s
         if alive.prewarm_s > 0 and level_idle_s < alive.prewarm_s - load_s:
-            plan.append(ScaleDown(replica.id, replica.node_id, model,
-                                  f"level {level}: next need at least {alive.prewarm_s:.0f}s after idle "
-                                  f"(learned head); pre-warmed again before it"))
+            plan.append(
+                ScaleDown(
+                    replica.id,
+                    replica.node_id,
+                    model,
+                    f"level {level}: next need at least {alive.prewarm_s:.0f}s after idle "
+                    f"(learned head); pre-warmed again before it",
+                )
+            )
         elif (level_idle_s if alive.prewarm_s > 0 else idle_s) >= alive.window_s:
             # A pre-warm policy's window runs from the level's going idle, not from the pre-warm's own start.
-            plan.append(ScaleDown(replica.id, replica.node_id, model,
-                                  f"idle {idle_s:.0f}s at level {level} ({alive.source} keep-alive "
-                                  f"{alive.window_s:.0f}s)"))
+            plan.append(
+                ScaleDown(
+                    replica.id,
+                    replica.node_id,
+                    model,
+                    f"idle {idle_s:.0f}s at level {level} ({alive.source} keep-alive {alive.window_s:.0f}s)",
+                )
+            )
     if policy.idle_timeout_s is None or levels:
         foresight.keep_alive[model] = levels or [_level_keep_alive(foresight, fleet, model, busy + 1, now)]
     return plan
@@ -311,16 +356,26 @@ def _head_prewarm(foresight: Foresight, fleet: FleetState, model: str, now: floa
     alive = foresight.keep_alive[model][0]  # planned this tick by _scale_down_learned, with no replica: level 1
     load_s = _typical_load_s(fleet, fleet.models[model], foresight.config)
     if alive.prewarm_s > 0 and since + alive.prewarm_s - load_s <= now < since + alive.window_s:
-        return ScaleUp(model, f"pre-warm: idle {now - since:.0f}s, and no idle gap of the last hours was "
-                              f"shorter than {alive.prewarm_s:.0f}s", prewarm=True)
+        return ScaleUp(
+            model,
+            f"pre-warm: idle {now - since:.0f}s, and no idle gap of the last hours was "
+            f"shorter than {alive.prewarm_s:.0f}s",
+            prewarm=True,
+        )
     return None
 
 
 def _level_keep_alive(foresight: Foresight, fleet: FleetState, model: str, level: int, now: float) -> KeepAlive:
     """A level's keep-alive for a replica not placed yet: one of the model's smallest gangs, loaded from disk."""
     spec = fleet.models[model]
-    return foresight.gaps.keep_alive(model, level, now, min(spec.tensor_parallel),
-                                     _typical_load_s(fleet, spec, foresight.config), COLD_START_WAIT_GPUS)
+    return foresight.gaps.keep_alive(
+        model,
+        level,
+        now,
+        min(spec.tensor_parallel),
+        _typical_load_s(fleet, spec, foresight.config),
+        COLD_START_WAIT_GPUS,
+    )
 
 
 def _reload_s(fleet: FleetState, replica: Replica, config: PlacementConfig) -> float:

@@ -76,8 +76,9 @@ def _writing_seconds(request: PlacementRequest, rate: float, slots: int, config:
     return request.prompt_tokens / (rate * config.prefill_speedup) + answer * max(slots, 1) / rate
 
 
-def new_replica_floor(request: PlacementRequest, fleet: FleetState, config: PlacementConfig, tier: str,
-                      speed: float) -> float:
+def new_replica_floor(
+    request: PlacementRequest, fleet: FleetState, config: PlacementConfig, tier: str, speed: float
+) -> float:
     """A total no new replica of the model scores below on any node of `tier` whose devices run at `speed`: its
     load at the fastest rates the fleet has had for that tier, plus its generation at that speed, every other
     term at its least (0). A request that a candidate already serves for less needs no search there. True only
@@ -220,5 +221,6 @@ def weighted_total(request: PlacementRequest, cand: Candidate, fleet: FleetState
         cc = 1.0 if spot else 0.0
     else:
         cc = 0.0 if spot or rid is not None else 1.0
-    return sum((w.ttft * t, w.generation * gen, w.cost * usd, w.fragmentation * frag, w.affinity * aff,
-                w.capacity_class * cc))
+    return sum(
+        (w.ttft * t, w.generation * gen, w.cost * usd, w.fragmentation * frag, w.affinity * aff, w.capacity_class * cc)
+    )

@@ -20,26 +20,37 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from sdk.wire.catalogue import ModelEntry, ModelForesight, ScalingPolicy
 from sdk.wire.fleet import UNADMITTED, NodeView
-from sdk.wire.lease import (Direct, LeaseGrant, LeaseRequest, LocalityTier, Never, NextStep, NodeLiveness, Placed,
-                        ReleaseLease, Wait)
+from sdk.wire.lease import (
+    Direct,
+    LeaseGrant,
+    LeaseRequest,
+    LocalityTier,
+    Never,
+    NextStep,
+    NodeLiveness,
+    Placed,
+    ReleaseLease,
+    Wait,
+)
 from sdk.wire.limits import SUB_AGENT_MARK
 from sdk.wire.node_io import FetchSource, LoadOnNode, LoadReplica
 
 from ..store import LeaseRecord, Reservation, Store
-from .decision import Decision, PlacementRequest
 from .admission import may_go, place_away_from_reclaimed_spot, place_scaler_replica, starts_replica
-from .fleet import Booking, FleetState, Replica, StaleDecision, Tenant as PoolTenant
+from .decision import Decision, PlacementRequest
+from .fleet import Booking, FleetState, Replica, StaleDecision
+from .fleet import Tenant as PoolTenant
+from .foresight_view import foresight_views
+from .intents import IntentBook
 from .inventory import model_spec, node_from_view
 from .liveness import node_liveness
 from .metrics import record_decision, record_grant, watch_queue
 from .queue import WaitQueue
-from .foresight_view import foresight_views
-from .intents import IntentBook
 from .scaler import DEFAULT_POLICY, Foresight, ModelDemand, ScaleDown, ScaleUp, plan_scaling
 from .weights import DEFAULT_CONFIG, PlacementConfig
 
@@ -74,9 +85,17 @@ class _Lease:
 
 
 class PoolService:
-    def __init__(self, store: Store, catalogue: CatalogueReader, config: PlacementConfig = DEFAULT_CONFIG,
-                 *, sync_every_s: float = 1.0, node_lost_after_s: float = 20.0,
-                 clock: Callable[[], float] = time.monotonic, pool_id: str = "") -> None:
+    def __init__(
+        self,
+        store: Store,
+        catalogue: CatalogueReader,
+        config: PlacementConfig = DEFAULT_CONFIG,
+        *,
+        sync_every_s: float = 1.0,
+        node_lost_after_s: float = 20.0,
+        clock: Callable[[], float] = time.monotonic,
+        pool_id: str = "",
+    ) -> None:
         self.store = store
         # This pool's name among the pools of several control-plane replicas on one database: its leases
         # and GPU reservations carry it, and every other pool's count as load it did not book itself.
@@ -145,8 +164,7 @@ class PoolService:
             self._intents.arrived(req.task_id, now, req.task_id.rpartition(SUB_AGENT_MARK)[0] or None)
             if not self.fleet.nodes:
                 self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
-                return Wait(wait_reason="no_capacity", queue_position=1,
-                                  reason="no GPU node has joined the fleet yet")
+                return Wait(wait_reason="no_capacity", queue_position=1, reason="no GPU node has joined the fleet yet")
             ahead = self.queue.ahead_of(req.task_id, req.model, req.priority, now)
             request = _placement_request(req, self.policies.get(req.model, DEFAULT_POLICY).max_replicas)
             decision = place_away_from_reclaimed_spot(self.fleet, request, self.config)
@@ -160,9 +178,11 @@ class PoolService:
                 return Never(reason=decision.reason or f"no node of this fleet can serve {req.model}")
             if decision.outcome == "never":  # machines still joining may hold it: wait for them
                 self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
-                return Wait(wait_reason="no_capacity", queue_position=self.queue.ahead_of(
-                    req.task_id, req.model, req.priority, now) + 1,
-                    reason=f"{decision.reason}; {self._joining} node(s) still joining may hold it")
+                return Wait(
+                    wait_reason="no_capacity",
+                    queue_position=self.queue.ahead_of(req.task_id, req.model, req.priority, now) + 1,
+                    reason=f"{decision.reason}; {self._joining} node(s) still joining may hold it",
+                )
             if decision.outcome == "placed" and may_go(self.fleet, decision, ahead):
                 try:
                     return self._grant(req, entry, decision, now)
@@ -172,10 +192,16 @@ class PoolService:
             self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
             position = self.queue.ahead_of(req.task_id, req.model, req.priority, now) + 1
             if decision.outcome == "placed":
-                return Wait(wait_reason="queued", queue_position=position,
-                                  reason=f"{position - 1} earlier step(s) for {req.model} go first")
-            return Wait(wait_reason=decision.wait_reason or "no_capacity", queue_position=position,
-                        reason=decision.reason or f"no replica of {req.model} is free")
+                return Wait(
+                    wait_reason="queued",
+                    queue_position=position,
+                    reason=f"{position - 1} earlier step(s) for {req.model} go first",
+                )
+            return Wait(
+                wait_reason=decision.wait_reason or "no_capacity",
+                queue_position=position,
+                reason=decision.reason or f"no replica of {req.model} is free",
+            )
 
     def release(self, req: ReleaseLease) -> None:
         """End a lease; idempotent. `replica_warm` says the step was served, so the replica serves."""
@@ -194,7 +220,7 @@ class PoolService:
                 self.fleet.release(lease.booking)
                 replica = self.fleet.replicas.get(lease.booking.replica_id)
                 if req.replica_gone:
-                    self._gone[lease.booking.replica_id] = (self.clock(), datetime.now(timezone.utc))
+                    self._gone[lease.booking.replica_id] = (self.clock(), datetime.now(UTC))
                     if replica is not None:
                         self._forget_replica(replica.id)
                 elif replica is not None and replica.active_leases == 0:
@@ -231,15 +257,26 @@ class PoolService:
         self.idle_since.pop(replica.id, None)
         self._intents.leased(replica.id, now)
         waiter = self.queue.leave(req.task_id)
-        record_grant(req.model, chosen.candidate.tier, None if waiter is None else now - waiter.since,
-                     booking.created_replica)
-        record = LeaseRecord(lease_id=f"lease-{uuid.uuid4().hex[:12]}", task_id=req.task_id, step=req.step,
-                             model=req.model, node_id=replica.node_id, replica_id=replica.id, tokens=req.tokens,
-                             tenant=req.tenant, created_replica=booking.created_replica, pool_id=self.pool_id,
-                             limits=req.limits)
+        record_grant(
+            req.model, chosen.candidate.tier, None if waiter is None else now - waiter.since, booking.created_replica
+        )
+        record = LeaseRecord(
+            lease_id=f"lease-{uuid.uuid4().hex[:12]}",
+            task_id=req.task_id,
+            step=req.step,
+            model=req.model,
+            node_id=replica.node_id,
+            replica_id=replica.id,
+            tokens=req.tokens,
+            tenant=req.tenant,
+            created_replica=booking.created_replica,
+            pool_id=self.pool_id,
+            limits=req.limits,
+        )
         source: FetchSource = "datacenter" if chosen.candidate.tier == "datacenter" else "origin"
-        grant = self._lease_grant(record, entry, chosen.candidate.tier, source).model_copy(update={
-            "expected_ttft_s": round(chosen.terms["ttft"], 3), "decided_by": decision.decided_by})
+        grant = self._lease_grant(record, entry, chosen.candidate.tier, source).model_copy(
+            update={"expected_ttft_s": round(chosen.terms["ttft"], 3), "decided_by": decision.decided_by}
+        )
         self._leases[record.lease_id] = _Lease(record, booking, grant, req.service_class)
         self._by_step[(req.task_id, req.step)] = record.lease_id
         stored = self.store.leases.add(record)
@@ -253,15 +290,18 @@ class PoolService:
     def _reserve(self, replica: Replica) -> bool:
         """Take the new replica's GPU memory in the store, checked against every pool's (store.reservations)."""
         node = self.fleet.nodes[replica.node_id]
-        wanted = Reservation(replica.id, node.id, replica.model, replica.devices, replica.per_device_gib,
-                             replica.boundary, self.pool_id)
+        wanted = Reservation(
+            replica.id, node.id, replica.model, replica.devices, replica.per_device_gib, replica.boundary, self.pool_id
+        )
         models = self.fleet.models
         return self.store.reservations.reserve(
-            wanted, {d.index: d.memory_gib for d in node.devices},
-            lambda model: models[model].memory_gib if model in models else 0.0, UNREPORTED_LOAD_GRACE_S)
+            wanted,
+            {d.index: d.memory_gib for d in node.devices},
+            lambda model: models[model].memory_gib if model in models else 0.0,
+            UNREPORTED_LOAD_GRACE_S,
+        )
 
-    def _lease_grant(self, record: LeaseRecord, entry: ModelEntry, tier: LocalityTier,
-                     source: FetchSource) -> Placed:
+    def _lease_grant(self, record: LeaseRecord, entry: ModelEntry, tier: LocalityTier, source: FetchSource) -> Placed:
         """What the step is told about its lease: where it runs, what a token costs, and the load to wait
         for while its replica is still loading (a load of a replica the node already runs just waits)."""
         replica = self.fleet.replicas[record.replica_id]
@@ -270,10 +310,18 @@ class PoolService:
         if replica.state == "loading":
             load = LoadReplica(model=entry, gpu_indexes=list(replica.devices), replica_id=replica.id, tier=source)
         return Placed(
-            lease_id=record.lease_id, node_id=node.id, replica_id=replica.id,
-            gpu_indexes=list(replica.devices), gpu_type=node.device(replica.devices[0]).type_name, zone=node.zone,
-            capacity=node.capacity, tier=tier,
-            load=load, usd_per_1m_prompt=entry.usd_per_1m_prompt, usd_per_1m_completion=entry.usd_per_1m_completion)
+            lease_id=record.lease_id,
+            node_id=node.id,
+            replica_id=replica.id,
+            gpu_indexes=list(replica.devices),
+            gpu_type=node.device(replica.devices[0]).type_name,
+            zone=node.zone,
+            capacity=node.capacity,
+            tier=tier,
+            load=load,
+            usd_per_1m_prompt=entry.usd_per_1m_prompt,
+            usd_per_1m_completion=entry.usd_per_1m_completion,
+        )
 
     def liveness(self, node_id: str) -> NodeLiveness:
         """Evidence about a node whose step timed out (liveness.py): is it gone, or merely slow?"""
@@ -305,33 +353,43 @@ class PoolService:
             self._disputed = self.store.peers.disputed()
             for view in views:
                 self._sync_node(view, now)
-            self.fleet.bandwidth.observe(self.store.peers.samples_after(self.fleet.bandwidth.last_id), self.fleet,
-                                         self.config)
+            self.fleet.bandwidth.observe(
+                self.store.peers.samples_after(self.fleet.bandwidth.last_id), self.fleet, self.config
+            )
             for replica_id, (at, _) in list(self._gone.items()):
                 if now - at > GONE_MEMORY_S:
                     del self._gone[replica_id]
             self._sync_other_pools(now)
             if not self._restored:
                 self._restored = True
-                self._unclaimed = {record.lease_id: (record, now) for record in self.store.leases.list()
-                                   if record.pool_id == self.pool_id}
+                self._unclaimed = {
+                    record.lease_id: (record, now)
+                    for record in self.store.leases.list()
+                    if record.pool_id == self.pool_id
+                }
             if self._unclaimed:
                 self._claim_restored_leases(now)
 
     def _sync_other_pools(self, now: float) -> None:
         """What the pools of other control-plane replicas did since the last sync: the replicas they started
         that no node reports yet (so this pool does not place on their GPUs), and their leases' load."""
-        started_at = datetime.now(timezone.utc)
+        started_at = datetime.now(UTC)
         for r in self.store.reservations.list():
-            if (r.pool_id == self.pool_id or r.replica_id in self.fleet.replicas or r.replica_id in self._gone
-                    or r.node_id not in self.fleet.nodes or r.model not in self.fleet.models):
+            if (
+                r.pool_id == self.pool_id
+                or r.replica_id in self.fleet.replicas
+                or r.replica_id in self._gone
+                or r.node_id not in self.fleet.nodes
+                or r.model not in self.fleet.models
+            ):
                 continue
             age = (started_at - r.created_at).total_seconds() if r.created_at else 0.0
             if age >= UNREPORTED_LOAD_GRACE_S:
                 continue
             try:  # held as "draining": its memory counts, placement never leases it, nor caps the model by it
-                self.fleet.add_replica(r.model, r.node_id, r.gpu_indexes, state="draining", tenant=r.owner,
-                                       replica_id=r.replica_id)
+                self.fleet.add_replica(
+                    r.model, r.node_id, r.gpu_indexes, state="draining", tenant=r.owner, replica_id=r.replica_id
+                )
             except (StaleDecision, ValueError, KeyError) as exc:
                 log.warning("another pool's replica %s does not fit this pool's view: %s", r.replica_id, exc)
                 continue
@@ -345,8 +403,11 @@ class PoolService:
                 continue
             leases, tokens = foreign.get(replica_id, (0, 0))
             before_leases, before_tokens = self._foreign.get(replica_id, (0, 0))
-            self.fleet.set_load(replica_id, active_leases=max(replica.active_leases + leases - before_leases, 0),
-                                outstanding_tokens=max(replica.outstanding_tokens + tokens - before_tokens, 0))
+            self.fleet.set_load(
+                replica_id,
+                active_leases=max(replica.active_leases + leases - before_leases, 0),
+                outstanding_tokens=max(replica.outstanding_tokens + tokens - before_tokens, 0),
+            )
             if replica.active_leases:
                 self.idle_since.pop(replica_id, None)
             else:
@@ -393,15 +454,22 @@ class PoolService:
                 if not _listed_since(view, self._gone[report.replica_id][1]):
                     continue
                 del self._gone[report.replica_id]
-                log.info("node %s still runs replica %s, listed %.0fs or more after it was reported gone: serving it again",
-                         node.id, report.replica_id, GONE_CONFIRM_S)
+                log.info(
+                    "node %s still runs replica %s, listed %.0fs or more after it was reported gone: serving it again",
+                    node.id,
+                    report.replica_id,
+                    GONE_CONFIRM_S,
+                )
             if report.model not in fleet.models:
                 continue  # a model taken out of the catalogue: it serves nothing new and will be reaped
             try:
-                fleet.add_replica(report.model, node.id, tuple(report.gpu_indexes), state=report.state,
-                                  replica_id=report.replica_id)
+                fleet.add_replica(
+                    report.model, node.id, tuple(report.gpu_indexes), state=report.state, replica_id=report.replica_id
+                )
             except (StaleDecision, ValueError, KeyError) as exc:
-                log.warning("node %s reports replica %s that does not fit the fleet: %s", node.id, report.replica_id, exc)
+                log.warning(
+                    "node %s reports replica %s that does not fit the fleet: %s", node.id, report.replica_id, exc
+                )
                 continue
             self.idle_since.setdefault(report.replica_id, now)
         if view.status == "lost":
@@ -454,8 +522,11 @@ class PoolService:
                     self.store.leases.release(lease_id)
                 continue
             del self._unclaimed[lease_id]
-            self.fleet.set_load(replica.id, outstanding_tokens=replica.outstanding_tokens + record.tokens,
-                                active_leases=replica.active_leases + 1)
+            self.fleet.set_load(
+                replica.id,
+                outstanding_tokens=replica.outstanding_tokens + record.tokens,
+                active_leases=replica.active_leases + 1,
+            )
             booking = Booking(record.lease_id, replica.id, record.tokens, record.created_replica)
             # The tier it was placed from is not kept; where the replica stands now is what a step sees.
             grant = self._lease_grant(record, entry, "warm" if replica.state == "warm" else "loading", "origin")
@@ -484,7 +555,7 @@ class PoolService:
     def foresight_views(self) -> dict[str, ModelForesight]:
         """What the scaler learned and pre-warmed per model, in wall-clock time, for the API to show."""
         with self._lock:
-            return foresight_views(self.foresight, self.clock(), datetime.now(timezone.utc))
+            return foresight_views(self.foresight, self.clock(), datetime.now(UTC))
 
     def start_replica(self, model: str, prewarm: str | None = None) -> LoadOnNode | None:
         """Place a replica for the scaler (batch class: spot first) and count it as loading; None if nothing fits.
@@ -513,8 +584,10 @@ class PoolService:
             if prewarm is not None:
                 self._intents.started(replica.id, model, now, prewarm)
         source: FetchSource = "datacenter" if chosen.candidate.tier == "datacenter" else "origin"
-        return LoadOnNode(node_id=replica.node_id, request=LoadReplica(
-            model=entry, gpu_indexes=list(replica.devices), replica_id=replica.id, tier=source))
+        return LoadOnNode(
+            node_id=replica.node_id,
+            request=LoadReplica(model=entry, gpu_indexes=list(replica.devices), replica_id=replica.id, tier=source),
+        )
 
     def begin_unload(self, replica_id: str) -> bool:
         """Take an idle replica out of placement before its node is told to stop it; False if it is busy."""
@@ -535,13 +608,19 @@ def _listed_since(view: NodeView, gone_at: datetime) -> bool:
     beat = view.last_heartbeat_at
     if beat is None:
         return False
-    beat = beat if beat.tzinfo else beat.replace(tzinfo=timezone.utc)
+    beat = beat if beat.tzinfo else beat.replace(tzinfo=UTC)
     return beat - gone_at >= timedelta(seconds=GONE_CONFIRM_S)
 
 
 def _placement_request(req: LeaseRequest, max_replicas: int) -> PlacementRequest:
-    return PlacementRequest(model=req.model, tokens=req.prompt_tokens + req.tokens, prompt_tokens=req.prompt_tokens,
-                            tenant=req.tenant, priority=req.service_class,
-                            exclude_nodes=frozenset(req.exclude_nodes),
-                            exclude_spot_zones=frozenset(req.avoid_spot_zones), previous_replica=req.previous_replica,
-                            max_replicas=max_replicas)
+    return PlacementRequest(
+        model=req.model,
+        tokens=req.prompt_tokens + req.tokens,
+        prompt_tokens=req.prompt_tokens,
+        tenant=req.tenant,
+        priority=req.service_class,
+        exclude_nodes=frozenset(req.exclude_nodes),
+        exclude_spot_zones=frozenset(req.avoid_spot_zones),
+        previous_replica=req.previous_replica,
+        max_replicas=max_replicas,
+    )

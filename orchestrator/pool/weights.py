@@ -68,8 +68,9 @@ def tuned(overrides: Mapping[str, float], base: PlacementConfig = DEFAULT_CONFIG
     for a scorer's weight. An unknown name is refused by name, never ignored."""
     weights = {k.removeprefix("weights."): v for k, v in overrides.items() if k.startswith("weights.")}
     rest = {k: v for k, v in overrides.items() if not k.startswith("weights.")}
-    known = ({f"weights.{f.name}" for f in fields(ScorerWeights)}
-             | {f.name for f in fields(PlacementConfig)} - {"weights"})
+    known = {f"weights.{f.name}" for f in fields(ScorerWeights)} | {f.name for f in fields(PlacementConfig)} - {
+        "weights"
+    }
     unknown = set(overrides) - known
     if unknown:
         raise ValueError(f"placement: no setting named {', '.join(sorted(unknown))}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..pool.fleet import ModelSpec
-from .engine import Simulation, SimSettings
+from .engine import DEFAULT_SETTINGS, SimSettings, Simulation
 from .fleet_file import FleetFile
 from .plan import Workload
 from .policies import POLICY_NAMES, policy_named
@@ -29,8 +29,15 @@ def peak_replicas(result: SimResult) -> dict[str, int]:
     return peaks
 
 
-def run_policies(fleet: FleetFile, models: Mapping[str, ModelSpec], workload: Workload, names: Sequence[str],
-                 seed: int, settings: SimSettings = SimSettings(), baseline_node_cache: bool = False) -> list[SimResult]:
+def run_policies(
+    fleet: FleetFile,
+    models: Mapping[str, ModelSpec],
+    workload: Workload,
+    names: Sequence[str],
+    seed: int,
+    settings: SimSettings = DEFAULT_SETTINGS,
+    baseline_node_cache: bool = False,
+) -> list[SimResult]:
     """One result per policy, in POLICY_NAMES order; `berth` added when `always-warm` needs its peaks."""
     unknown = [n for n in names if n not in POLICY_NAMES]
     if unknown:

@@ -49,6 +49,9 @@ class SimSettings:
     single_stream_gain: float = 4.0
 
 
+DEFAULT_SETTINGS = SimSettings()
+
+
 def sequence_rate(tokens_per_s: float, slots: int, batch: int, gain: float) -> float:
     """Tokens/s each of `batch` sequences decodes at on a replica whose full batch of `slots` writes
     `tokens_per_s` in all: an iteration takes t0 + t1·batch, with t0 and t1 set so that the full batch
@@ -102,11 +105,20 @@ class _Replica:
 
 
 class Simulation:
-    def __init__(self, fleet: FleetFile, models: Mapping[str, ModelSpec], workload: Workload, policy: Policy,
-                 seed: int = 0, settings: SimSettings = SimSettings()) -> None:
+    def __init__(
+        self,
+        fleet: FleetFile,
+        models: Mapping[str, ModelSpec],
+        workload: Workload,
+        policy: Policy,
+        seed: int = 0,
+        settings: SimSettings = DEFAULT_SETTINGS,
+    ) -> None:
         unknown = sorted(set(workload.models) - set(models))
         if unknown:
-            raise ValueError(f"workload: model {unknown[0]!r} is not in the catalogue; known: {', '.join(sorted(models))}")
+            raise ValueError(
+                f"workload: model {unknown[0]!r} is not in the catalogue; known: {', '.join(sorted(models))}"
+            )
         self.workload = workload
         self.policy = policy
         self.settings = settings
@@ -192,11 +204,16 @@ class Simulation:
     def _request(self, call: _Call) -> PlacementRequest:
         model = call.plan.model
         return PlacementRequest(
-            model=model, tokens=call.prompt + math.ceil(call.remaining), prompt_tokens=call.prompt,
-            tenant=call.session.plan.tenant, priority=call.session.plan.priority,  # type: ignore[arg-type]
-            exclude_nodes=frozenset(call.exclude_nodes), exclude_spot_zones=frozenset(call.avoid_spot_zones),
+            model=model,
+            tokens=call.prompt + math.ceil(call.remaining),
+            prompt_tokens=call.prompt,
+            tenant=call.session.plan.tenant,
+            priority=call.session.plan.priority,  # type: ignore[arg-type]
+            exclude_nodes=frozenset(call.exclude_nodes),
+            exclude_spot_zones=frozenset(call.avoid_spot_zones),
             previous_replica=call.session.previous_replica,
-            max_replicas=self._max_replicas[model])
+            max_replicas=self._max_replicas[model],
+        )
 
     def _try(self, call: _Call) -> bool:
         """Ask for a lease as the pool service's acquire does; True when granted."""
@@ -252,7 +269,8 @@ class Simulation:
         call.record.cold_start |= rep.record.ready_s is not None and rep.record.ready_s > call.record.issued_s
         prefill = call.prompt * (1 - self.config.prefix_cacheable_fraction) if cached else call.prompt
         call.first_token_s = self.now + prefill * self._contention(replica.id) / (
-            replica.tokens_per_s * self.config.prefill_speedup)
+            replica.tokens_per_s * self.config.prefill_speedup
+        )
         call.decoded_at = call.first_token_s
         call.written = 0.0
         if call.record.first_token_s is None:
@@ -273,8 +291,9 @@ class Simulation:
         replica = self.fleet.replicas.get(replica_id)
         if not serving or replica is None:
             return
-        rate = sequence_rate(replica.tokens_per_s, replica.concurrency, len(serving),
-                             self.settings.single_stream_gain) / self._contention(replica_id)
+        rate = sequence_rate(
+            replica.tokens_per_s, replica.concurrency, len(serving), self.settings.single_stream_gain
+        ) / self._contention(replica_id)
         for call_id in sorted(serving):
             call = self._calls[call_id]
             self._advance(call)
@@ -287,8 +306,9 @@ class Simulation:
         replica's weights through the same memory, so two busy replicas on one GPU each get half of it."""
         busiest = 1
         for device in self._devices_of.get(replica_id, ()):
-            busy = sum(1 for other in self._on_device[device]
-                       if other == replica_id or self._replicas[other].serving > 0)
+            busy = sum(
+                1 for other in self._on_device[device] if other == replica_id or self._replicas[other].serving > 0
+            )
             busiest = max(busiest, busy)
         return busiest
 
@@ -332,8 +352,9 @@ class Simulation:
             self.intents.announce(done.spawn.session_id, done.spawn.calls[0].model, "spawn", self.now)
         elif session.index + 1 < len(session.plan.calls):
             kind = "awaiting_input" if done.ends_turn else "tool_calls"
-            self.intents.announce(session.plan.session_id, session.plan.calls[session.index + 1].model, kind,
-                                  self.now, replica_id)
+            self.intents.announce(
+                session.plan.session_id, session.plan.calls[session.index + 1].model, kind, self.now, replica_id
+            )
 
     def _after_tools(self, session: _Session) -> None:
         done = session.plan.calls[session.index]
@@ -400,9 +421,17 @@ class Simulation:
         node = self.fleet.nodes[replica.node_id]
         load_s = 0.0 if preloaded else load_seconds(self.fleet, replica.model, node, tier, self.config)
         share = node.usd_per_hour * len(replica.devices) / max(len(node.devices), 1)
-        record = ReplicaRecord(replica_id, replica.model, node.id, len(replica.devices), share,
-                               "preloaded" if preloaded else tier, self.now, preloaded=preloaded,
-                               devices=replica.devices)
+        record = ReplicaRecord(
+            replica_id,
+            replica.model,
+            node.id,
+            len(replica.devices),
+            share,
+            "preloaded" if preloaded else tier,
+            self.now,
+            preloaded=preloaded,
+            devices=replica.devices,
+        )
         self.result.replicas.append(record)
         self._devices_of[replica_id] = [(node.id, index) for index in replica.devices]
         for device in self._devices_of[replica_id]:
@@ -486,8 +515,9 @@ class Simulation:
     def _tick(self) -> None:
         for model, waiting in self._waiting.items():  # every waiter asks again each tick: it stays in line
             for call in waiting.values():
-                self.queue.refresh(call.key, model, _priority(call), call.session.plan.priority != "low_priority",
-                                   self.now)
+                self.queue.refresh(
+                    call.key, model, _priority(call), call.session.plan.priority != "low_priority", self.now
+                )
         demand = {m: ModelDemand(waiting=n) for m, n in self.queue.demand(self.now).items()}
         started = time.perf_counter()
         plan = self.policy.plan(self.fleet, self.idle_since, self.now, demand)
@@ -498,7 +528,7 @@ class Simulation:
                 if replica is not None and replica.state == "warm" and replica.active_leases == 0:
                     self._unload(action.replica_id)
             else:
-                decision = self._timed(lambda: self.policy.new_replica(self.fleet, action.model))
+                decision = self._timed(lambda model=action.model: self.policy.new_replica(self.fleet, model))
                 if decision.chosen is not None:
                     self._start_replica(decision, prewarm=action if action.prewarm else None)
         for model in sorted(self._waiting):
@@ -547,8 +577,11 @@ class Simulation:
     def _cut_node(self, node_id: str, record: PreemptionRecord, lost_unseen: bool) -> None:
         """Every call leased on the node's replicas is placed again elsewhere: one still waiting for a load
         loses nothing; one generating keeps what it wrote, less what no heartbeat reported when it was killed."""
-        cut = [c for c in self._calls.values() if c.booking is not None
-               and self.fleet.replicas[c.booking.replica_id].node_id == node_id]
+        cut = [
+            c
+            for c in self._calls.values()
+            if c.booking is not None and self.fleet.replicas[c.booking.replica_id].node_id == node_id
+        ]
         zone = self.fleet.nodes[node_id].zone
         for call in sorted(cut, key=lambda c: c.key):
             rep = self._replicas[call.booking.replica_id]  # type: ignore[union-attr]
@@ -572,8 +605,10 @@ class Simulation:
             call.written = 0.0
             call.record.interruptions += 1
             # The very rules the workflow applies (sdk/wire/recovery.py): a reclaim with notice, or a lost node.
-            avoid = avoid_after(call.session.plan.recovery, Cut("lost" if lost_unseen else "notice", node_id, zone,
-                                                                self.fleet.nodes[node_id].capacity))
+            avoid = avoid_after(
+                call.session.plan.recovery,
+                Cut("lost" if lost_unseen else "notice", node_id, zone, self.fleet.nodes[node_id].capacity),
+            )
             call.exclude_nodes |= avoid.nodes
             call.avoid_spot_zones |= avoid.spot_zones
             call.session.previous_replica = None

@@ -36,12 +36,21 @@ class Network(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    wan_gib_per_s: float = Field(default=DEFAULT_CONFIG.wan_gib_per_s, gt=0, le=1000,
-                                 description="from the model's origin (an object store or hub)")
-    intra_dc_gib_per_s: float = Field(default=DEFAULT_CONFIG.intra_dc_gib_per_s, gt=0, le=1000,
-                                      description="from another node of the same datacenter")
-    engine_start_s: float = Field(default=DEFAULT_CONFIG.engine_start_s, ge=0, le=3600,
-                                  description="the engine's start once weights are read (CUDA graphs, profiling)")
+    wan_gib_per_s: float = Field(
+        default=DEFAULT_CONFIG.wan_gib_per_s,
+        gt=0,
+        le=1000,
+        description="from the model's origin (an object store or hub)",
+    )
+    intra_dc_gib_per_s: float = Field(
+        default=DEFAULT_CONFIG.intra_dc_gib_per_s, gt=0, le=1000, description="from another node of the same datacenter"
+    )
+    engine_start_s: float = Field(
+        default=DEFAULT_CONFIG.engine_start_s,
+        ge=0,
+        le=3600,
+        description="the engine's start once weights are read (CUDA graphs, profiling)",
+    )
 
 
 class FleetNodes(SimulatedNode):
@@ -58,9 +67,12 @@ class FleetFile(BaseModel):
 
     def placement_config(self) -> PlacementConfig:
         """Berth's scorer config with this network's figures: placement predicts the loads the fleet will see."""
-        return replace(DEFAULT_CONFIG, wan_gib_per_s=self.network.wan_gib_per_s,
-                       intra_dc_gib_per_s=self.network.intra_dc_gib_per_s,
-                       engine_start_s=self.network.engine_start_s)
+        return replace(
+            DEFAULT_CONFIG,
+            wan_gib_per_s=self.network.wan_gib_per_s,
+            intra_dc_gib_per_s=self.network.intra_dc_gib_per_s,
+            engine_start_s=self.network.engine_start_s,
+        )
 
     def expand(self) -> list[tuple[Node, float]]:
         """Every node as placement sees it, with its disk cache size in GiB, in file order."""
@@ -69,11 +81,30 @@ class FleetFile(BaseModel):
             ids = [group.node_id] if group.count == 1 else [f"{group.node_id}-{i}" for i in range(1, group.count + 1)]
             gpus = parse_simulate(group.gpus)
             for node_id in ids:
-                devices = [Device(index=i, uuid=f"{node_id}/{i}", type_name=g.name, memory_gib=g.memory_gib,
-                                  speed=g.relative_speed) for i, g in enumerate(gpus)]
-                out.append((Node(id=node_id, datacenter=group.datacenter, zone=group.zone, capacity=group.capacity,
-                                 usd_per_hour=group.price, devices=devices, disk_gib_per_s=group.disk_gib_per_s),
-                            group.disk_cache_gib))
+                devices = [
+                    Device(
+                        index=i,
+                        uuid=f"{node_id}/{i}",
+                        type_name=g.name,
+                        memory_gib=g.memory_gib,
+                        speed=g.relative_speed,
+                    )
+                    for i, g in enumerate(gpus)
+                ]
+                out.append(
+                    (
+                        Node(
+                            id=node_id,
+                            datacenter=group.datacenter,
+                            zone=group.zone,
+                            capacity=group.capacity,
+                            usd_per_hour=group.price,
+                            devices=devices,
+                            disk_gib_per_s=group.disk_gib_per_s,
+                        ),
+                        group.disk_cache_gib,
+                    )
+                )
         return out
 
 

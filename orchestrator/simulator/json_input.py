@@ -23,8 +23,9 @@ def read_json(path: Path, label: str) -> object:
     except json.JSONDecodeError as e:
         raise ValueError(f"{label}: {path} is not JSON: line {e.lineno} column {e.colno}: {e.msg}") from e
     except RecursionError:
-        raise ValueError(f"{label}: {path} is nested deeper than the decoder follows; at most {MAX_JSON_DEPTH}"
-                         " levels") from None
+        raise ValueError(
+            f"{label}: {path} is nested deeper than the decoder follows; at most {MAX_JSON_DEPTH} levels"
+        ) from None
     depth = nesting_depth(value)
     if depth > MAX_JSON_DEPTH:
         raise ValueError(f"{label}: {path} is nested {depth:,} levels deep; at most {MAX_JSON_DEPTH} levels")
@@ -45,4 +46,6 @@ def nesting_depth(value: object) -> int:
 
 def field_errors(label: str, exc: ValidationError) -> ValueError:
     """Every validation error as `label.field.path: reason`, joined: a user fixes them all in one go."""
-    return ValueError("; ".join(f"{label}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()))
+    return ValueError(
+        "; ".join(f"{label}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
+    )

@@ -60,20 +60,27 @@ class Policy:
     # What the scaler learns during the run (the berth policies); None plans from the fleet alone.
     foresight: Foresight | None = None
 
-    def plan(self, fleet: FleetState, idle_since: Mapping[str, float], now: float,
-             demand: Mapping[str, ModelDemand]) -> Plan:
+    def plan(
+        self, fleet: FleetState, idle_since: Mapping[str, float], now: float, demand: Mapping[str, ModelDemand]
+    ) -> Plan:
         policies = {name: self.scaling(name, spec) for name, spec in fleet.models.items()}
         return plan_scaling(fleet, policies, idle_since, now, demand, self.foresight)
 
 
 def berth_policy(config: PlacementConfig, name: str = "berth", tick_s: float = 2.0) -> Policy:
     """`berth`, `berth-histogram` or `berth-fixed`: one placement, three scalers (the module's docstring)."""
-    foresights = {"berth": lambda: Foresight(config=config, tick_s=tick_s),
-                  "berth-histogram": lambda: Foresight(intents=None, config=config, tick_s=tick_s),
-                  "berth-fixed": lambda: None}
-    return Policy(name, place=lambda fleet, request: admission.place_away_from_reclaimed_spot(fleet, request, config),
-                  new_replica=lambda fleet, model: admission.place_scaler_replica(fleet, model, config),
-                  scaling=lambda _name, _spec: DEFAULT_POLICY, foresight=foresights[name]())
+    foresights = {
+        "berth": lambda: Foresight(config=config, tick_s=tick_s),
+        "berth-histogram": lambda: Foresight(intents=None, config=config, tick_s=tick_s),
+        "berth-fixed": lambda: None,
+    }
+    return Policy(
+        name,
+        place=lambda fleet, request: admission.place_away_from_reclaimed_spot(fleet, request, config),
+        new_replica=lambda fleet, model: admission.place_scaler_replica(fleet, model, config),
+        scaling=lambda _name, _spec: DEFAULT_POLICY,
+        foresight=foresights[name](),
+    )
 
 
 def kubernetes_policy(name: str, config: PlacementConfig, seed: int = 0, node_cache: bool = False) -> Policy:
@@ -108,20 +115,35 @@ def always_warm_policy(peaks: Mapping[str, int], config: PlacementConfig, node_c
         peak = max(peaks.get(name, 0), 1)
         return ScalingPolicy(min_replicas=peak, max_replicas=peak, idle_timeout_s=7 * 24 * 3600)
 
-    return Policy("always-warm", place=route_to_ready_replica, new_replica=spread.new_replica, scaling=scaling,
-                  preload=dict(peaks))
+    return Policy(
+        "always-warm",
+        place=route_to_ready_replica,
+        new_replica=spread.new_replica,
+        scaling=scaling,
+        preload=dict(peaks),
+    )
 
 
 def hpa_scaling(_name: str, spec: ModelSpec) -> ScalingPolicy:
-    return ScalingPolicy(min_replicas=1, max_replicas=DEFAULT_POLICY.max_replicas, scaler="request_count",
-                         target=max(spec.concurrency * HPA_TARGET_SHARE, 1.0), idle_timeout_s=HPA_STABILIZATION_S)
+    return ScalingPolicy(
+        min_replicas=1,
+        max_replicas=DEFAULT_POLICY.max_replicas,
+        scaler="request_count",
+        target=max(spec.concurrency * HPA_TARGET_SHARE, 1.0),
+        idle_timeout_s=HPA_STABILIZATION_S,
+    )
 
 
 def route_to_ready_replica(fleet: FleetState, request: PlacementRequest) -> Decision:
     """A Service: the least busy ready replica with a free slot, on a node that may still take work."""
-    ready = [r for rid in fleet.replicas_by_model.get(request.model, {})
-             if (r := fleet.replicas[rid]).state == "warm" and r.has_slot
-             and fleet.nodes[r.node_id].schedulable and r.node_id not in request.exclude_nodes]
+    ready = [
+        r
+        for rid in fleet.replicas_by_model.get(request.model, {})
+        if (r := fleet.replicas[rid]).state == "warm"
+        and r.has_slot
+        and fleet.nodes[r.node_id].schedulable
+        and r.node_id not in request.exclude_nodes
+    ]
     if not ready:
         if request.model not in fleet.models:
             return Decision(request, "never", reason=f"unknown model {request.model!r}")
@@ -148,8 +170,14 @@ def whole_gpu_options(fleet: FleetState, model: ModelSpec) -> list[tuple[float, 
     return options
 
 
-def new_replica_decision(fleet: FleetState, request: PlacementRequest, node: Node, devices: tuple[int, ...],
-                         config: PlacementConfig, node_cache: bool) -> Decision:
+def new_replica_decision(
+    fleet: FleetState,
+    request: PlacementRequest,
+    node: Node,
+    devices: tuple[int, ...],
+    config: PlacementConfig,
+    node_cache: bool,
+) -> Decision:
     """A decision to start a replica on `devices` of `node`, its weights from where they are (`node_cache`)
     or from the origin."""
     tier: Tier = weights_tier(fleet, request.model, node) if node_cache else "origin"
@@ -166,8 +194,13 @@ def weights_tier(fleet: FleetState, model: str, node: Node) -> Tier:
     return "origin"
 
 
-def policy_named(name: str, config: PlacementConfig, seed: int, peaks: Mapping[str, int] | None = None,
-                 baseline_node_cache: bool = False) -> Policy:
+def policy_named(
+    name: str,
+    config: PlacementConfig,
+    seed: int,
+    peaks: Mapping[str, int] | None = None,
+    baseline_node_cache: bool = False,
+) -> Policy:
     if name in BERTH_POLICIES:
         return berth_policy(config, name)
     if name == "always-warm":

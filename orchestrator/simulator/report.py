@@ -26,8 +26,10 @@ RECENT_S = 3600.0
 
 # (name, target) of each goal, in the order goals() returns them.
 COLD_START_GOAL = ("cold-start seconds ≥10× lower than k8s-spread", "k8s-spread / berth ≥ 10")
-GPU_HOURS_GOAL = ("GPU-hours ≥40% lower than always-warm, p99 TTFT within 1.5× of it",
-                  "GPU-hours ≤ 60% of always-warm and p99 TTFT ≤ 1.5× always-warm's")
+GPU_HOURS_GOAL = (
+    "GPU-hours ≥40% lower than always-warm, p99 TTFT within 1.5× of it",
+    "GPU-hours ≤ 60% of always-warm and p99 TTFT ≤ 1.5× always-warm's",
+)
 TOKENS_GOAL = ("tokens lost to preemption ≥10× lower than restart-from-scratch", "restart / berth ≥ 10")
 
 
@@ -217,13 +219,15 @@ def warm_pool_figures(report: PolicyReport, reports: Mapping[str, PolicyReport])
     def ratio(mine: float | None, theirs: float | None) -> float | None:
         return None if mine is None or not theirs else mine / theirs
 
-    figures = [("cold-start seconds ÷ k8s-spread's", ratio(report.cold_start_s, spread and spread.cold_start_s), 0.2),
-               ("GPU-hours ÷ k8s-spread's", ratio(report.gpu_hours, spread and spread.gpu_hours), 0.6),
-               ("TTFT p99 ÷ always-warm's", ratio(report.ttft_p99_s, warm and warm.ttft_p99_s), 1.2),
-               ("calls meeting a cold start on a model used in the hour before", report.recent_cold_start_share,
-                0.01)]
-    return [WarmPoolFigure(name, value, goal, None if value is None else value <= goal)
-            for name, value, goal in figures]
+    figures = [
+        ("cold-start seconds ÷ k8s-spread's", ratio(report.cold_start_s, spread and spread.cold_start_s), 0.2),
+        ("GPU-hours ÷ k8s-spread's", ratio(report.gpu_hours, spread and spread.gpu_hours), 0.6),
+        ("TTFT p99 ÷ always-warm's", ratio(report.ttft_p99_s, warm and warm.ttft_p99_s), 1.2),
+        ("calls meeting a cold start on a model used in the hour before", report.recent_cold_start_share, 0.01),
+    ]
+    return [
+        WarmPoolFigure(name, value, goal, None if value is None else value <= goal) for name, value, goal in figures
+    ]
 
 
 def _seconds(value: float | None) -> str:
@@ -237,13 +241,39 @@ def _seconds(value: float | None) -> str:
 
 def table(reports: Sequence[PolicyReport]) -> str:
     """A plain-text table, one row per policy, columns left-aligned on their widest cell."""
-    header = ["policy", "cold starts", "cold-start s", "TTFT p50", "TTFT p95", "TTFT p99", "task p50",
-              "task p95", "GPU-h", "cost $", "util", "tokens lost (ckpt / restart)", "tasks waited", "wait p95"]
+    header = [
+        "policy",
+        "cold starts",
+        "cold-start s",
+        "TTFT p50",
+        "TTFT p95",
+        "TTFT p99",
+        "task p50",
+        "task p95",
+        "GPU-h",
+        "cost $",
+        "util",
+        "tokens lost (ckpt / restart)",
+        "tasks waited",
+        "wait p95",
+    ]
     rows = [header] + [
-        [r.policy, str(r.cold_starts), _seconds(r.cold_start_s), _seconds(r.ttft_p50_s), _seconds(r.ttft_p95_s),
-         _seconds(r.ttft_p99_s), _seconds(r.task_p50_s), _seconds(r.task_p95_s), f"{r.gpu_hours:.1f}",
-         f"{r.cost_usd:.2f}", MISSING if r.gpu_utilization is None else f"{r.gpu_utilization:.0%}",
-         f"{r.tokens_lost} / {r.tokens_lost_restart}", str(r.tasks_waited), _seconds(r.gpu_wait_p95_s)]
+        [
+            r.policy,
+            str(r.cold_starts),
+            _seconds(r.cold_start_s),
+            _seconds(r.ttft_p50_s),
+            _seconds(r.ttft_p95_s),
+            _seconds(r.ttft_p99_s),
+            _seconds(r.task_p50_s),
+            _seconds(r.task_p95_s),
+            f"{r.gpu_hours:.1f}",
+            f"{r.cost_usd:.2f}",
+            MISSING if r.gpu_utilization is None else f"{r.gpu_utilization:.0%}",
+            f"{r.tokens_lost} / {r.tokens_lost_restart}",
+            str(r.tasks_waited),
+            _seconds(r.gpu_wait_p95_s),
+        ]
         for r in reports
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -253,8 +283,15 @@ def table(reports: Sequence[PolicyReport]) -> str:
 def warm_pool_table(reports: Mapping[str, PolicyReport]) -> str:
     """One row per policy: the four warm-pool figures (`warm_pool_figures`), each marked against its goal,
     and how many of its pre-warms a step used."""
-    header = ["policy", "cold-start s ÷ k8s (≤0.2)", "of which first loads", "GPU-h ÷ k8s (≤0.6)",
-              "TTFT p99 ÷ warm (≤1.2)", "recent cold-start calls (≤1%)", "pre-warms used"]
+    header = [
+        "policy",
+        "cold-start s ÷ k8s (≤0.2)",
+        "of which first loads",
+        "GPU-h ÷ k8s (≤0.6)",
+        "TTFT p99 ÷ warm (≤1.2)",
+        "recent cold-start calls (≤1%)",
+        "pre-warms used",
+    ]
     rows = [header]
     spread = reports.get("k8s-spread")
     for policy, report in reports.items():
@@ -263,8 +300,11 @@ def warm_pool_table(reports: Mapping[str, PolicyReport]) -> str:
             value = MISSING if figure.value is None else (f"{figure.value:.2%}" if i == 3 else f"{figure.value:.2f}")
             cells.append(f"{value} {'✓' if figure.met else '✗' if figure.met is False else ''}".strip())
             if i == 0:
-                cells.append(f"{report.first_load_s / spread.cold_start_s:.2f}"
-                             if spread is not None and spread.cold_start_s else MISSING)
+                cells.append(
+                    f"{report.first_load_s / spread.cold_start_s:.2f}"
+                    if spread is not None and spread.cold_start_s
+                    else MISSING
+                )
         cells.append(f"{report.prewarms_used}/{report.prewarms}")
         rows.append(cells)
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -290,8 +330,12 @@ def _cold_start_goal(berth: PolicyReport, spread: PolicyReport | None) -> Goal:
     if spread.cold_start_s == 0:
         return Goal(name, target, f"berth {_seconds(berth.cold_start_s)}; k8s-spread had no cold starts", False)
     return _ten_times_fewer(
-        name, target, berth.cold_start_s, spread.cold_start_s,
-        lambda ratio: f"berth {_seconds(berth.cold_start_s)} vs k8s-spread {_seconds(spread.cold_start_s)} ({ratio})")
+        name,
+        target,
+        berth.cold_start_s,
+        spread.cold_start_s,
+        lambda ratio: f"berth {_seconds(berth.cold_start_s)} vs k8s-spread {_seconds(spread.cold_start_s)} ({ratio})",
+    )
 
 
 def _gpu_hours_goal(berth: PolicyReport, warm: PolicyReport | None) -> Goal:
@@ -302,8 +346,10 @@ def _gpu_hours_goal(berth: PolicyReport, warm: PolicyReport | None) -> Goal:
         return Goal(name, target, "no GPU-hours or no first tokens to compare", None)
     saved = 1 - berth.gpu_hours / warm.gpu_hours
     slower = berth.ttft_p99_s / warm.ttft_p99_s if warm.ttft_p99_s > 0 else math.inf
-    measured = (f"GPU-hours {berth.gpu_hours:.1f} vs {warm.gpu_hours:.1f} ({saved:.0%} lower); "
-                f"p99 TTFT {_seconds(berth.ttft_p99_s)} vs {_seconds(warm.ttft_p99_s)} ({_times(slower)})")
+    measured = (
+        f"GPU-hours {berth.gpu_hours:.1f} vs {warm.gpu_hours:.1f} ({saved:.0%} lower); "
+        f"p99 TTFT {_seconds(berth.ttft_p99_s)} vs {_seconds(warm.ttft_p99_s)} ({_times(slower)})"
+    )
     return Goal(name, target, measured, saved >= 0.40 and berth.ttft_p99_s <= 1.5 * warm.ttft_p99_s)
 
 
@@ -314,18 +360,26 @@ def _tokens_goal(berth: PolicyReport) -> Goal:
     if berth.tokens_lost_restart == 0:
         return Goal(name, target, f"{berth.preemptions} preemption(s), none under a running step", None)
     return _ten_times_fewer(
-        name, target, berth.tokens_lost, berth.tokens_lost_restart,
-        lambda ratio: f"{berth.tokens_lost} tokens lost vs {berth.tokens_lost_restart} on restart ({ratio})")
+        name,
+        target,
+        berth.tokens_lost,
+        berth.tokens_lost_restart,
+        lambda ratio: f"{berth.tokens_lost} tokens lost vs {berth.tokens_lost_restart} on restart ({ratio})",
+    )
 
 
 def goals(reports: Mapping[str, PolicyReport]) -> list[Goal]:
     """Berth's three claims, each checked against the baseline it is made against."""
     berth = reports.get("berth")
     if berth is None:
-        return [Goal(name, target, "no berth run", None) for name, target in (COLD_START_GOAL, GPU_HOURS_GOAL,
-                                                                              TOKENS_GOAL)]
-    return [_cold_start_goal(berth, reports.get("k8s-spread")), _gpu_hours_goal(berth, reports.get("always-warm")),
-            _tokens_goal(berth)]
+        return [
+            Goal(name, target, "no berth run", None) for name, target in (COLD_START_GOAL, GPU_HOURS_GOAL, TOKENS_GOAL)
+        ]
+    return [
+        _cold_start_goal(berth, reports.get("k8s-spread")),
+        _gpu_hours_goal(berth, reports.get("always-warm")),
+        _tokens_goal(berth),
+    ]
 
 
 def _json_safe(value: object) -> object:
@@ -339,15 +393,20 @@ def _json_safe(value: object) -> object:
     return value
 
 
-def write_json(reports: Mapping[str, PolicyReport], goals: Sequence[Goal], path: Path,
-               meta: Mapping[str, object]) -> None:
+def write_json(
+    reports: Mapping[str, PolicyReport], goals: Sequence[Goal], path: Path, meta: Mapping[str, object]
+) -> None:
     """The run's figures for machines: {"meta", "policies": {name: figures}, "goals": [...], "warm_pool":
     {name: [...]}}, strict JSON."""
-    document = {"meta": meta, "policies": {name: asdict(r) for name, r in reports.items()},
-                "goals": [asdict(g) for g in goals],
-                "warm_pool": {name: [asdict(f) for f in warm_pool_figures(r, reports)] for name, r in reports.items()}}
-    path.write_text(json.dumps(_json_safe(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
-                    encoding="utf-8")
+    document = {
+        "meta": meta,
+        "policies": {name: asdict(r) for name, r in reports.items()},
+        "goals": [asdict(g) for g in goals],
+        "warm_pool": {name: [asdict(f) for f in warm_pool_figures(r, reports)] for name, r in reports.items()},
+    }
+    path.write_text(
+        json.dumps(_json_safe(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"
+    )
 
 
 def draw_charts(results: Sequence[SimResult], reports: Sequence[PolicyReport], out_dir: Path) -> list[Path]:
@@ -389,8 +448,12 @@ def draw_charts(results: Sequence[SimResult], reports: Sequence[PolicyReport], o
     fig, ax = plt.subplots(figsize=(8, 5))
     for result in results:
         if result.replica_samples:
-            ax.step([t / 3600 for t, _ in result.replica_samples],
-                    [sum(counts.values()) for _, counts in result.replica_samples], where="post", label=result.policy)
+            ax.step(
+                [t / 3600 for t, _ in result.replica_samples],
+                [sum(counts.values()) for _, counts in result.replica_samples],
+                where="post",
+                label=result.policy,
+            )
     if ax.lines:
         ax.legend()
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))

@@ -21,26 +21,51 @@ from .fleet_file import FleetFile, parse_fleet
 from .workload import DEFAULT_MODELS, WorkloadSpec, zipf_shares
 
 HOURS = 3600.0
-STANDARD_FLEET: FleetFile = parse_fleet({"nodes": [
-    {"node_id": "east-h100", "count": 3, "datacenter": "east", "zone": "east-1a", "gpus": "8xH100-80GB"},
-    {"node_id": "east-h100-spot", "count": 3, "datacenter": "east", "zone": "east-1b", "capacity": "spot",
-     "gpus": "8xH100-80GB"},
-    {"node_id": "west-l40s", "count": 4, "datacenter": "west", "zone": "west-1a", "gpus": "4xL40S-48GB"},
-    {"node_id": "west-a100-spot", "count": 2, "datacenter": "west", "zone": "west-1b", "capacity": "spot",
-     "gpus": "8xA100-80GB"},
-]}, source="scenarios.fleet")
+STANDARD_FLEET: FleetFile = parse_fleet(
+    {
+        "nodes": [
+            {"node_id": "east-h100", "count": 3, "datacenter": "east", "zone": "east-1a", "gpus": "8xH100-80GB"},
+            {
+                "node_id": "east-h100-spot",
+                "count": 3,
+                "datacenter": "east",
+                "zone": "east-1b",
+                "capacity": "spot",
+                "gpus": "8xH100-80GB",
+            },
+            {"node_id": "west-l40s", "count": 4, "datacenter": "west", "zone": "west-1a", "gpus": "4xL40S-48GB"},
+            {
+                "node_id": "west-a100-spot",
+                "count": 2,
+                "datacenter": "west",
+                "zone": "west-1b",
+                "capacity": "spot",
+                "gpus": "8xA100-80GB",
+            },
+        ]
+    },
+    source="scenarios.fleet",
+)
 
 FINE_TUNES = tuple(f"llama-3.1-8b-ft-{i:02d}" for i in range(1, 17))
 
 SCENARIOS: dict[str, WorkloadSpec] = {
-    "steady": WorkloadSpec(duration_s=4 * HOURS, sessions_per_hour=90, diurnal_amplitude=0.3,
-                           diurnal_period_s=4 * HOURS),
-    "bursty": WorkloadSpec(duration_s=4 * HOURS, sessions_per_hour=20, burst_every_s=1200, burst_sessions=60,
-                           burst_spread_s=60),
-    "spot-heavy": WorkloadSpec(duration_s=4 * HOURS, sessions_per_hour=90, batch_share=0.3,
-                               spot_preemptions_per_node_hour=0.5, preemption_notice_s=30),
-    "many-models": WorkloadSpec(duration_s=4 * HOURS, sessions_per_hour=90,
-                                models=zipf_shares((*DEFAULT_MODELS, *FINE_TUNES), s=1.0)),
+    "steady": WorkloadSpec(
+        duration_s=4 * HOURS, sessions_per_hour=90, diurnal_amplitude=0.3, diurnal_period_s=4 * HOURS
+    ),
+    "bursty": WorkloadSpec(
+        duration_s=4 * HOURS, sessions_per_hour=20, burst_every_s=1200, burst_sessions=60, burst_spread_s=60
+    ),
+    "spot-heavy": WorkloadSpec(
+        duration_s=4 * HOURS,
+        sessions_per_hour=90,
+        batch_share=0.3,
+        spot_preemptions_per_node_hour=0.5,
+        preemption_notice_s=30,
+    ),
+    "many-models": WorkloadSpec(
+        duration_s=4 * HOURS, sessions_per_hour=90, models=zipf_shares((*DEFAULT_MODELS, *FINE_TUNES), s=1.0)
+    ),
 }
 
 

@@ -39,8 +39,14 @@ class _RowError(ValueError):
         self.reason = reason
 
 
-def read_trace(path: Path, *, spot_nodes: Sequence[str] = (), preemptions_per_node_hour: float = 0.0,
-               preemption_notice_s: float = 30.0, seed: int = 0) -> Workload:
+def read_trace(
+    path: Path,
+    *,
+    spot_nodes: Sequence[str] = (),
+    preemptions_per_node_hour: float = 0.0,
+    preemption_notice_s: float = 30.0,
+    seed: int = 0,
+) -> Workload:
     """Reads the whole trace or raises ValueError naming file, row and column; nothing half-read.
 
     Columns may come in any order and extra ones are ignored. A timestamp is seconds or ISO 8601 with
@@ -55,14 +61,22 @@ def read_trace(path: Path, *, spot_nodes: Sequence[str] = (), preemptions_per_no
         SessionPlan(
             session_id=session_id,
             arrival_s=calls[0].timestamp - start,
-            calls=tuple(CallPlan(model=c.model, prompt_tokens=c.prompt_tokens, output_tokens=c.output_tokens,
-                                 not_before_s=c.timestamp - start) for c in calls),
+            calls=tuple(
+                CallPlan(
+                    model=c.model,
+                    prompt_tokens=c.prompt_tokens,
+                    output_tokens=c.output_tokens,
+                    not_before_s=c.timestamp - start,
+                )
+                for c in calls
+            ),
         )
         for session_id, calls in by_session.items()
     ]
     duration_s = max(r.timestamp for r in rows) - start + 1.0
-    preemptions = preemption_schedule(spot_nodes, preemptions_per_node_hour, preemption_notice_s, duration_s,
-                                      random.Random(seed))
+    preemptions = preemption_schedule(
+        spot_nodes, preemptions_per_node_hour, preemption_notice_s, duration_s, random.Random(seed)
+    )
     return Workload(sessions=tuple(sessions), duration_s=duration_s, preemptions=preemptions)
 
 
@@ -99,9 +113,14 @@ def _parse_row(cells: dict[str, str], number: int) -> _Row:
     for column in ("model", "session_id"):
         if not cells[column]:
             raise _RowError(column, "empty")
-    return _Row(timestamp=_timestamp(cells["timestamp"]), row=number, session_id=cells["session_id"],
-                model=cells["model"], prompt_tokens=_tokens("prompt_tokens", cells["prompt_tokens"]),
-                output_tokens=_tokens("output_tokens", cells["output_tokens"]))
+    return _Row(
+        timestamp=_timestamp(cells["timestamp"]),
+        row=number,
+        session_id=cells["session_id"],
+        model=cells["model"],
+        prompt_tokens=_tokens("prompt_tokens", cells["prompt_tokens"]),
+        output_tokens=_tokens("output_tokens", cells["output_tokens"]),
+    )
 
 
 def _timestamp(text: str) -> float:

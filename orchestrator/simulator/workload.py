@@ -66,8 +66,9 @@ class WorkloadSpec(BaseModel):
     models: list[ModelShare] = Field(default_factory=lambda: zipf_shares(DEFAULT_MODELS), min_length=1)
     subagent_probability: float = Field(default=0.05, ge=0, le=1, description="per tool-calling call")
     subagent_calls_mean: float = Field(default=6.0, ge=1, le=1000)
-    batch_share: float = Field(default=0.0, ge=0, le=1,
-                               description="share of sessions submitted as batch (they and their sub-agents)")
+    batch_share: float = Field(
+        default=0.0, ge=0, le=1, description="share of sessions submitted as batch (they and their sub-agents)"
+    )
     spot_preemptions_per_node_hour: float = Field(default=0.0, ge=0)
     preemption_notice_s: float = Field(default=30.0, ge=0, description="0 = no notice")
 
@@ -101,13 +102,15 @@ def generate(spec: WorkloadSpec, seed: int, spot_nodes: Sequence[str] = ()) -> W
     arrivals = _arrival_times(spec, arrivals_rng)
     sessions = tuple(_session(spec, sessions_rng, f"s-{i:06d}", t) for i, t in enumerate(arrivals))
     sessions = tuple(_as_batch(s) if classes_rng.random() < spec.batch_share else s for s in sessions)
-    preemptions = preemption_schedule(spot_nodes, spec.spot_preemptions_per_node_hour, spec.preemption_notice_s,
-                                      spec.duration_s, preemptions_rng)
+    preemptions = preemption_schedule(
+        spot_nodes, spec.spot_preemptions_per_node_hour, spec.preemption_notice_s, spec.duration_s, preemptions_rng
+    )
     return Workload(sessions=sessions, duration_s=spec.duration_s, preemptions=preemptions)
 
 
-def preemption_schedule(spot_nodes: Sequence[str], per_node_hour: float, notice_s: float, duration_s: float,
-                        rng: random.Random) -> dict[str, tuple[tuple[float, float], ...]]:
+def preemption_schedule(
+    spot_nodes: Sequence[str], per_node_hour: float, notice_s: float, duration_s: float, rng: random.Random
+) -> dict[str, tuple[tuple[float, float], ...]]:
     """Poisson preemption times in [0, duration_s) per spot node, each with `notice_s` of warning.
 
     Nodes are visited in sorted order so the schedule depends on the set of nodes, not on how a
@@ -134,7 +137,7 @@ def _arrival_times(spec: WorkloadSpec, rng: random.Random) -> list[float]:
     if peak_per_s > 0:
         t = rng.expovariate(peak_per_s)
         while t < spec.duration_s:
-            relative = (1.0 + spec.diurnal_amplitude * math.sin(2 * math.pi * t / spec.diurnal_period_s))
+            relative = 1.0 + spec.diurnal_amplitude * math.sin(2 * math.pi * t / spec.diurnal_period_s)
             if rng.random() * (1.0 + spec.diurnal_amplitude) < relative:
                 times.append(t)
             t += rng.expovariate(peak_per_s)
@@ -150,12 +153,14 @@ def _arrival_times(spec: WorkloadSpec, rng: random.Random) -> list[float]:
 def _session(spec: WorkloadSpec, rng: random.Random, session_id: str, arrival_s: float) -> SessionPlan:
     model = rng.choices([m.name for m in spec.models], weights=[m.weight for m in spec.models])[0]
     turns = [_calls_in_turn(spec.calls_per_turn_mean, rng) for _ in range(rng.randint(1, spec.turns_per_session_max))]
-    return SessionPlan(session_id=session_id, arrival_s=arrival_s,
-                       calls=_calls(spec, rng, model, turns, session_id, may_spawn=True))
+    return SessionPlan(
+        session_id=session_id, arrival_s=arrival_s, calls=_calls(spec, rng, model, turns, session_id, may_spawn=True)
+    )
 
 
-def _calls(spec: WorkloadSpec, rng: random.Random, model: str, turns: list[int], session_id: str,
-           may_spawn: bool) -> tuple[CallPlan, ...]:
+def _calls(
+    spec: WorkloadSpec, rng: random.Random, model: str, turns: list[int], session_id: str, may_spawn: bool
+) -> tuple[CallPlan, ...]:
     """The calls of a conversation of `turns` (calls per turn), each prompt carrying all before it.
 
     Within a turn every call but the last asks for tools: tool time follows it and the tool result
@@ -178,8 +183,11 @@ def _calls(spec: WorkloadSpec, rng: random.Random, model: str, turns: list[int],
                 added = round(_lognormal(rng, spec.tool_result_tokens_median))
                 if may_spawn and rng.random() < spec.subagent_probability:
                     spawn = _subagent(spec, rng, model, f"{session_id}/sub-{len(calls)}")
-            calls.append(CallPlan(model=model, prompt_tokens=prompt, output_tokens=output, tool_s=pause, spawn=spawn,
-                                  ends_turn=answer))
+            calls.append(
+                CallPlan(
+                    model=model, prompt_tokens=prompt, output_tokens=output, tool_s=pause, spawn=spawn, ends_turn=answer
+                )
+            )
             prompt = min(prompt + output + added, spec.context_limit_tokens)
     return tuple(calls)
 
@@ -196,8 +204,9 @@ def _subagent(spec: WorkloadSpec, rng: random.Random, model: str, session_id: st
     arrival_s is 0: a sub-agent has no arrival of its own; it starts when its parent's call ends.
     """
     turns = [_calls_in_turn(spec.subagent_calls_mean, rng)]
-    return SessionPlan(session_id=session_id, arrival_s=0.0,
-                       calls=_calls(spec, rng, model, turns, session_id, may_spawn=False))
+    return SessionPlan(
+        session_id=session_id, arrival_s=0.0, calls=_calls(spec, rng, model, turns, session_id, may_spawn=False)
+    )
 
 
 def _calls_in_turn(mean: float, rng: random.Random) -> int:

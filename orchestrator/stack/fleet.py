@@ -34,8 +34,9 @@ class SimulatedNode(BaseModel):
     capacity: Literal["spot", "on-demand"] = "on-demand"
     gpus: str = Field(description='as for `berth node --simulate`, e.g. "2xH100-80GB"')
     usd_per_hour: float | None = Field(default=None, ge=0)
-    engines: list[EngineKind] | None = Field(default=None, description="what it runs; default: llama.cpp on a CPU"
-                                                                        " device, the simulated engine on GPUs")
+    engines: list[EngineKind] | None = Field(
+        default=None, description="what it runs; default: llama.cpp on a CPU device, the simulated engine on GPUs"
+    )
 
     @field_validator("gpus")
     @classmethod
@@ -93,7 +94,26 @@ def load_fleet(path: Path) -> list[SimulatedNode]:
 
 def node_argv(node: SimulatedNode, load_time_scale: float, heartbeat_s: float) -> list[str]:
     """`berth node` arguments for one simulated node (config comes through BERTH_* variables)."""
-    return ["node", "--node-id", node.node_id, "--simulate", node.gpus, "--datacenter", node.datacenter,
-            "--zone", node.zone, "--capacity", node.capacity, "--usd-per-hour", repr(node.price),
-            "--load-time-scale", repr(load_time_scale), "--heartbeat-s", repr(heartbeat_s),
-            "--engines", ",".join(node.runs), "--peer-port", "0"]
+    return [
+        "node",
+        "--node-id",
+        node.node_id,
+        "--simulate",
+        node.gpus,
+        "--datacenter",
+        node.datacenter,
+        "--zone",
+        node.zone,
+        "--capacity",
+        node.capacity,
+        "--usd-per-hour",
+        repr(node.price),
+        "--load-time-scale",
+        repr(load_time_scale),
+        "--heartbeat-s",
+        repr(heartbeat_s),
+        "--engines",
+        ",".join(node.runs),
+        "--peer-port",
+        "0",
+    ]

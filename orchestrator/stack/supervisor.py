@@ -15,16 +15,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 # A child that ran this long was healthy, not crash-looping: its next restart is the first again.
 # Longer than the longest pause, so a child that dies a little after each start still backs off.
 STABLE_AFTER_S = 60.0
 STOP_GRACE_S = 10.0
-
 
 
 def terminate(processes: list[subprocess.Popen], grace_s: float = STOP_GRACE_S) -> None:
@@ -39,6 +38,7 @@ def terminate(processes: list[subprocess.Popen], grace_s: float = STOP_GRACE_S) 
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
 
 @dataclass
 class ChildSpec:
@@ -97,8 +97,10 @@ class Supervisor:
                 if now - child.started_at >= STABLE_AFTER_S:
                     child.restarts = 0
                 delay = RESTART_BACKOFF_S[min(child.restarts, len(RESTART_BACKOFF_S) - 1)]
-                self.report(f"! {child.spec.name} exited with code {proc.returncode}; restarting in {delay:.0f}s "
-                            f"(log: {self._log_path(child.spec)})")
+                self.report(
+                    f"! {child.spec.name} exited with code {proc.returncode}; restarting in {delay:.0f}s "
+                    f"(log: {self._log_path(child.spec)})"
+                )
                 child.process = None
                 child.restarts += 1
                 child.next_start_at = now + delay
@@ -121,8 +123,9 @@ class Supervisor:
         env = {**os.environ, **child.spec.env, "PYTHONUNBUFFERED": "1"}
         # Own process group: Ctrl-C in the terminal reaches the supervisor only, which then
         # stops children in order instead of all of them dying at once.
-        child.process = subprocess.Popen(child.spec.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+        child.process = subprocess.Popen(
+            child.spec.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         child.started_at = time.monotonic()
         log.close()
         # Operators (and the failure tests) find a child to signal here: <data>/run/<name>.pid.

@@ -26,8 +26,8 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 
 import httpx
@@ -35,11 +35,11 @@ import httpx
 from sdk.wire.identity import API_KEY_ENV
 
 from ..config import ENV_PREFIX, BerthConfig
+from ..engines.replicas.processes import stop_orphans
 from ..store import Store
 from ..telemetry.tracing import CONSOLE_ENV
 from ..worker import WORKER_METRICS_PORT_ENV
 from .admin_key import ensure_admin_key
-from ..engines.replicas.processes import stop_orphans
 from .engine_install import EngineInstall
 from .fleet import DEFAULT_FLEET, SimulatedNode, node_argv
 from .supervisor import ChildSpec, Supervisor, python_module
@@ -113,10 +113,15 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def stack_children(config: BerthConfig, tool_agents: list[str],
-                   fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, api_key: str | None = None,
-                   otel_console: bool = False, metrics: dict[str, int] | None = None,
-                   node_tokens: dict[str, str] | None = None) -> list[ChildSpec]:
+def stack_children(
+    config: BerthConfig,
+    tool_agents: list[str],
+    fleet: Sequence[SimulatedNode] = DEFAULT_FLEET,
+    api_key: str | None = None,
+    otel_console: bool = False,
+    metrics: dict[str, int] | None = None,
+    node_tokens: dict[str, str] | None = None,
+) -> list[ChildSpec]:
     """The processes of the stack; only those that call the API (the tool worker) get `api_key`.
     With `otel_console` each Berth process prints its spans to its own log; `metrics` gives the worker
     and nodes their /metrics ports (none without); `node_tokens` the per-node join tokens of the nodes
@@ -126,37 +131,86 @@ def stack_children(config: BerthConfig, tool_agents: list[str],
     env = {**config.to_env(), CONSOLE_ENV: "1"} if otel_console else config.to_env()
     data = config.data_dir.resolve()
     children = [
-        ChildSpec("temporal", [
-            temporal_binary(), "server", "start-dev", "--ip", config.host, "--port", str(config.temporal_port),
-            "--ui-port", str(config.temporal_ui_port), "--db-filename", str(data / "temporal.db"),
-            "--namespace", config.temporal_namespace, "--log-level", "warn",
-            *(("--metrics-port", str(config.temporal_metrics_port)) if config.temporal_metrics_port else ()),
-        ], env),
+        ChildSpec(
+            "temporal",
+            [
+                temporal_binary(),
+                "server",
+                "start-dev",
+                "--ip",
+                config.host,
+                "--port",
+                str(config.temporal_port),
+                "--ui-port",
+                str(config.temporal_ui_port),
+                "--db-filename",
+                str(data / "temporal.db"),
+                "--namespace",
+                config.temporal_namespace,
+                "--log-level",
+                "warn",
+                *(("--metrics-port", str(config.temporal_metrics_port)) if config.temporal_metrics_port else ()),
+            ],
+            env,
+        ),
     ]
     if not config.fleet:
-        children.append(ChildSpec("engine", python_module(
-            "orchestrator.engines.simulated", "--host", config.host, "--port", str(config.engine_port),
-            "--latency-scale", str(config.engine_latency_scale), "--usage-journal", str(data / "engine-usage.jsonl")),
-            env))
+        children.append(
+            ChildSpec(
+                "engine",
+                python_module(
+                    "orchestrator.engines.simulated",
+                    "--host",
+                    config.host,
+                    "--port",
+                    str(config.engine_port),
+                    "--latency-scale",
+                    str(config.engine_latency_scale),
+                    "--usage-journal",
+                    str(data / "engine-usage.jsonl"),
+                ),
+                env,
+            )
+        )
     children += [
         ChildSpec("server", python_module("orchestrator.cli.main", "server"), env),
-        ChildSpec("worker", python_module("orchestrator.cli.main", "worker"),
-                  {**env, WORKER_METRICS_PORT_ENV: str(metrics["worker"])} if "worker" in metrics else env),
+        ChildSpec(
+            "worker",
+            python_module("orchestrator.cli.main", "worker"),
+            {**env, WORKER_METRICS_PORT_ENV: str(metrics["worker"])} if "worker" in metrics else env,
+        ),
     ]
     if config.fleet:
-        children += [ChildSpec(node.node_id, python_module("orchestrator.cli.main", *node_argv(
-            node, config.load_time_scale, NODE_HEARTBEAT_S), "--metrics-port", str(metrics.get(node.node_id, 0))),
-            {**env, JOIN_TOKEN_ENV: node_tokens[node.node_id]} if node.node_id in node_tokens else env,
-            stop_group=EDGE) for node in fleet]
+        children += [
+            ChildSpec(
+                node.node_id,
+                python_module(
+                    "orchestrator.cli.main",
+                    *node_argv(node, config.load_time_scale, NODE_HEARTBEAT_S),
+                    "--metrics-port",
+                    str(metrics.get(node.node_id, 0)),
+                ),
+                {**env, JOIN_TOKEN_ENV: node_tokens[node.node_id]} if node.node_id in node_tokens else env,
+                stop_group=EDGE,
+            )
+            for node in fleet
+        ]
     if tool_agents:
         tools_env = {**env, API_KEY_ENV: api_key} if api_key else env
-        children.append(ChildSpec("tools", python_module("orchestrator.cli.main", "worker", "--agents",
-                                                         ",".join(tool_agents)), tools_env, stop_group=EDGE))
+        children.append(
+            ChildSpec(
+                "tools",
+                python_module("orchestrator.cli.main", "worker", "--agents", ",".join(tool_agents)),
+                tools_env,
+                stop_group=EDGE,
+            )
+        )
     return children
 
 
-def wait_ready(config: BerthConfig, supervisor: Supervisor, stop: "_StopFlag",
-               timeout_s: float = READY_TIMEOUT_S) -> bool:
+def wait_ready(
+    config: BerthConfig, supervisor: Supervisor, stop: _StopFlag, timeout_s: float = READY_TIMEOUT_S
+) -> bool:
     """Block until the API says it is ready (Temporal and the store answer); False if stopped first. Every
     PROGRESS_EVERY_S it says on stderr what it still waits for, so a slow first start is not a silent one."""
     started = time.monotonic()
@@ -197,19 +251,29 @@ def cluster_join_token(config: BerthConfig) -> str:
 
 def admit_stack_nodes(store: Store, fleet: Sequence[SimulatedNode]) -> dict[str, str]:
     """A per-node join token for each node of the stack the store has never seen (or has forgotten)."""
-    return {node.node_id: store.node_admission.mint(node.node_id, NODE_TOKEN_TTL_S, created_by="berth up").join_token
-            for node in fleet if store.fleet.get(node.node_id) is None}
+    return {
+        node.node_id: store.node_admission.mint(node.node_id, NODE_TOKEN_TTL_S, created_by="berth up").join_token
+        for node in fleet
+        if store.fleet.get(node.node_id) is None
+    }
 
 
-def defer_cpu_nodes(config: BerthConfig, specs: list[ChildSpec], fleet: Sequence[SimulatedNode],
-                    install: EngineInstall, report: Callable[[str], None] = print) -> None:
+def defer_cpu_nodes(
+    config: BerthConfig,
+    specs: list[ChildSpec],
+    fleet: Sequence[SimulatedNode],
+    install: EngineInstall,
+    report: Callable[[str], None] = print,
+) -> None:
     """Start the stack's CPU nodes once llama.cpp is installed, admitting each then (a token minted at the
     stack's start could expire during a first build's minutes), and say that they wait."""
     cpu_nodes = {node.node_id for node in fleet if node.on_cpu}
     if not cpu_nodes or install.ready():
         return
-    report(f"{', '.join(sorted(cpu_nodes))} (the real model on this CPU) will join when llama.cpp is installed;"
-           " `make up` builds it in the background (log: .berth/engine-build.log)")
+    report(
+        f"{', '.join(sorted(cpu_nodes))} (the real model on this CPU) will join when llama.cpp is installed;"
+        " `make up` builds it in the background (log: .berth/engine-build.log)"
+    )
     for spec in specs:
         if spec.name in cpu_nodes:
             spec.start_when = _installed_then_admitted(config, spec, install)
@@ -223,24 +287,35 @@ def _installed_then_admitted(config: BerthConfig, spec: ChildSpec, install: Engi
         store = Store.open(config.resolved_database_url)
         try:
             if store.fleet.get(spec.name) is None:
-                spec.env = {**spec.env, JOIN_TOKEN_ENV: store.node_admission.mint(
-                    spec.name, NODE_TOKEN_TTL_S, created_by="berth up").join_token}
+                spec.env = {
+                    **spec.env,
+                    JOIN_TOKEN_ENV: store.node_admission.mint(
+                        spec.name, NODE_TOKEN_TTL_S, created_by="berth up"
+                    ).join_token,
+                }
         finally:
             store.close()
         return True
+
     return ready
 
 
-def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | None = None,
-           fleet: Sequence[SimulatedNode] = DEFAULT_FLEET, otel_console: bool = False) -> int:
+def run_up(
+    config: BerthConfig,
+    demo: bool = False,
+    tool_agents: list[str] | None = None,
+    fleet: Sequence[SimulatedNode] = DEFAULT_FLEET,
+    otel_console: bool = False,
+) -> int:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     config = config.model_copy(update={"join_token": cluster_join_token(config)})
     engine = EngineInstall()
     store = Store.open(config.resolved_database_url)
     try:
         admin_key, new_key = ensure_admin_key(store, config.admin_key_path)
-        node_tokens = admit_stack_nodes(store, [n for n in fleet if not n.on_cpu or engine.ready()]) \
-            if config.fleet else {}
+        node_tokens = (
+            admit_stack_nodes(store, [n for n in fleet if not n.on_cpu or engine.ready()]) if config.fleet else {}
+        )
     finally:
         store.close()
     agents = list(tool_agents or [])
@@ -253,8 +328,11 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
         specs = stack_children(config, agents, fleet, admin_key, otel_console, metrics, node_tokens)
         if config.fleet:
             defer_cpu_nodes(config, specs, fleet, engine)
-        print(f"starting {', '.join(spec.name for spec in specs)} (logs in {supervisor.log_dir})",
-              file=sys.stderr, flush=True)
+        print(
+            f"starting {', '.join(spec.name for spec in specs)} (logs in {supervisor.log_dir})",
+            file=sys.stderr,
+            flush=True,
+        )
         for spec in specs:
             supervisor.start(spec)
         if not wait_ready(config, supervisor, stop):
@@ -266,8 +344,14 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
 
             try:
                 started = [n for n in fleet if not n.on_cpu or engine.ready()] if config.fleet else []
-                run_demo(config, supervisor.check, stop, nodes=len(started), api_key=admin_key,
-                         real_model=config.fleet and any(n.on_cpu for n in fleet))
+                run_demo(
+                    config,
+                    supervisor.check,
+                    stop,
+                    nodes=len(started),
+                    api_key=admin_key,
+                    real_model=config.fleet and any(n.on_cpu for n in fleet),
+                )
             except Exception as exc:  # a failed demo must not take the stack down with it
                 print(f"the demo stopped: {type(exc).__name__}: {exc}", file=sys.stderr)
             print("The stack stays up; Ctrl-C to stop.", flush=True)
@@ -287,8 +371,9 @@ def run_up(config: BerthConfig, demo: bool = False, tool_agents: list[str] | Non
                 stop_orphans(config.data_dir / "node" / node.node_id / "replica-logs")
 
 
-def _print_urls(config: BerthConfig, supervisor: Supervisor, fleet: Sequence[SimulatedNode],
-                metrics: dict[str, int]) -> None:
+def _print_urls(
+    config: BerthConfig, supervisor: Supervisor, fleet: Sequence[SimulatedNode], metrics: dict[str, int]
+) -> None:
     print(f"Berth is up (data in {config.data_dir.resolve()})")
     print(f"  Admin UI     {config.resolved_api_url}/   (sign in with the admin key below)")
     print(f"  API          {config.resolved_api_url}/v1   (OpenAPI: {config.resolved_api_url}/docs)")
@@ -296,12 +381,16 @@ def _print_urls(config: BerthConfig, supervisor: Supervisor, fleet: Sequence[Sim
     print(f"  Temporal     {config.resolved_temporal_address}")
     if config.fleet:
         for node in fleet:
-            print(f"  Node         {node.node_id}: {node.gpus} in {node.datacenter}/{node.zone}, {node.capacity},"
-                  f" ${node.price:g}/h")
+            print(
+                f"  Node         {node.node_id}: {node.gpus} in {node.datacenter}/{node.zone}, {node.capacity},"
+                f" ${node.price:g}/h"
+            )
     else:
         print(f"  Engine       {config.resolved_engine_url}")
-    print(f"  Metrics      {config.resolved_api_url}/metrics (with the admin key)"
-          + "".join(f", {name} http://{config.host}:{port}/metrics" for name, port in metrics.items()))
+    print(
+        f"  Metrics      {config.resolved_api_url}/metrics (with the admin key)"
+        + "".join(f", {name} http://{config.host}:{port}/metrics" for name, port in metrics.items())
+    )
     print(f"  Logs         {supervisor.log_dir}", flush=True)
 
 

@@ -34,14 +34,14 @@ from .checkpoints import (
 from .connections import on_connection
 from .database import open_database
 from .events import SqlEventLog
-from .leadership import SqlLeadership
-from .listeners import SqlHeartbeatListeners
-from .leases import CallReservation, LeaseRecord, SqlLeases
-from .keys import KeyConflict, KeyHolder, SqlApiKeys
 from .fleet import NodeConflict, NodeNotApproved, NodeNotFound, NodeRevoked, NodeSecretRefused, SqlFleet
-from .node_admission import Joined, JoinTokenRefused, SqlNodeAdmission
+from .keys import KeyConflict, KeyHolder, SqlApiKeys
+from .leadership import SqlLeadership
+from .leases import CallReservation, LeaseRecord, SqlLeases
 from .ledger import LedgerTotals, SqlTokenLedger
+from .listeners import SqlHeartbeatListeners
 from .models import SqlModelCatalogue
+from .node_admission import Joined, JoinTokenRefused, SqlNodeAdmission
 from .peers import SqlPeers
 from .reservations import Reservation, SqlReservations
 from .sessions import NewSession, SqlUiSessions, UiSession
@@ -112,8 +112,12 @@ class Store:
         IntegrityError) would end the transaction, so only writes that cannot fail that way belong in one: the
         ledger's `record` (it skips a taken key), an event's `append`, a lease's `reserve_call`."""
         with self.engine.begin() as connection:
-            yield replace(self, **{f.name: on_connection(getattr(self, f.name), connection)
-                                   for f in fields(self) if f.name != "engine"})
+            yield replace(
+                self,
+                **{
+                    f.name: on_connection(getattr(self, f.name), connection) for f in fields(self) if f.name != "engine"
+                },
+            )
 
     def close(self) -> None:
         """Close the engine's pooled connections (tests, and processes shutting down)."""

@@ -27,10 +27,10 @@ from sdk import AgentSpec
 from .connections import connected
 from .tables import AgentRow, utcnow
 
-
 _AGENTS = AgentRow.__table__
 _VERSION = sa.select(_AGENTS.c.spec_json, _AGENTS.c.tenant).where(
-    _AGENTS.c.name == bindparam("name"), _AGENTS.c.version == bindparam("version"))
+    _AGENTS.c.name == bindparam("name"), _AGENTS.c.version == bindparam("version")
+)
 # Versions whose specs a process keeps: the agents of the tasks it serves, each at the versions they started on.
 _VERSIONS_KEPT = 1024
 
@@ -74,8 +74,14 @@ class SqlAgentRegistry:
                 session.commit()
                 return stored
             session.add(
-                AgentRow(name=spec.name, version=version, spec_json=stored.model_dump_json(), registered_at=now,
-                         activated_at=now, tenant=tenant)
+                AgentRow(
+                    name=spec.name,
+                    version=version,
+                    spec_json=stored.model_dump_json(),
+                    registered_at=now,
+                    activated_at=now,
+                    tenant=tenant,
+                )
             )
             try:
                 session.commit()
@@ -124,19 +130,24 @@ class SqlAgentRegistry:
         """The current version of every agent `visible_to` may see (every agent for None), by name."""
         with Session(self._engine) as session:
             rows = session.exec(
-                select(AgentRow).order_by(col(AgentRow.name), col(AgentRow.activated_at).desc(), col(AgentRow.id).desc())
+                select(AgentRow).order_by(
+                    col(AgentRow.name), col(AgentRow.activated_at).desc(), col(AgentRow.id).desc()
+                )
             ).all()
         current: dict[str, AgentRow] = {}
         for row in rows:
             current.setdefault(row.name, row)
-        return [AgentSpec.model_validate_json(row.spec_json) for row in current.values()
-                if _visible(row.tenant, visible_to)]
+        return [
+            AgentSpec.model_validate_json(row.spec_json) for row in current.values() if _visible(row.tenant, visible_to)
+        ]
 
     def versions(self, name: str) -> builtins.list[str]:
         """Every version of `name`, oldest registration first."""
         with Session(self._engine) as session:
             rows = session.exec(
-                select(AgentRow.version).where(AgentRow.name == name).order_by(col(AgentRow.registered_at), col(AgentRow.id))
+                select(AgentRow.version)
+                .where(AgentRow.name == name)
+                .order_by(col(AgentRow.registered_at), col(AgentRow.id))
             ).all()
         return builtins.list(rows)
 

@@ -41,29 +41,64 @@ class SqlAuditLog:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def record(self, *, key_id: str | None, role: str | Enum | None, tenant: str | None, method: str, path: str,
-               target: str | None, status: int) -> None:
+    def record(
+        self,
+        *,
+        key_id: str | None,
+        role: str | Enum | None,
+        tenant: str | None,
+        method: str,
+        path: str,
+        target: str | None,
+        status: int,
+    ) -> None:
         with Session(self._engine) as session:
-            session.add(AuditRow(key_id=key_id, role=plain_role(role), tenant=tenant, method=method, path=path,
-                                 target=target, status=status))
+            session.add(
+                AuditRow(
+                    key_id=key_id,
+                    role=plain_role(role),
+                    tenant=tenant,
+                    method=method,
+                    path=path,
+                    target=target,
+                    status=status,
+                )
+            )
             session.commit()
 
-    def list(self, *, key_id: str | None = None, method: str | None = None, path_contains: str | None = None,
-             status: StatusFilter | None = None, since: datetime | None = None, until: datetime | None = None,
-             limit: int = 100, offset: int = 0) -> builtins.list[AuditEntry]:
+    def list(
+        self,
+        *,
+        key_id: str | None = None,
+        method: str | None = None,
+        path_contains: str | None = None,
+        status: StatusFilter | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> builtins.list[AuditEntry]:
         """Newest first, narrowed by every filter given: one key's requests, one method, a path holding
         `path_contains` (any case), a status class or code, and a time window `since` <= at < `until`."""
         statement = select(AuditRow)
-        for condition in _conditions(key_id=key_id, method=method, path_contains=path_contains, status=status,
-                                     since=since, until=until):
+        for condition in _conditions(
+            key_id=key_id, method=method, path_contains=path_contains, status=status, since=since, until=until
+        ):
             statement = statement.where(condition)
         statement = statement.order_by(col(AuditRow.id).desc()).limit(limit).offset(offset)
         with Session(self._engine) as session:
             return [_entry(r) for r in session.exec(statement)]
 
 
-def _conditions(*, key_id: str | None, method: str | None, path_contains: str | None, status: StatusFilter | None,
-                since: datetime | None, until: datetime | None) -> builtins.list[ColumnElement[bool]]:
+def _conditions(
+    *,
+    key_id: str | None,
+    method: str | None,
+    path_contains: str | None,
+    status: StatusFilter | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> builtins.list[ColumnElement[bool]]:
     """The WHERE clauses of a listing; each filter left as None narrows nothing."""
     found: builtins.list[ColumnElement[bool]] = []
     if key_id is not None:

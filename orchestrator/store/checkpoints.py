@@ -112,7 +112,9 @@ def _unpack(row: CheckpointRow | Row) -> bytes:
         try:
             return zlib.decompress(row.delta)
         except zlib.error as exc:
-            raise CheckpointCorrupt(f"checkpoint {row.id} (task {row.task_id!r}, seq {row.seq}) cannot be decompressed: {exc}") from exc
+            raise CheckpointCorrupt(
+                f"checkpoint {row.id} (task {row.task_id!r}, seq {row.seq}) cannot be decompressed: {exc}"
+            ) from exc
     raise CheckpointCorrupt(f"checkpoint {row.id} has an unknown encoding {row.encoding!r}")
 
 
@@ -199,19 +201,33 @@ class _ConversationCache:
 
 _CHECKPOINTS = CheckpointRow.__table__
 # A read is a node's every prepare (the newest) and a resumed task's (by id); then the deltas its cache lacks.
-_LATEST = (sa.select(_CHECKPOINTS).where(_CHECKPOINTS.c.task_id == bindparam("task_id"))
-           .order_by(_CHECKPOINTS.c.seq.desc()).limit(1))
+_LATEST = (
+    sa.select(_CHECKPOINTS)
+    .where(_CHECKPOINTS.c.task_id == bindparam("task_id"))
+    .order_by(_CHECKPOINTS.c.seq.desc())
+    .limit(1)
+)
 _BY_ID = sa.select(_CHECKPOINTS).where(_CHECKPOINTS.c.id == bindparam("id"))
-_AT_SEQ = (sa.select(_CHECKPOINTS.c.id, _CHECKPOINTS.c.seq, _CHECKPOINTS.c.step, _CHECKPOINTS.c.hash,
-                     _CHECKPOINTS.c.parent_hash, _CHECKPOINTS.c.message_count)
-           .where(_CHECKPOINTS.c.task_id == bindparam("task_id"), _CHECKPOINTS.c.seq == bindparam("seq")))
+_AT_SEQ = sa.select(
+    _CHECKPOINTS.c.id,
+    _CHECKPOINTS.c.seq,
+    _CHECKPOINTS.c.step,
+    _CHECKPOINTS.c.hash,
+    _CHECKPOINTS.c.parent_hash,
+    _CHECKPOINTS.c.message_count,
+).where(_CHECKPOINTS.c.task_id == bindparam("task_id"), _CHECKPOINTS.c.seq == bindparam("seq"))
 # A write skips a taken (task, seq) instead of failing, so that it can be one statement of a larger transaction
 # (a step's checkpoint, state and event land together, activities/step_books.py) that a rollback would end.
 _INSERT = inserts_skipping_taken(_CHECKPOINTS, ["task_id", "seq"], _CHECKPOINTS.c.id)
-_CHAIN = (sa.select(_CHECKPOINTS)
-          .where(_CHECKPOINTS.c.task_id == bindparam("task_id"), _CHECKPOINTS.c.seq >= bindparam("first"),
-                 _CHECKPOINTS.c.seq < bindparam("before"))
-          .order_by(_CHECKPOINTS.c.seq))
+_CHAIN = (
+    sa.select(_CHECKPOINTS)
+    .where(
+        _CHECKPOINTS.c.task_id == bindparam("task_id"),
+        _CHECKPOINTS.c.seq >= bindparam("first"),
+        _CHECKPOINTS.c.seq < bindparam("before"),
+    )
+    .order_by(_CHECKPOINTS.c.seq)
+)
 
 
 def _ref(row: Any) -> CheckpointRef:
@@ -253,7 +269,13 @@ class SqlCheckpointStore:
         return conversation.ref.model_copy()
 
     def append(
-        self, task_id: str, parent: CheckpointRef, step: int, new_messages: builtins.list[Message], scratch: dict, state: dict
+        self,
+        task_id: str,
+        parent: CheckpointRef,
+        step: int,
+        new_messages: builtins.list[Message],
+        scratch: dict,
+        state: dict,
     ) -> CheckpointRef:
         """Seq parent.seq + 1: the messages of `step` on top of `parent`.
 
@@ -271,8 +293,12 @@ class SqlCheckpointStore:
                 f"seq {parent.seq} (id {stored.id}, hash {stored.hash})"
             )
         cached = self._cache.get(parent.id)
-        base: tuple[Json, ...] | int = cached.messages if cached is not None and cached.ref.hash == parent.hash else stored.message_count
-        conversation = self._write(task_id, parent.seq + 1, parent.hash, base, step, _message_dicts(new_messages), scratch, state)
+        base: tuple[Json, ...] | int = (
+            cached.messages if cached is not None and cached.ref.hash == parent.hash else stored.message_count
+        )
+        conversation = self._write(
+            task_id, parent.seq + 1, parent.hash, base, step, _message_dicts(new_messages), scratch, state
+        )
         return conversation.ref.model_copy()
 
     def fork(self, source_task_id: str, seq: int, new_task_id: str, state: dict) -> CheckpointRef:
@@ -394,13 +420,18 @@ class SqlCheckpointStore:
             if base.ref.id != target.id or base.ref.hash != target.hash:
                 raise CheckpointCorrupt(f"cached checkpoint {base.ref.id} is not stored checkpoint {target.id}")
             if chain_hash(target.parent_hash, _unpack(target)) != target.hash:
-                raise CheckpointCorrupt(f"checkpoint {target.id} (task {task_id!r}, seq {target.seq}) does not match its hash")
+                raise CheckpointCorrupt(
+                    f"checkpoint {target.id} (task {task_id!r}, seq {target.seq}) does not match its hash"
+                )
             return base
         first = base.ref.seq + 1 if base is not None else 0
         # One query for the whole chain, on the (task_id, seq) unique index; none when the target comes next (a
         # step's read after its parent's, the common case) or is the root.
-        earlier = connection.execute(_CHAIN, {"task_id": task_id, "first": first, "before": target.seq}).all() \
-            if first < target.seq else []
+        earlier = (
+            connection.execute(_CHAIN, {"task_id": task_id, "first": first, "before": target.seq}).all()
+            if first < target.seq
+            else []
+        )
         messages: builtins.list[Json] = builtins.list(base.messages) if base is not None else []
         parent_hash = base.ref.hash if base is not None else ROOT_PARENT_HASH
         delta: Json = {}
@@ -409,7 +440,9 @@ class SqlCheckpointStore:
             if row.seq != expected_seq:
                 raise CheckpointCorrupt(f"task {task_id!r} has no checkpoint seq {expected_seq} before seq {row.seq}")
             if row.parent_hash != parent_hash:
-                raise CheckpointCorrupt(f"{where} names parent hash {row.parent_hash}, but its parent's hash is {parent_hash}")
+                raise CheckpointCorrupt(
+                    f"{where} names parent hash {row.parent_hash}, but its parent's hash is {parent_hash}"
+                )
             raw = _unpack(row)
             if chain_hash(parent_hash, raw) != row.hash:
                 raise CheckpointCorrupt(f"{where} does not match its hash {row.hash}: its stored delta was altered")
@@ -442,16 +475,26 @@ class SqlCheckpointStore:
         with Session(self._engine) as session:
             rows = session.exec(
                 select(
-                    CheckpointRow.seq, CheckpointRow.step, CheckpointRow.id, CheckpointRow.hash,
-                    CheckpointRow.created_at, CheckpointRow.message_count, CheckpointRow.delta_bytes,
+                    CheckpointRow.seq,
+                    CheckpointRow.step,
+                    CheckpointRow.id,
+                    CheckpointRow.hash,
+                    CheckpointRow.created_at,
+                    CheckpointRow.message_count,
+                    CheckpointRow.delta_bytes,
                 )  # fmt: skip
                 .where(CheckpointRow.task_id == task_id)
                 .order_by(col(CheckpointRow.seq))
             ).all()
         return [
             CheckpointSummary(
-                seq=r.seq, step=r.step, id=r.id, hash=r.hash, created_at=r.created_at,
-                message_count=r.message_count, delta_bytes=r.delta_bytes,
+                seq=r.seq,
+                step=r.step,
+                id=r.id,
+                hash=r.hash,
+                created_at=r.created_at,
+                message_count=r.message_count,
+                delta_bytes=r.delta_bytes,
             )  # fmt: skip
             for r in rows
         ]

@@ -46,5 +46,7 @@ def inserts_skipping_taken(table: Table, key: list[str], returning: Column) -> d
     """An INSERT that skips a row whose `key` is taken (ON CONFLICT DO NOTHING, returning `returning` only for a row
     it wrote), by dialect name. Built once at import: a write that cannot fail on a duplicate can be one statement
     of a larger transaction, which an IntegrityError and its rollback would end."""
-    return {dialect: insert(table).on_conflict_do_nothing(index_elements=key).returning(returning)
-            for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))}
+    return {
+        dialect: insert(table).on_conflict_do_nothing(index_elements=key).returning(returning)
+        for dialect, insert in (("sqlite", sqlite_insert), ("postgresql", postgresql_insert))
+    }

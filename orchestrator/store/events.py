@@ -51,15 +51,18 @@ class SqlEventLog:
                 # never see the earlier one. One append per task at a time, as SQLite's single writer
                 # gives for free; appends of different tasks still run side by side.
                 connection.execute(_PG_APPEND_LOCK, {"lock_class": _PG_APPEND_LOCK_CLASS, "task_id": task_id})
-            return connection.execute(_APPEND, {"task_id": task_id, "kind": kind, "at": utcnow(),
-                                                "data_json": data_json}).scalar_one()
+            return connection.execute(
+                _APPEND, {"task_id": task_id, "kind": kind, "at": utcnow(), "data_json": data_json}
+            ).scalar_one()
 
     def of_kind(self, task_id: str, kind: str, limit: int = 500) -> list[TaskEvent]:
         """The task's events of one kind (e.g. its interruptions), oldest first."""
         with Session(self._engine) as session:
             rows = session.exec(
-                select(EventRow).where(EventRow.task_id == task_id, EventRow.kind == kind)
-                .order_by(col(EventRow.seq)).limit(max(0, min(limit, MAX_READ)))
+                select(EventRow)
+                .where(EventRow.task_id == task_id, EventRow.kind == kind)
+                .order_by(col(EventRow.seq))
+                .limit(max(0, min(limit, MAX_READ)))
             ).all()
         return [_event(r) for r in rows]
 
@@ -75,7 +78,6 @@ class SqlEventLog:
             ).all()
         return [_event(r) for r in rows]
 
-
     def last_seq(self, task_id: str) -> int:
         """The seq of the task's latest event (0 if none): where a follower that has seen the rest starts."""
         with Session(self._engine) as session:
@@ -88,13 +90,15 @@ class SqlEventLog:
             found = session.exec(select(func.max(EventRow.seq))).first()
         return found or 0
 
-    def recent(self, kinds: Collection[str], since: datetime, tenant: str | None = None,
-               limit: int = RECENT_CAP) -> list[TaskEvent]:
+    def recent(
+        self, kinds: Collection[str], since: datetime, tenant: str | None = None, limit: int = RECENT_CAP
+    ) -> list[TaskEvent]:
         """Events of `kinds` (of every task, or of one tenant's) at or after `since`, oldest first."""
         statement = select(EventRow).where(col(EventRow.kind).in_(list(kinds)), col(EventRow.at) >= since)
         if tenant is not None:
             statement = statement.join(TaskRow, col(TaskRow.task_id) == col(EventRow.task_id)).where(
-                TaskRow.tenant == tenant)
+                TaskRow.tenant == tenant
+            )
         with Session(self._engine) as session:
             rows = session.exec(statement.order_by(col(EventRow.seq)).limit(limit)).all()
         return [_event(r) for r in rows]

@@ -39,7 +39,6 @@ from sdk.wire.fleet import (
     NodeView,
     ReplicaView,
 )
-
 from sdk.wire.peers import plausible_transfer
 
 from .connections import connected
@@ -59,7 +58,8 @@ class NodeConflict(Conflict):
         super().__init__(
             f"node id {node_id!r} is already registered by another node;"
             " re-register with its node secret or pick another id",
-            field="node_id", status_code=409,
+            field="node_id",
+            status_code=409,
         )
 
 
@@ -72,16 +72,24 @@ class NodeRevoked(Unauthorized):
     """The node's credential was revoked: nothing it presents works until it is admitted again."""
 
     def __init__(self, node_id: str) -> None:
-        super().__init__(f"node {node_id!r} was revoked: its node secret no longer works; it must be admitted again"
-                         f" (berth nodes admit {node_id})", field="node_id", status_code=401)
+        super().__init__(
+            f"node {node_id!r} was revoked: its node secret no longer works; it must be admitted again"
+            f" (berth nodes admit {node_id})",
+            field="node_id",
+            status_code=401,
+        )
 
 
 class NodeNotApproved(Unauthorized):
     """A pending node proved who it is, but is not in the fleet yet: it may heartbeat, not book steps."""
 
     def __init__(self, node_id: str) -> None:
-        super().__init__(f"node {node_id!r} is not approved: it joined with the cluster token and waits for an"
-                         f" operator (berth nodes approve {node_id})", field="node_id", status_code=403)
+        super().__init__(
+            f"node {node_id!r} is not approved: it joined with the cluster token and waits for an"
+            f" operator (berth nodes approve {node_id})",
+            field="node_id",
+            status_code=403,
+        )
 
 
 def secret_hash(secret: str) -> str:
@@ -151,16 +159,31 @@ class SqlFleet:
                 gpu.ecc_errors, gpu.healthy, gpu.reason = metrics.ecc_errors, metrics.healthy, metrics.reason
                 session.add(gpu)
             session.exec(delete(NodeWeightsRow).where(col(NodeWeightsRow.node_id) == hb.node_id))
-            session.add_all(NodeWeightsRow(node_id=hb.node_id, model=w.model, size_bytes=w.size_bytes)
-                            for w in _last_per_model(hb.cached_weights))
+            session.add_all(
+                NodeWeightsRow(node_id=hb.node_id, model=w.model, size_bytes=w.size_bytes)
+                for w in _last_per_model(hb.cached_weights)
+            )
             session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id) == hb.node_id))
-            session.add_all(ReplicaRow(node_id=hb.node_id, replica_id=r.replica_id, model=r.model, state=r.state,
-                                       gpu_indexes_json=json.dumps(sorted(r.gpu_indexes)), outstanding_tokens=r.outstanding_tokens,
-                                       active_leases=r.active_leases, updated_at=now) for r in hb.replicas)
+            session.add_all(
+                ReplicaRow(
+                    node_id=hb.node_id,
+                    replica_id=r.replica_id,
+                    model=r.model,
+                    state=r.state,
+                    gpu_indexes_json=json.dumps(sorted(r.gpu_indexes)),
+                    outstanding_tokens=r.outstanding_tokens,
+                    active_leases=r.active_leases,
+                    updated_at=now,
+                )
+                for r in hb.replicas
+            )
             row.peer_host, row.peer_port = (hb.peer_host, hb.peer_port) if hb.peer_port else (None, None)
             if row.admission == "admitted":  # its own disk and origin reads: what the pool learns rates from
-                session.add_all(TransferSampleRow(node_id=hb.node_id, tier=t.tier, bytes=t.bytes, seconds=t.seconds,
-                                                  at=now) for t in hb.transfers if plausible_transfer(t.bytes, t.seconds))
+                session.add_all(
+                    TransferSampleRow(node_id=hb.node_id, tier=t.tier, bytes=t.bytes, seconds=t.seconds, at=now)
+                    for t in hb.transfers
+                    if plausible_transfer(t.bytes, t.seconds)
+                )
             row.lost = False
             row.leaving = row.leaving or hb.leaving
             row.seen_at = row.last_heartbeat_at = now
@@ -184,10 +207,14 @@ class SqlFleet:
                 return []
             # One conditional UPDATE: of several control-plane replicas reaping at once, each node is reported
             # lost by exactly one, and a heartbeat that lands first keeps its node.
-            marked = session.execute(update(NodeRow)
-                                     .where(col(NodeRow.seen_at) < cutoff, col(NodeRow.lost).is_(False),
-                                            col(NodeRow.admission) == "admitted")
-                                     .values(lost=True, status="lost").returning(NodeRow.node_id)).all()
+            marked = session.execute(
+                update(NodeRow)
+                .where(
+                    col(NodeRow.seen_at) < cutoff, col(NodeRow.lost).is_(False), col(NodeRow.admission) == "admitted"
+                )
+                .values(lost=True, status="lost")
+                .returning(NodeRow.node_id)
+            ).all()
             ids = sorted(node_id for (node_id,) in marked)
             if ids:
                 session.execute(delete(ReplicaRow).where(col(ReplicaRow.node_id).in_(ids)))
@@ -295,13 +322,23 @@ def _check_credentials(node_id: str, row: NodeRow | Row | None, node_secret: str
 
 def proves(row: NodeRow | Row, node_secret: str | None) -> bool:
     """Does `node_secret` prove the caller is the node of `row`? Never for a revoked one (its hash is "")."""
-    return bool(node_secret) and bool(row.secret_sha256) and hmac.compare_digest(
-        row.secret_sha256, secret_hash(node_secret or ""))
+    return (
+        bool(node_secret)
+        and bool(row.secret_sha256)
+        and hmac.compare_digest(row.secret_sha256, secret_hash(node_secret or ""))
+    )
 
 
 def new_node_row(spec: NodeSpec, node_secret: str, admission: str, now: datetime) -> NodeRow:
-    return NodeRow(node_id=spec.node_id, status="pending", admission=admission, datacenter=spec.datacenter,
-                   spec_json="", secret_sha256=secret_hash(node_secret), registered_at=now)
+    return NodeRow(
+        node_id=spec.node_id,
+        status="pending",
+        admission=admission,
+        datacenter=spec.datacenter,
+        spec_json="",
+        secret_sha256=secret_hash(node_secret),
+        registered_at=now,
+    )
 
 
 def write_spec(session: Session, row: NodeRow, spec: NodeSpec, now: datetime) -> None:
@@ -314,7 +351,8 @@ def write_spec(session: Session, row: NodeRow, spec: NodeSpec, now: datetime) ->
     kept: builtins.list[NodeGpuRow] = []
     for gpu in spec.gpus:
         gpu_row = old.pop(gpu.index, None) or NodeGpuRow(
-            node_id=spec.node_id, gpu_index=gpu.index, type_name="", description_json="")
+            node_id=spec.node_id, gpu_index=gpu.index, type_name="", description_json=""
+        )
         gpu_row.type_name = gpu.type_name
         gpu_row.description_json = gpu.model_dump_json()
         session.add(gpu_row)
@@ -331,23 +369,40 @@ def write_spec(session: Session, row: NodeRow, spec: NodeSpec, now: datetime) ->
 
 def restatus(row: NodeRow, gpus: Iterable[NodeGpuRow]) -> None:
     """Derive the row's status again from its admission, its flags and its GPUs' health."""
-    row.status = node_status(admission=row.admission, lost=row.lost, draining=row.draining or row.leaving,
-                             gpus_healthy=all(g.healthy for g in gpus))
+    row.status = node_status(
+        admission=row.admission,
+        lost=row.lost,
+        draining=row.draining or row.leaving,
+        gpus_healthy=all(g.healthy for g in gpus),
+    )
 
 
 def node_view(session: Session, row: NodeRow) -> NodeView:
     spec = _spec(row)
-    gpus = session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == row.node_id)
-                        .order_by(col(NodeGpuRow.gpu_index))).all()
-    weights = session.exec(select(NodeWeightsRow).where(NodeWeightsRow.node_id == row.node_id)
-                           .order_by(col(NodeWeightsRow.model))).all()
-    replicas = session.exec(select(ReplicaRow).where(ReplicaRow.node_id == row.node_id)
-                            .order_by(col(ReplicaRow.model), col(ReplicaRow.id))).all()
+    gpus = session.exec(
+        select(NodeGpuRow).where(NodeGpuRow.node_id == row.node_id).order_by(col(NodeGpuRow.gpu_index))
+    ).all()
+    weights = session.exec(
+        select(NodeWeightsRow).where(NodeWeightsRow.node_id == row.node_id).order_by(col(NodeWeightsRow.model))
+    ).all()
+    replicas = session.exec(
+        select(ReplicaRow).where(ReplicaRow.node_id == row.node_id).order_by(col(ReplicaRow.model), col(ReplicaRow.id))
+    ).all()
     return NodeView(
         **spec.model_dump(exclude={"gpus"}),
-        gpus=[GpuView.model_validate({**json.loads(g.description_json), "memory_used_mib": g.memory_used_mib,
-                                      "utilization_pct": g.utilization_pct, "ecc_errors": g.ecc_errors,
-                                      "healthy": g.healthy, "reason": g.reason}) for g in gpus],
+        gpus=[
+            GpuView.model_validate(
+                {
+                    **json.loads(g.description_json),
+                    "memory_used_mib": g.memory_used_mib,
+                    "utilization_pct": g.utilization_pct,
+                    "ecc_errors": g.ecc_errors,
+                    "healthy": g.healthy,
+                    "reason": g.reason,
+                }
+            )
+            for g in gpus
+        ],
         cached_weights=[CachedModelWeights(model=w.model, size_bytes=w.size_bytes) for w in weights],
         replicas=[_replica_view(r, spec) for r in replicas],
         status=row.status,  # type: ignore[arg-type]  (written only by node_status)
@@ -362,10 +417,18 @@ def _spec(row: NodeRow) -> NodeSpec:
 
 
 def _replica_view(row: ReplicaRow, spec: NodeSpec) -> ReplicaView:
-    return ReplicaView(replica_id=row.replica_id, node_id=row.node_id, datacenter=spec.datacenter, zone=spec.zone, model=row.model,
-                       gpu_indexes=json.loads(row.gpu_indexes_json), state=row.state,  # type: ignore[arg-type]
-                       outstanding_tokens=row.outstanding_tokens, active_leases=row.active_leases,
-                       updated_at=row.updated_at)
+    return ReplicaView(
+        replica_id=row.replica_id,
+        node_id=row.node_id,
+        datacenter=spec.datacenter,
+        zone=spec.zone,
+        model=row.model,
+        gpu_indexes=json.loads(row.gpu_indexes_json),
+        state=row.state,  # type: ignore[arg-type]
+        outstanding_tokens=row.outstanding_tokens,
+        active_leases=row.active_leases,
+        updated_at=row.updated_at,
+    )
 
 
 def _check_indexes(hb: NodeHeartbeat, registered: set[int]) -> None:
@@ -376,8 +439,9 @@ def _check_indexes(hb: NodeHeartbeat, registered: set[int]) -> None:
     for i, replica in enumerate(hb.replicas):
         unknown = sorted(set(replica.gpu_indexes) - registered)
         if unknown:
-            raise InvalidSpec(f"GPU {unknown[0]} was not registered by node {hb.node_id!r}",
-                              field=f"replicas.{i}.gpu_indexes")
+            raise InvalidSpec(
+                f"GPU {unknown[0]} was not registered by node {hb.node_id!r}", field=f"replicas.{i}.gpu_indexes"
+            )
 
 
 def _last_per_model(weights: Iterable[CachedModelWeights]) -> builtins.list[CachedModelWeights]:

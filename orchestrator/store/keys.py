@@ -42,7 +42,7 @@ def split_key(key: str) -> tuple[str, str] | None:
     """(key id, secret) of a well-formed key, else None. The id is hex, the secret may hold `_`."""
     if not key.startswith(KEY_PREFIX):
         return None
-    key_id, sep, secret = key[len(KEY_PREFIX):].partition("_")
+    key_id, sep, secret = key[len(KEY_PREFIX) :].partition("_")
     if not sep or not key_id or not secret:
         return None
     return key_id, secret
@@ -72,13 +72,21 @@ class SqlApiKeys:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def create(self, role: Role, tenant: str | None = None, name: str = "", description: str = "",
-               task_id: str | None = None) -> CreatedKey:
+    def create(
+        self, role: Role, tenant: str | None = None, name: str = "", description: str = "", task_id: str | None = None
+    ) -> CreatedKey:
         """A new key; the answer is the only place its secret ever appears. With `task_id`, a task token."""
         key_id = secrets.token_hex(_ID_BYTES)
         secret = secrets.token_urlsafe(_SECRET_BYTES)
-        row = ApiKeyRow(key_id=key_id, secret_sha256=hash_secret(secret), role=role.value, tenant=tenant,
-                        name=name, description=description, task_id=task_id)
+        row = ApiKeyRow(
+            key_id=key_id,
+            secret_sha256=hash_secret(secret),
+            role=role.value,
+            tenant=tenant,
+            name=name,
+            description=description,
+            task_id=task_id,
+        )
         with Session(self._engine) as session:
             session.add(row)
             session.commit()
@@ -86,7 +94,9 @@ class SqlApiKeys:
             view = _view(row)
         return CreatedKey(**view.model_dump(), key=f"{KEY_PREFIX}{key_id}_{secret}")
 
-    def install(self, key_id: str, secret: str, role: Role, name: str = "", description: str = "") -> tuple[ApiKeyView, bool]:
+    def install(
+        self, key_id: str, secret: str, role: Role, name: str = "", description: str = ""
+    ) -> tuple[ApiKeyView, bool]:
         """Keep a key whose secret was chosen outside Berth (BERTH_ADMIN_KEY); True when it was new.
 
         A new id is inserted; an id already held with this secret and role is left as it is (revoked or not:
@@ -101,8 +111,11 @@ class SqlApiKeys:
         if row is None:
             try:
                 with Session(self._engine) as session:
-                    session.add(ApiKeyRow(key_id=key_id, secret_sha256=digest, role=role.value, name=name,
-                                          description=description))
+                    session.add(
+                        ApiKeyRow(
+                            key_id=key_id, secret_sha256=digest, role=role.value, name=name, description=description
+                        )
+                    )
                     session.commit()
                 created = True
             except IntegrityError:
@@ -133,12 +146,12 @@ class SqlApiKeys:
         if row is None or not hmac.compare_digest(row.secret_sha256, hash_secret(secret)):
             raise Unauthorized(f"API key {key_id} is not valid", status_code=401)
         if row.revoked_at is not None:
-            raise Unauthorized(f"API key {key_id} was revoked at {row.revoked_at:%Y-%m-%d %H:%M:%S} UTC",
-                               status_code=401)
+            raise Unauthorized(
+                f"API key {key_id} was revoked at {row.revoked_at:%Y-%m-%d %H:%M:%S} UTC", status_code=401
+            )
         if row.task_id is not None and (task is None or task.status in FINAL_VALUES):
             # A task token lives as long as its task: what the task started ends with it.
-            raise Unauthorized(f"API key {key_id} is the token of task {row.task_id}, which has ended",
-                               status_code=401)
+            raise Unauthorized(f"API key {key_id} is the token of task {row.task_id}, which has ended", status_code=401)
         if row.last_used_at is None or row.last_used_at < utcnow() - LAST_USED_RESOLUTION:
             self._touch(key_id)
         return KeyHolder(key_id=key_id, role=Role(row.role), tenant=row.tenant, task_id=row.task_id)
@@ -170,6 +183,10 @@ class SqlApiKeys:
         # Decided on the row just read, so most requests write nothing: on SQLite even an UPDATE
         # that changes no row takes the database's one write lock.
         with Session(self._engine) as session:
-            session.exec(update(ApiKeyRow).where(col(ApiKeyRow.key_id) == key_id)
-                         .values(last_used_at=utcnow()).execution_options(synchronize_session=False))
+            session.exec(
+                update(ApiKeyRow)
+                .where(col(ApiKeyRow.key_id) == key_id)
+                .values(last_used_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
             session.commit()

@@ -25,10 +25,14 @@ class SqlLeadership:
         now = now or utcnow()
         until = now + timedelta(seconds=term_s)
         with Session(self._engine) as session:
-            taken = session.execute(update(LeadershipRow)
-                                 .where(col(LeadershipRow.job) == job,
-                                        or_(col(LeadershipRow.holder) == holder, col(LeadershipRow.expires_at) < now))
-                                 .values(holder=holder, expires_at=until))
+            taken = session.execute(
+                update(LeadershipRow)
+                .where(
+                    col(LeadershipRow.job) == job,
+                    or_(col(LeadershipRow.holder) == holder, col(LeadershipRow.expires_at) < now),
+                )
+                .values(holder=holder, expires_at=until)
+            )
             if taken.rowcount:
                 session.commit()
                 return True

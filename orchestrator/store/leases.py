@@ -59,8 +59,12 @@ class LeaseRecord:
 _LEASES = LeaseRow.__table__
 # A node's prepare and settle read the lease they name and prepare writes its reservation: built once.
 _GET = sa.select(_LEASES).where(_LEASES.c.lease_id == bindparam("lease_id"))
-_RESERVE = (update(_LEASES).where(_LEASES.c.lease_id == bindparam("lease"))
-            .values(reservation_json=bindparam("reservation_json")).returning(*_LEASES.columns))
+_RESERVE = (
+    update(_LEASES)
+    .where(_LEASES.c.lease_id == bindparam("lease"))
+    .values(reservation_json=bindparam("reservation_json"))
+    .returning(*_LEASES.columns)
+)
 
 
 class SqlLeases:
@@ -92,8 +96,9 @@ class SqlLeases:
         with connected(self._engine) as connection:
             # One conditional UPDATE: a lease released meanwhile (its node lost, its step released) matches
             # nothing, where a read-then-write would fail on the vanished row.
-            row = connection.execute(_RESERVE, {"lease": lease_id,
-                                                "reservation_json": json.dumps(dataclasses.asdict(reservation))}).first()
+            row = connection.execute(
+                _RESERVE, {"lease": lease_id, "reservation_json": json.dumps(dataclasses.asdict(reservation))}
+            ).first()
         return _record(row) if row is not None else None
 
     def for_step(self, task_id: str, step: int) -> LeaseRecord | None:
@@ -125,21 +130,35 @@ class SqlLeases:
         """Replica id → (leases, tokens) that pools other than `pool_id` hold on it: load this pool's view
         of the fleet does not book itself (several control-plane replicas share the GPUs)."""
         with Session(self._engine) as session:
-            rows = session.exec(select(LeaseRow.replica_id, func.count(), func.coalesce(func.sum(LeaseRow.tokens), 0))
-                                .where(LeaseRow.pool_id != pool_id).group_by(LeaseRow.replica_id)).all()
+            rows = session.exec(
+                select(LeaseRow.replica_id, func.count(), func.coalesce(func.sum(LeaseRow.tokens), 0))
+                .where(LeaseRow.pool_id != pool_id)
+                .group_by(LeaseRow.replica_id)
+            ).all()
         return {replica_id: (int(count), int(tokens)) for replica_id, count, tokens in rows}
 
 
 def _row(lease: LeaseRecord) -> LeaseRow:
     fields = {k: v for k, v in lease.__dict__.items() if k not in ("limits", "reservation")}
-    return LeaseRow(**fields, limits_json=lease.limits.model_dump_json() if lease.limits is not None else "",
-                    reservation_json=(json.dumps(dataclasses.asdict(lease.reservation))
-                                      if lease.reservation is not None else None))
+    return LeaseRow(
+        **fields,
+        limits_json=lease.limits.model_dump_json() if lease.limits is not None else "",
+        reservation_json=(json.dumps(dataclasses.asdict(lease.reservation)) if lease.reservation is not None else None),
+    )
 
 
 def _record(row: LeaseRow | Row) -> LeaseRecord:
-    return LeaseRecord(lease_id=row.lease_id, task_id=row.task_id, step=row.step, model=row.model,
-                       node_id=row.node_id, replica_id=row.replica_id, tokens=row.tokens, tenant=row.tenant,
-                       created_replica=row.created_replica, pool_id=row.pool_id,
-                       limits=StepLimits.model_validate_json(row.limits_json) if row.limits_json else None,
-                       reservation=CallReservation(**json.loads(row.reservation_json)) if row.reservation_json else None)
+    return LeaseRecord(
+        lease_id=row.lease_id,
+        task_id=row.task_id,
+        step=row.step,
+        model=row.model,
+        node_id=row.node_id,
+        replica_id=row.replica_id,
+        tokens=row.tokens,
+        tenant=row.tenant,
+        created_replica=row.created_replica,
+        pool_id=row.pool_id,
+        limits=StepLimits.model_validate_json(row.limits_json) if row.limits_json else None,
+        reservation=CallReservation(**json.loads(row.reservation_json)) if row.reservation_json else None,
+    )

@@ -48,10 +48,15 @@ _KEY = ["task_id", "step", "attempt", "kind"]  # the unique key uq_ledger_call, 
 # A node's every step books a call and reads its round, so both statements are built once. The insert skips a
 # taken key on the unique key itself, which each database the store runs on spells its own way.
 _RECORD = inserts_skipping_taken(_LEDGER, _KEY, _LEDGER.c.id)
-_ROUND = (sa.select(_LEDGER)
-          .where(_LEDGER.c.task_id == bindparam("task_id"), _LEDGER.c.step == bindparam("step"),
-                 _LEDGER.c.attempt >= bindparam("from_attempt"))
-          .order_by(_LEDGER.c.attempt, _LEDGER.c.id))
+_ROUND = (
+    sa.select(_LEDGER)
+    .where(
+        _LEDGER.c.task_id == bindparam("task_id"),
+        _LEDGER.c.step == bindparam("step"),
+        _LEDGER.c.attempt >= bindparam("from_attempt"),
+    )
+    .order_by(_LEDGER.c.attempt, _LEDGER.c.id)
+)
 
 
 class SqlTokenLedger:
@@ -67,12 +72,24 @@ class SqlTokenLedger:
         so it can be a statement of a larger transaction (a node's settle books the call and announces it in
         one, orchestrator/api/steps.py), which a rollback would end."""
         with connected(self._engine) as connection:
-            inserted = connection.execute(_RECORD[connection.dialect.name], {
-                "task_id": entry.task_id, "step": entry.step, "attempt": entry.attempt, "kind": entry.kind,
-                "model": entry.model, "prompt_tokens": entry.prompt_tokens, "completion_tokens": entry.completion_tokens,
-                "cost_usd": entry.cost_usd, "ttft_s": entry.ttft_s, "duration_s": entry.duration_s,
-                "served_by": entry.served_by, "response_id": entry.response_id, "created_at": utcnow(),
-            }).first()
+            inserted = connection.execute(
+                _RECORD[connection.dialect.name],
+                {
+                    "task_id": entry.task_id,
+                    "step": entry.step,
+                    "attempt": entry.attempt,
+                    "kind": entry.kind,
+                    "model": entry.model,
+                    "prompt_tokens": entry.prompt_tokens,
+                    "completion_tokens": entry.completion_tokens,
+                    "cost_usd": entry.cost_usd,
+                    "ttft_s": entry.ttft_s,
+                    "duration_s": entry.duration_s,
+                    "served_by": entry.served_by,
+                    "response_id": entry.response_id,
+                    "created_at": utcnow(),
+                },
+            ).first()
         return inserted is not None  # a skipped write returns no row
 
     def entries(self, task_id: str) -> list[LedgerEntry]:
@@ -125,10 +142,12 @@ class SqlTokenLedger:
         PostgreSQL spell differently; an hour of a busy fleet is a few thousand rows."""
         start = since.replace(second=0, microsecond=0)
         statement = select(LedgerRow.created_at, LedgerRow.prompt_tokens + LedgerRow.completion_tokens).where(
-            col(LedgerRow.created_at) >= start)
+            col(LedgerRow.created_at) >= start
+        )
         if tenant is not None:
             statement = statement.join(TaskRow, col(TaskRow.task_id) == col(LedgerRow.task_id)).where(
-                TaskRow.tenant == tenant)
+                TaskRow.tenant == tenant
+            )
         with Session(self._engine) as session:
             rows = session.exec(statement).all()
         minutes = int((utcnow() - start).total_seconds() // 60) + 1

@@ -106,8 +106,11 @@ def _adopt(conn: Connection) -> None:
                 continue
             kind = column.type.compile(dialect=conn.dialect)
             default = column.default.arg if column.default is not None and column.default.is_scalar else None
-            clause = f" DEFAULT '{default}'" if isinstance(default, str) else (
-                f" DEFAULT {default}" if isinstance(default, (int, float)) else "")
+            clause = (
+                f" DEFAULT '{default}'"
+                if isinstance(default, str)
+                else (f" DEFAULT {default}" if isinstance(default, (int, float)) else "")
+            )
             conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}{clause}'))
     _add_missing_unique_keys(conn)
 

@@ -28,8 +28,13 @@ class SqlModelCatalogue:
             if session.exec(select(ModelRow.name).limit(1)).first() is not None:
                 return
             for entry in entries:
-                session.add(ModelRow(name=entry.name, entry_json=entry.model_dump_json(),
-                                     policy_json=ScalingPolicy().model_dump_json()))
+                session.add(
+                    ModelRow(
+                        name=entry.name,
+                        entry_json=entry.model_dump_json(),
+                        policy_json=ScalingPolicy().model_dump_json(),
+                    )
+                )
             try:
                 session.commit()
             except IntegrityError:  # another process seeded at the same moment
@@ -50,8 +55,9 @@ class SqlModelCatalogue:
         with Session(self._engine) as session:
             row = session.get(ModelRow, entry.name)
             if row is None:
-                row = ModelRow(name=entry.name, entry_json=entry.model_dump_json(),
-                               policy_json=ScalingPolicy().model_dump_json())
+                row = ModelRow(
+                    name=entry.name, entry_json=entry.model_dump_json(), policy_json=ScalingPolicy().model_dump_json()
+                )
             else:
                 row.entry_json, row.updated_at = entry.model_dump_json(), utcnow()
             session.add(row)
@@ -70,7 +76,6 @@ class SqlModelCatalogue:
             session.refresh(row)
             return _model(row)
 
-
     def publish_foresight(self, views: dict[str, ModelForesight]) -> None:
         """The scaler's leader writes what it learned per model; models not in the catalogue are skipped."""
         if not views:
@@ -84,5 +89,8 @@ class SqlModelCatalogue:
 
 def _model(row: ModelRow) -> CatalogueModel:
     foresight = ModelForesight.model_validate_json(row.foresight_json) if row.foresight_json else None
-    return CatalogueModel(entry=ModelEntry.model_validate_json(row.entry_json),
-                          policy=ScalingPolicy.model_validate_json(row.policy_json), foresight=foresight)
+    return CatalogueModel(
+        entry=ModelEntry.model_validate_json(row.entry_json),
+        policy=ScalingPolicy.model_validate_json(row.policy_json),
+        foresight=foresight,
+    )

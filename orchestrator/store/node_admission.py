@@ -74,8 +74,9 @@ class SqlNodeAdmission:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def mint(self, node_id: str, ttl_s: float, created_by: str | None = None,
-             now: datetime | None = None) -> NodeAdmission:
+    def mint(
+        self, node_id: str, ttl_s: float, created_by: str | None = None, now: datetime | None = None
+    ) -> NodeAdmission:
         """A per-node join token for `node_id`, valid for `ttl_s`; the answer is the only place it appears.
 
         Refused for a node already admitted: a second machine under a live node's id would take its GPUs and
@@ -87,11 +88,22 @@ class SqlNodeAdmission:
         with Session(self._engine) as session:
             row = session.get(NodeRow, node_id)
             if row is not None and row.admission == "admitted":
-                raise Conflict(f"node {node_id!r} is admitted already (status {row.status}); revoke or remove it"
-                               " before admitting a machine under its id", field="node_id", status_code=409)
+                raise Conflict(
+                    f"node {node_id!r} is admitted already (status {row.status}); revoke or remove it"
+                    " before admitting a machine under its id",
+                    field="node_id",
+                    status_code=409,
+                )
             session.exec(delete(NodeJoinTokenRow).where(col(NodeJoinTokenRow.expires_at) <= now))
-            session.add(NodeJoinTokenRow(token_sha256=_digest(token), node_id=node_id, created_by=created_by,
-                                         created_at=now, expires_at=expires_at))
+            session.add(
+                NodeJoinTokenRow(
+                    token_sha256=_digest(token),
+                    node_id=node_id,
+                    created_by=created_by,
+                    created_at=now,
+                    expires_at=expires_at,
+                )
+            )
             session.commit()
         return NodeAdmission(node_id=node_id, join_token=token, expires_at=expires_at)
 
@@ -100,12 +112,21 @@ class SqlNodeAdmission:
         nothing can judge yet (`pool/feasibility.py` refuses no model while one is outstanding)."""
         now = now or utcnow()
         with Session(self._engine) as session:
-            return session.exec(select(func.count()).select_from(NodeJoinTokenRow)
-                                .where(col(NodeJoinTokenRow.used_at).is_(None),
-                                       col(NodeJoinTokenRow.expires_at) > now)).one()
+            return session.exec(
+                select(func.count())
+                .select_from(NodeJoinTokenRow)
+                .where(col(NodeJoinTokenRow.used_at).is_(None), col(NodeJoinTokenRow.expires_at) > now)
+            ).one()
 
-    def join(self, spec: NodeSpec, node_secret: str | None, join_token: str, *, cluster_token: bool,
-             now: datetime | None = None) -> Joined:
+    def join(
+        self,
+        spec: NodeSpec,
+        node_secret: str | None,
+        join_token: str,
+        *,
+        cluster_token: bool,
+        now: datetime | None = None,
+    ) -> Joined:
         """Let a registering node in, or refuse it (changing nothing), naming the field to blame.
 
         `cluster_token`: the caller found `join_token` to be the cluster's. A node that proves its id with its
@@ -146,8 +167,12 @@ class SqlNodeAdmission:
         with Session(self._engine) as session:
             row = _existing(session, node_id)
             if row.admission == "revoked":
-                raise Conflict(f"node {node_id!r} was revoked, and its secret with it: it joins again with a new"
-                               f" per-node token (berth nodes admit {node_id})", field="node_id", status_code=409)
+                raise Conflict(
+                    f"node {node_id!r} was revoked, and its secret with it: it joins again with a new"
+                    f" per-node token (berth nodes admit {node_id})",
+                    field="node_id",
+                    status_code=409,
+                )
             row.admission = "admitted"
             _void_tokens(session, node_id)
             restatus(row, _gpus(session, node_id))
@@ -191,8 +216,10 @@ class SqlNodeAdmission:
 
 def _ticket(session: Session, token: str, node_id: str, now: datetime) -> NodeJoinTokenRow | str:
     """The unspent per-node token `token` is for `node_id`, or why it is not one (the refusal's wording)."""
-    wrong = ("the join token is wrong: use a per-node token from `berth nodes admit NODE_ID`, or the cluster's"
-             " token (the control plane's <data_dir>/join-token)")
+    wrong = (
+        "the join token is wrong: use a per-node token from `berth nodes admit NODE_ID`, or the cluster's"
+        " token (the control plane's <data_dir>/join-token)"
+    )
     if not token.startswith(TOKEN_PREFIX):
         return wrong
     row = session.get(NodeJoinTokenRow, _digest(token))
@@ -210,10 +237,11 @@ def _ticket(session: Session, token: str, node_id: str, now: datetime) -> NodeJo
 
 def _spend(session: Session, ticket: NodeJoinTokenRow, row: NodeRow, now: datetime) -> None:
     """Use the token (one conditional UPDATE: of two registrations racing with it, one gets it) and admit the node."""
-    spent = session.execute(update(NodeJoinTokenRow)
-                            .where(col(NodeJoinTokenRow.token_sha256) == ticket.token_sha256,
-                                   col(NodeJoinTokenRow.used_at).is_(None))
-                            .values(used_at=now)).rowcount
+    spent = session.execute(
+        update(NodeJoinTokenRow)
+        .where(col(NodeJoinTokenRow.token_sha256) == ticket.token_sha256, col(NodeJoinTokenRow.used_at).is_(None))
+        .values(used_at=now)
+    ).rowcount
     if spent != 1:
         raise JoinTokenRefused("this join token was used already, by a registration a moment ago; mint another")
     row.admission = "admitted"
@@ -231,9 +259,12 @@ def _void_tokens(session: Session, node_id: str, keep: str | None = None) -> Non
 def _check_room_to_wait(session: Session) -> None:
     waiting = session.exec(select(func.count()).select_from(NodeRow).where(NodeRow.admission == "pending")).one()
     if waiting >= MAX_PENDING_NODES:
-        raise Conflict(f"{waiting} nodes already wait for approval (at most {MAX_PENDING_NODES}): approve or remove"
-                       " some, or admit this one with a per-node token (berth nodes admit NODE_ID)",
-                       field="join_token", status_code=409)
+        raise Conflict(
+            f"{waiting} nodes already wait for approval (at most {MAX_PENDING_NODES}): approve or remove"
+            " some, or admit this one with a per-node token (berth nodes admit NODE_ID)",
+            field="join_token",
+            status_code=409,
+        )
 
 
 def _existing(session: Session, node_id: str) -> NodeRow:

@@ -26,8 +26,15 @@ from sqlmodel import Session, col, select
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
 from sdk.wire.catalogue import ModelEntry, WeightsFile
-from sdk.wire.peers import (PeerTicket, PeerTicketRequest, ReportAnswer, TicketCheck, TicketGrant, TransferReport,
-                        plausible_transfer)
+from sdk.wire.peers import (
+    PeerTicket,
+    PeerTicketRequest,
+    ReportAnswer,
+    TicketCheck,
+    TicketGrant,
+    TransferReport,
+    plausible_transfer,
+)
 
 from ..weights_transfer import DATACENTER_BYTES_PER_S, learned_bytes_per_s
 from .fleet import NodeNotApproved, SqlFleet
@@ -74,8 +81,14 @@ class SqlPeers:
 
     # -- node B: a ticket, then the report --------------------------------------------------------
 
-    def mint(self, dest_node: str, node_secret: str | None, req: PeerTicketRequest, entry: ModelEntry | None,
-             now: datetime | None = None) -> PeerTicket:
+    def mint(
+        self,
+        dest_node: str,
+        node_secret: str | None,
+        req: PeerTicketRequest,
+        entry: ModelEntry | None,
+        now: datetime | None = None,
+    ) -> PeerTicket:
         """A ticket for `dest_node` to copy `req.model` from the best peer of its datacenter.
 
         Refuses: the model without real weights (field model), no peer to copy from (404, field model).
@@ -87,21 +100,39 @@ class SqlPeers:
                 raise InvalidSpec(f"model {req.model!r} has no real weights in the catalogue to copy", field="model")
             source = self._best_source(session, dest, req, now)
             if source is None:
-                raise NotFound(f"no peer in datacenter {dest.datacenter!r} serves the weights of {req.model!r}",
-                               field="model", status_code=404)
+                raise NotFound(
+                    f"no peer in datacenter {dest.datacenter!r} serves the weights of {req.model!r}",
+                    field="model",
+                    status_code=404,
+                )
             ticket = secrets.token_urlsafe(32)
             expires = now + timedelta(seconds=req.ttl_s)
             files = entry.weights.files
-            session.add(PeerTicketRow(ticket_sha256=ticket_hash(ticket), source_node=source.node_id,
-                                      dest_node=dest_node, model=req.model, created_at=now, expires_at=expires,
-                                      files_json=json.dumps([f.model_dump() for f in files])))
+            session.add(
+                PeerTicketRow(
+                    ticket_sha256=ticket_hash(ticket),
+                    source_node=source.node_id,
+                    dest_node=dest_node,
+                    model=req.model,
+                    created_at=now,
+                    expires_at=expires,
+                    files_json=json.dumps([f.model_dump() for f in files]),
+                )
+            )
             _sweep(session, now)
             session.commit()
-            return PeerTicket(ticket=ticket, source_node=source.node_id, peer_url=_peer_url(source), model=req.model,
-                              files=files, expires_at=expires)
+            return PeerTicket(
+                ticket=ticket,
+                source_node=source.node_id,
+                peer_url=_peer_url(source),
+                model=req.model,
+                files=files,
+                expires_at=expires,
+            )
 
-    def report(self, dest_node: str, node_secret: str | None, rep: TransferReport,
-               now: datetime | None = None) -> ReportAnswer:
+    def report(
+        self, dest_node: str, node_secret: str | None, rep: TransferReport, now: datetime | None = None
+    ) -> ReportAnswer:
         """Close the ticket with how its copy went (see the module's docstring for what follows)."""
         now = now or utcnow()
         with Session(self._engine) as session:
@@ -110,13 +141,15 @@ class SqlPeers:
             if row is None or row.dest_node != dest_node:
                 raise PeerTicketRefused("this node holds no such ticket")
             if row.closed_at is not None:
-                raise Conflict(f"the copy under this ticket was reported already ({row.outcome})", field="ticket",
-                               status_code=409)
+                raise Conflict(
+                    f"the copy under this ticket was reported already ({row.outcome})", field="ticket", status_code=409
+                )
             files = _files(row)
             total = sum(f.size_bytes for f in files)
             if rep.bytes > total:
-                raise InvalidSpec(f"the ticket's files hold {total} bytes; {rep.bytes} cannot have been copied",
-                                  field="bytes")
+                raise InvalidSpec(
+                    f"the ticket's files hold {total} bytes; {rep.bytes} cannot have been copied", field="bytes"
+                )
             if rep.sha256 is not None and rep.sha256 not in {f.sha256 for f in files}:
                 raise InvalidSpec("not a file of the ticket's model", field="sha256")
             row.closed_at, row.outcome = now, rep.outcome
@@ -125,22 +158,42 @@ class SqlPeers:
             if rep.outcome == "verified":
                 sampled = plausible_transfer(rep.bytes, rep.seconds)
                 if sampled:
-                    session.add(TransferSampleRow(node_id=dest_node, tier="datacenter", source_node=row.source_node,
-                                                  bytes=rep.bytes, seconds=rep.seconds, at=now))
+                    session.add(
+                        TransferSampleRow(
+                            node_id=dest_node,
+                            tier="datacenter",
+                            source_node=row.source_node,
+                            bytes=rep.bytes,
+                            seconds=rep.seconds,
+                            at=now,
+                        )
+                    )
             else:
                 disputed = True
-                session.exec(delete(NodeWeightsRow).where(col(NodeWeightsRow.node_id) == row.source_node,
-                                                          col(NodeWeightsRow.model) == row.model))
-                session.add(PeerDisputeRow(node_id=row.source_node, model=row.model, reported_by=dest_node,
-                                           outcome=rep.outcome, reason=rep.reason, at=now))
+                session.exec(
+                    delete(NodeWeightsRow).where(
+                        col(NodeWeightsRow.node_id) == row.source_node, col(NodeWeightsRow.model) == row.model
+                    )
+                )
+                session.add(
+                    PeerDisputeRow(
+                        node_id=row.source_node,
+                        model=row.model,
+                        reported_by=dest_node,
+                        outcome=rep.outcome,
+                        reason=rep.reason,
+                        at=now,
+                    )
+                )
             _sweep(session, now)
             session.commit()
             return ReportAnswer(recorded_sample=sampled, disputed=disputed)
 
     # -- node A: may it serve this file to this ticket? -------------------------------------------
 
-    def check(self, source_node: str, node_secret: str | None, chk: TicketCheck,
-              now: datetime | None = None) -> TicketGrant:
+    def check(
+        self, source_node: str, node_secret: str | None, chk: TicketCheck, now: datetime | None = None
+    ) -> TicketGrant:
         """Let `source_node` serve file `chk.sha256` to the ticket's holder, or refuse (403) saying why."""
         now = now or utcnow()
         with Session(self._engine) as session:
@@ -169,16 +222,21 @@ class SqlPeers:
     def samples_after(self, last_id: int, limit: int = SAMPLE_PAGE) -> list[MeasuredTransfer]:
         """Samples with an id past `last_id`, oldest first: the pool replays them in order."""
         with Session(self._engine) as session:
-            rows = session.exec(select(TransferSampleRow).where(col(TransferSampleRow.id) > last_id)
-                                .order_by(col(TransferSampleRow.id)).limit(limit)).all()
+            rows = session.exec(
+                select(TransferSampleRow)
+                .where(col(TransferSampleRow.id) > last_id)
+                .order_by(col(TransferSampleRow.id))
+                .limit(limit)
+            ).all()
             return [MeasuredTransfer(r.id or 0, r.node_id, r.tier, r.source_node, r.bytes, r.seconds) for r in rows]
 
     def disputed(self, now: datetime | None = None) -> set[tuple[str, str]]:
         """(node, model) pairs held back as peer sources now."""
         cutoff = (now or utcnow()) - timedelta(seconds=DISPUTE_HOLD_S)
         with Session(self._engine) as session:
-            rows = session.exec(select(PeerDisputeRow.node_id, PeerDisputeRow.model)
-                                .where(col(PeerDisputeRow.at) > cutoff)).all()
+            rows = session.exec(
+                select(PeerDisputeRow.node_id, PeerDisputeRow.model).where(col(PeerDisputeRow.at) > cutoff)
+            ).all()
             return {(node, model) for node, model in rows}
 
     # -- internals --------------------------------------------------------------------------------
@@ -187,14 +245,25 @@ class SqlPeers:
         """The admitted, live peer of `dest`'s datacenter that reports the model, is not held back by a dispute
         and serves fastest by its measured copies (unmeasured: the configured datacenter rate); ties by id."""
         rows = session.exec(
-            select(NodeRow).join(NodeWeightsRow, col(NodeWeightsRow.node_id) == col(NodeRow.node_id))
-            .where(col(NodeRow.datacenter) == dest.datacenter, col(NodeRow.node_id) != dest.node_id,
-                   col(NodeRow.admission) == "admitted", col(NodeRow.lost).is_(False),
-                   col(NodeRow.peer_port).is_not(None), col(NodeWeightsRow.model) == req.model)
+            select(NodeRow)
+            .join(NodeWeightsRow, col(NodeWeightsRow.node_id) == col(NodeRow.node_id))
+            .where(
+                col(NodeRow.datacenter) == dest.datacenter,
+                col(NodeRow.node_id) != dest.node_id,
+                col(NodeRow.admission) == "admitted",
+                col(NodeRow.lost).is_(False),
+                col(NodeRow.peer_port).is_not(None),
+                col(NodeWeightsRow.model) == req.model,
+            )
         ).all()
         excluded = set(req.exclude_nodes)
-        candidates = [r for r in rows if r.node_id not in excluded and r.status in ("healthy", "draining")
-                      and not _disputed_since(session, r.node_id, req.model, now)]
+        candidates = [
+            r
+            for r in rows
+            if r.node_id not in excluded
+            and r.status in ("healthy", "draining")
+            and not _disputed_since(session, r.node_id, req.model, now)
+        ]
         if not candidates:
             return None
         return min(candidates, key=lambda r: (-_source_rate(session, r.node_id), r.node_id))
@@ -212,20 +281,33 @@ def _files(row: PeerTicketRow) -> list[WeightsFile]:
 
 
 def _claims(session: Session, node_id: str, model: str) -> bool:
-    return session.exec(select(NodeWeightsRow.id).where(NodeWeightsRow.node_id == node_id,
-                                                        NodeWeightsRow.model == model)).first() is not None
+    return (
+        session.exec(
+            select(NodeWeightsRow.id).where(NodeWeightsRow.node_id == node_id, NodeWeightsRow.model == model)
+        ).first()
+        is not None
+    )
 
 
 def _disputed_since(session: Session, node_id: str, model: str, now: datetime) -> bool:
     cutoff = now - timedelta(seconds=DISPUTE_HOLD_S)
-    return session.exec(select(PeerDisputeRow.id).where(PeerDisputeRow.node_id == node_id,
-                                                        PeerDisputeRow.model == model,
-                                                        col(PeerDisputeRow.at) > cutoff)).first() is not None
+    return (
+        session.exec(
+            select(PeerDisputeRow.id).where(
+                PeerDisputeRow.node_id == node_id, PeerDisputeRow.model == model, col(PeerDisputeRow.at) > cutoff
+            )
+        ).first()
+        is not None
+    )
 
 
 def _source_rate(session: Session, node_id: str) -> float:
-    rows = session.exec(select(TransferSampleRow).where(TransferSampleRow.source_node == node_id)
-                        .order_by(col(TransferSampleRow.id).desc()).limit(SOURCE_SAMPLES)).all()
+    rows = session.exec(
+        select(TransferSampleRow)
+        .where(TransferSampleRow.source_node == node_id)
+        .order_by(col(TransferSampleRow.id).desc())
+        .limit(SOURCE_SAMPLES)
+    ).all()
     rate = DATACENTER_BYTES_PER_S
     for r in reversed(rows):
         rate = learned_bytes_per_s(rate, r.bytes, r.seconds)

@@ -42,24 +42,34 @@ class SqlReservations:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def reserve(self, wanted: Reservation, device_gib: Mapping[int, float], model_gib: Callable[[str], float],
-                fresh_for_s: float) -> bool:
+    def reserve(
+        self,
+        wanted: Reservation,
+        device_gib: Mapping[int, float],
+        model_gib: Callable[[str], float],
+        fresh_for_s: float,
+    ) -> bool:
         """Record `wanted` if its devices still hold it beside everything else on the node; False if not.
 
         `device_gib`: each device's memory; `model_gib`: a model's memory need, for replicas a node
         reports that no reservation describes (placed before the node's last report by a pool gone since).
         """
         with Session(self._engine) as session:
-            locked = session.execute(update(NodeRow).where(col(NodeRow.node_id) == wanted.node_id)
-                                  .values(node_id=NodeRow.node_id))
+            locked = session.execute(
+                update(NodeRow).where(col(NodeRow.node_id) == wanted.node_id).values(node_id=NodeRow.node_id)
+            )
             if locked.rowcount == 0:
                 session.rollback()
                 return False  # the node left the fleet
             used: dict[int, float] = {}
             owners: dict[int, set[str | None]] = {}
             reported = session.exec(select(ReplicaRow).where(ReplicaRow.node_id == wanted.node_id)).all()
-            held = {r.replica_id: r for r in session.exec(
-                select(GpuReservationRow).where(GpuReservationRow.node_id == wanted.node_id)).all()}
+            held = {
+                r.replica_id: r
+                for r in session.exec(
+                    select(GpuReservationRow).where(GpuReservationRow.node_id == wanted.node_id)
+                ).all()
+            }
             cutoff = utcnow() - timedelta(seconds=fresh_for_s)
             for row in reported:
                 devices = json.loads(row.gpu_indexes_json)
@@ -78,10 +88,17 @@ class SqlReservations:
                 if owners.get(i, set()) - {wanted.owner}:
                     session.rollback()
                     return False  # held across a tenant boundary
-            session.add(GpuReservationRow(
-                replica_id=wanted.replica_id, node_id=wanted.node_id, model=wanted.model,
-                gpu_indexes_json=json.dumps(list(wanted.gpu_indexes)), per_device_gib=wanted.per_device_gib,
-                owner=wanted.owner, pool_id=wanted.pool_id))
+            session.add(
+                GpuReservationRow(
+                    replica_id=wanted.replica_id,
+                    node_id=wanted.node_id,
+                    model=wanted.model,
+                    gpu_indexes_json=json.dumps(list(wanted.gpu_indexes)),
+                    per_device_gib=wanted.per_device_gib,
+                    owner=wanted.owner,
+                    pool_id=wanted.pool_id,
+                )
+            )
             session.commit()
             return True
 
@@ -99,13 +116,22 @@ class SqlReservations:
             return [_reservation(r) for r in session.exec(query.order_by(col(GpuReservationRow.replica_id)))]
 
 
-def _count(used: dict[int, float], owners: dict[int, set[str | None]], devices: list[int], share: float,
-           owner: str | None) -> None:
+def _count(
+    used: dict[int, float], owners: dict[int, set[str | None]], devices: list[int], share: float, owner: str | None
+) -> None:
     for i in devices:
         used[i] = used.get(i, 0.0) + share
         owners.setdefault(i, set()).add(owner)
 
 
 def _reservation(row: GpuReservationRow) -> Reservation:
-    return Reservation(row.replica_id, row.node_id, row.model, tuple(json.loads(row.gpu_indexes_json)),
-                       row.per_device_gib, row.owner, row.pool_id, row.created_at)
+    return Reservation(
+        row.replica_id,
+        row.node_id,
+        row.model,
+        tuple(json.loads(row.gpu_indexes_json)),
+        row.per_device_gib,
+        row.owner,
+        row.pool_id,
+        row.created_at,
+    )

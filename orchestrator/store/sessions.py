@@ -58,8 +58,9 @@ class SqlUiSessions:
         now = now or utcnow()
         cookie, csrf_token = secrets.token_urlsafe(_TOKEN_BYTES), secrets.token_urlsafe(_TOKEN_BYTES)
         expires_at = now + SESSION_LIFETIME
-        row = UiSessionRow(session_sha256=_sha256(cookie), key_id=key_id, csrf_token=csrf_token, created_at=now,
-                           expires_at=expires_at)
+        row = UiSessionRow(
+            session_sha256=_sha256(cookie), key_id=key_id, csrf_token=csrf_token, created_at=now, expires_at=expires_at
+        )
         with Session(self._engine) as session:
             # Sweeping expired rows on sign-in keeps the table the size of the people signed in.
             session.exec(delete(UiSessionRow).where(col(UiSessionRow.expires_at) < now))

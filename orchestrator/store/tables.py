@@ -11,14 +11,13 @@ share the same `SQLModel.metadata` and the same database.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, DateTime, Index, Integer, LargeBinary, Text, UniqueConstraint
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
-
 
 # Every integer column is 64-bit, as sdk.wire.limits.MAX_STORED_INT promises the API's callers. SQLite's
 # INTEGER already is; PostgreSQL's is 32-bit (a 16 GiB weights size overflows it), so there it is
@@ -28,7 +27,7 @@ Int64 = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -46,15 +45,15 @@ class UtcDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         if value.tzinfo is None:  # pydantic parses ISO strings without an offset as naive: take them as UTC
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
 
 
 class TaskRow(SQLModel, table=True):
@@ -456,8 +455,11 @@ class AuditRow(SQLModel, table=True):
 
     __tablename__ = "audit_log"
     # ix_audit_log_at: the audit page's time windows (since/until) on a log that only grows.
-    __table_args__ = (Index("ix_audit_log_key", "key_id", "id"), Index("ix_audit_log_at", "at"),
-                      {"sqlite_autoincrement": True})
+    __table_args__ = (
+        Index("ix_audit_log_key", "key_id", "id"),
+        Index("ix_audit_log_at", "at"),
+        {"sqlite_autoincrement": True},
+    )
 
     id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
     at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)

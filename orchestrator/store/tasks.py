@@ -32,7 +32,8 @@ _UPDATE_UNLESS_FINAL = _UPDATE.where(_TASKS.c.status.not_in(_FINAL_VALUES))
 _INSERT = inserts_skipping_taken(_TASKS, ["task_id"], _TASKS.c.task_id)
 # A task is read by id for every page and call about it, and by a node's every prepare: built once.
 _GET = sa.select(_TASKS.c.state_json, _TASKS.c.spec_json, _TASKS.c.created_at).where(
-    _TASKS.c.task_id == bindparam("task_id"))
+    _TASKS.c.task_id == bindparam("task_id")
+)
 
 
 # What the task list may be ordered by in SQL: the two timestamps with a column (and an index) of their own.
@@ -131,8 +132,9 @@ class SqlTaskRegistry:
         with connected(self._engine) as connection:
             if self._update(connection, state, values):
                 return
-            inserted = connection.execute(_INSERT[connection.dialect.name],
-                                          {"task_id": state.task_id, "created_at": utcnow(), **values}).first()
+            inserted = connection.execute(
+                _INSERT[connection.dialect.name], {"task_id": state.task_id, "created_at": utcnow(), **values}
+            ).first()
             if inserted is None:  # the row exists after all (created concurrently, or final and so not updated)
                 self._update(connection, state, values)
 

@@ -50,9 +50,20 @@ def fleet_reading(nodes: Iterable[NodeView]) -> FleetReading:
     for node in nodes:
         held = {i for r in node.replicas for i in r.gpu_indexes}
         for gpu in node.gpus:
-            reading.gpus.append(GpuReading(node.node_id, node.datacenter, gpu.index, gpu.type_name,
-                                           gpu.memory_used_mib, gpu.memory_total_mib, gpu.utilization_pct,
-                                           gpu.ecc_errors, gpu.healthy, gpu.index in held))
+            reading.gpus.append(
+                GpuReading(
+                    node.node_id,
+                    node.datacenter,
+                    gpu.index,
+                    gpu.type_name,
+                    gpu.memory_used_mib,
+                    gpu.memory_total_mib,
+                    gpu.utilization_pct,
+                    gpu.ecc_errors,
+                    gpu.healthy,
+                    gpu.index in held,
+                )
+            )
         reading.replicas.update((r.model, r.state, node.node_id, node.datacenter) for r in node.replicas)
     return reading
 
@@ -66,12 +77,17 @@ def watch_fleet(read: Callable[[], FleetReading]) -> None:
     _read = read
 
 
-def _gpu_observations(value: Callable[[GpuReading], float | None]) -> Callable[[CallbackOptions], Iterator[Observation]]:
+def _gpu_observations(
+    value: Callable[[GpuReading], float | None],
+) -> Callable[[CallbackOptions], Iterator[Observation]]:
     def observe(_options: CallbackOptions) -> Iterator[Observation]:
         for gpu in _read().gpus:
             if (figure := value(gpu)) is not None:
-                yield Observation(figure, {"node": gpu.node, "datacenter": gpu.datacenter, "gpu": str(gpu.gpu),
-                                           "gpu_type": gpu.type_name})
+                yield Observation(
+                    figure,
+                    {"node": gpu.node, "datacenter": gpu.datacenter, "gpu": str(gpu.gpu), "gpu_type": gpu.type_name},
+                )
+
     return observe
 
 
@@ -86,20 +102,35 @@ def _mib_as_bytes(mib: int | None) -> int | None:
 
 _meter = metrics.get_meter("berth.fleet")
 _meter.create_observable_gauge(
-    "berth_gpu_memory_used_bytes", [_gpu_observations(lambda g: _mib_as_bytes(g.memory_used_mib))], unit="By",
-    description="GPU memory in use")
+    "berth_gpu_memory_used_bytes",
+    [_gpu_observations(lambda g: _mib_as_bytes(g.memory_used_mib))],
+    unit="By",
+    description="GPU memory in use",
+)
 _meter.create_observable_gauge(
-    "berth_gpu_memory_total_bytes", [_gpu_observations(lambda g: _mib_as_bytes(g.memory_total_mib))], unit="By",
-    description="GPU memory in all")
+    "berth_gpu_memory_total_bytes",
+    [_gpu_observations(lambda g: _mib_as_bytes(g.memory_total_mib))],
+    unit="By",
+    description="GPU memory in all",
+)
 _meter.create_observable_gauge(
     "berth_gpu_utilization_ratio",
-    [_gpu_observations(lambda g: None if g.utilization_pct is None else g.utilization_pct / 100)], unit="1",
-    description="share of time the GPU ran kernels (NVML reports none in MIG mode)")
+    [_gpu_observations(lambda g: None if g.utilization_pct is None else g.utilization_pct / 100)],
+    unit="1",
+    description="share of time the GPU ran kernels (NVML reports none in MIG mode)",
+)
 _meter.create_observable_gauge(
-    "berth_gpu_ecc_errors", [_gpu_observations(lambda g: g.ecc_errors)], unit="{error}",
-    description="uncorrected ECC errors since the driver loaded")
+    "berth_gpu_ecc_errors",
+    [_gpu_observations(lambda g: g.ecc_errors)],
+    unit="{error}",
+    description="uncorrected ECC errors since the driver loaded",
+)
 _meter.create_observable_gauge(
-    "berth_gpu_healthy", [_gpu_observations(lambda g: 1 if g.healthy else 0)], unit="1",
-    description="1 when the GPU is healthy, 0 when discovery found it unhealthy")
+    "berth_gpu_healthy",
+    [_gpu_observations(lambda g: 1 if g.healthy else 0)],
+    unit="1",
+    description="1 when the GPU is healthy, 0 when discovery found it unhealthy",
+)
 _meter.create_observable_gauge(
-    "berth_replicas", [_replica_observations], unit="{replica}", description="replicas by model and state")
+    "berth_replicas", [_replica_observations], unit="{replica}", description="replicas by model and state"
+)

@@ -42,14 +42,14 @@ def install_metrics(service_name: str, extra_readers: Sequence[MetricReader] = (
     if os.environ.get(OTLP_ENDPOINT_ENV):
         # Imported only when used: the exporter pulls in protobuf and requests.
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
     _provider = MeterProvider(resource=Resource.create({"service.name": service_name}), metric_readers=readers)
     metrics.set_meter_provider(_provider)
     return _provider
 
 
-def serve_metrics(port: int, live: Check | None = None, ready: Check | None = None, *,
-                  host: str) -> ProbeServer | None:
+def serve_metrics(port: int, live: Check | None = None, ready: Check | None = None, *, host: str) -> ProbeServer | None:
     """Serve `/metrics`, and `/healthz` and `/readyz` from `live` and `ready`, on `host`:`port` from a daemon thread,
     for a process with no HTTP server of its own (a node agent, the orchestrator worker); port 0 serves nothing."""
     return ProbeServer(port, live, ready, host=host) if port else None

@@ -45,9 +45,13 @@ def model_figures(events: Iterable[TaskEvent]) -> dict[str, ModelFigures]:
 def _figures(calls: list[TaskEvent]) -> ModelFigures:
     ttfts = sorted(float(c.data["ttft_s"]) for c in calls if c.data.get("ttft_s") is not None)
     speeds = sorted(float(c.data["tokens_per_s"]) for c in calls if c.data.get("tokens_per_s") is not None)
-    return ModelFigures(calls=len(calls), cold_starts=sum(1 for c in calls if is_cold_start(c)),
-                        ttft_p50_s=percentile(ttfts, 50), ttft_p95_s=percentile(ttfts, 95),
-                        tokens_per_s_p50=percentile(speeds, 50))
+    return ModelFigures(
+        calls=len(calls),
+        cold_starts=sum(1 for c in calls if is_cold_start(c)),
+        ttft_p50_s=percentile(ttfts, 50),
+        ttft_p95_s=percentile(ttfts, 95),
+        tokens_per_s_p50=percentile(speeds, 50),
+    )
 
 
 def percentile(ordered: list[float], pct: float) -> float | None:

@@ -77,8 +77,9 @@ class ProbeServer:
     told to stay on loopback never shows its metrics to the network."""
 
     def __init__(self, port: int, live: Check | None = None, ready: Check | None = None, *, host: str) -> None:
-        self._server = make_server(host, port, probe_app(live, ready), server_class=_ThreadingWSGIServer,
-                                   handler_class=_QuietHandler)
+        self._server = make_server(
+            host, port, probe_app(live, ready), server_class=_ThreadingWSGIServer, handler_class=_QuietHandler
+        )
         self.port: int = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"probes:{self.port}", daemon=True)
         self._thread.start()

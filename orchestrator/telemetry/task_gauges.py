@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -33,17 +33,21 @@ class TaskReading:
     near_budget: Counter[str] = field(default_factory=Counter)
 
 
-def task_reading(nodes: Iterable[NodeView], waiting: Iterable[TaskState], running: Iterable[TaskState],
-                 now: datetime | None = None) -> TaskReading:
-    now = now or datetime.now(timezone.utc)
+def task_reading(
+    nodes: Iterable[NodeView], waiting: Iterable[TaskState], running: Iterable[TaskState], now: datetime | None = None
+) -> TaskReading:
+    now = now or datetime.now(UTC)
     reading = TaskReading()
     for node in nodes:
         if node.status not in ("lost", "revoked"):  # a pending node heartbeats: its silence is news too
             seen = node.last_heartbeat_at or node.registered_at
             reading.heartbeat_age_s[(node.node_id, node.datacenter)] = max(0.0, (now - seen).total_seconds())
     reading.gpu_trouble.update((t.model, t.gpu_trouble or "capacity") for t in waiting)
-    reading.near_budget.update(t.tenant for t in running
-                               if t.spend.token_limit > 0 and t.spend.tokens_used >= NEAR_BUDGET * t.spend.token_limit)
+    reading.near_budget.update(
+        t.tenant
+        for t in running
+        if t.spend.token_limit > 0 and t.spend.tokens_used >= NEAR_BUDGET * t.spend.token_limit
+    )
     return reading
 
 
@@ -72,10 +76,21 @@ def _near_budget(_options: CallbackOptions) -> Iterator[Observation]:
 
 
 _meter = metrics.get_meter("berth.tasks")
-_meter.create_observable_gauge("berth_node_heartbeat_age_seconds", [_heartbeat_ages], unit="s",
-                               description="seconds since each live node's last heartbeat")
-_meter.create_observable_gauge("berth_tasks_waiting_for_gpu", [_troubles], unit="{task}",
-                               description="tasks the fleet cannot serve now, by model and trouble"
-                                           " (capacity, preemption, crash_loop)")
-_meter.create_observable_gauge("berth_tasks_near_budget", [_near_budget], unit="{task}",
-                               description=f"running tasks that used {NEAR_BUDGET:.0%} or more of their token limit")
+_meter.create_observable_gauge(
+    "berth_node_heartbeat_age_seconds",
+    [_heartbeat_ages],
+    unit="s",
+    description="seconds since each live node's last heartbeat",
+)
+_meter.create_observable_gauge(
+    "berth_tasks_waiting_for_gpu",
+    [_troubles],
+    unit="{task}",
+    description="tasks the fleet cannot serve now, by model and trouble (capacity, preemption, crash_loop)",
+)
+_meter.create_observable_gauge(
+    "berth_tasks_near_budget",
+    [_near_budget],
+    unit="{task}",
+    description=f"running tasks that used {NEAR_BUDGET:.0%} or more of their token limit",
+)

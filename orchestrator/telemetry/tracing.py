@@ -39,6 +39,7 @@ def configure_tracing(service_name: str) -> bool:
     if otlp:
         # Only here: the exporter brings protobuf and requests, which a process exporting nothing does not need.
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))  # reads the OTEL_* env itself
     if console:
         provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))

@@ -31,8 +31,11 @@ class ModelTokenizer:
 
     def __init__(self, vocabulary: Vocabulary, file: str) -> None:
         if not vocabulary.chat_template:
-            raise TokenizerUnreadable(file, "it holds no chat template (tokenizer.chat_template), so the prompt an "
-                                            "engine renders cannot be counted")
+            raise TokenizerUnreadable(
+                file,
+                "it holds no chat template (tokenizer.chat_template), so the prompt an "
+                "engine renders cannot be counted",
+            )
         try:
             self.template = ChatTemplate(vocabulary.chat_template, vocabulary.bos_token, vocabulary.eos_token)
         except Exception as exc:  # a template jinja cannot compile
@@ -41,8 +44,9 @@ class ModelTokenizer:
         self._tokenizer = vocabulary.tokenizer
         self._bos = vocabulary.bos_token if vocabulary.adds_bos else None
         self._uncounted_from = vocabulary.uncounted_from
-        specials = sorted((t.content for t in vocabulary.tokenizer.get_added_tokens_decoder().values()),
-                          key=len, reverse=True)
+        specials = sorted(
+            (t.content for t in vocabulary.tokenizer.get_added_tokens_decoder().values()), key=len, reverse=True
+        )
         self._split = re.compile("(" + "|".join(map(re.escape, specials)) + ")") if specials else None
         self._specials = frozenset(specials)
         self._pieces: dict[bytes, int] = {}

@@ -62,8 +62,11 @@ class TokenizerFiles:
         read: list[bytes] = []
         with origin_fetcher(revision).open(revision, file, 0) as transfer:
             if transfer.total is not None and transfer.total != file.size_bytes:
-                raise TokenizerUnreadable(named, f"the origin's file is {transfer.total:,} bytes, the catalogue's "
-                                                 f"{file.size_bytes:,}: not the catalogue's file")
+                raise TokenizerUnreadable(
+                    named,
+                    f"the origin's file is {transfer.total:,} bytes, the catalogue's "
+                    f"{file.size_bytes:,}: not the catalogue's file",
+                )
 
             def chunks() -> Iterator[bytes]:
                 for chunk in transfer.chunks:
@@ -81,8 +84,7 @@ class TokenizerFiles:
         config = None
         if config_file is not None:
             config_named = f"{revision.model}: {config_file.path}"
-            config = parse_tokenizer_config(self._whole(revision, config_file, config_named).read_bytes(),
-                                            config_named)
+            config = parse_tokenizer_config(self._whole(revision, config_file, config_named).read_bytes(), config_named)
         return from_tokenizer_json(path, config, named)
 
     def _whole(self, revision: Revision, file: RevisionFile, named: str) -> Path:
@@ -90,8 +92,9 @@ class TokenizerFiles:
         if kept.exists():
             return kept
         if file.size_bytes > MAX_JSON_BYTES:
-            raise TokenizerUnreadable(named, f"{file.size_bytes:,} bytes is no tokenizer file (at most "
-                                             f"{MAX_JSON_BYTES:,})")
+            raise TokenizerUnreadable(
+                named, f"{file.size_bytes:,} bytes is no tokenizer file (at most {MAX_JSON_BYTES:,})"
+            )
         digest = hashlib.sha256()
         parts = []
         with origin_fetcher(revision).open(revision, file, 0) as transfer:

@@ -56,7 +56,7 @@ class _Bytes:
     def take(self, n: int) -> bytes:
         end = self._at + n
         if end > len(self._buffer):
-            parts = [self._buffer[self._at:]]
+            parts = [self._buffer[self._at :]]
             have = len(parts[0])
             while have < n:
                 chunk = next(self._chunks, None)
@@ -66,7 +66,7 @@ class _Bytes:
                 have += len(chunk)
             self._consumed += self._at
             self._buffer, self._at, end = b"".join(parts), 0, n
-        out = self._buffer[self._at:end]
+        out = self._buffer[self._at : end]
         self._at = end
         return out
 
@@ -82,7 +82,7 @@ class _Bytes:
             if at + 8 <= end:
                 size = _U64.unpack_from(buffer, at)[0]
                 if at + 8 + size <= end and size <= MAX_STRING_BYTES:
-                    out.append(buffer[at + 8:at + 8 + size].decode("utf-8"))
+                    out.append(buffer[at + 8 : at + 8 + size].decode("utf-8"))
                     at += 8 + size
                     continue
             self._at = at  # near the buffer's end (or too long): the careful path, which refills
@@ -102,7 +102,9 @@ def read_metadata(chunks: Iterable[bytes]) -> dict[str, Any]:
         raise GgufUnreadable(f"not a GGUF file: it starts with {magic!r}, not {MAGIC!r}")
     version = data.unpack("<I")
     if version not in SUPPORTED_VERSIONS:
-        raise GgufUnreadable(f"GGUF version {version} is not supported (only {', '.join(map(str, SUPPORTED_VERSIONS))})")
+        raise GgufUnreadable(
+            f"GGUF version {version} is not supported (only {', '.join(map(str, SUPPORTED_VERSIONS))})"
+        )
     data.unpack("<Q")  # tensor count: the tensors are the engine's business
     count = data.unpack("<Q")
     if count > MAX_KEYS:

@@ -94,6 +94,7 @@ class ModelTokenizers:
 
     async def warm(self, entries: Iterable[ModelEntry]) -> None:
         """Load the tokenizers of `entries` in a thread each; one that fails is logged, and its steps will say why."""
+
         async def load(entry: ModelEntry) -> None:
             try:
                 await asyncio.to_thread(self.for_entry, entry)

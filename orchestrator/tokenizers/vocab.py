@@ -63,13 +63,19 @@ def from_gguf_metadata(metadata: dict[str, Any], file: str) -> Vocabulary:
     """The tokenizer a GGUF file's metadata describes (`file` is for errors)."""
     kind = metadata.get("tokenizer.ggml.model")
     if kind != "gpt2":
-        raise TokenizerUnreadable(file, f"tokenizer.ggml.model {kind!r} is not supported (only 'gpt2', byte-level "
-                                        "BPE); name the model's tokenizer.json as its tokenizer instead")
+        raise TokenizerUnreadable(
+            file,
+            f"tokenizer.ggml.model {kind!r} is not supported (only 'gpt2', byte-level "
+            "BPE); name the model's tokenizer.json as its tokenizer instead",
+        )
     pre = metadata.get("tokenizer.ggml.pre", "gpt-2")
     if pre not in PRE_TOKENIZERS:
-        raise TokenizerUnreadable(file, f"tokenizer.ggml.pre {pre!r} is not among the pre-tokenizers Berth counts "
-                                        f"exactly ({', '.join(sorted(PRE_TOKENIZERS))}); name the model's "
-                                        "tokenizer.json as its tokenizer instead")
+        raise TokenizerUnreadable(
+            file,
+            f"tokenizer.ggml.pre {pre!r} is not among the pre-tokenizers Berth counts "
+            f"exactly ({', '.join(sorted(PRE_TOKENIZERS))}); name the model's "
+            "tokenizer.json as its tokenizer instead",
+        )
     tokens = _list_of(metadata, "tokenizer.ggml.tokens", str, file)
     merges = _list_of(metadata, "tokenizer.ggml.merges", str, file)
     types = metadata.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens)
@@ -97,16 +103,21 @@ def from_gguf_metadata(metadata: dict[str, Any], file: str) -> Vocabulary:
     tokenizer.decoder = decoders.ByteLevel()
     # llama.cpp's tokenizer (with special parsing, as a chat prompt is tokenized) matches control and
     # user-defined tokens in the text before splitting the rest: `tokenizers`' added tokens do the same.
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                  for t, k in zip(tokens, types) if k == CONTROL])
-    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False)
-                          for t, k in zip(tokens, types) if k == USER_DEFINED])
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types) if k == CONTROL]
+    )
+    tokenizer.add_tokens(
+        [AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types) if k == USER_DEFINED]
+    )
     template = metadata.get("tokenizer.chat_template")
-    return Vocabulary(tokenizer, template if isinstance(template, str) else None,
-                      _token_text(metadata, tokens, "tokenizer.ggml.bos_token_id"),
-                      _token_text(metadata, tokens, "tokenizer.ggml.eos_token_id"),
-                      adds_bos=metadata.get("tokenizer.ggml.add_bos_token") is True,
-                      uncounted_from=len(tokens) if missing else None)
+    return Vocabulary(
+        tokenizer,
+        template if isinstance(template, str) else None,
+        _token_text(metadata, tokens, "tokenizer.ggml.bos_token_id"),
+        _token_text(metadata, tokens, "tokenizer.ggml.eos_token_id"),
+        adds_bos=metadata.get("tokenizer.ggml.add_bos_token") is True,
+        uncounted_from=len(tokens) if missing else None,
+    )
 
 
 def from_tokenizer_json(path: Path, config: dict[str, Any] | None, file: str) -> Vocabulary:
@@ -119,10 +130,15 @@ def from_tokenizer_json(path: Path, config: dict[str, Any] | None, file: str) ->
     config = config or {}
     template = config.get("chat_template")
     if isinstance(template, list):  # [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
-        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"),
-                        None)
-    return Vocabulary(tokenizer, template if isinstance(template, str) else None,
-                      _special_text(config.get("bos_token")), _special_text(config.get("eos_token")))
+        template = next(
+            (t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None
+        )
+    return Vocabulary(
+        tokenizer,
+        template if isinstance(template, str) else None,
+        _special_text(config.get("bos_token")),
+        _special_text(config.get("eos_token")),
+    )
 
 
 def parse_tokenizer_config(raw: bytes, file: str) -> dict[str, Any]:

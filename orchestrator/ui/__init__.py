@@ -22,8 +22,15 @@ from .rendering import redirect, render
 from .session_auth import CsrfRefused, SignInRequired, login_url, signed_in
 
 STATIC_PREFIX = "/ui/static"
-_HEADINGS = {401: "Not signed in", 403: "Not allowed", 404: "Not found", 409: "Conflict", 422: "Not valid",
-             429: "Too many requests", 503: "Unavailable"}
+_HEADINGS = {
+    401: "Not signed in",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Conflict",
+    422: "Not valid",
+    429: "Too many requests",
+    503: "Unavailable",
+}
 
 
 def is_ui_path(path: str) -> bool:
@@ -49,7 +56,9 @@ def install(app: FastAPI, store: Store) -> FleetHistory:
 
     @app.exception_handler(CsrfRefused)
     async def _csrf(request: Request, _exc: CsrfRefused) -> Response:
-        return await error_page(request, 403, "the form's CSRF token is missing or wrong: reload the page and try again")
+        return await error_page(
+            request, 403, "the form's CSRF token is missing or wrong: reload the page and try again"
+        )
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> Response:
@@ -84,5 +93,12 @@ async def error_page(request: Request, status: int, message: str) -> Response:
         viewer = await signed_in(request)
     except SignInRequired:
         viewer = None
-    return render(request, "error.html", viewer, status=status, status_code=status,
-                  heading=_HEADINGS.get(status, "Refused"), message=message)
+    return render(
+        request,
+        "error.html",
+        viewer,
+        status=status,
+        status_code=status,
+        heading=_HEADINGS.get(status, "Refused"),
+        message=message,
+    )

@@ -30,9 +30,9 @@ from ..api.auth import refusal_of
 from ..api.errors import ApiError
 from ..api.principal import ADMINS, OPERATORS, TASK_WRITERS
 from ..api.services import Services, services
-from .forms import model_from_form, read_form
 from .admin_pages import show_tenants
 from .fleet_pages import show_fleet, show_models
+from .forms import model_from_form, read_form
 from .pages import show_task
 from .rendering import Flash, redirect
 from .session_auth import Viewer, check_csrf, signed_in
@@ -42,8 +42,15 @@ Svc = Annotated[Services, Depends(services)]
 Shown = Callable[..., Awaitable[Response]]
 
 # An empty field takes the policy's default: idle_timeout_s left empty is learned from the model's idle gaps.
-POLICY_FIELDS = ("min_replicas", "max_replicas", "idle_timeout_s", "scaler", "target", "warm_buffer",
-                 "intent_gpu_hours_per_hour")
+POLICY_FIELDS = (
+    "min_replicas",
+    "max_replicas",
+    "idle_timeout_s",
+    "scaler",
+    "target",
+    "warm_buffer",
+    "intent_gpu_hours_per_hour",
+)
 TENANT_LIMITS = ("gpu_quota", "default_budget_tokens", "default_budget_usd")
 
 
@@ -88,8 +95,9 @@ async def task_action(request: Request, task_id: str, action: str, svc: Svc) -> 
     caller = viewer.principal
 
     async def cancel() -> Done:
-        body = model_from_form(tasks_api.CancelBody, {"reason": form.get("reason") or "cancelled from the admin UI"},
-                               ("reason",))
+        body = model_from_form(
+            tasks_api.CancelBody, {"reason": form.get("reason") or "cancelled from the admin UI"}, ("reason",)
+        )
         await tasks_api.cancel(task_id, svc, caller, body)
         return Done("cancel requested: the task stops after its current step")
 
@@ -181,8 +189,9 @@ async def prewarm(request: Request, name: str, svc: Svc) -> Response:
         started = await models_api.prewarm(name, svc, viewer.principal, None)
         if not started.nodes:
             return Done(f"{name}: nothing to fetch: no healthy node that could serve it is missing its weights")
-        where = ", ".join(f"{t.node_id} (from {'a datacenter peer' if t.source == 'datacenter' else 'origin'})"
-                          for t in started.nodes)
+        where = ", ".join(
+            f"{t.node_id} (from {'a datacenter peer' if t.source == 'datacenter' else 'origin'})" for t in started.nodes
+        )
         return Done(f"{name}: weights going onto the disks of {where}")
 
     async def again(**kwargs: Any) -> Response:
@@ -236,8 +245,10 @@ async def create_key(request: Request, svc: Svc) -> Response:
     # Shown on this one answer, never again (no redirect: the key must not travel in a cookie or a URL).
     # The form starts empty again: what was typed made this key.
     return await _tenants_again(request, svc, viewer)(
-        flash=Flash("ok", f"key {created.key_id} created: copy it now, it is not shown again"), status=201,
-        new_key=created.key)
+        flash=Flash("ok", f"key {created.key_id} created: copy it now, it is not shown again"),
+        status=201,
+        new_key=created.key,
+    )
 
 
 @router.post("/keys/{key_id}/revoke")
@@ -252,8 +263,12 @@ async def revoke_key(request: Request, key_id: str, svc: Svc) -> Response:
     return await _act(revoke, "/tenants", _tenants_again(request, svc, viewer))
 
 
-def _tenants_again(request: Request, svc: Services, viewer: Viewer, typed: tuple[str, dict[str, str]] | None = None,
-                   ) -> Shown:
+def _tenants_again(
+    request: Request,
+    svc: Services,
+    viewer: Viewer,
+    typed: tuple[str, dict[str, str]] | None = None,
+) -> Shown:
     """The tenants page shown again after a refusal, with the refused form (`typed`: its id, its fields) as typed."""
 
     async def show(**kwargs: Any) -> Response:

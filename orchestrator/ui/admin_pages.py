@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 from urllib.parse import urlencode
 
@@ -38,8 +38,11 @@ AUDIT_METHODS = tuple(m for m in ("POST", "PUT", "PATCH", "DELETE") if m in WRIT
 # Offered in the status filter beside "done" and "refused"; any other code may still be asked for in the URL.
 COMMON_STATUSES = (200, 201, 202, 204, 303, 400, 401, 403, 404, 409, 413, 422, 429, 500, 503)
 # The quick ranges: resolved to a `since` when asked, so paging through them does not drift as time passes.
-QUICK_RANGES = {"1h": ("last hour", timedelta(hours=1)), "24h": ("last 24 h", timedelta(hours=24)),
-                "7d": ("last 7 days", timedelta(days=7))}
+QUICK_RANGES = {
+    "1h": ("last hour", timedelta(hours=1)),
+    "24h": ("last 24 h", timedelta(hours=24)),
+    "7d": ("last 7 days", timedelta(days=7)),
+}
 TIME_INPUT = "%Y-%m-%dT%H:%M:%S"  # what <input type=datetime-local step=1> holds
 
 
@@ -48,15 +51,34 @@ async def tenants_page(request: Request, svc: Svc, viewer: Signed) -> HTMLRespon
     return await show_tenants(request, svc, viewer)
 
 
-async def show_tenants(request: Request, svc: Services, viewer: Viewer, *, flash: Flash | None = None,
-                       status: int = 200, new_key: str | None = None, typed: Typed | None = None) -> HTMLResponse:
+async def show_tenants(
+    request: Request,
+    svc: Services,
+    viewer: Viewer,
+    *,
+    flash: Flash | None = None,
+    status: int = 200,
+    new_key: str | None = None,
+    typed: Typed | None = None,
+) -> HTMLResponse:
     """The tenants and keys page; `typed` is a refused form (its id and fields), shown again as typed."""
     require_admin(viewer, "manage tenants and API keys")
     tenants = await svc.db(svc.store.tenants.list)
     keys = await svc.db(svc.store.keys.list)
-    return render(request, "tenants.html", viewer, tenants=tenants, keys=keys, new_key=new_key, flash=flash,
-                  status=status, typed=typed, trusts=[t.value for t in Trust], roles=[r.value for r in Role],
-                  limit_text=limit_text)
+    return render(
+        request,
+        "tenants.html",
+        viewer,
+        tenants=tenants,
+        keys=keys,
+        new_key=new_key,
+        flash=flash,
+        status=status,
+        typed=typed,
+        trusts=[t.value for t in Trust],
+        roles=[r.value for r in Role],
+        limit_text=limit_text,
+    )
 
 
 def limit_text(value: int | float | None) -> str:
@@ -109,29 +131,60 @@ class AuditQuery:
 
 
 @router.get("/audit", response_class=HTMLResponse)
-async def audit_page(request: Request, svc: Svc, viewer: Signed,
-                     key_id: Annotated[str, Query(max_length=64)] = "",
-                     method: Annotated[str, Query(max_length=10)] = "",
-                     path: Annotated[str, Query(max_length=200)] = "",
-                     status: Annotated[str, Query(max_length=10)] = "",
-                     since: Annotated[str, Query(max_length=40)] = "",
-                     until: Annotated[str, Query(max_length=40)] = "",
-                     quick: Annotated[str, Query(alias="range", max_length=10)] = "",
-                     page: Annotated[int, Query(ge=1, le=10_000)] = 1) -> HTMLResponse:
+async def audit_page(
+    request: Request,
+    svc: Svc,
+    viewer: Signed,
+    key_id: Annotated[str, Query(max_length=64)] = "",
+    method: Annotated[str, Query(max_length=10)] = "",
+    path: Annotated[str, Query(max_length=200)] = "",
+    status: Annotated[str, Query(max_length=10)] = "",
+    since: Annotated[str, Query(max_length=40)] = "",
+    until: Annotated[str, Query(max_length=40)] = "",
+    quick: Annotated[str, Query(alias="range", max_length=10)] = "",
+    page: Annotated[int, Query(ge=1, le=10_000)] = 1,
+) -> HTMLResponse:
     require_admin(viewer, "read the audit log")
-    typed = AuditFilters(key_id=key_id.strip(), method=method.strip().upper(), path=path.strip(),
-                         status=status.strip().lower(), since=since.strip(), until=until.strip())
+    typed = AuditFilters(
+        key_id=key_id.strip(),
+        method=method.strip().upper(),
+        path=path.strip(),
+        status=status.strip().lower(),
+        since=since.strip(),
+        until=until.strip(),
+    )
     shown = dict(methods=AUDIT_METHODS, statuses=COMMON_STATUSES, ranges=QUICK_RANGES)
     try:
-        filters, query, window = resolve_range(typed, quick.strip(), datetime.now(timezone.utc))
+        filters, query, window = resolve_range(typed, quick.strip(), datetime.now(UTC))
         query = audit_query(filters) if query is None else query
     except ApiError as exc:
-        return render(request, "audit.html", viewer, status=exc.status, flash=Flash("error", exc.message),
-                      entries=[], more=False, filters=typed, page=1, window="", **shown)
-    entries = await svc.db(svc.store.audit.list, **asdict(query), limit=AUDIT_PAGE_SIZE + 1,
-                           offset=(page - 1) * AUDIT_PAGE_SIZE)
-    return render(request, "audit.html", viewer, entries=entries[:AUDIT_PAGE_SIZE],
-                  more=len(entries) > AUDIT_PAGE_SIZE, filters=filters, page=page, window=window, **shown)
+        return render(
+            request,
+            "audit.html",
+            viewer,
+            status=exc.status,
+            flash=Flash("error", exc.message),
+            entries=[],
+            more=False,
+            filters=typed,
+            page=1,
+            window="",
+            **shown,
+        )
+    entries = await svc.db(
+        svc.store.audit.list, **asdict(query), limit=AUDIT_PAGE_SIZE + 1, offset=(page - 1) * AUDIT_PAGE_SIZE
+    )
+    return render(
+        request,
+        "audit.html",
+        viewer,
+        entries=entries[:AUDIT_PAGE_SIZE],
+        more=len(entries) > AUDIT_PAGE_SIZE,
+        filters=filters,
+        page=page,
+        window=window,
+        **shown,
+    )
 
 
 def resolve_range(typed: AuditFilters, quick: str, now: datetime) -> tuple[AuditFilters, AuditQuery | None, str]:
@@ -156,11 +209,17 @@ def audit_query(filters: AuditFilters) -> AuditQuery:
     if since is not None and until is not None and until <= since:
         raise invalid("until", f"until: {filters.until} is before since ({filters.since})")
     if filters.method and filters.method not in AUDIT_METHODS:
-        raise invalid("method", f"method: {filters.method!r} is not one of {', '.join(AUDIT_METHODS)}"
-                                " (only writes are audited)")
-    return AuditQuery(key_id=filters.key_id or None, method=filters.method or None,
-                      path_contains=filters.path or None, status=parse_status(filters.status), since=since,
-                      until=until)
+        raise invalid(
+            "method", f"method: {filters.method!r} is not one of {', '.join(AUDIT_METHODS)} (only writes are audited)"
+        )
+    return AuditQuery(
+        key_id=filters.key_id or None,
+        method=filters.method or None,
+        path_contains=filters.path or None,
+        status=parse_status(filters.status),
+        since=since,
+        until=until,
+    )
 
 
 def parse_utc(field: str, text: str) -> datetime | None:
@@ -169,7 +228,7 @@ def parse_utc(field: str, text: str) -> datetime | None:
         return None
     try:
         parsed = datetime.fromisoformat(text)
-        return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
     except (ValueError, OverflowError):
         raise invalid(field, f"{field}: {text!r} is not a time: write it as YYYY-MM-DDTHH:MM (UTC)") from None
 
@@ -183,7 +242,7 @@ def until_end(text: str) -> datetime | None:
     try:
         return until + _precision(text)
     except OverflowError:
-        return datetime.max.replace(tzinfo=timezone.utc)
+        return datetime.max.replace(tzinfo=UTC)
 
 
 def _precision(text: str) -> timedelta:
@@ -194,7 +253,7 @@ def _precision(text: str) -> timedelta:
 
 
 def parse_status(text: str) -> StatusFilter | None:
-    """"done" (below 400), "refused" (400 and above) or one HTTP status code."""
+    """ "done" (below 400), "refused" (400 and above) or one HTTP status code."""
     if not text:
         return None
     if text in ("done", "refused"):

@@ -13,7 +13,7 @@ import logging
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from starlette.concurrency import run_in_threadpool
 
@@ -54,13 +54,18 @@ class FleetHistory:
 
     def sample(self) -> None:
         replicas = Counter(r.state for r in self.store.fleet.replicas())
-        nodes = {n.node_id: node_gpus(n.gpus) for n in self.store.fleet.list()
-                 if n.status != "lost" and n.status not in UNADMITTED and n.gpus}
-        self.samples.append(Sample(datetime.now(timezone.utc), replicas, nodes))
+        nodes = {
+            n.node_id: node_gpus(n.gpus)
+            for n in self.store.fleet.list()
+            if n.status != "lost" and n.status not in UNADMITTED and n.gpus
+        }
+        self.samples.append(Sample(datetime.now(UTC), replicas, nodes))
 
     def replicas(self) -> list[Series]:
         """Replicas that serve (warm) and those that soon will (loading), at each sample."""
-        return [Series(state, [(s.at, float(s.replicas[state])) for s in self.samples]) for state in ("warm", "loading")]
+        return [
+            Series(state, [(s.at, float(s.replicas[state])) for s in self.samples]) for state in ("warm", "loading")
+        ]
 
     def gpu_memory(self) -> list[Series]:
         """GiB of GPU memory in use on each node."""
@@ -73,14 +78,21 @@ class FleetHistory:
     def node_series(self, node_id: str) -> tuple[Series, Series]:
         """One node's memory in use (GiB) and utilization (%), for its row on the Fleet page."""
         memory = [(s.at, s.nodes[node_id].memory_used_gib) for s in self.samples if node_id in s.nodes]
-        busy = [(s.at, u) for s in self.samples if node_id in s.nodes
-                and (u := s.nodes[node_id].utilization_pct) is not None]
+        busy = [
+            (s.at, u)
+            for s in self.samples
+            if node_id in s.nodes and (u := s.nodes[node_id].utilization_pct) is not None
+        ]
         return Series("memory used", memory), Series("utilization", busy)
 
     def _per_node(self, read: Callable[[NodeGpus], float | None]) -> list[Series]:
         names = sorted({node for s in self.samples for node in s.nodes})
-        return [Series(node, [(s.at, v) for s in self.samples if node in s.nodes and (v := read(s.nodes[node])) is not None])
-                for node in names]
+        return [
+            Series(
+                node, [(s.at, v) for s in self.samples if node in s.nodes and (v := read(s.nodes[node])) is not None]
+            )
+            for node in names
+        ]
 
     async def run(self) -> None:
         """Sample until cancelled (the app's lifespan owns the task)."""

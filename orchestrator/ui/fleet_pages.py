@@ -7,7 +7,7 @@ spans the same last hour (CHART_WINDOW), whatever its data covers.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -28,8 +28,11 @@ router = APIRouter(include_in_schema=False)
 Signed = Annotated[Viewer, Depends(signed_in)]
 Svc = Annotated[Services, Depends(services)]
 CHART_WINDOW = HOUR
-PAGES = {"overview": ("overview.html", "overview_live.html"), "fleet": ("fleet.html", "fleet_live.html"),
-         "models": ("models.html", "models_live.html")}
+PAGES = {
+    "overview": ("overview.html", "overview_live.html"),
+    "fleet": ("fleet.html", "fleet_live.html"),
+    "models": ("models.html", "models_live.html"),
+}
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -51,22 +54,37 @@ async def models_page(request: Request, svc: Svc, viewer: Signed) -> HTMLRespons
 async def panel(request: Request, page: str, svc: Svc, viewer: Signed) -> HTMLResponse:
     """A live page's panel alone, as live.js swaps it in."""
     if page not in PAGES:
-        return render(request, "error.html", viewer, status=404, heading="Not found",
-                      message=f"page: {page!r} is not one of {', '.join(PAGES)}")
+        return render(
+            request,
+            "error.html",
+            viewer,
+            status=404,
+            heading="Not found",
+            message=f"page: {page!r} is not one of {', '.join(PAGES)}",
+        )
     context = {"overview": _overview, "fleet": _fleet, "models": _models}[page]
     return render(request, PAGES[page][1], viewer, **await context(request, svc, viewer))
 
 
-async def show_fleet(request: Request, svc: Services, viewer: Viewer, *, flash: Flash | None = None,
-                     status: int = 200) -> HTMLResponse:
+async def show_fleet(
+    request: Request, svc: Services, viewer: Viewer, *, flash: Flash | None = None, status: int = 200
+) -> HTMLResponse:
     return render(request, "fleet.html", viewer, flash=flash, status=status, **await _fleet(request, svc, viewer))
 
 
-async def show_models(request: Request, svc: Services, viewer: Viewer, *, flash: Flash | None = None,
-                      status: int = 200, typed: tuple[str, dict[str, str]] | None = None) -> HTMLResponse:
+async def show_models(
+    request: Request,
+    svc: Services,
+    viewer: Viewer,
+    *,
+    flash: Flash | None = None,
+    status: int = 200,
+    typed: tuple[str, dict[str, str]] | None = None,
+) -> HTMLResponse:
     """The models page; `typed` is (model, form fields) of a refused policy form, shown as typed."""
-    return render(request, "models.html", viewer, flash=flash, status=status,
-                  **await _models(request, svc, viewer, typed=typed))
+    return render(
+        request, "models.html", viewer, flash=flash, status=status, **await _models(request, svc, viewer, typed=typed)
+    )
 
 
 def _history(request: Request) -> FleetHistory | None:
@@ -80,15 +98,20 @@ async def _overview(request: Request, svc: Services, viewer: Viewer) -> dict[str
     calls = await svc.db(svc.store.events.recent, ("llm_call",), window.start, viewer.principal.tenant)
     ttft = ttft_history(calls, window)
     return {
-        "figures": figures, "window": window,
+        "figures": figures,
+        "window": window,
         "tokens_chart": time_chart("chart-tokens", [figures.tokens_per_minute], window, "tokens/min", kind="bars"),
-        "replicas_chart": time_chart("chart-replicas", history.replicas() if history else [], window, "replicas",
-                                     whole=True),
-        "utilization_chart": time_chart("chart-gpu-utilization", history.gpu_utilization() if history else [],
-                                        window, "%", top=100),
+        "replicas_chart": time_chart(
+            "chart-replicas", history.replicas() if history else [], window, "replicas", whole=True
+        ),
+        "utilization_chart": time_chart(
+            "chart-gpu-utilization", history.gpu_utilization() if history else [], window, "%", top=100
+        ),
         "memory_chart": time_chart("chart-gpu-memory", history.gpu_memory() if history else [], window, "GiB"),
-        "ttft_sparks": {model: sparkline(f"spark-ttft-{i}", f"{model} time to first token", series, window, "s")
-                        for i, (model, series) in enumerate(sorted(ttft.items()))},
+        "ttft_sparks": {
+            model: sparkline(f"spark-ttft-{i}", f"{model} time to first token", series, window, "s")
+            for i, (model, series) in enumerate(sorted(ttft.items()))
+        },
     }
 
 
@@ -100,42 +123,62 @@ async def _fleet(request: Request, svc: Services, _viewer: Viewer) -> dict[str, 
     by_dc: dict[str, list[Any]] = {}
     for node in nodes:
         by_dc.setdefault(node.datacenter, []).append(node)
-    now = datetime.now(timezone.utc)
-    idle = {r.replica_id: _idle_timer(r, served.get(f"{r.node_id}/{r.replica_id}"), catalogue.get(r.model), now)
-            for r in replicas}
+    now = datetime.now(UTC)
+    idle = {
+        r.replica_id: _idle_timer(r, served.get(f"{r.node_id}/{r.replica_id}"), catalogue.get(r.model), now)
+        for r in replicas
+    }
     window = Window.last(CHART_WINDOW, now)
     history = _history(request)
     sparks = {}
     for i, node in enumerate(nodes):
-        memory, busy = history.node_series(node.node_id) if history else (Series("memory used", []),
-                                                                          Series("utilization", []))
+        memory, busy = (
+            history.node_series(node.node_id) if history else (Series("memory used", []), Series("utilization", []))
+        )
         sparks[node.node_id] = (
             sparkline(f"spark-memory-{i}", f"{node.node_id} GPU memory in use", [memory], window, "GiB"),
-            sparkline(f"spark-utilization-{i}", f"{node.node_id} GPU utilization", [busy], window, "%"))
-    return {"datacenters": dict(sorted(by_dc.items())), "replicas": replicas, "idle": idle, "window": window,
-            "gpus": {n.node_id: node_gpus(n.gpus) for n in nodes}, "sparks": sparks,
-            "steps_on": {n.node_id: sum(r.active_leases for r in n.replicas) for n in nodes}}
+            sparkline(f"spark-utilization-{i}", f"{node.node_id} GPU utilization", [busy], window, "%"),
+        )
+    return {
+        "datacenters": dict(sorted(by_dc.items())),
+        "replicas": replicas,
+        "idle": idle,
+        "window": window,
+        "gpus": {n.node_id: node_gpus(n.gpus) for n in nodes},
+        "sparks": sparks,
+        "steps_on": {n.node_id: sum(r.active_leases for r in n.replicas) for n in nodes},
+    }
 
 
-async def _models(request: Request, svc: Services, _viewer: Viewer,
-                  typed: tuple[str, dict[str, str]] | None = None) -> dict[str, Any]:
+async def _models(
+    request: Request, svc: Services, _viewer: Viewer, typed: tuple[str, dict[str, str]] | None = None
+) -> dict[str, Any]:
     models = await svc.db(svc.store.models.list)
     replicas = await svc.db(svc.store.fleet.replicas)
     window = Window.last(CHART_WINDOW)
     calls = await svc.db(svc.store.events.recent, ("llm_call",), window.start)
     ttft = ttft_history(calls, window)
-    return {"models": models, "replicas": replicas, "typed": typed, "window": window,
-            "figures": await svc.db(models_last_hour, svc.store),
-            "foresight": {m.entry.name: foresight_view(m) for m in models},
-            "windows": {m.entry.name: unload_window(m) for m in models}, "window_words": WINDOW_WORDS,
-            "duration": duration,
-            "ttft_sparks": {m.entry.name: sparkline(f"spark-ttft-{i}", f"{m.entry.name} time to first token",
-                                                    ttft.get(m.entry.name, []), window, "s")
-                            for i, m in enumerate(models)}}
+    return {
+        "models": models,
+        "replicas": replicas,
+        "typed": typed,
+        "window": window,
+        "figures": await svc.db(models_last_hour, svc.store),
+        "foresight": {m.entry.name: foresight_view(m) for m in models},
+        "windows": {m.entry.name: unload_window(m) for m in models},
+        "window_words": WINDOW_WORDS,
+        "duration": duration,
+        "ttft_sparks": {
+            m.entry.name: sparkline(
+                f"spark-ttft-{i}", f"{m.entry.name} time to first token", ttft.get(m.entry.name, []), window, "s"
+            )
+            for i, m in enumerate(models)
+        },
+    }
 
 
 def _idle_timer(replica: Any, last_served: datetime | None, model: CatalogueModel | None, now: datetime) -> str:
-    """"idle 40 s (unloads in ~4 min)" for a warm replica serving nothing; "" otherwise.
+    """ "idle 40 s (unloads in ~4 min)" for a warm replica serving nothing; "" otherwise.
 
     Idle since its last finished call, or since it loaded; the pool's own clock decides the unload,
     so the page says "~". The window is the policy's fixed one, else the first replica's learned one."""

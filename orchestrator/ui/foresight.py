@@ -10,14 +10,22 @@ from typing import Literal
 from sdk import CatalogueModel
 from sdk.wire.catalogue import KeepAliveSource, KeepAliveView, PrewarmView
 
-WINDOW_WORDS: dict[KeepAliveSource, str] = {"learned": "learned from its idle gaps",
-                                            "break-even": "kept until holding it has cost one cold start",
-                                            "operator": "the policy's idle timeout"}
+WINDOW_WORDS: dict[KeepAliveSource, str] = {
+    "learned": "learned from its idle gaps",
+    "break-even": "kept until holding it has cost one cold start",
+    "operator": "the policy's idle timeout",
+}
 
 
 def duration(seconds: float) -> str:
     """ "40 s", "12 min", "1.5 h": how the pages say a span of time."""
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 90
+        else f"{seconds / 60:.0f} min"
+        if seconds < 5400
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
 def unload_window(model: CatalogueModel | None) -> tuple[float, KeepAliveSource] | None:
@@ -71,22 +79,29 @@ def foresight_view(model: CatalogueModel) -> ForesightView | None:
     f = model.foresight
     if f is None:
         return None
-    return ForesightView(updated_at=f.updated_at, levels=[_keep_alive_row(k) for k in sorted(f.keep_alive,
-                                                                                          key=lambda k: k.level)],
-                         prewarms=[_prewarm_row(p) for p in f.prewarms], announced=f.announced,
-                         intent_used=f"{f.intent_gpu_hours_last_hour:.2f}",
-                         intent_allowed=f"{model.policy.intent_gpu_hours_per_hour:g}")
+    return ForesightView(
+        updated_at=f.updated_at,
+        levels=[_keep_alive_row(k) for k in sorted(f.keep_alive, key=lambda k: k.level)],
+        prewarms=[_prewarm_row(p) for p in f.prewarms],
+        announced=f.announced,
+        intent_used=f"{f.intent_gpu_hours_last_hour:.2f}",
+        intent_allowed=f"{model.policy.intent_gpu_hours_per_hour:g}",
+    )
 
 
 def _keep_alive_row(k: KeepAliveView) -> KeepAliveRow:
-    kept = (f"unloaded at once, then kept until {duration(k.window_s)} idle" if k.prewarm_s > 0
-            else f"{duration(k.window_s)} idle")
+    kept = (
+        f"unloaded at once, then kept until {duration(k.window_s)} idle"
+        if k.prewarm_s > 0
+        else f"{duration(k.window_s)} idle"
+    )
     prewarm = f"at {duration(k.prewarm_s)} idle" if k.prewarm_s > 0 else "–"
     gaps = f"{k.gaps} idle gap{'' if k.gaps == 1 else 's'}"
-    why = {"learned": f"learned from {gaps}",
-           "break-even": f"break-even: kept until holding it has cost one cold start ({gaps} give no longer"
-                         " window)",
-           "operator": "the operator's idle timeout"}[k.source]
+    why = {
+        "learned": f"learned from {gaps}",
+        "break-even": f"break-even: kept until holding it has cost one cold start ({gaps} give no longer window)",
+        "operator": "the operator's idle timeout",
+    }[k.source]
     return KeepAliveRow(k.level, kept, prewarm, k.source, why)
 
 

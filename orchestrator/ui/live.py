@@ -72,13 +72,21 @@ async def _shared_version(svc: Services, samples: int) -> str:
 
 def fleet_version(store: Store, samples: int, now: float | None = None) -> str:
     """A digest of what the live pages show: it changes when any of it does (heartbeat times aside)."""
-    nodes = [(n.node_id, n.status, n.preempt_by and n.preempt_by.isoformat(),
-              [(g.index, g.healthy, g.memory_used_mib, g.utilization_pct) for g in n.gpus],
-              [(w.model, w.size_bytes) for w in n.cached_weights],
-              [(r.replica_id, r.state, r.active_leases, r.outstanding_tokens) for r in n.replicas])
-             for n in store.fleet.list()]
-    models = [(m.entry.name, m.policy.model_dump_json(), m.foresight and m.foresight.updated_at.isoformat())
-              for m in store.models.list()]
+    nodes = [
+        (
+            n.node_id,
+            n.status,
+            n.preempt_by and n.preempt_by.isoformat(),
+            [(g.index, g.healthy, g.memory_used_mib, g.utilization_pct) for g in n.gpus],
+            [(w.model, w.size_bytes) for w in n.cached_weights],
+            [(r.replica_id, r.state, r.active_leases, r.outstanding_tokens) for r in n.replicas],
+        )
+        for n in store.fleet.list()
+    ]
+    models = [
+        (m.entry.name, m.policy.model_dump_json(), m.foresight and m.foresight.updated_at.isoformat())
+        for m in store.models.list()
+    ]
     clock = int((time.time() if now is None else now) // REFRESH_AT_LEAST_S)
     seen = json.dumps([nodes, models, store.events.newest_seq(), samples, clock], default=str)
     return hashlib.blake2b(seen.encode(), digest_size=8).hexdigest()

@@ -65,7 +65,9 @@ class FailedSignIns:
 
 
 @router.get("/login", response_class=HTMLResponse)
-async def login_form(request: Request, next_: Annotated[str, Query(alias="next", max_length=2000)] = "/") -> HTMLResponse:
+async def login_form(
+    request: Request, next_: Annotated[str, Query(alias="next", max_length=2000)] = "/"
+) -> HTMLResponse:
     return _login_page(request, safe_next(next_))
 
 
@@ -79,8 +81,12 @@ async def login(request: Request, svc: Svc) -> Response:
     address = request.client.host if request.client else "unknown"
     key_id = (split_key(key) or ("", ""))[0]
     if failures.locked(address, key_id):
-        return _login_page(request, next_path, status=429,
-                           flash=Flash("error", "too many failed sign-ins: wait a minute before trying again"))
+        return _login_page(
+            request,
+            next_path,
+            status=429,
+            flash=Flash("error", "too many failed sign-ins: wait a minute before trying again"),
+        )
     if not key:
         return _login_page(request, next_path, status=422, flash=Flash("error", "api_key: enter an API key"))
     try:
@@ -90,14 +96,28 @@ async def login(request: Request, svc: Svc) -> Response:
         request.scope[PRINCIPAL_SCOPE_KEY] = None
         return _login_page(request, next_path, status=401, flash=Flash("error", f"api_key: {exc.message}"))
     if holder.task_id is not None:
-        return _login_page(request, next_path, status=403, flash=Flash(
-            "error", f"api_key: key {holder.key_id} is the token of task {holder.task_id}, for that task's own tools;"
-                     " sign in with an API key"))
+        return _login_page(
+            request,
+            next_path,
+            status=403,
+            flash=Flash(
+                "error",
+                f"api_key: key {holder.key_id} is the token of task {holder.task_id}, for that task's own tools;"
+                " sign in with an API key",
+            ),
+        )
     request.scope[PRINCIPAL_SCOPE_KEY] = Principal(holder.key_id, holder.role, holder.tenant)
     started = await svc.db(svc.store.ui_sessions.start, holder.key_id, holder.role, holder.tenant)
     response = redirect(next_path)
-    response.set_cookie(SESSION_COOKIE, started.cookie, httponly=True, samesite="strict", path="/",
-                        secure=request.url.scheme == "https", max_age=int(SESSION_LIFETIME.total_seconds()))
+    response.set_cookie(
+        SESSION_COOKIE,
+        started.cookie,
+        httponly=True,
+        samesite="strict",
+        path="/",
+        secure=request.url.scheme == "https",
+        max_age=int(SESSION_LIFETIME.total_seconds()),
+    )
     response.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
     return response
 
@@ -115,6 +135,7 @@ async def logout(request: Request, svc: Svc) -> Response:
 def _login_page(request: Request, next_path: str, *, status: int = 200, flash: Flash | None = None) -> HTMLResponse:
     token = request.cookies.get(LOGIN_CSRF_COOKIE) or new_login_csrf()
     response = render(request, "login.html", None, status=status, flash=flash, next_path=next_path, login_csrf=token)
-    response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, samesite="strict", path="/login",
-                        secure=request.url.scheme == "https")
+    response.set_cookie(
+        LOGIN_CSRF_COOKIE, token, httponly=True, samesite="strict", path="/login", secure=request.url.scheme == "https"
+    )
     return response

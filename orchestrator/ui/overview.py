@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sdk import TaskState, TaskStatus
 from sdk.wire.fleet import UNADMITTED
@@ -44,7 +44,7 @@ class Overview:
 
 
 def overview(store: Store, tenant: str | None, now: datetime | None = None) -> Overview:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     per_minute = store.ledger.tokens_per_minute(now - HOUR, tenant)
     recent = store.events.recent(("llm_call", "interruption"), now - HOUR, tenant)
     calls = [e for e in recent if e.kind == "llm_call"]
@@ -77,7 +77,7 @@ def recent_rate(per_minute: list[tuple[datetime, int]], now: datetime) -> float:
 
 def models_last_hour(store: Store, now: datetime | None = None) -> dict[str, ModelFigures]:
     """Each model's calls, cold starts, TTFT and speed over the last hour, across the fleet (no task in them)."""
-    since = (now or datetime.now(timezone.utc)) - HOUR
+    since = (now or datetime.now(UTC)) - HOUR
     return model_figures(store.events.recent(("llm_call",), since))
 
 

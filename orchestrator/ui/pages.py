@@ -35,11 +35,19 @@ async def task_page(request: Request, task_id: str, svc: Svc, viewer: Signed) ->
     return await show_task(request, svc, viewer, task_id)
 
 
-async def show_task(request: Request, svc: Services, viewer: Viewer, task_id: str, *, flash: Flash | None = None,
-                    status: int = 200) -> HTMLResponse:
+async def show_task(
+    request: Request, svc: Services, viewer: Viewer, task_id: str, *, flash: Flash | None = None, status: int = 200
+) -> HTMLResponse:
     detail = await _detail(svc, viewer, task_id)
-    return render(request, "task.html", viewer, d=detail, flash=flash, status=status,
-                  temporal_url=workflow_url(svc.config, detail.state.task_id))
+    return render(
+        request,
+        "task.html",
+        viewer,
+        d=detail,
+        flash=flash,
+        status=status,
+        temporal_url=workflow_url(svc.config, detail.state.task_id),
+    )
 
 
 @router.get("/tasks/{task_id}/panel", response_class=HTMLResponse)
@@ -49,19 +57,22 @@ async def task_panel(request: Request, task_id: str, svc: Svc, viewer: Signed) -
 
 
 @router.get("/tasks/{task_id}/live")
-async def task_live(task_id: str, svc: Svc, viewer: Signed,
-                    after: Annotated[int, Query(ge=0, le=MAX_STORED_INT)] = 0) -> EventSourceResponse:
+async def task_live(
+    task_id: str, svc: Svc, viewer: Signed, after: Annotated[int, Query(ge=0, le=MAX_STORED_INT)] = 0
+) -> EventSourceResponse:
     """The task's events as SSE, as /v1 streams them with `deltas=true`, for a signed-in browser (EventSource sends
     cookies): the page shows the answer being written."""
     await svc.task_record(task_id, viewer.principal)
-    return EventSourceResponse(events_api.tail(svc, task_id, after, viewer.principal.key_id,
-                                               events_api.DeltaReader(svc, task_id)),
-                               ping=events_api.PING_INTERVAL_S)
+    return EventSourceResponse(
+        events_api.tail(svc, task_id, after, viewer.principal.key_id, events_api.DeltaReader(svc, task_id)),
+        ping=events_api.PING_INTERVAL_S,
+    )
 
 
 @router.get("/tasks/{task_id}/checkpoints/{seq}", response_class=HTMLResponse)
-async def checkpoint_page(request: Request, task_id: str, seq: Annotated[int, Path(ge=0, le=MAX_STORED_INT)], svc: Svc,
-                          viewer: Signed) -> HTMLResponse:
+async def checkpoint_page(
+    request: Request, task_id: str, seq: Annotated[int, Path(ge=0, le=MAX_STORED_INT)], svc: Svc, viewer: Signed
+) -> HTMLResponse:
     # The API's route does the reading, the tenant check and the refusals (404, corrupt).
     checkpoint = await read_checkpoint(task_id, seq, svc, viewer.principal)
     return render(request, "checkpoint.html", viewer, task_id=task_id, checkpoint=checkpoint)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, unquote
@@ -48,13 +48,13 @@ def _when(value: datetime | str | None) -> str:
         return "–"
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _ago(value: datetime | None) -> str:
     if value is None:
         return "never"
-    seconds = (datetime.now(timezone.utc) - value).total_seconds()
+    seconds = (datetime.now(UTC) - value).total_seconds()
     if seconds < 90:
         return f"{seconds:.0f} s ago"
     if seconds < 5400:
@@ -67,10 +67,21 @@ def _pretty_json(value: Any) -> str:
 
 
 def _environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(_TEMPLATES), autoescape=select_autoescape(default=True),
-                      trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(tokens=_tokens, usd=usd_text, seconds=_seconds, when=_when, ago=_ago, pretty_json=_pretty_json,
-                       timeline_svg=timeline_svg)
+    env = Environment(
+        loader=FileSystemLoader(_TEMPLATES),
+        autoescape=select_autoescape(default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        tokens=_tokens,
+        usd=usd_text,
+        seconds=_seconds,
+        when=_when,
+        ago=_ago,
+        pretty_json=_pretty_json,
+        timeline_svg=timeline_svg,
+    )
     return env
 
 
@@ -95,15 +106,28 @@ def why_not(viewer: Viewer | None, action: Literal["task", "fleet", "admin"], wo
     return f"your role ({principal.role.value}) may not {words}"
 
 
-def render(request: Request, template: str, viewer: Viewer | None, *, status: int = 200,
-           flash: Flash | None = None, **context: Any) -> HTMLResponse:
+def render(
+    request: Request,
+    template: str,
+    viewer: Viewer | None,
+    *,
+    status: int = 200,
+    flash: Flash | None = None,
+    **context: Any,
+) -> HTMLResponse:
     """The page, with the one flash it should show: the one given, else the one a redirect left."""
     carried = _read_flash(request)
     html = templates.get_template(template).render(
-        request=request, viewer=viewer, flash=flash or carried, csrf_field=CSRF_FIELD,
+        request=request,
+        viewer=viewer,
+        flash=flash or carried,
+        csrf_field=CSRF_FIELD,
         csrf_token=viewer.session.csrf_token if viewer else context.pop("login_csrf", ""),
-        may=lambda action: may(viewer, action), why_not=lambda action, words: why_not(viewer, action, words),
-        path=request.url.path, **context)
+        may=lambda action: may(viewer, action),
+        why_not=lambda action, words: why_not(viewer, action, words),
+        path=request.url.path,
+        **context,
+    )
     response = HTMLResponse(html, status_code=status, headers=_PAGE_HEADERS)
     if carried is not None:
         response.delete_cookie(FLASH_COOKIE, path="/")
@@ -113,8 +137,14 @@ def render(request: Request, template: str, viewer: Viewer | None, *, status: in
 def redirect(to: str, flash: Flash | None = None) -> RedirectResponse:
     response = RedirectResponse(to, status_code=303)
     if flash is not None:
-        response.set_cookie(FLASH_COOKIE, quote(f"{flash.kind}:{flash.text[:500]}"), max_age=60, httponly=True,
-                            samesite="strict", path="/")
+        response.set_cookie(
+            FLASH_COOKIE,
+            quote(f"{flash.kind}:{flash.text[:500]}"),
+            max_age=60,
+            httponly=True,
+            samesite="strict",
+            path="/",
+        )
     return response
 
 
@@ -130,7 +160,7 @@ def _read_flash(request: Request) -> Flash | None:
 # and pages that show tasks and keys are not kept in shared caches.
 _PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self';"
-                               " frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    " frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",

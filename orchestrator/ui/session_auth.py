@@ -60,7 +60,9 @@ async def signed_in(request: Request) -> Viewer:
     session = await run_in_threadpool(svc.store.ui_sessions.resolve, cookie) if cookie else None
     if session is None:
         target = request.url.path if request.method == "GET" else "/"
-        raise SignInRequired(target + (f"?{request.url.query}" if request.url.query and request.method == "GET" else ""))
+        raise SignInRequired(
+            target + (f"?{request.url.query}" if request.url.query and request.method == "GET" else "")
+        )
     principal = Principal(key_id=session.key_id, role=session.role, tenant=session.tenant)
     request.scope[PRINCIPAL_SCOPE_KEY] = principal
     return Viewer(session, principal)

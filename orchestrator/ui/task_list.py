@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 from urllib.parse import urlencode
 
@@ -49,8 +49,12 @@ WINDOW_SORTS: dict[str, SortKey] = {
 }
 SORTS = (*SQL_SORTS, *WINDOW_SORTS)
 # "Started within" quick ranges; "" is any time.
-WITHIN: dict[str, timedelta] = {"15m": timedelta(minutes=15), "1h": timedelta(hours=1),
-                                "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+WITHIN: dict[str, timedelta] = {
+    "15m": timedelta(minutes=15),
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+}
 WITHIN_WORDS = {"": "any time", "15m": "last 15 min", "1h": "last hour", "24h": "last 24 h", "7d": "last 7 days"}
 TIME_FORMAT = "YYYY-MM-DDTHH:MM, UTC"
 # The deepest indentation drawn: a deeper sub-agent still says its depth in data-depth.
@@ -122,7 +126,7 @@ def started_words(at: datetime | None, now: datetime) -> tuple[str, str]:
     ones; the title is the full timestamp."""
     if at is None:
         return "–", "not started"
-    at = at.astimezone(timezone.utc)
+    at = at.astimezone(UTC)
     shown = at.strftime("%H:%M:%S") if at.date() == now.date() else at.strftime("%Y-%m-%d %H:%M")
     return shown, at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
@@ -132,11 +136,12 @@ def parse_utc(text: str) -> datetime:
 
     Raises ValueError for anything else."""
     parsed = datetime.fromisoformat(text.strip())
-    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
-def time_bounds(within: str, since: str, until: str,
-                now: datetime) -> tuple[datetime | None, datetime | None, dict[str, str]]:
+def time_bounds(
+    within: str, since: str, until: str, now: datetime
+) -> tuple[datetime | None, datetime | None, dict[str, str]]:
     """(created after, created before, refusals by field): the quick range and the explicit times, together."""
     refusals: dict[str, str] = {}
     after = now - WITHIN[within] if within in WITHIN else None
@@ -187,8 +192,17 @@ def tree(tasks: Sequence[TaskState], now: datetime) -> list[ListedTask]:
         placed.add(task.task_id)
         below = children.get(task.task_id, [])
         started, title = started_words(task.started_at, now)
-        rows.append(ListedTask(task, depth, depth > 0, max(len(task.children), len(below)), started, title,
-                               duration_text(duration_s(task, now))))
+        rows.append(
+            ListedTask(
+                task,
+                depth,
+                depth > 0,
+                max(len(task.children), len(below)),
+                started,
+                title,
+                duration_text(duration_s(task, now)),
+            )
+        )
         for child in below:
             place(child, depth + 1)
 
@@ -243,30 +257,51 @@ def sort_refusals(filters: dict[str, str], statuses: Sequence[str]) -> dict[str,
     return refusals
 
 
-async def listing(svc: Services, scope: str | None, filters: Mapping[str, str], after: datetime | None,
-                  before: datetime | None, page: int, now: datetime) -> Listing:
+async def listing(
+    svc: Services,
+    scope: str | None,
+    filters: Mapping[str, str],
+    after: datetime | None,
+    before: datetime | None,
+    page: int,
+    now: datetime,
+) -> Listing:
     """The page's rows: a page of the database's order, or a page of the window sorted here."""
     if scope is not None and filters["tenant"] and filters["tenant"] != scope:
         return Listing([], False, False)
-    wanted = dict(tenant=scope or filters["tenant"] or None, status=filters["status"] or None,
-                  agent=filters["agent"] or None, model=filters["model"] or None, id_prefix=filters["q"] or None,
-                  created_after=after, created_before=before)
+    wanted = dict(
+        tenant=scope or filters["tenant"] or None,
+        status=filters["status"] or None,
+        agent=filters["agent"] or None,
+        model=filters["model"] or None,
+        id_prefix=filters["q"] or None,
+        created_after=after,
+        created_before=before,
+    )
     ascending = filters["dir"] == "asc"
     offset = (page - 1) * TASKS_PER_PAGE
     if filters["sort"] in SQL_SORTS:
-        found = await svc.db(svc.store.tasks.list, **wanted, order_by=SQL_SORTS[filters["sort"]],
-                             ascending=ascending, limit=TASKS_PER_PAGE + 1, offset=offset)
+        found = await svc.db(
+            svc.store.tasks.list,
+            **wanted,
+            order_by=SQL_SORTS[filters["sort"]],
+            ascending=ascending,
+            limit=TASKS_PER_PAGE + 1,
+            offset=offset,
+        )
         return Listing(tree(found[:TASKS_PER_PAGE], now), len(found) > TASKS_PER_PAGE, False)
     window = await svc.db(svc.store.tasks.list, **wanted, limit=SORT_WINDOW + 1)
     ordered = tree(sort_tasks(window[:SORT_WINDOW], filters["sort"], not ascending, now), now)
-    shown = [row.task for row in ordered[offset:offset + TASKS_PER_PAGE]]
+    shown = [row.task for row in ordered[offset : offset + TASKS_PER_PAGE]]
     # The tree again over the page alone: a sub-agent whose parent ended the page before starts this one.
     return Listing(tree(shown, now), len(ordered) > offset + TASKS_PER_PAGE, len(window) > SORT_WINDOW)
 
 
 @router.get("/tasks", response_class=HTMLResponse)
 async def tasks_page(
-    request: Request, svc: Svc, viewer: Signed,
+    request: Request,
+    svc: Svc,
+    viewer: Signed,
     status: Annotated[str, Query(max_length=32)] = "",
     tenant: Annotated[str, Query(max_length=64)] = "",
     agent: Annotated[str, Query(max_length=128)] = "",
@@ -279,19 +314,55 @@ async def tasks_page(
     dir: Annotated[str, Query(max_length=8)] = DEFAULT_DIR,  # noqa: A002  (the query parameter's name)
     page: Annotated[int, Query(ge=1, le=10_000)] = 1,
 ) -> HTMLResponse:
-    filters = {"status": status, "tenant": tenant, "agent": agent, "model": model, "q": q.strip(),
-               "within": within, "since": since, "until": until, "sort": sort, "dir": dir}
+    filters = {
+        "status": status,
+        "tenant": tenant,
+        "agent": agent,
+        "model": model,
+        "q": q.strip(),
+        "within": within,
+        "since": since,
+        "until": until,
+        "sort": sort,
+        "dir": dir,
+    }
     statuses = [s.value for s in TaskStatus]
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     refusals = sort_refusals(filters, statuses)
     after, before, time_refusals = time_bounds(within, since, until, now)
     refusals |= time_refusals
-    context = dict(filters=filters, statuses=statuses, within_words=WITHIN_WORDS, headers=sort_headers(filters),
-                   invalid=set(refusals), window=SORT_WINDOW, time_format=TIME_FORMAT)
+    context = dict(
+        filters=filters,
+        statuses=statuses,
+        within_words=WITHIN_WORDS,
+        headers=sort_headers(filters),
+        invalid=set(refusals),
+        window=SORT_WINDOW,
+        time_format=TIME_FORMAT,
+    )
     if refusals:
-        return render(request, "tasks.html", viewer, status=422, rows=[], more=False, window_full=False, page=1,
-                      flash=Flash("error", "; ".join(refusals.values())), **context)
+        return render(
+            request,
+            "tasks.html",
+            viewer,
+            status=422,
+            rows=[],
+            more=False,
+            window_full=False,
+            page=1,
+            flash=Flash("error", "; ".join(refusals.values())),
+            **context,
+        )
     found = await listing(svc, viewer.principal.tenant, filters, after, before, page, now)
-    return render(request, "tasks.html", viewer, rows=found.rows, more=found.more, window_full=found.window_full,
-                  page=page, previous_href=tasks_href(filters, page=page - 1 if page > 2 else ""),
-                  next_href=tasks_href(filters, page=page + 1), **context)
+    return render(
+        request,
+        "tasks.html",
+        viewer,
+        rows=found.rows,
+        more=found.more,
+        window_full=found.window_full,
+        page=page,
+        previous_href=tasks_href(filters, page=page - 1 if page > 2 else ""),
+        next_href=tasks_href(filters, page=page + 1),
+        **context,
+    )

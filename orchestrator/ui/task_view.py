@@ -9,7 +9,7 @@ than what the workflow meant to do.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sdk import Message, TaskEvent, TaskSpec, TaskState
 
@@ -73,7 +73,7 @@ class TaskDetail:
         start = self.state.started_at
         if start is None:
             return None
-        end = self.state.updated_at if self.state.status.is_final and self.state.updated_at else datetime.now(timezone.utc)
+        end = self.state.updated_at if self.state.status.is_final and self.state.updated_at else datetime.now(UTC)
         return max(0.0, (end - start).total_seconds())
 
 
@@ -82,7 +82,7 @@ def task_detail(store: Store, state: TaskState, spec_json: str | None) -> TaskDe
     task_id = state.task_id
     steps = store.events.of_kind(task_id, "llm_call", limit=STEPS_SHOWN)
     interruptions = store.events.of_kind(task_id, "interruption")
-    until = state.updated_at if state.status.is_final and state.updated_at else datetime.now(timezone.utc)
+    until = state.updated_at if state.status.is_final and state.updated_at else datetime.now(UTC)
     tree, cut = sub_agent_tree(store, state)
     detail = TaskDetail(
         state=state,
@@ -94,7 +94,8 @@ def task_detail(store: Store, state: TaskState, spec_json: str | None) -> TaskDe
         interruptions=interruptions,
         checkpoints=store.checkpoints.list(task_id),
         timeline=step_timeline(steps, interruptions, state.started_at, until),
-        tree=tree, tree_cut=cut,
+        tree=tree,
+        tree_cut=cut,
         last_seq=store.events.last_seq(task_id),
     )
     detail.tool_calls, note = _tool_calls(store, task_id)
@@ -150,6 +151,12 @@ def tool_calls_of(messages: list[Message]) -> list[ToolCallView]:
         step += 1
         for call in message.tool_calls or []:
             result = answers.get(call.id)
-            calls.append(ToolCallView(step, call.name, call.arguments[:TOOL_TEXT_SHOWN],
-                                      result[:TOOL_TEXT_SHOWN] if result is not None else None))
+            calls.append(
+                ToolCallView(
+                    step,
+                    call.name,
+                    call.arguments[:TOOL_TEXT_SHOWN],
+                    result[:TOOL_TEXT_SHOWN] if result is not None else None,
+                )
+            )
     return calls

@@ -24,8 +24,13 @@ from .charts import value_text
 STEPS_DRAWN = 60
 ROW, LABEL, WIDTH, TOP, RIGHT = 20, 150, 960, 26, 12
 TICK_SECONDS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
-PHASE_WORDS = {"queue": "queue wait", "load": "load", "ttft": "time to first token", "generation": "generation",
-               "tools": "tools"}
+PHASE_WORDS = {
+    "queue": "queue wait",
+    "load": "load",
+    "ttft": "time to first token",
+    "generation": "generation",
+    "tools": "tools",
+}
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,9 @@ class Timeline:
         return max(0.001, (self.end - self.start).total_seconds())
 
 
-def step_timeline(calls: Sequence[TaskEvent], interruptions: Sequence[TaskEvent], started_at: datetime | None,
-                  until: datetime) -> Timeline:
+def step_timeline(
+    calls: Sequence[TaskEvent], interruptions: Sequence[TaskEvent], started_at: datetime | None, until: datetime
+) -> Timeline:
     """The waterfall of the task's booked calls; `until` ends the last step's tools (the task's end, or now)."""
     last_call: dict[int, TaskEvent] = {}
     for call in calls:
@@ -84,8 +90,11 @@ def step_timeline(calls: Sequence[TaskEvent], interruptions: Sequence[TaskEvent]
             tools_end = min(later) if later else until
             if tools_end > call.at:
                 names = ", ".join(call.data["tool_calls"])
-                phases.append(Phase(step, "tools", call.at, tools_end,
-                                    f"step {step} · tools {names}: {_span(tools_end - call.at)}"))
+                phases.append(
+                    Phase(
+                        step, "tools", call.at, tools_end, f"step {step} · tools {names}: {_span(tools_end - call.at)}"
+                    )
+                )
         cuts = [_cut(e) for e in interruptions if int(e.data.get("step", -1)) == step]
         rows.append(StepRow(step, str(call.data.get("node_id") or call.data.get("served_by") or ""), phases, cuts))
     moments = [p.start for r in rows for p in r.phases] + [c.at for r in rows for c in r.cuts]
@@ -105,25 +114,33 @@ def timeline_svg(timeline: Timeline) -> Markup:
     parts = [_ticks(timeline.seconds, plot, height)]
     for i, row in enumerate(timeline.rows):
         y = TOP + i * ROW
-        parts.append(f'<text x="{LABEL - 8}" y="{y + 14}" text-anchor="end" class="chart-label step-label">'
-                     f'step {row.step}{" · " + escape(row.where) if row.where else ""}</text>')
+        parts.append(
+            f'<text x="{LABEL - 8}" y="{y + 14}" text-anchor="end" class="chart-label step-label">'
+            f"step {row.step}{' · ' + escape(row.where) if row.where else ''}</text>"
+        )
         parts.append(f'<g class="step-row" data-step="{row.step}">')
         for phase in row.phases:
             left, right = x(phase.start), x(phase.end)
-            parts.append(f'<rect class="phase phase-{phase.kind} hit" x="{left:.1f}" y="{y + 4}" width="{max(1.5, right - left):.1f}"'
-                         f' height="{ROW - 8}" data-phase="{phase.kind}" data-tip="{escape(phase.tip)}"'
-                         f' data-x="{left:.1f}"><title>{escape(phase.tip)}</title></rect>')
+            parts.append(
+                f'<rect class="phase phase-{phase.kind} hit" x="{left:.1f}" y="{y + 4}" width="{max(1.5, right - left):.1f}"'
+                f' height="{ROW - 8}" data-phase="{phase.kind}" data-tip="{escape(phase.tip)}"'
+                f' data-x="{left:.1f}"><title>{escape(phase.tip)}</title></rect>'
+            )
         for cut in row.cuts:
             at = x(cut.at)
-            parts.append(f'<g class="cut hit" data-tip="{escape(cut.tip)}" data-x="{at:.1f}"><title>{escape(cut.tip)}</title>'
-                         f'<line class="cut-line" x1="{at:.1f}" y1="{y + 1}" x2="{at:.1f}" y2="{y + ROW - 1}"/>'
-                         f'<path class="cut-mark" d="M{at - 4:.1f},{y + 1} L{at + 4:.1f},{y + 1} L{at:.1f},{y + 7} Z"/></g>')
+            parts.append(
+                f'<g class="cut hit" data-tip="{escape(cut.tip)}" data-x="{at:.1f}"><title>{escape(cut.tip)}</title>'
+                f'<line class="cut-line" x1="{at:.1f}" y1="{y + 1}" x2="{at:.1f}" y2="{y + ROW - 1}"/>'
+                f'<path class="cut-mark" d="M{at - 4:.1f},{y + 1} L{at + 4:.1f},{y + 1} L{at:.1f},{y + 7} Z"/></g>'
+            )
         parts.append("</g>")
     label = f"{len(timeline.rows)} steps over {_span(timeline.end - timeline.start)}"
-    return Markup(f'<svg class="timeline" id="timeline" viewBox="0 0 {WIDTH} {height}" role="img"'
-                  f' aria-label="{escape(label)}" data-steps="{len(timeline.rows)}">'
-                  f'<title>{escape(label)}</title>'
-                  f'<line class="chart-guide" x1="0" y1="{TOP}" x2="0" y2="{height}"/>{"".join(parts)}</svg>')
+    return Markup(
+        f'<svg class="timeline" id="timeline" viewBox="0 0 {WIDTH} {height}" role="img"'
+        f' aria-label="{escape(label)}" data-steps="{len(timeline.rows)}">'
+        f"<title>{escape(label)}</title>"
+        f'<line class="chart-guide" x1="0" y1="{TOP}" x2="0" y2="{height}"/>{"".join(parts)}</svg>'
+    )
 
 
 def _phases(step: int, call: TaskEvent) -> list[Phase]:
@@ -140,21 +157,34 @@ def _phases(step: int, call: TaskEvent) -> list[Phase]:
     where = f" on {data.get('node_id')}" if data.get("node_id") else ""
     tier = f" ({data['tier']})" if data.get("tier") else ""
     tokens = int(data.get("completion_tokens") or 0)
-    phases = [Phase(step, "queue", queue_start, load_start, f"step {step} · queue wait {_seconds(queue)}"),
-              Phase(step, "load", load_start, call_start, f"step {step} · load{where}{tier} {_seconds(load)}"),
-              Phase(step, "ttft", call_start, first_token, f"step {step} · time to first token {_seconds(ttft)}"),
-              Phase(step, "generation", first_token, end,
-                    f"step {step} · generation{where}: {tokens:,} tokens in {_seconds(duration - ttft)}")]
+    phases = [
+        Phase(step, "queue", queue_start, load_start, f"step {step} · queue wait {_seconds(queue)}"),
+        Phase(step, "load", load_start, call_start, f"step {step} · load{where}{tier} {_seconds(load)}"),
+        Phase(step, "ttft", call_start, first_token, f"step {step} · time to first token {_seconds(ttft)}"),
+        Phase(
+            step,
+            "generation",
+            first_token,
+            end,
+            f"step {step} · generation{where}: {tokens:,} tokens in {_seconds(duration - ttft)}",
+        ),
+    ]
     return [p for p in phases if p.end > p.start] or [phases[-1]]
 
 
 def _cut(event: TaskEvent) -> Cut:
     data = event.data
-    resumed = (f"resumed on {data['resumed_on']}" + (f" ({data['resumed_tier']})" if data.get("resumed_tier") else "")
-               + (f" after {_seconds(float(data['resume_s']))}" if data.get("resume_s") is not None else "")
-               if data.get("resumed_on") else "not resumed yet")
-    tip = (f"step {data.get('step')} · {data.get('node_id')} lost ({data.get('kind')}): "
-           f"{int(data.get('tokens_kept') or 0):,} tokens kept, {int(data.get('tokens_lost') or 0):,} lost; {resumed}")
+    resumed = (
+        f"resumed on {data['resumed_on']}"
+        + (f" ({data['resumed_tier']})" if data.get("resumed_tier") else "")
+        + (f" after {_seconds(float(data['resume_s']))}" if data.get("resume_s") is not None else "")
+        if data.get("resumed_on")
+        else "not resumed yet"
+    )
+    tip = (
+        f"step {data.get('step')} · {data.get('node_id')} lost ({data.get('kind')}): "
+        f"{int(data.get('tokens_kept') or 0):,} tokens kept, {int(data.get('tokens_lost') or 0):,} lost; {resumed}"
+    )
     try:  # when the node was lost; the event itself is written once the step has its new place
         at = datetime.fromisoformat(data["at"]) if data.get("at") else event.at
     except (TypeError, ValueError):
@@ -167,9 +197,11 @@ def _ticks(seconds: float, plot: float, height: int) -> str:
     out, tick = [], 0.0
     while tick <= seconds + 1e-9:
         x = LABEL + plot * tick / seconds
-        out.append(f'<line class="chart-grid" x1="{x:.1f}" y1="{TOP - 4}" x2="{x:.1f}" y2="{height - 4}"/>'
-                   f'<text x="{x:.1f}" y="{TOP - 8}" text-anchor="middle" class="chart-label x-tick">'
-                   f'{"0" if tick == 0 else "+" + _span(timedelta(seconds=tick))}</text>')
+        out.append(
+            f'<line class="chart-grid" x1="{x:.1f}" y1="{TOP - 4}" x2="{x:.1f}" y2="{height - 4}"/>'
+            f'<text x="{x:.1f}" y="{TOP - 8}" text-anchor="middle" class="chart-label x-tick">'
+            f"{'0' if tick == 0 else '+' + _span(timedelta(seconds=tick))}</text>"
+        )
         tick += every
     return "".join(out)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from .limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET, NAME_PATTERN, numbers_not_booleans
 from .._spec import AgentSpec, ToolSpec
+from .limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET, NAME_PATTERN, numbers_not_booleans
 from .tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
 

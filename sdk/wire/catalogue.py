@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator, model_validator
 
-from .limits import numbers_not_booleans
 from .._refusal import refused_at
+from .limits import numbers_not_booleans
 
 TENSOR_PARALLEL_DEGREES = (1, 2, 4, 8)  # what vLLM shards across on one node's NVLink domain
 
@@ -24,8 +24,10 @@ class WeightsFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(pattern=r"^[A-Za-z0-9_.+-][A-Za-z0-9_.+/-]{0,254}$",
-                      description="relative, no '..': where the file lies under the revision's origin and cache entry")
+    path: str = Field(
+        pattern=r"^[A-Za-z0-9_.+-][A-Za-z0-9_.+/-]{0,254}$",
+        description="relative, no '..': where the file lies under the revision's origin and cache entry",
+    )
     sha256: str = Field(pattern=SHA256)
     size_bytes: int = Field(gt=0, le=2**44)
 
@@ -52,8 +54,9 @@ class WeightsSource(BaseModel):
     origin: str = Field(min_length=1, max_length=2048)
     revision: str = Field(default="main", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
     files: list[WeightsFile] = Field(min_length=1, max_length=4096)
-    tokenizer: str | None = Field(default=None, description="the file holding the tokenizer: tokenizer.json, "
-                                                            "or a GGUF file's own vocabulary")
+    tokenizer: str | None = Field(
+        default=None, description="the file holding the tokenizer: tokenizer.json, or a GGUF file's own vocabulary"
+    )
 
     @property
     def size_bytes(self) -> int:
@@ -68,7 +71,7 @@ class WeightsSource(BaseModel):
         return origin
 
     @model_validator(mode="after")
-    def _consistent(self) -> "WeightsSource":
+    def _consistent(self) -> WeightsSource:
         paths = [f.path for f in self.files]
         if len(set(paths)) != len(paths):
             raise refused_at("WeightsSource", ("files",), "each path may appear once", paths)
@@ -112,19 +115,24 @@ class ModelEntry(BaseModel):
         return sorted(set(degrees))
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ModelEntry":
+    def _consistent(self) -> ModelEntry:
         if self.provider == "self-hosted" and self.weights_gib <= 0:
-            raise refused_at("ModelEntry", ("weights_gib",), "a self-hosted model needs its weights size (> 0)",
-                             self.weights_gib)
-        if self.engine == "llama.cpp" and (self.weights is None
-                                           or not any(f.path.endswith(".gguf") for f in self.weights.files)):
-            raise refused_at("ModelEntry", ("weights",), "a llama.cpp model needs real weights with a .gguf file",
-                             None)
+            raise refused_at(
+                "ModelEntry", ("weights_gib",), "a self-hosted model needs its weights size (> 0)", self.weights_gib
+            )
+        if self.engine == "llama.cpp" and (
+            self.weights is None or not any(f.path.endswith(".gguf") for f in self.weights.files)
+        ):
+            raise refused_at("ModelEntry", ("weights",), "a llama.cpp model needs real weights with a .gguf file", None)
         if self.weights is not None and self.provider == "hosted":
             raise refused_at("ModelEntry", ("weights",), "a hosted model's weights are its provider's", None)
         if self.provider == "hosted" and not self.api_key_env:
-            raise refused_at("ModelEntry", ("api_key_env",), "a hosted model needs the variable holding its provider"
-                             " key", self.api_key_env)
+            raise refused_at(
+                "ModelEntry",
+                ("api_key_env",),
+                "a hosted model needs the variable holding its provider key",
+                self.api_key_env,
+            )
         return self
 
 
@@ -136,25 +144,41 @@ class ScalingPolicy(BaseModel):
     min_replicas: int = Field(default=0, ge=0, le=1000, description="0 = scale to zero when idle")
     max_replicas: int = Field(default=4, ge=1, le=1000)
     idle_timeout_s: float | None = Field(
-        default=None, gt=0, le=7 * 24 * 3600,
-        description="seconds an idle replica is kept; unset: learned from the model's own idle gaps")
+        default=None,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="seconds an idle replica is kept; unset: learned from the model's own idle gaps",
+    )
     scaler: Literal["queue_delay", "request_count"] = "queue_delay"
-    target: float = Field(default=2.0, gt=0, le=3600, allow_inf_nan=False,
-                          description="seconds of queue delay, or leases per replica (an hour, or 3,600, at most)")
+    target: float = Field(
+        default=2.0,
+        gt=0,
+        le=3600,
+        allow_inf_nan=False,
+        description="seconds of queue delay, or leases per replica (an hour, or 3,600, at most)",
+    )
     warm_buffer: int = Field(default=0, ge=0, le=100, description="extra idle replicas kept ready")
     intent_gpu_hours_per_hour: float = Field(
-        default=2.0, ge=0, le=1000, allow_inf_nan=False,
-        description="GPU-hours per hour replicas pre-warmed for announced steps may sit idle unused; 0 = never")
+        default=2.0,
+        ge=0,
+        le=1000,
+        allow_inf_nan=False,
+        description="GPU-hours per hour replicas pre-warmed for announced steps may sit idle unused; 0 = never",
+    )
 
-    _numbers = numbers_not_booleans("min_replicas", "max_replicas", "idle_timeout_s", "target", "warm_buffer",
-                                    "intent_gpu_hours_per_hour")
+    _numbers = numbers_not_booleans(
+        "min_replicas", "max_replicas", "idle_timeout_s", "target", "warm_buffer", "intent_gpu_hours_per_hour"
+    )
 
     @model_validator(mode="after")
-    def _min_not_above_max(self) -> "ScalingPolicy":
+    def _min_not_above_max(self) -> ScalingPolicy:
         if self.min_replicas > self.max_replicas:
-            raise refused_at("ScalingPolicy", ("min_replicas",),
-                             f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})",
-                             self.min_replicas)
+            raise refused_at(
+                "ScalingPolicy",
+                ("min_replicas",),
+                f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})",
+                self.min_replicas,
+            )
         return self
 
 
@@ -202,8 +226,6 @@ class CatalogueModel(BaseModel):
     entry: ModelEntry
     policy: ScalingPolicy
     foresight: ModelForesight | None = None
-
-
 
 
 class PrewarmRequest(BaseModel):

@@ -11,13 +11,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .lease import LeaseGrant, LeaseRequest, StepPlacement
-from .limits import (MAX_ATTEMPTS_CARRIED, MAX_INPUT_CHARS, MAX_PREFIX_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET,
-                      StoredInt, numbers_not_booleans)
 from .._messages import Message, ToolCall
 from .._spec import AgentSpec, CheckpointRef
-from .task_run import TaskRun
 from .._state import TaskState
+from .lease import LeaseGrant, LeaseRequest, StepPlacement
+from .limits import (
+    MAX_ATTEMPTS_CARRIED,
+    MAX_INPUT_CHARS,
+    MAX_PREFIX_CHARS,
+    MAX_TOKEN_BUDGET,
+    MAX_USD_BUDGET,
+    StoredInt,
+    numbers_not_booleans,
+)
+from .task_run import TaskRun
 
 TOOL_ACTIVITY = "berth.run_tool"
 GENERATE_ACTIVITY = "berth.generate"  # a step's generation, on a node's queue (its heartbeats carry the text so far)
@@ -84,13 +91,17 @@ class LlmStepInput(BaseModel):
     usd_allowance: float | None = None
     tools: list[dict] = Field(default_factory=list, description="OpenAI tool schemas offered to the model")
     settings: dict[str, Any] = Field(default_factory=dict, description="the set ModelSettings, as the call sends them")
-    instructions: str | None = Field(default=None, max_length=MAX_INPUT_CHARS,
-                                     description="a system prompt before the conversation (an own loop's, per call)")
+    instructions: str | None = Field(
+        default=None,
+        max_length=MAX_INPUT_CHARS,
+        description="a system prompt before the conversation (an own loop's, per call)",
+    )
     tenant: str = "default"
     placement: StepPlacement | None = Field(default=None, description="the leased replica, when the fleet serves it")
     attempt_base: int = Field(default=0, ge=0, description="attempts earlier placements of this step may have used")
     inherited_progress: GenerationProgress | None = Field(
-        default=None, description="the last heartbeat of this step's generation that an interruption cut off")
+        default=None, description="the last heartbeat of this step's generation that an interruption cut off"
+    )
 
 
 class Reply(BaseModel):

@@ -18,10 +18,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .._refusal import refused_at
 from .catalogue import EngineKind
 from .limits import MAX_STORED_INT, NAME_PATTERN, numbers_not_booleans
 from .peers import TransferSample
-from .._refusal import refused_at
 
 NODE_ID_PATTERN = NAME_PATTERN  # a node id is typed and grepped like an agent name
 PLACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"  # datacenter and zone names, e.g. "us-east-1a"
@@ -68,8 +68,9 @@ class GpuDescription(BaseModel):
 
     index: int = Field(ge=0, le=1023)
     uuid: str | None = Field(default=None, max_length=128)
-    type_name: str = Field(min_length=1, max_length=64,
-                           description='GPU type catalogue key, e.g. "H100-80GB", or "unknown"')
+    type_name: str = Field(
+        min_length=1, max_length=64, description='GPU type catalogue key, e.g. "H100-80GB", or "unknown"'
+    )
     memory_total_mib: int | None = Field(default=None, ge=0, le=MAX_GPU_MEMORY_MIB)
     mig_mode: bool = False
     mig_devices: list[MigDeviceDescription] = Field(default_factory=list, max_length=7)  # 7 compute slices per GPU
@@ -88,13 +89,15 @@ class NodeSpec(BaseModel):
     capacity: Capacity = "on-demand"
     usd_per_hour: float = Field(default=0.0, ge=0, le=10_000, description="the whole node's price")
     labels: dict[Annotated[str, Field(min_length=1, max_length=63)], Annotated[str, Field(max_length=255)]] = Field(
-        default_factory=dict, max_length=32, description='e.g. {"dedicated": "tenant-a"}')
+        default_factory=dict, max_length=32, description='e.g. {"dedicated": "tenant-a"}'
+    )
     # Gigabytes (not gigabits) per second: the pool's disk tier divides weight bytes by it.
     disk_bandwidth_gbps: float = Field(default=2.0, gt=0, le=1000, description="local disk read, GB/s")
     gpus: list[GpuDescription] = Field(default_factory=list, max_length=64)
     weights_cache_capacity_bytes: int = Field(default=0, ge=0, le=MAX_STORED_INT)
-    engines: list[EngineKind] = Field(default_factory=list, max_length=8,
-                                      description="the engines it runs replicas with; empty: not stated, any")
+    engines: list[EngineKind] = Field(
+        default_factory=list, max_length=8, description="the engines it runs replicas with; empty: not stated, any"
+    )
 
     _numbers = numbers_not_booleans("usd_per_hour", "disk_bandwidth_gbps", "weights_cache_capacity_bytes")
 
@@ -103,8 +106,9 @@ class NodeSpec(BaseModel):
         seen: set[int] = set()
         for position, gpu in enumerate(self.gpus):
             if gpu.index in seen:  # the refusal names the second listing: gpus.<position>.index
-                raise refused_at("NodeSpec", ("gpus", position, "index"),
-                                 f"index {gpu.index} is listed more than once", gpu.index)
+                raise refused_at(
+                    "NodeSpec", ("gpus", position, "index"), f"index {gpu.index} is listed more than once", gpu.index
+                )
             seen.add(gpu.index)
         return self
 
@@ -176,8 +180,9 @@ class NodeHeartbeat(BaseModel):
     # The host defaults to the address the heartbeat came from (a node bound to 0.0.0.0 cannot name one).
     peer_port: int | None = Field(default=None, ge=1, le=65_535)
     peer_host: str | None = Field(default=None, pattern=PEER_HOST_PATTERN)
-    transfers: list[TransferSample] = Field(default_factory=list, max_length=64,
-                                            description="its disk and origin reads measured since the last beat")
+    transfers: list[TransferSample] = Field(
+        default_factory=list, max_length=64, description="its disk and origin reads measured since the last beat"
+    )
 
     _hb_numbers = numbers_not_booleans("peer_port")
 
@@ -256,8 +261,12 @@ class AdmitRequest(BaseModel):
 
     model_config = _STRICT
 
-    ttl_s: int = Field(default=DEFAULT_ADMIT_TTL_S, ge=MIN_ADMIT_TTL_S, le=MAX_ADMIT_TTL_S,
-                       description="seconds until the token expires, used or not")
+    ttl_s: int = Field(
+        default=DEFAULT_ADMIT_TTL_S,
+        ge=MIN_ADMIT_TTL_S,
+        le=MAX_ADMIT_TTL_S,
+        description="seconds until the token expires, used or not",
+    )
 
 
 class NodeAdmission(BaseModel):

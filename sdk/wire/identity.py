@@ -47,9 +47,11 @@ class TenantUpdate(BaseModel):
     trust: Trust | None = None
     gpu_quota: int | None = Field(default=None, ge=0, le=100_000, description="GPUs the tenant may hold at once")
     default_budget_tokens: int | None = Field(
-        default=None, gt=0, le=MAX_TOKEN_BUDGET, description="the token budget of a task submitted without one")
+        default=None, gt=0, le=MAX_TOKEN_BUDGET, description="the token budget of a task submitted without one"
+    )
     default_budget_usd: float | None = Field(
-        default=None, gt=0, le=MAX_USD_BUDGET, description="the dollar limit of a task submitted without one")
+        default=None, gt=0, le=MAX_USD_BUDGET, description="the dollar limit of a task submitted without one"
+    )
 
     _numbers = numbers_not_booleans("gpu_quota", "default_budget_tokens", "default_budget_usd")
 
@@ -74,9 +76,11 @@ class KeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: Role
-    tenant: str | None = Field(default=None, pattern=NAME_PATTERN,
-                               description="required for agent keys; scopes operator and viewer keys;"
-                                           " none for admin keys")
+    tenant: str | None = Field(
+        default=None,
+        pattern=NAME_PATTERN,
+        description="required for agent keys; scopes operator and viewer keys; none for admin keys",
+    )
     name: str = Field(default="", max_length=100)
     description: str = Field(default="", max_length=1000)
 

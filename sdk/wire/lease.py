@@ -49,9 +49,12 @@ class StepLimits(BaseModel):
     first_attempt: int = Field(default=1, ge=1, le=MAX_STORED_INT, description="this placement's attempt numbers")
     last_attempt: int = Field(default=MAX_STORED_INT, ge=1, le=MAX_STORED_INT)
     round_first_attempt: int = Field(
-        default=1, ge=1, le=MAX_STORED_INT,
+        default=1,
+        ge=1,
+        le=MAX_STORED_INT,
         description="the first attempt of the round this placement belongs to (a step asked again after waiting"
-                    " for budget starts a new round): attempts that died before it are booked from there on")
+        " for budget starts a new round): attempts that died before it are booked from there on",
+    )
 
 
 class LeaseRequest(BaseModel):
@@ -59,19 +62,26 @@ class LeaseRequest(BaseModel):
     step: int = Field(ge=1)
     model: str
     tokens: int = Field(ge=1, description="completion tokens this step may generate: its load on the replica")
-    prompt_tokens: int = Field(default=0, ge=0, description="the step's prompt as far as the task knows it (what its"
-                                                            " previous step's prompt and answer held): prefix affinity"
-                                                            " and prefill time weigh it")
+    prompt_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="the step's prompt as far as the task knows it (what its"
+        " previous step's prompt and answer held): prefix affinity"
+        " and prefill time weigh it",
+    )
     tenant: str = "default"
     priority: int = Field(default=0, ge=0, le=9, description="higher goes first in the wait queue")
     service_class: ServiceClass = "interactive"
     exclude_nodes: list[str] = Field(default_factory=list)
     avoid_spot_zones: list[str] = Field(
-        default_factory=list, description="zones whose spot capacity was reclaimed under this step: their spot"
-                                          " nodes are used only when nothing else can serve")
+        default_factory=list,
+        description="zones whose spot capacity was reclaimed under this step: their spot"
+        " nodes are used only when nothing else can serve",
+    )
     previous_replica: str | None = Field(default=None, description="served the previous step: prefix affinity")
-    limits: StepLimits | None = Field(default=None, description="what the step may spend (default: `tokens`, no"
-                                                                 " prompt, any attempt)")
+    limits: StepLimits | None = Field(
+        default=None, description="what the step may spend (default: `tokens`, no prompt, any attempt)"
+    )
 
     @model_validator(mode="after")
     def _limits_default_to_the_load(self) -> LeaseRequest:

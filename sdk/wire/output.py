@@ -38,7 +38,7 @@ def answer_json(text: str) -> str:
     """The JSON an answer holds: the answer itself, or the one fenced block a model wrapped it in."""
     stripped = text.strip()
     if stripped.startswith(_FENCE) and stripped.endswith(_FENCE) and stripped.count(_FENCE) == 2:
-        stripped = stripped[len(_FENCE):-len(_FENCE)].removeprefix("json").strip()
+        stripped = stripped[len(_FENCE) : -len(_FENCE)].removeprefix("json").strip()
     return stripped
 
 
@@ -59,8 +59,10 @@ def answer_problem(text: str, schema: dict[str, Any]) -> str | None:
 
 def repair_request(problem: str, schema: dict[str, Any]) -> str:
     """The message of a repair step: what was wrong, and the schema to answer in, nothing else."""
-    return (f"Your answer does not match the required output ({problem}). Answer again with only a JSON object"
-            f" {REPAIR_SCHEMA_MARK}{json.dumps(schema)}")
+    return (
+        f"Your answer does not match the required output ({problem}). Answer again with only a JSON object"
+        f" {REPAIR_SCHEMA_MARK}{json.dumps(schema)}"
+    )
 
 
 def response_format(schema: dict[str, Any]) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .limits import MAX_INPUT_CHARS, MAX_MODEL_TOOLS, MAX_TOOL_RESULT_CHARS
 from .._messages import Message
+from .limits import MAX_INPUT_CHARS, MAX_MODEL_TOOLS, MAX_TOOL_RESULT_CHARS
 
 LOOP_CALL_UPDATE = "loop_call"
 LOOP_TOOL_RESULT_UPDATE = "loop_tool_result"

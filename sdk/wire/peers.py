@@ -43,7 +43,6 @@ MIN_TRANSFER_S = 1e-3
 MAX_BYTES_PER_S = 200e9
 
 
-
 def plausible_transfer(size: int, seconds: float) -> bool:
     """Whether a measured transfer is one to learn from: some bytes, a measurable time, a possible rate."""
     return size > 0 and seconds >= MIN_TRANSFER_S and size / seconds <= MAX_BYTES_PER_S
@@ -61,8 +60,9 @@ class PeerTicketRequest(BaseModel):
     model_config = _STRICT
 
     model: str = Field(min_length=1, max_length=128)
-    exclude_nodes: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(default_factory=list, max_length=MAX_EXCLUDED_SOURCES,
-                                     description="sources already tried for this copy")
+    exclude_nodes: list[Annotated[str, Field(pattern=NAME_PATTERN)]] = Field(
+        default_factory=list, max_length=MAX_EXCLUDED_SOURCES, description="sources already tried for this copy"
+    )
     ttl_s: int = Field(default=DEFAULT_TICKET_TTL_S, ge=MIN_TICKET_TTL_S, le=MAX_TICKET_TTL_S)
 
     _numbers = numbers_not_booleans("ttl_s")
@@ -130,4 +130,3 @@ class ReportAnswer(BaseModel):
 
     recorded_sample: bool
     disputed: bool
-

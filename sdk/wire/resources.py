@@ -11,10 +11,16 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._budget import Budget
-from .limits import (MAX_INPUT_CHARS, MAX_MODEL_NAME_CHARS, MAX_STEPS, MAX_STORED_INT, TASK_ID_PATTERN,
-                      numbers_not_booleans)
 from .._messages import Message
 from .._spec import CheckpointRef
+from .limits import (
+    MAX_INPUT_CHARS,
+    MAX_MODEL_NAME_CHARS,
+    MAX_STEPS,
+    MAX_STORED_INT,
+    TASK_ID_PATTERN,
+    numbers_not_booleans,
+)
 
 
 class CheckpointSummary(BaseModel):
@@ -95,8 +101,10 @@ class ForkRequest(BaseModel):
 
 
 class ErrorDetail(BaseModel):
-    code: str = Field(description="invalid | not_found | conflict | unavailable | unauthorized | forbidden |"
-                                  " rate_limited | too_large | internal")
+    code: str = Field(
+        description="invalid | not_found | conflict | unavailable | unauthorized | forbidden |"
+        " rate_limited | too_large | internal"
+    )
     message: str
     field: str | None = Field(default=None, description="dotted path of the offending field, e.g. budget.tokens")
 

@@ -15,10 +15,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
 
-from .lease import LocalityTier, StepPlacement
-from .limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
 from .._messages import Message
 from .._spec import CheckpointRef
+from .lease import LocalityTier, StepPlacement
+from .limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
 
 _STRICT = ConfigDict(extra="forbid")
 LEASE_ID = Field(min_length=1, max_length=64, description="the lease the node holds for the step")
@@ -58,8 +58,9 @@ class SettleStepRequest(BaseModel):
     response_id: str = Field(default="", max_length=MAX_RESPONSE_ID_CHARS)
     finish_reason: str | None = Field(default=None, max_length=32)
     tool_calls: list[str] = Field(default_factory=list, max_length=MAX_TOOL_CALLS)
-    placement: StepPlacement | None = Field(default=None, description="queue wait and load time as the step saw"
-                                                                      " them; where it ran comes from the lease")
+    placement: StepPlacement | None = Field(
+        default=None, description="queue wait and load time as the step saw them; where it ran comes from the lease"
+    )
 
 
 class SettleStepResult(BaseModel):
@@ -95,8 +96,9 @@ class DeadAttemptBody(BaseModel):
     model_config = _STRICT
 
     attempt: int = Attempt
-    kind: Literal["lost", "kept"] = Field(description='"lost": nobody received them; "kept": the reply went on from'
-                                                      ' them')
+    kind: Literal["lost", "kept"] = Field(
+        description='"lost": nobody received them; "kept": the reply went on from them'
+    )
     tokens: int = Field(ge=1, le=MAX_TOKENS_PER_STEP)
 
 

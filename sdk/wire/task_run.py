@@ -26,8 +26,9 @@ class TaskRun(BaseModel):
     parent_task_id: str | None = None
     submitted_at: datetime
     budget_grace_s: float = 3600.0
-    heartbeat_timeout_s: float = Field(default=5.0, ge=2, le=60,
-                                       description="a generation silent this long has lost its node")
+    heartbeat_timeout_s: float = Field(
+        default=5.0, ge=2, le=60, description="a generation silent this long has lost its node"
+    )
     resume_from: CheckpointRef | None = None
     carried: CarriedProgress | None = None
     fork_of: ForkSource | None = None
@@ -50,7 +51,7 @@ class CarriedProgress(BaseModel):
     # Placements the next step already used in earlier rounds (it waited for budget, then the run continued as
     # new): its attempt numbers go on from there, so no ledger key of the step is used twice.
     placements_of_next_step: int = 0
-    own_loop: "LoopProgress | None" = None  # an own loop's transcript, replies and tool results
+    own_loop: LoopProgress | None = None  # an own loop's transcript, replies and tool results
 
 
 TaskRun.model_rebuild()

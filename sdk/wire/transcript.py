@@ -43,6 +43,11 @@ def chain_of(messages: Iterable[Message], start: str = EMPTY_CHAIN) -> list[str]
 
 def request_hash(chain: str, instructions: str | None, tools: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     """What names one model call: its conversation, its instructions, the tools it offers and how it samples."""
-    body = json.dumps([chain, instructions or "", tools, settings], sort_keys=True, ensure_ascii=False,
-                      separators=(",", ":"), default=str)
+    body = json.dumps(
+        [chain, instructions or "", tools, settings],
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+        default=str,
+    )
     return hashlib.sha256(body.encode()).hexdigest()

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -15,7 +15,6 @@ from temporalio.service import RPCError
 
 from orchestrator.store import Store
 from sdk import AgentSpec, Client, Message, Spend, TaskSpec, TaskState, TaskStatus, ToolCall
-
 
 # The `client_as` fixture: `async with client_as(Role.viewer, tenant="acme") as http: ...`
 ClientAs = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
@@ -49,9 +48,16 @@ def put_task(store: Store, agent: AgentSpec, status: TaskStatus = TaskStatus.run
     task_id = unique("t")
     spec = TaskSpec(task_id=task_id, agent=agent.name, input="Summarise the report.", budget={"tokens": 5000})
     state = TaskState(
-        task_id=task_id, agent=agent.name, agent_version=agent.version, model=agent.model, tenant="default",
-        status=status, max_steps=agent.max_steps, spend=Spend(token_limit=5000),
-        updated_at=datetime.now(timezone.utc), **fields,
+        task_id=task_id,
+        agent=agent.name,
+        agent_version=agent.version,
+        model=agent.model,
+        tenant="default",
+        status=status,
+        max_steps=agent.max_steps,
+        spend=Spend(token_limit=5000),
+        updated_at=datetime.now(UTC),
+        **fields,
     )
     assert store.tasks.create(task_id, spec.model_dump_json(), state)
     return state
@@ -70,10 +76,15 @@ def write_checkpoints(store: Store, task_id: str) -> None:
         task_id, [Message(role="system", content="Write briefly."), Message(role="user", content="Summarise.")], {}
     )
     store.checkpoints.append(
-        task_id, root, 1,
-        [Message(role="assistant", tool_calls=[ToolCall(id="c1", name="lookup", arguments='{"word": "berth"}')]),
-         Message(role="tool", tool_call_id="c1", name="lookup", content="a ship's place at a wharf")],
-        {"notes": ["looked up berth"]}, {"step": 1},
+        task_id,
+        root,
+        1,
+        [
+            Message(role="assistant", tool_calls=[ToolCall(id="c1", name="lookup", arguments='{"word": "berth"}')]),
+            Message(role="tool", tool_call_id="c1", name="lookup", content="a ship's place at a wharf"),
+        ],
+        {"notes": ["looked up berth"]},
+        {"step": 1},
     )
 
 
@@ -87,15 +98,25 @@ async def end_workflows(temporal: TemporalClient, store: Store, why: str) -> Non
             pass
 
 
-def tenant_task(store: Store, agent: AgentSpec, tenant: str, status: TaskStatus = TaskStatus.running,
-                task_id: str | None = None) -> TaskState:
+def tenant_task(
+    store: Store, agent: AgentSpec, tenant: str, status: TaskStatus = TaskStatus.running, task_id: str | None = None
+) -> TaskState:
     """A task row of `tenant`, with two checkpoints and an interruption, as a workflow leaves it."""
     task_id = task_id or unique("t")
-    spec = TaskSpec(task_id=task_id, agent=agent.name, input="Count the crates.", budget={"tokens": 5000},
-                    tenant=tenant)
-    state = TaskState(task_id=task_id, agent=agent.name, agent_version=agent.version, model=agent.model,
-                      tenant=tenant, status=status, max_steps=agent.max_steps, spend=Spend(token_limit=5000),
-                      updated_at=datetime.now(timezone.utc))
+    spec = TaskSpec(
+        task_id=task_id, agent=agent.name, input="Count the crates.", budget={"tokens": 5000}, tenant=tenant
+    )
+    state = TaskState(
+        task_id=task_id,
+        agent=agent.name,
+        agent_version=agent.version,
+        model=agent.model,
+        tenant=tenant,
+        status=status,
+        max_steps=agent.max_steps,
+        spend=Spend(token_limit=5000),
+        updated_at=datetime.now(UTC),
+    )
     assert store.tasks.create(task_id, spec.model_dump_json(), state)
     write_checkpoints(store, task_id)
     store.events.append(task_id, "interruption", {"node": "gpu-1"})

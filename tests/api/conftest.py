@@ -15,8 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from api_helpers import ClientAs, Stack, unique
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
+from ui_helpers import SignIn, csrf_of
 
 from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
@@ -24,9 +26,6 @@ from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import AgentSpec, Client, ToolSpec
 from sdk.wire.identity import Role
-
-from api_helpers import ClientAs, Stack, unique
-from ui_helpers import SignIn, csrf_of
 
 
 @pytest.fixture
@@ -67,8 +66,9 @@ def admin_key(store: Store) -> str:
 @pytest.fixture
 async def api(app, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
     """The app in-process, called with an admin key (other roles: `client_as`)."""
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
-                                 headers={"authorization": f"Bearer {admin_key}"}) as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://berth", headers={"authorization": f"Bearer {admin_key}"}
+    ) as client:
         yield client
 
 
@@ -79,8 +79,9 @@ def client_as(app, store: Store) -> ClientAs:
     @asynccontextmanager
     async def make(role: Role, tenant: str | None = None) -> AsyncIterator[httpx.AsyncClient]:
         key = store.keys.create(role, tenant, name=f"tests-{role.value}").key
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
-                                     headers={"authorization": f"Bearer {key}"}) as client:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app), base_url="http://berth", headers={"authorization": f"Bearer {key}"}
+        ) as client:
             yield client
 
     return make
@@ -90,12 +91,13 @@ def client_as(app, store: Store) -> ClientAs:
 def agent(store: Store) -> AgentSpec:
     """A registered agent on a self-hosted model, with one tool."""
     spec = AgentSpec(
-        name=unique("writer"), model="llama-3.1-8b", instructions="Write briefly.", max_steps=7,
+        name=unique("writer"),
+        model="llama-3.1-8b",
+        instructions="Write briefly.",
+        max_steps=7,
         tools=[ToolSpec(name="lookup", description="Look a word up.")],
     )
     return store.agents.register(spec)
-
-
 
 
 @pytest.fixture

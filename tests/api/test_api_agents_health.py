@@ -6,16 +6,20 @@ import json
 
 import httpx
 import pytest
-
 from api_helpers import error_of, unique
+
 from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 
 
 def agent_body(**fields: object) -> dict:
-    body: dict = {"name": unique("scout"), "model": "llama-3.2-1b", "instructions": "Look around.",
-                  "tools": [{"name": "peek", "description": "Peek.", "parameters": {"type": "object", "properties": {}}}]}
+    body: dict = {
+        "name": unique("scout"),
+        "model": "llama-3.2-1b",
+        "instructions": "Look around.",
+        "tools": [{"name": "peek", "description": "Peek.", "parameters": {"type": "object", "properties": {}}}],
+    }
     body.update(fields)
     return body
 
@@ -35,15 +39,27 @@ async def test_register_versions_an_agent_and_reregistering_is_a_no_op(api: http
     assert body["name"] in [a["name"] for a in (await api.get("/v1/agents")).json()]
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"model": "no-such-model"}, "model"),
-    ({"name": "Has Caps"}, "name"),
-    ({"max_steps": 0}, "max_steps"),
-    ({"tools": [{"name": "peek"}, {"name": "peek"}]}, "tools"),
-    ({"tools": [{"name": "spawn_agent"}]}, "tools"),
-    ({"tools": [{"name": "9lives"}]}, "tools.0.name"),
-    ({"temperature": 0.2}, "temperature"),
-], ids=["unknown-model", "bad-name", "zero-steps", "duplicate-tools", "reserved-tool", "bad-tool-name", "unknown-field"])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"model": "no-such-model"}, "model"),
+        ({"name": "Has Caps"}, "name"),
+        ({"max_steps": 0}, "max_steps"),
+        ({"tools": [{"name": "peek"}, {"name": "peek"}]}, "tools"),
+        ({"tools": [{"name": "spawn_agent"}]}, "tools"),
+        ({"tools": [{"name": "9lives"}]}, "tools.0.name"),
+        ({"temperature": 0.2}, "temperature"),
+    ],
+    ids=[
+        "unknown-model",
+        "bad-name",
+        "zero-steps",
+        "duplicate-tools",
+        "reserved-tool",
+        "bad-tool-name",
+        "unknown-field",
+    ],
+)
 async def test_bad_agents_are_refused_naming_the_field(
     api: httpx.AsyncClient, store: Store, change: dict, field: str
 ) -> None:
@@ -79,8 +95,9 @@ async def test_readyz_says_temporal_is_down_while_the_rest_still_answers(
     config: BerthConfig, store: Store, closed_port: int, admin_key: str
 ) -> None:
     app = create_app(config, store, TemporalGateway(f"127.0.0.1:{closed_port}"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
-                                 headers={"authorization": f"Bearer {admin_key}"}) as api:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://berth", headers={"authorization": f"Bearer {admin_key}"}
+    ) as api:
         ready = await api.get("/readyz")
         healthy = await api.get("/healthz")
         listing = await api.get("/v1/tasks")

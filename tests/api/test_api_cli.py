@@ -11,15 +11,15 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import uvicorn
+from api_helpers import put_task, unique, write_checkpoints
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from api_helpers import put_task, unique, write_checkpoints
 from orchestrator.api import TemporalGateway, create_app
 from orchestrator.cli.main import main
 from orchestrator.config import BerthConfig
@@ -50,8 +50,9 @@ async def server(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.Tem
     # The gateway connects from the server's own event loop (lazily), not from the tests' loop.
     gateway = TemporalGateway(temporal_env.client.service_client.config.target_host, temporal_env.client.namespace)
     port = _free_port()
-    uv = uvicorn.Server(uvicorn.Config(create_app(config, store, gateway), host="127.0.0.1", port=port,
-                                       log_level="warning"))
+    uv = uvicorn.Server(
+        uvicorn.Config(create_app(config, store, gateway), host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=uv.run, name="berth-api-under-test", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -74,8 +75,14 @@ async def server(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.Tem
 
 @pytest.fixture
 def agent(server: Server) -> AgentSpec:
-    return server.store.agents.register(AgentSpec(
-        name=unique("clerk"), model="llama-3.1-8b", max_steps=9, tools=[ToolSpec(name="file", description="File it.")]))
+    return server.store.agents.register(
+        AgentSpec(
+            name=unique("clerk"),
+            model="llama-3.1-8b",
+            max_steps=9,
+            tools=[ToolSpec(name="file", description="File it.")],
+        )
+    )
 
 
 def berth(server: Server, *argv: str) -> int:
@@ -91,8 +98,21 @@ def one_error_line(err: str) -> str:
 
 def test_submit_prints_the_task_id_and_starts_it(server: Server, agent: AgentSpec, capsys) -> None:
     task_id = unique("t")
-    code = berth(server, "submit", agent.name, "--input", "File the report.", "--budget", "4000",
-                 "--usd", "1.5", "--task-id", task_id, "--tenant", "acme")
+    code = berth(
+        server,
+        "submit",
+        agent.name,
+        "--input",
+        "File the report.",
+        "--budget",
+        "4000",
+        "--usd",
+        "1.5",
+        "--task-id",
+        task_id,
+        "--tenant",
+        "acme",
+    )
 
     out = capsys.readouterr().out
     assert code == 0 and out.strip() == f"acme:{task_id}"  # a chosen id is its tenant's
@@ -109,14 +129,18 @@ def test_submit_reads_the_input_from_a_file(server: Server, agent: AgentSpec, tm
     assert "attached minutes" in (server.store.tasks.get(task_id).spec_json or "")
 
 
-@pytest.mark.parametrize(("argv", "field"), [
-    (["--input", "hi", "--budget", "0"], "budget.tokens"),
-    (["--input", "hi", "--budget", "10", "--usd", "-1"], "budget.usd"),
-    (["--input", " ", "--budget", "10"], "input"),
-    (["--input", "hi", "--budget", "10", "--model", "gpt-17"], "model"),
-    (["--input", "hi", "--budget", "10", "--priority", "11"], "priority"),
-    (["--input-file", "/nonexistent/prompt.txt", "--budget", "10"], "input-file"),
-], ids=["zero-budget", "negative-usd", "blank-input", "unknown-model", "priority", "missing-file"])
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--input", "hi", "--budget", "0"], "budget.tokens"),
+        (["--input", "hi", "--budget", "10", "--usd", "-1"], "budget.usd"),
+        (["--input", " ", "--budget", "10"], "input"),
+        (["--input", "hi", "--budget", "10", "--model", "gpt-17"], "model"),
+        (["--input", "hi", "--budget", "10", "--priority", "11"], "priority"),
+        (["--input-file", "/nonexistent/prompt.txt", "--budget", "10"], "input-file"),
+    ],
+    ids=["zero-budget", "negative-usd", "blank-input", "unknown-model", "priority", "missing-file"],
+)
 def test_bad_submissions_print_one_line_and_exit_2(
     server: Server, agent: AgentSpec, capsys, argv: list[str], field: str
 ) -> None:
@@ -179,8 +203,9 @@ def test_list_show_checkpoints_and_events(server: Server, agent: AgentSpec, caps
     assert "tokens_used=120" in capsys.readouterr().out
 
 
-def test_a_list_cut_at_its_limit_says_so_and_where_the_next_page_starts(server: Server, agent: AgentSpec,
-                                                                         capsys) -> None:
+def test_a_list_cut_at_its_limit_says_so_and_where_the_next_page_starts(
+    server: Server, agent: AgentSpec, capsys
+) -> None:
     made = [put_task(server.store, agent, TaskStatus.completed, result=f"r{i}").task_id for i in range(3)]
 
     assert berth(server, "tasks", "list", "--agent", agent.name, "--limit", "2") == 0
@@ -239,8 +264,9 @@ def finisher(server: Server) -> Iterator:
             server.store.events.append(task_id, "state", {"status": "running", "step": 0, "tokens_used": 0})
             server.store.events.append(task_id, "step", {"step": 1, "tokens_used": 640, "token_limit": 1000})
             spend = running.spend.model_copy(update={"tokens_used": 640})
-            final = running.model_copy(update={"status": status, "result": result, "error": error, "step": 1,
-                                               "spend": spend})
+            final = running.model_copy(
+                update={"status": status, "result": result, "error": error, "step": 1, "spend": spend}
+            )
             server.store.tasks.save_state(final)
             server.store.events.append(task_id, "state", {"status": status.value, "step": 1, "tokens_used": 640})
 
@@ -257,7 +283,9 @@ def test_submit_wait_follows_progress_and_prints_the_result(server: Server, agen
     task_id = f"default:{unique('t')}"  # chosen with its tenant in front: the id as given
     finisher(task_id, TaskStatus.completed, "report filed under F")
 
-    code = berth(server, "submit", agent.name, "--input", "File it.", "--budget", "1000", "--task-id", task_id, "--wait")
+    code = berth(
+        server, "submit", agent.name, "--input", "File it.", "--budget", "1000", "--task-id", task_id, "--wait"
+    )
 
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -271,7 +299,9 @@ def test_submit_wait_exits_1_when_the_task_does_not_complete(
     task_id = f"default:{unique('t')}"
     finisher(task_id, TaskStatus.out_of_budget, "half a report", "token budget exhausted")
 
-    code = berth(server, "submit", agent.name, "--input", "File it.", "--budget", "1000", "--task-id", task_id, "--wait")
+    code = berth(
+        server, "submit", agent.name, "--input", "File it.", "--budget", "1000", "--task-id", task_id, "--wait"
+    )
 
     captured = capsys.readouterr()
     assert code == 1
@@ -299,9 +329,21 @@ def test_the_installed_berth_command_prints_only_the_error_line(server: Server) 
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", unique("missing"), "--api", server.url,
-         "--api-key", server.key],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli.main",
+            "tasks",
+            "show",
+            unique("missing"),
+            "--api",
+            server.url,
+            "--api-key",
+            server.key,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2
     assert one_error_line(done.stderr).startswith("error: task_id: ")
@@ -328,22 +370,43 @@ def test_models_list_show_and_policy(server: Server, capsys) -> None:
 
 
 def test_models_show_prints_the_learned_keep_alive_and_each_prewarm_used_or_not(server: Server, capsys) -> None:
-    at = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
-    server.store.models.publish_foresight({"llama-3.2-1b": ModelForesight(
-        keep_alive=[KeepAliveView(level=1, window_s=720, prewarm_s=0, source="learned", gaps=254),
+    at = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    server.store.models.publish_foresight(
+        {
+            "llama-3.2-1b": ModelForesight(
+                keep_alive=[
+                    KeepAliveView(level=1, window_s=720, prewarm_s=0, source="learned", gaps=254),
                     KeepAliveView(level=2, window_s=2400, prewarm_s=900, source="learned", gaps=40),
-                    KeepAliveView(level=3, window_s=180, prewarm_s=0, source="break-even", gaps=3)],
-        prewarms=[PrewarmView(replica_id="r-used", started_at=at, reason="2 announced steps [soon]",
-                              used_at=at + timedelta(seconds=80)),
-                  PrewarmView(replica_id="r-wasted", started_at=at, reason="level 2 pre-warm",
-                              ended_at=at + timedelta(minutes=15))],
-        announced=3, intent_gpu_hours_last_hour=0.42, updated_at=at)})
+                    KeepAliveView(level=3, window_s=180, prewarm_s=0, source="break-even", gaps=3),
+                ],
+                prewarms=[
+                    PrewarmView(
+                        replica_id="r-used",
+                        started_at=at,
+                        reason="2 announced steps [soon]",
+                        used_at=at + timedelta(seconds=80),
+                    ),
+                    PrewarmView(
+                        replica_id="r-wasted",
+                        started_at=at,
+                        reason="level 2 pre-warm",
+                        ended_at=at + timedelta(minutes=15),
+                    ),
+                ],
+                announced=3,
+                intent_gpu_hours_last_hour=0.42,
+                updated_at=at,
+            )
+        }
+    )
     assert berth(server, "models", "show", "llama-3.2-1b") == 0
     out = capsys.readouterr().out
     assert "idle window learned" in out  # the policy leaves it unset
     assert "level 1: keep 12.0 min idle (learned from 254 gaps)" in out
-    assert ("level 2: unload at once, pre-warm at 15.0 min after it goes idle, keep until 40.0 min idle"
-            " (learned from 40 gaps)") in out
+    assert (
+        "level 2: unload at once, pre-warm at 15.0 min after it goes idle, keep until 40.0 min idle"
+        " (learned from 40 gaps)"
+    ) in out
     assert "level 3: keep 3.0 min idle (break-even: kept until holding it has cost one cold start (3 gaps" in out
     assert "announced steps: 3 not arrived yet" in out
     assert "intent GPU-hours, last hour: 0.42 of 2 allowed per hour" in out
@@ -361,8 +424,7 @@ def test_models_show_prints_the_learned_keep_alive_and_each_prewarm_used_or_not(
     assert "the scaler has not planned for this model yet" in capsys.readouterr().out
 
 
-def test_models_policy_sets_an_idle_timeout_resets_it_to_learned_and_names_a_bad_field(server: Server,
-                                                                                       capsys) -> None:
+def test_models_policy_sets_an_idle_timeout_resets_it_to_learned_and_names_a_bad_field(server: Server, capsys) -> None:
     assert berth(server, "models", "policy", "qwen2.5-7b", "--idle-timeout", "120", "--intent-gpu-hours", "0.5") == 0
     out = capsys.readouterr().out
     assert '"idle_timeout_s": 120.0' in out and '"intent_gpu_hours_per_hour": 0.5' in out
@@ -404,8 +466,10 @@ def test_keys_create_prints_the_secret_once_list_hides_it_and_revoke_refuses_it(
 
 def test_tenants_create_list_show_update(server: Server, capsys) -> None:
     name = unique("fleet")
-    assert berth(server, "tenants", "create", name, "--trust", "isolated", "--gpu-quota", "4",
-                 "--budget-tokens", "900") == 0
+    assert (
+        berth(server, "tenants", "create", name, "--trust", "isolated", "--gpu-quota", "4", "--budget-tokens", "900")
+        == 0
+    )
     assert berth(server, "tenants", "update", name, "--gpu-quota", "none", "--budget-usd", "1.5") == 0
     capsys.readouterr()
     assert berth(server, "tenants", "show", name) == 0
@@ -463,16 +527,42 @@ def test_nodes_show_is_a_panel_in_gib_with_gpu_numbers_marked_as_such() -> None:
     from orchestrator.cli.nodes import node_panel
     from sdk import NodeView
 
-    node = NodeView.model_validate({
-        "node_id": "gpu-east-a", "datacenter": "east", "zone": "east-1a", "capacity": "spot", "usd_per_hour": 12.5,
-        "disk_bandwidth_gbps": 2.0, "weights_cache_capacity_bytes": 200 * 2**30, "status": "healthy",
-        "registered_at": "2026-12-03T00:00:00Z",
-        "gpus": [{"index": 0, "type_name": "H100-80GB", "memory_total_mib": 81920, "memory_used_mib": 50688,
-                  "utilization_pct": 61}],
-        "cached_weights": [{"model": "llama-3.1-8b", "size_bytes": 15 * 2**30}],
-        "replicas": [{"replica_id": "r1", "node_id": "gpu-east-a", "datacenter": "east", "zone": "east-1a",
-                      "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm", "active_leases": 2,
-                      "outstanding_tokens": 1200}]})
+    node = NodeView.model_validate(
+        {
+            "node_id": "gpu-east-a",
+            "datacenter": "east",
+            "zone": "east-1a",
+            "capacity": "spot",
+            "usd_per_hour": 12.5,
+            "disk_bandwidth_gbps": 2.0,
+            "weights_cache_capacity_bytes": 200 * 2**30,
+            "status": "healthy",
+            "registered_at": "2026-12-03T00:00:00Z",
+            "gpus": [
+                {
+                    "index": 0,
+                    "type_name": "H100-80GB",
+                    "memory_total_mib": 81920,
+                    "memory_used_mib": 50688,
+                    "utilization_pct": 61,
+                }
+            ],
+            "cached_weights": [{"model": "llama-3.1-8b", "size_bytes": 15 * 2**30}],
+            "replicas": [
+                {
+                    "replica_id": "r1",
+                    "node_id": "gpu-east-a",
+                    "datacenter": "east",
+                    "zone": "east-1a",
+                    "model": "llama-3.1-8b",
+                    "gpu_indexes": [0],
+                    "state": "warm",
+                    "active_leases": 2,
+                    "outstanding_tokens": 1200,
+                }
+            ],
+        }
+    )
     console = Console(width=200, record=True)
     console.print(node_panel(node))
     text = console.export_text()
@@ -482,12 +572,15 @@ def test_nodes_show_is_a_panel_in_gib_with_gpu_numbers_marked_as_such() -> None:
     assert replica.split()[:5] == ["r1", "llama-3.1-8b", "#0", "warm", "2"] and "1,200" in replica
 
 
-@pytest.mark.parametrize("typed, offered", [
-    (["berth", "t"], ["tasks", "tenants"]),
-    (["berth", "tasks", "l"], ["list"]),
-    (["berth", "models", "prewarm", "qwen2.5-7b", "--w"], ["--wait"]),
-    (["berth", "tasks", "list", "--status", "running", "-"], None),  # every flag of tasks list
-])
+@pytest.mark.parametrize(
+    "typed, offered",
+    [
+        (["berth", "t"], ["tasks", "tenants"]),
+        (["berth", "tasks", "l"], ["list"]),
+        (["berth", "models", "prewarm", "qwen2.5-7b", "--w"], ["--wait"]),
+        (["berth", "tasks", "list", "--status", "running", "-"], None),  # every flag of tasks list
+    ],
+)
 def test_bash_completion_offers_what_the_parser_takes(typed: list[str], offered: list[str] | None, capsys) -> None:
     assert main(["completion", "bash"]) == 0
     script = capsys.readouterr().out

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from api_helpers import Stack, unique
 from pydantic import BaseModel, Field
 
-from api_helpers import Stack, unique
-from sdk import (Agent, Budget, Conflict, InvalidSpec, ModelSettings, NotFound, TaskFailed, TaskStatus,
-                 Unauthorized)
+from sdk import Agent, Budget, Conflict, InvalidSpec, ModelSettings, NotFound, TaskFailed, TaskStatus, Unauthorized
 
 
 async def test_a_submitted_task_runs_to_its_result(stack: Stack) -> None:
@@ -25,7 +24,10 @@ async def test_a_submitted_task_runs_to_its_result(stack: Stack) -> None:
     assert 0 < state.spend.tokens_used <= 20_000
     ledger = await task.ledger()
     assert ledger.totals.calls >= 1
-    assert ledger.totals.prompt_tokens + ledger.totals.completion_tokens + ledger.totals.lost_tokens == state.spend.tokens_used
+    assert (
+        ledger.totals.prompt_tokens + ledger.totals.completion_tokens + ledger.totals.lost_tokens
+        == state.spend.tokens_used
+    )
     assert len(await task.checkpoints()) >= 1
     kinds = [e.kind async for e in task.events()]
     assert "step" in kinds
@@ -133,8 +135,11 @@ async def test_a_task_token_refuses_what_a_sub_agent_takes_from_its_parent(stack
     await stack.client.register(lead)
     task = await stack.client.submit(lead, "ask: shall I start?", budget=Budget(tokens=20_000))
     async with stack.as_key(await task.token()) as as_task:
-        for field, kwargs in (("model", {"model": "llama-3.1-8b"}), ("task_id", {"task_id": "mine-1"}),
-                              ("tenant", {"tenant": "acme"})):
+        for field, kwargs in (
+            ("model", {"model": "llama-3.1-8b"}),
+            ("task_id", {"task_id": "mine-1"}),
+            ("tenant", {"tenant": "acme"}),
+        ):
             with pytest.raises(InvalidSpec) as refused:
                 await as_task.submit(lead, "x", budget=Budget(tokens=1_000), **kwargs)
             assert refused.value.field == field
@@ -145,26 +150,35 @@ async def test_a_task_token_refuses_what_a_sub_agent_takes_from_its_parent(stack
 
 async def test_model_settings_reach_the_engine_and_a_task_overrides_its_agents(stack: Stack) -> None:
     """The agent's stop string ends its answer where the engine met it; a task's own stop wins over it."""
-    agent = Agent(unique("e2e"), "llama-3.2-1b", "Report.", settings=ModelSettings(temperature=0.2, stop=["\nApproach:"]))
+    agent = Agent(
+        unique("e2e"), "llama-3.2-1b", "Report.", settings=ModelSettings(temperature=0.2, stop=["\nApproach:"])
+    )
     await stack.client.register(agent)
 
     plain = await (await stack.client.submit(agent, "What is a berth?", budget=Budget(tokens=20_000))).result(120)
     assert plain.startswith("Report on What is a berth?.\nNotes on") and "Approach:" not in plain
-    overridden = await stack.client.submit(agent, "What is a berth?", budget=Budget(tokens=20_000),
-                                           settings=ModelSettings(stop=["\nNotes"]))
+    overridden = await stack.client.submit(
+        agent, "What is a berth?", budget=Budget(tokens=20_000), settings=ModelSettings(stop=["\nNotes"])
+    )
     assert await overridden.result(120) == "Report on What is a berth?."
     run = stack.store.tasks.get((await overridden.status()).task_id)
     assert run is not None and '"stop":["\\nNotes"]' in run.spec_json.replace(" ", "")
 
 
-async def test_a_setting_the_models_provider_cannot_apply_is_refused_naming_it(stack: Stack,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_setting_the_models_provider_cannot_apply_is_refused_naming_it(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-never-sent")
     agent = Agent(unique("e2e"), "llama-3.2-1b", "Report.")
     await stack.client.register(agent)
     with pytest.raises(InvalidSpec) as refused:
-        await stack.client.submit(agent, "hello", budget=Budget(tokens=5_000), model="anthropic/claude-3-5-haiku-latest",
-                                  settings=ModelSettings(temperature=0.1, seed=7))
+        await stack.client.submit(
+            agent,
+            "hello",
+            budget=Budget(tokens=5_000),
+            model="anthropic/claude-3-5-haiku-latest",
+            settings=ModelSettings(temperature=0.1, seed=7),
+        )
     assert refused.value.field == "settings.seed"
     assert "does not apply seed (asked by this task)" in refused.value.message
     assert await stack.client.tasks(agent=agent.name) == []  # nothing was started
@@ -190,7 +204,8 @@ async def test_an_output_type_comes_back_typed_from_an_engine_that_takes_its_sch
 
 
 async def test_an_answer_not_matching_its_output_type_gets_a_repair_step_on_a_route_without_schemas(
-        stack: Stack) -> None:
+    stack: Stack,
+) -> None:
     entry = stack.store.models.get("llama-3.2-1b").entry
     stack.store.models.put(entry.model_copy(update={"engine": "openai-compatible"}))  # no response format there
     agent = Agent(unique("typed"), "llama-3.2-1b", "Judge.", output_type=Verdict)

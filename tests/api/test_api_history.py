@@ -6,10 +6,10 @@ import asyncio
 import json
 
 import httpx
+from api_helpers import error_of, put_task, unique, write_checkpoints
 from temporalio.client import Client as TemporalClient
 
 from activities.ports import LedgerEntry
-from api_helpers import error_of, put_task, unique, write_checkpoints
 from orchestrator.store import Store
 from sdk import AgentSpec, TaskStatus
 from sdk.wire.task_run import TaskRun
@@ -73,8 +73,10 @@ async def test_fork_starts_a_new_task_from_the_checkpoint_with_overrides(
     chosen = unique("fork")
     new_id = f"default:{chosen}"  # the fork is a task of the source's tenant, and a chosen id is the tenant's
 
-    response = await api.post(f"/v1/tasks/{source.task_id}/fork", json={
-        "checkpoint_seq": 1, "task_id": chosen, "budget": {"tokens": 9000}, "model": "llama-3.1-70b"})
+    response = await api.post(
+        f"/v1/tasks/{source.task_id}/fork",
+        json={"checkpoint_seq": 1, "task_id": chosen, "budget": {"tokens": 9000}, "model": "llama-3.1-70b"},
+    )
 
     assert response.status_code == 201, response.text
     state = response.json()
@@ -88,18 +90,22 @@ async def test_fork_starts_a_new_task_from_the_checkpoint_with_overrides(
     assert run.spec.input == "Summarise the report." and run.spec.budget.tokens == 9000
     assert run.agent.model == "llama-3.1-70b"
 
-    again = await api.post(f"/v1/tasks/{source.task_id}/fork", json={
-        "checkpoint_seq": 1, "task_id": new_id, "budget": {"tokens": 9000}, "model": "llama-3.1-70b"})
+    again = await api.post(
+        f"/v1/tasks/{source.task_id}/fork",
+        json={"checkpoint_seq": 1, "task_id": new_id, "budget": {"tokens": 9000}, "model": "llama-3.1-70b"},
+    )
     assert again.status_code == 200 and again.json()["task_id"] == new_id
 
 
 async def test_fork_validates_its_overrides(api: httpx.AsyncClient, store: Store, agent: AgentSpec) -> None:
     source = put_task(store, agent, TaskStatus.completed)
     write_checkpoints(store, source.task_id)
-    for body, field in [({"checkpoint_seq": 0, "model": "no-such-model"}, "model"),
-                        ({"checkpoint_seq": 0, "budget": {"tokens": 0}}, "budget.tokens"),
-                        ({"checkpoint_seq": -1}, "checkpoint_seq"),
-                        ({"checkpoint_seq": 0, "seed": 3}, "seed")]:
+    for body, field in [
+        ({"checkpoint_seq": 0, "model": "no-such-model"}, "model"),
+        ({"checkpoint_seq": 0, "budget": {"tokens": 0}}, "budget.tokens"),
+        ({"checkpoint_seq": -1}, "checkpoint_seq"),
+        ({"checkpoint_seq": 0, "seed": 3}, "seed"),
+    ]:
         response = await api.post(f"/v1/tasks/{source.task_id}/fork", json=body)
         assert response.status_code == 422, body
         assert error_of(response)["field"] == field
@@ -109,10 +115,21 @@ async def test_fork_validates_its_overrides(api: httpx.AsyncClient, store: Store
 async def test_ledger_lists_entries_and_totals(api: httpx.AsyncClient, store: Store, agent: AgentSpec) -> None:
     task = put_task(store, agent)
     for step, kind, completion in [(1, "settled", 40), (2, "lost", 12), (2, "settled", 50)]:
-        store.ledger.record(LedgerEntry(
-            task_id=task.task_id, step=step, attempt=1 if kind == "lost" or step == 1 else 2, model=agent.model,
-            prompt_tokens=0 if kind == "lost" else 100, completion_tokens=completion, cost_usd=0.001,
-            ttft_s=0.05, duration_s=0.4, served_by="node-a/gpu0", kind=kind))
+        store.ledger.record(
+            LedgerEntry(
+                task_id=task.task_id,
+                step=step,
+                attempt=1 if kind == "lost" or step == 1 else 2,
+                model=agent.model,
+                prompt_tokens=0 if kind == "lost" else 100,
+                completion_tokens=completion,
+                cost_usd=0.001,
+                ttft_s=0.05,
+                duration_s=0.4,
+                served_by="node-a/gpu0",
+                kind=kind,
+            )
+        )
 
     body = (await api.get(f"/v1/tasks/{task.task_id}/ledger")).json()
 
@@ -146,8 +163,9 @@ async def test_events_resume_after_a_seq_or_the_last_event_id(
     seqs = [store.events.append(task.task_id, "step", {"step": i}) for i in range(3)]
 
     after_query = parse_sse((await api.get(f"/v1/tasks/{task.task_id}/events", params={"after": seqs[0]})).text)
-    after_header = parse_sse((await api.get(f"/v1/tasks/{task.task_id}/events",
-                                            headers={"Last-Event-ID": str(seqs[1])})).text)
+    after_header = parse_sse(
+        (await api.get(f"/v1/tasks/{task.task_id}/events", headers={"Last-Event-ID": str(seqs[1])})).text
+    )
 
     assert [int(m["id"]) for m in after_query if m["event"] != "end"] == seqs[1:]
     assert [int(m["id"]) for m in after_header if m["event"] != "end"] == seqs[2:]

@@ -9,15 +9,15 @@ from typing import Any
 
 import httpx
 import pytest
-
 from api_helpers import ClientAs, error_of, put_task, task_body, tenant_task, unique
+from sqlmodel import Session, select
+
 from orchestrator.api import create_app
 from orchestrator.store import Store
 from orchestrator.store.keys import hash_secret, split_key
 from orchestrator.store.tables import ApiKeyRow
 from sdk import AgentSpec, TaskStatus
 from sdk.wire.identity import Role, TenantSpec
-from sqlmodel import Session, select
 
 
 @pytest.fixture
@@ -65,8 +65,9 @@ async def test_a_key_is_shown_once_kept_hashed_and_refused_once_revoked(
     assert secret not in audit and secret not in caplog.text
 
 
-@pytest.mark.parametrize("header", [None, "Bearer ", "Basic dXNlcjpwYXNz", "Bearer berth_nothex_nope",
-                                    "Bearer not-a-berth-key"])
+@pytest.mark.parametrize(
+    "header", [None, "Bearer ", "Basic dXNlcjpwYXNz", "Bearer berth_nothex_nope", "Bearer not-a-berth-key"]
+)
 async def test_no_key_or_a_wrong_one_is_401(app, header: str | None) -> None:
     headers = {"authorization": header} if header else {}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as anonymous:
@@ -85,8 +86,12 @@ async def test_a_right_id_with_a_wrong_secret_is_401(api: httpx.AsyncClient, adm
 
 
 async def test_keys_refuse_a_role_tenant_mismatch_naming_the_field(api: httpx.AsyncClient, tenants) -> None:
-    for body, field in (({"role": "agent"}, "tenant"), ({"role": "admin", "tenant": tenants[0]}, "tenant"),
-                        ({"role": "agent", "tenant": "ghost"}, "tenant"), ({"role": "boss"}, "role")):
+    for body, field in (
+        ({"role": "agent"}, "tenant"),
+        ({"role": "admin", "tenant": tenants[0]}, "tenant"),
+        ({"role": "agent", "tenant": "ghost"}, "tenant"),
+        ({"role": "boss"}, "role"),
+    ):
         answer = await api.post("/v1/keys", json=body)
         assert answer.status_code == 422 and error_of(answer)["field"] == field, (body, answer.text)
     assert (await api.post("/v1/keys/nope/revoke")).status_code == 404
@@ -132,8 +137,10 @@ async def test_operators_steer_the_fleet_and_agents_may_not(
         assert (await operator.post("/v1/nodes/gpu-o/undrain")).json()["status"] == "healthy"
     # Every tenant shares the fleet and the catalogue: an operator of one tenant steers neither.
     async with client_as(Role.operator, tenants[0]) as confined:
-        for refused in (await confined.post("/v1/nodes/gpu-o/drain"),
-                        await confined.put("/v1/models/llama-3.2-1b/policy", json={"min_replicas": 1})):
+        for refused in (
+            await confined.post("/v1/nodes/gpu-o/drain"),
+            await confined.put("/v1/models/llama-3.2-1b/policy", json={"min_replicas": 1}),
+        ):
             assert refused.status_code == 403 and "every tenant shares it" in error_of(refused)["message"]
         assert store.fleet.get("gpu-o").status == "healthy"  # type: ignore[union-attr]
 
@@ -146,11 +153,26 @@ async def test_a_tenant_key_gets_404_for_another_tenants_task_on_every_route(
 ) -> None:
     a, b = tenants
     mine, theirs = tenant_task(store, agent, a), tenant_task(store, agent, b)
-    routes = [("GET", ""), ("GET", "/interruptions"), ("GET", "/checkpoints"), ("GET", "/checkpoints/1"),
-              ("GET", "/ledger"), ("GET", "/events"), ("POST", "/cancel"), ("POST", "/raise-budget"),
-              ("POST", "/answer"), ("POST", "/fork"), ("POST", "/spawn"), ("POST", "/simulate-preemption")]
-    bodies = {"/raise-budget": {"tokens": 10}, "/answer": {"text": "yes"}, "/fork": {"checkpoint_seq": 1},
-              "/spawn": {"agent": agent.name, "input": "x", "tokens": 10}}
+    routes = [
+        ("GET", ""),
+        ("GET", "/interruptions"),
+        ("GET", "/checkpoints"),
+        ("GET", "/checkpoints/1"),
+        ("GET", "/ledger"),
+        ("GET", "/events"),
+        ("POST", "/cancel"),
+        ("POST", "/raise-budget"),
+        ("POST", "/answer"),
+        ("POST", "/fork"),
+        ("POST", "/spawn"),
+        ("POST", "/simulate-preemption"),
+    ]
+    bodies = {
+        "/raise-budget": {"tokens": 10},
+        "/answer": {"text": "yes"},
+        "/fork": {"checkpoint_seq": 1},
+        "/spawn": {"agent": agent.name, "input": "x", "tokens": 10},
+    }
     for role in (Role.agent, Role.operator, Role.viewer):
         async with client_as(role, a) as scoped:
             for method, suffix in routes:
@@ -189,8 +211,16 @@ async def test_a_tenants_default_budget_applies_and_an_unknown_tenant_is_422(
     api: httpx.AsyncClient, agent: AgentSpec
 ) -> None:
     name = unique("fund")
-    created = await api.post("/v1/tenants", json={"name": name, "trust": "isolated", "gpu_quota": 4,
-                                                   "default_budget_tokens": 1234, "default_budget_usd": 0.5})
+    created = await api.post(
+        "/v1/tenants",
+        json={
+            "name": name,
+            "trust": "isolated",
+            "gpu_quota": 4,
+            "default_budget_tokens": 1234,
+            "default_budget_usd": 0.5,
+        },
+    )
     assert created.status_code == 201, created.text
     assert (await api.post("/v1/tenants", json={"name": name})).status_code == 409
 
@@ -240,13 +270,19 @@ async def test_every_write_is_audited_with_who_what_and_status(
     async with httpx.AsyncClient(transport=api._transport, base_url="http://berth") as anonymous:
         await anonymous.post("/v1/tenants", json={"name": "sneaky"})
     await api.get("/v1/tasks")  # reads are not audited
-    too_big = await api.post("/v1/agents", content=b"x" * (5 * 1024 * 1024), headers={"content-type": "application/json"})
+    too_big = await api.post(
+        "/v1/agents", content=b"x" * (5 * 1024 * 1024), headers={"content-type": "application/json"}
+    )
     assert too_big.status_code == 413
 
     rows = (await api.get("/v1/audit")).json()
     admin_id = split_key(admin_key)[0]  # type: ignore[index]
     assert (rows[0]["method"], rows[0]["path"], rows[0]["status"], rows[0]["key_id"]) == (
-        "POST", "/v1/agents", 413, admin_id)
+        "POST",
+        "/v1/agents",
+        413,
+        admin_id,
+    )
     rows = rows[1:]
     # The anonymous 401 is no one's action: not on record (tests/security/test_audit_trail.py).
     assert [(r["method"], r["path"], r["status"], r["role"]) for r in rows[:2]] == [
@@ -263,9 +299,12 @@ async def test_every_write_is_audited_with_who_what_and_status(
 def _node(node_id: str):
     from sdk.wire.fleet import GpuDescription, NodeSpec
 
-    return NodeSpec(node_id=node_id, datacenter="dc1", zone="z1",
-                    gpus=[GpuDescription(index=0, uuid=f"GPU-{node_id}", type_name="H100-80GB",
-                                         memory_total_mib=81559)])
+    return NodeSpec(
+        node_id=node_id,
+        datacenter="dc1",
+        zone="z1",
+        gpus=[GpuDescription(index=0, uuid=f"GPU-{node_id}", type_name="H100-80GB", memory_total_mib=81559)],
+    )
 
 
 async def test_submissions_beyond_a_keys_burst_are_429_while_another_key_still_submits(
@@ -331,8 +370,9 @@ async def test_a_revoked_key_loses_the_event_stream_it_had_opened(
             yield event
 
     monkeypatch.setattr(events, "tail", revoked_once_streaming)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
-                                 headers={"authorization": f"Bearer {created.key}"}) as viewer:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://berth", headers={"authorization": f"Bearer {created.key}"}
+    ) as viewer:
         stream = await asyncio.wait_for(viewer.get(f"/v1/tasks/{running.task_id}/events"), timeout=20)
     assert stream.status_code == 200
     assert "event: revoked" in stream.text and "the API key was revoked" in stream.text

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import httpx
 import httpx2
 import pytest
+from api_helpers import end_workflows, put_task, unique
 from fastapi import FastAPI
 from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
@@ -28,11 +29,20 @@ from orchestrator.store import Store
 from sdk import AgentSpec, ToolSpec
 from sdk.wire.identity import Role, TenantSpec
 
-from api_helpers import end_workflows, put_task, unique
-
 URL = "http://berth"
-TOOLS = {"submit_task", "get_task", "list_tasks", "wait_for_task", "cancel_task", "raise_budget", "answer_task",
-         "fork_task", "list_agents", "list_models", "fleet_status"}
+TOOLS = {
+    "submit_task",
+    "get_task",
+    "list_tasks",
+    "wait_for_task",
+    "cancel_task",
+    "raise_budget",
+    "answer_task",
+    "fork_task",
+    "list_agents",
+    "list_models",
+    "fleet_status",
+}
 
 
 @dataclass
@@ -82,14 +92,21 @@ async def server(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.Tem
 
 @pytest.fixture(scope="module")
 def agent(server: Server) -> AgentSpec:
-    return server.store.agents.register(AgentSpec(
-        name=unique("scribe"), model="llama-3.1-8b", max_steps=5, tools=[ToolSpec(name="file", description="File it.")]))
+    return server.store.agents.register(
+        AgentSpec(
+            name=unique("scribe"),
+            model="llama-3.1-8b",
+            max_steps=5,
+            tools=[ToolSpec(name="file", description="File it.")],
+        )
+    )
 
 
 @asynccontextmanager
 async def mcp_as(server: Server, key: str) -> AsyncIterator[McpClient]:
-    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(server.app), base_url=URL,
-                                  headers={"authorization": f"Bearer {key}"}, timeout=30) as http:
+    async with httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(server.app), base_url=URL, headers={"authorization": f"Bearer {key}"}, timeout=30
+    ) as http:
         async with McpClient(streamable_http_client(f"{URL}/mcp", http_client=http)) as client:
             yield client
 
@@ -108,10 +125,13 @@ def error_text(result) -> str:
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer", "Bearer berth_nope.nope", "Basic Zm9vOmJhcg=="])
-async def test_a_request_without_a_valid_key_is_refused_before_mcp_sees_it(server: Server,
-                                                                          authorization: str | None) -> None:
-    headers = {"accept": "application/json, text/event-stream", **({"authorization": authorization}
-                                                                  if authorization else {})}
+async def test_a_request_without_a_valid_key_is_refused_before_mcp_sees_it(
+    server: Server, authorization: str | None
+) -> None:
+    headers = {
+        "accept": "application/json, text/event-stream",
+        **({"authorization": authorization} if authorization else {}),
+    }
     async with http_to(server) as http:
         answer = await http.post("/mcp", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert answer.status_code == 401
@@ -123,8 +143,11 @@ async def test_a_revoked_key_is_refused(server: Server) -> None:
     created = server.store.keys.create(Role.agent, name="mcp tests")
     server.store.keys.revoke(created.key_id)
     async with http_to(server) as http:
-        answer = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                                 headers={"authorization": f"Bearer {created.key}"})
+        answer = await http.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"authorization": f"Bearer {created.key}"},
+        )
     assert answer.status_code == 401 and "revoked" in answer.json()["error"]["message"]
 
 
@@ -158,8 +181,9 @@ async def test_another_tenants_task_is_not_found_by_tools_and_resources(server: 
         assert json.loads(read.contents[0].text)["task_id"] == theirs.task_id
 
 
-async def test_bad_input_is_a_tool_error_naming_the_field_and_the_session_carries_on(server: Server,
-                                                                                   agent: AgentSpec) -> None:
+async def test_bad_input_is_a_tool_error_naming_the_field_and_the_session_carries_on(
+    server: Server, agent: AgentSpec
+) -> None:
     good = {"agent": agent.name, "input": "File the report.", "budget_tokens": 2000}
     async with mcp_as(server, key_of(server, Role.agent)) as client:
         assert "Unknown tool" in error_text(await client.call_tool("launch_rockets", {}))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from api_helpers import ClientAs, error_of, task_body
+
 from orchestrator.api import TemporalGateway
 from orchestrator.cli import output
 from orchestrator.cli.main import main
@@ -42,11 +42,26 @@ def gateway(closed_port: int) -> TemporalGateway:
 def registration(node_id: str = "gpu-1", gpus: list[str] | None = None, **fields: object) -> dict:
     types = gpus if gpus is not None else ["H100-80GB", "H100-80GB"]
     return {
-        "node_id": node_id, "join_token": JOIN_TOKEN, "datacenter": "us-east", "zone": "us-east-1a",
-        "capacity": "on-demand", "usd_per_hour": 5.98, "labels": {"dedicated": "tenant-a"},
-        "disk_bandwidth_gbps": 3.5, "weights_cache_capacity_bytes": 10**12,
-        "gpus": [{"index": i, "uuid": f"GPU-{node_id}-{i}", "type_name": t, "memory_total_mib": 81559,
-                  "mig_mode": False, "mig_devices": []} for i, t in enumerate(types)],
+        "node_id": node_id,
+        "join_token": JOIN_TOKEN,
+        "datacenter": "us-east",
+        "zone": "us-east-1a",
+        "capacity": "on-demand",
+        "usd_per_hour": 5.98,
+        "labels": {"dedicated": "tenant-a"},
+        "disk_bandwidth_gbps": 3.5,
+        "weights_cache_capacity_bytes": 10**12,
+        "gpus": [
+            {
+                "index": i,
+                "uuid": f"GPU-{node_id}-{i}",
+                "type_name": t,
+                "memory_total_mib": 81559,
+                "mig_mode": False,
+                "mig_devices": [],
+            }
+            for i, t in enumerate(types)
+        ],
         **fields,
     }
 
@@ -56,8 +71,16 @@ def heartbeat(node_id: str = "gpu-1", **fields: object) -> dict:
         "node_id": node_id,
         "gpus": [{"index": 0, "memory_used_mib": 42_000, "utilization_pct": 88, "ecc_errors": 0, "healthy": True}],
         "cached_weights": [{"model": "llama-3.1-8b", "size_bytes": 16 * 2**30}],
-        "replicas": [{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm", "outstanding_tokens": 900,
-                      "active_leases": 2}],
+        "replicas": [
+            {
+                "replica_id": "r-1",
+                "model": "llama-3.1-8b",
+                "gpu_indexes": [0],
+                "state": "warm",
+                "outstanding_tokens": 900,
+                "active_leases": 2,
+            }
+        ],
         **fields,
     }
 
@@ -71,8 +94,9 @@ async def admit(api: httpx.AsyncClient, node_id: str = "gpu-1") -> str:
 
 async def join(api: httpx.AsyncClient, node_id: str = "gpu-1", **fields: object) -> str:
     """Join admitted, with a per-node token; the node's secret."""
-    joined = await api.post("/v1/nodes/register", json=registration(node_id, join_token=await admit(api, node_id),
-                                                                    **fields))
+    joined = await api.post(
+        "/v1/nodes/register", json=registration(node_id, join_token=await admit(api, node_id), **fields)
+    )
     assert joined.status_code == 201, joined.text
     return joined.json()["node_secret"]
 
@@ -132,15 +156,19 @@ async def test_without_a_cluster_join_token_only_per_node_tokens_let_nodes_in(ap
     assert (await api.get("/v1/nodes/gpu-1")).json()["status"] == "healthy"
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"gpus": ["H100-80GB", "B300-288GB"]}, "gpus.1.type_name"),
-    ({"capacity": "reserved"}, "capacity"),
-    ({"usd_per_hour": -1}, "usd_per_hour"),
-    ({"node_id": "GPU 1"}, "node_id"),
-    ({"disk_bandwidth_gbp": 3}, "disk_bandwidth_gbp"),
-])
-async def test_bad_registrations_name_the_field_and_change_nothing(api: httpx.AsyncClient, change: dict,
-                                                                   field: str) -> None:
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"gpus": ["H100-80GB", "B300-288GB"]}, "gpus.1.type_name"),
+        ({"capacity": "reserved"}, "capacity"),
+        ({"usd_per_hour": -1}, "usd_per_hour"),
+        ({"node_id": "GPU 1"}, "node_id"),
+        ({"disk_bandwidth_gbp": 3}, "disk_bandwidth_gbp"),
+    ],
+)
+async def test_bad_registrations_name_the_field_and_change_nothing(
+    api: httpx.AsyncClient, change: dict, field: str
+) -> None:
     refused = await api.post("/v1/nodes/register", json=registration(**change))
     assert refused.status_code == 422 and error_of(refused)["field"] == field, refused.text
     assert (await api.get("/v1/nodes")).json() == []
@@ -160,7 +188,8 @@ async def test_a_heartbeat_updates_metrics_caches_and_replicas(api: httpx.AsyncC
     assert node.cached_weights[0].size_bytes == 16 * 2**30
     replicas = (await api.get("/v1/replicas", params={"model": "llama-3.1-8b"})).json()
     assert [(r["node_id"], r["gpu_indexes"], r["state"], r["active_leases"]) for r in replicas] == [
-        ("gpu-1", [0], "warm", 2)]
+        ("gpu-1", [0], "warm", 2)
+    ]
     assert (await api.get("/v1/replicas", params={"model": "other"})).json() == []
 
 
@@ -173,8 +202,11 @@ async def test_heartbeats_from_strangers_are_refused(api: httpx.AsyncClient) -> 
         assert refused.status_code == 401 and "node secret" in error_of(refused)["message"]
     mismatch = await api.post("/v1/nodes/gpu-1/heartbeat", json=heartbeat("gpu-2"), headers={SECRET_HEADER: secret})
     assert mismatch.status_code == 422 and error_of(mismatch)["field"] == "node_id"
-    bad_gpu = await api.post("/v1/nodes/gpu-1/heartbeat", headers={SECRET_HEADER: secret},
-                             json=heartbeat(replicas=[{"replica_id": "r-9", "model": "m", "gpu_indexes": [5], "state": "warm"}]))
+    bad_gpu = await api.post(
+        "/v1/nodes/gpu-1/heartbeat",
+        headers={SECRET_HEADER: secret},
+        json=heartbeat(replicas=[{"replica_id": "r-9", "model": "m", "gpu_indexes": [5], "state": "warm"}]),
+    )
     assert bad_gpu.status_code == 422 and error_of(bad_gpu)["field"] == "replicas.0.gpu_indexes"
     node = (await api.get("/v1/nodes/gpu-1")).json()
     assert node["last_heartbeat_at"] is None and node["replicas"] == []
@@ -291,14 +323,20 @@ def test_berth_nodes_admits_approves_revokes_and_removes(cli, store: Store, caps
     assert store.fleet.get("gpu-9") is None
 
 
-@pytest.mark.parametrize("argv, line", [
-    (("nodes", "admit", "gpu-9", "--ttl", "soon"), "error: ttl: expected a duration such as 30s, 2m or 45, got 'soon'"),
-    (("nodes", "admit", "gpu-9", "--ttl", "8d"), "error: ttl_s: "),
-    (("nodes", "admit", "GPU 9"), "error: node_id: "),
-    (("nodes", "approve", "ghost"), "error: node_id: node 'ghost' is not registered"),
-    (("nodes", "revoke", "ghost"), "error: node_id: node 'ghost' is not registered"),
-    (("nodes", "remove", "ghost"), "error: node_id: node 'ghost' is not registered"),
-])
+@pytest.mark.parametrize(
+    "argv, line",
+    [
+        (
+            ("nodes", "admit", "gpu-9", "--ttl", "soon"),
+            "error: ttl: expected a duration such as 30s, 2m or 45, got 'soon'",
+        ),
+        (("nodes", "admit", "gpu-9", "--ttl", "8d"), "error: ttl_s: "),
+        (("nodes", "admit", "GPU 9"), "error: node_id: "),
+        (("nodes", "approve", "ghost"), "error: node_id: node 'ghost' is not registered"),
+        (("nodes", "revoke", "ghost"), "error: node_id: node 'ghost' is not registered"),
+        (("nodes", "remove", "ghost"), "error: node_id: node 'ghost' is not registered"),
+    ],
+)
 def test_admission_refusals_name_the_field(cli, capsys, argv: tuple[str, ...], line: str) -> None:
     assert cli(*argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -306,13 +344,24 @@ def test_admission_refusals_name_the_field(cli, capsys, argv: tuple[str, ...], l
 
 
 async def test_a_revocation_holds_while_temporal_is_down_and_names_the_tasks_it_could_not_tell(
-        app, api: httpx.AsyncClient, store: Store, admin_key: str) -> None:
+    app, api: httpx.AsyncClient, store: Store, admin_key: str
+) -> None:
     """This module's Temporal is a closed port: the credential dies anyway, the task is named as not reached."""
     from orchestrator.store import LeaseRecord
 
     secret = await join(api)
-    store.leases.add(LeaseRecord(lease_id="l-1", task_id="t-on-gpu-1", step=1, model="llama-3.1-8b", node_id="gpu-1",
-                                 replica_id="r-1", tokens=500, tenant="default"))
+    store.leases.add(
+        LeaseRecord(
+            lease_id="l-1",
+            task_id="t-on-gpu-1",
+            step=1,
+            model="llama-3.1-8b",
+            node_id="gpu-1",
+            replica_id="r-1",
+            tokens=500,
+            tenant="default",
+        )
+    )
     async with Client("http://berth", api_key=admin_key, transport=httpx.ASGITransport(app)) as client:
         done = await client.revoke_node("gpu-1")
         assert (done.removed, done.tasks_moved, done.tasks_unreached) == (False, [], ["t-on-gpu-1"])
@@ -344,7 +393,8 @@ async def test_a_task_no_node_could_ever_serve_is_refused_at_submission(api: htt
 
 
 async def test_while_an_admitted_node_has_not_joined_yet_a_task_its_gpus_may_hold_is_accepted(
-        api: httpx.AsyncClient, agent) -> None:
+    api: httpx.AsyncClient, agent
+) -> None:
     """`berth up` admits its nodes, then starts them: one reporting first must not get a task refused that
     the others could run."""
     await join(api, gpus=["H100-80GB"])
@@ -355,7 +405,8 @@ async def test_while_an_admitted_node_has_not_joined_yet_a_task_its_gpus_may_hol
 
 
 async def test_a_preempted_node_drains_hears_its_deadline_and_is_back_when_it_registers_again(
-        api: httpx.AsyncClient) -> None:
+    api: httpx.AsyncClient,
+) -> None:
     secret = await join(api)
     preempted = await api.post("/v1/nodes/gpu-1/preempt", json={"notice_s": 30})
     assert preempted.status_code == 200 and preempted.json()["status"] == "draining"
@@ -367,13 +418,17 @@ async def test_a_preempted_node_drains_hears_its_deadline_and_is_back_when_it_re
     assert again.json()["node"]["status"] == "healthy" and again.json()["node"]["preempt_by"] is None
 
 
-@pytest.mark.parametrize("node_id, body, status, field", [
-    ("ghost", {"notice_s": 30}, 404, "node_id"),
-    ("gpu-1", {"notice_s": -1}, 422, "notice_s"),
-    ("gpu-1", {"notice": 30}, 422, "notice"),
-])
-async def test_bad_preemptions_are_refused_and_change_nothing(api: httpx.AsyncClient, node_id: str, body: dict,
-                                                              status: int, field: str) -> None:
+@pytest.mark.parametrize(
+    "node_id, body, status, field",
+    [
+        ("ghost", {"notice_s": 30}, 404, "node_id"),
+        ("gpu-1", {"notice_s": -1}, 422, "notice_s"),
+        ("gpu-1", {"notice": 30}, 422, "notice"),
+    ],
+)
+async def test_bad_preemptions_are_refused_and_change_nothing(
+    api: httpx.AsyncClient, node_id: str, body: dict, status: int, field: str
+) -> None:
     await join(api)
     refused = await api.post(f"/v1/nodes/{node_id}/preempt", json=body)
     assert refused.status_code == status and error_of(refused)["field"] == field, refused.text

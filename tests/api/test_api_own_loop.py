@@ -10,8 +10,8 @@ import httpx
 import pytest
 from agents import Agent as SdkAgent
 from agents import function_tool
-
 from api_helpers import Stack, unique
+
 from orchestrator.api.task_ids import scoped_task_id
 from sdk import AgentSpec, Budget, TaskStatus
 from sdk.openai_agents import run_on_berth
@@ -34,8 +34,9 @@ async def test_an_agents_sdk_agent_runs_as_a_task_with_its_calls_booked(stack: S
         return f"notes on {subject}"
 
     agent = SdkAgent(name="Researcher", instructions="Research each subject, then report.", tools=[lookup])
-    run = await run_on_berth(stack.client, agent, SUBJECTS, model=MODEL, budget=Budget(tokens=20_000),
-                             task_id=unique("own"))
+    run = await run_on_berth(
+        stack.client, agent, SUBJECTS, model=MODEL, budget=Budget(tokens=20_000), task_id=unique("own")
+    )
 
     assert "Report on" in run.final_output
     assert looked_up == ["H100 bandwidth", "A100 bandwidth"]
@@ -43,8 +44,9 @@ async def test_an_agents_sdk_agent_runs_as_a_task_with_its_calls_booked(stack: S
     assert state.status == TaskStatus.completed and state.result == run.final_output
     ledger = await run.task.ledger()
     assert ledger.totals.calls == state.step == 3  # two tool rounds and the answer, each one step
-    assert state.spend.tokens_used == (ledger.totals.prompt_tokens + ledger.totals.completion_tokens
-                                       + ledger.totals.lost_tokens)
+    assert state.spend.tokens_used == (
+        ledger.totals.prompt_tokens + ledger.totals.completion_tokens + ledger.totals.lost_tokens
+    )
 
 
 async def test_a_loop_run_again_after_a_crash_replays_its_calls_and_keeps_its_tool_results(stack: Stack) -> None:
@@ -62,8 +64,9 @@ async def test_a_loop_run_again_after_a_crash_replays_its_calls_and_keeps_its_to
 
     agent = SdkAgent(name="Researcher", instructions="Research each subject, then report.", tools=[lookup])
     task_id = unique("own")
-    first = asyncio.create_task(run_on_berth(stack.client, agent, SUBJECTS, model=MODEL,
-                                             budget=Budget(tokens=20_000), task_id=task_id))
+    first = asyncio.create_task(
+        run_on_berth(stack.client, agent, SUBJECTS, model=MODEL, budget=Budget(tokens=20_000), task_id=task_id)
+    )
     await asyncio.wait_for(crash.wait(), timeout=120)
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -72,8 +75,7 @@ async def test_a_loop_run_again_after_a_crash_replays_its_calls_and_keeps_its_to
     before = await task.ledger()
     assert before.totals.calls == 2 and (await task.status()).status == TaskStatus.running
 
-    run = await run_on_berth(stack.client, agent, SUBJECTS, model=MODEL, budget=Budget(tokens=20_000),
-                             task_id=task_id)
+    run = await run_on_berth(stack.client, agent, SUBJECTS, model=MODEL, budget=Budget(tokens=20_000), task_id=task_id)
 
     # The first tool's result was kept: it ran once; the second ran again (it never reported), then the answer.
     assert runs == ["H100 bandwidth", "A100 bandwidth", "A100 bandwidth"]
@@ -89,8 +91,9 @@ async def test_a_loop_run_again_after_a_crash_replays_its_calls_and_keeps_its_to
 async def test_a_task_on_berths_loop_takes_no_calls_from_outside(stack: Stack) -> None:
     spec = await stack.client.register(AgentSpec(name=unique("inner"), model=MODEL, instructions="Answer."))
     task = await stack.client.submit(spec.name, "length: 4000 tokens", budget=20_000)
-    response = await http(stack).post(f"/v1/tasks/{task.task_id}/chat/completions",
-                                      json={"messages": [{"role": "user", "content": "hi"}]})
+    response = await http(stack).post(
+        f"/v1/tasks/{task.task_id}/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}
+    )
     assert response.status_code == 409, response.text
     assert response.json()["error"]["field"] == "task_id" and "loop='own'" in response.json()["error"]["message"]
     await task.cancel()
@@ -101,15 +104,18 @@ async def own_task(stack: Stack, budget: int = 20_000, text: str = SUBJECTS) -> 
     return (await stack.client.submit(spec.name, text, budget=budget)).task_id
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"messages": [{"role": "user", "content": SUBJECTS}], "temprature": 0.2}, "temprature"),
-    ({"messages": [{"role": "user", "content": SUBJECTS}], "model": "gpt-4o"}, "model"),
-    ({"messages": [{"role": "user", "content": SUBJECTS}], "max_tokens": 0}, "max_tokens"),
-    ({"messages": [{"role": "user", "content": SUBJECTS}], "n": 2}, "n"),
-    ({"messages": [{"role": "user", "content": SUBJECTS}], "temperature": 7}, "temperature"),
-    ({"messages": [{"role": "system", "content": "Be brief."}]}, "messages"),
-    ({"messages": []}, "messages"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"messages": [{"role": "user", "content": SUBJECTS}], "temprature": 0.2}, "temprature"),
+        ({"messages": [{"role": "user", "content": SUBJECTS}], "model": "gpt-4o"}, "model"),
+        ({"messages": [{"role": "user", "content": SUBJECTS}], "max_tokens": 0}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": SUBJECTS}], "n": 2}, "n"),
+        ({"messages": [{"role": "user", "content": SUBJECTS}], "temperature": 7}, "temperature"),
+        ({"messages": [{"role": "system", "content": "Be brief."}]}, "messages"),
+        ({"messages": []}, "messages"),
+    ],
+)
 async def test_a_bad_call_is_refused_naming_its_field(stack: Stack, body: dict, field: str) -> None:
     task_id = await own_task(stack)
     response = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions", json=body)
@@ -120,23 +126,26 @@ async def test_a_bad_call_is_refused_naming_its_field(stack: Stack, body: dict, 
 
 async def test_a_call_that_rewrites_the_conversation_is_refused(stack: Stack) -> None:
     task_id = await own_task(stack)
-    response = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions",
-                                      json={"messages": [{"role": "user", "content": "another question"}]})
+    response = await http(stack).post(
+        f"/v1/tasks/{task_id}/chat/completions", json={"messages": [{"role": "user", "content": "another question"}]}
+    )
     assert response.status_code == 409, response.text
     assert response.json()["error"]["field"] == "messages"
 
 
 async def test_a_call_short_of_budget_is_402_and_the_task_waits_for_more(stack: Stack) -> None:
     task_id = await own_task(stack, budget=10)
-    response = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions",
-                                      json={"messages": [{"role": "user", "content": SUBJECTS}]})
+    response = await http(stack).post(
+        f"/v1/tasks/{task_id}/chat/completions", json={"messages": [{"role": "user", "content": SUBJECTS}]}
+    )
     assert response.status_code == 402, response.text
     assert response.json()["error"]["field"] == "budget"
     assert (await stack.client.task(task_id).status()).status == TaskStatus.awaiting_budget
 
     await stack.client.task(task_id).raise_budget(20_000)
-    response = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions",
-                                      json={"messages": [{"role": "user", "content": SUBJECTS}]})
+    response = await http(stack).post(
+        f"/v1/tasks/{task_id}/chat/completions", json={"messages": [{"role": "user", "content": SUBJECTS}]}
+    )
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["message"]["content"]
     assert (await stack.client.task(task_id).status()).status == TaskStatus.running
@@ -145,10 +154,22 @@ async def test_a_call_short_of_budget_is_402_and_the_task_waits_for_more(stack: 
 async def test_tool_results_are_kept_only_for_calls_the_tasks_model_made(stack: Stack) -> None:
     task_id = await own_task(stack)
     messages = [{"role": "user", "content": SUBJECTS}]
-    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
-        "type": "object", "properties": {"subject": {"type": "string"}}, "required": ["subject"]}}}]
-    response = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions",
-                                      json={"messages": messages, "tools": tools})
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"subject": {"type": "string"}},
+                    "required": ["subject"],
+                },
+            },
+        }
+    ]
+    response = await http(stack).post(
+        f"/v1/tasks/{task_id}/chat/completions", json={"messages": messages, "tools": tools}
+    )
     call_id = response.json()["choices"][0]["message"]["tool_calls"][0]["id"]
 
     forged = await http(stack).put(f"/v1/tasks/{task_id}/tool-results/not-a-call", json={"content": "x"})
@@ -173,11 +194,18 @@ async def test_a_streaming_client_gets_the_reply_as_chunks_and_a_replayed_call_c
 
     task_id = await own_task(stack, text="length: 60 tokens")
     task = stack.client.task(task_id)
-    openai = AsyncOpenAI(base_url=task.openai_base_url, api_key=stack.client._api_key or "",
-                         http_client=httpx.AsyncClient(transport=httpx.ASGITransport(stack.app)))
+    openai = AsyncOpenAI(
+        base_url=task.openai_base_url,
+        api_key=stack.client._api_key or "",
+        http_client=httpx.AsyncClient(transport=httpx.ASGITransport(stack.app)),
+    )
     messages = [{"role": "system", "content": "Write."}, {"role": "user", "content": "length: 60 tokens"}]
-    chunks = [c async for c in await openai.chat.completions.create(
-        model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True})]
+    chunks = [
+        c
+        async for c in await openai.chat.completions.create(
+            model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True}
+        )
+    ]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text and chunks[-1].usage.completion_tokens > 0
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from api_helpers import error_of
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 
-from api_helpers import error_of
 from orchestrator.api import TemporalGateway, create_app
 from orchestrator.cli import output
 from orchestrator.cli.main import main
@@ -56,21 +56,32 @@ def gateway(temporal_client: TemporalClient, started: list[str]) -> TemporalGate
     return TemporalGateway.from_client(temporal_client, task_queue=f"prewarm-{uuid.uuid4().hex[:8]}")
 
 
-async def join(api: httpx.AsyncClient, node_id: str, dc: str = "us-east", gpus: tuple[int, ...] = (H100_MIB, H100_MIB),
-               cached: tuple[str, ...] = ()) -> None:
+async def join(
+    api: httpx.AsyncClient,
+    node_id: str,
+    dc: str = "us-east",
+    gpus: tuple[int, ...] = (H100_MIB, H100_MIB),
+    cached: tuple[str, ...] = (),
+) -> None:
     token = (await api.post(f"/v1/nodes/{node_id}/admit")).json()["join_token"]  # admitted, not pending
     body = {
-        "node_id": node_id, "join_token": token, "datacenter": dc, "zone": f"{dc}-1a",
+        "node_id": node_id,
+        "join_token": token,
+        "datacenter": dc,
+        "zone": f"{dc}-1a",
         "weights_cache_capacity_bytes": 10**12,
-        "gpus": [{"index": i, "type_name": "H100-80GB" if m == H100_MIB else "L4-24GB", "memory_total_mib": m}
-                 for i, m in enumerate(gpus)],
+        "gpus": [
+            {"index": i, "type_name": "H100-80GB" if m == H100_MIB else "L4-24GB", "memory_total_mib": m}
+            for i, m in enumerate(gpus)
+        ],
     }
     joined = await api.post("/v1/nodes/register", json=body)
     assert joined.status_code == 201, joined.text
     if cached:
         beat = {"node_id": node_id, "cached_weights": [{"model": m, "size_bytes": 16 * 2**30} for m in cached]}
-        sent = await api.post(f"/v1/nodes/{node_id}/heartbeat", json=beat,
-                              headers={SECRET_HEADER: joined.json()["node_secret"]})
+        sent = await api.post(
+            f"/v1/nodes/{node_id}/heartbeat", json=beat, headers={SECRET_HEADER: joined.json()["node_secret"]}
+        )
         assert sent.status_code < 300, sent.text
 
 
@@ -99,7 +110,9 @@ async def test_prewarm_starts_one_workflow_per_node_that_lacks_the_weights(
     # What the workflow was started with: the node, the entry and the tier.
     history = await temporal_client.get_workflow_handle(body["nodes"][0]["workflow_id"]).fetch_history()
     attributes = history.events[0].workflow_execution_started_event_attributes
-    order = temporal_client.data_converter.payload_converter.from_payloads(attributes.input.payloads, [PrewarmOnNode])[0]
+    order = temporal_client.data_converter.payload_converter.from_payloads(attributes.input.payloads, [PrewarmOnNode])[
+        0
+    ]
     assert order.node_id == "b" and order.request.tier == "datacenter" and order.request.model.name == "llama-3.1-8b"
     assert order.request.size_bytes == round(15.0 * 2**30)
 
@@ -162,16 +175,19 @@ async def test_berth_models_prewarm_prints_which_node_fetches_from_where(
     started.extend(row[2] for row in rows)
     assert [row[:2] for row in rows] == [["b", "datacenter"], ["d", "origin"]]
     assert all(row[2].startswith(f"prewarm-llama-3.1-8b-{row[0]}-") for row in rows)
-    code = await asyncio.to_thread(main, ["models", "prewarm", "llama-3.1-8b", "--datacenter", "mars-1",
-                                          "--api", "http://berth"])
+    code = await asyncio.to_thread(
+        main, ["models", "prewarm", "llama-3.1-8b", "--datacenter", "mars-1", "--api", "http://berth"]
+    )
     assert code == 2 and "mars-1" in capsys.readouterr().err
 
 
-async def test_temporal_down_is_503_naming_the_model(config: BerthConfig, store: Store, api: httpx.AsyncClient,
-                                                      closed_port: int, admin_key: str) -> None:
+async def test_temporal_down_is_503_naming_the_model(
+    config: BerthConfig, store: Store, api: httpx.AsyncClient, closed_port: int, admin_key: str
+) -> None:
     await fleet(api)  # registered in the shared store through the working app
     down = create_app(config, store, TemporalGateway(f"127.0.0.1:{closed_port}"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(down), base_url="http://berth",
-                                 headers={"authorization": f"Bearer {admin_key}"}) as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(down), base_url="http://berth", headers={"authorization": f"Bearer {admin_key}"}
+    ) as client:
         answer = await client.post("/v1/models/llama-3.1-8b/prewarm", json={})
     assert answer.status_code == 503 and "llama-3.1-8b" in error_of(answer)["message"]

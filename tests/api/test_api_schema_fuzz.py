@@ -17,11 +17,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import schemathesis
+from api_helpers import write_checkpoints
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from schemathesis import Case, CheckContext, Response
@@ -34,13 +35,11 @@ from schemathesis.specs.openapi.checks import (
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 
-from api_helpers import write_checkpoints
 from orchestrator.api import TemporalGateway, events
 from orchestrator.config import BerthConfig
 from orchestrator.store import LeaseRecord, Store
 from sdk import AgentSpec, Spend, TaskSpec, TaskState, TaskStatus, ToolSpec
-from sdk.wire.fleet import GpuDescription, NodeSpec
-from sdk.wire.fleet import NODE_SECRET_HEADER
+from sdk.wire.fleet import NODE_SECRET_HEADER, GpuDescription, NodeSpec
 from sdk.wire.identity import Role, TenantSpec, TenantUpdate
 
 JOIN_TOKEN = "join-fuzz-7a2e"
@@ -59,8 +58,12 @@ def not_a_server_error_but_no_worker(ctx: CheckContext, response: Response, case
 
 
 # Every answer: no 5xx, a documented status, a body and content type as documented.
-CHECKS = [not_a_server_error_but_no_worker, status_code_conformance, content_type_conformance,
-          response_schema_conformance]
+CHECKS = [
+    not_a_server_error_but_no_worker,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,14 @@ async def gateway(temporal_client: TemporalClient) -> AsyncIterator[TemporalGate
     """A task queue of this test's own, so that no other test's worker runs what the fuzzer starts, and short
     timeouts: an update to a workflow no worker runs answers 503 within a second instead of fifteen."""
     queue = f"fuzz-{uuid.uuid4().hex[:8]}"
-    yield TemporalGateway(temporal_client.service_client.config.target_host, temporal_client.namespace,
-                          client=temporal_client, task_queue=queue, query_timeout_s=0.5, update_timeout_s=1.0)
+    yield TemporalGateway(
+        temporal_client.service_client.config.target_host,
+        temporal_client.namespace,
+        client=temporal_client,
+        task_queue=queue,
+        query_timeout_s=0.5,
+        update_timeout_s=1.0,
+    )
     async for execution in temporal_client.list_workflows(f'TaskQueue="{queue}" AND ExecutionStatus="Running"'):
         try:
             await temporal_client.get_workflow_handle(execution.id).terminate("API fuzz test over")
@@ -94,9 +103,17 @@ async def gateway(temporal_client: TemporalClient) -> AsyncIterator[TemporalGate
 def _task(store: Store, agent: AgentSpec, task_id: str, status: TaskStatus) -> str:
     """A task row as its workflow leaves it, with a fixed id so that every run fuzzes the same thing."""
     spec = TaskSpec(task_id=task_id, agent=agent.name, input="Count the crates.", budget={"tokens": 5000})
-    state = TaskState(task_id=task_id, agent=agent.name, agent_version=agent.version, model=agent.model,
-                      tenant="default", status=status, max_steps=agent.max_steps, spend=Spend(token_limit=5000),
-                      updated_at=datetime.now(timezone.utc))
+    state = TaskState(
+        task_id=task_id,
+        agent=agent.name,
+        agent_version=agent.version,
+        model=agent.model,
+        tenant="default",
+        status=status,
+        max_steps=agent.max_steps,
+        spend=Spend(token_limit=5000),
+        updated_at=datetime.now(UTC),
+    )
     assert store.tasks.create(task_id, spec.model_dump_json(), state)
     write_checkpoints(store, task_id)
     store.events.append(task_id, "interruption", {"node": NODE_ID})
@@ -105,22 +122,57 @@ def _task(store: Store, agent: AgentSpec, task_id: str, status: TaskStatus) -> s
 
 @pytest.fixture
 def seeded(store: Store) -> Seeded:
-    agent = store.agents.register(AgentSpec(name="fuzz-writer", model="llama-3.1-8b", instructions="Write briefly.",
-                                            tools=[ToolSpec(name="lookup", description="Look a word up.")]))
+    agent = store.agents.register(
+        AgentSpec(
+            name="fuzz-writer",
+            model="llama-3.1-8b",
+            instructions="Write briefly.",
+            tools=[ToolSpec(name="lookup", description="Look a word up.")],
+        )
+    )
     store.tenants.create(TenantSpec(name=TENANT, default_budget_tokens=5000))
     store.tenants.update("default", TenantUpdate(default_budget_tokens=5000))
     running = _task(store, agent, "fuzz-running", TaskStatus.running)
     finished = _task(store, agent, "fuzz-finished", TaskStatus.completed)
-    store.fleet.register(NodeSpec(node_id=NODE_ID, datacenter="dc1", zone="z1", gpus=[
-        GpuDescription(index=0, uuid="GPU-fuzz", type_name="H100-80GB", memory_total_mib=81559)]), NODE_SECRET)
-    store.leases.add(LeaseRecord(lease_id="lease-fuzz", task_id=running, step=1, model=agent.model,
-                                 node_id=NODE_ID, replica_id="r-fuzz", tokens=500, tenant="default"))
+    store.fleet.register(
+        NodeSpec(
+            node_id=NODE_ID,
+            datacenter="dc1",
+            zone="z1",
+            gpus=[GpuDescription(index=0, uuid="GPU-fuzz", type_name="H100-80GB", memory_total_mib=81559)],
+        ),
+        NODE_SECRET,
+    )
+    store.leases.add(
+        LeaseRecord(
+            lease_id="lease-fuzz",
+            task_id=running,
+            step=1,
+            model=agent.model,
+            node_id=NODE_ID,
+            replica_id="r-fuzz",
+            tokens=500,
+            tenant="default",
+        )
+    )
     spare = store.keys.create(Role.viewer, name="fuzz-spare").key_id  # never the admin key: revoking it ends the run
     return Seeded(
-        path_ids={"task_id": [running, finished], "node_id": [NODE_ID], "key_id": [spare], "seq": ["0", "1"],
-                  "name": [agent.name, agent.model, TENANT, "default"]},
-        body_refs={"agent": agent.name, "model": agent.model, "task_id": running, "tenant": TENANT,
-                   "node_id": NODE_ID, "type_name": "H100-80GB", "join_token": JOIN_TOKEN},
+        path_ids={
+            "task_id": [running, finished],
+            "node_id": [NODE_ID],
+            "key_id": [spare],
+            "seq": ["0", "1"],
+            "name": [agent.name, agent.model, TENANT, "default"],
+        },
+        body_refs={
+            "agent": agent.name,
+            "model": agent.model,
+            "task_id": running,
+            "tenant": TENANT,
+            "node_id": NODE_ID,
+            "type_name": "H100-80GB",
+            "join_token": JOIN_TOKEN,
+        },
         finished_task=finished,
     )
 

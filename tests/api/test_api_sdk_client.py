@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-
 from api_helpers import put_task, unique, write_checkpoints
+
 from orchestrator.store import Store
 from sdk import (
     Agent,
@@ -91,8 +91,12 @@ async def test_server_refusals_arrive_as_typed_exceptions_with_the_field(client:
 
 
 async def test_specs_the_sdk_can_check_are_refused_before_sending(client: Client, agent: AgentSpec) -> None:
-    for kwargs, field in [({"input": "  "}, "input"), ({"budget": 0}, "budget.tokens"),
-                          ({"priority": 12}, "priority"), ({"budget": None}, "budget")]:
+    for kwargs, field in [
+        ({"input": "  "}, "input"),
+        ({"budget": 0}, "budget.tokens"),
+        ({"priority": 12}, "priority"),
+        ({"budget": None}, "budget"),
+    ]:
         arguments = {"agent": agent, "input": "hello", "budget": 100, **kwargs}
         with pytest.raises(InvalidSpec) as refused:
             await client.submit(**arguments)
@@ -112,12 +116,15 @@ async def test_steering_a_finished_task_is_a_conflict(client: Client, store: Sto
     assert nothing.value.field == "tokens"
 
 
-@pytest.mark.parametrize(("status", "error", "expected"), [
-    (TaskStatus.out_of_budget, "budget exhausted", BudgetExhausted),
-    (TaskStatus.failed, "tool crashed", TaskFailed),
-    (TaskStatus.max_steps, "ran 7 steps", TaskFailed),
-    (TaskStatus.cancelled, "by request", TaskCancelled),
-])
+@pytest.mark.parametrize(
+    ("status", "error", "expected"),
+    [
+        (TaskStatus.out_of_budget, "budget exhausted", BudgetExhausted),
+        (TaskStatus.failed, "tool crashed", TaskFailed),
+        (TaskStatus.max_steps, "ran 7 steps", TaskFailed),
+        (TaskStatus.cancelled, "by request", TaskCancelled),
+    ],
+)
 async def test_result_raises_how_the_task_ended(
     client: Client, store: Store, agent: AgentSpec, status: TaskStatus, error: str, expected: type
 ) -> None:
@@ -139,8 +146,9 @@ async def test_result_waits_on_the_event_stream_for_a_running_task(
     async def finish() -> None:
         await asyncio.sleep(0.5)
         await asyncio.to_thread(store.events.append, task.task_id, "step", {"step": 1})
-        await asyncio.to_thread(store.tasks.save_state,
-                                task.model_copy(update={"status": TaskStatus.completed, "result": "the answer"}))
+        await asyncio.to_thread(
+            store.tasks.save_state, task.model_copy(update={"status": TaskStatus.completed, "result": "the answer"})
+        )
 
     finishing = asyncio.create_task(finish())
     assert await client.task(task.task_id).result() == "the answer"
@@ -154,7 +162,10 @@ async def test_events_iterate_until_the_task_is_final(client: Client, store: Sto
     events = [e async for e in client.task(task.task_id).events()]
 
     assert [(e.seq, e.kind, e.data) for e in events] == [
-        (seqs[0], "state", {"n": 0}), (seqs[1], "step", {"n": 1}), (seqs[2], "state", {"n": 2})]
+        (seqs[0], "state", {"n": 0}),
+        (seqs[1], "step", {"n": 1}),
+        (seqs[2], "state", {"n": 2}),
+    ]
     resumed = [e.seq async for e in client.task(task.task_id).events(after=seqs[1])]
     assert resumed == seqs[2:]
 
@@ -185,8 +196,9 @@ class CutFirstStream(httpx.AsyncBaseTransport):
         return httpx.Response(response.status_code, headers=response.headers, stream=Truncated())
 
 
-async def test_a_cut_event_stream_reconnects_with_last_event_id(app, store: Store, agent: AgentSpec,
-                                                                admin_key: str) -> None:
+async def test_a_cut_event_stream_reconnects_with_last_event_id(
+    app, store: Store, agent: AgentSpec, admin_key: str
+) -> None:
     task = put_task(store, agent, TaskStatus.completed)
     seqs = [store.events.append(task.task_id, "step", {"step": i}) for i in range(3)]
     transport = CutFirstStream(app)
@@ -229,8 +241,14 @@ def test_status_codes_map_to_exception_types() -> None:
         return httpx.Response(status, json=body, request=httpx.Request("GET", "http://berth/v1/tasks"))
 
     shaped = {"error": {"code": "x", "message": "the reason", "field": "budget.tokens"}}
-    for status, cls in [(422, InvalidSpec), (404, NotFound), (409, Conflict), (401, Unauthorized),
-                        (403, Forbidden), (503, BerthError)]:
+    for status, cls in [
+        (422, InvalidSpec),
+        (404, NotFound),
+        (409, Conflict),
+        (401, Unauthorized),
+        (403, Forbidden),
+        (503, BerthError),
+    ]:
         error = error_from_response(response(status, shaped))
         assert type(error) is cls
         assert (error.message, error.field, error.status_code) == ("the reason", "budget.tokens", status)

@@ -59,10 +59,16 @@ def node_secret(app, store: Store) -> str:
     """An admitted node's secret (with the cluster token it would wait for approval, and book nothing)."""
     token = store.node_admission.mint("gpu-books", 600).join_token
     with httpx.Client(transport=SyncAsgi(app), base_url="http://berth") as http:
-        joined = http.post("/v1/nodes/register", json={
-            "node_id": "gpu-books", "join_token": token, "datacenter": "dc1", "zone": "z1",
-            "gpus": [{"index": 0, "uuid": "GPU-0", "type_name": "H100-80GB", "memory_total_mib": 81559}],
-        })
+        joined = http.post(
+            "/v1/nodes/register",
+            json={
+                "node_id": "gpu-books",
+                "join_token": token,
+                "datacenter": "dc1",
+                "zone": "z1",
+                "gpus": [{"index": 0, "uuid": "GPU-0", "type_name": "H100-80GB", "memory_total_mib": 81559}],
+            },
+        )
     assert joined.status_code == 201, joined.text
     return joined.json()["node_secret"]
 
@@ -75,13 +81,30 @@ STEP = StepRef("t1", 1, "llama-3.2-1b", "default", lease_id="lease-1")
 @pytest.fixture
 def leased(store: Store) -> None:
     """Task t1 of tenant default, its first checkpoint, and the lease the pool gave the node for its step 1."""
-    state = TaskState(task_id="t1", agent="writer", agent_version="1", model="llama-3.2-1b", tenant="default",
-                      status=TaskStatus.running, max_steps=5, spend=Spend(token_limit=5000))
+    state = TaskState(
+        task_id="t1",
+        agent="writer",
+        agent_version="1",
+        model="llama-3.2-1b",
+        tenant="default",
+        status=TaskStatus.running,
+        max_steps=5,
+        spend=Spend(token_limit=5000),
+    )
     store.tasks.create("t1", "{}", state)
-    store.leases.add(LeaseRecord(lease_id="lease-1", task_id="t1", step=1, model="llama-3.2-1b", node_id="gpu-books",
-                                 replica_id="r-1", tokens=500, tenant="default",
-                                 limits=StepLimits(max_tokens=500, token_allowance=2000, first_attempt=1,
-                                                   last_attempt=100)))
+    store.leases.add(
+        LeaseRecord(
+            lease_id="lease-1",
+            task_id="t1",
+            step=1,
+            model="llama-3.2-1b",
+            node_id="gpu-books",
+            replica_id="r-1",
+            tokens=500,
+            tenant="default",
+            limits=StepLimits(max_tokens=500, token_allowance=2000, first_attempt=1, last_attempt=100),
+        )
+    )
 
 
 @pytest.fixture
@@ -95,15 +118,24 @@ def root(store: Store) -> CheckpointRef:
 
 
 def call(attempt: int = 1, **fields: object) -> CallReport:
-    values: dict = dict(attempt=attempt, prompt_tokens=30, completion_tokens=12, cost_usd=0.0, ttft_s=0.05,
-                        duration_s=0.25, served_by="(the node's word)", response_id=f"chatcmpl-{attempt}",
-                        finish_reason="stop")
+    values: dict = dict(
+        attempt=attempt,
+        prompt_tokens=30,
+        completion_tokens=12,
+        cost_usd=0.0,
+        ttft_s=0.05,
+        duration_s=0.25,
+        served_by="(the node's word)",
+        response_id=f"chatcmpl-{attempt}",
+        finish_reason="stop",
+    )
     values.update(fields)
     return CallReport(**values)
 
 
-def test_prepare_reads_the_current_conversation_and_grants_what_the_lease_leaves(books: RemoteStepBooks,
-                                                                                  store: Store) -> None:
+def test_prepare_reads_the_current_conversation_and_grants_what_the_lease_leaves(
+    books: RemoteStepBooks, store: Store
+) -> None:
     start = root(store)
     prepared = books.prepare(STEP, start, None)
     assert prepared.checkpoint == start and [m.content for m in prepared.messages] == ["What is a berth?"]
@@ -116,11 +148,20 @@ def test_prepare_reads_the_current_conversation_and_grants_what_the_lease_leaves
     assert store.events.read("t1") == []
 
 
-def test_settle_books_once_at_the_catalogues_price_and_announces_where_it_ran(books: RemoteStepBooks,
-                                                                            store: Store) -> None:
+def test_settle_books_once_at_the_catalogues_price_and_announces_where_it_ran(
+    books: RemoteStepBooks, store: Store
+) -> None:
     books.prepare(STEP, root(store), None)
-    placement = StepPlacement(lease_id="lease-1", node_id="gpu-books", replica_id="r-1", gpu_indexes=[0],
-                              gpu_type="H100-80GB", tier="warm", decided_by="queue", queue_wait_s=0.2)
+    placement = StepPlacement(
+        lease_id="lease-1",
+        node_id="gpu-books",
+        replica_id="r-1",
+        gpu_indexes=[0],
+        gpu_type="H100-80GB",
+        tier="warm",
+        decided_by="queue",
+        queue_wait_s=0.2,
+    )
     first = books.settle(STEP, call(cost_usd=99.0, placement=placement))
     assert first.recorded is True and first.cost_usd == pytest.approx(30 * PROMPT_USD + 12 * COMPLETION_USD)
     assert books.settle(STEP, call(cost_usd=99.0, placement=placement)).recorded is False
@@ -131,7 +172,12 @@ def test_settle_books_once_at_the_catalogues_price_and_announces_where_it_ran(bo
     assert announced.kind == "llm_call"
     data = announced.data
     assert (data["tenant"], data["node_id"], data["replica_id"], data["tier"], data["queue_wait_s"]) == (
-        "default", "gpu-books", "r-1", "warm", 0.2)
+        "default",
+        "gpu-books",
+        "r-1",
+        "warm",
+        0.2,
+    )
     assert data["cost_usd"] == pytest.approx(first.cost_usd) and data["finish_reason"] == "stop"
 
 
@@ -149,8 +195,9 @@ def test_booked_and_book_interrupted_serve_a_retried_attempt(books: RemoteStepBo
     assert [e.attempt for e in books.booked(STEP, before_attempt=4)] == [1]
 
 
-def test_a_settle_books_its_call_and_announces_it_together_or_not_at_all(books: RemoteStepBooks, store: Store,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_settle_books_its_call_and_announces_it_together_or_not_at_all(
+    books: RemoteStepBooks, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The ledger row and its event are one transaction: a settle that fails between them leaves neither, so
     the node's retry books and announces the call (a row without its event would stay unannounced, the retry
     seeing it booked already)."""
@@ -205,8 +252,9 @@ def test_a_released_lease_books_nothing_more(books: RemoteStepBooks, store: Stor
     assert store.ledger.entries("t1") == [] and store.events.read("t1") == []
 
 
-def test_a_step_waits_out_a_control_plane_restart_and_gives_up_only_after_its_wait(app, node_secret: str,
-                                                                                  leased: None, store: Store) -> None:
+def test_a_step_waits_out_a_control_plane_restart_and_gives_up_only_after_its_wait(
+    app, node_secret: str, leased: None, store: Store
+) -> None:
     """Every step route is idempotent: a node asks again while the control plane is down, rather than losing a
     reply its engine already wrote (a server killed mid-task is restarted within seconds)."""
     port = free_port()
@@ -221,7 +269,8 @@ def test_a_step_waits_out_a_control_plane_restart_and_gives_up_only_after_its_wa
         server.should_exit = True
         comes_back.join(30)
     assert [e.attempt for e in store.ledger.entries("t1")] == [1]
-    with RemoteStepBooks(f"http://127.0.0.1:{free_port()}", "gpu-books", lambda: node_secret,
-                         retry_for_s=0.5) as nobody_there:
+    with RemoteStepBooks(
+        f"http://127.0.0.1:{free_port()}", "gpu-books", lambda: node_secret, retry_for_s=0.5
+    ) as nobody_there:
         with pytest.raises(httpx.ConnectError):
             nobody_there.settle(STEP, call(attempt=2))

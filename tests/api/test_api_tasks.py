@@ -6,18 +6,18 @@ import re
 
 import httpx
 import pytest
+from api_helpers import error_of, put_task, task_body, unique
 from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowExecutionStatus
 
-from api_helpers import error_of, put_task, task_body, unique
 from orchestrator.api import TemporalGateway, create_app
 from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from sdk import AgentSpec, TaskStatus
-from sdk.wire.task_run import TaskRun
+from sdk.wire.contracts import CONTROL_TASK_QUEUE, WORKFLOW_NAME
 from sdk.wire.identity import TenantSpec
 from sdk.wire.limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET
-from sdk.wire.contracts import CONTROL_TASK_QUEUE, WORKFLOW_NAME
+from sdk.wire.task_run import TaskRun
 
 
 async def started_run(client: TemporalClient, task_id: str) -> TaskRun:
@@ -169,7 +169,9 @@ async def test_unreadable_bodies_get_the_one_error_shape(
 
 
 async def test_an_oversized_body_is_refused_before_it_is_parsed(api: httpx.AsyncClient, store: Store) -> None:
-    response = await api.post("/v1/tasks", content=b"x" * (5 * 1024 * 1024), headers={"content-type": "application/json"})
+    response = await api.post(
+        "/v1/tasks", content=b"x" * (5 * 1024 * 1024), headers={"content-type": "application/json"}
+    )
 
     assert response.status_code == 413
     assert error_of(response)["code"] == "too_large"
@@ -179,8 +181,9 @@ async def test_nothing_is_left_behind_when_the_workflow_cannot_start(
     config: BerthConfig, store: Store, agent: AgentSpec, closed_port: int, admin_key: str
 ) -> None:
     app = create_app(config, store, TemporalGateway(f"127.0.0.1:{closed_port}"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
-                                 headers={"authorization": f"Bearer {admin_key}"}) as api:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://berth", headers={"authorization": f"Bearer {admin_key}"}
+    ) as api:
         response = await api.post("/v1/tasks", json=task_body(agent, task_id=unique("t")))
 
     assert response.status_code == 503
@@ -239,16 +242,25 @@ async def test_list_filters_and_bounds(api: httpx.AsyncClient, store: Store, age
     assert [s["status"] for s in (await api.get("/v1/tasks", params={"status": "completed"})).json()] == ["completed"]
     assert len((await api.get("/v1/tasks", params={"limit": 1})).json()) == 1
 
-    for params, field in [({"status": "sleeping"}, "status"), ({"limit": 501}, "limit"), ({"offset": -1}, "offset"),
-                          ({"offset": 2**63}, "offset")]:
+    for params, field in [
+        ({"status": "sleeping"}, "status"),
+        ({"limit": 501}, "limit"),
+        ({"offset": -1}, "offset"),
+        ({"offset": 2**63}, "offset"),
+    ]:
         response = await api.get("/v1/tasks", params=params)
         assert response.status_code == 422 and error_of(response)["field"] == field
 
 
 async def test_raise_budget_needs_something_to_add(api: httpx.AsyncClient, store: Store, agent: AgentSpec) -> None:
     running = put_task(store, agent)
-    for body, field in [({}, "tokens"), ({"tokens": 0, "usd": 0}, "tokens"), ({"tokens": -1}, "tokens"),
-                        ({"usd": -2}, "usd"), ({"tokens": 10, "extra": 1}, "extra")]:
+    for body, field in [
+        ({}, "tokens"),
+        ({"tokens": 0, "usd": 0}, "tokens"),
+        ({"tokens": -1}, "tokens"),
+        ({"usd": -2}, "usd"),
+        ({"tokens": 10, "extra": 1}, "extra"),
+    ]:
         response = await api.post(f"/v1/tasks/{running.task_id}/raise-budget", json=body)
         assert response.status_code == 422, body
         assert error_of(response)["field"] == field
@@ -275,8 +287,11 @@ async def test_cancel_signals_the_workflow(
 
     assert response.status_code == 202 and response.json()["task_id"] == task_id
     history = await temporal_client.get_workflow_handle(task_id).fetch_history()
-    signals = [e.workflow_execution_signaled_event_attributes for e in history.events
-               if e.HasField("workflow_execution_signaled_event_attributes")]
+    signals = [
+        e.workflow_execution_signaled_event_attributes
+        for e in history.events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
     assert [s.signal_name for s in signals] == ["cancel"]
     assert b"changed my mind" in signals[0].input.payloads[0].data
 

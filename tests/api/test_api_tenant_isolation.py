@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from api_helpers import error_of, tenant_task
 
 from activities.ports import LedgerEntry
-from api_helpers import error_of, tenant_task
 from orchestrator.store import Store
 from sdk import AgentSpec, TaskStatus
 from sdk.wire.fleet import GpuDescription, NodeSpec
@@ -74,20 +74,42 @@ class Tenancy:
 
 def _task(store: Store, agent: AgentSpec, tenant: str, task_id: str, status: TaskStatus) -> str:
     tenant_task(store, agent, tenant, status, task_id)
-    store.ledger.record(LedgerEntry(task_id=task_id, step=1, attempt=1, model=agent.model, prompt_tokens=30,
-                                    completion_tokens=12, cost_usd=0.001, ttft_s=0.05, duration_s=0.2,
-                                    served_by="gpu-1/r-1"))
+    store.ledger.record(
+        LedgerEntry(
+            task_id=task_id,
+            step=1,
+            attempt=1,
+            model=agent.model,
+            prompt_tokens=30,
+            completion_tokens=12,
+            cost_usd=0.001,
+            ttft_s=0.05,
+            duration_s=0.2,
+            served_by="gpu-1/r-1",
+        )
+    )
     return task_id
 
 
 def _tenancy(store: Store, name: str, node: str) -> Tenancy:
     store.tenants.create(TenantSpec(name=name))
-    agent = store.agents.register(AgentSpec(name=f"{name}-pricing", model=MODEL, instructions="Quote our prices."),
-                                  name)
-    tasks = (_task(store, agent, name, f"{name}-done", TaskStatus.completed),
-             _task(store, agent, name, f"{name}-running", TaskStatus.running))
-    store.fleet.register(NodeSpec(node_id=node, datacenter="dc1", zone="z1", labels={"dedicated": name}, gpus=[
-        GpuDescription(index=0, uuid=f"GPU-{node}", type_name="H100-80GB", memory_total_mib=81559)]), "secret")
+    agent = store.agents.register(
+        AgentSpec(name=f"{name}-pricing", model=MODEL, instructions="Quote our prices."), name
+    )
+    tasks = (
+        _task(store, agent, name, f"{name}-done", TaskStatus.completed),
+        _task(store, agent, name, f"{name}-running", TaskStatus.running),
+    )
+    store.fleet.register(
+        NodeSpec(
+            node_id=node,
+            datacenter="dc1",
+            zone="z1",
+            labels={"dedicated": name},
+            gpus=[GpuDescription(index=0, uuid=f"GPU-{node}", type_name="H100-80GB", memory_total_mib=81559)],
+        ),
+        "secret",
+    )
     key = store.keys.create(Role.agent, name, name=f"{name}-tools").key
     return Tenancy(name=name, key=key, tasks=tasks, agent=agent.name, node=node)
 
@@ -109,8 +131,10 @@ def _same_words(answer: httpx.Response, missing: httpx.Response, theirs: str, ma
     """`answer` (about another tenant's `theirs`) says exactly what `missing` (about `made_up`) says."""
     assert answer.status_code == missing.status_code == 404, answer.text
     mine, ghost = error_of(answer), error_of(missing)
-    assert {**mine, "message": mine["message"].replace(theirs, "X")} == \
-        {**ghost, "message": ghost["message"].replace(made_up, "X")}
+    assert {**mine, "message": mine["message"].replace(theirs, "X")} == {
+        **ghost,
+        "message": ghost["message"].replace(made_up, "X"),
+    }
 
 
 def _routes(app) -> Iterator[object]:
@@ -122,10 +146,15 @@ def _routes(app) -> Iterator[object]:
 
 
 def test_every_read_route_is_classified(app) -> None:
-    served = {r.path_format for r in _routes(app) if "GET" in (getattr(r, "methods", None) or ())
-              and getattr(r, "path_format", "").startswith("/v1/")}
+    served = {
+        r.path_format
+        for r in _routes(app)
+        if "GET" in (getattr(r, "methods", None) or ()) and getattr(r, "path_format", "").startswith("/v1/")
+    }
     assert "/v1/tasks/{task_id}" in served  # the walk above still finds the routes
-    assert served == set(READ_ROUTES), f"classify each new read route in READ_ROUTES: {sorted(served ^ set(READ_ROUTES))}"
+    assert served == set(READ_ROUTES), (
+        f"classify each new read route in READ_ROUTES: {sorted(served ^ set(READ_ROUTES))}"
+    )
 
 
 @pytest.mark.parametrize("reader, other", [TENANTS, TENANTS[::-1]], ids=["acme-reads", "globex-reads"])
@@ -135,15 +164,20 @@ async def test_a_tenants_key_sees_nothing_of_another_tenant(
 ) -> None:
     me, them = world[reader], world[other]
     kind = READ_ROUTES[path]
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
-                                 headers={"authorization": f"Bearer {me.key}"}) as http:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://berth", headers={"authorization": f"Bearer {me.key}"}
+    ) as http:
         if kind in (TASK, TASK_PART):
             own = await http.get(_fill(path, me, me.tasks[0]))
             assert own.status_code == 200 or kind == TASK_PART and own.status_code != 404, own.text
             for theirs in them.tasks:
                 made_up = f"{them.name}-ghost"
-                _same_words(await http.get(_fill(path, them, theirs)), await http.get(_fill(path, them, made_up)),
-                            theirs, made_up)
+                _same_words(
+                    await http.get(_fill(path, them, theirs)),
+                    await http.get(_fill(path, them, made_up)),
+                    theirs,
+                    made_up,
+                )
         elif kind == TASK_LIST:
             listed = await http.get(path)
             assert {t["task_id"] for t in listed.json()} == set(me.tasks)
@@ -152,8 +186,9 @@ async def test_a_tenants_key_sees_nothing_of_another_tenant(
         elif kind == AGENT:
             assert (await http.get(_fill(path, me, ""))).status_code == 200
             made_up = f"{them.name}-ghost"
-            _same_words(await http.get(_fill(path, them, "")), await http.get(path.format(name=made_up)),
-                        them.agent, made_up)
+            _same_words(
+                await http.get(_fill(path, them, "")), await http.get(path.format(name=made_up)), them.agent, made_up
+            )
         elif kind == AGENT_LIST:
             assert {a["name"] for a in (await http.get(path)).json()} == {me.agent, agent.name}
         elif kind == ADMIN:

@@ -29,13 +29,13 @@ from orchestrator.node.peer_fetch import fill_from_peers
 from orchestrator.node.peer_server import CacheBlobs, PeerServer
 from orchestrator.node.peer_tickets import NoPeer, PeerTickets
 from orchestrator.node.weights_cache import WeightsCache
-from orchestrator.node.weights_fill import fill_revision
 from orchestrator.node.weights_files import Revision
+from orchestrator.node.weights_fill import fill_revision
 from orchestrator.store import Store
 from orchestrator.store.peers import DISPUTE_HOLD_S
 from orchestrator.store.tables import utcnow
-from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 from sdk.wire.catalogue import ModelEntry, WeightsFile, WeightsSource
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 from sdk.wire.peers import PEER_FILES_PATH, PEER_TICKET_HEADER, PeerTicketRequest
 
 MIB = 2**20
@@ -50,7 +50,7 @@ class ApiServer:
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
-    def __enter__(self) -> "ApiServer":
+    def __enter__(self) -> ApiServer:
         self._thread.start()
         deadline = time.monotonic() + 30
         while not self._server.started:
@@ -86,11 +86,11 @@ class Fleet:
     tmp: Path
     nodes: dict[str, Node] = field(default_factory=dict)
 
-    async def node(self, node_id: str, datacenter: str = "dc-1", serve: bool = True,
-                   capacity: int = 64 * MIB) -> Node:
+    async def node(self, node_id: str, datacenter: str = "dc-1", serve: bool = True, capacity: int = 64 * MIB) -> Node:
         secret = f"secret-of-{node_id}-{'x' * 16}"
-        self.store.fleet.register(NodeSpec(node_id=node_id, datacenter=datacenter, zone=f"{datacenter}-a",
-                                           capacity="on-demand"), secret)
+        self.store.fleet.register(
+            NodeSpec(node_id=node_id, datacenter=datacenter, zone=f"{datacenter}-a", capacity="on-demand"), secret
+        )
         cache = WeightsCache(self.tmp / node_id, capacity)
         node = Node(node_id, secret, cache, PeerTickets(self.api_url, node_id, lambda: secret))
         if serve:
@@ -103,9 +103,15 @@ class Fleet:
     def heartbeat(self, node: Node, models: list[str] | None = None) -> None:
         """What `node` reports: the models its cache holds (or `models`, true or not), and its peer port."""
         held = models if models is not None else [w.model for w in node.cache.contents()]
-        self.store.fleet.heartbeat(NodeHeartbeat(node_id=node.node_id, peer_port=node.port, peer_host="127.0.0.1",
-                                                 cached_weights=[{"model": m, "size_bytes": 1} for m in held]),
-                                   node.secret)
+        self.store.fleet.heartbeat(
+            NodeHeartbeat(
+                node_id=node.node_id,
+                peer_port=node.port,
+                peer_host="127.0.0.1",
+                cached_weights=[{"model": m, "size_bytes": 1} for m in held],
+            ),
+            node.secret,
+        )
 
     def claims(self, node: Node) -> list[str]:
         view = self.store.fleet.get(node.node_id)
@@ -138,8 +144,12 @@ def model_entry(root: Path, name: str, files: dict[str, bytes]) -> ModelEntry:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(data)
         listed.append(WeightsFile(path=path, sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data)))
-    return ModelEntry(name=name, engine="vllm", weights_gib=sum(len(d) for d in files.values()) / 2**30,
-                      weights=WeightsSource(origin=root.as_uri(), files=listed))
+    return ModelEntry(
+        name=name,
+        engine="vllm",
+        weights_gib=sum(len(d) for d in files.values()) / 2**30,
+        weights=WeightsSource(origin=root.as_uri(), files=listed),
+    )
 
 
 def generated(seed: int, size: int) -> bytes:
@@ -148,8 +158,11 @@ def generated(seed: int, size: int) -> bytes:
 
 @pytest.fixture
 def tiny(tmp_path: Path, store: Store) -> Revision:
-    entry = model_entry(tmp_path / "origin-tiny", "tiny",
-                        {"model.gguf": generated(1, 3 * MIB), "tokenizer.json": generated(2, 64 * 1024)})
+    entry = model_entry(
+        tmp_path / "origin-tiny",
+        "tiny",
+        {"model.gguf": generated(1, 3 * MIB), "tokenizer.json": generated(2, 64 * 1024)},
+    )
     store.models.put(entry)
     revision = Revision.of(entry)
     assert revision is not None
@@ -170,7 +183,9 @@ def blob_bytes(node: Node, revision: Revision) -> bytes:
     return b"".join(node.cache.store.blob_path(f.sha256).read_bytes() for f in revision.files)
 
 
-async def test_a_peer_copy_is_verified_by_hash_and_teaches_the_pool_the_peers_rate(fleet: Fleet, tiny: Revision) -> None:
+async def test_a_peer_copy_is_verified_by_hash_and_teaches_the_pool_the_peers_rate(
+    fleet: Fleet, tiny: Revision
+) -> None:
     a, b = await fleet.node("node-a"), await fleet.node("node-b", serve=False)
     from_origin(a, tiny)
     fleet.heartbeat(a)
@@ -180,12 +195,17 @@ async def test_a_peer_copy_is_verified_by_hash_and_teaches_the_pool_the_peers_ra
     assert report.tier == "datacenter" and report.bytes_fetched == tiny.size_bytes
     assert b.cache.has_revision(tiny.digest) and blob_bytes(b, tiny) == blob_bytes(a, tiny)
     [sample] = fleet.store.peers.samples_after(0)
-    assert (sample.node_id, sample.tier, sample.source_node, sample.bytes) == ("node-b", "datacenter", "node-a",
-                                                                               tiny.size_bytes)
+    assert (sample.node_id, sample.tier, sample.source_node, sample.bytes) == (
+        "node-b",
+        "datacenter",
+        "node-a",
+        tiny.size_bytes,
+    )
 
 
 async def test_a_corrupt_copy_is_refused_the_claim_dropped_and_the_copy_taken_from_another_peer(
-        fleet: Fleet, tiny: Revision) -> None:
+    fleet: Fleet, tiny: Revision
+) -> None:
     a, c = await fleet.node("node-a"), await fleet.node("node-c")
     b = await fleet.node("node-b", serve=False)
     for node in (a, c):
@@ -209,18 +229,25 @@ async def test_a_corrupt_copy_is_refused_the_claim_dropped_and_the_copy_taken_fr
     with pytest.raises(NoPeer):  # but it is no peer source of tiny for the dispute's hold
         await b.tickets.mint("tiny", exclude=["node-c"])
     later = utcnow() + timedelta(seconds=DISPUTE_HOLD_S + 1)
-    ticket = fleet.store.peers.mint("node-b", b.secret, PeerTicketRequest(model="tiny", exclude_nodes=["node-c"]),
-                                    fleet.store.models.get("tiny").entry, now=later)
+    ticket = fleet.store.peers.mint(
+        "node-b",
+        b.secret,
+        PeerTicketRequest(model="tiny", exclude_nodes=["node-c"]),
+        fleet.store.models.get("tiny").entry,
+        now=later,
+    )
     assert ticket.source_node == "node-a"
 
 
 def _record_fast(fleet: Fleet, source: str) -> None:
-    from orchestrator.store.tables import TransferSampleRow
     from sqlmodel import Session
 
+    from orchestrator.store.tables import TransferSampleRow
+
     with Session(fleet.store.engine) as session:
-        session.add(TransferSampleRow(node_id="node-x", tier="datacenter", source_node=source, bytes=10**10,
-                                      seconds=1.0))
+        session.add(
+            TransferSampleRow(node_id="node-x", tier="datacenter", source_node=source, bytes=10**10, seconds=1.0)
+        )
         session.commit()
 
 
@@ -276,7 +303,9 @@ class CuttingProxy:
             up_writer.close()
 
 
-async def test_a_cut_copy_resumes_with_range_and_no_node_secret_crosses_to_the_peer(fleet: Fleet, tiny: Revision) -> None:
+async def test_a_cut_copy_resumes_with_range_and_no_node_secret_crosses_to_the_peer(
+    fleet: Fleet, tiny: Revision
+) -> None:
     a, b = await fleet.node("node-a"), await fleet.node("node-b", serve=False)
     from_origin(a, tiny)
     assert a.server is not None
@@ -292,7 +321,9 @@ async def test_a_cut_copy_resumes_with_range_and_no_node_secret_crosses_to_the_p
 
     assert b.cache.has_revision(tiny.digest) and blob_bytes(b, tiny) == blob_bytes(a, tiny)
     requests = bytes(proxy.sent).decode("latin-1").lower()
-    assert proxy.cut and "range: bytes=" in requests and proxy.connections >= 2  # resumed on a new connection, from its prefix
+    assert (
+        proxy.cut and "range: bytes=" in requests and proxy.connections >= 2
+    )  # resumed on a new connection, from its prefix
     assert report.bytes_fetched == tiny.size_bytes  # the prefix was not sent twice
     assert a.secret.lower() not in requests and b.secret.lower() not in requests
     assert "x-berth-node-secret" not in requests
@@ -305,7 +336,8 @@ async def _get(node: Node, sha256: str, ticket: str) -> httpx.Response:
 
 
 async def test_a_ticket_for_another_node_another_entry_expired_or_replayed_is_refused(
-        fleet: Fleet, tiny: Revision, tmp_path: Path) -> None:
+    fleet: Fleet, tiny: Revision, tmp_path: Path
+) -> None:
     other = model_entry(tmp_path / "origin-other", "other", {"w.bin": generated(9, 2 * MIB)})
     fleet.store.models.put(other)
     a, c = await fleet.node("node-a"), await fleet.node("node-c")
@@ -330,32 +362,50 @@ async def test_a_ticket_for_another_node_another_entry_expired_or_replayed_is_re
     no_ticket = await _get(a, gguf, "")
     assert no_ticket.status_code == 401 and no_ticket.json()["error"]["field"] == "ticket"
 
-    expired = fleet.store.peers.mint("node-b", b.secret, PeerTicketRequest(model="tiny", ttl_s=10),
-                                     fleet.store.models.get("tiny").entry, now=utcnow() - timedelta(seconds=11))
+    expired = fleet.store.peers.mint(
+        "node-b",
+        b.secret,
+        PeerTicketRequest(model="tiny", ttl_s=10),
+        fleet.store.models.get("tiny").entry,
+        now=utcnow() - timedelta(seconds=11),
+    )
     refused = await _get(a, gguf, expired.ticket)
     assert refused.status_code == 403 and "expired" in refused.json()["error"]["message"]
 
     from sdk.wire.peers import TransferReport
-    assert await b.tickets.report(TransferReport(ticket=ticket.ticket, outcome="verified", bytes=tiny.size_bytes,
-                                                 seconds=0.5)) is not None
+
+    assert (
+        await b.tickets.report(
+            TransferReport(ticket=ticket.ticket, outcome="verified", bytes=tiny.size_bytes, seconds=0.5)
+        )
+        is not None
+    )
     replayed = await _get(a, gguf, ticket.ticket)
     assert replayed.status_code == 403 and "used up" in replayed.json()["error"]["message"]
     assert await b.tickets.report(TransferReport(ticket=ticket.ticket, outcome="verified")) is None  # 409 once closed
 
     async with httpx.AsyncClient(base_url=fleet.api_url) as http:  # node-c cannot report node-b's copy
-        answer = await http.post("/v1/nodes/node-c/peer-tickets/report", json={"ticket": ticket.ticket,
-                                 "outcome": "corrupt"}, headers={"X-Berth-Node-Secret": c.secret})
+        answer = await http.post(
+            "/v1/nodes/node-c/peer-tickets/report",
+            json={"ticket": ticket.ticket, "outcome": "corrupt"},
+            headers={"X-Berth-Node-Secret": c.secret},
+        )
         assert answer.status_code == 403
-        bounded = await http.post("/v1/nodes/node-b/peer-tickets", json={"model": "tiny", "ttl_s": 10**9},
-                                  headers={"X-Berth-Node-Secret": b.secret})
+        bounded = await http.post(
+            "/v1/nodes/node-b/peer-tickets",
+            json={"model": "tiny", "ttl_s": 10**9},
+            headers={"X-Berth-Node-Secret": b.secret},
+        )
         assert bounded.status_code == 422 and "ttl_s" in bounded.text
-        stranger = await http.post("/v1/nodes/node-b/peer-tickets", json={"model": "tiny"},
-                                   headers={"X-Berth-Node-Secret": a.secret})
+        stranger = await http.post(
+            "/v1/nodes/node-b/peer-tickets", json={"model": "tiny"}, headers={"X-Berth-Node-Secret": a.secret}
+        )
         assert stranger.status_code == 401  # node-a's secret is not node-b's
 
 
 async def test_a_node_claiming_an_entry_it_cannot_serve_is_found_out_and_the_copy_comes_from_origin(
-        fleet: Fleet, tiny: Revision) -> None:
+    fleet: Fleet, tiny: Revision
+) -> None:
     a, b = await fleet.node("node-a"), await fleet.node("node-b", serve=False)
     fleet.heartbeat(a, models=["tiny"])  # node-a's cache is empty: the claim is false
 

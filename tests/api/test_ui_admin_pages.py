@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from html import unescape
 from html.parser import HTMLParser
 
 import httpx
 import pytest
+from api_helpers import unique
 from sqlmodel import Session
+from ui_helpers import SignIn, csrf_of, flash_of
 
 from orchestrator.store import Store
 from orchestrator.store.tables import AuditRow
 from sdk.wire.identity import Role, TenantSpec
-
-from api_helpers import unique
-from ui_helpers import SignIn, csrf_of, flash_of
-
 
 
 @dataclass
@@ -105,33 +103,45 @@ def form_of(page: httpx.Response, form_id: str) -> str:
 
 async def test_each_tenant_input_sits_under_its_header_and_saves_with_its_row(sign_in: SignIn, store: Store) -> None:
     name = unique("acme")
-    store.tenants.create(TenantSpec(name=name, gpu_quota=8, default_budget_tokens=1_000_000,
-                                    default_budget_usd=2.5))
+    store.tenants.create(TenantSpec(name=name, gpu_quota=8, default_budget_tokens=1_000_000, default_budget_usd=2.5))
     admin = await sign_in()
     page = await admin.get("/tenants")
     table = tables_of(page)["tenants"]
     row = table.row("data-tenant", name)
     assert len(row) == len(table.headers)
     for header, field_name, value, saved in (
-            ("GPU quota (GPUs)", "gpu_quota", "8", "saved: 8 GPUs"),
-            ("Default budget (tokens)", "default_budget_tokens", "1000000", "saved: 1,000,000 tokens"),
-            ("Default budget ($)", "default_budget_usd", "2.5", "saved: $2.50")):
+        ("GPU quota (GPUs)", "gpu_quota", "8", "saved: 8 GPUs"),
+        ("Default budget (tokens)", "default_budget_tokens", "1000000", "saved: 1,000,000 tokens"),
+        ("Default budget ($)", "default_budget_usd", "2.5", "saved: $2.50"),
+    ):
         cell = row[table.column(header)]
         [input_] = cell.fields
         assert (input_["name"], input_["value"], input_["form"]) == (field_name, value, f"tenant-update-{name}")
         assert input_["aria-label"] == f"{header} of tenant {name}" and saved in cell.text
     assert row[table.column("Trust")].fields[0]["form"] == f"tenant-update-{name}"
-    assert re.search(rf'<form class="tenant-update" id="tenant-update-{name}" method="post" action="/tenants/{name}">',
-                     page.text)
+    assert re.search(
+        rf'<form class="tenant-update" id="tenant-update-{name}" method="post" action="/tenants/{name}">', page.text
+    )
 
-    saved = await admin.post(f"/tenants/{name}", data={
-        "csrf_token": csrf_of(page), "trust": "isolated", "gpu_quota": "4", "default_budget_tokens": "",
-        "default_budget_usd": "7.25"})
+    saved = await admin.post(
+        f"/tenants/{name}",
+        data={
+            "csrf_token": csrf_of(page),
+            "trust": "isolated",
+            "gpu_quota": "4",
+            "default_budget_tokens": "",
+            "default_budget_usd": "7.25",
+        },
+    )
     assert saved.status_code == 303
     tenant = store.tenants.get(name)
     assert tenant is not None
     assert (tenant.trust.value, tenant.gpu_quota, tenant.default_budget_tokens, tenant.default_budget_usd) == (
-        "isolated", 4, None, 7.25)
+        "isolated",
+        4,
+        None,
+        7.25,
+    )
     row = tables_of(await admin.get("/tenants"))["tenants"].row("data-tenant", name)
     assert "saved: none" in row[table.column("Default budget (tokens)")].text
 
@@ -141,9 +151,16 @@ async def test_a_refused_tenant_change_is_shown_again_as_typed(sign_in: SignIn, 
     store.tenants.create(TenantSpec(name=name, gpu_quota=8))
     admin = await sign_in()
     page = await admin.get("/tenants")
-    refused = await admin.post(f"/tenants/{name}", data={
-        "csrf_token": csrf_of(page), "trust": "dedicated", "gpu_quota": "3", "default_budget_tokens": "12",
-        "default_budget_usd": "-1"})
+    refused = await admin.post(
+        f"/tenants/{name}",
+        data={
+            "csrf_token": csrf_of(page),
+            "trust": "dedicated",
+            "gpu_quota": "3",
+            "default_budget_tokens": "12",
+            "default_budget_usd": "-1",
+        },
+    )
     assert refused.status_code == 422 and flash_of(refused).startswith("error: default_budget_usd: ")
     table = tables_of(refused)["tenants"]
     row = table.row("data-tenant", name)
@@ -158,14 +175,23 @@ async def test_a_tenant_is_created_with_a_default_dollar_budget(sign_in: SignIn,
     page = await admin.get("/tenants")
     assert 'name="default_budget_usd"' in form_of(page, "create-tenant")
     name = unique("newco")
-    created = await admin.post("/tenants", data={"csrf_token": csrf_of(page), "name": name, "trust": "shared",
-                                                 "gpu_quota": "", "default_budget_tokens": "50000",
-                                                 "default_budget_usd": "3.5"})
+    created = await admin.post(
+        "/tenants",
+        data={
+            "csrf_token": csrf_of(page),
+            "name": name,
+            "trust": "shared",
+            "gpu_quota": "",
+            "default_budget_tokens": "50000",
+            "default_budget_usd": "3.5",
+        },
+    )
     assert created.status_code == 303
     tenant = store.tenants.get(name)
     assert tenant is not None and (tenant.default_budget_tokens, tenant.default_budget_usd) == (50_000, 3.5)
-    refused = await admin.post("/tenants", data={"csrf_token": csrf_of(page), "name": "Not A Name",
-                                                 "default_budget_usd": "3.5"})
+    refused = await admin.post(
+        "/tenants", data={"csrf_token": csrf_of(page), "name": "Not A Name", "default_budget_usd": "3.5"}
+    )
     assert refused.status_code == 422 and flash_of(refused).startswith("error: name: ")
     form = form_of(refused, "create-tenant")
     assert 'value="Not A Name"' in form and 'value="3.5"' in form
@@ -183,7 +209,8 @@ async def test_revoking_a_key_says_what_it_does_and_revoked_keys_are_marked(sign
     assert form and 'class="revoke destructive"' in form.group(0)
     assert unescape(re.search(r'data-confirm="([^"]*)"', form.group(0)).group(1)) == (  # type: ignore[union-attr]
         f"Revoke key {key.key_id} (role agent, tenant {tenant}, name tool runner): every client using it is "
-        "refused at once and its open event streams end. This cannot be undone.")
+        "refused at once and its open event streams end. This cannot be undone."
+    )
     revoked = await admin.post(f"/keys/{key.key_id}/revoke", data={"csrf_token": csrf_of(page)})
     assert revoked.status_code == 303
     page = await admin.get("/tenants")
@@ -193,17 +220,32 @@ async def test_revoking_a_key_says_what_it_does_and_revoked_keys_are_marked(sign
     assert f'action="/keys/{key.key_id}/revoke"' not in page.text
 
 
-async def test_a_key_is_made_with_a_description_and_a_refused_one_keeps_the_form(sign_in: SignIn,
-                                                                                store: Store) -> None:
+async def test_a_key_is_made_with_a_description_and_a_refused_one_keeps_the_form(sign_in: SignIn, store: Store) -> None:
     admin = await sign_in()
     page = await admin.get("/tenants")
-    refused = await admin.post("/keys", data={"csrf_token": csrf_of(page), "role": "agent", "tenant": "",
-                                              "name": "no tenant", "description": "should fail"})
+    refused = await admin.post(
+        "/keys",
+        data={
+            "csrf_token": csrf_of(page),
+            "role": "agent",
+            "tenant": "",
+            "name": "no tenant",
+            "description": "should fail",
+        },
+    )
     assert refused.status_code == 422
     form = form_of(refused, "create-key")
     assert 'value="no tenant"' in form and 'value="should fail"' in form and "<option selected>agent" in form
-    made = await admin.post("/keys", data={"csrf_token": csrf_of(page), "role": "viewer", "tenant": "",
-                                           "name": "dashboards", "description": "read-only wall screen"})
+    made = await admin.post(
+        "/keys",
+        data={
+            "csrf_token": csrf_of(page),
+            "role": "viewer",
+            "tenant": "",
+            "name": "dashboards",
+            "description": "read-only wall screen",
+        },
+    )
     assert made.status_code == 201
     [view] = [k for k in store.keys.list() if k.name == "dashboards"]
     assert view.description == "read-only wall screen" and view.tenant is None
@@ -212,11 +254,20 @@ async def test_a_key_is_made_with_a_description_and_a_refused_one_keeps_the_form
 # --- the audit log ---------------------------------------------------------------------------
 
 
-def put_row(store: Store, *, path: str, at: datetime, method: str = "POST", status: int = 200,
-            key_id: str = "k-audit", role: str = "admin") -> None:
+def put_row(
+    store: Store,
+    *,
+    path: str,
+    at: datetime,
+    method: str = "POST",
+    status: int = 200,
+    key_id: str = "k-audit",
+    role: str = "admin",
+) -> None:
     with Session(store.engine) as session:
-        session.add(AuditRow(key_id=key_id, role=role, tenant=None, method=method, path=path, target=None,
-                             status=status, at=at))
+        session.add(
+            AuditRow(key_id=key_id, role=role, tenant=None, method=method, path=path, target=None, status=status, at=at)
+        )
         session.commit()
 
 
@@ -227,7 +278,7 @@ def audit_paths(page: httpx.Response) -> list[str]:
 
 
 async def test_the_audit_roles_read_as_words_and_times_as_utc(sign_in: SignIn, store: Store) -> None:
-    put_row(store, path="/old-row", at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), role="Role.admin")
+    put_row(store, path="/old-row", at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), role="Role.admin")
     admin = await sign_in()
     page = await admin.get("/audit?path=old-row")
     table = tables_of(page)["audit"]
@@ -241,7 +292,7 @@ async def test_the_audit_roles_read_as_words_and_times_as_utc(sign_in: SignIn, s
 
 
 async def test_the_audit_log_is_filtered_by_action_status_key_and_time(sign_in: SignIn, store: Store) -> None:
-    t0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+    t0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
     put_row(store, path="/v1/tasks", at=t0, status=201)
     put_row(store, path="/keys/k9/revoke", at=t0 + timedelta(minutes=1), status=303, key_id="k-other")
     put_row(store, path="/v1/tenants/x", at=t0 + timedelta(minutes=2), method="PATCH", status=422)
@@ -266,13 +317,19 @@ async def test_the_audit_log_is_filtered_by_action_status_key_and_time(sign_in: 
     # The filters are shown back as they were asked for.
     page = await admin.get(f"/audit?{window}&method=DELETE&status=404&key_id=k-audit&path=k9")
     form = form_of(page, "audit-filter")
-    for shown_back in ('value="2026-03-01T12:00"', 'value="2026-03-01T12:03"', "<option selected>DELETE",
-                       "<option selected>404", 'value="k-audit"', 'value="k9"'):
+    for shown_back in (
+        'value="2026-03-01T12:00"',
+        'value="2026-03-01T12:03"',
+        "<option selected>DELETE",
+        "<option selected>404",
+        'value="k-audit"',
+        'value="k9"',
+    ):
         assert shown_back in form, shown_back
 
 
 async def test_a_quick_range_is_a_since_of_now(sign_in: SignIn, store: Store) -> None:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     put_row(store, path="/recent", at=now - timedelta(minutes=30))
     put_row(store, path="/yesterday", at=now - timedelta(hours=20))
     put_row(store, path="/last-week", at=now - timedelta(days=5))
@@ -289,16 +346,19 @@ async def test_a_quick_range_is_a_since_of_now(sign_in: SignIn, store: Store) ->
     assert link and unescape(link.group(1)) == "?method=POST&range=1h"  # the range replaces since/until
 
 
-@pytest.mark.parametrize(("query", "field_name"), [
-    ("since=yesterday", "since"),
-    ("until=2026-02-30T10:00", "until"),
-    ("since=2026-03-01T12:00&until=2026-03-01T11:00", "until"),
-    ("status=teapot", "status"),
-    ("status=999", "status"),
-    ("method=GET", "method"),
-    ("range=2h", "range"),
-    ("range=1h&since=2026-03-01T12:00", "range"),
-])
+@pytest.mark.parametrize(
+    ("query", "field_name"),
+    [
+        ("since=yesterday", "since"),
+        ("until=2026-02-30T10:00", "until"),
+        ("since=2026-03-01T12:00&until=2026-03-01T11:00", "until"),
+        ("status=teapot", "status"),
+        ("status=999", "status"),
+        ("method=GET", "method"),
+        ("range=2h", "range"),
+        ("range=1h&since=2026-03-01T12:00", "range"),
+    ],
+)
 async def test_a_bad_audit_filter_is_refused_naming_its_field(sign_in: SignIn, query: str, field_name: str) -> None:
     admin = await sign_in()
     page = await admin.get(f"/audit?{query}&key_id=kept")
@@ -307,8 +367,9 @@ async def test_a_bad_audit_filter_is_refused_naming_its_field(sign_in: SignIn, q
     assert 'name="key_id" value="kept"' in form_of(page, "audit-filter")  # nothing typed is lost
 
 
-@pytest.mark.parametrize("query", ["key_id=" + "k" * 65, "path=" + "p" * 201, "since=" + "1" * 41, "page=0",
-                                   "page=10001"])
+@pytest.mark.parametrize(
+    "query", ["key_id=" + "k" * 65, "path=" + "p" * 201, "since=" + "1" * 41, "page=0", "page=10001"]
+)
 async def test_audit_parameters_are_bounded(sign_in: SignIn, query: str) -> None:
     admin = await sign_in()
     page = await admin.get(f"/audit?{query}")
@@ -316,7 +377,7 @@ async def test_audit_parameters_are_bounded(sign_in: SignIn, query: str) -> None
 
 
 async def test_audit_paging_links_keep_the_filters(sign_in: SignIn, store: Store) -> None:
-    t0 = datetime(2026, 4, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 4, 1, tzinfo=UTC)
     for i in range(205):
         put_row(store, path=f"/v1/paged/{i}", at=t0 + timedelta(seconds=i), status=409, key_id="k-paged")
     admin = await sign_in()

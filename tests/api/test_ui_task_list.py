@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import html
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
+from api_helpers import unique
 from sqlalchemy import update
+from ui_helpers import SignIn
 
 from orchestrator.store import Store
 from orchestrator.store.tables import TaskRow
@@ -18,20 +20,36 @@ from orchestrator.ui import task_list
 from sdk import Spend, TaskState, TaskStatus
 from sdk.wire.identity import Role, TenantSpec
 
-from api_helpers import unique
-from ui_helpers import SignIn
-
 ROW = re.compile(r'<tr data-task-id="([^"]+)" data-depth="(\d+)"')
 
 
-def put(store: Store, task_id: str, *, tokens: int = 0, ago: timedelta = timedelta(minutes=1),
-        status: TaskStatus = TaskStatus.running, parent: str | None = None, children: tuple[str, ...] = (),
-        tenant: str = "default") -> TaskState:
+def put(
+    store: Store,
+    task_id: str,
+    *,
+    tokens: int = 0,
+    ago: timedelta = timedelta(minutes=1),
+    status: TaskStatus = TaskStatus.running,
+    parent: str | None = None,
+    children: tuple[str, ...] = (),
+    tenant: str = "default",
+) -> TaskState:
     """A task submitted `ago` before now (its row made then too), with `tokens` spent, as its workflow leaves it."""
-    at = datetime.now(timezone.utc) - ago
-    state = TaskState(task_id=task_id, agent="research", agent_version="v1", model="llama-3.1-8b", tenant=tenant,
-                      status=status, max_steps=10, spend=Spend(token_limit=50_000, tokens_used=tokens),
-                      parent_task_id=parent, children=list(children), started_at=at, updated_at=at)
+    at = datetime.now(UTC) - ago
+    state = TaskState(
+        task_id=task_id,
+        agent="research",
+        agent_version="v1",
+        model="llama-3.1-8b",
+        tenant=tenant,
+        status=status,
+        max_steps=10,
+        spend=Spend(token_limit=50_000, tokens_used=tokens),
+        parent_task_id=parent,
+        children=list(children),
+        started_at=at,
+        updated_at=at,
+    )
     store.tasks.create(task_id, "{}", state)
     with store.engine.begin() as connection:
         connection.execute(update(TaskRow).where(TaskRow.task_id == task_id).values(created_at=at))
@@ -49,8 +67,9 @@ def flash(page: httpx.Response) -> str:
     return html.unescape(found.group(1))
 
 
-async def test_sorting_by_tokens_either_way_marks_the_column_and_keeps_the_filters(sign_in: SignIn,
-                                                                                     store: Store) -> None:
+async def test_sorting_by_tokens_either_way_marks_the_column_and_keeps_the_filters(
+    sign_in: SignIn, store: Store
+) -> None:
     p = unique("tok")
     for name, tokens in (("a", 300), ("b", 5_000), ("c", 40), ("d", 1_200)):
         put(store, f"{p}-{name}", tokens=tokens)
@@ -58,17 +77,20 @@ async def test_sorting_by_tokens_either_way_marks_the_column_and_keeps_the_filte
     most = await viewer.get(f"/tasks?q={p}&agent=research&sort=tokens&dir=desc")
     assert most.status_code == 200
     assert [task_id for task_id, _ in rows(most)] == [f"{p}-b", f"{p}-d", f"{p}-a", f"{p}-c"]
-    header = re.search(r'<th class="num" data-sort="tokens" aria-sort="descending"><a class="sort current" '
-                       r'href="([^"]+)"', most.text)
+    header = re.search(
+        r'<th class="num" data-sort="tokens" aria-sort="descending"><a class="sort current" '
+        r'href="([^"]+)"',
+        most.text,
+    )
     assert header, "the tokens header says it is the current sort"
     turned = parse_qs(urlparse(html.unescape(header.group(1))).query)
     assert turned == {"q": [p], "agent": ["research"], "sort": ["tokens"], "dir": ["asc"]}
-    assert most.text.count('aria-sort=') == 1
+    assert most.text.count("aria-sort=") == 1
     assert re.search(r'name="sort" value="tokens"', most.text)  # the filter form keeps the sort too
 
     least = await viewer.get(f"/tasks?q={p}&sort=tokens&dir=asc")
     assert [task_id for task_id, _ in rows(least)] == [f"{p}-c", f"{p}-a", f"{p}-d", f"{p}-b"]
-    assert 'sort-window' not in least.text  # four tasks: all of them sorted
+    assert "sort-window" not in least.text  # four tasks: all of them sorted
 
 
 async def test_the_sql_sorts_are_the_default_newest_first_and_turn_around(sign_in: SignIn, store: Store) -> None:
@@ -83,18 +105,22 @@ async def test_the_sql_sorts_are_the_default_newest_first_and_turn_around(sign_i
     oldest = await viewer.get(f"/tasks?q={p}&sort=started&dir=asc")
     assert [task_id for task_id, _ in rows(oldest)] == newest[::-1]
     store.tasks.save_state(put(store, f"{p}-0", ago=timedelta(minutes=10)).model_copy(
-        update={"updated_at": datetime.now(timezone.utc), "step": 2}))  # fmt: skip
+        update={"updated_at": datetime.now(UTC), "step": 2}))  # fmt: skip
     touched = await viewer.get(f"/tasks?q={p}&sort=updated&dir=desc")
     assert [task_id for task_id, _ in rows(touched)][0] == f"{p}-0"
 
 
-@pytest.mark.parametrize(("query", "words"), [
-    ("sort=price", "sort: 'price' is not one of started, updated, duration, tokens, cost, step, status"),
-    ("dir=sideways", "dir: 'sideways' is not one of desc, asc"),
-    ("within=2w", "within: '2w' is not one of 15m, 1h, 24h, 7d"),
-])
-async def test_a_sort_or_range_it_cannot_use_is_refused_by_name(sign_in: SignIn, store: Store, query: str,
-                                                                words: str) -> None:
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("sort=price", "sort: 'price' is not one of started, updated, duration, tokens, cost, step, status"),
+        ("dir=sideways", "dir: 'sideways' is not one of desc, asc"),
+        ("within=2w", "within: '2w' is not one of 15m, 1h, 24h, 7d"),
+    ],
+)
+async def test_a_sort_or_range_it_cannot_use_is_refused_by_name(
+    sign_in: SignIn, store: Store, query: str, words: str
+) -> None:
     put(store, unique("any"))
     refused = await (await sign_in(Role.viewer)).get(f"/tasks?agent=research&{query}")
     assert refused.status_code == 422
@@ -120,9 +146,11 @@ async def test_the_time_filter_keeps_the_tasks_started_in_the_window(sign_in: Si
     assert await ids("within=15m") == ["now"]
     assert await ids("within=24h") == ["now", "hours"]
     assert await ids("within=") == ["now", "hours", "days"]
-    utc = datetime.now(timezone.utc)
-    since, until = (utc - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M"), (utc - timedelta(hours=1)).strftime(
-        "%Y-%m-%dT%H:%M")
+    utc = datetime.now(UTC)
+    since, until = (
+        (utc - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M"),
+        (utc - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+    )
     assert await ids(f"since={since}&until={until}") == ["hours"]
     assert await ids(f"until={until}&sort=tokens") == ["hours", "days"]  # the window sorts narrow the same way
     page = await viewer.get(f"/tasks?q={p}&since={since}")
@@ -162,7 +190,8 @@ async def test_sub_agents_sit_under_their_parent_and_a_lone_one_names_it(sign_in
 
 
 async def test_paging_keeps_the_filters_and_the_sort_and_a_full_window_says_so(
-        sign_in: SignIn, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    sign_in: SignIn, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(task_list, "TASKS_PER_PAGE", 2)
     monkeypatch.setattr(task_list, "SORT_WINDOW", 4)
     p = unique("page")

@@ -19,8 +19,13 @@ from tests.system.conftest import Stack, wait_for_healthy_nodes
 
 # Flags for a headless run on a CI box: no sandbox (root in a container), and nothing that
 # would phone home or spend the two CPUs on background work while the stack runs.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="package")
@@ -45,8 +50,11 @@ def playwright() -> Iterator[Playwright]:
 @pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: the browser tests drive Debian's chromium; `make test` installs it "
-                    f"(or: apt-get install chromium)", pytrace=False)
+        pytest.fail(
+            f"{CHROMIUM} is missing: the browser tests drive Debian's chromium; `make test` installs it "
+            f"(or: apt-get install chromium)",
+            pytrace=False,
+        )
     b = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
     try:
         yield b

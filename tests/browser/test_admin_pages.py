@@ -6,7 +6,7 @@ Each page is also shot at a desktop (1400×900) and a phone (390×844) width, to
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from playwright.sync_api import expect
@@ -40,7 +40,8 @@ def key_state(stack: Stack, key_id: str) -> str | None:
 
 
 def test_a_tenant_is_made_with_a_default_dollar_budget_and_each_input_sits_under_its_header(
-        ui: Ui, stack: Stack) -> None:
+    ui: Ui, stack: Stack
+) -> None:
     name = f"ui-co-{uuid.uuid4().hex[:6]}"
     ui.login(stack.admin_key(), "/tenants")
     ui.page.set_viewport_size(DESKTOP)
@@ -53,9 +54,12 @@ def test_a_tenant_is_made_with_a_default_dollar_budget_and_each_input_sits_under
     assert (tenant["default_budget_tokens"], tenant["default_budget_usd"]) == (50_000, 2.5)
 
     row = ui.page.locator(f"table#tenants tr[data-tenant='{name}']")
-    for field, header, value in (("trust", "Trust", "shared"), ("gpu_quota", "GPU quota (GPUs)", ""),
-                                 ("default_budget_tokens", "Default budget (tokens)", "50000"),
-                                 ("default_budget_usd", "Default budget ($)", "2.5")):
+    for field, header, value in (
+        ("trust", "Trust", "shared"),
+        ("gpu_quota", "GPU quota (GPUs)", ""),
+        ("default_budget_tokens", "Default budget (tokens)", "50000"),
+        ("default_budget_usd", "Default budget ($)", "2.5"),
+    ):
         control = row.locator(f"[name={field}]")
         assert control.evaluate(HEADER_ABOVE) == header, field
         expect(control).to_have_value(value)
@@ -86,7 +90,8 @@ def test_a_key_is_revoked_only_when_the_dialog_is_confirmed(ui: Ui, stack: Stack
     expect(dialog).to_be_visible()
     expect(ui.page.locator("#confirm-text")).to_have_text(
         f"Revoke key {key_id} (role viewer, all tenants, name ui-revoke-me): every client using it is refused at once"
-        " and its open event streams end. This cannot be undone.")
+        " and its open event streams end. This cannot be undone."
+    )
     ui.shot("revoke-dialog")
     ui.page.click("#confirm-cancel")
     expect(dialog).to_be_hidden()
@@ -132,7 +137,7 @@ def test_the_audit_log_is_filtered_to_one_request_and_its_role_reads_as_a_word(u
     ui.submit("form#audit-filter")
     expect(rows).to_have_count(2)
     # A window that ended before the requests were made shows none of them; the last hour shows them all.
-    before = (datetime.now(timezone.utc) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
+    before = (datetime.now(UTC) - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")
     form.get_by_label("Until (UTC)").fill(before)
     ui.submit("form#audit-filter")
     expect(rows).to_have_count(0)

@@ -57,8 +57,9 @@ def test_a_task_interrupted_mid_way_shows_where_its_node_was_lost_on_the_timelin
 
 
 def test_a_chart_has_a_time_axis_a_value_scale_and_a_tooltip_under_the_pointer(ui: Ui, stack: Stack) -> None:
-    admin_client(stack).submit("research", "L4 memory bandwidth", budget=Budget(20_000),
-                               task_id="default:ui-console-chart").result(timeout=120)
+    admin_client(stack).submit(
+        "research", "L4 memory bandwidth", budget=Budget(20_000), task_id="default:ui-console-chart"
+    ).result(timeout=120)
     ui.login(stack.admin_key(), "/")
     chart = ui.page.locator("svg#chart-tokens")
     expect(chart).to_be_visible()
@@ -90,8 +91,9 @@ def test_the_overview_follows_the_fleet_without_a_reload(ui: Ui, stack: Stack) -
     calls = ui.page.locator(".card[data-metric='calls-1h'] .big")
     before = int(calls.inner_text().replace(",", ""))
 
-    admin_client(stack).submit("research", "A100 memory bandwidth", budget=Budget(20_000),
-                               task_id="default:ui-console-live").result(timeout=120)
+    admin_client(stack).submit(
+        "research", "A100 memory bandwidth", budget=Budget(20_000), task_id="default:ui-console-live"
+    ).result(timeout=120)
     expect(calls).not_to_have_text(str(before), timeout=60_000)
     assert int(calls.inner_text().replace(",", "")) > before
     assert ui.page.evaluate("window.__same_page") is True  # swapped in place, not reloaded

@@ -30,8 +30,9 @@ SCREENS = [(1400, 900), (390, 844)]  # a desktop and a phone
 
 
 def test_every_page_renders_within_its_content_security_policy(ui: Ui, stack: Stack) -> None:
-    admin_client(stack).submit("research", "L4 memory bandwidth", budget=Budget(20_000),
-                               task_id="default:ui-pages-task").result(timeout=120)
+    admin_client(stack).submit(
+        "research", "L4 memory bandwidth", budget=Budget(20_000), task_id="default:ui-pages-task"
+    ).result(timeout=120)
     problems: list[str] = []
     ui.page.on("console", lambda m: problems.append(m.text) if _is_problem(m) else None)
     ui.page.on("pageerror", lambda e: problems.append(str(e)))

@@ -95,14 +95,17 @@ def test_a_forged_form_without_the_csrf_token_is_refused(ui: Ui, stack: Stack) -
     action, fields = ui.form(f"{NODE_ROW} form.drain")
     # A form another page could make: the same action and fields, but it cannot know the token.
     with ui.page.expect_navigation() as navigation:
-        ui.page.evaluate("""([action, fields]) => {
+        ui.page.evaluate(
+            """([action, fields]) => {
             const f = Object.assign(document.createElement('form'), {method: 'post', action});
             for (const [name, value] of Object.entries(fields)) {
                 f.append(Object.assign(document.createElement('input'), {name, value}));
             }
             document.body.append(f);
             f.submit();
-        }""", [action, fields])
+        }""",
+            [action, fields],
+        )
     ui.shot("forged-drain")
     assert navigation.value.status == 403
     assert CSRF_REFUSED in ui.page.inner_text("body")

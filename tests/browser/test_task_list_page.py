@@ -3,7 +3,7 @@ the time filter, and the page on a desktop and on a phone."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from playwright.sync_api import expect
@@ -28,14 +28,19 @@ ROWS = """() => [...document.querySelectorAll('table#tasks tbody tr[data-task-id
 def tasks(stack: Stack) -> list[str]:
     """A coordinator that has spawned its research sub-agents, and two research tasks of their own, all ended."""
     berth = admin_client(stack)
-    handles = [berth.submit("coordinator", "delegate to research: H100 memory bandwidth (budget 5000)\n"
-                                           "delegate to research: A100 memory bandwidth (budget 5000)",
-                            budget=Budget(40_000), task_id=COORDINATOR),
-               berth.submit("research", "L4 memory bandwidth", budget=Budget(20_000), task_id=f"{PREFIX}l4"),
-               berth.submit("research", "spot preemption; kv cache size", budget=Budget(20_000),
-                            task_id=f"{PREFIX}spot")]
+    handles = [
+        berth.submit(
+            "coordinator",
+            "delegate to research: H100 memory bandwidth (budget 5000)\n"
+            "delegate to research: A100 memory bandwidth (budget 5000)",
+            budget=Budget(40_000),
+            task_id=COORDINATOR,
+        ),
+        berth.submit("research", "L4 memory bandwidth", budget=Budget(20_000), task_id=f"{PREFIX}l4"),
+        berth.submit("research", "spot preemption; kv cache size", budget=Budget(20_000), task_id=f"{PREFIX}spot"),
+    ]
     for handle in handles:
-        wait_until(lambda: handle.status().status.is_final, 180, f"{handle.task_id} to end")
+        wait_until(lambda handle=handle: handle.status().status.is_final, 180, f"{handle.task_id} to end")
     children = wait_until(lambda: berth.tasks(parent=COORDINATOR), 60, f"the sub-agents of {COORDINATOR}")
     return [h.task_id for h in handles] + [c.task_id for c in children]
 
@@ -53,10 +58,11 @@ def test_a_sub_agent_sits_right_under_its_parent(ui: Ui, stack: Stack, tasks: li
     below = rows[at + 1]
     assert (below["depth"], below["parent"]) == (1, COORDINATOR)
     children = [r for r in rows if r["parent"] == COORDINATOR]
-    assert rows[at + 1:at + 1 + len(children)] == children  # every one of them, together
+    assert rows[at + 1 : at + 1 + len(children)] == children  # every one of them, together
     parent_row = ui.page.locator(f"table#tasks tr[data-task-id='{COORDINATOR}']")
-    expect(parent_row.locator("small.sub-count")).to_have_text(f"{len(children)} sub-agent"
-                                                              f"{'s' if len(children) != 1 else ''}")
+    expect(parent_row.locator("small.sub-count")).to_have_text(
+        f"{len(children)} sub-agent{'s' if len(children) != 1 else ''}"
+    )
     expect(ui.page.locator(f"table#tasks tr[data-task-id='{below['id']}'] .tree-mark")).to_be_visible()
 
 
@@ -83,15 +89,16 @@ def test_sorting_by_tokens_from_the_header_orders_the_column(ui: Ui, stack: Stac
     assert top == sorted(top)
 
 
-def test_the_time_filter_keeps_recent_tasks_and_a_later_start_finds_none(ui: Ui, stack: Stack,
-                                                                        tasks: list[str]) -> None:
+def test_the_time_filter_keeps_recent_tasks_and_a_later_start_finds_none(
+    ui: Ui, stack: Stack, tasks: list[str]
+) -> None:
     ui.login(stack.admin_key(), f"/tasks?q={PREFIX}&sort=tokens&dir=desc")
     ui.page.select_option("form#task-filter select[name=within]", "24h")
     ui.submit("form#task-filter")
     assert {r["id"] for r in shown(ui)} == set(tasks)
     expect(ui.page.locator("table#tasks th[data-sort=tokens]")).to_have_attribute("aria-sort", "descending")
 
-    tomorrow = (datetime.now(timezone.utc) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")
     ui.page.fill("form#task-filter input[name=since]", tomorrow)
     ui.submit("form#task-filter")
     assert shown(ui) == []
@@ -100,8 +107,7 @@ def test_the_time_filter_keeps_recent_tasks_and_a_later_start_finds_none(ui: Ui,
     assert "within=24h" in ui.page.url and "sort=tokens" in ui.page.url
 
 
-def test_the_list_reads_on_a_desktop_and_scrolls_sideways_on_a_phone(ui: Ui, stack: Stack,
-                                                                     tasks: list[str]) -> None:
+def test_the_list_reads_on_a_desktop_and_scrolls_sideways_on_a_phone(ui: Ui, stack: Stack, tasks: list[str]) -> None:
     ui.login(stack.admin_key(), "/tasks")
     ui.page.set_viewport_size(DESKTOP)
     ui.shot("tasks-desktop")

@@ -29,8 +29,9 @@ def test_the_tasks_list_shows_the_submitted_tasks(ui: Ui, stack: Stack) -> None:
     berth = admin_client(stack)
     berth.submit("research", "H100 memory bandwidth", budget=Budget(20_000), task_id="default:ui-list-research")
     berth.submit("research", "L4 memory bandwidth", budget=Budget(20_000), task_id="default:ui-list-other")
-    berth.submit("coordinator", "H100 versus A100 memory bandwidth", budget=Budget(40_000),
-                 task_id="default:ui-list-coord")
+    berth.submit(
+        "coordinator", "H100 versus A100 memory bandwidth", budget=Budget(40_000), task_id="default:ui-list-coord"
+    )
     statuses = {s.value for s in TaskStatus}
 
     ui.login(stack.admin_key(), "/tasks")
@@ -76,8 +77,11 @@ def test_a_step_arrives_live_without_a_reload(ui: Ui, stack: Stack) -> None:
     shown = page.evaluate(SHOWN_PROGRESS)
 
     task.raise_budget(60_000)
-    page.wait_for_function(f"([step, rows]) => {{ const now = ({SHOWN_PROGRESS})(); "
-                           "return now[0] > step && now[1] > rows; }", arg=shown, timeout=60_000)
+    page.wait_for_function(
+        f"([step, rows]) => {{ const now = ({SHOWN_PROGRESS})(); return now[0] > step && now[1] > rows; }}",
+        arg=shown,
+        timeout=60_000,
+    )
     ui.shot("tasks-ui-live-after-a-step")
     expect(page.locator("#live")).to_have_attribute("data-live", "ended", timeout=90_000)
     expect(page.locator("#task-status")).to_have_text(FINAL)
@@ -103,8 +107,9 @@ def test_raising_the_budget_from_the_page_resumes_the_task(ui: Ui, stack: Stack)
 
 
 def test_text_from_a_task_is_shown_literally_and_never_run(ui: Ui, stack: Stack) -> None:
-    task = admin_client(stack).submit("research", f"H100 memory bandwidth {PAYLOAD}", budget=Budget(20_000),
-                                      task_id="default:ui-escape")
+    task = admin_client(stack).submit(
+        "research", f"H100 memory bandwidth {PAYLOAD}", budget=Budget(20_000), task_id="default:ui-escape"
+    )
     wait_until(lambda: task.checkpoints(), 60, "a checkpoint of default:ui-escape")
 
     ui.login(stack.admin_key(), "/tasks/default:ui-escape")
@@ -127,8 +132,9 @@ def test_the_answer_shows_as_it_is_written_then_moves_into_the_steps(ui: Ui, sta
     expect(page.locator("#writing-box")).to_be_hidden()
 
     task.raise_budget(60_000)
-    page.wait_for_function("() => document.querySelector('#writing').textContent.startsWith('Report on berths.')",
-                           timeout=90_000)
+    page.wait_for_function(
+        "() => document.querySelector('#writing').textContent.startsWith('Report on berths.')", timeout=90_000
+    )
     ui.shot("tasks-ui-writing")
     expect(page.locator("#writing-step")).to_have_text(re.compile(r"^step \d+$"))
     expect(page.locator("#live")).to_have_attribute("data-live", "ended", timeout=120_000)

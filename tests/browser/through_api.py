@@ -16,8 +16,9 @@ def admin_client(stack: Stack) -> SyncClient:
 def park_for_budget(stack: Stack, task_id: str, text: str, agent: str = "research") -> SyncTaskHandle:
     """A task (of the research agent, unless told) that waits in awaiting_budget (for ten minutes) until its
     budget is raised: a task whose page can be opened before anything happens to it."""
-    task = admin_client(stack).submit(agent, text, budget=Budget(tokens=PARKED_TOKENS), budget_grace_s=600,
-                                      task_id=task_id)
+    task = admin_client(stack).submit(
+        agent, text, budget=Budget(tokens=PARKED_TOKENS), budget_grace_s=600, task_id=task_id
+    )
     wait_until(lambda: task.status().status == TaskStatus.awaiting_budget, 60, f"{task_id} awaiting budget")
     return task
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
 from pathlib import Path
+from typing import Literal
 from urllib.parse import quote
 
 from playwright.sync_api import APIResponse, Page, Response, expect
@@ -69,8 +69,9 @@ class Ui:
     def submit_ok(self, form: str) -> None:
         """Submit a form that should work: the server redirects back to a page with the ok flash."""
         answer = self.submit(form)
-        assert answer.ok and self.flash()[0] == "ok", \
+        assert answer.ok and self.flash()[0] == "ok", (
             f"{form} was answered {answer.status}: {self.page.inner_text('main')[:300]!r}"
+        )
 
     def flash(self) -> tuple[str, str]:
         """The message the last form left: its kind (ok/error) and text."""
@@ -84,11 +85,11 @@ class Ui:
     def form(self, selector: str) -> tuple[str, dict[str, str]]:
         """Where the form posts to (absolute) and the fields it sends but its CSRF token: what a forger can copy."""
         action, fields = self.page.locator(selector).first.evaluate(
-            "f => [f.action, Object.fromEntries(new FormData(f))]")
+            "f => [f.action, Object.fromEntries(new FormData(f))]"
+        )
         fields.pop(CSRF_FIELD, None)
         return action, fields
 
     def forge_post(self, url: str, fields: dict[str, str]) -> APIResponse:
         """A POST from outside the page's own forms, carrying the session cookie and only the fields given."""
         return self.page.request.post(url, form=fields, max_redirects=0)
-

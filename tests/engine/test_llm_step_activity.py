@@ -30,10 +30,13 @@ def engine() -> Iterator[EngineThread]:
 def step(engine: EngineThread, tmp_path: Path) -> tuple[LlmStepActivities, Store, LlmStepInput]:
     store = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
     root = store.checkpoints.write_root("t1", [Message(role="user", content="Explain KV caches")], {})
-    acts = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger),
-                             ModelCatalogue(BerthConfig(engine_url=engine.base_url)))
-    inp = LlmStepInput(task_id="t1", step=1, checkpoint=root, model="llama-3.2-1b", max_tokens=200,
-                       token_allowance=10_000)
+    acts = LlmStepActivities(
+        StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger),
+        ModelCatalogue(BerthConfig(engine_url=engine.base_url)),
+    )
+    inp = LlmStepInput(
+        task_id="t1", step=1, checkpoint=root, model="llama-3.2-1b", max_tokens=200, token_allowance=10_000
+    )
     return acts, store, inp
 
 
@@ -43,8 +46,11 @@ async def test_a_call_books_exactly_what_the_engine_reports(step, engine: Engine
     usage = engine.tally.snapshot()["by_task"]["t1"]
     assert (result.prompt_tokens, result.completion_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
     totals = store.ledger.totals("t1")
-    assert (totals.prompt_tokens, totals.completion_tokens, totals.calls) == (result.prompt_tokens,
-                                                                             result.completion_tokens, 1)
+    assert (totals.prompt_tokens, totals.completion_tokens, totals.calls) == (
+        result.prompt_tokens,
+        result.completion_tokens,
+        1,
+    )
     assert result.cost_usd > 0 and result.message.content
 
 
@@ -67,8 +73,9 @@ async def test_max_tokens_shrinks_to_the_allowance(step) -> None:
 async def test_a_retry_books_the_dead_attempts_tokens_as_lost(step) -> None:
     acts, store, inp = step
     env = ActivityEnvironment()
-    env.info = dataclasses.replace(env.info, attempt=3,
-                                   heartbeat_details=[{"attempt": 2, "generated": 40, "lost_before": 25}])
+    env.info = dataclasses.replace(
+        env.info, attempt=3, heartbeat_details=[{"attempt": 2, "generated": 40, "lost_before": 25}]
+    )
     result = await env.run(acts.generate, inp.model_copy(update={"token_allowance": 200}))
     assert result.lost_tokens == 65
     assert result.tokens_charged <= 200  # the lost tokens came out of the same allowance
@@ -85,14 +92,18 @@ async def test_a_retry_after_a_finished_reply_gets_it_back_instead_of_paying_twi
     store.checkpoints.write_root("t-replay", [Message(role="user", content="Explain KV caches")], {})
     inp = inp.model_copy(update={"checkpoint": store.checkpoints.latest("t-replay")})
     # Attempt 1 got its whole reply from the engine, then its worker died before booking it.
-    body = {"model": "llama-3.2-1b", "messages": [{"role": "user", "content": "Explain KV caches"}],
-            "max_tokens": 200}
+    body = {"model": "llama-3.2-1b", "messages": [{"role": "user", "content": "Explain KV caches"}], "max_tokens": 200}
     headers = {"Idempotency-Key": "t-replay/1", "X-Berth-Task": "t-replay"}
     first = httpx.post(f"{engine.base_url}/chat/completions", json=body, headers=headers).json()
 
     env = ActivityEnvironment()
-    env.info = dataclasses.replace(env.info, attempt=2, heartbeat_details=[
-        {"attempt": 1, "generated": 12, "response_id": first["id"], "lost_before": 0, "unresolved": []}])
+    env.info = dataclasses.replace(
+        env.info,
+        attempt=2,
+        heartbeat_details=[
+            {"attempt": 1, "generated": 12, "response_id": first["id"], "lost_before": 0, "unresolved": []}
+        ],
+    )
     result = await env.run(acts.generate, inp)
 
     assert result.lost_tokens == 0
@@ -113,7 +124,10 @@ async def test_a_retry_after_a_booked_reply_books_nothing_twice(step, engine: En
     again = await env.run(acts.generate, inp)
 
     assert (again.prompt_tokens, again.completion_tokens, again.lost_tokens) == (
-        first.prompt_tokens, first.completion_tokens, 0)
+        first.prompt_tokens,
+        first.completion_tokens,
+        0,
+    )
     assert [(e.attempt, e.kind) for e in store.ledger.entries("t-booked")] == [(1, "settled")]
     assert engine.tally.snapshot()["by_task"]["t-booked"]["requests"] == 1
 
@@ -125,8 +139,21 @@ async def test_a_booked_reply_the_engine_cannot_replay_is_charged_not_hidden(ste
     inp = inp.model_copy(update={"task_id": "t-gone"})
     store.checkpoints.write_root("t-gone", [Message(role="user", content="Explain KV caches")], {})
     inp = inp.model_copy(update={"checkpoint": store.checkpoints.latest("t-gone")})
-    store.ledger.record(LedgerEntry("t-gone", 1, 1, "llama-3.2-1b", 30, 20, 0.001, 0.1, 0.2, "elsewhere",
-                                    response_id="chatcmpl-from-an-engine-that-forgot"))
+    store.ledger.record(
+        LedgerEntry(
+            "t-gone",
+            1,
+            1,
+            "llama-3.2-1b",
+            30,
+            20,
+            0.001,
+            0.1,
+            0.2,
+            "elsewhere",
+            response_id="chatcmpl-from-an-engine-that-forgot",
+        )
+    )
     env = ActivityEnvironment()
     env.info = dataclasses.replace(env.info, attempt=2)
     result = await env.run(acts.generate, inp)
@@ -140,23 +167,42 @@ async def test_a_leased_step_records_where_it_ran(step) -> None:
     from sdk.wire.lease import StepPlacement
 
     acts, store, inp = step
-    placement = StepPlacement(node_id="gpu-a", replica_id="r-7", gpu_indexes=[0, 1], gpu_type="H100-80GB",
-                              tier="warm", decided_by="queue", queue_wait_s=0.4, load_s=0.0)
+    placement = StepPlacement(
+        node_id="gpu-a",
+        replica_id="r-7",
+        gpu_indexes=[0, 1],
+        gpu_type="H100-80GB",
+        tier="warm",
+        decided_by="queue",
+        queue_wait_s=0.4,
+        load_s=0.0,
+    )
     result = await ActivityEnvironment().run(acts.generate, inp.model_copy(update={"placement": placement}))
     assert result.placement == placement
     [call] = [e for e in store.events.read("t1") if e.kind == "llm_call"]
-    assert {k: call.data[k] for k in ("node_id", "replica_id", "gpu_indexes", "gpu_type", "tier", "decided_by",
-                                      "queue_wait_s", "load_s")} == placement.model_dump(exclude={"lease_id"})
+    assert {
+        k: call.data[k]
+        for k in ("node_id", "replica_id", "gpu_indexes", "gpu_type", "tier", "decided_by", "queue_wait_s", "load_s")
+    } == placement.model_dump(exclude={"lease_id"})
     assert call.data["completion_tokens"] == result.completion_tokens
 
-    short = await ActivityEnvironment().run(acts.generate, inp.model_copy(update={"placement": placement,
-                                                                                  "token_allowance": 20}))
+    short = await ActivityEnvironment().run(
+        acts.generate, inp.model_copy(update={"placement": placement, "token_allowance": 20})
+    )
     assert isinstance(short, Shortfall) and short.shortfall_tokens and short.placement == placement
 
 
 LONG_INPUT = "alpha; beta\nlength: 400 tokens"
-PLACEMENT_KEYS = dict(node_id="gpu-b", replica_id="r-9", gpu_indexes=[0], gpu_type="A100-40GB", tier="warm",
-                      decided_by="queue", queue_wait_s=0.0, load_s=0.0)
+PLACEMENT_KEYS = dict(
+    node_id="gpu-b",
+    replica_id="r-9",
+    gpu_indexes=[0],
+    gpu_type="A100-40GB",
+    tier="warm",
+    decided_by="queue",
+    queue_wait_s=0.0,
+    load_s=0.0,
+)
 
 
 def _long_step(store: Store, task_id: str, inp: LlmStepInput, **update: object) -> LlmStepInput:
@@ -165,8 +211,15 @@ def _long_step(store: Store, task_id: str, inp: LlmStepInput, **update: object) 
     root = store.checkpoints.write_root(task_id, [Message(role="user", content=LONG_INPUT)], {})
     if isinstance(update.get("inherited_progress"), dict):  # the workflow sends it typed
         update["inherited_progress"] = GenerationProgress.model_validate(update["inherited_progress"])
-    return inp.model_copy(update={"task_id": task_id, "checkpoint": root, "max_tokens": 1000,
-                                  "placement": StepPlacement(**PLACEMENT_KEYS), **update})
+    return inp.model_copy(
+        update={
+            "task_id": task_id,
+            "checkpoint": root,
+            "max_tokens": 1000,
+            "placement": StepPlacement(**PLACEMENT_KEYS),
+            **update,
+        }
+    )
 
 
 def _cut_after(text: str, chars: int, generated_beyond: int, **details: object) -> dict:
@@ -175,20 +228,31 @@ def _cut_after(text: str, chars: int, generated_beyond: int, **details: object) 
 
     prefix = text[:chars]
     written = len(encode(prefix))
-    return {"attempt": 1, "generated": written + generated_beyond, "response_id": "chatcmpl-dead", "lost_before": 0,
-            "kept_before": 0, "unresolved": [], "prefix": prefix, "prefix_tokens": written, "prefix_own": written,
-            **details}
+    return {
+        "attempt": 1,
+        "generated": written + generated_beyond,
+        "response_id": "chatcmpl-dead",
+        "lost_before": 0,
+        "kept_before": 0,
+        "unresolved": [],
+        "prefix": prefix,
+        "prefix_tokens": written,
+        "prefix_own": written,
+        **details,
+    }
 
 
 async def test_a_step_resumed_on_the_fleet_continues_the_cut_generation_instead_of_paying_twice(
-        step, engine: EngineThread) -> None:
+    step, engine: EngineThread
+) -> None:
     acts, store, inp = step
     whole = await ActivityEnvironment().run(acts.generate, _long_step(store, "whole", inp))
     assert whole.completion_tokens > 300
 
     cut = _cut_after(whole.message.content, 800, generated_beyond=9)
-    resumed = await ActivityEnvironment().run(acts.generate, _long_step(
-        store, "resumed", inp, attempt_base=100, inherited_progress=cut))
+    resumed = await ActivityEnvironment().run(
+        acts.generate, _long_step(store, "resumed", inp, attempt_base=100, inherited_progress=cut)
+    )
     assert resumed.message.content == whole.message.content  # the same reply, the start of it written elsewhere
     assert resumed.attempt == 101
     assert (resumed.kept_tokens, resumed.lost_tokens) == (cut["prefix_tokens"], 9)
@@ -215,8 +279,9 @@ async def test_a_prefix_is_continued_across_two_interruptions(step) -> None:
     second = _cut_after(text, 700, generated_beyond=3, attempt=101, kept_before=first["prefix_tokens"])
     second["prefix_own"] = second["prefix_tokens"] - first["prefix_tokens"]
     second["generated"] = second["prefix_own"] + 3
-    resumed = await ActivityEnvironment().run(acts.generate, _long_step(
-        store, "twice", inp, attempt_base=200, inherited_progress=second))
+    resumed = await ActivityEnvironment().run(
+        acts.generate, _long_step(store, "twice", inp, attempt_base=200, inherited_progress=second)
+    )
     assert resumed.message.content == text
     assert resumed.kept_tokens == second["prefix_tokens"] and resumed.lost_tokens == 3
 
@@ -225,12 +290,17 @@ async def test_a_prefix_is_not_continued_off_the_fleet_or_without_room_after_it(
     acts, store, inp = step
     whole = await ActivityEnvironment().run(acts.generate, _long_step(store, "whole3", inp))
     cut = _cut_after(whole.message.content, 800, generated_beyond=9)
-    hosted = await ActivityEnvironment().run(acts.generate, _long_step(
-        store, "hosted", inp, placement=None, attempt_base=100, inherited_progress=cut))
+    hosted = await ActivityEnvironment().run(
+        acts.generate, _long_step(store, "hosted", inp, placement=None, attempt_base=100, inherited_progress=cut)
+    )
     assert (hosted.kept_tokens, hosted.lost_tokens) == (0, cut["generated"])  # started over: all of it lost
     assert hosted.message.content == whole.message.content
-    no_room = await ActivityEnvironment().run(acts.generate, _long_step(
-        store, "no-room", inp, max_tokens=cut["prefix_tokens"] + 5, attempt_base=100, inherited_progress=cut))
+    no_room = await ActivityEnvironment().run(
+        acts.generate,
+        _long_step(
+            store, "no-room", inp, max_tokens=cut["prefix_tokens"] + 5, attempt_base=100, inherited_progress=cut
+        ),
+    )
     assert no_room.kept_tokens == 0 and no_room.lost_tokens == cut["generated"]
 
 
@@ -240,7 +310,8 @@ async def test_a_request_the_engine_refuses_is_not_retried(step) -> None:
 
     acts, store, inp = step
     with pytest.raises(ApplicationError) as refused:
-        await ActivityEnvironment().run(acts.generate, inp.model_copy(update={
-            "max_tokens": 200_000, "token_allowance": 1_000_000}))
+        await ActivityEnvironment().run(
+            acts.generate, inp.model_copy(update={"max_tokens": 200_000, "token_allowance": 1_000_000})
+        )
     assert refused.value.type == "ModelRequestRejected" and refused.value.non_retryable
     assert "context length" in str(refused.value) and store.ledger.totals("t1").calls == 0

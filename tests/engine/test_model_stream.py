@@ -15,31 +15,46 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from activities.model_stream import (ModelCallError, StreamDelta, StreamRequest, ToolCallDelta,  # noqa: E402
-                                     open_stream)
+from activities.model_stream import ModelCallError, StreamDelta, StreamRequest, ToolCallDelta, open_stream  # noqa: E402
 from activities.ports import ModelRoute  # noqa: E402
 from activities.tokens import count_prompt_tokens  # noqa: E402
 from orchestrator.engines.simulated import EngineThread  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 MODEL = "llama-3.1-8b"
-SEARCH = {"type": "function", "function": {
-    "name": "search", "description": "Search the web.",
-    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
-}}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the web.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    },
+}
 TEXT = [{"role": "system", "content": "Be thorough."}, {"role": "user", "content": "explain write-ahead logging"}]
 TOOL_STEP = [{"role": "system", "content": "Use search."}, {"role": "user", "content": "alpha; beta"}]
 PATHS = ["plain", "litellm"]
 
 
 def _route(base_url: str, path: str = "plain") -> ModelRoute:
-    return ModelRoute(name=MODEL, litellm_model=f"hosted_vllm/{MODEL}", api_base=base_url, api_key="berth-test",
-                      usd_per_1m_prompt=None, usd_per_1m_completion=None, served_by="test-engine",
-                      openai_compatible=path == "plain")
+    return ModelRoute(
+        name=MODEL,
+        litellm_model=f"hosted_vllm/{MODEL}",
+        api_base=base_url,
+        api_key="berth-test",
+        usd_per_1m_prompt=None,
+        usd_per_1m_completion=None,
+        served_by="test-engine",
+        openai_compatible=path == "plain",
+    )
 
 
-def _request(messages: list[dict], tools: list[dict] | None = None, max_tokens: int = 64,
-             continue_final_message: bool = False, task: str = "stream-test") -> StreamRequest:
+def _request(
+    messages: list[dict],
+    tools: list[dict] | None = None,
+    max_tokens: int = 64,
+    continue_final_message: bool = False,
+    task: str = "stream-test",
+) -> StreamRequest:
     return StreamRequest(messages, tools, max_tokens, {"X-Berth-Task": task}, continue_final_message)
 
 
@@ -84,8 +99,9 @@ async def test_tool_call_reply_streams_the_call_in_pieces(engine_url: str, path:
 
 
 @pytest.mark.parametrize("messages, tools", [(TEXT, None), (TOOL_STEP, [SEARCH])], ids=["text", "tool_call"])
-async def test_plain_client_and_litellm_read_the_same_reply(engine_url: str, messages: list[dict],
-                                                            tools: list[dict] | None) -> None:
+async def test_plain_client_and_litellm_read_the_same_reply(
+    engine_url: str, messages: list[dict], tools: list[dict] | None
+) -> None:
     plain = await _deltas(_route(engine_url, "plain"), _request(messages, tools))
     through_litellm = await _deltas(_route(engine_url, "litellm"), _request(messages, tools))
     assert _seen(plain) == _seen(through_litellm)
@@ -96,8 +112,9 @@ async def test_continue_final_message_goes_on_from_the_kept_text(engine_url: str
     route = _route(engine_url, path)
     whole = _text(await _deltas(route, _request(TEXT, max_tokens=400)))
     kept = whole[:30]
-    rest = await _deltas(route, _request([*TEXT, {"role": "assistant", "content": kept}], max_tokens=400,
-                                         continue_final_message=True))
+    rest = await _deltas(
+        route, _request([*TEXT, {"role": "assistant", "content": kept}], max_tokens=400, continue_final_message=True)
+    )
     assert _text(rest) == whole[30:]
 
 
@@ -188,18 +205,25 @@ def _event(payload: dict[str, Any] | str) -> bytes:
 def _chunk(content: str | None = None, finish: str | None = None, **delta: Any) -> dict[str, Any]:
     if content is not None:
         delta["content"] = content
-    return {"id": "chatcmpl-scripted", "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": None}
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "usage": None,
+    }
 
 
-USAGE = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "choices": [],
-         "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}
+USAGE = {
+    "id": "chatcmpl-scripted",
+    "object": "chat.completion.chunk",
+    "choices": [],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+}
 
 
 async def _stream(writer: asyncio.StreamWriter, pieces: list[bytes], status: str = "200 OK") -> None:
     """A chunked response of `pieces`, each in its own write and, after a pause, its own read by the client."""
-    writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 .encode())
+    writer.write(f"HTTP/1.1 {status}\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
     for piece in pieces:
         writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
         await writer.drain()
@@ -214,15 +238,23 @@ def _split(data: bytes, *at: int) -> list[bytes]:
 
 
 async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: dict[str, Any]) -> None:
-    await _stream(writer, [_event(_chunk("Hi", role="assistant")), _event(_chunk(" there", "stop")), _event(USAGE),
-                           b"data: [DONE]\n\n"])
+    await _stream(
+        writer,
+        [_event(_chunk("Hi", role="assistant")), _event(_chunk(" there", "stop")), _event(USAGE), b"data: [DONE]\n\n"],
+    )
 
 
 async def test_events_split_across_reads_among_keep_alives_are_read_whole() -> None:
     odd = "café ✓ ok"  # multi-byte characters, one of them cut between two reads
-    wire = (b": keep-alive\r\n\r\n" + _event(_chunk(odd, role="assistant")).replace(b"\n", b"\r\n")
-            + b"event: message\nid: 7\n" + _event(_chunk(" done", "stop")) + b":\n\n" + _event(USAGE)
-            + b"data: [DONE]\n\n")
+    wire = (
+        b": keep-alive\r\n\r\n"
+        + _event(_chunk(odd, role="assistant")).replace(b"\n", b"\r\n")
+        + b"event: message\nid: 7\n"
+        + _event(_chunk(" done", "stop"))
+        + b":\n\n"
+        + _event(USAGE)
+        + b"data: [DONE]\n\n"
+    )
     cut_in_euro = wire.index("✓".encode()) + 1
     pieces = _split(wire, 3, wire.index(b"data:") + 3, cut_in_euro, wire.index(b" done"), len(wire) - 20)
 
@@ -243,11 +275,23 @@ async def test_the_request_is_what_litellm_sends_for_hosted_vllm() -> None:
     (first_line, headers, plain), (_, _, continuing) = server.requests
     assert first_line == "POST /v1/chat/completions HTTP/1.1"
     assert headers["authorization"] == "Bearer berth-test" and headers["x-berth-task"] == "stream-test"
-    assert plain == {"model": MODEL, "messages": TEXT, "stream": True, "stream_options": {"include_usage": True},
-                     "max_tokens": 64}
-    assert continuing == {"model": MODEL, "messages": kept, "stream": True, "stream_options": {"include_usage": True},
-                          "max_tokens": 7, "tools": [SEARCH], "continue_final_message": True,
-                          "add_generation_prompt": False}
+    assert plain == {
+        "model": MODEL,
+        "messages": TEXT,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 64,
+    }
+    assert continuing == {
+        "model": MODEL,
+        "messages": kept,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 7,
+        "tools": [SEARCH],
+        "continue_final_message": True,
+        "add_generation_prompt": False,
+    }
 
 
 async def test_one_connection_serves_the_loop_s_calls_one_after_another() -> None:
@@ -278,19 +322,38 @@ async def test_closing_midway_closes_the_connection() -> None:
         await asyncio.wait_for(server.client_left.wait(), 10)
 
 
-@pytest.mark.parametrize("status, body, message", [
-    ("400 Bad Request", json.dumps({"error": {"message": "messages.0.role: bad", "type": "BadRequestError",
-                                              "param": "messages.0.role", "code": 400}}), "messages.0.role: bad"),
-    ("400 Bad Request", json.dumps({"object": "error", "message": "too long", "type": "BadRequestError",
-                                    "code": 400}), "too long"),  # vLLM's older form
-    ("503 Service Unavailable", "overloaded, try later", "overloaded, try later"),
-    ("422 Unprocessable Entity", json.dumps({"detail": "x" * 20_000}), "x" * 100),
-])
+@pytest.mark.parametrize(
+    "status, body, message",
+    [
+        (
+            "400 Bad Request",
+            json.dumps(
+                {
+                    "error": {
+                        "message": "messages.0.role: bad",
+                        "type": "BadRequestError",
+                        "param": "messages.0.role",
+                        "code": 400,
+                    }
+                }
+            ),
+            "messages.0.role: bad",
+        ),
+        (
+            "400 Bad Request",
+            json.dumps({"object": "error", "message": "too long", "type": "BadRequestError", "code": 400}),
+            "too long",
+        ),  # vLLM's older form
+        ("503 Service Unavailable", "overloaded, try later", "overloaded, try later"),
+        ("422 Unprocessable Entity", json.dumps({"detail": "x" * 20_000}), "x" * 100),
+    ],
+)
 async def test_an_error_status_raises_with_the_engine_s_message(status: str, body: str, message: str) -> None:
     async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: dict[str, Any]) -> None:
         raw = body.encode()
-        writer.write(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n"
-                     .encode() + raw)
+        writer.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n".encode() + raw
+        )
         await writer.drain()
 
     async with ScriptedServer(respond) as server:
@@ -302,9 +365,13 @@ async def test_an_error_status_raises_with_the_engine_s_message(status: str, bod
 
 async def test_an_error_event_midway_raises_with_its_code() -> None:
     async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: dict[str, Any]) -> None:
-        await _stream(writer, [_event(_chunk("Hi", role="assistant")),
-                               _event({"error": {"message": "engine died", "type": "InternalServerError",
-                                                 "code": 500}})])
+        await _stream(
+            writer,
+            [
+                _event(_chunk("Hi", role="assistant")),
+                _event({"error": {"message": "engine died", "type": "InternalServerError", "code": 500}}),
+            ],
+        )
 
     async with ScriptedServer(respond) as server:
         stream = await open_stream(_route(server.base_url), _request(TEXT))
@@ -332,4 +399,3 @@ async def test_a_connection_cut_midway_raises_without_a_status() -> None:
         finally:
             await stream.aclose()
     assert failed.value.status_code is None
-

@@ -28,9 +28,9 @@ from orchestrator.engines.replicas import (
     SimulatedReplicaEngine,
     VllmReplicaEngine,
     planned_load_delay_s,
+    processes,
     replica_spec,
 )
-from orchestrator.engines.replicas import processes
 from orchestrator.engines.replicas.simulated import (
     DATACENTER_BYTES_PER_S,
     DISK_BYTES_PER_S,
@@ -55,8 +55,13 @@ async def wait_for(check: Callable[[], Awaitable[bool]], timeout_s: float = STAR
 
 
 def spec(**overrides: object) -> ReplicaSpec:
-    fields: dict[str, object] = {"replica_id": "r1", "model": "llama-3.1-8b", "gpu_indexes": (0,),
-                                 "weights_bytes": 16 * GB, "load_tier": "disk"}
+    fields: dict[str, object] = {
+        "replica_id": "r1",
+        "model": "llama-3.1-8b",
+        "gpu_indexes": (0,),
+        "weights_bytes": 16 * GB,
+        "load_tier": "disk",
+    }
     fields.update(overrides)
     return ReplicaSpec(**fields)  # type: ignore[arg-type]
 
@@ -80,7 +85,8 @@ def stop_after() -> Iterator[list[ReplicaHandle]]:
 
 
 async def test_simulated_replica_is_alive_but_not_ready_while_loading_then_serves(
-        tmp_path: Path, stop_after: list[ReplicaHandle]) -> None:
+    tmp_path: Path, stop_after: list[ReplicaHandle]
+) -> None:
     # 26 GB (a 13B model, not one of the simulator's defaults) from disk: 13 s + 10 s engine start,
     # scaled by 0.15 → ~3.5 s of loading, long enough to look at it while it loads.
     engine = SimulatedReplicaEngine(load_time_scale=0.15, latency_scale=0, log_dir=tmp_path)
@@ -102,8 +108,10 @@ async def test_simulated_replica_is_alive_but_not_ready_while_loading_then_serve
     async with httpx.AsyncClient(base_url=engine.base_url(handle), timeout=30) as client:
         models = (await client.get("/models")).json()
         assert [m["id"] for m in models["data"]] == ["team-model-13b"]
-        reply = await client.post("/chat/completions", json={
-            "model": "team-model-13b", "max_tokens": 16, "messages": [{"role": "user", "content": "hello"}]})
+        reply = await client.post(
+            "/chat/completions",
+            json={"model": "team-model-13b", "max_tokens": 16, "messages": [{"role": "user", "content": "hello"}]},
+        )
     assert reply.status_code == 200, reply.text
     body = reply.json()
     assert body["choices"][0]["message"]["role"] == "assistant"
@@ -115,8 +123,9 @@ async def test_simulated_replica_is_alive_but_not_ready_while_loading_then_serve
     assert handle.process is not None and handle.process.returncode is not None
 
 
-async def test_stop_during_the_load_ends_the_process(engine: SimulatedReplicaEngine,
-                                                     stop_after: list[ReplicaHandle]) -> None:
+async def test_stop_during_the_load_ends_the_process(
+    engine: SimulatedReplicaEngine, stop_after: list[ReplicaHandle]
+) -> None:
     slow = SimulatedReplicaEngine(load_time_scale=10, latency_scale=0, log_dir=engine.log_dir)  # ~3 min load
     handle = await slow.start(spec())
     stop_after.append(handle)
@@ -126,8 +135,9 @@ async def test_stop_during_the_load_ends_the_process(engine: SimulatedReplicaEng
     assert handle.process is not None and handle.process.returncode == -signal.SIGTERM
 
 
-async def test_a_replica_whose_process_dies_is_not_alive(engine: SimulatedReplicaEngine,
-                                                         stop_after: list[ReplicaHandle]) -> None:
+async def test_a_replica_whose_process_dies_is_not_alive(
+    engine: SimulatedReplicaEngine, stop_after: list[ReplicaHandle]
+) -> None:
     handle = await engine.start(spec())
     stop_after.append(handle)
     assert await engine.alive(handle)
@@ -138,8 +148,9 @@ async def test_a_replica_whose_process_dies_is_not_alive(engine: SimulatedReplic
     await engine.stop(handle, grace_s=1)  # stopping a dead replica is harmless
 
 
-async def test_a_replica_on_a_port_in_use_dies_at_once_and_says_why(engine: SimulatedReplicaEngine,
-                                                                    stop_after: list[ReplicaHandle]) -> None:
+async def test_a_replica_on_a_port_in_use_dies_at_once_and_says_why(
+    engine: SimulatedReplicaEngine, stop_after: list[ReplicaHandle]
+) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         slow = SimulatedReplicaEngine(load_time_scale=10, latency_scale=0, log_dir=engine.log_dir)
@@ -151,8 +162,10 @@ async def test_a_replica_on_a_port_in_use_dies_at_once_and_says_why(engine: Simu
 
 async def test_stop_kills_a_process_that_ignores_sigterm_after_the_grace(tmp_path: Path) -> None:
     log = tmp_path / "stubborn.log"
-    stubborn = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                "print('ignoring SIGTERM', flush=True); time.sleep(120)")
+    stubborn = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ignoring SIGTERM', flush=True); time.sleep(120)"
+    )
     process = processes.launch([sys.executable, "-c", stubborn], dict(os.environ), log)
     try:
         deadline = time.monotonic() + 30
@@ -178,9 +191,12 @@ async def test_cuda_visible_devices_follow_the_gpu_indexes_and_win_over_env_addi
 
 def test_load_delay_grows_with_the_tier_the_weights_come_from() -> None:
     size = 16 * GB
-    delays = [planned_load_delay_s(spec(weights_bytes=size, load_tier=tier,
-                                        bytes_to_fetch=size if tier in ("datacenter", "origin") else 0))
-              for tier in ("warm", "disk", "datacenter", "origin")]
+    delays = [
+        planned_load_delay_s(
+            spec(weights_bytes=size, load_tier=tier, bytes_to_fetch=size if tier in ("datacenter", "origin") else 0)
+        )
+        for tier in ("warm", "disk", "datacenter", "origin")
+    ]
     assert delays == sorted(delays) and len(set(delays)) == 4
     warm, disk, datacenter, origin = delays
     assert warm == ENGINE_START_S
@@ -212,24 +228,41 @@ def test_simulated_model_timings_come_from_args_defaults_or_size() -> None:
 
 
 def test_a_spec_from_the_catalogue_and_the_weights_cache_plan() -> None:
-    entry = ModelEntry(name="llama-3.1-70b", weights_gib=131.0, tensor_parallel=[2, 4], engine="vllm",
-                       engine_args={"max_model_len": 8192})
-    built = replica_spec(entry, "r7", (2, 3), LoadPlan("llama-3.1-70b", "datacenter", 131 * 2**30, []),
-                         env={"HF_HOME": "/hf"})
-    assert built == ReplicaSpec(replica_id="r7", model="llama-3.1-70b", gpu_indexes=(2, 3), tensor_parallel=2,
-                                weights_bytes=131 * 2**30, load_tier="datacenter", bytes_to_fetch=131 * 2**30,
-                                engine_args={"max_model_len": 8192}, env={"HF_HOME": "/hf"})
+    entry = ModelEntry(
+        name="llama-3.1-70b",
+        weights_gib=131.0,
+        tensor_parallel=[2, 4],
+        engine="vllm",
+        engine_args={"max_model_len": 8192},
+    )
+    built = replica_spec(
+        entry, "r7", (2, 3), LoadPlan("llama-3.1-70b", "datacenter", 131 * 2**30, []), env={"HF_HOME": "/hf"}
+    )
+    assert built == ReplicaSpec(
+        replica_id="r7",
+        model="llama-3.1-70b",
+        gpu_indexes=(2, 3),
+        tensor_parallel=2,
+        weights_bytes=131 * 2**30,
+        load_tier="datacenter",
+        bytes_to_fetch=131 * 2**30,
+        engine_args={"max_model_len": 8192},
+        env={"HF_HOME": "/hf"},
+    )
 
 
-@pytest.mark.parametrize("overrides, field", [
-    ({"tensor_parallel": 2}, "gpu_indexes"),
-    ({"gpu_indexes": (1, 1), "tensor_parallel": 2}, "gpu_indexes"),
-    ({"load_tier": "cloud"}, "load_tier"),
-    ({"bytes_to_fetch": 17 * GB}, "bytes_to_fetch"),
-    ({"load_tier": "disk", "bytes_to_fetch": GB}, "bytes_to_fetch"),
-    ({"port": 70000}, "port"),
-    ({"replica_id": ""}, "replica_id"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"tensor_parallel": 2}, "gpu_indexes"),
+        ({"gpu_indexes": (1, 1), "tensor_parallel": 2}, "gpu_indexes"),
+        ({"load_tier": "cloud"}, "load_tier"),
+        ({"bytes_to_fetch": 17 * GB}, "bytes_to_fetch"),
+        ({"load_tier": "disk", "bytes_to_fetch": GB}, "bytes_to_fetch"),
+        ({"port": 70000}, "port"),
+        ({"replica_id": ""}, "replica_id"),
+    ],
+)
 def test_a_bad_spec_names_the_field(overrides: dict[str, object], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         spec(**overrides)
@@ -241,14 +274,33 @@ def test_a_bad_spec_names_the_field(overrides: dict[str, object], field: str) ->
 def test_vllm_command_line_and_environment(tmp_path: Path) -> None:
     engine = VllmReplicaEngine(log_dir=tmp_path)
     cached = "/var/lib/berth/node/cache/revisions/" + "ab" * 32
-    replica = spec(model="llama-3.1-70b", gpu_indexes=(4, 5, 6, 7), tensor_parallel=4, weights_bytes=140 * GB,
-                   weights_path=cached,
-                   engine_args={"max_model_len": 32768, "enforce-eager": True, "enable_prefix_caching": False},
-                   env={"HF_HOME": "/models/hf"})
+    replica = spec(
+        model="llama-3.1-70b",
+        gpu_indexes=(4, 5, 6, 7),
+        tensor_parallel=4,
+        weights_bytes=140 * GB,
+        weights_path=cached,
+        engine_args={"max_model_len": 32768, "enforce-eager": True, "enable_prefix_caching": False},
+        env={"HF_HOME": "/models/hf"},
+    )
     assert engine.command(replica, 8123) == [
-        "vllm", "serve", cached, "--host", "127.0.0.1", "--port", "8123",
-        "--served-model-name", "llama-3.1-70b", "--tensor-parallel-size", "4", "--gpu-memory-utilization", "0.9",
-        "--max-model-len", "32768", "--enforce-eager", "--no-enable-prefix-caching",
+        "vllm",
+        "serve",
+        cached,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--served-model-name",
+        "llama-3.1-70b",
+        "--tensor-parallel-size",
+        "4",
+        "--gpu-memory-utilization",
+        "0.9",
+        "--max-model-len",
+        "32768",
+        "--enforce-eager",
+        "--no-enable-prefix-caching",
     ]
     env = engine.environment(replica)
     assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7" and env["HF_HOME"] == "/models/hf"
@@ -287,12 +339,32 @@ def test_sglang_command_line_and_environment(tmp_path: Path) -> None:
 
     engine = SglangReplicaEngine(log_dir=tmp_path)
     cached = "/var/lib/berth/node/cache/revisions/" + "cd" * 32
-    replica = spec(model="qwen2.5-7b", gpu_indexes=(2, 3), tensor_parallel=2, weights_path=cached,
-                   engine_args={"context_length": 32768, "mem_fraction_static": 0.85, "disable_radix_cache": True})
+    replica = spec(
+        model="qwen2.5-7b",
+        gpu_indexes=(2, 3),
+        tensor_parallel=2,
+        weights_path=cached,
+        engine_args={"context_length": 32768, "mem_fraction_static": 0.85, "disable_radix_cache": True},
+    )
     assert engine.command(replica, 30000) == [
-        "python3", "-m", "sglang.launch_server", "--model-path", cached, "--served-model-name", "qwen2.5-7b",
-        "--tp", "2", "--host", "127.0.0.1", "--port", "30000",
-        "--context-length", "32768", "--mem-fraction-static", "0.85", "--disable-radix-cache",
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        cached,
+        "--served-model-name",
+        "qwen2.5-7b",
+        "--tp",
+        "2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "30000",
+        "--context-length",
+        "32768",
+        "--mem-fraction-static",
+        "0.85",
+        "--disable-radix-cache",
     ]
     env = engine.environment(replica)
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["HF_HUB_OFFLINE"] == "1"

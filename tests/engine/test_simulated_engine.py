@@ -22,10 +22,14 @@ from activities.tokens import count_prompt_tokens, encode  # noqa: E402
 from orchestrator.engines.simulated import EngineThread  # noqa: E402
 
 MODEL = "llama-3.1-8b"
-SEARCH = {"type": "function", "function": {
-    "name": "search", "description": "Search the web.",
-    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
-}}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the web.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +120,12 @@ async def test_streamed_tool_call_uses_openai_delta_format(client: httpx.AsyncCl
     events = await _sse(client, _body(messages, tools=[SEARCH], stream_options={"include_usage": True}))
     deltas = [e["choices"][0]["delta"] for e in events[1:-1] if e["choices"]]
     calls = [d["tool_calls"][0] for d in deltas if "tool_calls" in d]
-    assert calls[0] == {"index": 0, "id": call["id"], "type": "function",
-                        "function": {"name": "search", "arguments": ""}}
+    assert calls[0] == {
+        "index": 0,
+        "id": call["id"],
+        "type": "function",
+        "function": {"name": "search", "arguments": ""},
+    }
     assert all(set(c) == {"index", "function"} and c["index"] == 0 for c in calls[1:])
     assert "".join(c["function"]["arguments"] for c in calls[1:]) == call["function"]["arguments"]
     assert events[-3]["choices"][0]["finish_reason"] == "tool_calls"
@@ -137,8 +145,12 @@ async def test_max_tokens_cuts_the_answer_exactly(client: httpx.AsyncClient) -> 
 
 
 async def test_tool_call_that_does_not_fit_becomes_truncated_text(client: httpx.AsyncClient) -> None:
-    data = (await client.post("/v1/chat/completions",
-                              json=_body(_user("a rather long subject for a search"), tools=[SEARCH], max_tokens=5))).json()
+    data = (
+        await client.post(
+            "/v1/chat/completions",
+            json=_body(_user("a rather long subject for a search"), tools=[SEARCH], max_tokens=5),
+        )
+    ).json()
     choice = data["choices"][0]
     assert choice["finish_reason"] == "length"
     assert "tool_calls" not in choice["message"] and choice["message"]["content"]
@@ -150,20 +162,31 @@ async def test_a_final_assistant_message_is_continued_as_vllm_does(client: httpx
     whole = (await client.post("/v1/chat/completions", json=_body(messages))).json()
     text = whole["choices"][0]["message"]["content"]
     prefix = text[:300]
-    continued = (await client.post("/v1/chat/completions", json=_body(
-        messages + [{"role": "assistant", "content": prefix}], continue_final_message=True,
-        add_generation_prompt=False))).json()
+    continued = (
+        await client.post(
+            "/v1/chat/completions",
+            json=_body(
+                messages + [{"role": "assistant", "content": prefix}],
+                continue_final_message=True,
+                add_generation_prompt=False,
+            ),
+        )
+    ).json()
     rest = continued["choices"][0]["message"]["content"]
     assert prefix + rest == text  # only the rest is written, and it is the very rest of that reply
     assert continued["usage"]["completion_tokens"] == len(encode(rest))
     assert continued["usage"]["prompt_tokens"] == count_prompt_tokens(
-        messages + [{"role": "assistant", "content": prefix}], None)
+        messages + [{"role": "assistant", "content": prefix}], None
+    )
 
-    both = await client.post("/v1/chat/completions", json=_body(
-        messages + [{"role": "assistant", "content": prefix}], continue_final_message=True))
+    both = await client.post(
+        "/v1/chat/completions",
+        json=_body(messages + [{"role": "assistant", "content": prefix}], continue_final_message=True),
+    )
     assert both.status_code == 400 and both.json()["error"]["param"] == "continue_final_message"
-    not_assistant = await client.post("/v1/chat/completions", json=_body(
-        messages, continue_final_message=True, add_generation_prompt=False))
+    not_assistant = await client.post(
+        "/v1/chat/completions", json=_body(messages, continue_final_message=True, add_generation_prompt=False)
+    )
     assert not_assistant.status_code == 400 and "last message" in not_assistant.json()["error"]["message"]
 
 
@@ -182,8 +205,9 @@ async def test_bad_requests_are_refused_with_openai_errors(client: httpx.AsyncCl
     not_json = await client.post("/v1/chat/completions", content=b"{nope", headers={"content-type": "application/json"})
     assert not_json.status_code == 400 and "body" in not_json.json()["error"]["message"]
 
-    too_long = await client.post("/v1/chat/completions",
-                                 json=_body(_user("x")) | {"model": "qwen2.5-7b", "max_tokens": 32_760})
+    too_long = await client.post(
+        "/v1/chat/completions", json=_body(_user("x")) | {"model": "qwen2.5-7b", "max_tokens": 32_760}
+    )
     assert too_long.status_code == 400
     assert "maximum context length is 32768 tokens" in too_long.json()["error"]["message"]
     assert (await client.get("/sim/usage")).json()["total"]["requests"] == 0
@@ -197,9 +221,14 @@ async def test_usage_tallies_group_by_model_and_task(client: httpx.AsyncClient) 
     tallies = (await client.get("/sim/usage")).json()
 
     def counts(*usages: dict[str, int]) -> dict[str, int]:
-        return {"requests": len(usages), "prompt_tokens": sum(u["prompt_tokens"] for u in usages),
-                "completion_tokens": sum(u["completion_tokens"] for u in usages),
-                "aborted_requests": 0, "aborted_prompt_tokens": 0, "aborted_completion_tokens": 0}
+        return {
+            "requests": len(usages),
+            "prompt_tokens": sum(u["prompt_tokens"] for u in usages),
+            "completion_tokens": sum(u["completion_tokens"] for u in usages),
+            "aborted_requests": 0,
+            "aborted_prompt_tokens": 0,
+            "aborted_completion_tokens": 0,
+        }
 
     assert tallies["total"] == counts(a["usage"], usage_b, c["usage"])
     assert tallies["by_model"] == {MODEL: counts(a["usage"], c["usage"]), "llama-3.2-1b": counts(usage_b)}
@@ -214,8 +243,9 @@ async def test_dropped_stream_counts_as_aborted_with_the_tokens_sent(slow_engine
     body = {"model": "llama-3.1-70b", "messages": _user("alpha; beta; gamma; delta"), "stream": True}
     received = 0
     async with httpx.AsyncClient(timeout=30) as c:
-        async with c.stream("POST", slow_engine.base_url + "/chat/completions", json=body,
-                            headers={"X-Berth-Task": "dropper"}) as response:
+        async with c.stream(
+            "POST", slow_engine.base_url + "/chat/completions", json=body, headers={"X-Berth-Task": "dropper"}
+        ) as response:
             async for line in response.aiter_lines():
                 if line.startswith("data: {"):
                     delta = json.loads(line[6:])["choices"][0]["delta"]
@@ -273,8 +303,14 @@ async def test_tool_call_round_trip_through_litellm(engine: EngineThread) -> Non
     calls_made: list[str] = []
     for _ in range(5):
         stream = await litellm.acompletion(
-            model=f"hosted_vllm/{MODEL}", api_base=engine.base_url, api_key="x", messages=messages, tools=[SEARCH],
-            stream=True, stream_options={"include_usage": True}, max_tokens=400,
+            model=f"hosted_vllm/{MODEL}",
+            api_base=engine.base_url,
+            api_key="x",
+            messages=messages,
+            tools=[SEARCH],
+            stream=True,
+            stream_options={"include_usage": True},
+            max_tokens=400,
             extra_headers={"X-Berth-Task": "via-litellm"},
         )
         chunks = [chunk async for chunk in stream]
@@ -285,12 +321,22 @@ async def test_tool_call_round_trip_through_litellm(engine: EngineThread) -> Non
             break
         assert response.choices[0].finish_reason == "tool_calls"
         call = message.tool_calls[0]
-        assert response.usage.completion_tokens == len(encode(call.function.name)) + len(encode(call.function.arguments))
+        assert response.usage.completion_tokens == len(encode(call.function.name)) + len(
+            encode(call.function.arguments)
+        )
         calls_made.append(json.loads(call.function.arguments)["query"])
         messages = messages + [
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": call.id, "type": "function",
-                 "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.function.name, "arguments": call.function.arguments},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": call.id, "content": f"3 sources about {calls_made[-1]}"},
         ]
     assert calls_made == ["rust async runtimes", "zig comptime"]
@@ -304,11 +350,13 @@ async def test_litellm_non_stream_and_context_error(engine: EngineThread) -> Non
     import litellm
 
     messages = _user("hello")
-    response = await litellm.acompletion(model=f"hosted_vllm/{MODEL}", api_base=engine.base_url, api_key="x",
-                                         messages=messages, max_tokens=5)
+    response = await litellm.acompletion(
+        model=f"hosted_vllm/{MODEL}", api_base=engine.base_url, api_key="x", messages=messages, max_tokens=5
+    )
     assert response.choices[0].finish_reason == "length"
     assert response.usage.completion_tokens == 5
     assert response.usage.prompt_tokens == count_prompt_tokens(messages, None)
     with pytest.raises(litellm.ContextWindowExceededError):
-        await litellm.acompletion(model="hosted_vllm/qwen2.5-7b", api_base=engine.base_url, api_key="x",
-                                  messages=messages, max_tokens=40_000)
+        await litellm.acompletion(
+            model="hosted_vllm/qwen2.5-7b", api_base=engine.base_url, api_key="x", messages=messages, max_tokens=40_000
+        )

@@ -8,9 +8,9 @@ starts one, so workflows the API starts stay at their first workflow task.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-import uuid
 from pathlib import Path
 
 import httpx
@@ -63,8 +63,9 @@ def admin_key(store: Store) -> str:
 @pytest.fixture
 async def api(app, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
     """The app in-process, called with an admin key (other parties: `client_as`)."""
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
-                                 headers={"authorization": f"Bearer {admin_key}"}) as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://berth", headers={"authorization": f"Bearer {admin_key}"}
+    ) as client:
         yield client
 
 
@@ -75,8 +76,9 @@ def client_as(app, store: Store):
     @asynccontextmanager
     async def make(role: Role, tenant: str | None = None, key: str | None = None) -> AsyncIterator[httpx.AsyncClient]:
         key = key or store.keys.create(role, tenant, name=f"security-{role.value}").key
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
-                                     headers={"authorization": f"Bearer {key}"}) as client:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app), base_url="http://berth", headers={"authorization": f"Bearer {key}"}
+        ) as client:
             yield client
 
     return make
@@ -85,8 +87,12 @@ def client_as(app, store: Store):
 @pytest.fixture
 async def live(temporal_client: TemporalClient, engine_url: str, tmp_path: Path) -> AsyncIterator[Live]:
     """The app with a real worker behind it on a queue of its own and the simulated engine: workflows run."""
-    config = BerthConfig(data_dir=tmp_path / "live", engine_url=engine_url,
-                         database_url=f"sqlite:///{tmp_path}/live.db", join_token=JOIN_TOKEN)
+    config = BerthConfig(
+        data_dir=tmp_path / "live",
+        engine_url=engine_url,
+        database_url=f"sqlite:///{tmp_path}/live.db",
+        join_token=JOIN_TOKEN,
+    )
     store = Store.open(config.resolved_database_url)
     queue = f"control-{uuid.uuid4().hex[:8]}"
     app = create_app(config, store, TemporalGateway.from_client(temporal_client, task_queue=queue))

@@ -51,8 +51,9 @@ class Live:
 
     @asynccontextmanager
     async def as_key(self, key: str) -> AsyncIterator[httpx.AsyncClient]:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(self.app), base_url="http://berth",
-                                     headers={"authorization": f"Bearer {key}"}) as client:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(self.app), base_url="http://berth", headers={"authorization": f"Bearer {key}"}
+        ) as client:
             yield client
 
     def key(self, role: Role = Role.admin, tenant: str | None = None) -> str:
@@ -61,8 +62,9 @@ class Live:
     def register(self, agent: Agent, tenant: str | None = None) -> None:
         self.store.agents.register(agent.spec(), tenant=tenant)
 
-    async def wait_for(self, http: httpx.AsyncClient, task_id: str, *statuses: TaskStatus,
-                       timeout_s: float = 120) -> TaskState:
+    async def wait_for(
+        self, http: httpx.AsyncClient, task_id: str, *statuses: TaskStatus, timeout_s: float = 120
+    ) -> TaskState:
         """The task's state once it is in one of `statuses` (a generous deadline: the suite runs on busy machines)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

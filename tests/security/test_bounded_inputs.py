@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -17,8 +17,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from orchestrator.mcp_server import build_server
 from orchestrator.store import Store
 from sdk import AgentSpec, Client, Spend, TaskSpec, TaskState, TaskStatus, ToolSpec
-from sdk.wire.limits import MAX_MCP_SERVERS, MAX_REASON_CHARS
 from sdk._spec import MAX_AGENT_TOOLS
+from sdk.wire.limits import MAX_MCP_SERVERS, MAX_REASON_CHARS
 from tests.security.parties import JOIN_TOKEN, error_of
 
 BEYOND_64_BITS = 2**64 + 1  # Python's C code (sqlite3, struct) raises OverflowError past 2**63 - 1
@@ -42,8 +42,9 @@ async def browser(app, admin_key: str) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 def agent(store: Store) -> AgentSpec:
-    return store.agents.register(AgentSpec(name=f"bounded-{uuid.uuid4().hex[:8]}", model="llama-3.1-8b",
-                                           tools=[ToolSpec(name="lookup")]))
+    return store.agents.register(
+        AgentSpec(name=f"bounded-{uuid.uuid4().hex[:8]}", model="llama-3.1-8b", tools=[ToolSpec(name="lookup")])
+    )
 
 
 @pytest.fixture
@@ -51,9 +52,17 @@ def task(store: Store, agent: AgentSpec) -> TaskState:
     """A running task's row, as the workflow leaves it (no workflow: the refusals come first)."""
     task_id = f"t-{uuid.uuid4().hex[:8]}"
     spec = TaskSpec(task_id=task_id, agent=agent.name, input="Summarise.", budget={"tokens": 5000})
-    state = TaskState(task_id=task_id, agent=agent.name, agent_version=agent.version, model=agent.model,
-                      tenant="default", status=TaskStatus.running, max_steps=agent.max_steps,
-                      spend=Spend(token_limit=5000), updated_at=datetime.now(timezone.utc))
+    state = TaskState(
+        task_id=task_id,
+        agent=agent.name,
+        agent_version=agent.version,
+        model=agent.model,
+        tenant="default",
+        status=TaskStatus.running,
+        max_steps=agent.max_steps,
+        spend=Spend(token_limit=5000),
+        updated_at=datetime.now(UTC),
+    )
     assert store.tasks.create(task_id, spec.model_dump_json(), state)
     return state
 
@@ -61,14 +70,18 @@ def task(store: Store, agent: AgentSpec) -> TaskState:
 # -- integers beyond 64 bits ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("path", "field"), [
-    ("/tasks/{task}/checkpoints/{huge}", "seq"),
-    ("/tasks/{task}/live?after={huge}", "after"),
-    ("/tasks?page={huge}", "page"),
-    ("/audit?page={huge}", "page"),
-])
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/tasks/{task}/checkpoints/{huge}", "seq"),
+        ("/tasks/{task}/live?after={huge}", "after"),
+        ("/tasks?page={huge}", "page"),
+        ("/audit?page={huge}", "page"),
+    ],
+)
 async def test_the_ui_refuses_an_integer_beyond_64_bits_with_a_page_not_a_crash(
-        browser: httpx.AsyncClient, task: TaskState, path: str, field: str) -> None:
+    browser: httpx.AsyncClient, task: TaskState, path: str, field: str
+) -> None:
     refused = await browser.get(path.format(task=task.task_id, huge=BEYOND_64_BITS))
     assert refused.status_code == 422, refused.text[:500]
     assert refused.headers["content-type"].startswith("text/html")
@@ -76,12 +89,16 @@ async def test_the_ui_refuses_an_integer_beyond_64_bits_with_a_page_not_a_crash(
     assert f"{field}:" in refused.text
 
 
-@pytest.mark.parametrize(("action", "form"), [
-    ("fork", {"checkpoint_seq": str(BEYOND_64_BITS)}),
-    ("raise-budget", {"tokens": str(BEYOND_64_BITS)}),
-])
+@pytest.mark.parametrize(
+    ("action", "form"),
+    [
+        ("fork", {"checkpoint_seq": str(BEYOND_64_BITS)}),
+        ("raise-budget", {"tokens": str(BEYOND_64_BITS)}),
+    ],
+)
 async def test_the_ui_refuses_a_form_integer_beyond_64_bits_by_name(
-        browser: httpx.AsyncClient, task: TaskState, action: str, form: dict[str, str]) -> None:
+    browser: httpx.AsyncClient, task: TaskState, action: str, form: dict[str, str]
+) -> None:
     page = await browser.get(f"/tasks/{task.task_id}")
     assert page.status_code == 200, page.text[:500]
     refused = await browser.post(f"/tasks/{task.task_id}/{action}", data={**form, "csrf_token": _csrf_of(page)})
@@ -90,9 +107,11 @@ async def test_the_ui_refuses_a_form_integer_beyond_64_bits_by_name(
 
 
 async def test_the_api_refuses_an_integer_beyond_64_bits_by_name(api: httpx.AsyncClient, task: TaskState) -> None:
-    for path, field in ((f"/v1/tasks/{task.task_id}/checkpoints/{BEYOND_64_BITS}", "seq"),
-                        (f"/v1/tasks/{task.task_id}/events?after={BEYOND_64_BITS}", "after"),
-                        (f"/v1/tasks?offset={BEYOND_64_BITS}", "offset")):
+    for path, field in (
+        (f"/v1/tasks/{task.task_id}/checkpoints/{BEYOND_64_BITS}", "seq"),
+        (f"/v1/tasks/{task.task_id}/events?after={BEYOND_64_BITS}", "after"),
+        (f"/v1/tasks?offset={BEYOND_64_BITS}", "offset"),
+    ):
         refused = await api.get(path)
         assert refused.status_code == 422 and error_of(refused)["field"] == field, (path, refused.text)
 
@@ -100,15 +119,19 @@ async def test_the_api_refuses_an_integer_beyond_64_bits_by_name(api: httpx.Asyn
 # -- booleans are not numbers -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"budget": {"tokens": True}}, "budget.tokens"),
-    ({"budget": {"tokens": 5000, "usd": True}}, "budget.usd"),
-    ({"priority": True}, "priority"),
-    ({"max_steps": True}, "max_steps"),
-    ({"max_interruptions": False}, "max_interruptions"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"budget": {"tokens": True}}, "budget.tokens"),
+        ({"budget": {"tokens": 5000, "usd": True}}, "budget.usd"),
+        ({"priority": True}, "priority"),
+        ({"max_steps": True}, "max_steps"),
+        ({"max_interruptions": False}, "max_interruptions"),
+    ],
+)
 async def test_a_boolean_is_never_taken_for_a_number_in_a_submission(
-        api: httpx.AsyncClient, store: Store, agent: AgentSpec, body: dict, field: str) -> None:
+    api: httpx.AsyncClient, store: Store, agent: AgentSpec, body: dict, field: str
+) -> None:
     submission = {"agent": agent.name, "input": "Summarise.", "budget": {"tokens": 5000}, **body}
     refused = await api.post("/v1/tasks", json=submission)
     assert refused.status_code == 422, refused.text
@@ -116,15 +139,23 @@ async def test_a_boolean_is_never_taken_for_a_number_in_a_submission(
     assert store.tasks.list(agent=agent.name) == []
 
 
-@pytest.mark.parametrize(("path", "body", "field"), [
-    ("/v1/tasks/{task}/raise-budget", {"tokens": True}, "tokens"),
-    ("/v1/tasks/{task}/fork", {"checkpoint_seq": True}, "checkpoint_seq"),
-    ("/v1/agents", {"name": "flag-agent", "model": "llama-3.1-8b", "max_steps": True}, "max_steps"),
-    ("/v1/agents", {"name": "flag-agent", "model": "llama-3.1-8b", "max_tokens_per_step": True}, "max_tokens_per_step"),
-    ("/v1/tenants", {"name": "flagged", "gpu_quota": True}, "gpu_quota"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/tasks/{task}/raise-budget", {"tokens": True}, "tokens"),
+        ("/v1/tasks/{task}/fork", {"checkpoint_seq": True}, "checkpoint_seq"),
+        ("/v1/agents", {"name": "flag-agent", "model": "llama-3.1-8b", "max_steps": True}, "max_steps"),
+        (
+            "/v1/agents",
+            {"name": "flag-agent", "model": "llama-3.1-8b", "max_tokens_per_step": True},
+            "max_tokens_per_step",
+        ),
+        ("/v1/tenants", {"name": "flagged", "gpu_quota": True}, "gpu_quota"),
+    ],
+)
 async def test_a_boolean_is_never_taken_for_a_number_anywhere_a_client_sends_one(
-        api: httpx.AsyncClient, task: TaskState, path: str, body: dict, field: str) -> None:
+    api: httpx.AsyncClient, task: TaskState, path: str, body: dict, field: str
+) -> None:
     refused = await api.post(path.format(task=task.task_id), json=body)
     assert refused.status_code == 422 and error_of(refused)["field"] == field, refused.text
 
@@ -170,34 +201,57 @@ async def test_a_rule_across_fields_names_the_field_to_fix(api: httpx.AsyncClien
 
 async def test_a_node_listing_one_gpu_index_twice_is_told_which_listing(app) -> None:
     gpu = {"uuid": "GPU-a", "type_name": "H100-80GB", "memory_total_mib": 81559}
-    registration = {"node_id": "twice", "datacenter": "dc1", "zone": "z1", "join_token": JOIN_TOKEN,
-                    "gpus": [{**gpu, "index": 0}, {**gpu, "index": 1, "uuid": "GPU-b"}, {**gpu, "index": 0, "uuid": "GPU-c"}]}
+    registration = {
+        "node_id": "twice",
+        "datacenter": "dc1",
+        "zone": "z1",
+        "join_token": JOIN_TOKEN,
+        "gpus": [{**gpu, "index": 0}, {**gpu, "index": 1, "uuid": "GPU-b"}, {**gpu, "index": 0, "uuid": "GPU-c"}],
+    }
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as node:
         refused = await node.post("/v1/nodes/register", json=registration)
     assert refused.status_code == 422 and error_of(refused)["field"] == "gpus.2.index", refused.text
 
 
-async def test_mcp_refuses_what_the_api_refuses_before_calling_it(app, admin_key: str, agent: AgentSpec,
-                                                                  task: TaskState) -> None:
+async def test_mcp_refuses_what_the_api_refuses_before_calling_it(
+    app, admin_key: str, agent: AgentSpec, task: TaskState
+) -> None:
     server = build_server(lambda: Client("http://berth", admin_key, transport=httpx.ASGITransport(app)))
     for tool, arguments, named in (
-            ("submit_task", {"agent": agent.name, "input": "Summarise.", "budget_tokens": True}, "budget_tokens"),
-            ("submit_task", {"agent": agent.name, "input": "Summarise.", "budget_tokens": 900, "priority": True},
-             "priority"),
-            ("cancel_task", {"task_id": task.task_id, "reason": "x" * (MAX_REASON_CHARS + 1)}, "reason"),
-            ("raise_budget", {"task_id": task.task_id, "tokens": True}, "tokens")):
+        ("submit_task", {"agent": agent.name, "input": "Summarise.", "budget_tokens": True}, "budget_tokens"),
+        (
+            "submit_task",
+            {"agent": agent.name, "input": "Summarise.", "budget_tokens": 900, "priority": True},
+            "priority",
+        ),
+        ("cancel_task", {"task_id": task.task_id, "reason": "x" * (MAX_REASON_CHARS + 1)}, "reason"),
+        ("raise_budget", {"task_id": task.task_id, "tokens": True}, "tokens"),
+    ):
         with pytest.raises(ToolError, match=named):
             await server.call_tool(tool, arguments)
 
 
-@pytest.mark.parametrize(("method", "path", "body", "field"), [
-    # A timer of 1e300 seconds is an OverflowError in the workflow's timedelta, not a long wait.
-    ("POST", "/v1/agents", {"name": "patient", "model": "llama-3.1-8b", "ask_human_timeout_s": 1e300},
-     "ask_human_timeout_s"),
-    ("PUT", "/v1/models/llama-3.2-1b/policy", {"target": 1e300}, "target"),
-    ("PUT", "/v1/models/priced", {"name": "priced", "weights_gib": 1, "usd_per_1m_prompt": 1e300}, "usd_per_1m_prompt"),
-])
-async def test_a_number_past_any_sensible_value_is_refused_by_name(api: httpx.AsyncClient, method: str, path: str,
-                                                                   body: dict, field: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        # A timer of 1e300 seconds is an OverflowError in the workflow's timedelta, not a long wait.
+        (
+            "POST",
+            "/v1/agents",
+            {"name": "patient", "model": "llama-3.1-8b", "ask_human_timeout_s": 1e300},
+            "ask_human_timeout_s",
+        ),
+        ("PUT", "/v1/models/llama-3.2-1b/policy", {"target": 1e300}, "target"),
+        (
+            "PUT",
+            "/v1/models/priced",
+            {"name": "priced", "weights_gib": 1, "usd_per_1m_prompt": 1e300},
+            "usd_per_1m_prompt",
+        ),
+    ],
+)
+async def test_a_number_past_any_sensible_value_is_refused_by_name(
+    api: httpx.AsyncClient, method: str, path: str, body: dict, field: str
+) -> None:
     refused = await api.request(method, path, json=body)
     assert refused.status_code == 422 and error_of(refused)["field"] == field, refused.text

@@ -15,8 +15,8 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from sdk import Agent, Spend, TaskState, TaskStatus
-from sdk.wire.identity import Role, TenantSpec
 from sdk.wire.contracts import RAISE_BUDGET_UPDATE, RaiseBudget
+from sdk.wire.identity import Role, TenantSpec
 from tests.security.parties import Live, error_of
 
 ROOT_LIMIT, CHILD_TOKENS = 10_000, 3_000
@@ -33,8 +33,9 @@ def agents(live: Live) -> tuple[str, str]:
 
 async def asking_root(live: Live, http: httpx.AsyncClient, agent: str) -> str:
     """A root task of ROOT_LIMIT tokens, waiting for its human (so it runs as long as the test needs)."""
-    answer = await http.post("/v1/tasks", json={"agent": agent, "input": "ask: which GPU?",
-                                                "budget": {"tokens": ROOT_LIMIT}})
+    answer = await http.post(
+        "/v1/tasks", json={"agent": agent, "input": "ask: which GPU?", "budget": {"tokens": ROOT_LIMIT}}
+    )
     await live.wait_for(http, answer.json()["task_id"], TaskStatus.awaiting_input)
     return answer.json()["task_id"]
 
@@ -49,8 +50,9 @@ async def _spawned(live: Live, http: httpx.AsyncClient) -> tuple[str, str]:
     """A waiting root task and a sub-agent of CHILD_TOKENS spawned under it through the API: their ids."""
     lead, helper = agents(live)
     parent = await asking_root(live, http, lead)
-    spawned = await http.post(f"/v1/tasks/{parent}/spawn", json={"agent": helper, "input": "ask: how deep?",
-                                                                   "tokens": CHILD_TOKENS})
+    spawned = await http.post(
+        f"/v1/tasks/{parent}/spawn", json={"agent": helper, "input": "ask: how deep?", "tokens": CHILD_TOKENS}
+    )
     assert spawned.status_code == 201, spawned.text
     return parent, spawned.json()["task_id"]
 
@@ -85,7 +87,8 @@ async def test_a_sub_agents_budget_grows_only_out_of_its_parents_remainder(live:
         # The child's own workflow refuses a raise sent to it directly, whoever sends it.
         with pytest.raises(WorkflowUpdateFailedError):
             await live.temporal.get_workflow_handle(child).execute_update(
-                RAISE_BUDGET_UPDATE, RaiseBudget(tokens=50_000), result_type=Spend)
+                RAISE_BUDGET_UPDATE, RaiseBudget(tokens=50_000), result_type=Spend
+            )
 
         assert (await http.post(f"/v1/tasks/{child}/answer", json={"text": "very"})).status_code == 200
         done_child = await live.wait_for(http, child, *FINAL)
@@ -104,8 +107,9 @@ async def test_a_task_token_cannot_raise_its_own_sub_agent(live: Live, acme: str
         parent = await asking_root(live, http, lead)
         token = (await http.post(f"/v1/tasks/{parent}/token")).json()["key"]
     async with live.as_key(token) as tool:
-        child = await tool.post("/v1/tasks", json={"agent": helper, "input": "ask: how deep?",
-                                                   "budget": {"tokens": CHILD_TOKENS}})
+        child = await tool.post(
+            "/v1/tasks", json={"agent": helper, "input": "ask: how deep?", "budget": {"tokens": CHILD_TOKENS}}
+        )
         assert child.status_code == 201, child.text
         refused = await tool.post(f"/v1/tasks/{child.json()['task_id']}/raise-budget", json={"tokens": 10})
         assert refused.status_code == 403 and error_of(refused)["field"] == "authorization"

@@ -53,8 +53,9 @@ SCAN_TRIES = 5
 class World:
     """The app, its store and the loop serving them, as the state machine's thread sees them."""
 
-    def __init__(self, app: Any, store: Store, loop: asyncio.AbstractEventLoop, agent: str,
-                 temporal: TemporalClient) -> None:
+    def __init__(
+        self, app: Any, store: Store, loop: asyncio.AbstractEventLoop, agent: str, temporal: TemporalClient
+    ) -> None:
         self.app, self.store, self.loop, self.agent, self.temporal = app, store, loop, agent, temporal
         self.keys = {t: store.keys.create(Role.agent, t, name=f"prop-{t}").key for t in TENANTS}
         self.keys["admin"] = store.keys.create(Role.admin, name="prop-admin").key
@@ -64,8 +65,11 @@ class World:
 
     def call(self, key: str, method: str, path: str, body: dict | None = None) -> httpx.Response:
         async def send() -> httpx.Response:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(self.app), base_url="http://berth",
-                                         headers={"authorization": f"Bearer {key}"}) as http:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(self.app),
+                base_url="http://berth",
+                headers={"authorization": f"Bearer {key}"},
+            ) as http:
                 return await http.request(method, path, json=body)
 
         return self.run(send())
@@ -93,8 +97,12 @@ class BudgetTrees(RuleBasedStateMachine):
 
     @rule(target=tasks, parent=tasks, tokens=st.integers(1, 25_000), who=st.sampled_from(["own", "other", "admin"]))
     def spawn(self, parent: str, tokens: int, who: str) -> str:
-        answer = self.world.call(self._key(parent, who), "POST", f"/v1/tasks/{parent}/spawn",
-                                 {"agent": self.world.agent, "input": "ask: how deep?", "tokens": tokens})
+        answer = self.world.call(
+            self._key(parent, who),
+            "POST",
+            f"/v1/tasks/{parent}/spawn",
+            {"agent": self.world.agent, "input": "ask: how deep?", "tokens": tokens},
+        )
         assert answer.status_code in (201, 404, 409), answer.text
         if who == "other":
             assert answer.status_code == 404  # another tenant's task is not there
@@ -106,8 +114,12 @@ class BudgetTrees(RuleBasedStateMachine):
         if minted.status_code != 201:
             assert minted.status_code == 409, minted.text  # it has ended
             return parent
-        answer = self.world.call(minted.json()["key"], "POST", "/v1/tasks", {
-            "agent": self.world.agent, "input": "ask: and you?", "budget": {"tokens": tokens}})
+        answer = self.world.call(
+            minted.json()["key"],
+            "POST",
+            "/v1/tasks",
+            {"agent": self.world.agent, "input": "ask: and you?", "budget": {"tokens": tokens}},
+        )
         assert answer.status_code in (201, 401, 409), answer.text  # 401: it ended meanwhile
         return self._remember(answer, self.tenant_of[parent]) if answer.status_code == 201 else parent
 
@@ -135,8 +147,12 @@ class BudgetTrees(RuleBasedStateMachine):
 
     @rule(target=tasks, task=tasks, tokens=st.integers(3_000, 10_000))
     def fork(self, task: str, tokens: int) -> str:
-        answer = self.world.call(self._key(task, "own"), "POST", f"/v1/tasks/{task}/fork",
-                                 {"checkpoint_seq": 0, "budget": {"tokens": tokens}})
+        answer = self.world.call(
+            self._key(task, "own"),
+            "POST",
+            f"/v1/tasks/{task}/fork",
+            {"checkpoint_seq": 0, "budget": {"tokens": tokens}},
+        )
         assert answer.status_code in (201, 404, 409, 422), answer.text  # 404: no checkpoint 0 written yet
         if answer.status_code != 201:
             return task
@@ -167,8 +183,12 @@ class BudgetTrees(RuleBasedStateMachine):
 
     # ----- helpers ----------------------------------------------------------------------------
     def _submit(self, tenant: str, tokens: int) -> str:
-        answer = self.world.call(self.world.keys[tenant], "POST", "/v1/tasks", {
-            "agent": self.world.agent, "input": "ask: ready?", "budget": {"tokens": tokens}})
+        answer = self.world.call(
+            self.world.keys[tenant],
+            "POST",
+            "/v1/tasks",
+            {"agent": self.world.agent, "input": "ask: ready?", "budget": {"tokens": tokens}},
+        )
         assert answer.status_code == 201, answer.text
         root = self._remember(answer, tenant)
         self.limits[root] = tokens
@@ -194,15 +214,18 @@ async def _all_final(world: World, task_ids: list[str]) -> None:
     admin = world.keys["admin"]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + SETTLE_TIMEOUT_S
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(world.app), base_url="http://berth",
-                                 headers={"authorization": f"Bearer {admin}"}) as http:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(world.app), base_url="http://berth", headers={"authorization": f"Bearer {admin}"}
+    ) as http:
         while True:
             open_ = [t for t in task_ids if (r := world.store.tasks.get(t)) is None or not r.state.status.is_final]
             if not open_:
                 return
             if loop.time() >= deadline:
-                raise AssertionError(f"still running with nothing left to do: {open_}\n"
-                                     + "\n".join([await _where_it_stands(world, t) for t in open_]))
+                raise AssertionError(
+                    f"still running with nothing left to do: {open_}\n"
+                    + "\n".join([await _where_it_stands(world, t) for t in open_])
+                )
             for task in open_:
                 record = world.store.tasks.get(task)
                 if record is not None and record.state.status == TaskStatus.awaiting_input:
@@ -214,8 +237,11 @@ async def _where_it_stands(world: World, task_id: str) -> str:
     """An open task as its record and its workflow's last events show it: what a timeout needs to be read."""
     record = world.store.tasks.get(task_id)
     state = record.state if record is not None else None
-    told = (f"{state.status.value}, step {state.step}, waiting for {state.waiting_for!r}, children {state.children}"
-            if state is not None else "no record")
+    told = (
+        f"{state.status.value}, step {state.step}, waiting for {state.waiting_for!r}, children {state.children}"
+        if state is not None
+        else "no record"
+    )
     try:
         history = await world.temporal.get_workflow_handle(task_id).fetch_history()
         last = [f"{e.event_id}:{_event_name(e.event_type)}" for e in history.events[-12:]]
@@ -235,6 +261,7 @@ def _scan_modules_while_workflows_import(scan: Callable[[], Any]) -> Callable[[]
     importing on the loop's thread can change its size while the machine's thread lists it ("dictionary changed
     size during iteration", a flaky failure that is neither the product's nor the property's). The next scan finds
     it steady; a real error still raises after a few tries."""
+
     def steady_scan() -> Any:
         for _ in range(SCAN_TRIES - 1):
             try:
@@ -246,28 +273,41 @@ def _scan_modules_while_workflows_import(scan: Callable[[], Any]) -> Callable[[]
     return steady_scan
 
 
-async def test_no_order_of_moves_by_any_key_breaks_a_budget_tree(temporal_client: TemporalClient, engine_url: str,
-                                                                 tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hypothesis_providers, "_get_local_constants",
-                        _scan_modules_while_workflows_import(hypothesis_providers._get_local_constants))
+async def test_no_order_of_moves_by_any_key_breaks_a_budget_tree(
+    temporal_client: TemporalClient, engine_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        hypothesis_providers,
+        "_get_local_constants",
+        _scan_modules_while_workflows_import(hypothesis_providers._get_local_constants),
+    )
     config = BerthConfig(data_dir=tmp_path, engine_url=engine_url, database_url=f"sqlite:///{tmp_path}/berth.db")
     store = Store.open(config.resolved_database_url)
     for tenant in TENANTS:
         store.tenants.create(TenantSpec(name=tenant))
-    asker = Agent(f"asker-{uuid.uuid4().hex[:6]}", "llama-3.2-1b", "Ask, then answer.", allow_ask_human=True,
-                  max_tokens_per_step=256)
+    asker = Agent(
+        f"asker-{uuid.uuid4().hex[:6]}",
+        "llama-3.2-1b",
+        "Ask, then answer.",
+        allow_ask_human=True,
+        max_tokens_per_step=256,
+    )
     store.agents.register(asker.spec())
     tag = uuid.uuid4().hex[:8]
     queue, nodes = f"control-{tag}", [f"gpu-p-{tag}", f"gpu-q-{tag}"]
-    real = LlmStepActivities(StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger),
-                             ModelCatalogue(config, store.models))
+    real = LlmStepActivities(
+        StoreStepBooks(store.checkpoints, store.tasks, store.events, store.ledger), ModelCatalogue(config, store.models)
+    )
     app = create_app(config, store, TemporalGateway.from_client(temporal_client, task_queue=queue))
     node_workers = [Worker(temporal_client, task_queue=node_task_queue(n), activities=[real.generate]) for n in nodes]
-    async with build_worker(temporal_client, store, config, task_queue=queue, pool=TwoNodePool(nodes)), \
-            node_workers[0], node_workers[1]:
+    async with (
+        build_worker(temporal_client, store, config, task_queue=queue, pool=TwoNodePool(nodes)),
+        node_workers[0],
+        node_workers[1],
+    ):
         BudgetTrees.world = World(app, store, asyncio.get_running_loop(), asker.name, temporal_client)
-        machine = settings(max_examples=8, stateful_step_count=15, deadline=None,
-                           suppress_health_check=list(HealthCheck))(BudgetTrees).TestCase
+        machine = settings(
+            max_examples=8, stateful_step_count=15, deadline=None, suppress_health_check=list(HealthCheck)
+        )(BudgetTrees).TestCase
         await asyncio.to_thread(machine().runTest)
     store.close()

@@ -22,8 +22,9 @@ from tests.security.parties import Live
 from tests.workflow.fleet_fakes import UNSEEN_TOKENS, PreemptedNode, TwoNodePool, fleet_bench
 
 
-async def test_a_cut_job_that_fits_its_budget_uncut_fits_it_cut(temporal_client: Client, engine_url: str,
-                                                                tmp_path: Path) -> None:
+async def test_a_cut_job_that_fits_its_budget_uncut_fits_it_cut(
+    temporal_client: Client, engine_url: str, tmp_path: Path
+) -> None:
     async with fleet_bench(temporal_client, engine_url, tmp_path) as bench:
         store, node_a = bench.store, bench.node("gpu-a")
         uncut = await bench.run(f"uncut-{bench.tag}", 50_000, TwoNodePool([bench.real_node]), {})
@@ -34,8 +35,9 @@ async def test_a_cut_job_that_fits_its_budget_uncut_fits_it_cut(temporal_client:
         # tokens) counted twice.
         budget = job + UNSEEN_TOKENS + 24
         cutter = PreemptedNode(uncut.result)
-        cut = await bench.run(f"cut-{bench.tag}", budget, TwoNodePool([node_a, bench.real_node]), {node_a: cutter},
-                              grace_s=5)
+        cut = await bench.run(
+            f"cut-{bench.tag}", budget, TwoNodePool([node_a, bench.real_node]), {node_a: cutter}, grace_s=5
+        )
         assert cut.status == TaskStatus.completed, (cut.status, cut.waiting_for, cut.error)
         assert cut.result == uncut.result and cutter.calls == 1
         statuses = [e.data["status"] for e in store.events.read(cut.task_id) if e.kind == "state"]
@@ -55,11 +57,22 @@ async def test_waiting_for_says_what_the_next_step_really_needs(live: Live) -> N
     writer = Agent(f"writer-{uuid.uuid4().hex[:6]}", "llama-3.2-1b", "Write at length.", max_tokens_per_step=1024)
     live.register(writer)
     async with live.as_key(live.key()) as http:
-        task = (await http.post("/v1/tasks", json={"agent": writer.name, "input": "alpha\nlength: 400 tokens",
-                                                   "budget": {"tokens": 200}, "budget_grace_s": 600})).json()["task_id"]
+        task = (
+            await http.post(
+                "/v1/tasks",
+                json={
+                    "agent": writer.name,
+                    "input": "alpha\nlength: 400 tokens",
+                    "budget": {"tokens": 200},
+                    "budget_grace_s": 600,
+                },
+            )
+        ).json()["task_id"]
         waiting = await live.wait_for(http, task, TaskStatus.awaiting_budget)
-        asked = re.fullmatch(r"budget: (\d+) more tokens for the next step \(up to (\d+) for a full 1024-token answer\)",
-                             waiting.waiting_for or "")
+        asked = re.fullmatch(
+            r"budget: (\d+) more tokens for the next step \(up to (\d+) for a full 1024-token answer\)",
+            waiting.waiting_for or "",
+        )
         assert asked is not None, waiting.waiting_for
         least, full = int(asked[1]), int(asked[2])
         assert least < full - 900  # the next step's prompt and a minimum answer, not a whole answer's worth

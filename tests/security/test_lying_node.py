@@ -28,18 +28,33 @@ MAX_TOKENS, ALLOWANCE = 300, 1200
 
 
 def task(store: Store, task_id: str, tenant: str, agent: AgentSpec, secret: str) -> CheckpointRef:
-    state = TaskState(task_id=task_id, agent=agent.name, agent_version=agent.version, model="llama-3.2-1b",
-                      tenant=tenant, status=TaskStatus.running, max_steps=5, spend=Spend(token_limit=5000))
+    state = TaskState(
+        task_id=task_id,
+        agent=agent.name,
+        agent_version=agent.version,
+        model="llama-3.2-1b",
+        tenant=tenant,
+        status=TaskStatus.running,
+        max_steps=5,
+        spend=Spend(token_limit=5000),
+    )
     spec = TaskSpec(task_id=task_id, agent=agent.name, input=secret, budget={"tokens": 5000}, tenant=tenant)
     store.tasks.create(task_id, spec.model_dump_json(), state)
-    return store.checkpoints.write_root(task_id, [Message(role="system", content="Be brief."),
-                                                  Message(role="user", content=secret)], {})
+    return store.checkpoints.write_root(
+        task_id, [Message(role="system", content="Be brief."), Message(role="user", content=secret)], {}
+    )
 
 
 @pytest.fixture
 def agent(store: Store) -> AgentSpec:
-    return store.agents.register(AgentSpec(name="scribe", model="llama-3.2-1b", instructions="Be brief.",
-                                           tools=[ToolSpec(name="lookup", description="Look a word up.")]))
+    return store.agents.register(
+        AgentSpec(
+            name="scribe",
+            model="llama-3.2-1b",
+            instructions="Be brief.",
+            tools=[ToolSpec(name="lookup", description="Look a word up.")],
+        )
+    )
 
 
 @pytest.fixture
@@ -47,15 +62,39 @@ def world(store: Store, agent: AgentSpec) -> dict[str, CheckpointRef]:
     """Tenant A's task t-a (leased to the liar, step 1) and tenant B's task t-b (leased to an honest node)."""
     for name in ("acme", "globex"):
         store.tenants.create(TenantSpec(name=name))
-    refs = {"t-a": task(store, "t-a", "acme", agent, "acme's own question"),
-            "t-b": task(store, "t-b", "globex", agent, "globex's merger plans")}
-    limits = StepLimits(max_tokens=MAX_TOKENS, token_allowance=ALLOWANCE, first_attempt=101, last_attempt=200,
-                        round_first_attempt=1)
-    store.leases.add(LeaseRecord(lease_id="lease-a", task_id="t-a", step=1, model="llama-3.2-1b", node_id=NODE,
-                                 replica_id="r-1", tokens=MAX_TOKENS, tenant="acme", limits=limits))
-    store.leases.add(LeaseRecord(lease_id="lease-b", task_id="t-b", step=1, model="llama-3.2-1b",
-                                 node_id="gpu-honest", replica_id="r-2", tokens=MAX_TOKENS, tenant="globex",
-                                 limits=limits))
+    refs = {
+        "t-a": task(store, "t-a", "acme", agent, "acme's own question"),
+        "t-b": task(store, "t-b", "globex", agent, "globex's merger plans"),
+    }
+    limits = StepLimits(
+        max_tokens=MAX_TOKENS, token_allowance=ALLOWANCE, first_attempt=101, last_attempt=200, round_first_attempt=1
+    )
+    store.leases.add(
+        LeaseRecord(
+            lease_id="lease-a",
+            task_id="t-a",
+            step=1,
+            model="llama-3.2-1b",
+            node_id=NODE,
+            replica_id="r-1",
+            tokens=MAX_TOKENS,
+            tenant="acme",
+            limits=limits,
+        )
+    )
+    store.leases.add(
+        LeaseRecord(
+            lease_id="lease-b",
+            task_id="t-b",
+            step=1,
+            model="llama-3.2-1b",
+            node_id="gpu-honest",
+            replica_id="r-2",
+            tokens=MAX_TOKENS,
+            tenant="globex",
+            limits=limits,
+        )
+    )
     return refs
 
 
@@ -64,9 +103,16 @@ def node(app, store: Store, world: dict) -> Iterator[httpx.Client]:
     """The lying node, admitted and joined, speaking HTTP with its own secret."""
     token = store.node_admission.mint(NODE, 600).join_token
     with httpx.Client(transport=SyncAsgi(app), base_url="http://berth") as http:
-        joined = http.post("/v1/nodes/register", json={
-            "node_id": NODE, "join_token": token, "datacenter": "dc1", "zone": "z1",
-            "gpus": [{"index": 0, "uuid": "GPU-0", "type_name": "H100-80GB", "memory_total_mib": 81559}]})
+        joined = http.post(
+            "/v1/nodes/register",
+            json={
+                "node_id": NODE,
+                "join_token": token,
+                "datacenter": "dc1",
+                "zone": "z1",
+                "gpus": [{"index": 0, "uuid": "GPU-0", "type_name": "H100-80GB", "memory_total_mib": 81559}],
+            },
+        )
         assert joined.status_code == 201, joined.text
         http.headers[NODE_SECRET_HEADER] = joined.json()["node_secret"]
         yield http
@@ -83,15 +129,26 @@ def prepared(node: httpx.Client, world: dict) -> dict:
 
 
 def settle(**fields: object) -> dict:
-    body: dict = {"lease_id": "lease-a", "attempt": 101, "prompt_tokens": 40, "completion_tokens": 20,
-                  "ttft_s": 0.1, "duration_s": 0.5, "response_id": "chatcmpl-1", "finish_reason": "stop"}
+    body: dict = {
+        "lease_id": "lease-a",
+        "attempt": 101,
+        "prompt_tokens": 40,
+        "completion_tokens": 20,
+        "ttft_s": 0.1,
+        "duration_s": 0.5,
+        "response_id": "chatcmpl-1",
+        "finish_reason": "stop",
+    }
     body.update(fields)
     return body
 
 
 def nothing_booked(store: Store) -> bool:
-    return store.ledger.entries("t-a") == [] and store.ledger.entries("t-b") == [] and \
-        [e for e in store.events.read("t-a") if e.kind == "llm_call"] == []
+    return (
+        store.ledger.entries("t-a") == []
+        and store.ledger.entries("t-b") == []
+        and [e for e in store.events.read("t-a") if e.kind == "llm_call"] == []
+    )
 
 
 def test_a_node_reads_only_the_current_checkpoint_of_the_task_it_leases_now(node, world, store: Store) -> None:
@@ -114,11 +171,26 @@ def test_a_node_reads_only_the_current_checkpoint_of_the_task_it_leases_now(node
 
 def test_a_node_can_never_write_a_tasks_state_result_or_spend(node, world, store: Store) -> None:
     before = store.tasks.get("t-a")
-    forged = TaskState(task_id="t-a", agent="scribe", agent_version="x", model="llama-3.2-1b", tenant="acme",
-                       status=TaskStatus.completed, max_steps=5, result="forged", spend=Spend(token_limit=10**9))
-    refused = post(node, "prepare", {
-        "lease_id": "lease-a", "checkpoint": world["t-a"].model_dump(),
-        "pending": {"step": 1, "new_messages": [], "state": forged.model_dump(mode="json")}})
+    forged = TaskState(
+        task_id="t-a",
+        agent="scribe",
+        agent_version="x",
+        model="llama-3.2-1b",
+        tenant="acme",
+        status=TaskStatus.completed,
+        max_steps=5,
+        result="forged",
+        spend=Spend(token_limit=10**9),
+    )
+    refused = post(
+        node,
+        "prepare",
+        {
+            "lease_id": "lease-a",
+            "checkpoint": world["t-a"].model_dump(),
+            "pending": {"step": 1, "new_messages": [], "state": forged.model_dump(mode="json")},
+        },
+    )
     assert refused.status_code == 422 and error_of(refused)["field"] == "pending"
     assert store.tasks.get("t-a") == before and store.checkpoints.latest("t-a") == world["t-a"]
 
@@ -132,22 +204,25 @@ def test_the_control_plane_counts_the_prompt_and_grants_within_the_lease(node, w
     assert 40 < reservation.prompt_tokens < 200
 
 
-@pytest.mark.parametrize("lie, field", [
-    ({"completion_tokens": 2**62}, "completion_tokens"),
-    ({"prompt_tokens": 2**62}, "prompt_tokens"),
-    ({"completion_tokens": MAX_TOKENS + 1}, "completion_tokens"),
-    ({"prompt_tokens": 900, "completion_tokens": 10}, "prompt_tokens"),
-    ({"prompt_tokens": -5}, "prompt_tokens"),
-    ({"cost_usd": -5.0}, "cost_usd"),
-    ({"attempt": 7}, "attempt"),  # an attempt number of another placement of the step
-    ({"attempt": 2**63}, "attempt"),
-    ({"continued_tokens": 50}, "continued_tokens"),  # no kept text to have continued
-    ({"ttft_s": 1e300}, "ttft_s"),
-    ({"tool_calls": ["x"] * 1000}, "tool_calls"),
-    ({"response_id": "r" * 5000}, "response_id"),
-    ({"event": {"x": {"deep": [1]}}}, "event"),
-    ({"task_id": "t-b"}, "task_id"),
-])
+@pytest.mark.parametrize(
+    "lie, field",
+    [
+        ({"completion_tokens": 2**62}, "completion_tokens"),
+        ({"prompt_tokens": 2**62}, "prompt_tokens"),
+        ({"completion_tokens": MAX_TOKENS + 1}, "completion_tokens"),
+        ({"prompt_tokens": 900, "completion_tokens": 10}, "prompt_tokens"),
+        ({"prompt_tokens": -5}, "prompt_tokens"),
+        ({"cost_usd": -5.0}, "cost_usd"),
+        ({"attempt": 7}, "attempt"),  # an attempt number of another placement of the step
+        ({"attempt": 2**63}, "attempt"),
+        ({"continued_tokens": 50}, "continued_tokens"),  # no kept text to have continued
+        ({"ttft_s": 1e300}, "ttft_s"),
+        ({"tool_calls": ["x"] * 1000}, "tool_calls"),
+        ({"response_id": "r" * 5000}, "response_id"),
+        ({"event": {"x": {"deep": [1]}}}, "event"),
+        ({"task_id": "t-b"}, "task_id"),
+    ],
+)
 def test_settle_is_bounded_by_the_lease_and_priced_here(node, world, store: Store, lie: dict, field: str) -> None:
     prepared(node, world)
     refused = post(node, "settle", settle(**lie))
@@ -161,12 +236,24 @@ def test_a_settle_before_the_call_was_prepared_is_refused(node, world, store: St
     assert nothing_booked(store)
 
 
-def test_an_honest_size_settle_is_booked_once_at_the_catalogues_price_under_the_lease(node, world,
-                                                                                       store: Store) -> None:
+def test_an_honest_size_settle_is_booked_once_at_the_catalogues_price_under_the_lease(
+    node, world, store: Store
+) -> None:
     prepared(node, world)
-    booked = post(node, "settle", settle(placement={
-        "lease_id": "lease-b", "node_id": "gpu-honest", "replica_id": "r-2", "gpu_indexes": [0], "tier": "warm",
-        "queue_wait_s": 0.3}))
+    booked = post(
+        node,
+        "settle",
+        settle(
+            placement={
+                "lease_id": "lease-b",
+                "node_id": "gpu-honest",
+                "replica_id": "r-2",
+                "gpu_indexes": [0],
+                "tier": "warm",
+                "queue_wait_s": 0.3,
+            }
+        ),
+    )
     assert booked.status_code == 200 and booked.json()["recorded"] is True
     assert booked.json()["cost_usd"] == pytest.approx(40 * 0.05e-6 + 20 * 0.10e-6)
     [entry] = store.ledger.entries("t-a")
@@ -177,15 +264,18 @@ def test_an_honest_size_settle_is_booked_once_at_the_catalogues_price_under_the_
     assert store.ledger.entries("t-b") == []
 
 
-@pytest.mark.parametrize("entries, field", [
-    ([{"attempt": 1, "kind": "lost", "tokens": 10**9}], "entries.0.tokens"),
-    ([{"attempt": 1, "kind": "lost", "tokens": MAX_TOKENS + 1}], "entries.0.tokens"),
-    ([{"attempt": 1, "kind": "lost", "tokens": 0}], "entries.0.tokens"),
-    ([{"attempt": 201, "kind": "kept", "tokens": 10}], "entries.0.attempt"),
-    ([{"attempt": 1, "kind": "settled", "tokens": 10}], "entries.0.kind"),
-    # Each within an answer's size, together beyond what the step may book in all.
-    ([{"attempt": a, "kind": "lost", "tokens": MAX_TOKENS} for a in range(1, 6)], "tokens"),
-])
+@pytest.mark.parametrize(
+    "entries, field",
+    [
+        ([{"attempt": 1, "kind": "lost", "tokens": 10**9}], "entries.0.tokens"),
+        ([{"attempt": 1, "kind": "lost", "tokens": MAX_TOKENS + 1}], "entries.0.tokens"),
+        ([{"attempt": 1, "kind": "lost", "tokens": 0}], "entries.0.tokens"),
+        ([{"attempt": 201, "kind": "kept", "tokens": 10}], "entries.0.attempt"),
+        ([{"attempt": 1, "kind": "settled", "tokens": 10}], "entries.0.kind"),
+        # Each within an answer's size, together beyond what the step may book in all.
+        ([{"attempt": a, "kind": "lost", "tokens": MAX_TOKENS} for a in range(1, 6)], "tokens"),
+    ],
+)
 def test_dead_attempts_tokens_are_bounded_by_the_lease(node, world, store: Store, entries: list, field: str) -> None:
     refused = post(node, "interrupted", {"lease_id": "lease-a", "entries": entries})
     assert refused.status_code == 422 and error_of(refused)["field"] == field, refused.text
@@ -194,16 +284,40 @@ def test_dead_attempts_tokens_are_bounded_by_the_lease(node, world, store: Store
 
 def test_whatever_a_node_books_the_step_stays_within_its_allowance(node, world, store: Store) -> None:
     """Up to the limit and no further: lost tokens first, then the call, each at its bound."""
-    assert post(node, "interrupted", {"lease_id": "lease-a", "entries": [
-        {"attempt": a, "kind": "lost", "tokens": MAX_TOKENS} for a in (1, 2, 3)]}).status_code == 204
+    assert (
+        post(
+            node,
+            "interrupted",
+            {
+                "lease_id": "lease-a",
+                "entries": [{"attempt": a, "kind": "lost", "tokens": MAX_TOKENS} for a in (1, 2, 3)],
+            },
+        ).status_code
+        == 204
+    )
     body = prepared(node, world)
     reservation = store.leases.get("lease-a").reservation  # type: ignore[union-attr]
     assert body["max_tokens"] == ALLOWANCE - 3 * MAX_TOKENS - reservation.prompt_tokens  # type: ignore[union-attr]
-    too_much = post(node, "settle", settle(prompt_tokens=reservation.prompt_tokens,  # type: ignore[union-attr]
-                                           completion_tokens=body["max_tokens"] + 1))
+    too_much = post(
+        node,
+        "settle",
+        settle(
+            prompt_tokens=reservation.prompt_tokens,  # type: ignore[union-attr]
+            completion_tokens=body["max_tokens"] + 1,
+        ),
+    )
     assert too_much.status_code == 422
-    assert post(node, "settle", settle(prompt_tokens=reservation.prompt_tokens,  # type: ignore[union-attr]
-                                       completion_tokens=body["max_tokens"])).status_code == 200
+    assert (
+        post(
+            node,
+            "settle",
+            settle(
+                prompt_tokens=reservation.prompt_tokens,  # type: ignore[union-attr]
+                completion_tokens=body["max_tokens"],
+            ),
+        ).status_code
+        == 200
+    )
     assert store.ledger.totals("t-a").tokens == ALLOWANCE
     more = post(node, "interrupted", {"lease_id": "lease-a", "entries": [{"attempt": 4, "kind": "lost", "tokens": 1}]})
     assert more.status_code == 422 and error_of(more)["field"] == "tokens"
@@ -230,14 +344,33 @@ def test_a_pending_node_reads_and_books_nothing(app, store: Store, world) -> Non
     from tests.security.parties import JOIN_TOKEN
 
     with httpx.Client(transport=SyncAsgi(app), base_url="http://berth") as http:
-        joined = http.post("/v1/nodes/register", json={
-            "node_id": "gpu-rogue", "join_token": JOIN_TOKEN, "datacenter": "dc1", "zone": "z1",
-            "gpus": [{"index": 0, "uuid": "GPU-9", "type_name": "H100-80GB", "memory_total_mib": 81559}]})
+        joined = http.post(
+            "/v1/nodes/register",
+            json={
+                "node_id": "gpu-rogue",
+                "join_token": JOIN_TOKEN,
+                "datacenter": "dc1",
+                "zone": "z1",
+                "gpus": [{"index": 0, "uuid": "GPU-9", "type_name": "H100-80GB", "memory_total_mib": 81559}],
+            },
+        )
         assert joined.status_code == 201 and joined.json()["node"]["status"] == "pending"
-        store.leases.add(LeaseRecord(lease_id="lease-r", task_id="t-b", step=2, model="llama-3.2-1b",
-                                     node_id="gpu-rogue", replica_id="r-9", tokens=10, tenant="globex",
-                                     limits=StepLimits(max_tokens=10, token_allowance=100)))
-        refused = http.post("/v1/nodes/gpu-rogue/steps/prepare", headers={
-            NODE_SECRET_HEADER: joined.json()["node_secret"]},
-            json={"lease_id": "lease-r", "checkpoint": world["t-b"].model_dump()})
+        store.leases.add(
+            LeaseRecord(
+                lease_id="lease-r",
+                task_id="t-b",
+                step=2,
+                model="llama-3.2-1b",
+                node_id="gpu-rogue",
+                replica_id="r-9",
+                tokens=10,
+                tenant="globex",
+                limits=StepLimits(max_tokens=10, token_allowance=100),
+            )
+        )
+        refused = http.post(
+            "/v1/nodes/gpu-rogue/steps/prepare",
+            headers={NODE_SECRET_HEADER: joined.json()["node_secret"]},
+            json={"lease_id": "lease-r", "checkpoint": world["t-b"].model_dump()},
+        )
     assert refused.status_code == 403 and "merger" not in refused.text

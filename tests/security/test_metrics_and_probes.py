@@ -64,9 +64,21 @@ async def first_answer(url: str) -> httpx.Response:
 async def test_the_apis_metrics_need_a_key_that_may_read_every_tenant(app, client_as) -> None:
     tenant = f"t{uuid.uuid4().hex[:8]}"
     # One booked call of the tenant, as settling a step records it.
-    record_settled_call(LedgerEntry(task_id=f"t-{tenant}", step=1, attempt=1, model="llama-3.1-8b", prompt_tokens=30,
-                                    completion_tokens=12, cost_usd=0.0015, ttft_s=0.07, duration_s=0.3,
-                                    served_by="gpu-1/r-1"), tenant)
+    record_settled_call(
+        LedgerEntry(
+            task_id=f"t-{tenant}",
+            step=1,
+            attempt=1,
+            model="llama-3.1-8b",
+            prompt_tokens=30,
+            completion_tokens=12,
+            cost_usd=0.0015,
+            ttft_s=0.07,
+            duration_s=0.3,
+            served_by="gpu-1/r-1",
+        ),
+        tenant,
+    )
 
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth") as anonymous:
         refused = await anonymous.get("/metrics")
@@ -89,12 +101,18 @@ async def test_the_apis_metrics_need_a_key_that_may_read_every_tenant(app, clien
 
 @pytest.mark.parametrize(("host", "elsewhere"), [("127.0.0.1", "127.0.0.2"), ("127.0.0.2", "127.0.0.1")])
 async def test_the_workers_probe_server_listens_only_on_its_configured_host(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: str, elsewhere: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: str, elsewhere: str
+) -> None:
     port = free_port(host)
     monkeypatch.setenv(WORKER_METRICS_PORT_ENV, str(port))
     # No Temporal at that address: the worker keeps trying, and its /healthz says it is starting.
-    config = BerthConfig(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path}/berth.db", fleet=False, host=host,
-                         temporal_address=f"127.0.0.1:{free_port('127.0.0.1')}")
+    config = BerthConfig(
+        data_dir=tmp_path,
+        database_url=f"sqlite:///{tmp_path}/berth.db",
+        fleet=False,
+        host=host,
+        temporal_address=f"127.0.0.1:{free_port('127.0.0.1')}",
+    )
     worker = asyncio.create_task(run_worker(config, task_queue=f"probes-{uuid.uuid4()}"))
     try:
         answer = await first_answer(f"http://{host}:{port}/healthz")
@@ -110,13 +128,38 @@ def node_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]
     """A real `berth node --host 127.0.0.1 --metrics-port P`, its control plane and Temporal at closed ports: it
     serves its probes (not ready: not joined) while it waits for them."""
     port = free_port("127.0.0.1")
-    env = {**os.environ, "BERTH_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port('127.0.0.1')}",
-           "BERTH_DATA_DIR": str(tmp_path), "BERTH_HOST": "0.0.0.0"}  # the flag wins over the environment
+    env = {
+        **os.environ,
+        "BERTH_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port('127.0.0.1')}",
+        "BERTH_DATA_DIR": str(tmp_path),
+        "BERTH_HOST": "0.0.0.0",
+    }  # the flag wins over the environment
     node = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli.main", "node", "--node-id", f"gpu-{uuid.uuid4().hex[:6]}",
-         "--simulate", "1xH100-80GB", "--join-token", "join-probes", "--api", f"http://127.0.0.1:{free_port('127.0.0.1')}",
-         "--cache-dir", str(tmp_path / "node"), "--host", "127.0.0.1", "--metrics-port", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli.main",
+            "node",
+            "--node-id",
+            f"gpu-{uuid.uuid4().hex[:6]}",
+            "--simulate",
+            "1xH100-80GB",
+            "--join-token",
+            "join-probes",
+            "--api",
+            f"http://127.0.0.1:{free_port('127.0.0.1')}",
+            "--cache-dir",
+            str(tmp_path / "node"),
+            "--host",
+            "127.0.0.1",
+            "--metrics-port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         yield node, port
     finally:
@@ -129,7 +172,8 @@ def node_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]
 
 
 async def test_a_node_agents_probe_server_listens_only_on_its_host_flag(
-        node_process: tuple[subprocess.Popen[bytes], int]) -> None:
+    node_process: tuple[subprocess.Popen[bytes], int],
+) -> None:
     node, port = node_process
     answer = await first_answer(f"http://127.0.0.1:{port}/healthz")
     assert answer.status_code == 200, answer.text

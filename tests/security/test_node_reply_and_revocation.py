@@ -18,7 +18,8 @@ from tests.workflow.fleet_fakes import LyingNode, StalledNode, TwoNodePool, flee
 
 
 async def test_a_reply_the_node_never_booked_is_a_failed_call_and_is_charged_nothing(
-        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    temporal_client: Client, engine_url: str, tmp_path: Path
+) -> None:
     async with fleet_bench(temporal_client, engine_url, tmp_path) as bench:
         liar = bench.node("gpu-liar")
         pool = TwoNodePool([liar, bench.real_node])
@@ -30,7 +31,8 @@ async def test_a_reply_the_node_never_booked_is_a_failed_call_and_is_charged_not
 
 
 async def test_a_revoked_node_loses_its_step_even_when_it_never_answers_the_cut(
-        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    temporal_client: Client, engine_url: str, tmp_path: Path
+) -> None:
     async with fleet_bench(temporal_client, engine_url, tmp_path) as bench:
         stalled, node = StalledNode(), bench.node("gpu-stalled")
         pool = TwoNodePool([node, bench.real_node])

@@ -27,8 +27,9 @@ def browser_at(app) -> Browser:
 
     @asynccontextmanager
     async def make(address: str) -> AsyncIterator[httpx.AsyncClient]:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app, client=(address, 40_000)),
-                                     base_url="http://berth") as browser:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app, client=(address, 40_000)), base_url="http://berth"
+        ) as browser:
             yield browser
 
     return make
@@ -41,7 +42,8 @@ async def _sign_in(browser: httpx.AsyncClient, key: str) -> httpx.Response:
 
 
 async def test_wrong_secrets_for_a_key_id_lock_out_the_stranger_not_the_keys_holder(
-        browser_at: Browser, store: Store) -> None:
+    browser_at: Browser, store: Store
+) -> None:
     holder_key = store.keys.create(Role.admin, name="the holder").key
     key_id = split_key(holder_key)[0]  # type: ignore[index]
     async with browser_at("10.0.0.66") as stranger:

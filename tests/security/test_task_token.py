@@ -20,9 +20,17 @@ from tests.security.parties import Live, error_of
 def awaiting_task(store: Store, agent: str) -> str:
     """A task of acme waiting for its human, as its workflow leaves it (the refusals never reach a workflow)."""
     spec = TaskSpec(task_id="acme:asking", agent=agent, input="ask: may I?", budget={"tokens": 10_000}, tenant="acme")
-    state = TaskState(task_id=spec.task_id, agent=agent, agent_version="1", model="llama-3.2-1b", tenant="acme",
-                      status=TaskStatus.awaiting_input, max_steps=5, spend=Spend(token_limit=10_000),
-                      question="may I?")
+    state = TaskState(
+        task_id=spec.task_id,
+        agent=agent,
+        agent_version="1",
+        model="llama-3.2-1b",
+        tenant="acme",
+        status=TaskStatus.awaiting_input,
+        max_steps=5,
+        spend=Spend(token_limit=10_000),
+        question="may I?",
+    )
     store.tasks.create("acme:asking", spec.model_dump_json(), state)
     store.checkpoints.write_root("acme:asking", [Message(role="user", content="ask: may I?")], {})
     return "acme:asking"
@@ -32,27 +40,33 @@ def awaiting_task(store: Store, agent: str) -> str:
 def token_and_task(store: Store) -> tuple[str, str, str]:
     """(the task's id, its token, the tenant's agent's name)."""
     store.tenants.create(TenantSpec(name="acme"))
-    agent = store.agents.register(AgentSpec(name="asker", model="llama-3.2-1b", instructions="Ask, then answer.",
-                                            allow_ask_human=True), tenant="acme")
+    agent = store.agents.register(
+        AgentSpec(name="asker", model="llama-3.2-1b", instructions="Ask, then answer.", allow_ask_human=True),
+        tenant="acme",
+    )
     task_id = awaiting_task(store, agent.name)
     token = store.keys.create(Role.agent, "acme", name="task token", task_id=task_id).key
     return task_id, token, agent.name
 
 
-@pytest.mark.parametrize("method, path, body", [
-    ("POST", "/v1/tasks/{task}/answer", {"text": "yes, go ahead"}),  # its own human gate
-    ("POST", "/v1/tasks/{task}/raise-budget", {"tokens": 1000}),
-    ("POST", "/v1/tasks/{task}/fork", {"checkpoint_seq": 0}),
-    ("POST", "/v1/tasks/{task}/token", None),
-    ("POST", "/v1/tasks/{task}/cancel", {"reason": "I quit"}),  # it ends by its agent's answer or a person
-    ("POST", "/v1/tasks/{task}/simulate-preemption", None),
-    ("POST", "/v1/agents", {"name": "{agent}", "model": "llama-3.2-1b", "instructions": "Obey the injection."}),
-    ("GET", "/v1/nodes", None),
-    ("GET", "/v1/keys", None),
-    ("POST", "/v1/models/llama-3.2-1b/prewarm", {}),
-])
-async def test_a_task_token_may_do_nothing_beyond_its_task(client_as, store: Store, token_and_task, method: str,
-                                                           path: str, body: dict | None) -> None:
+@pytest.mark.parametrize(
+    "method, path, body",
+    [
+        ("POST", "/v1/tasks/{task}/answer", {"text": "yes, go ahead"}),  # its own human gate
+        ("POST", "/v1/tasks/{task}/raise-budget", {"tokens": 1000}),
+        ("POST", "/v1/tasks/{task}/fork", {"checkpoint_seq": 0}),
+        ("POST", "/v1/tasks/{task}/token", None),
+        ("POST", "/v1/tasks/{task}/cancel", {"reason": "I quit"}),  # it ends by its agent's answer or a person
+        ("POST", "/v1/tasks/{task}/simulate-preemption", None),
+        ("POST", "/v1/agents", {"name": "{agent}", "model": "llama-3.2-1b", "instructions": "Obey the injection."}),
+        ("GET", "/v1/nodes", None),
+        ("GET", "/v1/keys", None),
+        ("POST", "/v1/models/llama-3.2-1b/prewarm", {}),
+    ],
+)
+async def test_a_task_token_may_do_nothing_beyond_its_task(
+    client_as, store: Store, token_and_task, method: str, path: str, body: dict | None
+) -> None:
     task_id, token, agent = token_and_task
     before = store.agents.get(agent)
     async with client_as(Role.agent, key=token) as tool:
@@ -67,17 +81,24 @@ async def test_a_task_token_may_do_nothing_beyond_its_task(client_as, store: Sto
 async def test_a_task_token_submits_sub_agents_cancels_them_and_reads_only_its_tree(live: Live) -> None:
     live.store.tenants.create(TenantSpec(name="acme"))
     key = live.key(Role.agent, "acme")
-    asker = Agent(f"asker-{uuid.uuid4().hex[:6]}", "llama-3.2-1b", "Ask, then answer.", allow_ask_human=True,
-                  max_tokens_per_step=256)
+    asker = Agent(
+        f"asker-{uuid.uuid4().hex[:6]}",
+        "llama-3.2-1b",
+        "Ask, then answer.",
+        allow_ask_human=True,
+        max_tokens_per_step=256,
+    )
     live.register(asker, tenant="acme")
     agent = asker.name
     async with live.as_key(key) as http:
-        task_id = (await http.post("/v1/tasks", json={"agent": agent, "input": "ask: may I?",
-                                                      "budget": {"tokens": 10_000}})).json()["task_id"]
+        task_id = (
+            await http.post("/v1/tasks", json={"agent": agent, "input": "ask: may I?", "budget": {"tokens": 10_000}})
+        ).json()["task_id"]
         await live.wait_for(http, task_id, TaskStatus.awaiting_input)
         token = (await http.post(f"/v1/tasks/{task_id}/token")).json()["key"]
-        sibling = (await http.post("/v1/tasks", json={"agent": agent, "input": "ask: other?",
-                                                      "budget": {"tokens": 1000}})).json()["task_id"]
+        sibling = (
+            await http.post("/v1/tasks", json={"agent": agent, "input": "ask: other?", "budget": {"tokens": 1000}})
+        ).json()["task_id"]
     async with live.as_key(token) as tool:
         child = await tool.post("/v1/tasks", json={"agent": agent, "input": "ask: deep?", "budget": {"tokens": 2000}})
         assert child.status_code == 201, child.text

@@ -25,14 +25,20 @@ def keys(live: Live) -> dict[str, str]:
 
 
 def shared_agent(live: Live) -> str:
-    agent = Agent(f"asker-{uuid.uuid4().hex[:6]}", "llama-3.2-1b", "Ask, then answer.", allow_ask_human=True,
-                  max_tokens_per_step=256)
+    agent = Agent(
+        f"asker-{uuid.uuid4().hex[:6]}",
+        "llama-3.2-1b",
+        "Ask, then answer.",
+        allow_ask_human=True,
+        max_tokens_per_step=256,
+    )
     live.register(agent)  # registered by no tenant: every tenant may use it
     return agent.name
 
 
 async def test_the_same_chosen_id_in_two_tenants_is_two_tasks_and_resubmits_stay_idempotent(
-        live: Live, keys: dict[str, str]) -> None:
+    live: Live, keys: dict[str, str]
+) -> None:
     agent = shared_agent(live)
     body = {"agent": agent, "input": "ask: ready?", "budget": {"tokens": 5000}, "task_id": "nightly-1"}
     async with live.as_key(keys["acme"]) as acme, live.as_key(keys["globex"]) as globex:
@@ -56,25 +62,32 @@ async def test_the_same_chosen_id_in_two_tenants_is_two_tasks_and_resubmits_stay
         missing = await globex.get("/v1/tasks/acme:never-was")
         assert seen.status_code == missing.status_code == 404
         assert error_of(seen)["message"].replace("nightly-1", "X") == error_of(missing)["message"].replace(
-            "never-was", "X")
+            "never-was", "X"
+        )
 
 
 async def test_no_client_can_take_a_sub_agents_id_first_so_no_spawn_is_wedged(live: Live, keys: dict[str, str]) -> None:
     agent = shared_agent(live)
     async with live.as_key(keys["acme"]) as acme, live.as_key(keys["globex"]) as globex:
-        parent = (await acme.post("/v1/tasks", json={"agent": agent, "input": "ask: ready?",
-                                                     "budget": {"tokens": 20_000}})).json()["task_id"]
+        parent = (
+            await acme.post("/v1/tasks", json={"agent": agent, "input": "ask: ready?", "budget": {"tokens": 20_000}})
+        ).json()["task_id"]
         await live.wait_for(acme, parent, TaskStatus.awaiting_input)
         # The old form of a sub-agent's id, and the new mark: the first is B's own task, the second no id at all.
-        old_form = await globex.post("/v1/tasks", json={"agent": agent, "input": "ask: x?", "budget": {"tokens": 100},
-                                                        "task_id": f"{parent}.x.1"})
+        old_form = await globex.post(
+            "/v1/tasks",
+            json={"agent": agent, "input": "ask: x?", "budget": {"tokens": 100}, "task_id": f"{parent}.x.1"},
+        )
         assert old_form.status_code == 201 and old_form.json()["task_id"] == f"globex:{parent}.x.1"
-        marked = await globex.post("/v1/tasks", json={"agent": agent, "input": "ask: x?", "budget": {"tokens": 100},
-                                                      "task_id": f"{parent}~x.1"})
+        marked = await globex.post(
+            "/v1/tasks",
+            json={"agent": agent, "input": "ask: x?", "budget": {"tokens": 100}, "task_id": f"{parent}~x.1"},
+        )
         assert marked.status_code == 422 and error_of(marked)["field"] == "task_id"
 
-        spawned = await acme.post(f"/v1/tasks/{parent}/spawn", json={"agent": agent, "input": "ask: deep?",
-                                                                       "tokens": 2000})
+        spawned = await acme.post(
+            f"/v1/tasks/{parent}/spawn", json={"agent": agent, "input": "ask: deep?", "tokens": 2000}
+        )
         assert spawned.status_code == 201, spawned.text
         child = spawned.json()["task_id"]
         assert child.startswith(parent + "~")

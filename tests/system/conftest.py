@@ -39,12 +39,18 @@ class Stack:
     _http: httpx.Client | None = None
 
     @classmethod
-    def create(cls, tmp: Path, latency_scale: float = 0.3, load_time_scale: float = 0.02) -> "Stack":
+    def create(cls, tmp: Path, latency_scale: float = 0.3, load_time_scale: float = 0.02) -> Stack:
         ports = {name: free_port() for name in ("API", "TEMPORAL", "TEMPORAL_UI", "TEMPORAL_METRICS", "ENGINE")}
-        env = {**os.environ, "BERTH_DATA_DIR": str(tmp / "berth"), "BERTH_TOOL_JOURNAL": str(tmp / "journal.txt"),
-               "BERTH_ENGINE_LATENCY_SCALE": str(latency_scale), "BERTH_LOAD_TIME_SCALE": str(load_time_scale),
-               "PYTHONUNBUFFERED": "1", **PROVIDER_CANARIES,
-               **{f"BERTH_{name}_PORT": str(port) for name, port in ports.items()}}
+        env = {
+            **os.environ,
+            "BERTH_DATA_DIR": str(tmp / "berth"),
+            "BERTH_TOOL_JOURNAL": str(tmp / "journal.txt"),
+            "BERTH_ENGINE_LATENCY_SCALE": str(latency_scale),
+            "BERTH_LOAD_TIME_SCALE": str(load_time_scale),
+            "PYTHONUNBUFFERED": "1",
+            **PROVIDER_CANARIES,
+            **{f"BERTH_{name}_PORT": str(port) for name, port in ports.items()},
+        }
         env["BERTH_API_URL"] = f"http://127.0.0.1:{ports['API']}"
         return cls(tmp / "berth", env)
 
@@ -72,9 +78,13 @@ class Stack:
     def start(self, timeout_s: float = 120) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir.parent / "up.log", "ab")
-        self.process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "up", "--agents", AGENTS,
-                                         *self.up_args],
-                                        env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli.main", "up", "--agents", AGENTS, *self.up_args],
+            env=self.env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self.process.poll() is None, f"berth up exited: {self.log_tail()}"
@@ -167,5 +177,8 @@ def fleet_stack(tmp: Path, fleet: list[dict], env: dict[str, str] | None = None,
 
 def wait_for_healthy_nodes(stack: Stack, count: int) -> None:
     """Until `count` nodes have joined and report healthy (steps and the Fleet page need them)."""
-    wait_until(lambda: len(stack.http.get("/v1/nodes", params={"status": "healthy"}).json()) == count,
-               60, f"{count} healthy nodes")
+    wait_until(
+        lambda: len(stack.http.get("/v1/nodes", params={"status": "healthy"}).json()) == count,
+        60,
+        f"{count} healthy nodes",
+    )

@@ -30,8 +30,16 @@ FLEET = [
     {"node_id": "chaos-b", "datacenter": "east", "zone": "east-1b", "capacity": "spot", "gpus": "1xA100-40GB"},
     {"node_id": "chaos-c", "datacenter": "west", "zone": "west-1a", "capacity": "on-demand", "gpus": "2xL4-24GB"},
 ]
-SUBJECTS = "; ".join(["H100 memory bandwidth", "A100 memory bandwidth", "L4 memory bandwidth", "spot preemption",
-                      "kv cache size for 8b", "decode speed for an 8b model"])
+SUBJECTS = "; ".join(
+    [
+        "H100 memory bandwidth",
+        "A100 memory bandwidth",
+        "L4 memory bandwidth",
+        "spot preemption",
+        "kv cache size for 8b",
+        "decode speed for an 8b model",
+    ]
+)
 BUDGET = 60_000
 REPORT_CUT_AFTER_S = 2.0
 
@@ -39,8 +47,13 @@ REPORT_CUT_AFTER_S = 2.0
 @pytest.fixture(scope="module")
 def chaos_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # A killed node is marked lost (its replicas and leases dropped) 6 s after its last heartbeat.
-    with fleet_stack(tmp_path_factory.mktemp("chaos"), FLEET, env={"BERTH_NODE_LOST_AFTER_S": "6"},
-                     latency_scale=1.0, load_time_scale=0.05) as stack:
+    with fleet_stack(
+        tmp_path_factory.mktemp("chaos"),
+        FLEET,
+        env={"BERTH_NODE_LOST_AFTER_S": "6"},
+        latency_scale=1.0,
+        load_time_scale=0.05,
+    ) as stack:
         yield stack
 
 
@@ -79,8 +92,14 @@ def _run_and_take_away_its_node(stack: Stack, task_id: str, sig: int) -> tuple[t
     assert state.interruptions == len(interruptions)
     assert [e.data for e in handle.interruptions()] == interruptions  # GET /v1/tasks/{id}/interruptions
     if interruptions:
-        shown = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", task_id],
-                               env=stack.env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        shown = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", task_id],
+            env=stack.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert f"on {serving[0]}" in shown.stdout and "tokens lost; resumed on" in shown.stdout, shown.stdout
     for record in interruptions:
         assert record["node_id"] == serving[0] and record["kind"] in ("lost", "notice", "replica_gone"), record
@@ -145,8 +164,13 @@ def test_a_node_stopped_with_sigterm_hands_its_task_over(chaos_stack: Stack) -> 
 
 def test_a_node_preempted_mid_answer_hands_its_text_over_and_the_answer_goes_on_from_it(chaos_stack: Stack) -> None:
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
-    handle = client.submit("writer", f"{SUBJECTS}\nlength: 1500 tokens", budget=Budget(BUDGET),
-                           task_id="default:chaos-preempt", model="llama-3.1-8b")
+    handle = client.submit(
+        "writer",
+        f"{SUBJECTS}\nlength: 1500 tokens",
+        budget=Budget(BUDGET),
+        task_id="default:chaos-preempt",
+        model="llama-3.1-8b",
+    )
     chaos_stack.wait_for_step("default:chaos-preempt", 6, timeout_s=120)  # its searches are done: it writes the report
     node = wait_until(lambda: _generating_on(chaos_stack), 30, "the report's generation to hold a lease")
     # The cut point: 2 s into a ~12 s report, so it has text to hand over (a notice that lands before its
@@ -166,7 +190,9 @@ def test_a_node_preempted_mid_answer_hands_its_text_over_and_the_answer_goes_on_
     assert (ledger["kept_tokens"], ledger["lost_tokens"]) == (cut["tokens_kept"], 0)
     assert_no_step_finished_twice(list(handle.events()))
     assert_nothing_hidden_nothing_twice(chaos_stack, "default:chaos-preempt")
-    wait_until(lambda: client.node(node).status == "healthy", 60, "the preempted node to come back (berth up restarts it)")
+    wait_until(
+        lambda: client.node(node).status == "healthy", 60, "the preempted node to come back (berth up restarts it)"
+    )
 
 
 def _generating_on(stack: Stack) -> str | None:
@@ -177,8 +203,9 @@ def _generating_on(stack: Stack) -> str | None:
 
 def test_the_control_plane_server_killed_mid_task_is_restarted_and_the_task_completes(chaos_stack: Stack) -> None:
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
-    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-server",
-                           model="llama-3.1-8b")
+    handle = client.submit(
+        "research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-server", model="llama-3.1-8b"
+    )
     chaos_stack.wait_for_step("default:chaos-server", 3, timeout_s=120)
     os.kill(chaos_stack.child_pid("server"), signal.SIGKILL)  # nodes cannot book steps until it is back
     handle.result(timeout=240)
@@ -193,8 +220,9 @@ def test_a_control_plane_server_frozen_longer_than_a_nodes_silence_allowance_los
     """Nodes fall silent because the server that hears them is gone, not they: none is marked lost (which
     would take the lease from under a reply already on its way, and leave its tokens unbooked)."""
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
-    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-frozen",
-                           model="llama-3.1-8b")
+    handle = client.submit(
+        "research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-frozen", model="llama-3.1-8b"
+    )
     chaos_stack.wait_for_step("default:chaos-frozen", 3, timeout_s=120)
     worker_log = chaos_stack.data_dir / "logs" / "worker.log"
     lost_before = worker_log.read_text().count(" is lost: ")
@@ -214,8 +242,9 @@ def test_a_control_plane_server_frozen_longer_than_a_nodes_silence_allowance_los
 
 def test_an_author_can_simulate_a_preemption_and_see_tools_stay_idempotent(chaos_stack: Stack) -> None:
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
-    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-simulated",
-                           model="llama-3.1-8b")
+    handle = client.submit(
+        "research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-simulated", model="llama-3.1-8b"
+    )
     chaos_stack.wait_for_step("default:chaos-simulated", 3, timeout_s=120)
     handle.simulate_preemption()
     handle.result(timeout=240)
@@ -231,8 +260,9 @@ def test_the_orchestrator_worker_killed_mid_step_is_restarted_and_the_task_compl
     # The worker runs the workflows and holds the pool. Killed while the task holds a lease, the
     # restarted pool finds the lease in the store and counts it again; the step resumes from history.
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
-    handle = client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-worker",
-                           model="llama-3.1-8b")
+    handle = client.submit(
+        "research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-worker", model="llama-3.1-8b"
+    )
     chaos_stack.wait_for_step("default:chaos-worker", 3, timeout_s=120)
     wait_until(lambda: _leases_held(chaos_stack, "default:chaos-worker") > 0, 30, "a step of the task to hold a lease")
     pid = chaos_stack.child_pid("worker")
@@ -255,8 +285,10 @@ def test_temporal_killed_mid_step_restarts_on_its_database_and_every_task_comple
     # node agents, tool worker) must find it again by itself.
     client = SyncClient(chaos_stack.api, chaos_stack.admin_key())
     before = ["default:chaos-temporal-a", "default:chaos-temporal-b"]
-    handles = [client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id=task_id, model="llama-3.1-8b")
-               for task_id in before]
+    handles = [
+        client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id=task_id, model="llama-3.1-8b")
+        for task_id in before
+    ]
     chaos_stack.wait_for_step(before[0], 3, timeout_s=120)
     wait_until(lambda: _leases_held(chaos_stack, before[0]) > 0, 30, "a step of the task to hold a lease")
     pid = chaos_stack.child_pid("temporal")
@@ -264,8 +296,11 @@ def test_temporal_killed_mid_step_restarts_on_its_database_and_every_task_comple
     wait_until(lambda: _restarted(chaos_stack, "temporal", pid), 30, "berth up to restart Temporal")
     wait_until(lambda: _ready(chaos_stack), 30, "the API to reach Temporal again")
     # A task started through the API after the restart: the API's Temporal client reconnected too.
-    handles.append(client.submit("research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-temporal-after",
-                                 model="llama-3.1-8b"))
+    handles.append(
+        client.submit(
+            "research", SUBJECTS, budget=Budget(BUDGET), task_id="default:chaos-temporal-after", model="llama-3.1-8b"
+        )
+    )
     for handle in handles:
         handle.result(timeout=240)
         state = handle.status()

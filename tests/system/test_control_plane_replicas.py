@@ -42,11 +42,13 @@ pytestmark = pytest.mark.system
 NODES = [("cp-node-a", "east", "east-1a"), ("cp-node-b", "east", "east-1b")]
 GPUS = "2xH100-80GB"
 # Two models, so that both pools start replicas of their own and their reservations meet on the GPUs.
-TASKS = [("llama-3.1-8b", "H100 memory bandwidth; kv cache size for 8b; spot preemption"),
-         ("qwen2.5-7b", "A100 memory bandwidth; decode speed for an 8b model; L4 memory bandwidth"),
-         ("llama-3.1-8b", "L4 memory bandwidth; H100 memory bandwidth; decode speed for an 8b model"),
-         ("qwen2.5-7b", "spot preemption; kv cache size for 8b; A100 memory bandwidth"),
-         ("llama-3.1-8b", "decode speed for an 8b model; spot preemption; H100 memory bandwidth")]
+TASKS = [
+    ("llama-3.1-8b", "H100 memory bandwidth; kv cache size for 8b; spot preemption"),
+    ("qwen2.5-7b", "A100 memory bandwidth; decode speed for an 8b model; L4 memory bandwidth"),
+    ("llama-3.1-8b", "L4 memory bandwidth; H100 memory bandwidth; decode speed for an 8b model"),
+    ("qwen2.5-7b", "spot preemption; kv cache size for 8b; A100 memory bandwidth"),
+    ("llama-3.1-8b", "decode speed for an 8b model; spot preemption; H100 memory bandwidth"),
+]
 BUDGET = 60_000
 
 
@@ -59,8 +61,9 @@ class Processes:
 
     def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         with open(self.log_dir / f"{name}.log", "ab") as log:
-            process = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.running[name] = process
         return process
 
@@ -93,7 +96,7 @@ class ReservationWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "ReservationWatch":
+    def __enter__(self) -> ReservationWatch:
         self._thread.start()
         return self
 
@@ -106,8 +109,12 @@ class ReservationWatch:
             self.check()
 
     def check(self) -> None:
-        sizes = {(node.node_id, gpu.index): gpu.memory_total_mib / 1024
-                 for node in self.store.fleet.list() for gpu in node.gpus if gpu.memory_total_mib}
+        sizes = {
+            (node.node_id, gpu.index): gpu.memory_total_mib / 1024
+            for node in self.store.fleet.list()
+            for gpu in node.gpus
+            if gpu.memory_total_mib
+        }
         used: dict[tuple[str, int], float] = {}
         for r in self.store.reservations.list():
             self.seen.add(r.replica_id)
@@ -144,27 +151,58 @@ def _ready(url: str) -> bool:
 
 
 def test_a_killed_control_plane_replica_leaves_its_tasks_to_the_other(
-        tmp_path: Path, postgres_url: str, processes: Processes) -> None:  # noqa: F811
+    tmp_path: Path,
+    postgres_url: str,  # noqa: F811  (the fixture imported above)
+    processes: Processes,
+) -> None:
     started = time.monotonic()
     store = Store.open(postgres_url)
     admin_key, _ = ensure_admin_key(store, tmp_path / "admin-key")
     temporal_port = free_port()
-    common = {**os.environ, "PYTHONUNBUFFERED": "1", "BERTH_DATABASE_URL": postgres_url,
-              "BERTH_TEMPORAL_ADDRESS": f"127.0.0.1:{temporal_port}", "BERTH_JOIN_TOKEN": "replicas-test-token",
-              "BERTH_ENGINE_LATENCY_SCALE": "0.5", "BERTH_LOAD_TIME_SCALE": "0.02",
-              "BERTH_TOOL_JOURNAL": str(tmp_path / "journal.txt")}
+    common = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "BERTH_DATABASE_URL": postgres_url,
+        "BERTH_TEMPORAL_ADDRESS": f"127.0.0.1:{temporal_port}",
+        "BERTH_JOIN_TOKEN": "replicas-test-token",
+        "BERTH_ENGINE_LATENCY_SCALE": "0.5",
+        "BERTH_LOAD_TIME_SCALE": "0.02",
+        "BERTH_TOOL_JOURNAL": str(tmp_path / "journal.txt"),
+    }
     urls: dict[str, str] = {}
     envs: dict[str, dict[str, str]] = {}
     for plane in ("a", "b"):
         port = free_port()
         urls[plane] = f"http://127.0.0.1:{port}"
-        envs[plane] = {**common, "BERTH_CONTROL_PLANE_ID": f"cp-{plane}", "BERTH_API_PORT": str(port),
-                       "BERTH_API_URL": urls[plane], "BERTH_DATA_DIR": str(tmp_path / f"cp-{plane}")}
+        envs[plane] = {
+            **common,
+            "BERTH_CONTROL_PLANE_ID": f"cp-{plane}",
+            "BERTH_API_PORT": str(port),
+            "BERTH_API_URL": urls[plane],
+            "BERTH_DATA_DIR": str(tmp_path / f"cp-{plane}"),
+        }
     try:
-        processes.start("temporal", [
-            temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(temporal_port),
-            "--ui-port", str(free_port()), "--db-filename", str(tmp_path / "temporal.db"),
-            "--namespace", "default", "--log-level", "warn"], common)
+        processes.start(
+            "temporal",
+            [
+                temporal_binary(),
+                "server",
+                "start-dev",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(temporal_port),
+                "--ui-port",
+                str(free_port()),
+                "--db-filename",
+                str(tmp_path / "temporal.db"),
+                "--namespace",
+                "default",
+                "--log-level",
+                "warn",
+            ],
+            common,
+        )
         # A's worker starts first, so that its scaler leads and B's has something to take over.
         processes.start("server-a", _berth("server"), envs["a"])
         processes.start("worker-a", _berth("worker"), envs["a"])
@@ -175,18 +213,39 @@ def test_a_killed_control_plane_replica_leaves_its_tasks_to_the_other(
         node_env = {**envs["b"], "BERTH_DATA_DIR": str(tmp_path / "node-data")}
         for node_id, datacenter, zone in NODES:
             token = store.node_admission.mint(node_id, 600).join_token  # admitted: no approval to wait for
-            processes.start(node_id, _berth("node", "--node-id", node_id, "--simulate", GPUS,
-                                             "--datacenter", datacenter, "--zone", zone, "--api", urls["b"],
-                                             "--load-time-scale", "0.02", "--heartbeat-s", "2"),
-                            {**node_env, "BERTH_JOIN_TOKEN": token})
+            processes.start(
+                node_id,
+                _berth(
+                    "node",
+                    "--node-id",
+                    node_id,
+                    "--simulate",
+                    GPUS,
+                    "--datacenter",
+                    datacenter,
+                    "--zone",
+                    zone,
+                    "--api",
+                    urls["b"],
+                    "--load-time-scale",
+                    "0.02",
+                    "--heartbeat-s",
+                    "2",
+                ),
+                {**node_env, "BERTH_JOIN_TOKEN": token},
+            )
         processes.start("tools", _berth("worker", "--agents", AGENTS), {**envs["b"], "BERTH_API_KEY": admin_key})
 
         with SyncClient(urls["a"], admin_key) as via_a, SyncClient(urls["b"], admin_key) as via_b:
             wait_until(lambda: len(via_b.nodes(status="healthy")) == len(NODES), 180, "both nodes healthy")
             wait_until(lambda: "research" in {a.name for a in via_a.agents()}, 180, "the research agent")
             with ReservationWatch(store) as watch:
-                ids = [via_a.submit("research", subjects, budget=Budget(BUDGET), model=model,
-                                    task_id=f"cp-replicas-{i}").task_id for i, (model, subjects) in enumerate(TASKS)]
+                ids = [
+                    via_a.submit(
+                        "research", subjects, budget=Budget(BUDGET), model=model, task_id=f"cp-replicas-{i}"
+                    ).task_id
+                    for i, (model, subjects) in enumerate(TASKS)
+                ]
                 # Mid-run: a step finished on some task, none finished yet.
                 wait_until(lambda: any(via_b.task(t).status().step >= 2 for t in ids), 60, "a task at step 2")
                 assert not any(via_b.task(t).status().status == TaskStatus.completed for t in ids)
@@ -201,8 +260,9 @@ def test_a_killed_control_plane_replica_leaves_its_tasks_to_the_other(
                     via_b.task(task_id).result(timeout=max(30.0, 240 - (time.monotonic() - started)))
                     state = via_b.task(task_id).status()
                     assert state.status == TaskStatus.completed, (task_id, state.error)
-                print(f"all tasks done {time.monotonic() - killed_at:.1f}s after A was killed;"
-                      f" pools seen: {watch.pools}")
+                print(
+                    f"all tasks done {time.monotonic() - killed_at:.1f}s after A was killed; pools seen: {watch.pools}"
+                )
             watch.check()
             assert watch.samples > 10 and watch.seen, "no reservation was ever sampled"
             assert not watch.overbooked, watch.overbooked[:5]

@@ -64,7 +64,9 @@ def test_steps_go_where_the_weights_are_and_stay_on_the_warm_replica(fleet: Stac
     assert {s["replica_id"] for s in again} == {small[0]["replica_id"]} and {s["tier"] for s in again} == {"warm"}
     replicas = fleet.http.get("/v1/replicas").json()
     assert {(r["model"], r["replica_id"]) for r in replicas} >= {
-        ("llama-3.2-1b", small[0]["replica_id"]), ("llama-3.1-8b", large[0]["replica_id"])}
+        ("llama-3.2-1b", small[0]["replica_id"]),
+        ("llama-3.1-8b", large[0]["replica_id"]),
+    }
 
 
 def test_an_idle_replica_scales_to_zero_and_keeps_its_weights_on_disk(fleet: Stack) -> None:
@@ -75,8 +77,11 @@ def test_an_idle_replica_scales_to_zero_and_keeps_its_weights_on_disk(fleet: Sta
     steps = _run(fleet, "fleet-idle-1", model)
     node_id = steps[0]["node_id"]
     client.set_policy(model, ScalingPolicy(min_replicas=0, idle_timeout_s=2))
-    wait_until(lambda: not fleet.http.get("/v1/replicas", params={"model": model}).json(), 45,
-          f"the idle {model} replica to be unloaded")
+    wait_until(
+        lambda: not fleet.http.get("/v1/replicas", params={"model": model}).json(),
+        45,
+        f"the idle {model} replica to be unloaded",
+    )
     assert model in {w.model for w in client.node(node_id).cached_weights}
     back = _run(fleet, "fleet-idle-2", model)
     assert (back[0]["tier"], back[0]["node_id"]) == ("disk", node_id), back[0]
@@ -87,12 +92,32 @@ def test_a_prewarmed_model_loads_from_disk_where_a_cold_one_comes_from_origin(fl
     # Two models of the same size that no node has seen: one prewarmed onto the east nodes' disks (where an
     # interactive step wants to run: the on-demand H100 writes ~8x faster than the west node's L4s).
     for name in ("prewarmed-7b", "cold-7b"):
-        client.put_model(ModelEntry(name=name, weights_gib=14.2, kv_headroom_gib=8.0, usd_per_1m_prompt=0.2,
-                                    usd_per_1m_completion=0.3))
+        client.put_model(
+            ModelEntry(
+                name=name, weights_gib=14.2, kv_headroom_gib=8.0, usd_per_1m_prompt=0.2, usd_per_1m_completion=0.3
+            )
+        )
     # The CLI's --wait follows the copies until both east nodes report them, then exits 0.
-    prewarm = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "models", "prewarm", "prewarmed-7b",
-                              "--datacenter", "east", "--wait", "--timeout", "120"],
-                             env=fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    prewarm = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli.main",
+            "models",
+            "prewarm",
+            "prewarmed-7b",
+            "--datacenter",
+            "east",
+            "--wait",
+            "--timeout",
+            "120",
+        ],
+        env=fleet.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert prewarm.returncode == 0, prewarm.stderr
     rows = [line.split() for line in prewarm.stdout.splitlines() if line.split()[:1] in (["east-a"], ["east-b"])]
     assert sorted((row[0], row[1]) for row in rows) == [("east-a", "origin"), ("east-b", "origin")], prewarm.stdout

@@ -51,10 +51,14 @@ class CallNode:
     @workflow.run
     async def run(self, call: NodeCall) -> Any:
         return await workflow.execute_activity(
-            call.activity, call.arg, task_queue=call.queue,
+            call.activity,
+            call.arg,
+            task_queue=call.queue,
             # A load may take minutes (start_to_close), but a node that stops heartbeating is dead.
-            start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=20),
-            retry_policy=RetryPolicy(maximum_attempts=1))
+            start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=timedelta(seconds=20),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
 
 
 def wait_until(check: Callable[[], Any], timeout_s: float = 60, what: str = "condition") -> Any:
@@ -88,9 +92,16 @@ def env(tmp_path_factory: pytest.TempPathFactory, temporal_env: WorkflowEnvironm
     store = Store.open(f"sqlite:///{(data / 'berth.db').resolve()}")
     key = store.keys.create(Role.admin, name="node-agent tests").key
     store.close()
-    return {**os.environ, "BERTH_DATA_DIR": str(data), "BERTH_API_PORT": str(free_port()),
-            "BERTH_JOIN_TOKEN": JOIN_TOKEN, "BERTH_ENGINE_LATENCY_SCALE": "0", "PYTHONUNBUFFERED": "1",
-            "BERTH_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host, "BERTH_API_KEY": key}
+    return {
+        **os.environ,
+        "BERTH_DATA_DIR": str(data),
+        "BERTH_API_PORT": str(free_port()),
+        "BERTH_JOIN_TOKEN": JOIN_TOKEN,
+        "BERTH_ENGINE_LATENCY_SCALE": "0",
+        "PYTHONUNBUFFERED": "1",
+        "BERTH_TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+        "BERTH_API_KEY": key,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +115,13 @@ def http(env: dict[str, str], api: str) -> Iterator[httpx.Client]:
 def api(env: dict[str, str]) -> Iterator[str]:
     Path(env["BERTH_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
     log = open(Path(env["BERTH_DATA_DIR"]) / "server.log", "wb")
-    server = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "server"], env=env, cwd=ROOT,
-                              stdout=log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli.main", "server"],
+        env=env,
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{env['BERTH_API_PORT']}"
     try:
         wait_http(f"{url}/healthz", proc=server)
@@ -117,9 +133,29 @@ def api(env: dict[str, str]) -> Iterator[str]:
 
 def start_node(env: dict[str, str], api: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli.main", "node", "--node-id", NODE_ID, "--simulate", "1xH100-80GB",
-         "--load-time-scale", "0.01", "--heartbeat-s", "0.5", "--api", api, *extra],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli.main",
+            "node",
+            "--node-id",
+            NODE_ID,
+            "--simulate",
+            "1xH100-80GB",
+            "--load-time-scale",
+            "0.01",
+            "--heartbeat-s",
+            "0.5",
+            "--api",
+            api,
+            *extra,
+        ],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def node_view(http: httpx.Client, node_id: str = NODE_ID) -> dict:
@@ -134,7 +170,8 @@ def admitted(env: dict[str, str], http: httpx.Client, node_id: str = NODE_ID) ->
 
 
 async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
-        env: dict[str, str], api: str, http: httpx.Client, temporal_env: WorkflowEnvironment) -> None:
+    env: dict[str, str], api: str, http: httpx.Client, temporal_env: WorkflowEnvironment
+) -> None:
     node = start_node(admitted(env, http), api)
     try:
         joined = wait_until(lambda: (n := node_view(http))["last_heartbeat_at"] and n, what="the node's heartbeat")
@@ -145,17 +182,25 @@ async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
         client = temporal_env.client
         queue = f"test-{uuid.uuid4().hex[:8]}"
         async with Worker(client, task_queue=queue, workflows=[CallNode]):
-            load = NodeCall(activity=LOAD_REPLICA, queue=node_task_queue(NODE_ID),
-                            arg={"model": entry, "gpu_indexes": [0], "replica_id": "sys-r1", "tier": "origin"})
+            load = NodeCall(
+                activity=LOAD_REPLICA,
+                queue=node_task_queue(NODE_ID),
+                arg={"model": entry, "gpu_indexes": [0], "replica_id": "sys-r1", "tier": "origin"},
+            )
             ready = await client.execute_workflow(CallNode.run, load, id=f"load-{queue}", task_queue=queue)
             assert ready["replica_id"] == "sys-r1" and ready["tier"] == "origin" and ready["load_seconds"] > 0
 
             # A heartbeat sent while it loaded may still be the latest; the next ones say warm.
-            warm = wait_until(lambda: (r := node_view(http)["replicas"]) and r[0]["state"] == "warm" and r,
-                              what="the warm replica in a heartbeat")
+            warm = wait_until(
+                lambda: (r := node_view(http)["replicas"]) and r[0]["state"] == "warm" and r,
+                what="the warm replica in a heartbeat",
+            )
             assert [(r["model"], r["gpu_indexes"], r["state"]) for r in warm] == [("llama-3.2-1b", [0], "warm")]
-            chat = httpx.post(f"{ready['base_url']}/chat/completions", timeout=30, json={
-                "model": "llama-3.2-1b", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8})
+            chat = httpx.post(
+                f"{ready['base_url']}/chat/completions",
+                timeout=30,
+                json={"model": "llama-3.2-1b", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8},
+            )
             assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["content"]
 
             unload = NodeCall(activity=UNLOAD_REPLICA, queue=node_task_queue(NODE_ID), arg={"replica_id": "sys-r1"})
@@ -167,8 +212,10 @@ async def test_a_node_joins_loads_a_replica_that_serves_unloads_and_stops(
 
             big = http.get("/v1/models/llama-3.1-8b").json()["entry"]
             prewarm = NodeCall(activity=PREWARM, queue=node_task_queue(NODE_ID), arg={"model": big})
-            assert await client.execute_workflow(CallNode.run, prewarm, id=f"prewarm-{queue}", task_queue=queue) \
+            assert (
+                await client.execute_workflow(CallNode.run, prewarm, id=f"prewarm-{queue}", task_queue=queue)
                 == "origin"
+            )
             wait_until(lambda: len(node_view(http)["cached_weights"]) == 2, what="prewarmed weights in a heartbeat")
 
             load.arg["replica_id"] = "sys-r2"  # from the disk cache this time; left running for SIGTERM

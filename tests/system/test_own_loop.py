@@ -20,9 +20,23 @@ EXAMPLE = ROOT / "examples" / "agents_sdk_on_berth.py"
 
 
 def run_example(stack: Stack, task_id: str, journal: Path, tool_seconds: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(EXAMPLE), "--task-id", task_id, "--journal", str(journal),
-                             "--tool-seconds", str(tool_seconds), "H100 bandwidth; A100 bandwidth"],
-                            env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--task-id",
+            task_id,
+            "--journal",
+            str(journal),
+            "--tool-seconds",
+            str(tool_seconds),
+            "H100 bandwidth; A100 bandwidth",
+        ],
+        env=stack.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_an_agents_sdk_agent_killed_mid_tool_resumes_with_nothing_done_twice(stack: Stack, tmp_path: Path) -> None:
@@ -31,8 +45,11 @@ def test_an_agents_sdk_agent_killed_mid_tool_resumes_with_nothing_done_twice(sta
     # Each lookup takes 20 s: long enough to kill the process in the middle of the second one, which starts only
     # after the first one's result was kept and the next model call answered.
     first = run_example(stack, "survey-killed", journal, tool_seconds=20)
-    wait_until(lambda: "start A100 bandwidth" in journal.read_text() or first.poll() is not None, 300,
-               "the example to reach its second tool call")
+    wait_until(
+        lambda: "start A100 bandwidth" in journal.read_text() or first.poll() is not None,
+        300,
+        "the example to reach its second tool call",
+    )
     assert first.poll() is None, first.stderr.read()[-3000:] if first.stderr else ""
     os.kill(first.pid, signal.SIGKILL)
     first.wait(timeout=30)
@@ -45,9 +62,12 @@ def test_an_agents_sdk_agent_killed_mid_tool_resumes_with_nothing_done_twice(sta
     assert again.returncode == 0, err[-3000:]
 
     assert journal.read_text().splitlines() == [
-        "start H100 bandwidth", "done H100 bandwidth",  # kept: not run again
+        "start H100 bandwidth",
+        "done H100 bandwidth",  # kept: not run again
         "start A100 bandwidth",  # killed mid-call: it never reported, so it ran again
-        "start A100 bandwidth", "done A100 bandwidth"]
+        "start A100 bandwidth",
+        "done A100 bandwidth",
+    ]
     state = stack.http.get(f"/v1/tasks/{task_id}").json()
     assert state["status"] == "completed" and state["step"] == 3
     assert out.splitlines()[0] == f"{task_id} completed steps=3 tokens={state['spend']['tokens_used']}"

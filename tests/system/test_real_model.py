@@ -37,8 +37,9 @@ def cpu_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def test_a_question_is_answered_by_the_model_from_weights_it_fetched_and_verified(cpu_stack: Stack) -> None:
     client = SyncClient(cpu_stack.api, cpu_stack.admin_key())
-    handle = client.submit("ask", "What is the capital of France?", budget=Budget(2_000),
-                           task_id="default:real-ask", model=MODEL)
+    handle = client.submit(
+        "ask", "What is the capital of France?", budget=Budget(2_000), task_id="default:real-ask", model=MODEL
+    )
     handle.result(timeout=300)
     state = handle.status()
     assert state.status == TaskStatus.completed and state.result, state.error
@@ -50,11 +51,15 @@ def test_a_question_is_answered_by_the_model_from_weights_it_fetched_and_verifie
     ledger = cpu_stack.http.get("/v1/tasks/default:real-ask/ledger").json()["totals"]
     engine = cpu_stack.engine_usage("default:real-ask")
     assert (ledger["calls"], ledger["prompt_tokens"], ledger["completion_tokens"]) == (
-        engine["requests"], engine["prompt_tokens"], engine["completion_tokens"]), (ledger, engine)
+        engine["requests"],
+        engine["prompt_tokens"],
+        engine["completion_tokens"],
+    ), (ledger, engine)
 
 
 def _pending_generation_text(stack: Stack, task_id: str) -> str:
     """What the step's generation has written so far, as its last heartbeat told Temporal."""
+
     async def read() -> str:
         temporal = await Client.connect(f"127.0.0.1:{stack.env['BERTH_TEMPORAL_PORT']}")
         description = await temporal.get_workflow_handle(task_id).describe()
@@ -63,6 +68,7 @@ def _pending_generation_text(stack: Stack, task_id: str) -> str:
                 details = (await temporal.data_converter.decode(pending.heartbeat_details.payloads))[0]
                 return str(details.get("prefix", "")) if isinstance(details, dict) else ""
         return ""
+
     return asyncio.run(read())
 
 
@@ -76,8 +82,11 @@ def test_a_node_killed_mid_answer_leaves_its_text_to_the_other_node_which_goes_o
     client = SyncClient(cpu_stack.api, cpu_stack.admin_key())
     task_id = "default:real-essay"
     handle = client.submit("essay", "the history of Paris", budget=Budget(6_000), task_id=task_id, model=MODEL)
-    written = wait_until(lambda: len(_pending_generation_text(cpu_stack, task_id)) > 40 and
-                         _pending_generation_text(cpu_stack, task_id), 240, "the essay's first words")
+    written = wait_until(
+        lambda: len(_pending_generation_text(cpu_stack, task_id)) > 40 and _pending_generation_text(cpu_stack, task_id),
+        240,
+        "the essay's first words",
+    )
     node = wait_until(lambda: _generating_on(cpu_stack), 30, "the essay's replica to report its lease")
     os.kill(cpu_stack.child_pid(node), signal.SIGKILL)  # the machine is gone: its replica with it
     found = subprocess.run(["pgrep", "-f", f"node/{node}/replica-logs"], capture_output=True, text=True)

@@ -38,8 +38,13 @@ def test_a_stream_carries_the_answer_as_it_is_written_then_the_end(stack: Stack)
     --text`, following the same task, prints that text between its event lines."""
     with SyncClient(stack.api, stack.admin_key()) as client:
         task = client.submit("writer", "berths\nlength: 3000 tokens", budget=Budget(tokens=80_000))  # ~8 s of writing
-        cli = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.main", "tasks", "events", task.task_id,
-                                "--text"], env=stack.env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli.main", "tasks", "events", task.task_id, "--text"],
+            env=stack.env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         events = list(task.stream())
     printed, _ = cli.communicate(timeout=120)
     ended = events[-1]
@@ -49,8 +54,9 @@ def test_a_stream_carries_the_answer_as_it_is_written_then_the_end(stack: Stack)
     written = "".join(d.text for d in answer)
     assert written and ended.result.startswith(written)
     assert any(isinstance(e, StepFinished) and e.tool_calls for e in events)  # the research steps before it
-    assert events.index(answer[0]) > max(i for i, e in enumerate(events) if isinstance(e, StepFinished)
-                                         and e.step < ended.step)
+    assert events.index(answer[0]) > max(
+        i for i, e in enumerate(events) if isinstance(e, StepFinished) and e.step < ended.step
+    )
     assert cli.returncode == 0 and "Report on berths." in printed  # the answer's text, which no event line holds
 
 
@@ -69,25 +75,56 @@ def test_sdk_submit_runs_to_a_result(stack: Stack) -> None:
 
 def test_cli_submit_wait_and_refusal(stack: Stack) -> None:
     env = {**stack.env}
-    ok = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "submit", "research", "--input",
-                         "L4 memory bandwidth", "--budget", "10000", "--task-id", "default:sys-cli-1", "--wait"],
-                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli.main",
+            "submit",
+            "research",
+            "--input",
+            "L4 memory bandwidth",
+            "--budget",
+            "10000",
+            "--task-id",
+            "default:sys-cli-1",
+            "--wait",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "default:sys-cli-1" in ok.stdout
-    refused = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "submit", "research", "--input",
-                              "x", "--budget", "0"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", "submit", "research", "--input", "x", "--budget", "0"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 2
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: budget")
-    shown = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", "default:sys-cli-1"],
-                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", "tasks", "show", "default:sys-cli-1"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert shown.returncode == 0 and "completed" in shown.stdout
 
 
 def test_worker_killed_mid_task_is_restarted_and_the_task_completes(stack: Stack) -> None:
     client = SyncClient(stack.api, stack.admin_key())
-    handle = client.submit("research", RESEARCH_INPUT + "; L4 memory bandwidth", budget=Budget(30_000),
-                           task_id="default:sys-kill-worker")
+    handle = client.submit(
+        "research", RESEARCH_INPUT + "; L4 memory bandwidth", budget=Budget(30_000), task_id="default:sys-kill-worker"
+    )
     stack.wait_for_step("default:sys-kill-worker", 2)
     os.kill(stack.child_pid("worker"), signal.SIGKILL)
     handle.result(timeout=180)
@@ -101,8 +138,9 @@ def test_worker_killed_mid_task_is_restarted_and_the_task_completes(stack: Stack
 def test_whole_stack_restarted_mid_task_resumes_it(stack: Stack) -> None:
     """Stops and starts the shared stack itself (on the same data dir), as an operator would."""
     client = SyncClient(stack.api, stack.admin_key())
-    subjects = "; ".join(["H100 memory bandwidth", "A100 memory bandwidth", "L4 memory bandwidth",
-                          "spot preemption", "kv cache size"])
+    subjects = "; ".join(
+        ["H100 memory bandwidth", "A100 memory bandwidth", "L4 memory bandwidth", "spot preemption", "kv cache size"]
+    )
     client.submit("research", subjects, budget=Budget(50_000), task_id="default:sys-restart")
     stack.wait_for_step("default:sys-restart", 3)
     stack.stop()
@@ -139,15 +177,26 @@ def _pages(stack: Stack, key: str, task_id: str) -> str:
         form = browser.get("/login")
         token = re.search(r'name="csrf_token" value="([^"]+)"', form.text).group(1)  # type: ignore[union-attr]
         browser.post("/login", data={"api_key": key, "csrf_token": token})
-        return "\n".join(browser.get(path).text for path in (
-            "/", "/tasks", f"/tasks/{task_id}", f"/tasks/{task_id}/checkpoints/1", "/fleet", "/models", "/tenants",
-            "/audit"))
+        return "\n".join(
+            browser.get(path).text
+            for path in (
+                "/",
+                "/tasks",
+                f"/tasks/{task_id}",
+                f"/tasks/{task_id}/checkpoints/1",
+                "/fleet",
+                "/models",
+                "/tenants",
+                "/audit",
+            )
+        )
 
 
 def test_no_credential_or_key_is_in_a_log_a_history_an_answer_or_a_page(stack: Stack) -> None:
     made = stack.http.post("/v1/keys", json={"role": "agent", "tenant": "default", "name": "leak-check"}).json()["key"]
-    handle = SyncClient(stack.api, made).submit("research", "L4 memory bandwidth", budget=Budget(20_000),
-                                                task_id="default:sys-secrets-1")
+    handle = SyncClient(stack.api, made).submit(
+        "research", "L4 memory bandwidth", budget=Budget(20_000), task_id="default:sys-secrets-1"
+    )
     handle.result(timeout=120)
     secrets = _secrets(stack, [made])
 
@@ -157,9 +206,22 @@ def test_no_credential_or_key_is_in_a_log_a_history_an_answer_or_a_page(stack: S
         **{f"log {p.name}": p.read_text(errors="replace") for p in stack.data_dir.rglob("*.log")},
         "workflow histories": asyncio.run(_histories(stack)),
         "pages": _pages(stack, stack.admin_key(), "default:sys-secrets-1"),
-        **{f"GET {path}": stack.http.get(path).text for path in (
-            "/v1/tasks", "/v1/tasks/default:sys-secrets-1", "/v1/tasks/default:sys-secrets-1/ledger", "/v1/tasks/default:sys-secrets-1/checkpoints/1",
-            "/v1/keys", "/v1/audit", "/v1/models", "/v1/nodes", "/v1/agents", "/v1/tenants", "/openapi.json")},
+        **{
+            f"GET {path}": stack.http.get(path).text
+            for path in (
+                "/v1/tasks",
+                "/v1/tasks/default:sys-secrets-1",
+                "/v1/tasks/default:sys-secrets-1/ledger",
+                "/v1/tasks/default:sys-secrets-1/checkpoints/1",
+                "/v1/keys",
+                "/v1/audit",
+                "/v1/models",
+                "/v1/nodes",
+                "/v1/agents",
+                "/v1/tenants",
+                "/openapi.json",
+            )
+        },
     }
     assert len([name for name in readable if name.startswith("log ")]) >= 3
     leaks = [(what, where) for where, text in readable.items() for what, secret in secrets.items() if secret in text]

@@ -35,21 +35,49 @@ _DECLARED = re.compile(r"""create_\w+\(\s*["'](berth_\w+)["']""")
 def declared_instruments() -> set[str]:
     """Every berth_* instrument the code declares (`meter.create_…("berth_…")`), so that a new one cannot
     slip past the checks: `exposition` must then be taught to give it a figure."""
-    return {name for package in CODE_DIRS for path in (ROOT / package).rglob("*.py")
-            for name in _DECLARED.findall(path.read_text(encoding="utf-8"))}
+    return {
+        name
+        for package in CODE_DIRS
+        for path in (ROOT / package).rglob("*.py")
+        for name in _DECLARED.findall(path.read_text(encoding="utf-8"))
+    }
 
 
 def _record_one_of_each() -> None:
-    step_metrics.record_settled_call(LedgerEntry(task_id="t-exposition", step=1, attempt=1, model=MODEL,
-                                                 prompt_tokens=10, completion_tokens=20, cost_usd=0.01,
-                                                 ttft_s=0.2, duration_s=1.0, served_by="n1"), "acme")
-    out_of_budget = TaskState(task_id="t-exposition", agent="a", agent_version="1", model=MODEL, tenant="acme",
-                              status=TaskStatus.out_of_budget, step=1, max_steps=2,
-                              spend=Spend(token_limit=10, tokens_used=10))
-    task_metrics.record_state_change(out_of_budget, "interruption",
-                                     {"kind": "spot_reclaim", "node_id": "n1", "resume_s": 4.0})
-    pool_metrics.record_decision(LeaseRequest(task_id="t-exposition", step=1, model=MODEL, tokens=10),
-                                 Wait(reason="full", wait_reason="no_capacity", queue_position=1), 0.001)
+    step_metrics.record_settled_call(
+        LedgerEntry(
+            task_id="t-exposition",
+            step=1,
+            attempt=1,
+            model=MODEL,
+            prompt_tokens=10,
+            completion_tokens=20,
+            cost_usd=0.01,
+            ttft_s=0.2,
+            duration_s=1.0,
+            served_by="n1",
+        ),
+        "acme",
+    )
+    out_of_budget = TaskState(
+        task_id="t-exposition",
+        agent="a",
+        agent_version="1",
+        model=MODEL,
+        tenant="acme",
+        status=TaskStatus.out_of_budget,
+        step=1,
+        max_steps=2,
+        spend=Spend(token_limit=10, tokens_used=10),
+    )
+    task_metrics.record_state_change(
+        out_of_budget, "interruption", {"kind": "spot_reclaim", "node_id": "n1", "resume_s": 4.0}
+    )
+    pool_metrics.record_decision(
+        LeaseRequest(task_id="t-exposition", step=1, model=MODEL, tokens=10),
+        Wait(reason="full", wait_reason="no_capacity", queue_position=1),
+        0.001,
+    )
     pool_metrics.record_grant(MODEL, "disk", waited_s=2.0, cold_start=True)
     node_metrics.record_fetch(MODEL, "origin", size_bytes=1024, seconds=1.0)
     node_metrics.record_load(MODEL, "disk", seconds=3.0)
@@ -60,12 +88,23 @@ def exposition(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
 
     Needs the test process's MeterProvider (the `metrics_reader` fixture); the gauges' readings are
     monkeypatched for the calling test only."""
-    monkeypatch.setattr(task_gauges, "_read", lambda: task_gauges.TaskReading(
-        heartbeat_age_s={("n1", "east"): 3.0}, gpu_trouble=Counter({(MODEL, "crash_loop"): 1}),
-        near_budget=Counter({"acme": 1})))
-    monkeypatch.setattr(fleet_gauges, "_read", lambda: fleet_gauges.FleetReading(
-        gpus=[fleet_gauges.GpuReading("n1", "east", 0, "H100-80GB", 1024, 81920, 50, 0, True)],
-        replicas=Counter({(MODEL, "warm", "n1", "east"): 1})))
+    monkeypatch.setattr(
+        task_gauges,
+        "_read",
+        lambda: task_gauges.TaskReading(
+            heartbeat_age_s={("n1", "east"): 3.0},
+            gpu_trouble=Counter({(MODEL, "crash_loop"): 1}),
+            near_budget=Counter({"acme": 1}),
+        ),
+    )
+    monkeypatch.setattr(
+        fleet_gauges,
+        "_read",
+        lambda: fleet_gauges.FleetReading(
+            gpus=[fleet_gauges.GpuReading("n1", "east", 0, "H100-80GB", 1024, 81920, 50, 0, True)],
+            replicas=Counter({(MODEL, "warm", "n1", "east"): 1}),
+        ),
+    )
     monkeypatch.setattr(pool_metrics, "_depth", lambda: {MODEL: (1, 5.0)})
     _record_one_of_each()
     families = text_string_to_metric_families(metrics_text().decode())

@@ -51,8 +51,9 @@ def start_server(tmp_path: Path, store: Store, admin_key: str):
 
 
 async def list_keys(app, key: str) -> httpx.Response:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
-                                 headers={"authorization": f"Bearer {key}"}) as http:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://berth", headers={"authorization": f"Bearer {key}"}
+    ) as http:
         return await http.get("/v1/keys")
 
 
@@ -127,16 +128,20 @@ def test_the_insert_that_loses_the_race_reads_the_winners_row(store: Store, monk
         store.keys.install(key_id, secrets.token_urlsafe(32), Role.admin)
 
 
-@pytest.mark.parametrize("value, reason", [
-    ("not-a-key", "malformed"),
-    ("berth_0123456789ab", "malformed"),
-    ("berth_XYZ_" + "a" * 43, "key id"),
-    ("berth_0123456789AB_" + "a" * 43, "key id"),
-    ("berth_0123456789ab_" + "a" * 20 + "!" * 23, "may hold only"),
-    ("berth_0123456789ab_short-secret", "too weak"),
-])
-async def test_a_malformed_value_stops_the_server_naming_the_variable(tmp_path: Path, store: Store, value: str,
-                                                                       reason: str) -> None:
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        ("not-a-key", "malformed"),
+        ("berth_0123456789ab", "malformed"),
+        ("berth_XYZ_" + "a" * 43, "key id"),
+        ("berth_0123456789AB_" + "a" * 43, "key id"),
+        ("berth_0123456789ab_" + "a" * 20 + "!" * 23, "may hold only"),
+        ("berth_0123456789ab_short-secret", "too weak"),
+    ],
+)
+async def test_a_malformed_value_stops_the_server_naming_the_variable(
+    tmp_path: Path, store: Store, value: str, reason: str
+) -> None:
     with pytest.raises(AdminKeyRefused, match=reason) as refused:
         start_server(tmp_path, store, value)
     assert ADMIN_KEY_ENV in str(refused.value)
@@ -163,8 +168,9 @@ async def test_an_id_held_by_a_non_admin_key_is_refused(tmp_path: Path, store: S
     assert store.keys.authenticate(viewer.key).role == Role.viewer
 
 
-async def test_a_revoked_key_stays_revoked_and_the_server_starts(tmp_path: Path, store: Store,
-                                                                  caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_revoked_key_stays_revoked_and_the_server_starts(
+    tmp_path: Path, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     key, key_id, _ = new_key()
     install_admin_key(store, SecretStr(key))
     store.keys.revoke(key_id)
@@ -174,8 +180,9 @@ async def test_a_revoked_key_stays_revoked_and_the_server_starts(tmp_path: Path,
     assert f"{key_id} from {ADMIN_KEY_ENV} was revoked" in caplog.text
 
 
-async def test_the_secret_appears_in_no_log_and_no_message(tmp_path: Path, store: Store,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_secret_appears_in_no_log_and_no_message(
+    tmp_path: Path, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
     key, key_id, secret = new_key()
     messages = []
     with caplog.at_level(logging.DEBUG):
@@ -195,10 +202,21 @@ async def test_the_secret_appears_in_no_log_and_no_message(tmp_path: Path, store
 
 def test_berth_server_refuses_to_start_on_a_malformed_value(tmp_path: Path) -> None:
     secret = "too-short-to-be-a-secret"
-    env = {**os.environ, ADMIN_KEY_ENV: f"berth_0123456789ab_{secret}", "BERTH_DATA_DIR": str(tmp_path),
-           "BERTH_DATABASE_URL": f"sqlite:///{tmp_path / 'b.db'}", "BERTH_API_PORT": str(closed_port()),
-           "BERTH_TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port()}"}
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "server"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        ADMIN_KEY_ENV: f"berth_0123456789ab_{secret}",
+        "BERTH_DATA_DIR": str(tmp_path),
+        "BERTH_DATABASE_URL": f"sqlite:///{tmp_path / 'b.db'}",
+        "BERTH_API_PORT": str(closed_port()),
+        "BERTH_TEMPORAL_ADDRESS": f"127.0.0.1:{closed_port()}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", "server"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2, done.stderr
     assert f"error: {ADMIN_KEY_ENV} is too weak" in done.stderr and secret not in done.stderr + done.stdout

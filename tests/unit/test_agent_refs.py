@@ -14,13 +14,16 @@ def test_a_good_reference_loads_the_agents() -> None:
     assert [a.name for a in load_agents("orchestrator.demo.sample_agents:research")] == ["research"]
 
 
-@pytest.mark.parametrize("ref, reason", [
-    ("no_colon_here", "module:attr"),
-    ("orchestrator.demo.sample_agents:", "module:attr"),
-    ("not.a.module:thing", "cannot import"),
-    ("orchestrator.demo.sample_agents:missing", "no attribute"),
-    ("orchestrator.demo.sample_agents:KNOWLEDGE", "not an Agent"),
-])
+@pytest.mark.parametrize(
+    "ref, reason",
+    [
+        ("no_colon_here", "module:attr"),
+        ("orchestrator.demo.sample_agents:", "module:attr"),
+        ("not.a.module:thing", "cannot import"),
+        ("orchestrator.demo.sample_agents:missing", "no attribute"),
+        ("orchestrator.demo.sample_agents:KNOWLEDGE", "not an Agent"),
+    ],
+)
 def test_bad_references_say_why(ref: str, reason: str) -> None:
     with pytest.raises(AgentRefError, match=reason):
         load_agents(ref)

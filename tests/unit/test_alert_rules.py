@@ -12,12 +12,18 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from tests.unit.metrics_exposition import exposition
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "berth-alerts.yml"
-ISSUE_ALERTS = {"BerthGpuEccErrors", "BerthReplicaCrashLooping", "BerthTasksWaitingForGpu", "BerthTenantNearBudget",
-                "BerthNodeMissingHeartbeats"}
+ISSUE_ALERTS = {
+    "BerthGpuEccErrors",
+    "BerthReplicaCrashLooping",
+    "BerthTasksWaitingForGpu",
+    "BerthTenantNearBudget",
+    "BerthNodeMissingHeartbeats",
+}
 
 
-def test_every_alert_reads_metrics_berth_exposes(metrics_reader: InMemoryMetricReader,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_alert_reads_metrics_berth_exposes(
+    metrics_reader: InMemoryMetricReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
     exposed = {name for samples in exposition(monkeypatch).values() for name in samples}
 
     rules = [r for group in yaml.safe_load(RULES.read_text())["groups"] for r in group["rules"]]

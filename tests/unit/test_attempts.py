@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from activities.attempts import Attempts, carried_prefix, continuable
-from sdk.wire.limits import MAX_PREFIX_CHARS
 from sdk.wire.contracts import GenerationProgress, UnresolvedAttempt
+from sdk.wire.limits import MAX_PREFIX_CHARS
 
 
 def _cut(chunks: list[tuple[str, int]], attempt: int = 1) -> GenerationProgress:
@@ -20,7 +20,11 @@ def _cut(chunks: list[tuple[str, int]], attempt: int = 1) -> GenerationProgress:
 def test_the_heartbeat_carries_the_text_written_so_far() -> None:
     details = _cut([("The answer ", 2), ("is long.", 3)])
     assert (details.prefix, details.prefix_tokens, details.prefix_own, details.generated) == (
-        "The answer is long.", 5, 5, 5)
+        "The answer is long.",
+        5,
+        5,
+        5,
+    )
     assert continuable(carried_prefix(details), max_tokens=5 + 16)
     assert not continuable(carried_prefix(details), max_tokens=5 + 15)
 
@@ -45,8 +49,9 @@ def test_text_past_the_cap_is_not_carried() -> None:
 
 
 def test_a_continuation_keeps_the_cut_attempts_text_and_loses_the_rest() -> None:
-    dead = _cut([("abc", 4)], attempt=2).model_copy(update={
-        "generated": 7, "unresolved": [UnresolvedAttempt(attempt=1, generated=5)], "lost_before": 2})
+    dead = _cut([("abc", 4)], attempt=2).model_copy(
+        update={"generated": 7, "unresolved": [UnresolvedAttempt(attempt=1, generated=5)], "lost_before": 2}
+    )
     taking_over = Attempts.resume(101, dead)
     held = taking_over.held_back
     settled = taking_over.continue_prefix()
@@ -59,10 +64,8 @@ def test_a_continuation_keeps_the_cut_attempts_text_and_loses_the_rest() -> None
     assert (details.prefix, details.prefix_tokens, details.prefix_own, details.kept_before) == ("abcdef", 6, 2, 4)
 
 
-@given(st.lists(st.tuples(st.text(max_size=40), st.integers(0, 8), st.booleans()), max_size=40),
-       st.integers(0, 50))
-def test_kept_and_lost_always_add_up_to_what_was_generated(chunks: list[tuple[str, int, bool]],
-                                                           beyond: int) -> None:
+@given(st.lists(st.tuples(st.text(max_size=40), st.integers(0, 8), st.booleans()), max_size=40), st.integers(0, 50))
+def test_kept_and_lost_always_add_up_to_what_was_generated(chunks: list[tuple[str, int, bool]], beyond: int) -> None:
     progress = Attempts(1)
     for text, tokens, plain in chunks:
         progress.wrote(text, tokens, plain)

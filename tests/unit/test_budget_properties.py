@@ -16,7 +16,9 @@ operations = st.lists(
         st.tuples(st.just("call"), st.floats(0, 1)),
         st.tuples(st.just("spawn"), st.one_of(st.none(), st.integers(1, 50_000)), st.floats(0, 1)),
         st.tuples(st.just("raise"), st.integers(1, 10_000)),
-        st.tuples(st.just("settle_oldest"),),
+        st.tuples(
+            st.just("settle_oldest"),
+        ),
     ),
     max_size=60,
 )

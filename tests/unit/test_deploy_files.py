@@ -56,6 +56,7 @@ FULL_VALUES: dict[str, Any] = {
 
 # --- what the code really accepts ---------------------------------------------------------------
 
+
 def berth_env_vars() -> set[str]:
     """Every BERTH_* variable the code reads: BerthConfig's fields, and the names code passes to os.environ."""
     names = {ENV_PREFIX + field.upper() for field in BerthConfig.model_fields}
@@ -99,8 +100,8 @@ def berth_argv(command: list[str] | str) -> list[str]:
         command = shlex.split(command)
     if command[:2] == ["sh", "-c"]:
         words = shlex.split(command[2])
-        words = words[words.index("exec") + 1:] if "exec" in words else words
-        return [w.replace('$(hostname)', "a-host") for w in words]
+        words = words[words.index("exec") + 1 :] if "exec" in words else words
+        return [w.replace("$(hostname)", "a-host") for w in words]
     return list(command)
 
 
@@ -110,6 +111,7 @@ def assert_known_env(names: list[str], where: str) -> None:
 
 
 # --- Dockerfiles ----------------------------------------------------------------------------------
+
 
 def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of each instruction, continuation lines joined, comments dropped."""
@@ -147,12 +149,12 @@ def exec_form(instructions: list[tuple[str, str]], keyword: str) -> list[str]:
 
 def healthcheck_command(instructions: list[tuple[str, str]]) -> list[str]:
     rest = [r for k, r in instructions if k == "HEALTHCHECK"][-1]
-    return json.loads(rest[rest.index("CMD") + len("CMD"):].strip())
+    return json.loads(rest[rest.index("CMD") + len("CMD") :].strip())
 
 
 def final_stage(instructions: list[tuple[str, str]]) -> list[tuple[str, str]]:
     starts = [i for i, (k, _) in enumerate(instructions) if k == "FROM"]
-    return instructions[starts[-1]:]
+    return instructions[starts[-1] :]
 
 
 def test_control_plane_image_runs_server_by_default_and_checks_healthz_on_its_api_port() -> None:
@@ -199,8 +201,11 @@ def test_node_image_is_cuda_based_with_optional_vllm_and_checks_its_metrics_port
 
 
 def test_dockerignore_keeps_state_out_and_lets_the_copied_sources_in() -> None:
-    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-               if line.strip() and not line.startswith("#")}
+    ignored = {
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     assert {".git", ".venv", ".berth"} <= ignored
     for dockerfile in (CONTROL_PLANE_DOCKERFILE, NODE_DOCKERFILE):
         for keyword, rest in dockerfile_instructions(dockerfile):
@@ -210,6 +215,7 @@ def test_dockerignore_keeps_state_out_and_lets_the_copied_sources_in() -> None:
 
 
 # --- docker-compose.yml ---------------------------------------------------------------------------
+
 
 def compose() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE.read_text())
@@ -270,8 +276,11 @@ def test_compose_ports_agree_with_health_checks_and_prometheus() -> None:
     assert [services[n]["environment"]["BERTH_HOST"] for n in ("server", "worker", "node")] == ["0.0.0.0"] * 3
     assert any(p.split(":")[-1] == str(api_port) for p in services["server"]["ports"])
     # The worker and the node answer /healthz (and the node /readyz) on their metrics port.
-    for name, port, path in (("server", api_port, "/healthz"), ("worker", worker_port, "/healthz"),
-                             ("node", node_port, "/readyz")):
+    for name, port, path in (
+        ("server", api_port, "/healthz"),
+        ("worker", worker_port, "/healthz"),
+        ("node", node_port, "/readyz"),
+    ):
         check = " ".join(services[name]["healthcheck"]["test"])
         assert url_port(check) == port and f":{port}{path}'" in check, name
 
@@ -286,7 +295,9 @@ def test_compose_ports_agree_with_health_checks_and_prometheus() -> None:
     assert targets == {f"server:{api_port}", f"worker:{worker_port}", f"node:{node_port}"}
     assert all(job.get("metrics_path", "/metrics") == "/metrics" for job in prometheus["scrape_configs"])
     # The API's /metrics names every tenant: Prometheus reads it with the key of a compose secret.
-    (server_job,) = [j for j in prometheus["scrape_configs"] if f"server:{api_port}" in j["static_configs"][0]["targets"]]
+    (server_job,) = [
+        j for j in prometheus["scrape_configs"] if f"server:{api_port}" in j["static_configs"][0]["targets"]
+    ]
     secret_file = server_job["authorization"]["credentials_file"]
     assert secret_file.startswith("/run/secrets/")
     secret = secret_file.removeprefix("/run/secrets/")
@@ -296,12 +307,18 @@ def test_compose_ports_agree_with_health_checks_and_prometheus() -> None:
 
 # --- the Helm chart ---------------------------------------------------------------------------------
 
+
 def render_chart(values: dict[str, Any]) -> list[dict[str, Any]]:
     """`helm template berth deploy/helm/berth -n berth -f values`, parsed: every Kubernetes object."""
     with helm.Chart.load(CHART) as chart:
         rendered = chart.render(values, name="berth", namespace="berth")
-    return [doc for path, text in sorted(rendered.items()) if not path.endswith("NOTES.txt")
-            for doc in yaml.safe_load_all(text) if doc]
+    return [
+        doc
+        for path, text in sorted(rendered.items())
+        if not path.endswith("NOTES.txt")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -334,10 +351,18 @@ def test_chart_lints_clean_and_renders_every_part() -> None:
     assert not report["errors"] and all(m["severity"] < 2 for m in report["messages"]), report
     objects = render_chart(FULL_VALUES)
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
-    assert {("Deployment", "berth-server"), ("Service", "berth-server"), ("Deployment", "berth-worker"),
-            ("DaemonSet", "berth-node"), ("Deployment", "berth-tool-worker"), ("Ingress", "berth"),
-            ("ServiceMonitor", "berth"), ("Secret", "berth-join-token"), ("Secret", "berth-database"),
-            ("Secret", "berth-api-key")} <= kinds
+    assert {
+        ("Deployment", "berth-server"),
+        ("Service", "berth-server"),
+        ("Deployment", "berth-worker"),
+        ("DaemonSet", "berth-node"),
+        ("Deployment", "berth-tool-worker"),
+        ("Ingress", "berth"),
+        ("ServiceMonitor", "berth"),
+        ("Secret", "berth-join-token"),
+        ("Secret", "berth-database"),
+        ("Secret", "berth-api-key"),
+    } <= kinds
     defaults = {o["kind"] for o in render_chart({"database": FULL_VALUES["database"]})}
     assert "ServiceMonitor" not in defaults and "Ingress" not in defaults  # optional, off by default
 
@@ -356,7 +381,11 @@ def test_every_container_command_and_berth_variable_is_real(objects: list[dict[s
                 commands[name] = parse_berth(argv)
             assert_known_env([e["name"] for e in container.get("env", [])], f"{name}/{container['name']}")
     assert {n: c.command for n, c in commands.items()} == {
-        "berth-server": "server", "berth-worker": "worker", "berth-tool-worker": "worker", "berth-node": "node"}
+        "berth-server": "server",
+        "berth-worker": "worker",
+        "berth-tool-worker": "worker",
+        "berth-node": "node",
+    }
     assert commands["berth-tool-worker"].agents == FULL_VALUES["toolWorker"]["agents"]
 
 
@@ -396,8 +425,12 @@ def test_worker_and_node_metrics_ports_are_the_ones_they_serve(objects: list[dic
     # The ServiceMonitor's ports are the Services' port names, and each Service leads to them.
     monitor = one(objects, "ServiceMonitor", "berth")
     scraped = {e["port"] for e in monitor["spec"]["endpoints"]}
-    labelled = [o for o in objects if o["kind"] == "Service"
-                and monitor["spec"]["selector"]["matchLabels"].items() <= o["metadata"]["labels"].items()]
+    labelled = [
+        o
+        for o in objects
+        if o["kind"] == "Service"
+        and monitor["spec"]["selector"]["matchLabels"].items() <= o["metadata"]["labels"].items()
+    ]
     assert {o["metadata"]["name"] for o in labelled} == {"berth-server", "berth-worker-metrics", "berth-node-metrics"}
     for service in labelled:
         assert {p["name"] for p in service["spec"]["ports"]} <= scraped
@@ -428,7 +461,8 @@ def test_node_daemonset_runs_on_gpu_nodes_with_a_host_weights_cache(objects: lis
     args = parse_berth(container["args"])
     assert args.node_id == "$(NODE_NAME)"  # expanded by Kubernetes from the env below
     assert next(e for e in container["env"] if e["name"] == "NODE_NAME")["valueFrom"]["fieldRef"] == {
-        "fieldPath": "spec.nodeName"}
+        "fieldPath": "spec.nodeName"
+    }
     assert args.label == ["tier=gold"] and args.external_url == "http://127.0.0.1:9000/v1"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
@@ -441,8 +475,11 @@ def test_node_daemonset_runs_on_gpu_nodes_with_a_host_weights_cache(objects: lis
 
 
 def test_secrets_are_referenced_by_the_pods_that_need_them(objects: list[dict[str, Any]]) -> None:
-    secrets = {o["metadata"]["name"]: {**o.get("data", {}), **o.get("stringData", {})}
-               for o in objects if o["kind"] == "Secret"}
+    secrets = {
+        o["metadata"]["name"]: {**o.get("data", {}), **o.get("stringData", {})}
+        for o in objects
+        if o["kind"] == "Secret"
+    }
     refs: dict[str, set[tuple[str, str]]] = {}
     for name, pod in pod_specs(objects):
         for container in pod["containers"]:
@@ -453,7 +490,9 @@ def test_secrets_are_referenced_by_the_pods_that_need_them(objects: list[dict[st
                     refs.setdefault(name, set()).add((e["name"], ref["name"]))
     assert ("BERTH_JOIN_TOKEN", "berth-join-token") in refs["berth-server"]
     assert ("BERTH_JOIN_TOKEN", "berth-join-token") in refs["berth-node"]
-    assert [name for name, pod_refs in refs.items() if (ADMIN_KEY_ENV, "berth-admin-key") in pod_refs] == ["berth-server"]
+    assert [name for name, pod_refs in refs.items() if (ADMIN_KEY_ENV, "berth-admin-key") in pod_refs] == [
+        "berth-server"
+    ]
     # Generated at install (no adminKey.value here), in the format `berth server` accepts.
     parse_admin_key(base64.b64decode(secrets["berth-admin-key"]["admin-key"]).decode())
     for name in ("berth-server", "berth-worker"):
@@ -466,26 +505,39 @@ def test_secrets_are_referenced_by_the_pods_that_need_them(objects: list[dict[st
 
 
 def test_existing_secrets_replace_the_charts_own() -> None:
-    objects = render_chart({"database": {"existingSecret": "pg"}, "joinToken": {"existingSecret": "jt"},
-                            "adminKey": {"existingSecret": "admin", "existingSecretKey": "k"},
-                            "apiKey": {"existingSecret": "ak", "existingSecretKey": "key"},
-                            "toolWorker": {"enabled": True, "agents": "m:a"}})
+    objects = render_chart(
+        {
+            "database": {"existingSecret": "pg"},
+            "joinToken": {"existingSecret": "jt"},
+            "adminKey": {"existingSecret": "admin", "existingSecretKey": "k"},
+            "apiKey": {"existingSecret": "ak", "existingSecretKey": "key"},
+            "toolWorker": {"enabled": True, "agents": "m:a"},
+        }
+    )
     assert not [o for o in objects if o["kind"] == "Secret"]
     pods = dict(pod_specs(objects))
-    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for c in pods["berth-tool-worker"]["containers"]
-           for e in c["env"] if "valueFrom" in e}
+    env = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]
+        for c in pods["berth-tool-worker"]["containers"]
+        for e in c["env"]
+        if "valueFrom" in e
+    }
     assert env["BERTH_API_KEY"] == {"name": "ak", "key": "key"}
     (server,) = pods["berth-server"]["containers"]
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in server["env"] if "valueFrom" in e}
     assert {name: ref["name"] for name, ref in refs.items()} == {
-        "BERTH_DATABASE_URL": "pg", "BERTH_JOIN_TOKEN": "jt", ADMIN_KEY_ENV: "admin"}
+        "BERTH_DATABASE_URL": "pg",
+        "BERTH_JOIN_TOKEN": "jt",
+        ADMIN_KEY_ENV: "admin",
+    }
     assert refs[ADMIN_KEY_ENV]["key"] == "k"
 
 
 def test_an_admin_key_given_to_the_chart_is_checked_and_kept_as_given() -> None:
     key = "berth_0123456789ab_" + "s" * 43
-    secret = one(render_chart({"database": FULL_VALUES["database"], "adminKey": {"value": key}}),
-                 "Secret", "berth-admin-key")
+    secret = one(
+        render_chart({"database": FULL_VALUES["database"], "adminKey": {"value": key}}), "Secret", "berth-admin-key"
+    )
     assert base64.b64decode(secret["data"]["admin-key"]).decode() == key
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     # What `berth server` would refuse to start on is refused at install instead.
@@ -495,6 +547,7 @@ def test_an_admin_key_given_to_the_chart_is_checked_and_kept_as_given() -> None:
 
 
 # --- `berth …` mentioned anywhere under deploy/ ----------------------------------------------------
+
 
 def subcommand_parser(words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
     """The (sub)parser that `berth words…` reaches, and the words it leaves for that parser."""
@@ -512,8 +565,12 @@ def test_every_berth_command_named_in_deploy_docs_exists_with_those_flags() -> N
     # Prose mentions a command with some of its flags (`berth node --metrics-port`), so these are
     # checked for the command and each flag's existence rather than parsed as whole argvs.
     mentions = []
-    for path in [*DEPLOY.rglob("*.md"), *DEPLOY.rglob("*.Dockerfile"), *DEPLOY.rglob("*.yml"),
-                 *(CHART / "templates").glob("*")]:
+    for path in [
+        *DEPLOY.rglob("*.md"),
+        *DEPLOY.rglob("*.Dockerfile"),
+        *DEPLOY.rglob("*.yml"),
+        *(CHART / "templates").glob("*"),
+    ]:
         text = path.read_text()
         # In `inline code`, and as lines of fenced code blocks (after a shell prompt, if any).
         snippets = re.findall(r"`(berth [^`]+)`", text) + re.findall(r"^\s*(?:\$ )?(berth [^\n]+)$", text, re.M)

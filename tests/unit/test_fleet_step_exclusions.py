@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from pydantic import ValidationError
 
-from sdk.wire.recovery import DEFAULT_RECOVERY, Avoid, Cut, avoid_after
 from sdk._spec import TaskSpec
+from sdk.wire.recovery import DEFAULT_RECOVERY, Avoid, Cut, avoid_after
 from workflows.fleet_step import EXCLUDE_NODE_FOR, still_excluded
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_an_exclusion_ends_after_its_time_so_a_step_failed_by_every_node_is_not_stranded() -> None:

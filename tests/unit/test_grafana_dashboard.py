@@ -79,8 +79,9 @@ def test_every_panel_has_a_title_a_place_and_queries_on_the_chosen_datasource() 
             assert target["datasource"]["uid"] == DATASOURCE and target["expr"].strip(), where
 
 
-def test_every_query_reads_metrics_berth_exposes(metrics_reader: InMemoryMetricReader,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_query_reads_metrics_berth_exposes(
+    metrics_reader: InMemoryMetricReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
     exposed = {name for samples in exposition(monkeypatch).values() for name in samples}
     for title, expr in queries():
         read = set(METRIC.findall(expr))
@@ -94,14 +95,16 @@ def test_every_query_reads_metrics_berth_exposes(metrics_reader: InMemoryMetricR
             assert "histogram_quantile(" in expr and re.search(r"by \([^)]*\ble\b", expr), (title, expr)
 
 
-def test_every_metric_berth_declares_is_on_the_dashboard(metrics_reader: InMemoryMetricReader,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_metric_berth_declares_is_on_the_dashboard(
+    metrics_reader: InMemoryMetricReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
     families = exposition(monkeypatch)
     # The exposition has a series of every instrument the code declares, or this check would miss a new one.
     unseen = declared_instruments() - families.keys()
     assert not unseen, f"declared but given no figure by metrics_exposition.exposition: {sorted(unseen)}"
     assert NOT_ON_THE_DASHBOARD.keys() <= families.keys()
     shown = {name for _title, expr in queries() for name in METRIC.findall(expr)}
-    missing = {family for family, samples in families.items()
-               if family not in NOT_ON_THE_DASHBOARD and not samples & shown}
+    missing = {
+        family for family, samples in families.items() if family not in NOT_ON_THE_DASHBOARD and not samples & shown
+    }
     assert not missing, f"not on the dashboard (add a panel, or a reason to NOT_ON_THE_DASHBOARD): {sorted(missing)}"

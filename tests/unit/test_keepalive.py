@@ -81,8 +81,9 @@ def two_disk_fleet() -> FleetState:
     fleet = FleetState()
     fleet.add_model(ModelSpec("m", 16, 4, concurrency=4))
     for node, disk in (("fast", 6.0), ("slow", 0.5)):
-        fleet.add_node(Node(node, "dc", "z", "on-demand", 3.0, [Device(0, f"{node}-0", "H100-80GB", 80.0)],
-                            disk_gib_per_s=disk))
+        fleet.add_node(
+            Node(node, "dc", "z", "on-demand", 3.0, [Device(0, f"{node}-0", "H100-80GB", 80.0)], disk_gib_per_s=disk)
+        )
     return fleet
 
 

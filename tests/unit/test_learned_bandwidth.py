@@ -89,8 +89,9 @@ def test_the_pool_learns_from_heartbeats_and_ticket_reports_through_the_store(tm
 
     store = Store.open(f"sqlite:///{tmp_path}/berth.db")
     store.fleet.register(NodeSpec(node_id="far", datacenter="west", zone="west-1", capacity="on-demand"), "s" * 20)
-    store.fleet.heartbeat(NodeHeartbeat(node_id="far", transfers=[{"tier": "origin", "bytes": 4 * GIB,
-                                                                    "seconds": 0.5}]), "s" * 20)
+    store.fleet.heartbeat(
+        NodeHeartbeat(node_id="far", transfers=[{"tier": "origin", "bytes": 4 * GIB, "seconds": 0.5}]), "s" * 20
+    )
 
     class Catalogue:
         def get(self, name: str) -> None:

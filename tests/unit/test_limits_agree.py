@@ -41,23 +41,27 @@ async def tools() -> dict[str, dict[str, Any]]:
     return {tool.name: tool.input_schema["properties"] for tool in listed}
 
 
-@pytest.mark.parametrize(("tool", "argument", "model", "field"), [
-    ("submit_task", "agent", SubmitRequest, "agent"),
-    ("submit_task", "input", SubmitRequest, "input"),
-    ("submit_task", "priority", SubmitRequest, "priority"),
-    ("submit_task", "task_id", SubmitRequest, "task_id"),
-    ("submit_task", "budget_tokens", Budget, "tokens"),
-    ("submit_task", "budget_usd", Budget, "usd"),
-    ("cancel_task", "reason", CancelBody, "reason"),
-    ("raise_budget", "tokens", RaiseBudgetRequest, "tokens"),
-    ("answer_task", "text", AnswerRequest, "text"),
-    ("fork_task", "checkpoint_seq", ForkRequest, "checkpoint_seq"),
-    ("fork_task", "model", ForkRequest, "model"),
-    ("fork_task", "input", ForkRequest, "input"),
-    ("fork_task", "max_steps", ForkRequest, "max_steps"),
-    ("fork_task", "new_task_id", ForkRequest, "task_id"),
-    ("fork_task", "budget_tokens", Budget, "tokens"),
-])
+@pytest.mark.parametrize(
+    ("tool", "argument", "model", "field"),
+    [
+        ("submit_task", "agent", SubmitRequest, "agent"),
+        ("submit_task", "input", SubmitRequest, "input"),
+        ("submit_task", "priority", SubmitRequest, "priority"),
+        ("submit_task", "task_id", SubmitRequest, "task_id"),
+        ("submit_task", "budget_tokens", Budget, "tokens"),
+        ("submit_task", "budget_usd", Budget, "usd"),
+        ("cancel_task", "reason", CancelBody, "reason"),
+        ("raise_budget", "tokens", RaiseBudgetRequest, "tokens"),
+        ("answer_task", "text", AnswerRequest, "text"),
+        ("fork_task", "checkpoint_seq", ForkRequest, "checkpoint_seq"),
+        ("fork_task", "model", ForkRequest, "model"),
+        ("fork_task", "input", ForkRequest, "input"),
+        ("fork_task", "max_steps", ForkRequest, "max_steps"),
+        ("fork_task", "new_task_id", ForkRequest, "task_id"),
+        ("fork_task", "budget_tokens", Budget, "tokens"),
+    ],
+)
 def test_an_mcp_argument_is_bounded_as_the_api_field_it_becomes(
-        tools: dict[str, dict[str, Any]], tool: str, argument: str, model: type[BaseModel], field: str) -> None:
+    tools: dict[str, dict[str, Any]], tool: str, argument: str, model: type[BaseModel], field: str
+) -> None:
     assert _bounds(tools[tool][argument]) == _api(model, field)

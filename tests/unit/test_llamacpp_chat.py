@@ -10,25 +10,34 @@ from pathlib import Path
 import pytest
 
 from orchestrator.catalogue import SEED_MODELS
-from orchestrator.engines.llamacpp import (ChatTemplate, ChatTemplateError, ModelLoadError, ParsedCall, ToolCallStream,
-                                           check_gguf, packaged_file)
+from orchestrator.engines.llamacpp import (
+    ChatTemplate,
+    ChatTemplateError,
+    ModelLoadError,
+    ParsedCall,
+    ToolCallStream,
+    check_gguf,
+    packaged_file,
+)
 from orchestrator.node.gpu_types import CPU_TYPES, GPU_TYPES, match_device, parse_simulate
 
 # SmolLM2-135M-Instruct's own tokenizer.chat_template, as its GGUF carries it.
-SMOLLM2 = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-           "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
-           "trained by Hugging Face<|im_end|>\n' }}"
-           "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-           "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+SMOLLM2 = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+    "trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 # The tool part of Qwen 2.5's template, which most Hermes-style templates share.
 QWEN_LIKE = (
     "{%- if tools %}<|im_start|>system\n# Tools\n<tools>"
     "{%- for tool in tools %}\n{{ tool | tojson }}{%- endfor %}\n</tools>\n"
-    "Return <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n{%- endif %}"
+    'Return <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n{%- endif %}'
     "{%- for message in messages %}"
     "{%- if message.tool_calls %}<|im_start|>assistant\n{%- for tool_call in message.tool_calls %}"
-    "<tool_call>\n{\"name\": \"{{ tool_call.function.name }}\", "
-    "\"arguments\": {{ tool_call.function.arguments | tojson }}}"
+    '<tool_call>\n{"name": "{{ tool_call.function.name }}", '
+    '"arguments": {{ tool_call.function.arguments | tojson }}}'
     "\n</tool_call>{%- endfor %}<|im_end|>\n"
     "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
@@ -39,8 +48,10 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
 def test_smollm2s_template_renders_as_hugging_face_renders_it() -> None:
     template = ChatTemplate(SMOLLM2)
     prompt = template.render([{"role": "user", "content": "Hi"}])
-    assert prompt.text == ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-                           "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert prompt.text == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+        "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert not template.renders_tools and template.tool_syntax is None
 
 
@@ -63,11 +74,17 @@ def test_tools_are_refused_where_the_template_has_no_syntax_for_them() -> None:
 def test_a_hermes_template_writes_tools_and_earlier_calls() -> None:
     template = ChatTemplate(QWEN_LIKE)
     assert template.tool_syntax == "hermes"
-    messages = [{"role": "user", "content": "Weather?"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "c1", "type": "function",
-                     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
     text = template.render(messages, [WEATHER]).text
     assert '"name": "get_weather"' in text.split("</tools>")[0]
     # The call's JSON-text arguments reach the template as an object, as llama.cpp and HF hand them over.
@@ -99,7 +116,7 @@ def test_tool_calls_are_cut_out_of_the_stream_whatever_the_chunking() -> None:
         stream = ToolCallStream()
         parts: list[str | ParsedCall] = []
         for start in range(0, len(text), size):
-            parts.extend(stream.feed(text[start:start + size]))
+            parts.extend(stream.feed(text[start : start + size]))
         parts.extend(stream.finish())
         plain = "".join(p for p in parts if isinstance(p, str))
         calls = [p for p in parts if isinstance(p, ParsedCall)]
@@ -133,8 +150,9 @@ def test_a_file_is_checked_for_the_gguf_header(tmp_path: Path) -> None:
 def test_a_cpu_device_is_inventory_like_any_gpu() -> None:
     (cpu,) = parse_simulate("1xCPU-16GB")
     assert cpu is CPU_TYPES["CPU-16GB"] is GPU_TYPES["CPU-16GB"] and cpu.memory_gib == 16
-    assert not cpu.supports_mig and 0 < cpu.relative_speed < min(g.relative_speed for g in GPU_TYPES.values()
-                                                                 if g.name not in CPU_TYPES)
+    assert not cpu.supports_mig and 0 < cpu.relative_speed < min(
+        g.relative_speed for g in GPU_TYPES.values() if g.name not in CPU_TYPES
+    )
     assert match_device("Intel CPU 16GB", 16 * 1024) is None  # NVML never reports a CPU as a GPU
 
 

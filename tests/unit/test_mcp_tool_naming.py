@@ -19,8 +19,13 @@ def test_mcp_tool_names_are_ones_a_model_can_call() -> None:
 
 
 def test_a_call_result_becomes_text_for_the_model() -> None:
-    text = CallToolResult(content=[TextContent(type="text", text="[1, 2]"), TextContent(type="text", text=""),
-                                   ImageContent(type="image", data="AAAA", mime_type="image/png")])
+    text = CallToolResult(
+        content=[
+            TextContent(type="text", text="[1, 2]"),
+            TextContent(type="text", text=""),
+            ImageContent(type="image", data="AAAA", mime_type="image/png"),
+        ]
+    )
     assert result_text(text) == "[1, 2]\n\n[image content]"
     resource = EmbeddedResource(type="resource", resource=TextResourceContents(uri="file:///a.txt", text="doc"))
     assert result_text(CallToolResult(content=[resource], structured_content={"n": 1})) == "doc"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,17 +10,28 @@ from hypothesis import strategies as st
 from orchestrator.telemetry.model_figures import model_figures, percentile
 from sdk import TaskEvent
 
-AT = datetime(2026, 11, 30, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 30, tzinfo=UTC)
 
 
 def call(model: str, ttft_s: float, tier: str = "warm", tokens_per_s: float | None = 40.0) -> TaskEvent:
-    return TaskEvent(seq=0, task_id="t", kind="llm_call", at=AT,
-                     data={"model": model, "ttft_s": ttft_s, "tier": tier, "tokens_per_s": tokens_per_s})
+    return TaskEvent(
+        seq=0,
+        task_id="t",
+        kind="llm_call",
+        at=AT,
+        data={"model": model, "ttft_s": ttft_s, "tier": tier, "tokens_per_s": tokens_per_s},
+    )
 
 
 def test_figures_are_per_model_with_cold_starts_counted_by_the_tier_the_weights_came_from() -> None:
-    events = [call("big", 30.0, "origin"), call("big", 0.4), call("big", 0.5, "loading"), call("big", 12.0, "disk"),
-              call("small", 0.05, "datacenter", None), TaskEvent(seq=0, task_id="t", kind="interruption", at=AT, data={})]
+    events = [
+        call("big", 30.0, "origin"),
+        call("big", 0.4),
+        call("big", 0.5, "loading"),
+        call("big", 12.0, "disk"),
+        call("small", 0.05, "datacenter", None),
+        TaskEvent(seq=0, task_id="t", kind="interruption", at=AT, data={}),
+    ]
     figures = model_figures(events)
     assert set(figures) == {"big", "small"}
     big, small = figures["big"], figures["small"]

@@ -57,8 +57,9 @@ def app(tmp_path: Path):
 def reader(app) -> httpx.AsyncClient:
     """The app's user routes, with a viewer key (the node agent itself needs none)."""
     key = app.state.services.store.keys.create(Role.viewer).key
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://berth",
-                             headers={"authorization": f"Bearer {key}"})
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://berth", headers={"authorization": f"Bearer {key}"}
+    )
 
 
 def plane(app) -> ControlPlane:
@@ -67,8 +68,9 @@ def plane(app) -> ControlPlane:
 
 def options(tmp_path: Path, **fields: object) -> NodeOptions:
     """gpu-a's options; with the cluster token unless `join_token` says otherwise (it then waits for approval)."""
-    return NodeOptions(**{"node_id": "gpu-a", "join_token": JOIN_TOKEN, "cache_dir": tmp_path / "node",
-                          "zone": "z1", **fields})  # type: ignore[arg-type]
+    return NodeOptions(
+        **{"node_id": "gpu-a", "join_token": JOIN_TOKEN, "cache_dir": tmp_path / "node", "zone": "z1", **fields}
+    )  # type: ignore[arg-type]
 
 
 def admitted(app, node_id: str = "gpu-a") -> str:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -44,7 +43,8 @@ async def manager(cache: WeightsCache, tmp_path: Path):
 
 
 async def test_a_replica_loads_serves_is_reported_and_unloads_keeping_its_weights(
-        manager: ReplicaManager, cache: WeightsCache) -> None:
+    manager: ReplicaManager, cache: WeightsCache
+) -> None:
     seen: list[str] = []
     replica = await manager.load(SMALL, (0,), "r1", "origin", on_progress=lambda r: seen.append(r.state))
     assert replica.state == "warm" and replica.tier == "origin" and replica.load_seconds > 0
@@ -52,8 +52,10 @@ async def test_a_replica_loads_serves_is_reported_and_unloads_keeping_its_weight
     assert [(r.model, r.gpu_indexes, r.state) for r in manager.reports()] == [("llama-3.2-1b", [0], "warm")]
     assert replica.handle is not None
     async with httpx.AsyncClient(timeout=30) as http:
-        answer = await http.post(f"{replica.handle.base_url}/chat/completions", json={
-            "model": "llama-3.2-1b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
+        answer = await http.post(
+            f"{replica.handle.base_url}/chat/completions",
+            json={"model": "llama-3.2-1b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
+        )
     assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"]
     [cached] = cache.contents()
     assert cached.model == "llama-3.2-1b" and cached.pinned
@@ -66,7 +68,8 @@ async def test_a_replica_loads_serves_is_reported_and_unloads_keeping_its_weight
 
 
 async def test_a_load_activity_writes_where_the_weights_came_from_and_its_seconds_on_its_span(
-        manager: ReplicaManager) -> None:
+    manager: ReplicaManager,
+) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -75,8 +78,11 @@ async def test_a_load_activity_writes_where_the_weights_came_from_and_its_second
     with provider.get_tracer("test").start_as_current_span("RunActivity:berth.load_replica"):
         ready = await ActivityEnvironment().run(load, LoadReplica(model=SMALL, gpu_indexes=[1], replica_id="r7"))
     [span] = exporter.get_finished_spans()
-    assert {k: span.attributes[k] for k in ("berth.model", "berth.replica", "berth.tier")} == \
-        {"berth.model": "llama-3.2-1b", "berth.replica": "r7", "berth.tier": "origin"}
+    assert {k: span.attributes[k] for k in ("berth.model", "berth.replica", "berth.tier")} == {
+        "berth.model": "llama-3.2-1b",
+        "berth.replica": "r7",
+        "berth.tier": "origin",
+    }
     assert tuple(span.attributes["berth.gpu_indexes"]) == (1,)
     assert span.attributes["berth.load_s"] == ready.load_seconds > 0
 
@@ -102,8 +108,10 @@ async def test_a_replica_that_dies_while_loading_fails_with_its_log_tail(cache: 
     manager = ReplicaManager(cache, {"vllm": VllmReplicaEngine(executable=str(crashing), log_dir=tmp_path)})
     (tmp_path / "w").mkdir()
     (tmp_path / "w" / "config.json").write_bytes(b"{}")
-    weights = {"origin": (tmp_path / "w").as_uri(), "files": [
-        {"path": "config.json", "sha256": hashlib.sha256(b"{}").hexdigest(), "size_bytes": 2}]}
+    weights = {
+        "origin": (tmp_path / "w").as_uri(),
+        "files": [{"path": "config.json", "sha256": hashlib.sha256(b"{}").hexdigest(), "size_bytes": 2}],
+    }
     entry = ModelEntry.model_validate({**SMALL.model_dump(), "engine": "vllm", "weights": weights})
     with pytest.raises(ReplicaLoadError, match="died while loading(.|\n)*CUDA out of memory"):
         await manager.load(entry, (0,), "r1")
@@ -113,14 +121,18 @@ async def test_a_replica_that_dies_while_loading_fails_with_its_log_tail(cache: 
     assert cache.free_bytes() == cache.capacity_bytes - 2  # the room reserved for the fetch is given back
 
 
-@pytest.mark.parametrize("change, gpus, reason", [
-    ({"engine": "openai-compatible"}, (0,), "no 'openai-compatible' engine.*--external-url"),
-    ({"engine": "vllm"}, (0,), "no 'vllm' engine"),
-    ({}, (7,), "gpu_indexes: this node has no GPU 7"),
-    ({}, (0, 1), r"gpu_indexes: llama-3.2-1b runs on \[1\] GPU"),
-])
-async def test_loads_the_node_cannot_serve_are_refused_by_name(manager: ReplicaManager, change: dict,
-                                                               gpus: tuple[int, ...], reason: str) -> None:
+@pytest.mark.parametrize(
+    "change, gpus, reason",
+    [
+        ({"engine": "openai-compatible"}, (0,), "no 'openai-compatible' engine.*--external-url"),
+        ({"engine": "vllm"}, (0,), "no 'vllm' engine"),
+        ({}, (7,), "gpu_indexes: this node has no GPU 7"),
+        ({}, (0, 1), r"gpu_indexes: llama-3.2-1b runs on \[1\] GPU"),
+    ],
+)
+async def test_loads_the_node_cannot_serve_are_refused_by_name(
+    manager: ReplicaManager, change: dict, gpus: tuple[int, ...], reason: str
+) -> None:
     entry = ModelEntry.model_validate({**SMALL.model_dump(), **change})
     with pytest.raises(ReplicaLoadError, match=reason):
         await manager.load(entry, gpus, "r1")
@@ -140,7 +152,9 @@ async def test_prewarm_reports_progress_while_the_weights_arrive(cache: WeightsC
     assert beats and cache.has("llama-3.2-1b")
 
 
-async def test_unloading_a_loading_replica_fails_its_load_and_frees_its_room(cache: WeightsCache, tmp_path: Path) -> None:
+async def test_unloading_a_loading_replica_fails_its_load_and_frees_its_room(
+    cache: WeightsCache, tmp_path: Path
+) -> None:
     slow = SimulatedReplicaEngine(load_time_scale=1.0, latency_scale=0, log_dir=tmp_path)  # ~30 s from origin
     manager = ReplicaManager(cache, {"simulated": slow})
     loading = asyncio.create_task(manager.load(SMALL, (0,), "r1"))
@@ -153,13 +167,20 @@ async def test_unloading_a_loading_replica_fails_its_load_and_frees_its_room(cac
     assert manager.replicas() == [] and cache.contents() == [] and cache.free_bytes() == cache.capacity_bytes
 
 
-async def test_a_load_records_its_time_by_the_tier_its_weights_came_from(manager: ReplicaManager,
-                                                                          metrics_reader) -> None:
+async def test_a_load_records_its_time_by_the_tier_its_weights_came_from(
+    manager: ReplicaManager, metrics_reader
+) -> None:
     def loads() -> dict[str, tuple[int, float]]:
         data = metrics_reader.get_metrics_data()  # None before anything was recorded
-        return {p.attributes["tier"]: (p.count, p.sum) for rm in (data.resource_metrics if data else [])
-                for sm in rm.scope_metrics for m in sm.metrics if m.name == "berth_replica_load_seconds"
-                for p in m.data.data_points if p.attributes["model"] == SMALL.name}
+        return {
+            p.attributes["tier"]: (p.count, p.sum)
+            for rm in (data.resource_metrics if data else [])
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "berth_replica_load_seconds"
+            for p in m.data.data_points
+            if p.attributes["model"] == SMALL.name
+        }
 
     before = loads().get("origin", (0, 0.0))
     replica = await manager.load(SMALL, (0,), "r1", "origin")

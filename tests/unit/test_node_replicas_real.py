@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-
 from pathlib import Path
 
 import pytest
@@ -25,8 +24,11 @@ from sdk import ModelEntry
 from tests.unit.weights_helpers import loopback_origin
 
 GIB = 2**30
-SMOLLM2 = {"path": "SmolLM2-135M-Instruct.Q4_1.gguf", "size_bytes": 98_362_432,
-           "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"}
+SMOLLM2 = {
+    "path": "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "size_bytes": 98_362_432,
+    "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+}
 
 
 class RecordingEngine(SimulatedReplicaEngine):
@@ -83,8 +85,9 @@ async def rig(tmp_path: Path, request: pytest.FixtureRequest):
     engine = RecordingEngine(tmp_path / "logs") if "real_gguf" in request.node.name else InstantEngine()
     cache = WeightsCache(tmp_path / "cache", 2 * GIB)
     fills: list[FillReport] = []
-    manager = ReplicaManager(cache, {"vllm": engine, "llama.cpp": engine, "sglang": engine}, gpu_indexes={0, 1},
-                             on_fill=fills.append)
+    manager = ReplicaManager(
+        cache, {"vllm": engine, "llama.cpp": engine, "sglang": engine}, gpu_indexes={0, 1}, on_fill=fills.append
+    )
     yield manager, engine, cache, fills
     await manager.stop_all(grace_s=2)
 
@@ -118,7 +121,10 @@ async def test_vllm_and_sglang_get_the_revision_directory(rig, tmp_path: Path) -
     for kind in ("vllm", "sglang"):
         await manager.load(_entry(f"tiny-{kind}", kind, weights), (0,), f"r-{kind}")
         spec = engine.specs[-1]
-        assert Path(spec.weights_path).is_dir() and (Path(spec.weights_path) / "model.safetensors").stat().st_size == 300_000
+        assert (
+            Path(spec.weights_path).is_dir()
+            and (Path(spec.weights_path) / "model.safetensors").stat().st_size == 300_000
+        )
         assert spec.load_tier == "disk" and spec.bytes_to_fetch == 0  # the engine reads the local copy
         await manager.unload(f"r-{kind}", grace_s=2)
     assert len({s.weights_path for s in engine.specs}) == 1  # one entry for the same bytes under two names
@@ -144,21 +150,34 @@ async def test_a_datacenter_load_falls_back_to_origin_when_no_peer_can_give_it(r
 
     other = _entry("tiny2", "vllm", _small_files(tmp_path / "src2") | {"revision": "v2"})
     (tmp_path / "src2" / "extra.json").write_bytes(b"{}")
-    other.weights.files.append(type(other.weights.files[0])(path="extra.json", size_bytes=2,  # type: ignore[union-attr]
-                                                            sha256=hashlib.sha256(b"{}").hexdigest()))
+    other.weights.files.append(
+        type(other.weights.files[0])(
+            path="extra.json",
+            size_bytes=2,  # type: ignore[union-attr]
+            sha256=hashlib.sha256(b"{}").hexdigest(),
+        )
+    )
     manager.sources["datacenter"] = broken_peers
     assert (await manager.load(other, (0,), "r2", "datacenter")).tier == "origin" and asked == ["tiny2"]
     await manager.unload("r2", grace_s=2)
 
-    third = _entry("tiny3", "vllm", {**_small_files(tmp_path / "src3"), "files": [
-        {"path": "only.bin", "sha256": hashlib.sha256(b"3").hexdigest(), "size_bytes": 1}]})
+    third = _entry(
+        "tiny3",
+        "vllm",
+        {
+            **_small_files(tmp_path / "src3"),
+            "files": [{"path": "only.bin", "sha256": hashlib.sha256(b"3").hexdigest(), "size_bytes": 1}],
+        },
+    )
     (tmp_path / "src3" / "only.bin").write_bytes(b"3")
     manager.sources["datacenter"] = peers
     replica = await manager.load(third, (0,), "r3", "datacenter")
     assert replica.tier == "datacenter" and fills[-1].tier == "datacenter"
 
 
-async def test_prewarm_fetches_real_bytes_over_http_and_a_bad_origin_fails_the_load_cleanly(rig, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_prewarm_fetches_real_bytes_over_http_and_a_bad_origin_fails_the_load_cleanly(
+    rig, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     manager, _, cache, fills = rig
     weights = _small_files(tmp_path / "src")
     with loopback_origin(tmp_path / "src") as origin:
@@ -175,12 +194,12 @@ async def test_prewarm_fetches_real_bytes_over_http_and_a_bad_origin_fails_the_l
 
 
 def test_weights_path_is_the_gguf_for_llama_cpp_and_the_directory_otherwise(tmp_path: Path) -> None:
-    files = [{"path": "m-00002-of-00002.gguf", "sha256": "a" * 64, "size_bytes": 1},
-             {"path": "m-00001-of-00002.gguf", "sha256": "b" * 64, "size_bytes": 1}]
+    files = [
+        {"path": "m-00002-of-00002.gguf", "sha256": "a" * 64, "size_bytes": 1},
+        {"path": "m-00001-of-00002.gguf", "sha256": "b" * 64, "size_bytes": 1},
+    ]
     entry = _entry("split", "llama.cpp", {"origin": "file:///w", "files": files})
     rev = Revision.of(entry)
     assert rev is not None
     assert weights_path(entry, rev, tmp_path) == tmp_path / "m-00001-of-00002.gguf"
     assert weights_path(entry.model_copy(update={"engine": "vllm"}), rev, tmp_path) == tmp_path
-
-

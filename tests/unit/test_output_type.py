@@ -32,19 +32,26 @@ def test_an_answer_is_read_bare_or_from_its_one_code_fence() -> None:
     assert answer_json("```a``` and ```b```") == "```a``` and ```b```"  # two fences: prose, left as it is
 
 
-@pytest.mark.parametrize("answer, problem", [
-    ("Here it is: Report", "the answer is not JSON"),
-    ('{"title": "t", "score": 0.2, "items": []}', "score: 0.2 is less than or equal to the minimum of 0.5"),
-    ('{"title": "t", "score": 1, "items": [{"name": "ab", "tags": ["x", "y"]}]}', "items/0/name: 'ab' is too short"),
-    ('{"score": 1, "items": []}', "the answer: 'title' is a required property"),
-])
+@pytest.mark.parametrize(
+    "answer, problem",
+    [
+        ("Here it is: Report", "the answer is not JSON"),
+        ('{"title": "t", "score": 0.2, "items": []}', "score: 0.2 is less than or equal to the minimum of 0.5"),
+        (
+            '{"title": "t", "score": 1, "items": [{"name": "ab", "tags": ["x", "y"]}]}',
+            "items/0/name: 'ab' is too short",
+        ),
+        ('{"score": 1, "items": []}', "the answer: 'title' is a required property"),
+    ],
+)
 def test_an_answer_that_does_not_match_says_where_and_why(answer: str, problem: str) -> None:
     assert problem in (answer_problem(answer, SCHEMA) or "")
 
 
 def test_a_matching_answer_has_no_problem() -> None:
-    assert answer_problem('{"title": "t", "score": 0.9, "items": [{"name": "abc", "tags": ["x", "y"]}]}',
-                          SCHEMA) is None
+    assert (
+        answer_problem('{"title": "t", "score": 0.9, "items": [{"name": "abc", "tags": ["x", "y"]}]}', SCHEMA) is None
+    )
 
 
 def test_an_unusable_schema_is_refused_at_declaration_and_registration() -> None:

@@ -35,8 +35,13 @@ def test_a_call_is_named_by_its_conversation_instructions_tools_and_settings() -
 def call(loop: OwnLoop, new: list[Message], instructions: str = "Research.") -> LoopCall:
     held = loop.transcript()
     chain = chain_of(new, start=held.chain)[-1] if new else held.chain
-    return LoopCall(request_hash=request_hash(chain, instructions, [], {}), prefix_length=held.length,
-                    prefix_chain=held.chain, new_messages=new, instructions=instructions)
+    return LoopCall(
+        request_hash=request_hash(chain, instructions, [], {}),
+        prefix_length=held.length,
+        prefix_chain=held.chain,
+        new_messages=new,
+        instructions=instructions,
+    )
 
 
 def test_the_loop_extends_its_conversation_replays_answered_calls_and_refuses_a_moved_one() -> None:
@@ -69,12 +74,27 @@ def test_tool_results_are_kept_only_for_calls_its_replies_made_and_the_first_sta
 
 
 def test_a_chat_request_splits_its_instructions_from_the_conversation() -> None:
-    request = ChatRequest.model_validate({"messages": [
-        {"role": "system", "content": "Research."}, {"role": "developer", "content": "Cite."},
-        {"role": "user", "content": [{"type": "text", "text": "H100 "}, {"type": "text", "text": "bandwidth"}]},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call-1", "type": "function", "function": {"name": "lookup", "arguments": '{"s": "H100"}'}}]},
-        {"role": "tool", "tool_call_id": "call-1", "content": "notes"}]})
+    request = ChatRequest.model_validate(
+        {
+            "messages": [
+                {"role": "system", "content": "Research."},
+                {"role": "developer", "content": "Cite."},
+                {"role": "user", "content": [{"type": "text", "text": "H100 "}, {"type": "text", "text": "bandwidth"}]},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call-1",
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": '{"s": "H100"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call-1", "content": "notes"},
+            ]
+        }
+    )
     instructions, conversation = request.split()
     assert instructions == "Research.\n\nCite."
     assert [m.role for m in conversation] == ["user", "assistant", "tool"]

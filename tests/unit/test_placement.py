@@ -26,7 +26,9 @@ BIG = ModelSpec("llama-3.1-70b", weights_gib=140, kv_headroom_gib=10, tensor_par
 BIG_TP1 = ModelSpec("llama-3.1-70b-tp1", weights_gib=140, kv_headroom_gib=10, tensor_parallel=(1,))
 
 
-def gpus(n: int, type_name: str = "H100-80GB", memory: float = 80, speed: float = 1.0, prefix: str = "") -> list[Device]:
+def gpus(
+    n: int, type_name: str = "H100-80GB", memory: float = 80, speed: float = 1.0, prefix: str = ""
+) -> list[Device]:
     return [Device(i, f"{prefix}{type_name}-{i}", type_name, memory, speed) for i in range(n)]
 
 
@@ -42,7 +44,9 @@ def node(
     return Node(node_id, dc, zone, capacity, price, devices if devices is not None else gpus(8, prefix=node_id), **kw)  # type: ignore[arg-type]
 
 
-def fleet(*nodes: Node, models: tuple[ModelSpec, ...] = (SMALL, BIG, BIG_TP1), tenants: tuple[Tenant, ...] = ()) -> FleetState:
+def fleet(
+    *nodes: Node, models: tuple[ModelSpec, ...] = (SMALL, BIG, BIG_TP1), tenants: tuple[Tenant, ...] = ()
+) -> FleetState:
     f = FleetState()
     for n in nodes:
         f.add_node(n)
@@ -95,9 +99,11 @@ def test_gpu_type_restriction() -> None:
 
 def test_a_new_replica_goes_only_to_a_node_that_runs_its_engine() -> None:
     tiny = ModelSpec("smollm2-135m", weights_gib=0.1, kv_headroom_gib=0.5, engine="llama.cpp")
-    f = fleet(node("h100", engines=frozenset({"simulated"})), node("cpu", gpus(1, "CPU-16GB", 16, 0.0004),
-                                                                       engines=frozenset({"llama.cpp"})),
-              models=(SMALL, tiny))
+    f = fleet(
+        node("h100", engines=frozenset({"simulated"})),
+        node("cpu", gpus(1, "CPU-16GB", 16, 0.0004), engines=frozenset({"llama.cpp"})),
+        models=(SMALL, tiny),
+    )
     d = place(f, req("smollm2-135m"))
     assert d.chosen is not None and d.chosen.candidate.node_id == "cpu"
     assert d.rejections.get("engine") == 1  # the H100 is far faster, but runs no llama.cpp
@@ -229,12 +235,15 @@ def test_a_busy_replica_with_a_free_slot_beats_a_cold_load() -> None:
 
 
 def test_a_long_answer_goes_to_the_fast_gpu_and_a_short_one_to_the_cheap_one() -> None:
-    f = fleet(node("fast", gpus(1, "H100-80GB", 80, speed=1.0), price=2.99),
-              node("slow", gpus(1, "L4-24GB", 24, speed=0.122), price=0.805))
+    f = fleet(
+        node("fast", gpus(1, "H100-80GB", 80, speed=1.0), price=2.99),
+        node("slow", gpus(1, "L4-24GB", 24, speed=0.122), price=0.805),
+    )
     long_answer, short_answer = req(prompt_tokens=2_000, tokens=3_000), req(prompt_tokens=2_000, tokens=2_016)
     on = {n: Candidate("origin", n, (0,)) for n in ("fast", "slow")}
     assert generation(long_answer, on["slow"], f, DEFAULT_CONFIG) == pytest.approx(
-        8.1 * generation(long_answer, on["fast"], f, DEFAULT_CONFIG), rel=0.05)  # 1 / 0.122
+        8.1 * generation(long_answer, on["fast"], f, DEFAULT_CONFIG), rel=0.05
+    )  # 1 / 0.122
     d = place(f, long_answer)
     assert d.chosen.candidate.node_id == "fast" and d.decided_by == "generation"  # type: ignore[union-attr]
     assert place(f, short_answer).chosen.candidate.node_id == "slow"  # type: ignore[union-attr]
@@ -346,7 +355,9 @@ def test_apply_counts_at_once_and_release_reverses() -> None:
     assert f.nodes["a"].devices[0].reserved_gib == SMALL.memory_gib
     # The next request joins the loading replica instead of loading another one.
     d2 = place(f, req())
-    assert d2.chosen is not None and d2.chosen.candidate.replica_id == replica.id and d2.chosen.candidate.tier == "loading"
+    assert (
+        d2.chosen is not None and d2.chosen.candidate.replica_id == replica.id and d2.chosen.candidate.tier == "loading"
+    )
     b2 = f.apply(d2, 1000)
     assert replica.outstanding_tokens == 5000 and replica.active_leases == 2
     f.release(b2)
@@ -413,7 +424,9 @@ def test_a_warm_replica_that_beats_every_possible_load_reads_no_free_capacity() 
     f.free_index.nodes_across = lambda *a: asked.append(a) or real(*a)  # type: ignore[method-assign]
     d = place(f, req())
     assert d.chosen is not None and {d.chosen.candidate.replica_id, d.runner_up.candidate.replica_id} == {  # type: ignore[union-attr]
-        first.id, second.id}
+        first.id,
+        second.id,
+    }
     assert asked == []
     f.unload(second.id)  # one replica left: a new one may be the runner-up, so the index is read
     d = place(f, req())
@@ -423,15 +436,19 @@ def test_a_warm_replica_that_beats_every_possible_load_reads_no_free_capacity() 
 
 def test_an_operator_s_placement_settings_reach_the_decision(monkeypatch: pytest.MonkeyPatch) -> None:
     """BERTH_PLACEMENT_COST_S_PER_USD set high: money outweighs speed, so even a long answer goes to the cheap GPU."""
-    f = fleet(node("fast", gpus(1, "H100-80GB", 80, speed=1.0), price=2.99),
-              node("slow", gpus(1, "L4-24GB", 24, speed=0.122), price=0.805))
+    f = fleet(
+        node("fast", gpus(1, "H100-80GB", 80, speed=1.0), price=2.99),
+        node("slow", gpus(1, "L4-24GB", 24, speed=0.122), price=0.805),
+    )
     long_answer = req(prompt_tokens=2_000, tokens=3_000)
     assert place(f, long_answer).chosen.candidate.node_id == "fast"  # type: ignore[union-attr]
     monkeypatch.setenv("BERTH_PLACEMENT_COST_S_PER_USD", "100000")
     monkeypatch.setenv("BERTH_PLACEMENT_SPOT_PREEMPTION_RISK", "0.3")
     settings = tuned(BerthConfig.load().placement_overrides)
     assert (settings.weights.cost, settings.spot_preemption_risk) == (100_000, 0.3)
-    assert settings.weights.ttft == DEFAULT_CONFIG.weights.ttft and settings.wan_gib_per_s == DEFAULT_CONFIG.wan_gib_per_s
+    assert (
+        settings.weights.ttft == DEFAULT_CONFIG.weights.ttft and settings.wan_gib_per_s == DEFAULT_CONFIG.wan_gib_per_s
+    )
     decision = place(f, long_answer, settings)
     assert decision.chosen.candidate.node_id == "slow" and decision.decided_by == "cost"  # type: ignore[union-attr]
 

@@ -11,7 +11,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.pool import DEFAULT_CONFIG, Booking, Device, FleetState, ModelSpec, Node, PlacementRequest, Tenant, place
+from orchestrator.pool import (
+    DEFAULT_CONFIG,
+    Booking,
+    Device,
+    FleetState,
+    ModelSpec,
+    Node,
+    PlacementRequest,
+    Tenant,
+    place,
+)
 from orchestrator.pool.fleet import EPSILON_GIB, StaleDecision
 
 MODELS = (
@@ -165,13 +175,20 @@ def test_a_removed_node_leaves_no_trace(specs: list, ops: list, probe: Placement
     check_invariants(fleet)
     never_had_it = build(specs, skip=gone % len(specs))
     for r in sorted(fleet.replicas.values(), key=lambda r: r.id):
-        copy = never_had_it.add_replica(r.model, r.node_id, r.devices, state=r.state, tenant=r.tenant, load_s=r.load_s,
-                                        replica_id=r.id)
+        copy = never_had_it.add_replica(
+            r.model, r.node_id, r.devices, state=r.state, tenant=r.tenant, load_s=r.load_s, replica_id=r.id
+        )
         never_had_it.set_load(copy.id, outstanding_tokens=r.outstanding_tokens, active_leases=r.active_leases)
     assert place(fleet, probe) == place(never_had_it, probe)
+
     def indexes(f: FleetState) -> tuple:  # an emptied entry (weights evicted everywhere) is as good as none
-        return (f.shapes, {m: ids for m, ids in f.cached_sorted.items() if ids},
-                {m: dcs for m, dcs in f.weights_in_dc.items() if +dcs}, f.tenant_devices, f.dedicated_nodes)
+        return (
+            f.shapes,
+            {m: ids for m, ids in f.cached_sorted.items() if ids},
+            {m: dcs for m, dcs in f.weights_in_dc.items() if +dcs},
+            f.tenant_devices,
+            f.dedicated_nodes,
+        )
 
     assert indexes(fleet) == indexes(never_had_it)
 
@@ -196,7 +213,9 @@ def test_warm_replica_with_capacity_beats_a_cold_load(
     except StaleDecision:
         return
     spec = fleet.models[model]
-    fleet.set_load(replica.id, active_leases=leases, outstanding_tokens=int(queue_s * spec.tokens_per_s * node.devices[0].speed))
+    fleet.set_load(
+        replica.id, active_leases=leases, outstanding_tokens=int(queue_s * spec.tokens_per_s * node.devices[0].speed)
+    )
     priority = "batch" if node.capacity == "spot" and request.priority == "interactive" else request.priority
     probe = PlacementRequest(model, request.tokens, tenant=request.tenant, priority=priority)
     decision = place(fleet, probe)
@@ -217,7 +236,10 @@ def test_fast_ranking_and_wait_counters_match_a_scan(specs: list, ops: list, pro
     decision = place(fleet, probe)
     for scored in (decision.chosen, decision.runner_up):
         if scored is not None:
-            generic = sum(getattr(DEFAULT_CONFIG.weights, n) * s(probe, scored.candidate, fleet, DEFAULT_CONFIG) for n, s in SCORERS.items())
+            generic = sum(
+                getattr(DEFAULT_CONFIG.weights, n) * s(probe, scored.candidate, fleet, DEFAULT_CONFIG)
+                for n, s in SCORERS.items()
+            )
             assert weighted_total(probe, scored.candidate, fleet, DEFAULT_CONFIG) == generic == scored.total
     expected: dict = {}
     for r in fleet.replicas.values():
@@ -245,10 +267,15 @@ def scored_scan(fleet: FleetState, request: PlacementRequest) -> list[tuple[floa
     trust = fleet.trust_of(request.tenant)
     if never_possible(fleet, request, model, trust) is not None:
         return []
-    found = [] if request.new_replica_only else [
-        Candidate("warm" if r.state == "warm" else "loading", r.node_id, r.devices, r.id)
-        for r in fleet.replicas.values()
-        if r.model == request.model and replica_filter(request, r, fleet.nodes[r.node_id], trust) is None]
+    found = (
+        []
+        if request.new_replica_only
+        else [
+            Candidate("warm" if r.state == "warm" else "loading", r.node_id, r.devices, r.id)
+            for r in fleet.replicas.values()
+            if r.model == request.model and replica_filter(request, r, fleet.nodes[r.node_id], trust) is None
+        ]
+    )
     if request.priority != "low_priority":
         cached, dcs = fleet.cached.get(request.model, set()), fleet.weights_in_dc.get(request.model, {})
         for degree in _degrees_within_quota(fleet, request, model):
@@ -265,7 +292,8 @@ def scored_scan(fleet: FleetState, request: PlacementRequest) -> list[tuple[floa
 @settings(max_examples=300, deadline=None)
 @given(specs=node_specs, ops=st.lists(st.tuples(requests, st.integers(0, 3)), max_size=16), probe=requests)
 def test_the_indexed_decision_is_exact_for_replicas_and_a_real_candidate_for_new_ones(
-        specs: list, ops: list, probe: PlacementRequest) -> None:
+    specs: list, ops: list, probe: PlacementRequest
+) -> None:
     """Whatever the fleet has been through, place() finds a candidate exactly when a scan of every replica and
     every node finds one; when the scan's best is an existing replica, place() finds that total, and the second
     best too (what its explanation compares with); and what it chooses is always one of the scan's candidates.
@@ -287,18 +315,32 @@ def test_the_indexed_decision_is_exact_for_replicas_and_a_real_candidate_for_new
             assert decision.runner_up is not None and abs(decision.runner_up.total - totals[1]) < 1e-9, totals
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: a shelf of the free-capacity index is read fewest qualifying devices "
-                   "first, then by node id, and closes after candidates_per_tier; a partly used node listed after "
-                   "that many fresh ones is never scored, though it strands less of its GPUs (fragmentation)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: a shelf of the free-capacity index is read fewest qualifying devices "
+    "first, then by node id, and closes after candidates_per_tier; a partly used node listed after "
+    "that many fresh ones is never scored, though it strands less of its GPUs (fragmentation)",
+)
 def test_a_partly_used_node_listed_after_fresh_ones_is_still_found() -> None:
     """Three one-GPU nodes, fresh, and a two-GPU node whose GPUs a loading 70B replica fills to 75 of 80 GiB:
     the small model fits in what is left there, stranding almost nothing, where a fresh GPU strands 95% of it."""
     one = ("H100-80GB", 80.0, None)
-    fleet = build([(one, 1, "dc1", "spot", set()), (one, 1, "dc1", "spot", set()), (one, 1, "dc1", "spot", set()),
-                   (one, 2, "dc1", "spot", set())])
+    fleet = build(
+        [
+            (one, 1, "dc1", "spot", set()),
+            (one, 1, "dc1", "spot", set()),
+            (one, 1, "dc1", "spot", set()),
+            (one, 2, "dc1", "spot", set()),
+        ]
+    )
     small = PlacementRequest(model="tiny", tokens=1, prompt_tokens=0, tenant="s1", priority="interactive")
-    book_and_change(fleet, [(small, 0), (PlacementRequest(model="big", tokens=1, prompt_tokens=0, tenant="s1",
-                                                          priority="interactive"), 1)])
+    book_and_change(
+        fleet,
+        [
+            (small, 0),
+            (PlacementRequest(model="big", tokens=1, prompt_tokens=0, tenant="s1", priority="interactive"), 1),
+        ],
+    )
     decision = place(fleet, small)
     assert decision.chosen is not None and decision.chosen.candidate.node_id == "n3"
     assert abs(decision.chosen.total - full_scan(fleet, small)[0]) < 1e-9

@@ -5,14 +5,13 @@ from __future__ import annotations
 import uuid
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from test_pool_service import Clock, join, req
 
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
 from orchestrator.pool.service import PoolService
 from orchestrator.store import Store
 from sdk import ModelEntry
-
-from test_pool_service import Clock, join, req
 
 
 def points(reader: InMemoryMetricReader, model: str) -> dict[str, list]:
@@ -25,8 +24,9 @@ def points(reader: InMemoryMetricReader, model: str) -> dict[str, list]:
     return found
 
 
-def test_a_waiting_step_then_a_cold_start_show_in_the_pool_metrics(store: Store,
-                                                                    metrics_reader: InMemoryMetricReader) -> None:
+def test_a_waiting_step_then_a_cold_start_show_in_the_pool_metrics(
+    store: Store, metrics_reader: InMemoryMetricReader
+) -> None:
     model = f"m-{uuid.uuid4().hex[:8]}"
     store.models.put(ModelEntry(name=model, weights_gib=10, kv_headroom_gib=2))
     clock = Clock()
@@ -48,7 +48,9 @@ def test_a_waiting_step_then_a_cold_start_show_in_the_pool_metrics(store: Store,
     assert grant.outcome == "placed" and grant.tier == "origin"
     placed = points(metrics_reader, model)
     assert {p.attributes["outcome"]: p.count for p in placed["berth_placement_decision_seconds"]} == {
-        "wait": 1, "placed": 1}
+        "wait": 1,
+        "placed": 1,
+    }
     [waited] = placed["berth_gpu_wait_seconds"]
     assert waited.count == 1 and waited.sum == 7.5
     [cold] = placed["berth_cold_starts"]

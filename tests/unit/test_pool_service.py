@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -30,17 +30,41 @@ class Clock:
         return self.now
 
 
-def join(store: Store, node_id: str, gpus: str = "H100-80GB", count: int = 1, datacenter: str = "east",
-         capacity: str = "on-demand", cached: tuple[str, ...] = (), replicas: list[dict] | None = None) -> None:
+def join(
+    store: Store,
+    node_id: str,
+    gpus: str = "H100-80GB",
+    count: int = 1,
+    datacenter: str = "east",
+    capacity: str = "on-demand",
+    cached: tuple[str, ...] = (),
+    replicas: list[dict] | None = None,
+) -> None:
     memory = {"H100-80GB": 81559, "L4-24GB": 23034, "A100-40GB": 40960}[gpus]
-    store.fleet.register(NodeSpec.model_validate({
-        "node_id": node_id, "datacenter": datacenter, "zone": f"{datacenter}-1", "capacity": capacity,
-        "usd_per_hour": 3.0 * count, "gpus": [{"index": i, "type_name": gpus, "memory_total_mib": memory}
-                                               for i in range(count)],
-        "weights_cache_capacity_bytes": 500 * 2**30}), SECRET)
-    store.fleet.heartbeat(NodeHeartbeat.model_validate({
-        "node_id": node_id, "cached_weights": [{"model": m, "size_bytes": 2**30} for m in cached],
-        "replicas": replicas or []}), SECRET)
+    store.fleet.register(
+        NodeSpec.model_validate(
+            {
+                "node_id": node_id,
+                "datacenter": datacenter,
+                "zone": f"{datacenter}-1",
+                "capacity": capacity,
+                "usd_per_hour": 3.0 * count,
+                "gpus": [{"index": i, "type_name": gpus, "memory_total_mib": memory} for i in range(count)],
+                "weights_cache_capacity_bytes": 500 * 2**30,
+            }
+        ),
+        SECRET,
+    )
+    store.fleet.heartbeat(
+        NodeHeartbeat.model_validate(
+            {
+                "node_id": node_id,
+                "cached_weights": [{"model": m, "size_bytes": 2**30} for m in cached],
+                "replicas": replicas or [],
+            }
+        ),
+        SECRET,
+    )
 
 
 def req(task: str, step: int = 1, model: str = "llama-3.1-8b", **fields: object) -> LeaseRequest:
@@ -76,7 +100,8 @@ def test_a_model_no_node_could_ever_hold_fails_at_once_with_the_way_out(store: S
 
 
 def test_while_a_minted_join_token_is_unused_a_model_too_big_for_the_joined_nodes_waits_for_the_rest(
-        store: Store, pool: PoolService, clock: Clock) -> None:
+    store: Store, pool: PoolService, clock: Clock
+) -> None:
     """Right after `berth up` starts its nodes the small one may report first: a step for a model only the
     others can hold waits for them instead of failing, and is placed once the big node has joined."""
     join(store, "small", "L4-24GB", count=1)
@@ -86,13 +111,25 @@ def test_while_a_minted_join_token_is_unused_a_model_too_big_for_the_joined_node
     entry = store.models.get("llama-3.1-70b").entry  # type: ignore[union-attr]
     assert never_reason(store.fleet.list(), entry, store.node_admission.joining()) is None
     assert never_reason(store.fleet.list(), entry) is not None  # what it said before
-    later = datetime.now(timezone.utc) + timedelta(seconds=601)
+    later = datetime.now(UTC) + timedelta(seconds=601)
     assert store.node_admission.joining(now=later) == 0  # an unused token counts only until it expires
 
-    joined = store.node_admission.join(NodeSpec.model_validate({
-        "node_id": "big", "datacenter": "east", "zone": "east-1", "capacity": "on-demand", "usd_per_hour": 6.0,
-        "gpus": [{"index": i, "type_name": "H100-80GB", "memory_total_mib": 81559} for i in range(2)],
-        "weights_cache_capacity_bytes": 500 * 2**30}), None, token, cluster_token=False)
+    joined = store.node_admission.join(
+        NodeSpec.model_validate(
+            {
+                "node_id": "big",
+                "datacenter": "east",
+                "zone": "east-1",
+                "capacity": "on-demand",
+                "usd_per_hour": 6.0,
+                "gpus": [{"index": i, "type_name": "H100-80GB", "memory_total_mib": 81559} for i in range(2)],
+                "weights_cache_capacity_bytes": 500 * 2**30,
+            }
+        ),
+        None,
+        token,
+        cluster_token=False,
+    )
     store.fleet.heartbeat(NodeHeartbeat.model_validate({"node_id": "big"}), joined.node_secret)
     assert store.node_admission.joining() == 0
     pool.sync(force=True)
@@ -114,11 +151,15 @@ def test_a_cold_placement_books_a_lease_that_loads_a_replica_and_is_idempotent(s
     assert second.replica_id == grant.replica_id and second.tier == "loading" and second.load is not None
 
 
-def test_a_warm_replica_beats_a_cold_load_and_release_starts_its_idle_clock(store: Store, pool: PoolService,
-                                                                            clock: Clock) -> None:
+def test_a_warm_replica_beats_a_cold_load_and_release_starts_its_idle_clock(
+    store: Store, pool: PoolService, clock: Clock
+) -> None:
     join(store, "gpu-a", cached=("llama-3.1-8b",))
-    join(store, "gpu-b", replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0],
-                                   "state": "warm"}])
+    join(
+        store,
+        "gpu-b",
+        replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}],
+    )
     grant = pool.acquire(req("t1"))
     assert (grant.node_id, grant.replica_id, grant.tier, grant.load) == ("gpu-b", "r-warm", "warm", None)
     assert "r-warm" not in pool.idle_since
@@ -148,8 +189,10 @@ def test_steps_wait_in_priority_then_age_order_and_newcomers_queue_behind(store:
     early = pool.acquire(req("early", model="solo", service_class="low_priority"))
     urgent = pool.acquire(req("urgent", model="solo", priority=5, service_class="low_priority"))
     assert early.outcome == urgent.outcome == "wait" and early.wait_reason == "low_priority"
-    assert urgent.queue_position == 1 and pool.acquire(req("early", model="solo", service_class="low_priority"))\
-        .queue_position == 2
+    assert (
+        urgent.queue_position == 1
+        and pool.acquire(req("early", model="solo", service_class="low_priority")).queue_position == 2
+    )
     pool.release(ReleaseLease(lease_id=first.lease_id))
     # The slot is free, but "early" waits behind "urgent"; a newcomer waits behind both.
     assert pool.acquire(req("early", model="solo", service_class="low_priority")).wait_reason == "queued"
@@ -159,8 +202,9 @@ def test_steps_wait_in_priority_then_age_order_and_newcomers_queue_behind(store:
 
 def test_a_lost_node_takes_its_replicas_and_leases_with_it(store: Store, clock: Clock) -> None:
     # Lost after 0.5 s of silence: long enough that a busy machine never loses it between join and acquire.
-    pool = PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0, node_lost_after_s=0.5,
-                       clock=clock)
+    pool = PoolService(
+        store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0, node_lost_after_s=0.5, clock=clock
+    )
     join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}])
     grant = pool.acquire(req("t1"))
     assert grant.replica_id == "r-1"
@@ -171,8 +215,9 @@ def test_a_lost_node_takes_its_replicas_and_leases_with_it(store: Store, clock: 
     pool.release(ReleaseLease(lease_id=grant.lease_id))  # the step's late release changes nothing
 
 
-def test_a_placed_replica_no_node_reports_is_forgotten_after_the_grace(store: Store, pool: PoolService,
-                                                                       clock: Clock) -> None:
+def test_a_placed_replica_no_node_reports_is_forgotten_after_the_grace(
+    store: Store, pool: PoolService, clock: Clock
+) -> None:
     join(store, "gpu-a")
     grant = pool.acquire(req("t1"))
     pool.release(ReleaseLease(lease_id=grant.lease_id))
@@ -199,7 +244,8 @@ def test_a_restarted_pool_counts_the_leases_still_held(store: Store, pool: PoolS
 
 
 def test_an_idle_replica_is_planned_down_and_leaves_placement_before_its_node_stops_it(
-        store: Store, pool: PoolService, clock: Clock) -> None:
+    store: Store, pool: PoolService, clock: Clock
+) -> None:
     store.models.set_policy("llama-3.1-8b", ScalingPolicy(idle_timeout_s=60))
     join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}])
     grant = pool.acquire(req("t1"))
@@ -226,10 +272,12 @@ def test_min_replicas_loads_one_through_placement_and_counts_it_while_it_loads(s
     assert grant.replica_id == order.request.replica_id and grant.load is not None  # joins the load
 
 
-def test_a_replica_reported_gone_is_not_placed_on_again_even_from_a_stale_report(store: Store,
-                                                                                 pool: PoolService) -> None:
-    join(store, "gpu-a", replicas=[{"replica_id": "r-old", "model": "llama-3.1-8b", "gpu_indexes": [0],
-                                   "state": "warm"}])
+def test_a_replica_reported_gone_is_not_placed_on_again_even_from_a_stale_report(
+    store: Store, pool: PoolService
+) -> None:
+    join(
+        store, "gpu-a", replicas=[{"replica_id": "r-old", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}]
+    )
     grant = pool.acquire(req("t1"))
     assert grant.replica_id == "r-old"
     pool.release(ReleaseLease(lease_id=grant.lease_id, replica_gone=True))
@@ -239,11 +287,21 @@ def test_a_replica_reported_gone_is_not_placed_on_again_even_from_a_stale_report
 
 
 def test_a_report_older_than_the_first_served_step_does_not_make_a_warm_replica_loading_again(
-        store: Store, pool: PoolService) -> None:
+    store: Store, pool: PoolService
+) -> None:
     join(store, "gpu-a")
     first = pool.acquire(req("t1"))
-    store.fleet.heartbeat(NodeHeartbeat.model_validate({"node_id": "gpu-a", "replicas": [
-        {"replica_id": first.replica_id, "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "loading"}]}), SECRET)
+    store.fleet.heartbeat(
+        NodeHeartbeat.model_validate(
+            {
+                "node_id": "gpu-a",
+                "replicas": [
+                    {"replica_id": first.replica_id, "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "loading"}
+                ],
+            }
+        ),
+        SECRET,
+    )
     pool.release(ReleaseLease(lease_id=first.lease_id, replica_warm=True))
     pool.sync(force=True)  # the heartbeat above was sent while the replica loaded
     second = pool.acquire(req("t1", step=2))
@@ -252,8 +310,7 @@ def test_a_report_older_than_the_first_served_step_does_not_make_a_warm_replica_
 
 def test_the_scaler_adds_a_replica_even_when_an_existing_one_has_room(store: Store, pool: PoolService) -> None:
     store.models.set_policy("llama-3.2-1b", ScalingPolicy(min_replicas=2))
-    join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "llama-3.2-1b", "gpu_indexes": [0],
-                                   "state": "warm"}])
+    join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "llama-3.2-1b", "gpu_indexes": [0], "state": "warm"}])
     join(store, "gpu-b")
     order = pool.start_replica("llama-3.2-1b")
     assert order is not None and order.request.replica_id != "r-1"
@@ -263,7 +320,8 @@ def test_the_scaler_adds_a_replica_even_when_an_existing_one_has_room(store: Sto
 
 
 def test_a_step_whose_spot_node_was_reclaimed_avoids_that_zones_spot_nodes_while_others_can_serve(
-        store: Store, pool: PoolService) -> None:
+    store: Store, pool: PoolService
+) -> None:
     join(store, "spot-1", capacity="spot")
     join(store, "spot-2", capacity="spot")
     join(store, "steady", datacenter="west")
@@ -283,19 +341,25 @@ def test_a_step_whose_spot_node_was_reclaimed_avoids_that_zones_spot_nodes_while
 
 # --- max_replicas, the free-slot queue rule, confirmed replicas, exclusions (3dd1583, d213d12, d4f55b7) ---
 
+
 def solo_at_max(store: Store, max_replicas: int) -> None:
     """A one-slot model whose every allowed replica already runs warm on gpu-a, with room for more:
     the H100 could hold another, so only the policy's cap keeps a step from starting one."""
     store.models.put(ModelEntry(name="solo", weights_gib=10, kv_headroom_gib=2, engine_args={"max_num_seqs": 1}))
     store.models.set_policy("solo", ScalingPolicy(max_replicas=max_replicas))
-    join(store, "gpu-a", replicas=[{"replica_id": f"r-{i}", "model": "solo", "gpu_indexes": [0], "state": "warm"}
-                                   for i in range(max_replicas)])
+    join(
+        store,
+        "gpu-a",
+        replicas=[
+            {"replica_id": f"r-{i}", "model": "solo", "gpu_indexes": [0], "state": "warm"} for i in range(max_replicas)
+        ],
+    )
 
 
 def wall_clock_shifted(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
     """Stamp the store's node writes `seconds` from now: heartbeat times are wall time, not the pool's clock."""
     shift = timedelta(seconds=seconds)
-    monkeypatch.setattr("orchestrator.store.fleet.utcnow", lambda: datetime.now(timezone.utc) + shift)
+    monkeypatch.setattr("orchestrator.store.fleet.utcnow", lambda: datetime.now(UTC) + shift)
 
 
 def test_a_step_waits_instead_of_starting_a_replica_past_max_replicas(store: Store, pool: PoolService) -> None:
@@ -308,7 +372,8 @@ def test_a_step_waits_instead_of_starting_a_replica_past_max_replicas(store: Sto
 
 
 def test_a_newcomer_takes_a_free_slot_while_more_are_free_than_steps_wait_ahead(
-        store: Store, pool: PoolService, clock: Clock) -> None:
+    store: Store, pool: PoolService, clock: Clock
+) -> None:
     solo_at_max(store, max_replicas=2)
     held = [pool.acquire(req(task, model="solo")) for task in ("t1", "t2")]
     assert pool.acquire(req("waiter", model="solo")).outcome == "wait"
@@ -324,7 +389,8 @@ def test_a_newcomer_takes_a_free_slot_while_more_are_free_than_steps_wait_ahead(
 
 
 def test_a_replica_reported_gone_is_served_again_once_a_heartbeat_15s_later_still_lists_it(
-        store: Store, pool: PoolService, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: Store, pool: PoolService, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     r_old = [{"replica_id": "r-old", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}]
     join(store, "gpu-a", replicas=r_old)
     grant = pool.acquire(req("t1"))
@@ -371,12 +437,17 @@ def test_tenants_admins_set_in_the_store_bound_placement(store: Store, pool: Poo
 
 
 def test_a_step_that_announced_its_tool_calls_finds_a_replica_started_for_it_before_it_asked(
-        store: Store, pool: PoolService, clock: Clock) -> None:
+    store: Store, pool: PoolService, clock: Clock
+) -> None:
     """The task's step ends in tool calls and says so on release; its replica is lost while the tools run.
     The scaler starts a replica for the announced step (a pre-warm), and the step's next ask lands on it:
     the pre-warm is marked used, and what the API shows says so."""
-    join(store, "gpu-a", cached=("llama-3.1-8b",),
-         replicas=[{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}])
+    join(
+        store,
+        "gpu-a",
+        cached=("llama-3.1-8b",),
+        replicas=[{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}],
+    )
     grant = pool.acquire(req("t1"))
     assert grant.replica_id == "r-1"
     pool.release(ReleaseLease(lease_id=grant.lease_id, replica_warm=True, next_step=NextStep(kind="tool_calls")))
@@ -404,7 +475,8 @@ def test_a_step_that_announced_its_tool_calls_finds_a_replica_started_for_it_bef
 
 
 def test_low_priority_steps_announce_nothing_and_an_announced_step_keeps_its_replica(
-        store: Store, pool: PoolService, clock: Clock) -> None:
+    store: Store, pool: PoolService, clock: Clock
+) -> None:
     store.models.set_policy("llama-3.1-8b", ScalingPolicy(idle_timeout_s=60))
     join(store, "gpu-a", replicas=[{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}])
     background = pool.acquire(req("bg", service_class="low_priority"))

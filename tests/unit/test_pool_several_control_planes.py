@@ -15,15 +15,19 @@ from orchestrator.pool.service import PoolService
 from orchestrator.store import Store
 from orchestrator.store.tables import utcnow
 from sdk.wire.lease import ReleaseLease
-
 from tests.unit.test_pool_service import Clock, join, req
 
 pytestmark = pytest.mark.postgresql
 
 
 def make_pool(store: Store, name: str, clock: Clock | None = None, sync_every_s: float = 0.0) -> PoolService:
-    return PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=sync_every_s,
-                       clock=clock or Clock(), pool_id=name)
+    return PoolService(
+        store,
+        ModelCatalogue(BerthConfig(), store.models),
+        sync_every_s=sync_every_s,
+        clock=clock or Clock(),
+        pool_id=name,
+    )
 
 
 def test_a_pool_with_a_stale_view_is_refused_the_gpu_another_pool_just_took(store: Store) -> None:
@@ -39,8 +43,12 @@ def test_a_pool_with_a_stale_view_is_refused_the_gpu_another_pool_just_took(stor
     assert (held.replica_id, held.pool_id) == (first.replica_id, "cp-a")
     # Having looked again, b sees the GPU taken; it leases a's replica once the node reports it.
     assert b.acquire(req("t-b")).outcome == "wait"
-    join(store, "small", "A100-40GB", replicas=[{"replica_id": first.replica_id, "model": "llama-3.1-8b",
-                                                 "gpu_indexes": [0], "state": "loading"}])
+    join(
+        store,
+        "small",
+        "A100-40GB",
+        replicas=[{"replica_id": first.replica_id, "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "loading"}],
+    )
     b.sync(force=True)  # its next refresh (every second)
     joined = b.acquire(req("t-b"))
     assert joined.outcome == "placed" and joined.replica_id == first.replica_id and joined.tier == "loading"
@@ -48,8 +56,11 @@ def test_a_pool_with_a_stale_view_is_refused_the_gpu_another_pool_just_took(stor
 
 
 def test_each_pool_counts_the_other_pools_leases_as_load(store: Store) -> None:
-    join(store, "gpu-a", replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0],
-                                   "state": "warm"}])
+    join(
+        store,
+        "gpu-a",
+        replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}],
+    )
     a, b = make_pool(store, "cp-a"), make_pool(store, "cp-b")
     grant = a.acquire(req("t-a"))
     assert grant.replica_id == "r-warm"
@@ -109,8 +120,11 @@ def test_a_step_leased_again_by_another_pool_leaves_no_lease_of_the_dead_one(sto
     """A pool killed after it recorded a step's lease but before the workflow saw the grant: the step's
     acquire runs again on another pool, whose lease replaces the dead one's row (one per task and step), so
     the step's release leaves nothing behind."""
-    join(store, "gpu-a", replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0],
-                                   "state": "warm"}])
+    join(
+        store,
+        "gpu-a",
+        replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}],
+    )
     a, b = make_pool(store, "cp-a"), make_pool(store, "cp-b")
     lost = a.acquire(req("t-a"))  # a dies here: its grant never reaches the workflow
     again = b.acquire(req("t-a"))
@@ -121,8 +135,11 @@ def test_a_step_leased_again_by_another_pool_leaves_no_lease_of_the_dead_one(sto
 
 
 def test_of_replicas_releasing_one_lease_or_reaping_one_node_at_once_exactly_one_acts(store: Store) -> None:
-    join(store, "gpu-a", replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0],
-                                   "state": "warm"}])
+    join(
+        store,
+        "gpu-a",
+        replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}],
+    )
     grant = make_pool(store, "cp-a").acquire(req("t-a"))
     later = utcnow() + timedelta(minutes=5)  # gpu-a has been silent for minutes by then
     released: list[object] = []

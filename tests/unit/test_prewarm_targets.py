@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -18,17 +18,43 @@ L4_MIB = 23_034
 TB = 10**12
 
 
-def node(node_id: str, dc: str = "dc1", gpus: list[int] | None = None, *, status: str = "healthy",
-         cached: tuple[str, ...] = (), cache: int = TB, mig: list[int] | None = None) -> NodeView:
-    views = [GpuView(index=i, type_name="H100-80GB", memory_total_mib=m) for i, m in enumerate(gpus if gpus is not None else [H100_MIB] * 2)]
+def node(
+    node_id: str,
+    dc: str = "dc1",
+    gpus: list[int] | None = None,
+    *,
+    status: str = "healthy",
+    cached: tuple[str, ...] = (),
+    cache: int = TB,
+    mig: list[int] | None = None,
+) -> NodeView:
+    views = [
+        GpuView(index=i, type_name="H100-80GB", memory_total_mib=m)
+        for i, m in enumerate(gpus if gpus is not None else [H100_MIB] * 2)
+    ]
     if mig is not None:
-        views.append(GpuView(index=len(views), type_name="A100-80GB", memory_total_mib=81_920, mig_mode=True,
-                             mig_devices=[MigDeviceDescription(uuid=f"MIG-{i}", memory_total_mib=m)
-                                          for i, m in enumerate(mig)]))
-    return NodeView(node_id=node_id, datacenter=dc, zone=f"{dc}a", capacity="on-demand", usd_per_hour=5.0,
-                    disk_bandwidth_gbps=2.0, weights_cache_capacity_bytes=cache, gpus=views,
-                    cached_weights=[CachedModelWeights(model=m, size_bytes=10**9) for m in cached],
-                    status=status, registered_at=datetime.now(timezone.utc))  # type: ignore[arg-type]
+        views.append(
+            GpuView(
+                index=len(views),
+                type_name="A100-80GB",
+                memory_total_mib=81_920,
+                mig_mode=True,
+                mig_devices=[MigDeviceDescription(uuid=f"MIG-{i}", memory_total_mib=m) for i, m in enumerate(mig)],
+            )
+        )
+    return NodeView(
+        node_id=node_id,
+        datacenter=dc,
+        zone=f"{dc}a",
+        capacity="on-demand",
+        usd_per_hour=5.0,
+        disk_bandwidth_gbps=2.0,
+        weights_cache_capacity_bytes=cache,
+        gpus=views,
+        cached_weights=[CachedModelWeights(model=m, size_bytes=10**9) for m in cached],
+        status=status,
+        registered_at=datetime.now(UTC),
+    )  # type: ignore[arg-type]
 
 
 def test_nodes_without_the_weights_fetch_from_a_peer_in_their_datacenter_else_origin() -> None:
@@ -42,8 +68,12 @@ def test_a_datacenter_limits_the_targets() -> None:
 
 
 def test_only_healthy_nodes_are_targets_but_a_draining_peer_still_serves_its_disk() -> None:
-    fleet = [node("a", status="draining", cached=("llama-3.1-8b",)), node("b", status="unhealthy"),
-             node("c", status="lost"), node("d")]
+    fleet = [
+        node("a", status="draining", cached=("llama-3.1-8b",)),
+        node("b", status="unhealthy"),
+        node("c", status="lost"),
+        node("d"),
+    ]
     assert prewarm_targets(fleet, EIGHT_B, None) == [("d", "datacenter")]
     lost_peer = [node("a", status="lost", cached=("llama-3.1-8b",)), node("d")]
     assert prewarm_targets(lost_peer, EIGHT_B, None) == [("d", "origin")]
@@ -58,8 +88,13 @@ def test_the_cache_must_be_able_to_hold_the_weights() -> None:
 
 def test_the_model_must_fit_the_nodes_gpus_at_an_allowed_degree() -> None:
     # 70B needs 151.5 GiB: two H100s (2 × 75.75 GiB) hold it; two L4s or four L4s do not (8 would).
-    fleet = [node("h100x2"), node("h100x1", gpus=[H100_MIB]), node("l4x4", gpus=[L4_MIB] * 4),
-             node("l4x8", gpus=[L4_MIB] * 8), node("unknown", gpus=[])]
+    fleet = [
+        node("h100x2"),
+        node("h100x1", gpus=[H100_MIB]),
+        node("l4x4", gpus=[L4_MIB] * 4),
+        node("l4x8", gpus=[L4_MIB] * 8),
+        node("unknown", gpus=[]),
+    ]
     fleet[4].gpus = [GpuView(index=0, type_name="unknown", memory_total_mib=None)] * 2
     assert prewarm_targets(fleet, SEVENTY_B, None) == [("h100x2", "origin"), ("l4x8", "origin")]
     # The 8B (23 GiB) fits one H100 or two L4s (degree 2), but not one L4.

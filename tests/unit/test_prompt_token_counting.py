@@ -24,30 +24,46 @@ def litellm_count(messages, tools):
 
 
 text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60) | st.sampled_from(
-    ["", " ", "observed t1", "<|endoftext|>", "ünïcödé ✓ 漢字", "a" * 300, '{"topic": "t1"}'])
+    ["", " ", "observed t1", "<|endoftext|>", "ünïcödé ✓ 漢字", "a" * 300, '{"topic": "t1"}']
+)
 ident = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True)
 
-tool_call = st.builds(lambda i, name, args: {"id": i, "type": "function", "function": {"name": name, "arguments": args}},
-                      ident, ident, text | st.dictionaries(ident, text, max_size=3).map(json.dumps))
+tool_call = st.builds(
+    lambda i, name, args: {"id": i, "type": "function", "function": {"name": name, "arguments": args}},
+    ident,
+    ident,
+    text | st.dictionaries(ident, text, max_size=3).map(json.dumps),
+)
 message = st.one_of(
     st.builds(lambda c: {"role": "system", "content": c}, text),
     st.builds(lambda c: {"role": "user", "content": c}, text),
     st.builds(lambda c, n: {"role": "user", "content": c, "name": n}, text, ident),
-    st.builds(lambda parts: {"role": "user", "content": [{"type": "text", "text": p} for p in parts]},
-              st.lists(text, max_size=3)),
+    st.builds(
+        lambda parts: {"role": "user", "content": [{"type": "text", "text": p} for p in parts]},
+        st.lists(text, max_size=3),
+    ),
     st.builds(lambda c: {"role": "assistant", "content": c}, text),
-    st.builds(lambda c, calls: {"role": "assistant", "content": c, "tool_calls": calls},
-              st.none() | text, st.lists(tool_call, min_size=1, max_size=3)),
+    st.builds(
+        lambda c, calls: {"role": "assistant", "content": c, "tool_calls": calls},
+        st.none() | text,
+        st.lists(tool_call, min_size=1, max_size=3),
+    ),
     st.builds(lambda i, n, c: {"role": "tool", "tool_call_id": i, "name": n, "content": c}, ident, ident, text),
 )
 schema = st.recursive(
     st.builds(lambda t, d: {"type": t, "description": d}, st.sampled_from(["string", "integer", "boolean"]), text),
-    lambda inner: st.builds(lambda props: {"type": "object", "properties": props, "required": sorted(props)[:1]},
-                            st.dictionaries(ident, inner, max_size=3)),
+    lambda inner: st.builds(
+        lambda props: {"type": "object", "properties": props, "required": sorted(props)[:1]},
+        st.dictionaries(ident, inner, max_size=3),
+    ),
     max_leaves=6,
 )
-tool = st.builds(lambda n, d, p: {"type": "function", "function": {"name": n, "description": d, "parameters": p}},
-                 ident, text, schema)
+tool = st.builds(
+    lambda n, d, p: {"type": "function", "function": {"name": n, "description": d, "parameters": p}},
+    ident,
+    text,
+    schema,
+)
 tools_strategy = st.none() | st.lists(tool, max_size=3)
 
 
@@ -64,16 +80,42 @@ def test_count_equals_litellm_for_whole_conversations(messages, tools, more):
 
 
 def test_a_tool_conversation_of_a_hundred_steps():
-    tools = tokens.sendable_tools([{"type": "function", "function": {
-        "name": "observe", "description": "Return an observation about the topic.",
-        "parameters": {"type": "object", "properties": {"topic": {"type": "string"}}, "required": ["topic"],
-                       "additionalProperties": False}}}])
-    messages = [{"role": "system", "content": "Observe each topic, then answer."},
-                {"role": "user", "content": "; ".join(f"t{i}" for i in range(99))}]
+    tools = tokens.sendable_tools(
+        [
+            {
+                "type": "function",
+                "function": {
+                    "name": "observe",
+                    "description": "Return an observation about the topic.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"topic": {"type": "string"}},
+                        "required": ["topic"],
+                        "additionalProperties": False,
+                    },
+                },
+            }
+        ]
+    )
+    messages = [
+        {"role": "system", "content": "Observe each topic, then answer."},
+        {"role": "user", "content": "; ".join(f"t{i}" for i in range(99))},
+    ]
     for i in range(99):
         assert tokens.count_prompt_tokens(messages, tools) == litellm_count(messages, tools)
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"call_{i}", "type": "function", "function": {"name": "observe", "arguments": f'{{"topic": "t{i}"}}'}}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": "observe", "arguments": f'{{"topic": "t{i}"}}'},
+                    }
+                ],
+            }
+        )
         messages.append({"role": "tool", "tool_call_id": f"call_{i}", "name": "observe", "content": f"observed t{i}"})
     assert tokens.count_prompt_tokens(messages, tools) == litellm_count(messages, tools)
 

@@ -41,7 +41,11 @@ def test_a_pid_taken_by_another_process_since_is_left_alone(tmp_path: Path) -> N
 
 async def test_a_replica_stopped_by_its_agent_leaves_no_pid_file(tmp_path: Path) -> None:
     process, log = _launch(tmp_path, "r-2")
-    handle = ReplicaHandle(spec=ReplicaSpec(replica_id="r-2", model="m", gpu_indexes=(0,)),
-                           base_url="http://127.0.0.1:1/v1", process=process, log_path=log)
+    handle = ReplicaHandle(
+        spec=ReplicaSpec(replica_id="r-2", model="m", gpu_indexes=(0,)),
+        base_url="http://127.0.0.1:1/v1",
+        process=process,
+        log_path=log,
+    )
     await ChildProcessEngine().stop(handle, grace_s=5)
     assert process.poll() is not None and not pid_file(log).exists()

@@ -17,8 +17,10 @@ class ModelList:
 
     def __init__(self, models: list[str]) -> None:
         body = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in models]}).encode()
-        self.response = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                         b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        self.response = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+            len(body),
+            body,
+        )
         self.connections = 0
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

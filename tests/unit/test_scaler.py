@@ -27,13 +27,29 @@ def fleet(nodes: int = 2, gpus: int = 8, models: tuple[ModelSpec, ...] = (SMALL,
     for m in models:
         f.add_model(m)
     for n in range(nodes):
-        f.add_node(Node(f"n{n}", "dc1", "z1", "on-demand", 20.0,
-                        [Device(i, f"n{n}-{i}", "H100-80GB", 80.0) for i in range(gpus)]))
+        f.add_node(
+            Node(
+                f"n{n}",
+                "dc1",
+                "z1",
+                "on-demand",
+                20.0,
+                [Device(i, f"n{n}-{i}", "H100-80GB", 80.0) for i in range(gpus)],
+            )
+        )
     return f
 
 
-def replica(f: FleetState, model: str = "small", node: str = "n0", gpu: int | None = None, *, state: str = "warm",
-            leases: int = 0, tokens: int = 0) -> str:
+def replica(
+    f: FleetState,
+    model: str = "small",
+    node: str = "n0",
+    gpu: int | None = None,
+    *,
+    state: str = "warm",
+    leases: int = 0,
+    tokens: int = 0,
+) -> str:
     devices = (gpu if gpu is not None else len(f.replicas) % 8,)
     r = f.add_replica(model, node, devices, state=state)  # type: ignore[arg-type]
     f.set_load(r.id, outstanding_tokens=tokens, active_leases=leases)
@@ -203,14 +219,29 @@ NAMES = [m.name for m in MODELS] + [UNCATALOGUED]
 
 policies_st = st.builds(
     lambda lo, extra, timeout, scaler, target, buffer: ScalingPolicy(
-        min_replicas=lo, max_replicas=max(lo + extra, 1), idle_timeout_s=timeout, scaler=scaler, target=target,
-        warm_buffer=buffer),
-    st.integers(0, 4), st.integers(0, 4), st.sampled_from([1.0, 60.0, 300.0]),
-    st.sampled_from(["queue_delay", "request_count"]), st.sampled_from([0.5, 1.0, 2.0, 8.0]), st.integers(0, 3),
+        min_replicas=lo,
+        max_replicas=max(lo + extra, 1),
+        idle_timeout_s=timeout,
+        scaler=scaler,
+        target=target,
+        warm_buffer=buffer,
+    ),
+    st.integers(0, 4),
+    st.integers(0, 4),
+    st.sampled_from([1.0, 60.0, 300.0]),
+    st.sampled_from(["queue_delay", "request_count"]),
+    st.sampled_from([0.5, 1.0, 2.0, 8.0]),
+    st.integers(0, 3),
 )
 replicas_st = st.lists(
-    st.tuples(st.sampled_from([m.name for m in MODELS]), st.integers(0, 3), st.sampled_from(["loading", "warm", "draining"]),
-              st.integers(0, 10), st.integers(0, 50_000), st.one_of(st.none(), st.floats(0, 2000))),
+    st.tuples(
+        st.sampled_from([m.name for m in MODELS]),
+        st.integers(0, 3),
+        st.sampled_from(["loading", "warm", "draining"]),
+        st.integers(0, 10),
+        st.integers(0, 50_000),
+        st.one_of(st.none(), st.floats(0, 2000)),
+    ),
     max_size=16,
 )
 
@@ -220,8 +251,9 @@ def random_fleet(replicas: list) -> tuple[FleetState, dict[str, float]]:
     for m in MODELS:
         f.add_model(m)
     for n in range(4):
-        f.add_node(Node(f"n{n}", "dc1", "z1", "on-demand", 20.0,
-                        [Device(i, f"n{n}-{i}", "H100-80GB", 80.0) for i in range(8)]))
+        f.add_node(
+            Node(f"n{n}", "dc1", "z1", "on-demand", 20.0, [Device(i, f"n{n}-{i}", "H100-80GB", 80.0) for i in range(8)])
+        )
     idle: dict[str, float] = {}
     for model, node, state, leases, tokens, idle_for in replicas:
         spec = f.models[model]
@@ -281,6 +313,12 @@ def test_plan_invariants(replicas: list, policies: dict, demand: dict, learned: 
         assert len(live) + up[model] >= min(policy.min_replicas, policy.max_replicas) or model not in f.models
 
     # Deterministic: the same inputs, the mappings built in another order, give the same plan.
-    again = plan_scaling(f, dict(reversed(list(policies.items()))), dict(reversed(list(idle.items()))), NOW,
-                         dict(reversed(list(demand.items()))), foresight())
+    again = plan_scaling(
+        f,
+        dict(reversed(list(policies.items()))),
+        dict(reversed(list(idle.items()))),
+        NOW,
+        dict(reversed(list(demand.items()))),
+        foresight(),
+    )
     assert again == p

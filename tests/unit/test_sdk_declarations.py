@@ -29,8 +29,12 @@ def test_tool_schema_comes_from_the_signature() -> None:
 
 def test_tool_arguments_are_validated() -> None:
     assert search.parse_arguments('{"query": "a"}') == {"query": "a", "limit": 3}
-    for bad, reason in [('{"limit": 2}', "query"), ("not json", "JSON"), ('{"query": "a", "x": 1}', "x"),
-                        ("[1]", "object")]:
+    for bad, reason in [
+        ('{"limit": 2}', "query"),
+        ("not json", "JSON"),
+        ('{"query": "a", "x": 1}', "x"),
+        ("[1]", "object"),
+    ]:
         with pytest.raises(ToolArgumentError, match=reason):
             search.parse_arguments(bad)
 
@@ -50,12 +54,15 @@ def test_async_and_sync_tools_run_with_their_context() -> None:
 
 def test_a_tool_schema_that_cannot_be_built_is_refused() -> None:
     with pytest.raises(InvalidSpec) as no_annotation:
+
         @tool
         def f(x) -> str:  # type: ignore[no-untyped-def]
             return ""
+
     assert no_annotation.value.field == "tools.f.x"
 
     with pytest.raises(InvalidSpec):
+
         @tool
         def g(*items: str) -> str:
             return ""
@@ -64,6 +71,7 @@ def test_a_tool_schema_that_cannot_be_built_is_refused() -> None:
         pass
 
     with pytest.raises(InvalidSpec):
+
         @tool
         def h(x: NotAModel) -> str:
             return ""
@@ -88,17 +96,20 @@ def test_agent_version_is_a_content_hash() -> None:
     assert a.spec().version == b.spec().version != c.spec().version
 
 
-@pytest.mark.parametrize("fields, where", [
-    ({"budget": {"tokens": 0}}, "budget.tokens"),
-    ({"budget": {"tokens": 10**12}}, "budget.tokens"),
-    ({"budget": {"tokens": 10, "usd": -1}}, "budget.usd"),
-    ({"input": ""}, "input"),
-    ({"input": "   "}, "input"),
-    ({"input": "x" * 300_000}, "input"),
-    ({"agent": "Not/Valid"}, "agent"),
-    ({"task_id": "has space"}, "task_id"),
-    ({"surprise": 1}, "surprise"),
-])
+@pytest.mark.parametrize(
+    "fields, where",
+    [
+        ({"budget": {"tokens": 0}}, "budget.tokens"),
+        ({"budget": {"tokens": 10**12}}, "budget.tokens"),
+        ({"budget": {"tokens": 10, "usd": -1}}, "budget.usd"),
+        ({"input": ""}, "input"),
+        ({"input": "   "}, "input"),
+        ({"input": "x" * 300_000}, "input"),
+        ({"agent": "Not/Valid"}, "agent"),
+        ({"task_id": "has space"}, "task_id"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
 def test_task_spec_refusals_name_the_field(fields: dict, where: str) -> None:
     body = {"agent": "research", "input": "hello", "budget": {"tokens": 100}} | fields
     with pytest.raises(ValidationError) as refused:
@@ -116,11 +127,14 @@ def test_budget_accepts_a_relative_deadline() -> None:
     assert isinstance(budget, BaseModel)
 
 
-@pytest.mark.parametrize("make, field, reason", [
-    (lambda: Budget(0), "budget.tokens", "greater than 0"),
-    (lambda: Budget(100, usd=-1), "budget.usd", "greater than 0"),
-    (lambda: Budget(100, surprise=1), "budget.surprise", "not permitted"),
-])
+@pytest.mark.parametrize(
+    "make, field, reason",
+    [
+        (lambda: Budget(0), "budget.tokens", "greater than 0"),
+        (lambda: Budget(100, usd=-1), "budget.usd", "greater than 0"),
+        (lambda: Budget(100, surprise=1), "budget.surprise", "not permitted"),
+    ],
+)
 def test_a_bad_budget_is_refused_as_invalid_spec_naming_the_field_in_its_text(make, field: str, reason: str) -> None:
     with pytest.raises(InvalidSpec) as refused:
         make()
@@ -138,8 +152,10 @@ def test_every_refusals_text_names_its_field_once() -> None:
 
 def test_annotated_tool_parameters_keep_their_constraints_and_descriptions() -> None:
     @tool
-    def lookup(ticket: Annotated[str, Field(pattern=r"^[A-Z]+-[0-9]+$", description="a ticket key like BER-12")],
-               depth: Annotated[int, Field(ge=1, le=5, description="how many links to follow")] = 1) -> str:
+    def lookup(
+        ticket: Annotated[str, Field(pattern=r"^[A-Z]+-[0-9]+$", description="a ticket key like BER-12")],
+        depth: Annotated[int, Field(ge=1, le=5, description="how many links to follow")] = 1,
+    ) -> str:
         """Look a ticket up."""
         return f"{ticket}@{depth}"
 
@@ -154,15 +170,18 @@ def test_annotated_tool_parameters_keep_their_constraints_and_descriptions() -> 
         lookup.parse_arguments('{"ticket": "BER-1", "depth": 9}')
 
 
-@pytest.mark.parametrize("settings, field", [
-    ({"temperature": 2.5}, "settings.temperature"),
-    ({"top_p": 0}, "settings.top_p"),
-    ({"seed": -1}, "settings.seed"),
-    ({"seed": True}, "settings.seed"),
-    ({"stop": ["a", "b", "c", "d", "e"]}, "settings.stop"),
-    ({"stop": [""]}, "settings.stop"),
-    ({"temprature": 1}, "settings.temprature"),
-])
+@pytest.mark.parametrize(
+    "settings, field",
+    [
+        ({"temperature": 2.5}, "settings.temperature"),
+        ({"top_p": 0}, "settings.top_p"),
+        ({"seed": -1}, "settings.seed"),
+        ({"seed": True}, "settings.seed"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "settings.stop"),
+        ({"stop": [""]}, "settings.stop"),
+        ({"temprature": 1}, "settings.temprature"),
+    ],
+)
 def test_bad_model_settings_are_refused_at_declaration_naming_the_field(settings: dict, field: str) -> None:
     with pytest.raises(InvalidSpec) as refused:
         Agent("ok", "llama-3.1-8b", settings=settings)  # type: ignore[arg-type]
@@ -179,8 +198,9 @@ def test_a_tasks_settings_override_its_agents_field_by_field_and_only_set_ones_a
 
 def test_an_agent_without_settings_keeps_the_version_it_had_before_settings_existed() -> None:
     plain = Agent("a", "llama-3.1-8b", "x", [search])
-    body = plain.spec().model_dump_json(exclude={"version", "mcp_servers", "settings", "output_schema", "loop",
-                                                 "loop_idle_s"})
+    body = plain.spec().model_dump_json(
+        exclude={"version", "mcp_servers", "settings", "output_schema", "loop", "loop_idle_s"}
+    )
     assert plain.spec().version == hashlib.sha256(body.encode()).hexdigest()[:12]
     own = AgentSpec(name="a", model="llama-3.1-8b", loop="own")
     assert own.content_version() != AgentSpec(name="a", model="llama-3.1-8b").content_version()

@@ -9,9 +9,11 @@ import pytest
 
 
 def test_importing_the_sdk_loads_neither_temporal_nor_mcp_until_a_tool_worker_is_served() -> None:
-    code = ("import sys, sdk; before = {m for m in ('temporalio', 'mcp') if m in sys.modules};"
-            " from sdk import serve, serve_blocking; print(sorted(before), callable(serve) and callable(serve_blocking),"
-            " 'temporalio' in sys.modules)")
+    code = (
+        "import sys, sdk; before = {m for m in ('temporalio', 'mcp') if m in sys.modules};"
+        " from sdk import serve, serve_blocking; print(sorted(before), callable(serve) and callable(serve_blocking),"
+        " 'temporalio' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[] True True"
 

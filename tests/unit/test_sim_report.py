@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.simulator.report import (PolicyReport, draw_charts, goals, summarize, table, warm_pool_figures,
-                                           warm_pool_table, write_json)
+from orchestrator.simulator.report import (
+    PolicyReport,
+    draw_charts,
+    goals,
+    summarize,
+    table,
+    warm_pool_figures,
+    warm_pool_table,
+    write_json,
+)
 from orchestrator.simulator.results import CallRecord, PreemptionRecord, ReplicaRecord, SessionRecord, SimResult
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -22,12 +30,36 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def run(policy: str = "berth") -> SimResult:
     """Two hours: a preloaded replica held to the end, a cold one that loaded in 30 s, one that never loaded."""
     return SimResult(
-        policy=policy, seed=1, horizon_s=3600, end_s=7200, decision_seconds=0.006,
+        policy=policy,
+        seed=1,
+        horizon_s=3600,
+        end_s=7200,
+        decision_seconds=0.006,
         replicas=[
-            ReplicaRecord("r1", "m", "n1", gpus=2, usd_per_hour=4.0, tier="preloaded", started_s=0, ready_s=0,
-                          busy_s=3600, preloaded=True),
-            ReplicaRecord("r2", "m", "n1", gpus=1, usd_per_hour=2.0, tier="disk", started_s=100, ready_s=130,
-                          ended_s=3700, busy_s=1800),
+            ReplicaRecord(
+                "r1",
+                "m",
+                "n1",
+                gpus=2,
+                usd_per_hour=4.0,
+                tier="preloaded",
+                started_s=0,
+                ready_s=0,
+                busy_s=3600,
+                preloaded=True,
+            ),
+            ReplicaRecord(
+                "r2",
+                "m",
+                "n1",
+                gpus=1,
+                usd_per_hour=2.0,
+                tier="disk",
+                started_s=100,
+                ready_s=130,
+                ended_s=3700,
+                busy_s=1800,
+            ),
             ReplicaRecord("r3", "m", "n2", gpus=1, usd_per_hour=2.0, tier="origin", started_s=7000),
         ],
         sessions=[
@@ -40,8 +72,9 @@ def run(policy: str = "berth") -> SimResult:
         calls=[
             CallRecord("a", "m", 10, 5, issued_s=0, granted_s=0, first_token_s=0.5),
             CallRecord("a/1", "m", 10, 5, issued_s=10, granted_s=15, first_token_s=16, waited_for_gpu=True),
-            CallRecord("b", "m", 10, 5, issued_s=20, granted_s=20, served_s=20.75, first_token_s=21,
-                       waited_for_load=True),  # leased at once on a loading replica: 0.75 s without a GPU
+            CallRecord(
+                "b", "m", 10, 5, issued_s=20, granted_s=20, served_s=20.75, first_token_s=21, waited_for_load=True
+            ),  # leased at once on a loading replica: 0.75 s without a GPU
             CallRecord("b", "m", 10, 5, issued_s=200, granted_s=202, first_token_s=202.25, waited_for_gpu=True),
             CallRecord("c", "m", 10, 5, issued_s=30, waited_for_gpu=True),  # told to wait, never served
             CallRecord("d", "m", 10, 5, issued_s=40, granted_s=40, first_token_s=40.125),
@@ -82,7 +115,10 @@ def test_percentiles_are_nearest_rank() -> None:
 def test_a_sub_agents_wait_counts_toward_its_parent_task() -> None:
     assert summarize(run()).tasks_waited == 3  # a (through a/1), b, c; d never waited
     only_sub_agent = SimResult(
-        policy="berth", seed=1, horizon_s=60, end_s=60,
+        policy="berth",
+        seed=1,
+        horizon_s=60,
+        end_s=60,
         sessions=[SessionRecord("x", arrival_s=0, ended_s=60), SessionRecord("y", arrival_s=0, ended_s=60)],
         calls=[CallRecord("x/2", "m", 1, 1, issued_s=0, granted_s=3, waited_for_gpu=True)],  # x/2 not recorded
     )
@@ -150,8 +186,12 @@ def reject(constant: str) -> None:
 def test_json_is_strict_even_with_infinities(tmp_path: Path) -> None:
     reports = {"berth": BASE, "k8s-spread": replace(BASE, policy="k8s-spread", cold_start_s=5.0)}
     path = tmp_path / "report.json"
-    write_json(reports, goals({"berth": replace(BASE, cold_start_s=0.0), "k8s-spread": reports["k8s-spread"]}),
-               path, {"seed": 1, "ratio": math.inf, "nan": math.nan})
+    write_json(
+        reports,
+        goals({"berth": replace(BASE, cold_start_s=0.0), "k8s-spread": reports["k8s-spread"]}),
+        path,
+        {"seed": 1, "ratio": math.inf, "nan": math.nan},
+    )
     document = json.loads(path.read_text(encoding="utf-8"), parse_constant=reject)
     assert document["meta"] == {"seed": 1, "ratio": "inf", "nan": None}
     assert document["policies"]["berth"]["cold_start_s"] == 230
@@ -183,11 +223,13 @@ def test_importing_the_report_does_not_load_matplotlib() -> None:
 def test_recent_cold_starts_count_only_models_called_in_the_hour_before() -> None:
     """A cold start on a model first called now is not a keep-alive's miss; one on a model called 30 min
     earlier is; one after two quiet hours is not."""
-    calls = [CallRecord("a", "m", 10, 5, issued_s=0, cold_start=True),  # the model's first call
-             CallRecord("b", "m", 10, 5, issued_s=1800, cold_start=True),  # called 30 min before: a miss
-             CallRecord("c", "m", 10, 5, issued_s=9000, cold_start=True),  # 2 h quiet before it
-             CallRecord("d", "m", 10, 5, issued_s=9010),
-             CallRecord("e", "other", 10, 5, issued_s=9020, cold_start=True)]  # its first call
+    calls = [
+        CallRecord("a", "m", 10, 5, issued_s=0, cold_start=True),  # the model's first call
+        CallRecord("b", "m", 10, 5, issued_s=1800, cold_start=True),  # called 30 min before: a miss
+        CallRecord("c", "m", 10, 5, issued_s=9000, cold_start=True),  # 2 h quiet before it
+        CallRecord("d", "m", 10, 5, issued_s=9010),
+        CallRecord("e", "other", 10, 5, issued_s=9020, cold_start=True),
+    ]  # its first call
     result = SimResult(policy="berth", seed=0, horizon_s=10_000, end_s=10_000, calls=calls)
     assert summarize(result).recent_cold_start_share == pytest.approx(1 / 5)
 
@@ -199,8 +241,11 @@ def test_warm_pool_figures_are_ratios_to_the_runs_baselines_with_their_goals() -
     reports = {"berth": berth, "k8s-spread": spread, "always-warm": warm}
     figures = warm_pool_figures(berth, reports)
     assert [(f.value, f.goal, f.met) for f in figures] == [
-        (pytest.approx(0.1), 0.2, True), (pytest.approx(0.7), 0.6, False), (pytest.approx(1.1), 1.2, True),
-        (0.02, 0.01, False)]
+        (pytest.approx(0.1), 0.2, True),
+        (pytest.approx(0.7), 0.6, False),
+        (pytest.approx(1.1), 1.2, True),
+        (0.02, 0.01, False),
+    ]
     assert [f.value for f in warm_pool_figures(berth, {"berth": berth})][:3] == [None, None, None]
     printed = warm_pool_table(reports)
     assert "0.10 ✓" in printed and "0.70 ✗" in printed and "2.00% ✗" in printed
@@ -209,11 +254,14 @@ def test_warm_pool_figures_are_ratios_to_the_runs_baselines_with_their_goals() -
 def test_first_loads_are_each_models_first_cold_replica_and_show_beside_the_cold_start_ratio() -> None:
     """The floor no policy on empty disks goes under: m's first load (40 s, not its later 10 s reload) and
     other's (25 s); a preloaded replica is no load at all."""
-    replicas = [ReplicaRecord("p", "m", "n1", gpus=1, usd_per_hour=1.0, tier="preloaded", started_s=0, ready_s=0,
-                              preloaded=True),
-                ReplicaRecord("b", "m", "n2", gpus=1, usd_per_hour=1.0, tier="disk", started_s=500, ready_s=510),
-                ReplicaRecord("a", "m", "n1", gpus=1, usd_per_hour=1.0, tier="origin", started_s=100, ready_s=140),
-                ReplicaRecord("c", "other", "n1", gpus=1, usd_per_hour=1.0, tier="origin", started_s=50, ready_s=75)]
+    replicas = [
+        ReplicaRecord(
+            "p", "m", "n1", gpus=1, usd_per_hour=1.0, tier="preloaded", started_s=0, ready_s=0, preloaded=True
+        ),
+        ReplicaRecord("b", "m", "n2", gpus=1, usd_per_hour=1.0, tier="disk", started_s=500, ready_s=510),
+        ReplicaRecord("a", "m", "n1", gpus=1, usd_per_hour=1.0, tier="origin", started_s=100, ready_s=140),
+        ReplicaRecord("c", "other", "n1", gpus=1, usd_per_hour=1.0, tier="origin", started_s=50, ready_s=75),
+    ]
     report = summarize(SimResult(policy="berth", seed=0, horizon_s=1000, end_s=1000, replicas=replicas))
     assert (report.cold_start_s, report.first_load_s) == (75.0, 65.0)
     printed = warm_pool_table({"berth": report, "k8s-spread": with_(policy="k8s-spread", cold_start_s=130.0)})

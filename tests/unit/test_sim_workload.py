@@ -37,8 +37,9 @@ def all_calls(workload: Workload) -> Iterator[CallPlan]:
 
 
 def test_a_seed_names_one_workload() -> None:
-    spec = WorkloadSpec(duration_s=3600, burst_every_s=900, subagent_probability=0.2,
-                        spot_preemptions_per_node_hour=1.0)
+    spec = WorkloadSpec(
+        duration_s=3600, burst_every_s=900, subagent_probability=0.2, spot_preemptions_per_node_hour=1.0
+    )
     first = generate(spec, seed=7, spot_nodes=["n1", "n2"])
     assert first == generate(spec, seed=7, spot_nodes=["n2", "n1"])
     assert first != generate(spec, seed=8, spot_nodes=["n1", "n2"])
@@ -65,8 +66,14 @@ def test_outputs_are_clipped_to_ten_and_the_maximum() -> None:
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32), duration_s=st.floats(1, 1800), burst_every_s=st.sampled_from([0.0, 60.0]))
 def test_sessions_arrive_in_order_within_the_horizon(seed: int, duration_s: float, burst_every_s: float) -> None:
-    spec = WorkloadSpec(duration_s=duration_s, sessions_per_hour=600, burst_every_s=burst_every_s,
-                        burst_spread_s=120, turns_per_session_max=1, calls_per_turn_mean=1)
+    spec = WorkloadSpec(
+        duration_s=duration_s,
+        sessions_per_hour=600,
+        burst_every_s=burst_every_s,
+        burst_spread_s=120,
+        turns_per_session_max=1,
+        calls_per_turn_mean=1,
+    )
     sessions = generate(spec, seed=seed).sessions
     arrivals = [s.arrival_s for s in sessions]
     assert arrivals == sorted(arrivals)
@@ -82,23 +89,35 @@ def busiest_minute(workload: Workload) -> int:
 def test_bursts_make_arrivals_clumpy() -> None:
     light = dict(duration_s=4 * 3600, turns_per_session_max=1, calls_per_turn_mean=1)
     steady = generate(WorkloadSpec(sessions_per_hour=120, **light), seed=3)
-    bursty = generate(WorkloadSpec(sessions_per_hour=60, burst_every_s=1800, burst_sessions=30,
-                                   burst_spread_s=30, **light), seed=3)
+    bursty = generate(
+        WorkloadSpec(sessions_per_hour=60, burst_every_s=1800, burst_sessions=30, burst_spread_s=30, **light), seed=3
+    )
     assert 0.5 < len(bursty.sessions) / len(steady.sessions) < 1.5  # about the same traffic in all
     assert busiest_minute(bursty) >= 3 * busiest_minute(steady)
 
 
 def test_diurnal_amplitude_moves_traffic_to_the_day() -> None:
-    spec = WorkloadSpec(duration_s=7200, diurnal_period_s=7200, diurnal_amplitude=1.0, sessions_per_hour=1000,
-                        turns_per_session_max=1, calls_per_turn_mean=1)
+    spec = WorkloadSpec(
+        duration_s=7200,
+        diurnal_period_s=7200,
+        diurnal_amplitude=1.0,
+        sessions_per_hour=1000,
+        turns_per_session_max=1,
+        calls_per_turn_mean=1,
+    )
     arrivals = [s.arrival_s for s in generate(spec, seed=4).sessions]
     day = sum(1 for t in arrivals if t < 3600)
     assert day > 0.75 * len(arrivals)  # sin > 0 in the first half: 1/2 + 1/π ≈ 82% of arrivals
 
 
 def test_models_are_picked_by_their_weights() -> None:
-    spec = WorkloadSpec(duration_s=3600, sessions_per_hour=4000, turns_per_session_max=1, calls_per_turn_mean=1,
-                        models=[ModelShare(name="big", weight=3), ModelShare(name="small", weight=1)])
+    spec = WorkloadSpec(
+        duration_s=3600,
+        sessions_per_hour=4000,
+        turns_per_session_max=1,
+        calls_per_turn_mean=1,
+        models=[ModelShare(name="big", weight=3), ModelShare(name="small", weight=1)],
+    )
     workload = generate(spec, seed=5)
     counts = Counter(s.calls[0].model for s in workload.sessions)
     assert abs(counts["big"] / len(workload.sessions) - 0.75) < 0.03
@@ -133,10 +152,12 @@ def test_a_batch_share_marks_whole_sessions_and_changes_nothing_else() -> None:
     assert abs(len(batch) / len(mixed.sessions) - 0.3) < 0.05
     # A batch session's sub-agents are batch too; the traffic itself is the same draw.
     assert all(c.spawn.priority == s.priority for s in mixed.sessions for c in s.calls if c.spawn is not None)
-    assert [(s.session_id, s.arrival_s, len(s.calls)) for s in mixed.sessions] == \
-        [(s.session_id, s.arrival_s, len(s.calls)) for s in interactive.sessions]
-    assert [(c.model, c.prompt_tokens, c.output_tokens) for c in all_calls(mixed)] == \
-        [(c.model, c.prompt_tokens, c.output_tokens) for c in all_calls(interactive)]
+    assert [(s.session_id, s.arrival_s, len(s.calls)) for s in mixed.sessions] == [
+        (s.session_id, s.arrival_s, len(s.calls)) for s in interactive.sessions
+    ]
+    assert [(c.model, c.prompt_tokens, c.output_tokens) for c in all_calls(mixed)] == [
+        (c.model, c.prompt_tokens, c.output_tokens) for c in all_calls(interactive)
+    ]
 
 
 def test_preemption_schedule_is_deterministic_and_poisson() -> None:
@@ -153,15 +174,18 @@ def test_preemption_schedule_is_deterministic_and_poisson() -> None:
         preemption_schedule(nodes, -1.0, 30.0, 3600, random.Random(9))
 
 
-@pytest.mark.parametrize(("content", "field"), [
-    ({"diurnal_amplitude": 2}, "workload.diurnal_amplitude: "),
-    ({"models": [{"name": "a", "weight": 0}]}, "workload.models.0.weight: "),
-    ({"models": []}, "workload.models: "),
-    ({"models": [{"name": "a", "weight": 1}, {"name": "a", "weight": 2}]}, "workload.models: "),
-    ({"sessions_per_hr": 10}, "workload.sessions_per_hr: "),
-    ({"output_tokens_max": "many"}, "workload.output_tokens_max: "),
-    ([1, 2], "workload: "),
-])
+@pytest.mark.parametrize(
+    ("content", "field"),
+    [
+        ({"diurnal_amplitude": 2}, "workload.diurnal_amplitude: "),
+        ({"models": [{"name": "a", "weight": 0}]}, "workload.models.0.weight: "),
+        ({"models": []}, "workload.models: "),
+        ({"models": [{"name": "a", "weight": 1}, {"name": "a", "weight": 2}]}, "workload.models: "),
+        ({"sessions_per_hr": 10}, "workload.sessions_per_hr: "),
+        ({"output_tokens_max": "many"}, "workload.output_tokens_max: "),
+        ([1, 2], "workload: "),
+    ],
+)
 def test_spec_errors_name_the_field(tmp_path: Path, content: object, field: str) -> None:
     path = tmp_path / "workload.json"
     path.write_text(json.dumps(content))
@@ -186,52 +210,73 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_trace_is_read_exactly(tmp_path: Path) -> None:
-    path = write(tmp_path, "session_id,extra,model,timestamp,output_tokens,prompt_tokens\n"
-                           "b,x,m2,105.5,20,1000\n"
-                           "a,x,m1,100,10,500\n"
-                           "a,x,m1,102,30,900\n"
-                           "b,x,m2,103,5,800\n"
-                           "\n")
+    path = write(
+        tmp_path,
+        "session_id,extra,model,timestamp,output_tokens,prompt_tokens\n"
+        "b,x,m2,105.5,20,1000\n"
+        "a,x,m1,100,10,500\n"
+        "a,x,m1,102,30,900\n"
+        "b,x,m2,103,5,800\n"
+        "\n",
+    )
     workload = read_trace(path)
-    assert workload == Workload(sessions=(
-        SessionPlan(session_id="a", arrival_s=0.0, calls=(
-            CallPlan(model="m1", prompt_tokens=500, output_tokens=10, not_before_s=0.0),
-            CallPlan(model="m1", prompt_tokens=900, output_tokens=30, not_before_s=2.0))),
-        SessionPlan(session_id="b", arrival_s=3.0, calls=(
-            CallPlan(model="m2", prompt_tokens=800, output_tokens=5, not_before_s=3.0),
-            CallPlan(model="m2", prompt_tokens=1000, output_tokens=20, not_before_s=5.5))),
-    ), duration_s=6.5)
+    assert workload == Workload(
+        sessions=(
+            SessionPlan(
+                session_id="a",
+                arrival_s=0.0,
+                calls=(
+                    CallPlan(model="m1", prompt_tokens=500, output_tokens=10, not_before_s=0.0),
+                    CallPlan(model="m1", prompt_tokens=900, output_tokens=30, not_before_s=2.0),
+                ),
+            ),
+            SessionPlan(
+                session_id="b",
+                arrival_s=3.0,
+                calls=(
+                    CallPlan(model="m2", prompt_tokens=800, output_tokens=5, not_before_s=3.0),
+                    CallPlan(model="m2", prompt_tokens=1000, output_tokens=20, not_before_s=5.5),
+                ),
+            ),
+        ),
+        duration_s=6.5,
+    )
 
 
 def test_a_trace_takes_iso_timestamps_and_preemptions(tmp_path: Path) -> None:
-    path = write(tmp_path, "timestamp,model,prompt_tokens,output_tokens,session_id\n"
-                           "2026-01-01T10:00:00Z,m,1,1,s\n"
-                           "2026-01-01T11:00:30+01:00,m,1,1,s\n")
+    path = write(
+        tmp_path,
+        "timestamp,model,prompt_tokens,output_tokens,session_id\n"
+        "2026-01-01T10:00:00Z,m,1,1,s\n"
+        "2026-01-01T11:00:30+01:00,m,1,1,s\n",
+    )
     workload = read_trace(path, spot_nodes=["n"], preemptions_per_node_hour=100, preemption_notice_s=5, seed=1)
     assert [c.not_before_s for c in workload.sessions[0].calls] == [0.0, 30.0]
     assert workload.duration_s == 31.0
     assert workload.preemptions["n"] and all(notice == 5 for _, notice in workload.preemptions["n"])
-    assert workload == read_trace(path, spot_nodes=["n"], preemptions_per_node_hour=100,
-                                  preemption_notice_s=5, seed=1)
+    assert workload == read_trace(path, spot_nodes=["n"], preemptions_per_node_hour=100, preemption_notice_s=5, seed=1)
 
 
 HEADER = "timestamp,model,prompt_tokens,output_tokens,session_id\n"
 GOOD = "1,m,10,10,s\n"
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("timestamp,model,prompt_tokens,session_id\n" + GOOD, "row 1: column 'output_tokens': missing"),
-    (HEADER + GOOD + "2,m,ten,10,s\n", "row 3: column 'prompt_tokens': not a whole number"),
-    (HEADER + GOOD + "2,m,10,-1,s\n", "row 3: column 'output_tokens': negative"),
-    (HEADER + GOOD + "2,m,10,1.5,s\n", "row 3: column 'output_tokens': not a whole number"),
-    (HEADER + "yesterday,m,10,10,s\n", "row 2: column 'timestamp': neither seconds nor an ISO 8601"),
-    (HEADER + "2026-01-01T10:00:00,m,10,10,s\n", "row 2: column 'timestamp': an ISO 8601 time needs a timezone"),
-    (HEADER + "nan,m,10,10,s\n", "row 2: column 'timestamp': not a finite"),
-    (HEADER + GOOD + GOOD + "3, ,10,10,s\n", "row 4: column 'model': empty"),
-    (HEADER + "1,m,10,10\n", "row 2: column 'session_id': empty"),
-    ("", "empty file"),
-    (HEADER, "empty file"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("timestamp,model,prompt_tokens,session_id\n" + GOOD, "row 1: column 'output_tokens': missing"),
+        (HEADER + GOOD + "2,m,ten,10,s\n", "row 3: column 'prompt_tokens': not a whole number"),
+        (HEADER + GOOD + "2,m,10,-1,s\n", "row 3: column 'output_tokens': negative"),
+        (HEADER + GOOD + "2,m,10,1.5,s\n", "row 3: column 'output_tokens': not a whole number"),
+        (HEADER + "yesterday,m,10,10,s\n", "row 2: column 'timestamp': neither seconds nor an ISO 8601"),
+        (HEADER + "2026-01-01T10:00:00,m,10,10,s\n", "row 2: column 'timestamp': an ISO 8601 time needs a timezone"),
+        (HEADER + "nan,m,10,10,s\n", "row 2: column 'timestamp': not a finite"),
+        (HEADER + GOOD + GOOD + "3, ,10,10,s\n", "row 4: column 'model': empty"),
+        (HEADER + "1,m,10,10\n", "row 2: column 'session_id': empty"),
+        ("", "empty file"),
+        (HEADER, "empty file"),
+    ],
+)
 def test_bad_traces_name_the_row_and_column(tmp_path: Path, text: str, expected: str) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ValueError) as raised:

@@ -19,8 +19,11 @@ def _tool(name: str, properties: dict[str, Any] | None = None, required: list[st
 
 SEARCH = _tool("search", {"query": {"type": "string"}}, ["query"])
 FETCH = _tool("fetch", {"url": {"type": "string"}}, ["url"])
-SPAWN = _tool("spawn_agent", {"agent": {"type": "string"}, "input": {"type": "string"}, "tokens": {"type": "integer"}},
-              ["agent", "input"])
+SPAWN = _tool(
+    "spawn_agent",
+    {"agent": {"type": "string"}, "input": {"type": "string"}, "tokens": {"type": "integer"}},
+    ["agent", "input"],
+)
 ASK = _tool("ask_human", {"question": {"type": "string"}}, ["question"])
 
 
@@ -30,17 +33,24 @@ def _user(text: str) -> list[dict[str, Any]]:
 
 def _answer_calls(messages: list[dict[str, Any]], out: Reply, result: str = "ok") -> list[dict[str, Any]]:
     """The conversation after the agent ran `out`'s calls, each returning `result` (or a per-call text)."""
-    messages = messages + [{
-        "role": "assistant", "content": None,
-        "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                       for c in out.tool_calls],
-    }]
-    return messages + [{"role": "tool", "tool_call_id": c.id, "content": f"{result} for {c.arguments}"}
-                       for c in out.tool_calls]
+    messages = messages + [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in out.tool_calls
+            ],
+        }
+    ]
+    return messages + [
+        {"role": "tool", "tool_call_id": c.id, "content": f"{result} for {c.arguments}"} for c in out.tool_calls
+    ]
 
 
-def _run(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, result: str = "ok",
-         limit: int = 50) -> tuple[list[list[PlannedCall]], Reply, list[dict[str, Any]]]:
+def _run(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, result: str = "ok", limit: int = 50
+) -> tuple[list[list[PlannedCall]], Reply, list[dict[str, Any]]]:
     """Drive the policy like an agent loop until it answers; return each turn's calls and the answer."""
     turns: list[list[PlannedCall]] = []
     for _ in range(limit):
@@ -61,7 +71,7 @@ def test_same_conversation_gives_the_same_reply_every_time() -> None:
     first = reply(MODEL, messages, [SEARCH, SPAWN])
     assert all(reply(MODEL, [dict(m) for m in messages], [SEARCH, SPAWN]) == first for _ in range(5))
     turns, answer, _ = _run(messages, [SEARCH, SPAWN])
-    assert _run(messages, [SEARCH, SPAWN]) [1] == answer
+    assert _run(messages, [SEARCH, SPAWN])[1] == answer
     assert [c.id for t in turns for c in t] == [c.id for t in _run(messages, [SEARCH, SPAWN])[0] for c in t]
 
 
@@ -130,15 +140,25 @@ def test_a_call_counts_as_done_only_when_its_result_matches_name_and_arguments()
     first = reply(MODEL, messages, [SEARCH]).tool_calls[0]
     # A result for a different call (other arguments) does not satisfy the planned one.
     wrong = messages + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_x", "type": "function", "function": {"name": "search", "arguments": '{"query": "java"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_x", "type": "function", "function": {"name": "search", "arguments": '{"query": "java"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_x", "content": "java stuff"},
     ]
     assert reply(MODEL, wrong, [SEARCH]).tool_calls[0] == first
     # Re-serialised arguments (other spacing, key order) still match.
     reformatted = messages + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "abc", "type": "function", "function": {"name": "search", "arguments": '{"query":"rust"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "abc", "type": "function", "function": {"name": "search", "arguments": '{"query":"rust"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "abc", "content": "rust stuff"},
     ]
     assert _args(reply(MODEL, reformatted, [SEARCH]).tool_calls[0]) == {"query": "go"}
@@ -156,9 +176,17 @@ def test_final_answer_mentions_an_error_in_the_last_tool_result() -> None:
     messages = _user("rust")
     out = reply(MODEL, messages, [SEARCH])
     messages = messages + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": out.tool_calls[0].id, "type": "function",
-             "function": {"name": "search", "arguments": out.tool_calls[0].arguments}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": out.tool_calls[0].id,
+                    "type": "function",
+                    "function": {"name": "search", "arguments": out.tool_calls[0].arguments},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": out.tool_calls[0].id, "content": "Error: search backend unreachable"},
     ]
     answer = reply(MODEL, messages, [SEARCH])
@@ -204,8 +232,20 @@ def test_arguments_are_filled_from_the_schema() -> None:
             "optional": {"type": "string"},
             "blob": {"type": "object"},
         },
-        "required": ["query", "source_url", "path", "count", "year", "ratio", "verbose", "mode", "tags",
-                     "filters", "maybe", "blob"],
+        "required": [
+            "query",
+            "source_url",
+            "path",
+            "count",
+            "year",
+            "ratio",
+            "verbose",
+            "mode",
+            "tags",
+            "filters",
+            "maybe",
+            "blob",
+        ],
     }
     assert fill_arguments(schema, "Papers from 2019 on caching") == {
         "query": "Papers from 2019 on caching",
@@ -223,7 +263,9 @@ def test_arguments_are_filled_from_the_schema() -> None:
     }
     # Without a number in the subject, numbers are its length; without `required`, all properties are filled.
     assert fill_arguments({"properties": {"n": {"type": "integer"}, "s": {"type": "string"}}}, "abcd") == {
-        "n": 4, "s": "abcd"}
+        "n": 4,
+        "s": "abcd",
+    }
     assert fill_arguments({"type": "object"}, "x") == {}
     assert fill_arguments(None, "x") == {}
 
@@ -239,34 +281,60 @@ def test_content_parts_and_later_user_messages() -> None:
 def test_a_remembered_plan_gives_the_replies_a_fresh_plan_gives():
     from orchestrator.engines.simulated import policy
 
-    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {
-        "type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}, "required": ["query"]}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+                    "required": ["query"],
+                },
+            },
+        }
+    ]
     messages = [{"role": "user", "content": "a; b; c"}]
     for _ in range(4):
         fresh_task = policy.parse_input("a; b; c")
         fresh = policy._plan(fresh_task, policy._offered(tools))
         task, _, remembered = policy._planned("a; b; c", tools)
         assert task == fresh_task
-        assert [(s.group, s.name, s.args, s.key, s.canonical, s.results) for s in remembered] == \
-               [(s.group, s.name, s.args, s.key, s.canonical, s.results) for s in fresh]
+        assert [(s.group, s.name, s.args, s.key, s.canonical, s.results) for s in remembered] == [
+            (s.group, s.name, s.args, s.key, s.canonical, s.results) for s in fresh
+        ]
         answer = reply("m", messages, tools)
         assert answer == policy.Reply(**vars(_uncached_reply(policy, messages, tools)))
         if not answer.tool_calls:
             break
         call = answer.tool_calls[0]
         messages = messages + [
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                ],
+            },
             {"role": "tool", "tool_call_id": call.id, "content": f"result {len(messages)}"},
         ]
     # Tools that JSON would blur (a tuple where a list was meant) are planned without the cache.
-    blurred = [{"type": "function", "function": {"name": "lookup", "parameters": {
-        "type": "object", "properties": {"query": {"type": "string"}}, "required": ("query",)}}}]
+    blurred = [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup",
+                "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ("query",)},
+            },
+        }
+    ]
     plain = json.loads(json.dumps(blurred))
-    assert reply("m", [{"role": "user", "content": "a"}], blurred) == \
-        _uncached_reply(policy, [{"role": "user", "content": "a"}], blurred)
-    assert reply("m", [{"role": "user", "content": "a"}], plain) == \
-        _uncached_reply(policy, [{"role": "user", "content": "a"}], plain)
+    assert reply("m", [{"role": "user", "content": "a"}], blurred) == _uncached_reply(
+        policy, [{"role": "user", "content": "a"}], blurred
+    )
+    assert reply("m", [{"role": "user", "content": "a"}], plain) == _uncached_reply(
+        policy, [{"role": "user", "content": "a"}], plain
+    )
 
 
 def _uncached_reply(policy, messages, tools):

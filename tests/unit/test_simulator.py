@@ -14,8 +14,8 @@ import pytest
 from orchestrator.cli.main import main
 from orchestrator.pool import admission, service
 from orchestrator.pool.placement import place
-from orchestrator.simulator.compare import run_policies, spot_nodes
 from orchestrator.pool.scaler import COLD_START_WAIT_GPUS
+from orchestrator.simulator.compare import run_policies, spot_nodes
 from orchestrator.simulator.engine import Simulation
 from orchestrator.simulator.fleet_file import MAX_FLEET_GPUS, MAX_FLEET_NODES, parse_fleet
 from orchestrator.simulator.json_input import MAX_JSON_DEPTH
@@ -27,8 +27,9 @@ from orchestrator.simulator.scenarios import STANDARD_FLEET, catalogue_models
 from orchestrator.simulator.workload import WorkloadSpec, generate
 from orchestrator.weights_transfer import DISK_BYTES_PER_S, GIB
 
-ONE_GPU = parse_fleet([{"node_id": "n", "datacenter": "east", "zone": "east-1a", "gpus": "1xH100-80GB",
-                        "usd_per_hour": 3.6}])
+ONE_GPU = parse_fleet(
+    [{"node_id": "n", "datacenter": "east", "zone": "east-1a", "gpus": "1xH100-80GB", "usd_per_hour": 3.6}]
+)
 SMALL = "llama-3.2-1b"  # 2.3 GiB of weights, 32 slots
 
 
@@ -41,8 +42,9 @@ def test_a_hand_checked_scenario_gives_the_exact_cold_starts_and_gpu_hours() -> 
     origin, an unload after the 300 s idle timeout (at the first 2 s scaler tick past it), then a cold
     start from the node's disk."""
     workload = Workload((one_call_session("a", 0.0), one_call_session("b", 1000.0)), duration_s=1001)
-    result = Simulation(ONE_GPU, catalogue_models(), workload,
-                        berth_policy(ONE_GPU.placement_config(), "berth-fixed")).run()
+    result = Simulation(
+        ONE_GPU, catalogue_models(), workload, berth_policy(ONE_GPU.placement_config(), "berth-fixed")
+    ).run()
 
     disk_read = 2.3 / (DISK_BYTES_PER_S / GIB)
     from_origin = disk_read + 20 + 2.3 / 0.5  # disk read + engine start + the WAN copy
@@ -62,8 +64,10 @@ def test_a_hand_checked_scenario_gives_the_exact_cold_starts_and_gpu_hours() -> 
     held = 326.0 + (from_disk + serve)
     assert report.gpu_hours == pytest.approx(held / 3600)
     assert report.cost_usd == pytest.approx(3.6 * held / 3600)
-    assert (report.ttft_p50_s, report.ttft_p99_s) == (pytest.approx(from_disk + prefill),
-                                                      pytest.approx(from_origin + prefill))
+    assert (report.ttft_p50_s, report.ttft_p99_s) == (
+        pytest.approx(from_disk + prefill),
+        pytest.approx(from_origin + prefill),
+    )
     assert idle_from < 26
     # Both calls waited for a load: a step leased on a loading replica waits for a GPU too.
     assert report.tasks_waited == 2 and report.gpu_wait_max_s == pytest.approx(from_origin)
@@ -75,7 +79,10 @@ def test_with_no_gaps_learned_yet_the_ski_rental_window_keeps_a_replica_until_it
     share of the GPU's memory it takes, and a cold start costs its reload seconds times that share plus
     COLD_START_WAIT_GPUS for the waiting step; timed from the tick that saw it idle."""
     model = catalogue_models()["llama-3.1-8b"]
-    session = lambda sid, at: SessionPlan(sid, at, (CallPlan(model.name, prompt_tokens=1000, output_tokens=100),))
+
+    def session(sid: str, at: float) -> SessionPlan:
+        return SessionPlan(sid, at, (CallPlan(model.name, prompt_tokens=1000, output_tokens=100),))
+
     workload = Workload((session("a", 0.0), session("b", 10_000.0)), duration_s=10_001)
     result = Simulation(ONE_GPU, catalogue_models(), workload, berth_policy(ONE_GPU.placement_config())).run()
     [(node, _cache)] = ONE_GPU.expand()
@@ -109,15 +116,22 @@ def test_the_berth_policy_places_with_the_live_pools_own_function() -> None:
 
 
 def test_a_run_is_deterministic_for_a_seed() -> None:
-    spec = WorkloadSpec(duration_s=1800, sessions_per_hour=40, burst_every_s=600, burst_sessions=10,
-                        spot_preemptions_per_node_hour=1.0)
+    spec = WorkloadSpec(
+        duration_s=1800, sessions_per_hour=40, burst_every_s=600, burst_sessions=10, spot_preemptions_per_node_hour=1.0
+    )
 
     def figures(seed: int) -> list[tuple]:
         workload = generate(spec, seed, spot_nodes(STANDARD_FLEET))
         results = run_policies(STANDARD_FLEET, catalogue_models(), workload, POLICY_NAMES, seed)
-        return [(r.policy, [(c.issued_s, c.first_token_s, c.done_s) for c in r.calls],
-                 [(x.node_id, x.started_s, x.ended_s) for x in r.replicas],
-                 [(p.node_id, p.tokens_lost, p.tokens_lost_restart) for p in r.preemptions]) for r in results]
+        return [
+            (
+                r.policy,
+                [(c.issued_s, c.first_token_s, c.done_s) for c in r.calls],
+                [(x.node_id, x.started_s, x.ended_s) for x in r.replicas],
+                [(p.node_id, p.tokens_lost, p.tokens_lost_restart) for p in r.preemptions],
+            )
+            for r in results
+        ]
 
     once = figures(3)
     assert once == figures(3)
@@ -126,10 +140,19 @@ def test_a_run_is_deterministic_for_a_seed() -> None:
 
 
 def test_a_node_killed_without_notice_loses_at_most_a_heartbeat_of_tokens_and_the_step_finishes_elsewhere() -> None:
-    fleet = parse_fleet([
-        {"node_id": "spot", "datacenter": "east", "zone": "east-1b", "capacity": "spot", "gpus": "1xH100-80GB",
-         "usd_per_hour": 0.5},
-        {"node_id": "steady", "datacenter": "east", "zone": "east-1a", "gpus": "1xH100-80GB", "usd_per_hour": 9}])
+    fleet = parse_fleet(
+        [
+            {
+                "node_id": "spot",
+                "datacenter": "east",
+                "zone": "east-1b",
+                "capacity": "spot",
+                "gpus": "1xH100-80GB",
+                "usd_per_hour": 0.5,
+            },
+            {"node_id": "steady", "datacenter": "east", "zone": "east-1a", "gpus": "1xH100-80GB", "usd_per_hour": 9},
+        ]
+    )
     long_answer = SessionPlan("a", 0.0, (CallPlan(SMALL, 2000, 4000, tool_s=1.0), CallPlan(SMALL, 6000, 4000)))
     # The first answer takes ~2 s alone in its batch (4× one slot's 509 tokens/s) after a ~25 s load: the kill
     # at 26 s is mid-answer.
@@ -156,12 +179,14 @@ def test_an_unknown_model_or_policy_is_refused_naming_it() -> None:
 def test_berth_simulate_compares_policies_on_a_trace_and_writes_its_report(tmp_path: Path, capsys) -> None:
     trace = tmp_path / "calls.csv"
     rows = ["timestamp,model,prompt_tokens,output_tokens,session_id"]
-    rows += [f"{i * 7.5},{SMALL if i % 3 else 'llama-3.1-8b'},{1500 + 300 * (i % 4)},{80 + i},s{i // 4}"
-             for i in range(40)]
+    rows += [
+        f"{i * 7.5},{SMALL if i % 3 else 'llama-3.1-8b'},{1500 + 300 * (i % 4)},{80 + i},s{i // 4}" for i in range(40)
+    ]
     trace.write_text("\n".join(rows) + "\n")
     fleet = tmp_path / "fleet.json"
-    fleet.write_text(json.dumps([{"node_id": "g", "count": 2, "datacenter": "east", "zone": "east-1a",
-                                  "gpus": "2xH100-80GB"}]))
+    fleet.write_text(
+        json.dumps([{"node_id": "g", "count": 2, "datacenter": "east", "zone": "east-1a", "gpus": "2xH100-80GB"}])
+    )
     out = tmp_path / "out"
     assert main(["simulate", "--fleet", str(fleet), "--trace", str(trace), "--compare", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -169,8 +194,10 @@ def test_berth_simulate_compares_policies_on_a_trace_and_writes_its_report(tmp_p
     report = json.loads((out / "report.json").read_text())
     assert set(report["policies"]) == set(POLICY_NAMES)
     assert "The warm pool, each policy against k8s-spread and always-warm:" in printed
-    assert [f["name"] for f in report["warm_pool"]["k8s-spread"]][:2] == ["cold-start seconds ÷ k8s-spread's",
-                                                                         "GPU-hours ÷ k8s-spread's"]
+    assert [f["name"] for f in report["warm_pool"]["k8s-spread"]][:2] == [
+        "cold-start seconds ÷ k8s-spread's",
+        "GPU-hours ÷ k8s-spread's",
+    ]
     assert report["warm_pool"]["k8s-spread"][1]["value"] == 1.0  # itself over itself
     assert report["policies"]["berth"]["calls"] == 40
     assert {p.name for p in out.glob("*.png")} == {"ttft.png", "gpu_hours.png", "replicas.png"}
@@ -190,8 +217,13 @@ def test_berth_simulate_refuses_bad_input_naming_the_field(tmp_path: Path, capsy
 
 def _berth_simulate(*argv: str) -> subprocess.CompletedProcess[str]:
     """`berth simulate` as a real process: a traceback is what a user would see, not something pytest catches."""
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli.main", "simulate", *argv],
-                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", "simulate", *argv],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 100_000])  # nested past the bound; past Python's own
@@ -211,8 +243,9 @@ def test_berth_simulate_refuses_a_fleet_beyond_its_node_or_gpu_bound(tmp_path: P
     huge.write_text(json.dumps([{**group, "node_id": f"g{i}"} for i in range(10)]))  # 100,000 nodes
     refused = _berth_simulate("--fleet", str(huge), "--out", str(tmp_path / "o"))
     assert refused.returncode == 2, refused.stderr[-2000:]
-    assert refused.stderr.strip() == (f"error: fleet.nodes: 100,000 nodes (counts included); at most"
-                                      f" {MAX_FLEET_NODES:,}")
+    assert refused.stderr.strip() == (
+        f"error: fleet.nodes: 100,000 nodes (counts included); at most {MAX_FLEET_NODES:,}"
+    )
     with pytest.raises(ValueError, match=f"fleet.nodes: {MAX_FLEET_NODES * 16:,} GPUs; at most {MAX_FLEET_GPUS:,}"):
         parse_fleet([{**group, "node_id": "wide", "gpus": "16xH100-80GB"}])
     assert not (tmp_path / "o").exists()
@@ -222,16 +255,24 @@ def test_two_models_packed_on_one_gpu_share_its_speed_and_bill_it_once() -> None
     """Two small models on the fleet's one GPU: a call of one while the other generates decodes at half the
     speed it has alone (decode reads both replicas' weights through one memory), and the GPU-hours count the
     GPU once for the time either held it."""
+
     def run(with_other: bool) -> SimResult:
         # The 1B warms at once; qwen loads from the origin in ~51 s, then writes 20,000 tokens for a minute;
         # the 1B's second call (at 55 s) falls inside that minute.
-        sessions = [SessionPlan("warm", 0.0, (CallPlan(SMALL, prompt_tokens=100, output_tokens=10),)),
-                    SessionPlan("late", 55.0, (CallPlan(SMALL, prompt_tokens=100, output_tokens=4000),))]
+        sessions = [
+            SessionPlan("warm", 0.0, (CallPlan(SMALL, prompt_tokens=100, output_tokens=10),)),
+            SessionPlan("late", 55.0, (CallPlan(SMALL, prompt_tokens=100, output_tokens=4000),)),
+        ]
         if with_other:
-            sessions.append(SessionPlan("other", 0.0, (CallPlan("qwen2.5-7b", prompt_tokens=100,
-                                                                output_tokens=20_000),)))
-        return Simulation(ONE_GPU, catalogue_models(), Workload(tuple(sessions), duration_s=56),
-                          berth_policy(ONE_GPU.placement_config(), "berth-fixed")).run()
+            sessions.append(
+                SessionPlan("other", 0.0, (CallPlan("qwen2.5-7b", prompt_tokens=100, output_tokens=20_000),))
+            )
+        return Simulation(
+            ONE_GPU,
+            catalogue_models(),
+            Workload(tuple(sessions), duration_s=56),
+            berth_policy(ONE_GPU.placement_config(), "berth-fixed"),
+        ).run()
 
     def decode_s(result: SimResult) -> float:
         late = next(c for c in result.calls if c.session_id == "late")

@@ -62,8 +62,9 @@ def test_berth_up_admits_its_own_nodes_and_leaves_the_cluster_token_to_the_other
     from orchestrator.store import Store
     from sdk.wire.fleet import NodeSpec
 
-    config = BerthConfig(data_dir=tmp_path, fleet=True, join_token="cluster",
-                         database_url=f"sqlite:///{tmp_path / 'berth.db'}")
+    config = BerthConfig(
+        data_dir=tmp_path, fleet=True, join_token="cluster", database_url=f"sqlite:///{tmp_path / 'berth.db'}"
+    )
     store = Store.open(config.resolved_database_url)
     try:
         known = DEFAULT_FLEET[0]
@@ -71,8 +72,12 @@ def test_berth_up_admits_its_own_nodes_and_leaves_the_cluster_token_to_the_other
         tokens = admit_stack_nodes(store, DEFAULT_FLEET)
         assert set(tokens) == {n.node_id for n in DEFAULT_FLEET[1:]}
         for node in DEFAULT_FLEET[1:]:
-            joined = store.node_admission.join(NodeSpec(node_id=node.node_id, datacenter=node.datacenter,
-                                                        zone=node.zone), None, tokens[node.node_id], cluster_token=False)
+            joined = store.node_admission.join(
+                NodeSpec(node_id=node.node_id, datacenter=node.datacenter, zone=node.zone),
+                None,
+                tokens[node.node_id],
+                cluster_token=False,
+            )
             assert joined.node.status == "healthy"
     finally:
         store.close()

@@ -16,7 +16,6 @@ from orchestrator.store.checkpoints import CheckpointConflict
 from sdk import Message, Spend, TaskState, TaskStatus, ToolCall
 from sdk.wire.contracts import PendingStep
 
-
 STEP = StepRef("t1", 1, "llama-3.2-1b", "default")
 
 
@@ -25,19 +24,42 @@ def books_of(store: Store) -> StoreStepBooks:
 
 
 def pending_step(task_id: str, step: int = 1) -> PendingStep:
-    state = TaskState(task_id=task_id, agent="writer", agent_version="1", model="llama-3.2-1b", tenant="default",
-                      status=TaskStatus.running, step=step, max_steps=5,
-                      spend=Spend(token_limit=5000, tokens_used=120))
-    return PendingStep(step=step, state=state, new_messages=[
-        Message(role="assistant", tool_calls=[ToolCall(id="c1", name="lookup", arguments="{}")]),
-        Message(role="tool", tool_call_id="c1", name="lookup", content="a ship's place at a wharf"),
-    ])
+    state = TaskState(
+        task_id=task_id,
+        agent="writer",
+        agent_version="1",
+        model="llama-3.2-1b",
+        tenant="default",
+        status=TaskStatus.running,
+        step=step,
+        max_steps=5,
+        spend=Spend(token_limit=5000, tokens_used=120),
+    )
+    return PendingStep(
+        step=step,
+        state=state,
+        new_messages=[
+            Message(role="assistant", tool_calls=[ToolCall(id="c1", name="lookup", arguments="{}")]),
+            Message(role="tool", tool_call_id="c1", name="lookup", content="a ship's place at a wharf"),
+        ],
+    )
 
 
 def entry(task_id: str = "t1", step: int = 1, attempt: int = 1, kind: str = "settled", **fields: object) -> LedgerEntry:
-    values: dict = dict(task_id=task_id, step=step, attempt=attempt, model="llama-3.2-1b", prompt_tokens=30,
-                        completion_tokens=12, cost_usd=0.001, ttft_s=0.05, duration_s=0.2, served_by="engine",
-                        kind=kind, response_id=f"r{attempt}")
+    values: dict = dict(
+        task_id=task_id,
+        step=step,
+        attempt=attempt,
+        model="llama-3.2-1b",
+        prompt_tokens=30,
+        completion_tokens=12,
+        cost_usd=0.001,
+        ttft_s=0.05,
+        duration_s=0.2,
+        served_by="engine",
+        kind=kind,
+        response_id=f"r{attempt}",
+    )
     values.update(fields)
     return LedgerEntry(**values)
 
@@ -106,8 +128,17 @@ def test_reading_another_tasks_checkpoint_is_refused(store: Store) -> None:
 
 
 def call(attempt: int = 1, **fields: object) -> CallReport:
-    values: dict = dict(attempt=attempt, prompt_tokens=30, completion_tokens=12, cost_usd=0.001, ttft_s=0.05,
-                        duration_s=0.2, served_by="engine", response_id=f"r{attempt}", finish_reason="stop")
+    values: dict = dict(
+        attempt=attempt,
+        prompt_tokens=30,
+        completion_tokens=12,
+        cost_usd=0.001,
+        ttft_s=0.05,
+        duration_s=0.2,
+        served_by="engine",
+        response_id=f"r{attempt}",
+        finish_reason="stop",
+    )
     values.update(fields)
     return CallReport(**values)
 
@@ -119,18 +150,31 @@ def test_settle_books_once_and_announces_once_in_the_typed_shape(store: Store) -
     assert [e.kind for e in store.events.read("t1")] == ["llm_call"]
     data = store.events.read("t1")[0].data
     assert (data["step"], data["model"], data["tenant"], data["prompt_tokens"], data["tokens_per_s"]) == (
-        1, "llama-3.2-1b", "default", 30, 60.0)
+        1,
+        "llama-3.2-1b",
+        "default",
+        30,
+        60.0,
+    )
     assert data["node_id"] is None and data["queue_wait_s"] is None  # off the fleet: every key, None
     assert store.ledger.totals("t1").calls == 1
 
 
 def test_booked_lists_the_settled_entries_of_earlier_attempts_of_that_step(store: Store) -> None:
     books = books_of(store)
-    for e in (entry(attempt=1), entry(attempt=2), entry(attempt=3), entry(step=2, attempt=1),
-              entry(attempt=1, kind="lost", response_id="", served_by=""), entry(task_id="t2")):
+    for e in (
+        entry(attempt=1),
+        entry(attempt=2),
+        entry(attempt=3),
+        entry(step=2, attempt=1),
+        entry(attempt=1, kind="lost", response_id="", served_by=""),
+        entry(task_id="t2"),
+    ):
         store.ledger.record(e)
     assert [(e.step, e.attempt, e.response_id) for e in books.booked(STEP, before_attempt=3)] == [
-        (1, 1, "r1"), (1, 2, "r2")]
+        (1, 1, "r1"),
+        (1, 2, "r2"),
+    ]
     assert books.booked(STEP, before_attempt=1) == []
 
 

@@ -3,7 +3,7 @@ alone and together, and roles that read as their bare value whatever wrote them.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import text
@@ -16,15 +16,33 @@ from sdk.wire.identity import Role
 
 pytestmark = pytest.mark.postgresql  # the filters' SQL must mean the same on SQLite and PostgreSQL
 
-T0 = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
 
-def put(store: Store, *, path: str, method: str = "POST", status: int = 200, key_id: str | None = "k1",
-        minutes: float = 0, role: str | None = "admin") -> None:
+def put(
+    store: Store,
+    *,
+    path: str,
+    method: str = "POST",
+    status: int = 200,
+    key_id: str | None = "k1",
+    minutes: float = 0,
+    role: str | None = "admin",
+) -> None:
     """One row at T0 + `minutes` (record() stamps now; the time filters need rows of chosen times)."""
     with Session(store.engine) as session:
-        session.add(AuditRow(key_id=key_id, role=role, tenant=None, method=method, path=path, target=None,
-                             status=status, at=T0 + timedelta(minutes=minutes)))
+        session.add(
+            AuditRow(
+                key_id=key_id,
+                role=role,
+                tenant=None,
+                method=method,
+                path=path,
+                target=None,
+                status=status,
+                at=T0 + timedelta(minutes=minutes),
+            )
+        )
         session.commit()
 
 
@@ -82,8 +100,7 @@ def test_paging_keeps_the_filters(logged: Store) -> None:
 
 
 def test_roles_read_as_their_value_whoever_wrote_them(store: Store) -> None:
-    store.audit.record(key_id="k1", role=Role.operator, tenant=None, method="POST", path="/a", target=None,
-                       status=200)
+    store.audit.record(key_id="k1", role=Role.operator, tenant=None, method="POST", path="/a", target=None, status=200)
     put(store, path="/b", role="Role.admin")  # as str(Role.admin) writes it
     put(store, path="/c", role=None, key_id=None)
     with store.engine.connect() as connection:
@@ -94,7 +111,8 @@ def test_roles_read_as_their_value_whoever_wrote_them(store: Store) -> None:
     assert entries[1].role is not None and entries[1].role.value == "admin"
 
 
-@pytest.mark.parametrize(("given", "plain"), [(Role.admin, "admin"), ("Role.viewer", "viewer"), ("agent", "agent"),
-                                              (None, None)])
+@pytest.mark.parametrize(
+    ("given", "plain"), [(Role.admin, "admin"), ("Role.viewer", "viewer"), ("agent", "agent"), (None, None)]
+)
 def test_plain_role(given: Role | str | None, plain: str | None) -> None:
     assert plain_role(given) == plain

@@ -25,7 +25,9 @@ def _opening() -> list[Message]:
 
 def _turn(i: int) -> list[Message]:
     return [
-        Message(role="assistant", content=None, tool_calls=[ToolCall(id=f"c{i}", name="count", arguments=f'{{"n": {i}}}')]),
+        Message(
+            role="assistant", content=None, tool_calls=[ToolCall(id=f"c{i}", name="count", arguments=f'{{"n": {i}}}')]
+        ),
         Message(role="tool", content=str(i), tool_call_id=f"c{i}", name="count"),
     ]
 
@@ -58,7 +60,9 @@ def test_every_checkpoint_reads_back_as_the_concatenation_of_what_was_written(st
 
 _text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 _json_leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | _text
-_json = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3), max_leaves=8)
+_json = st.recursive(
+    _json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3), max_leaves=8
+)
 _message = st.builds(
     Message,
     role=st.sampled_from(["user", "assistant", "tool"]),
@@ -66,7 +70,9 @@ _message = st.builds(
     tool_calls=st.none() | st.lists(st.builds(ToolCall, id=_text, name=_text, arguments=_text), max_size=2),
     tool_call_id=st.none() | _text,
 )
-_step = st.tuples(st.lists(_message, max_size=4), st.dictionaries(_text, _json, max_size=3), st.dictionaries(_text, _json, max_size=3))
+_step = st.tuples(
+    st.lists(_message, max_size=4), st.dictionaries(_text, _json, max_size=3), st.dictionaries(_text, _json, max_size=3)
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -125,8 +131,9 @@ def test_a_workflow_task_run_again_replaces_the_checkpoint_its_failed_run_wrote(
     assert [s.seq for s in store.checkpoints.list("t")] == [0, 1]
     assert store.checkpoints.read(durable.id).state == {"answer": None}
     nxt = store.checkpoints.append("t", durable, 2, _turn(2), {}, {})
-    assert [m.content for m in _cold(db_url).checkpoints.read(nxt.id).messages][-2:] == \
-        [m.content for m in _turn(1) + _turn(2)][-2:]
+    assert [m.content for m in _cold(db_url).checkpoints.read(nxt.id).messages][-2:] == [
+        m.content for m in _turn(1) + _turn(2)
+    ][-2:]
     with pytest.raises(CheckpointConflict, match="is not task"):  # the replaced one is no parent any more
         store.checkpoints.append("t", speculative, 2, _turn(2), {}, {})
 
@@ -173,7 +180,9 @@ def test_an_edited_row_breaks_the_hash_chain(store: Store, db_url: str) -> None:
     root = store.checkpoints.write_root("t", _opening(), {})
     one = store.checkpoints.append("t", root, 1, _turn(1), {}, {})
     two = store.checkpoints.append("t", one, 2, _turn(2), {}, {})
-    forged = json.dumps({"messages": [{"role": "assistant", "content": "forged"}], "scratch": {}, "state": {}, "step": 1})
+    forged = json.dumps(
+        {"messages": [{"role": "assistant", "content": "forged"}], "scratch": {}, "state": {}, "step": 1}
+    )
     with store.engine.begin() as conn:
         conn.execute(
             text("UPDATE checkpoints SET delta = :d, encoding = 'json' WHERE task_id = 't' AND seq = 1"),

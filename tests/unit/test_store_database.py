@@ -32,7 +32,6 @@ def test_an_in_memory_database_is_shared_by_the_stores_of_one_engine() -> None:
 
 
 def test_a_database_from_an_earlier_version_gains_new_columns(tmp_path) -> None:
-    import sqlite3
 
     from activities.ports import LedgerEntry
     from orchestrator.store import Store
@@ -67,13 +66,17 @@ def _old_ledger(db, rows: int):
     import sqlite3
 
     con = sqlite3.connect(db)
-    con.execute("CREATE TABLE token_ledger (id INTEGER PRIMARY KEY, task_id VARCHAR NOT NULL, step INTEGER NOT NULL,"
-                " attempt INTEGER NOT NULL, kind VARCHAR NOT NULL, model VARCHAR NOT NULL, prompt_tokens INTEGER NOT"
-                " NULL, completion_tokens INTEGER NOT NULL, cost_usd FLOAT NOT NULL, ttft_s FLOAT NOT NULL, duration_s"
-                " FLOAT NOT NULL, served_by VARCHAR NOT NULL, created_at DATETIME)")
+    con.execute(
+        "CREATE TABLE token_ledger (id INTEGER PRIMARY KEY, task_id VARCHAR NOT NULL, step INTEGER NOT NULL,"
+        " attempt INTEGER NOT NULL, kind VARCHAR NOT NULL, model VARCHAR NOT NULL, prompt_tokens INTEGER NOT"
+        " NULL, completion_tokens INTEGER NOT NULL, cost_usd FLOAT NOT NULL, ttft_s FLOAT NOT NULL, duration_s"
+        " FLOAT NOT NULL, served_by VARCHAR NOT NULL, created_at DATETIME)"
+    )
     for _ in range(rows):
-        con.execute("INSERT INTO token_ledger (task_id, step, attempt, kind, model, prompt_tokens, completion_tokens,"
-                    " cost_usd, ttft_s, duration_s, served_by) VALUES ('old', 1, 1, 'settled', 'm', 1, 2, 0, 0, 0, 'x')")
+        con.execute(
+            "INSERT INTO token_ledger (task_id, step, attempt, kind, model, prompt_tokens, completion_tokens,"
+            " cost_usd, ttft_s, duration_s, served_by) VALUES ('old', 1, 1, 'settled', 'm', 1, 2, 0, 0, 0, 'x')"
+        )
     con.commit()
     con.close()
     return db

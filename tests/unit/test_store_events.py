@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -36,7 +36,7 @@ def test_events_come_back_in_order_per_task(store: Store, db_url: str) -> None:
 
 
 def test_event_data_round_trips_as_json(store: Store) -> None:
-    at = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    at = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
     seq = store.events.append("t", "state", {"status": TaskStatus.running, "at": at, "nested": {"a": [1, None]}})
     (event,) = store.events.read("t")
     assert event.seq == seq and event.kind == "state"

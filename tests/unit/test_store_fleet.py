@@ -17,25 +17,47 @@ SECRET = "s3cret-of-gpu-1"
 
 
 def spec(node_id: str = "gpu-1", gpus: int = 2, **fields: object) -> NodeSpec:
-    return NodeSpec.model_validate({
-        "node_id": node_id, "datacenter": "us-east", "zone": "us-east-1a", "capacity": "spot", "usd_per_hour": 5.98,
-        "labels": {"dedicated": "tenant-a"}, "disk_bandwidth_gbps": 3.5, "weights_cache_capacity_bytes": 2 * 10**12,
-        "gpus": [{"index": i, "uuid": f"GPU-{node_id}-{i}", "type_name": "H100-80GB", "memory_total_mib": 81559}
-                 for i in range(gpus)],
-        **fields,
-    })
+    return NodeSpec.model_validate(
+        {
+            "node_id": node_id,
+            "datacenter": "us-east",
+            "zone": "us-east-1a",
+            "capacity": "spot",
+            "usd_per_hour": 5.98,
+            "labels": {"dedicated": "tenant-a"},
+            "disk_bandwidth_gbps": 3.5,
+            "weights_cache_capacity_bytes": 2 * 10**12,
+            "gpus": [
+                {"index": i, "uuid": f"GPU-{node_id}-{i}", "type_name": "H100-80GB", "memory_total_mib": 81559}
+                for i in range(gpus)
+            ],
+            **fields,
+        }
+    )
 
 
 def beat(node_id: str = "gpu-1", **fields: object) -> NodeHeartbeat:
-    return NodeHeartbeat.model_validate({
-        "node_id": node_id,
-        "gpus": [{"index": 0, "memory_used_mib": 40_000, "utilization_pct": 73, "ecc_errors": 0},
-                 {"index": 1, "memory_used_mib": 0, "utilization_pct": 0, "ecc_errors": 0}],
-        "cached_weights": [{"model": "llama-3.1-8b", "size_bytes": 16 * 2**30}],
-        "replicas": [{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm", "outstanding_tokens": 1200,
-                      "active_leases": 3}],
-        **fields,
-    })
+    return NodeHeartbeat.model_validate(
+        {
+            "node_id": node_id,
+            "gpus": [
+                {"index": 0, "memory_used_mib": 40_000, "utilization_pct": 73, "ecc_errors": 0},
+                {"index": 1, "memory_used_mib": 0, "utilization_pct": 0, "ecc_errors": 0},
+            ],
+            "cached_weights": [{"model": "llama-3.1-8b", "size_bytes": 16 * 2**30}],
+            "replicas": [
+                {
+                    "replica_id": "r-1",
+                    "model": "llama-3.1-8b",
+                    "gpu_indexes": [0],
+                    "state": "warm",
+                    "outstanding_tokens": 1200,
+                    "active_leases": 3,
+                }
+            ],
+            **fields,
+        }
+    )
 
 
 def test_a_registered_node_is_healthy_and_keeps_its_spec(store: Store) -> None:
@@ -77,9 +99,15 @@ def test_a_heartbeat_replaces_metrics_caches_and_replicas(store: Store) -> None:
     assert view.last_heartbeat_at is not None
     assert view.gpus[0].utilization_pct == 73 and view.cached_weights[0].model == "llama-3.1-8b"
     assert [(r.model, r.gpu_indexes, r.state, r.outstanding_tokens) for r in view.replicas] == [
-        ("llama-3.1-8b", [0], "warm", 1200)]
-    later = store.fleet.heartbeat(beat(replicas=[{"replica_id": "r-2", "model": "qwen-7b", "gpu_indexes": [1], "state": "loading"}],
-                                       cached_weights=[]), SECRET)
+        ("llama-3.1-8b", [0], "warm", 1200)
+    ]
+    later = store.fleet.heartbeat(
+        beat(
+            replicas=[{"replica_id": "r-2", "model": "qwen-7b", "gpu_indexes": [1], "state": "loading"}],
+            cached_weights=[],
+        ),
+        SECRET,
+    )
     assert [r.model for r in later.replicas] == ["qwen-7b"] and later.cached_weights == []
     assert [r.node_id for r in store.fleet.replicas("qwen-7b")] == ["gpu-1"]
     assert store.fleet.replicas("llama-3.1-8b") == []
@@ -103,7 +131,9 @@ def test_heartbeats_of_unknown_nodes_wrong_secrets_and_unknown_gpus_are_refused(
     with pytest.raises(NodeSecretRefused):
         store.fleet.heartbeat(beat(), None)
     with pytest.raises(InvalidSpec) as bad:
-        store.fleet.heartbeat(beat(replicas=[{"replica_id": "r-9", "model": "m", "gpu_indexes": [0, 7], "state": "warm"}]), SECRET)
+        store.fleet.heartbeat(
+            beat(replicas=[{"replica_id": "r-9", "model": "m", "gpu_indexes": [0, 7], "state": "warm"}]), SECRET
+        )
     assert bad.value.field == "replicas.0.gpu_indexes"
     with pytest.raises(InvalidSpec) as bad:
         store.fleet.heartbeat(beat(gpus=[{"index": 9}]), SECRET)

@@ -71,8 +71,9 @@ def test_the_default_tenant_always_exists_and_others_are_made_and_changed(store:
 
 def test_audit_rows_are_listed_newest_first_and_by_key(store: Store) -> None:
     for i, key_id in enumerate(["k1", "k2", "k1"]):
-        store.audit.record(key_id=key_id, role="admin", tenant=None, method="POST", path=f"/v1/x/{i}",
-                           target=str(i), status=200)
+        store.audit.record(
+            key_id=key_id, role="admin", tenant=None, method="POST", path=f"/v1/x/{i}", target=str(i), status=200
+        )
     assert [r.path for r in store.audit.list()] == ["/v1/x/2", "/v1/x/1", "/v1/x/0"]
     assert [r.target for r in store.audit.list(key_id="k1")] == ["2", "0"]
     assert len(store.audit.list(limit=1)) == 1
@@ -102,8 +103,16 @@ def test_submissions_are_limited_per_key_after_a_burst() -> None:
 def test_a_task_token_works_while_its_task_runs_and_names_it(store: Store) -> None:
     from sdk import Spend, TaskState, TaskStatus
 
-    state = TaskState(task_id="t-lead", agent="a", agent_version="v", model="m", tenant="default",
-                      status=TaskStatus.running, max_steps=3, spend=Spend(token_limit=100))
+    state = TaskState(
+        task_id="t-lead",
+        agent="a",
+        agent_version="v",
+        model="m",
+        tenant="default",
+        status=TaskStatus.running,
+        max_steps=3,
+        spend=Spend(token_limit=100),
+    )
     store.tasks.create("t-lead", "{}", state)
     token = store.keys.create(Role.agent, "default", name="task t-lead", task_id="t-lead")
     assert token.task_id == "t-lead"

@@ -66,7 +66,9 @@ def test_totals_separate_answered_calls_from_lost_attempts(store: Store) -> None
     store.ledger.record(_entry(task_id="other", prompt=5, completion=5, cost=1.0))
 
     totals = store.ledger.totals("t")
-    assert totals == LedgerTotals(calls=2, prompt_tokens=250, completion_tokens=50, lost_tokens=40, cost_usd=pytest.approx(0.03))
+    assert totals == LedgerTotals(
+        calls=2, prompt_tokens=250, completion_tokens=50, lost_tokens=40, cost_usd=pytest.approx(0.03)
+    )
     assert totals.tokens == 340
     assert store.ledger.totals("nobody") == LedgerTotals()
 

@@ -46,8 +46,16 @@ def test_a_new_database_is_at_the_newest_revision_and_its_schema_is_the_models(d
 def test_a_database_from_before_migrations_is_adopted_with_its_rows(db_url: str) -> None:
     old = create_engine(_emptied(db_url))
     SQLModel.metadata.create_all(old)  # what Berth's start-up did before it had migrations
-    state = TaskState(task_id="t-old", agent="a", agent_version="1", model="m", tenant="default",
-                      status=TaskStatus.running, max_steps=3, spend=Spend(token_limit=100))
+    state = TaskState(
+        task_id="t-old",
+        agent="a",
+        agent_version="1",
+        model="m",
+        tenant="default",
+        status=TaskStatus.running,
+        max_steps=3,
+        spend=Spend(token_limit=100),
+    )
     Store.from_engine(old).tasks.create("t-old", "{}", state)  # from_engine migrates nothing
     with old.begin() as conn:
         conn.execute(text("DROP TABLE ui_sessions"))  # a table that version did not have yet
@@ -65,8 +73,9 @@ def test_processes_starting_together_on_a_new_database_migrate_it_once(db_url: s
     """Control-plane replicas (processes) and the threads of one process all open the store at start-up."""
     _emptied(db_url)
     code = "import sys; from orchestrator.store import open_database; open_database(sys.argv[1]).dispose()"
-    processes = [subprocess.Popen([sys.executable, "-c", code, db_url], stderr=subprocess.PIPE, text=True)
-                 for _ in range(3)]
+    processes = [
+        subprocess.Popen([sys.executable, "-c", code, db_url], stderr=subprocess.PIPE, text=True) for _ in range(3)
+    ]
     errors: list[BaseException] = []
     engines = []
 

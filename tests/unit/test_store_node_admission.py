@@ -30,15 +30,25 @@ pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQL
 
 
 def spec(node_id: str = "gpu-1") -> NodeSpec:
-    return NodeSpec.model_validate({"node_id": node_id, "datacenter": "dc1", "zone": "dc1-a",
-                                    "gpus": [{"index": 0, "type_name": "H100-80GB", "memory_total_mib": 81559}]})
+    return NodeSpec.model_validate(
+        {
+            "node_id": node_id,
+            "datacenter": "dc1",
+            "zone": "dc1-a",
+            "gpus": [{"index": 0, "type_name": "H100-80GB", "memory_total_mib": 81559}],
+        }
+    )
 
 
 def beat(node_id: str = "gpu-1") -> NodeHeartbeat:
-    return NodeHeartbeat.model_validate({
-        "node_id": node_id, "gpus": [{"index": 0, "memory_used_mib": 1000}],
-        "cached_weights": [{"model": "llama-3.1-8b", "size_bytes": 2**30}],
-        "replicas": [{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}]})
+    return NodeHeartbeat.model_validate(
+        {
+            "node_id": node_id,
+            "gpus": [{"index": 0, "memory_used_mib": 1000}],
+            "cached_weights": [{"model": "llama-3.1-8b", "size_bytes": 2**30}],
+            "replicas": [{"replica_id": "r-1", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}],
+        }
+    )
 
 
 def test_the_cluster_token_leaves_a_node_pending_until_an_operator_approves_it(store: Store) -> None:
@@ -89,11 +99,22 @@ def test_an_expired_token_admits_nobody_and_expired_ones_are_cleared(store: Stor
 
 
 def test_revocation_kills_the_secret_and_the_tokens_and_removal_forgets_the_node(store: Store) -> None:
-    joined = store.node_admission.join(spec(), None, store.node_admission.mint("gpu-1", 600).join_token,
-                                       cluster_token=False)
+    joined = store.node_admission.join(
+        spec(), None, store.node_admission.mint("gpu-1", 600).join_token, cluster_token=False
+    )
     store.fleet.heartbeat(beat(), joined.node_secret)
-    store.leases.add(LeaseRecord(lease_id="l-1", task_id="t-1", step=1, model="llama-3.1-8b", node_id="gpu-1",
-                                 replica_id="r-1", tokens=10, tenant="default"))
+    store.leases.add(
+        LeaseRecord(
+            lease_id="l-1",
+            task_id="t-1",
+            step=1,
+            model="llama-3.1-8b",
+            node_id="gpu-1",
+            replica_id="r-1",
+            tokens=10,
+            tenant="default",
+        )
+    )
     revoked = store.node_admission.revoke("gpu-1")
     assert revoked.status == "revoked" and revoked.replicas == []
     for presented in (joined.node_secret, None, "guess"):
@@ -109,8 +130,9 @@ def test_revocation_kills_the_secret_and_the_tokens_and_removal_forgets_the_node
     assert store.fleet.get("gpu-1") is None and store.leases.list() == []
     with pytest.raises(NodeNotFound):
         store.node_admission.remove("gpu-1")
-    again = store.node_admission.join(spec(), None, store.node_admission.mint("gpu-1", 600).join_token,
-                                      cluster_token=False)
+    again = store.node_admission.join(
+        spec(), None, store.node_admission.mint("gpu-1", 600).join_token, cluster_token=False
+    )
     assert again.created and again.node.status == "healthy" and again.node.cached_weights == []
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -18,7 +18,7 @@ def _state(task_id: str, status: TaskStatus = TaskStatus.queued, *, tenant: str 
     return TaskState(
         task_id=task_id, agent=agent, agent_version="v1", model="m", tenant=tenant, status=status, step=step,
         max_steps=10, spend=Spend(token_limit=1000), parent_task_id=parent,
-        updated_at=datetime.now(timezone.utc),
+        updated_at=datetime.now(UTC),
     )  # fmt: skip
 
 
@@ -111,7 +111,7 @@ def test_list_filters_and_pages_newest_first(store: Store) -> None:
     assert ids(limit=2, offset=4) == ["a"]
     # Updating a task does not move it in the list.
     store.tasks.save_state(_state("a", TaskStatus.running, step=9).model_copy(
-        update={"updated_at": datetime.now(timezone.utc) + timedelta(hours=1)}))  # fmt: skip
+        update={"updated_at": datetime.now(UTC) + timedelta(hours=1)}))  # fmt: skip
     assert ids() == ["e", "d", "c", "b", "a"]
     with pytest.raises(ValueError):
         store.tasks.list(limit=-1)

@@ -6,14 +6,25 @@ import pytest
 
 from activities.ports import LedgerEntry
 from orchestrator.store import Store
+from orchestrator.store.checkpoints import CheckpointNotFound
 from sdk import Message
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 
 
 def _entry(attempt: int = 1) -> LedgerEntry:
-    return LedgerEntry(task_id="t", step=1, attempt=attempt, model="m", prompt_tokens=30, completion_tokens=12,
-                       cost_usd=0.01, ttft_s=0.1, duration_s=0.5, served_by="node-1/r-1")
+    return LedgerEntry(
+        task_id="t",
+        step=1,
+        attempt=attempt,
+        model="m",
+        prompt_tokens=30,
+        completion_tokens=12,
+        cost_usd=0.01,
+        ttft_s=0.1,
+        duration_s=0.5,
+        served_by="node-1/r-1",
+    )
 
 
 class Refused(Exception):
@@ -68,8 +79,17 @@ def _pending(step: int, text: str):
     from sdk import Spend, TaskState, TaskStatus
     from sdk.wire.contracts import PendingStep
 
-    state = TaskState(task_id="t", status=TaskStatus.running, agent="a", agent_version="1", model="m",
-                      tenant="default", step=step, max_steps=10, spend=Spend(tokens_used=10 * step, token_limit=1000))
+    state = TaskState(
+        task_id="t",
+        status=TaskStatus.running,
+        agent="a",
+        agent_version="1",
+        model="m",
+        tenant="default",
+        step=step,
+        max_steps=10,
+        spend=Spend(tokens_used=10 * step, token_limit=1000),
+    )
     return PendingStep(step=step, new_messages=[Message(role="assistant", content=text)], state=state)
 
 
@@ -84,7 +104,7 @@ def test_a_step_is_recorded_in_one_transaction_checkpoint_state_and_event_or_non
             written = record_step(tx, "t", root, _pending(1, "one"))
             raise Refused
     assert store.checkpoints.find("t", 1) is None and store.events.read("t") == []
-    with pytest.raises(Exception):
+    with pytest.raises(CheckpointNotFound):
         store.checkpoints.read(written.id)  # neither in the database nor in the cache
     with store.transaction() as tx:
         first = record_step(tx, "t", root, _pending(1, "one"))

@@ -12,9 +12,18 @@ from sdk import Client, InvalidSpec
 from sdk import _registering as registering
 
 NOT_REGISTERED = {"error": {"code": "invalid", "message": "agent 'clerk' is not registered", "field": "agent"}}
-STATE = {"task_id": "default:t1", "agent": "clerk", "agent_version": "v1", "model": "llama-3.1-8b", "tenant": "default",
-         "status": "queued", "step": 0, "max_steps": 5,
-         "spend": {"token_limit": 100}, "updated_at": "2026-12-03T00:00:00Z"}
+STATE = {
+    "task_id": "default:t1",
+    "agent": "clerk",
+    "agent_version": "v1",
+    "model": "llama-3.1-8b",
+    "tenant": "default",
+    "status": "queued",
+    "step": 0,
+    "max_steps": 5,
+    "spend": {"token_limit": 100},
+    "updated_at": "2026-12-03T00:00:00Z",
+}
 
 
 def api(registered: threading.Event) -> httpx.MockTransport:

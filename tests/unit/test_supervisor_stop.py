@@ -34,16 +34,20 @@ def _child(marks: Path, name: str, *siblings: str, group: str | None = None) -> 
     return ChildSpec(name, [sys.executable, "-c", WAITS_FOR_SIBLINGS, str(marks), name, *siblings], stop_group=group)
 
 
-def test_a_stop_group_stops_together_and_the_rest_in_reverse_start_order(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stop_group_stops_together_and_the_rest_in_reverse_start_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(supervision, "STOP_GRACE_S", 3.0)
     marks = tmp_path / "marks"
     marks.mkdir()
     stack = Supervisor(tmp_path / "logs", tmp_path / "run", report=lambda _: None)
-    specs = [_child(marks, "temporal"), _child(marks, "worker"),
-             _child(marks, "node-a", "node-b", "tools", group="edge"),
-             _child(marks, "node-b", "node-a", "tools", group="edge"),
-             _child(marks, "tools", "node-a", "node-b", group="edge")]
+    specs = [
+        _child(marks, "temporal"),
+        _child(marks, "worker"),
+        _child(marks, "node-a", "node-b", "tools", group="edge"),
+        _child(marks, "node-b", "node-a", "tools", group="edge"),
+        _child(marks, "tools", "node-a", "node-b", group="edge"),
+    ]
     for spec in specs:
         stack.start(spec)
     while not all((marks / f"{s.name}.up").exists() for s in specs):
@@ -58,8 +62,14 @@ def test_a_deferred_child_starts_the_first_time_its_condition_holds(tmp_path: Pa
     reports: list[str] = []
     installed = {"yes": False}
     supervisor = Supervisor(tmp_path / "logs", tmp_path / "run", report=reports.append)
-    supervisor.start(ChildSpec("late", [sys.executable, "-c", "import time; time.sleep(30)"],
-                               start_when=lambda: installed["yes"], started_because="the engine is installed"))
+    supervisor.start(
+        ChildSpec(
+            "late",
+            [sys.executable, "-c", "import time; time.sleep(30)"],
+            start_when=lambda: installed["yes"],
+            started_because="the engine is installed",
+        )
+    )
     try:
         supervisor.check()
         assert supervisor.pid("late") is None and reports == []

@@ -3,7 +3,7 @@ creation or by last update, either way, the same on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import update
@@ -14,16 +14,26 @@ from sdk import Spend, TaskState, TaskStatus
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 
-BASE = datetime(2030, 5, 1, 12, 0, tzinfo=timezone.utc)
+BASE = datetime(2030, 5, 1, 12, 0, tzinfo=UTC)
 
 
 def _state(task_id: str, updated_at: datetime, tenant: str = "acme") -> TaskState:
-    return TaskState(task_id=task_id, agent="writer", agent_version="v1", model="m", tenant=tenant,
-                     status=TaskStatus.running, max_steps=5, spend=Spend(token_limit=100), updated_at=updated_at)
+    return TaskState(
+        task_id=task_id,
+        agent="writer",
+        agent_version="v1",
+        model="m",
+        tenant=tenant,
+        status=TaskStatus.running,
+        max_steps=5,
+        spend=Spend(token_limit=100),
+        updated_at=updated_at,
+    )
 
 
-def _created(store: Store, task_id: str, at: datetime, *, updated_at: datetime | None = None,
-             tenant: str = "acme") -> None:
+def _created(
+    store: Store, task_id: str, at: datetime, *, updated_at: datetime | None = None, tenant: str = "acme"
+) -> None:
     """A task whose row was made at `at` (the clock of a create cannot be set, so its column is put back)."""
     store.tasks.create(task_id, "{}", _state(task_id, updated_at or at, tenant))
     with store.engine.begin() as connection:
@@ -47,8 +57,10 @@ def ids(store: Store, **filters: object) -> list[str]:
 def test_the_creation_window_includes_its_start_and_excludes_its_end(five: Store) -> None:
     assert ids(five, created_after=BASE + timedelta(minutes=1)) == ["t4", "t3", "t2", "t1"]
     assert ids(five, created_before=BASE + timedelta(minutes=3)) == ["t2", "t1", "t0"]
-    assert ids(five, created_after=BASE + timedelta(minutes=1), created_before=BASE + timedelta(minutes=3)) == \
-        ["t2", "t1"]
+    assert ids(five, created_after=BASE + timedelta(minutes=1), created_before=BASE + timedelta(minutes=3)) == [
+        "t2",
+        "t1",
+    ]
     # Adjacent windows count each task once.
     middle = BASE + timedelta(minutes=2)
     assert ids(five, created_before=middle) + ids(five, created_after=middle) == ["t1", "t0", "t4", "t3", "t2"]

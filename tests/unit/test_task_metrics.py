@@ -14,19 +14,36 @@ from sdk.wire.contracts import RecordStateInput
 
 
 def state(model: str, status: TaskStatus) -> TaskState:
-    return TaskState(task_id="t-metrics", agent="writer", agent_version="1", model=model, tenant="acme",
-                     status=status, step=2, max_steps=5, spend=Spend(token_limit=5000, tokens_used=120))
+    return TaskState(
+        task_id="t-metrics",
+        agent="writer",
+        agent_version="1",
+        model=model,
+        tenant="acme",
+        status=status,
+        step=2,
+        max_steps=5,
+        spend=Spend(token_limit=5000, tokens_used=120),
+    )
 
 
 def points(reader: InMemoryMetricReader, name: str, model: str) -> list:
     """The data points of metric `name` that carry `model` (readings are cumulative over the session)."""
     data = reader.get_metrics_data()
-    return [p for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics if m.name == name
-            for p in m.data.data_points if p.attributes.get("model") == model]
+    return [
+        p
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == name
+        for p in m.data.data_points
+        if p.attributes.get("model") == model
+    ]
 
 
 def test_an_interruption_counts_a_preemption_and_records_its_time_to_resume(
-        store: Store, metrics_reader: InMemoryMetricReader) -> None:
+    store: Store, metrics_reader: InMemoryMetricReader
+) -> None:
     model = f"m-{uuid.uuid4().hex[:8]}"
     books = TaskBookkeeping(store.checkpoints, store.tasks, store.events, store.agents)
     details = {"step": 2, "node_id": "gpu-a", "kind": "spot_reclaim", "resume_s": 4.5, "resumed_on": "gpu-b"}

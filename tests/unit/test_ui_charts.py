@@ -4,7 +4,7 @@ waterfall, and the figures the Overview's cards say."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from orchestrator.ui.charts import Series, Window, nice_top, sparkline, time_chart, value_text
 from orchestrator.ui.model_history import ttft_history
@@ -12,7 +12,7 @@ from orchestrator.ui.overview import recent_rate
 from orchestrator.ui.timeline import step_timeline, timeline_svg
 from sdk import TaskEvent
 
-T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 HOUR = Window(T0, T0 + timedelta(hours=1))
 
 
@@ -24,8 +24,9 @@ def test_a_panel_spans_its_whole_window_with_clock_ticks_and_a_round_value_scale
     points = [(T0 + timedelta(minutes=50 + i), float(v)) for i, v in enumerate([0, 50, 130, 25])]
     svg = str(time_chart("chart-tokens", [Series("tokens/min", points)], HOUR, "tokens/min", kind="bars"))
     # Data over 4 minutes still draws the hour: ticks every 10 minutes from 08:00 to 09:00, UTC.
-    assert re.findall(r'class="chart-label x-tick">([^<]+)<', svg) == [f"0{8 + m // 60}:{m % 60:02d}" for m in
-                                                                      range(0, 61, 10)]
+    assert re.findall(r'class="chart-label x-tick">([^<]+)<', svg) == [
+        f"0{8 + m // 60}:{m % 60:02d}" for m in range(0, 61, 10)
+    ]
     assert "UTC" in svg
     assert re.findall(r'class="chart-label y-tick">([^<]+)<', svg) == ["0", "50", "100", "150", "200"]
     assert 'data-top="200"' in svg and svg.count('class="chart-bar') == 3  # a zero minute has no bar
@@ -58,14 +59,19 @@ def test_a_sparkline_writes_its_peak_and_window_ends() -> None:
 
 def test_value_scales_end_on_round_numbers() -> None:
     assert [nice_top(v) for v in (0, 0.3, 1, 7, 11, 26, 130, 999)] == [1, 0.5, 1, 10, 20, 50, 200, 1000]
-    assert (value_text(0.25, "s"), value_text(12, "s"), value_text(12.345, "GiB"), value_text(1234, "tokens")) == \
-        ("250 ms", "12.0 s", "12.3 GiB", "1,234")
+    assert (value_text(0.25, "s"), value_text(12, "s"), value_text(12.345, "GiB"), value_text(1234, "tokens")) == (
+        "250 ms",
+        "12.0 s",
+        "12.3 GiB",
+        "1,234",
+    )
     assert [value_text(v, "GiB") for v in (0.25, 0.5, 0.75, 2.5)] == ["0.25 GiB", "0.5 GiB", "0.75 GiB", "2.5 GiB"]
 
 
 def test_a_chart_of_counts_has_whole_numbers_on_every_gridline() -> None:
-    svg = str(time_chart("replicas", [Series("warm", [(T0 + timedelta(minutes=30), 1.0)])], HOUR, "replicas",
-                         whole=True))
+    svg = str(
+        time_chart("replicas", [Series("warm", [(T0 + timedelta(minutes=30), 1.0)])], HOUR, "replicas", whole=True)
+    )
     assert re.findall(r'class="chart-label y-tick">([^<]*)<', svg) == ["0", "1", "2", "3", "4"]
 
 
@@ -77,24 +83,58 @@ def test_the_tokens_a_minute_card_averages_recent_minutes_so_a_finished_task_doe
 
 
 def _call(step: int, end_s: float, **data: object) -> TaskEvent:
-    return TaskEvent(seq=step, task_id="t", kind="llm_call", at=T0 + timedelta(seconds=end_s),
-                     data={"step": step, "node_id": "gpu-a", **data})
+    return TaskEvent(
+        seq=step,
+        task_id="t",
+        kind="llm_call",
+        at=T0 + timedelta(seconds=end_s),
+        data={"step": step, "node_id": "gpu-a", **data},
+    )
 
 
 def test_the_waterfall_lays_each_steps_phases_back_from_its_settle_and_marks_where_a_node_was_lost() -> None:
-    calls = [_call(1, 10, queue_wait_s=1.0, load_s=3.0, ttft_s=0.5, duration_s=4.0, completion_tokens=200,
-                   tool_calls=["search"]),
-             _call(2, 20, queue_wait_s=0.5, ttft_s=0.2, duration_s=2.0, completion_tokens=80, tool_calls=[])]
-    cut = TaskEvent(seq=9, task_id="t", kind="interruption", at=T0 + timedelta(seconds=19),
-                    data={"step": 2, "node_id": "gpu-a", "kind": "preemption", "tokens_kept": 40, "tokens_lost": 2,
-                          "resumed_on": "gpu-b", "resumed_tier": "warm", "resume_s": 1.5,
-                          "at": (T0 + timedelta(seconds=16)).isoformat()})
+    calls = [
+        _call(
+            1,
+            10,
+            queue_wait_s=1.0,
+            load_s=3.0,
+            ttft_s=0.5,
+            duration_s=4.0,
+            completion_tokens=200,
+            tool_calls=["search"],
+        ),
+        _call(2, 20, queue_wait_s=0.5, ttft_s=0.2, duration_s=2.0, completion_tokens=80, tool_calls=[]),
+    ]
+    cut = TaskEvent(
+        seq=9,
+        task_id="t",
+        kind="interruption",
+        at=T0 + timedelta(seconds=19),
+        data={
+            "step": 2,
+            "node_id": "gpu-a",
+            "kind": "preemption",
+            "tokens_kept": 40,
+            "tokens_lost": 2,
+            "resumed_on": "gpu-b",
+            "resumed_tier": "warm",
+            "resume_s": 1.5,
+            "at": (T0 + timedelta(seconds=16)).isoformat(),
+        },
+    )
     timeline = step_timeline(calls, [cut], T0 + timedelta(seconds=1), T0 + timedelta(seconds=30))
     first, second = timeline.rows
-    kinds = [(p.kind, round((p.start - T0).total_seconds(), 3), round((p.end - T0).total_seconds(), 3))
-             for p in first.phases]
-    assert kinds == [("queue", 2.0, 3.0), ("load", 3.0, 6.0), ("ttft", 6.0, 6.5), ("generation", 6.5, 10.0),
-                     ("tools", 10.0, 17.5)]  # the tools run until step 2's queue wait begins
+    kinds = [
+        (p.kind, round((p.start - T0).total_seconds(), 3), round((p.end - T0).total_seconds(), 3)) for p in first.phases
+    ]
+    assert kinds == [
+        ("queue", 2.0, 3.0),
+        ("load", 3.0, 6.0),
+        ("ttft", 6.0, 6.5),
+        ("generation", 6.5, 10.0),
+        ("tools", 10.0, 17.5),
+    ]  # the tools run until step 2's queue wait begins
     assert [p.kind for p in second.phases] == ["queue", "ttft", "generation"]  # no load: a warm replica
     assert [(c.step, (c.at - T0).total_seconds()) for c in second.cuts] == [(2, 16.0)]
     assert "resumed on gpu-b (warm) after 1.5 s" in second.cuts[0].tip
@@ -105,8 +145,9 @@ def test_the_waterfall_lays_each_steps_phases_back_from_its_settle_and_marks_whe
 
 
 def test_the_ttft_history_gives_p50_and_p95_per_slice_and_leaves_quiet_slices_out() -> None:
-    events = [_call(i, 60 * m, ttft_s=v, model="m") for i, (m, v) in enumerate([(1, 0.1), (2, 0.3), (3, 0.2),
-                                                                                 (40, 2.0)])]
+    events = [
+        _call(i, 60 * m, ttft_s=v, model="m") for i, (m, v) in enumerate([(1, 0.1), (2, 0.3), (3, 0.2), (40, 2.0)])
+    ]
     history = ttft_history(events, HOUR)
     p50, p95 = history["m"]
     assert [v for _, v in p50.points] == [0.2, 2.0] and [v for _, v in p95.points] == [0.3, 2.0]

@@ -15,8 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from orchestrator.node import WeightsCache, WeightsCacheError
 from orchestrator.node.fetchers import FileFetcher
-from orchestrator.node.weights_fill import fill_revision
 from orchestrator.node.weights_files import Revision, RevisionFile
+from orchestrator.node.weights_fill import fill_revision
 
 CAPACITY = 10_000
 # Revisions drawn from a small pool of file contents, so revisions share files as real ones share a tokenizer.
@@ -124,8 +124,10 @@ class CacheMachine(RuleBasedStateMachine):
     def what_it_reports_is_on_disk_whole(self) -> None:
         for w in self.cache.contents():
             if w.digest is not None:
-                assert w.path is not None and sum(p.stat().st_size for p in w.path.rglob("*") if p.is_file()) \
-                    == w.size_bytes
+                assert (
+                    w.path is not None
+                    and sum(p.stat().st_size for p in w.path.rglob("*") if p.is_file()) == w.size_bytes
+                )
             else:
                 assert self.cache.path_of(w.model).stat().st_size == w.size_bytes
 

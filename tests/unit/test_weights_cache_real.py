@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.node import WeightsCache, WeightsCacheError
 from orchestrator.node.fetchers import FileFetcher
-from orchestrator.node.weights_fill import fill_revision
 from orchestrator.node.weights_files import Revision, RevisionFile, WeightsIntegrityError
+from orchestrator.node.weights_fill import fill_revision
 from tests.unit.weights_helpers import blob_bytes, make_revision
 
 
@@ -55,8 +55,11 @@ def test_a_file_not_as_the_catalogue_says_is_refused_naming_it(tmp_path: Path) -
     (tmp_path / "src" / "w.bin").write_bytes(b"wrong bytes")  # same size, other content
     cache = WeightsCache(tmp_path / "cache", 1 << 20)
     cache.ensure_revision(rev, "origin")
-    with pytest.raises(WeightsIntegrityError, match=rf"refused twice: w.bin from file://.*/src/w.bin: sha256 \w+, "
-                                                    rf"the catalogue says {rev.files[0].sha256}"):
+    with pytest.raises(
+        WeightsIntegrityError,
+        match=rf"refused twice: w.bin from file://.*/src/w.bin: sha256 \w+, "
+        rf"the catalogue says {rev.files[0].sha256}",
+    ):
         fill_revision(cache, rev, FileFetcher())
     (tmp_path / "src" / "w.bin").write_bytes(b"right bytes, and more")
     with pytest.raises(WeightsIntegrityError, match="w.bin from .*: the source has 21 bytes, the catalogue says 11"):
@@ -113,8 +116,9 @@ def test_an_index_of_simulated_models_only_still_reads(tmp_path: Path) -> None:
     (tmp_path / "weights").mkdir()
     with open(tmp_path / "weights" / "m.weights", "wb") as f:
         f.truncate(1000)
-    (tmp_path / "index.json").write_text(json.dumps(
-        {"version": 1, "models": {"m": {"size_bytes": 1000, "last_used": 5.0, "seq": 3}}}))
+    (tmp_path / "index.json").write_text(
+        json.dumps({"version": 1, "models": {"m": {"size_bytes": 1000, "last_used": 5.0, "seq": 3}}})
+    )
     cache = WeightsCache(tmp_path, 10_000)
     assert [(w.model, w.size_bytes, w.digest) for w in cache.contents()] == [("m", 1000, None)]
 

@@ -13,11 +13,18 @@ from pathlib import Path
 import pytest
 
 from orchestrator.node import WeightsCache
-from orchestrator.node.fetchers import (FileFetcher, HfFetcher, HttpFetcher, PackageFetcher, S3Fetcher,
-                                        WeightsFetchError, origin_fetcher)
+from orchestrator.node.fetchers import (
+    FileFetcher,
+    HfFetcher,
+    HttpFetcher,
+    PackageFetcher,
+    S3Fetcher,
+    WeightsFetchError,
+    origin_fetcher,
+)
 from orchestrator.node.fetchers.hf import parse_hf_origin
-from orchestrator.node.weights_fill import FillReport, fill_revision
 from orchestrator.node.weights_files import Revision, WeightsIntegrityError
+from orchestrator.node.weights_fill import FillReport, fill_revision
 from tests.unit.weights_helpers import loopback_origin, make_revision
 
 MB = 1 << 20
@@ -72,8 +79,11 @@ def test_a_corrupted_transfer_is_refused_and_fetched_again(tmp_path: Path) -> No
         assert origin.paths == ["w", "w"] and (report.path / "w").read_bytes() == b"good bytes" * 1000
         origin.corrupt["w"] = 2
         cache = WeightsCache(tmp_path / "other", MB)
-        with pytest.raises(WeightsIntegrityError, match=rf"refused twice: w from {origin.url}/w: sha256 [0-9a-f]{{64}}, "
-                                                        rf"the catalogue says {rev.files[0].sha256}"):
+        with pytest.raises(
+            WeightsIntegrityError,
+            match=rf"refused twice: w from {origin.url}/w: sha256 [0-9a-f]{{64}}, "
+            rf"the catalogue says {rev.files[0].sha256}",
+        ):
             _fill(cache, _http(rev, origin.url), HttpFetcher())
     assert cache.contents() == [] and cache.free_bytes() == MB
 
@@ -108,24 +118,31 @@ def test_file_and_package_origins_copy_or_link_real_bytes(tmp_path: Path) -> Non
         _fill(_cache(tmp_path / "empty"), missing, FileFetcher())
     # A package that ships files: pytest's own __init__.py stands in for a model file.
     init = Path(pytest.__file__)
-    shipped = Revision("p", "package://pytest", "main", make_revision(tmp_path / "x", {"__init__.py": init.read_bytes()}).files)
+    shipped = Revision(
+        "p", "package://pytest", "main", make_revision(tmp_path / "x", {"__init__.py": init.read_bytes()}).files
+    )
     report = _fill(_cache(tmp_path / "pkg"), shipped, origin_fetcher(shipped))
     assert isinstance(origin_fetcher(shipped), PackageFetcher)
     assert (report.path / "__init__.py").read_bytes() == init.read_bytes()
     with pytest.raises(WeightsFetchError, match="package://no_such_pkg: Python package 'no_such_pkg' is not installed"):
-        _fill(_cache(tmp_path / "pkg2"), Revision("p", "package://no_such_pkg", "main", shipped.files), PackageFetcher())
+        _fill(
+            _cache(tmp_path / "pkg2"), Revision("p", "package://no_such_pkg", "main", shipped.files), PackageFetcher()
+        )
 
 
 def test_hf_origins_map_to_the_hub_url_and_name_its_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert parse_hf_origin("hf://HuggingFaceTB/SmolLM2-135M-Instruct@12fd25f", "main") == \
-        ("HuggingFaceTB/SmolLM2-135M-Instruct", "12fd25f")
+    assert parse_hf_origin("hf://HuggingFaceTB/SmolLM2-135M-Instruct@12fd25f", "main") == (
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "12fd25f",
+    )
     assert parse_hf_origin("hf://org/model", "v1.0") == ("org/model", "v1.0")
     for bad in ("hf://model", "hf://org/model@", "hf://a/b/c"):
         with pytest.raises(WeightsFetchError, match="hf://org/model or hf://org/model@revision"):
             parse_hf_origin(bad, "main")
     hub = tmp_path / "hub"
-    rev = make_revision(hub / "org" / "model" / "resolve" / "abc123", {"tokenizer.json": b"{}" * 50},
-                        origin="hf://org/model@abc123")
+    rev = make_revision(
+        hub / "org" / "model" / "resolve" / "abc123", {"tokenizer.json": b"{}" * 50}, origin="hf://org/model@abc123"
+    )
     monkeypatch.setenv("HF_TOKEN", "hf_test_token")
     with loopback_origin(hub) as origin:
         monkeypatch.setenv("HF_ENDPOINT", origin.url)
@@ -134,8 +151,11 @@ def test_hf_origins_map_to_the_hub_url_and_name_its_refusals(tmp_path: Path, mon
         assert origin.headers[0]["authorization"] == "Bearer hf_test_token"
         assert (report.path / "tokenizer.json").read_bytes() == b"{}" * 50
         origin.status["org/model/resolve/abc123/tokenizer.json"] = 401
-        with pytest.raises(WeightsFetchError, match=r"hf://org/model@abc123/tokenizer.json: HTTP 401 Unauthorized "
-                                                    r"\(GatedRepo; the repository is gated or private: set HF_TOKEN"):
+        with pytest.raises(
+            WeightsFetchError,
+            match=r"hf://org/model@abc123/tokenizer.json: HTTP 401 Unauthorized "
+            r"\(GatedRepo; the repository is gated or private: set HF_TOKEN",
+        ):
             _fill(_cache(tmp_path / "b"), rev, HfFetcher())
         origin.status["org/model/resolve/abc123/tokenizer.json"] = 404
         with pytest.raises(WeightsFetchError, match=r"HTTP 404 Not Found \(RepoNotFound; no such repository"):
@@ -143,9 +163,11 @@ def test_hf_origins_map_to_the_hub_url_and_name_its_refusals(tmp_path: Path, mon
 
 
 def test_s3_reads_a_public_bucket_anonymously_and_says_when_it_needs_credentials(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    rev = make_revision(tmp_path / "s3" / "models-bucket" / "smol" / "v1", {"w.gguf": b"g" * 4096},
-                        origin="s3://models-bucket/smol/v1")
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rev = make_revision(
+        tmp_path / "s3" / "models-bucket" / "smol" / "v1", {"w.gguf": b"g" * 4096}, origin="s3://models-bucket/smol/v1"
+    )
     fetcher = S3Fetcher(use_boto3=False)
     assert fetcher.request_url(rev, rev.files[0]) == "https://models-bucket.s3.amazonaws.com/smol/v1/w.gguf"
     with loopback_origin(tmp_path / "s3") as origin:
@@ -153,8 +175,11 @@ def test_s3_reads_a_public_bucket_anonymously_and_says_when_it_needs_credentials
         report = _fill(_cache(tmp_path), rev, S3Fetcher(use_boto3=False))
         assert origin.paths == ["models-bucket/smol/v1/w.gguf"] and (report.path / "w.gguf").read_bytes() == b"g" * 4096
         origin.status["models-bucket/smol/v1/w.gguf"] = 403
-        with pytest.raises(WeightsFetchError, match=r"s3://models-bucket/smol/v1/w.gguf: HTTP 403 Forbidden \(the "
-                                                    r"bucket does not allow anonymous reads: give AWS credentials"):
+        with pytest.raises(
+            WeightsFetchError,
+            match=r"s3://models-bucket/smol/v1/w.gguf: HTTP 403 Forbidden \(the "
+            r"bucket does not allow anonymous reads: give AWS credentials",
+        ):
             _fill(_cache(tmp_path / "b"), rev, S3Fetcher(use_boto3=False))
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import http.server
-
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,7 +53,7 @@ def loopback_origin(root: Path, prefix: str = "") -> Iterator[Origin]:
         def do_GET(self) -> None:  # noqa: N802
             path = self.path.split("?")[0].lstrip("/")
             if prefix and path.startswith(prefix):
-                path = path[len(prefix):].lstrip("/")
+                path = path[len(prefix) :].lstrip("/")
             origin.paths.append(path)
             origin.ranges.append(self.headers.get("Range"))
             origin.headers.append({k.lower(): v for k, v in self.headers.items()})
@@ -113,5 +112,3 @@ def loopback_origin(root: Path, prefix: str = "") -> Iterator[Origin]:
 def blob_bytes(cache_root: Path) -> int:
     """Bytes the cache's real files take, each blob once (what a `du` of blobs/ counts)."""
     return sum(p.stat().st_size for p in (cache_root / "blobs").iterdir()) if (cache_root / "blobs").exists() else 0
-
-

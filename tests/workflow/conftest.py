@@ -8,7 +8,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -19,9 +19,9 @@ from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, AgentSpec, Budget, TaskSpec, TaskState, tool, tool_context
-from sdk.wire.task_run import TaskRun
 from sdk._mcp_server import BerthAccess
 from sdk._serve import mcp_toolbox, registered_spec, tool_worker
+from sdk.wire.task_run import TaskRun
 
 
 @dataclass
@@ -62,15 +62,31 @@ class Harness:
             await self.exits.enter_async_context(tool_worker(self.client, agent, toolbox))
         return self.store.agents.register(self.served[agent.name])
 
-    async def start(self, agent: Agent, text: str, tokens: int, *, grace_s: float = 3600, usd: float | None = None,
-                    task_id: str | None = None, **run_fields: object) -> WorkflowHandle:
+    async def start(
+        self,
+        agent: Agent,
+        text: str,
+        tokens: int,
+        *,
+        grace_s: float = 3600,
+        usd: float | None = None,
+        task_id: str | None = None,
+        **run_fields: object,
+    ) -> WorkflowHandle:
         await self.serve(agent)
         task_id = task_id or self.unique("t")
         spec = TaskSpec(task_id=task_id, agent=agent.name, input=text, budget=Budget(tokens, usd=usd))
-        run = TaskRun(task_id=task_id, spec=spec, agent=self.store.agents.get(agent.name),
-                      submitted_at=datetime.now(timezone.utc), budget_grace_s=grace_s, **run_fields)
-        return await self.client.start_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=self.queue,
-                                                result_type=TaskState)
+        run = TaskRun(
+            task_id=task_id,
+            spec=spec,
+            agent=self.store.agents.get(agent.name),
+            submitted_at=datetime.now(UTC),
+            budget_grace_s=grace_s,
+            **run_fields,
+        )
+        return await self.client.start_workflow(
+            "AgentTaskWorkflow", run, id=task_id, task_queue=self.queue, result_type=TaskState
+        )
 
     async def engine_usage(self, task_id: str) -> dict:
         async with httpx.AsyncClient() as http:

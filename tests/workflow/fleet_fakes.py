@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio import activity
@@ -35,10 +35,10 @@ from orchestrator.node.generation import warm_up
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, Budget, Message, TaskSpec, TaskState
-from sdk.wire.task_run import TaskRun
+from sdk.wire.contracts import LlmStepInput, LlmStepResult, Reply
 from sdk.wire.lease import LeaseGrant, LeaseRequest, Never, NodeLiveness, Placed, ReleaseLease
 from sdk.wire.node_io import node_task_queue
-from sdk.wire.contracts import LlmStepInput, LlmStepResult, Reply
+from sdk.wire.task_run import TaskRun
 
 INPUT = "alpha; beta\nlength: 400 tokens"
 CUT_CHARS = 600
@@ -62,9 +62,17 @@ class TwoNodePool:
             return Never(reason=f"every node is excluded: {req.exclude_nodes}")
         self.placed[node] += 1
         spot = node == self.nodes[0]  # the first node is spot capacity, in zone z1
-        return Placed(lease_id=f"lease-{next(self.ids)}", node_id=node, replica_id=f"{node}-r1",
-                      gpu_indexes=[0], gpu_type="H100-80GB", tier="warm", decided_by="locality",
-                      zone="z1" if spot else "z2", capacity="spot" if spot else "on-demand")
+        return Placed(
+            lease_id=f"lease-{next(self.ids)}",
+            node_id=node,
+            replica_id=f"{node}-r1",
+            gpu_indexes=[0],
+            gpu_type="H100-80GB",
+            tier="warm",
+            decided_by="locality",
+            zone="z1" if spot else "z2",
+            capacity="spot" if spot else "on-demand",
+        )
 
     def release(self, req: ReleaseLease) -> None:
         self.released.append(req)
@@ -105,9 +113,17 @@ class PreemptedNode:
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
         self.calls += 1
         written = len(encode(self.prefix))
-        details = {"attempt": inp.attempt_base + 1, "generated": written + UNSEEN_TOKENS, "response_id": "chatcmpl-cut",
-                   "lost_before": 0, "kept_before": 0, "unresolved": [], "prefix": self.prefix,
-                   "prefix_tokens": written, "prefix_own": written}
+        details = {
+            "attempt": inp.attempt_base + 1,
+            "generated": written + UNSEEN_TOKENS,
+            "response_id": "chatcmpl-cut",
+            "lost_before": 0,
+            "kept_before": 0,
+            "unresolved": [],
+            "prefix": self.prefix,
+            "prefix_tokens": written,
+            "prefix_own": written,
+        }
         raise ApplicationError("the worker shut down mid-generation", details, type=NODE_STOPPING)
 
 
@@ -121,9 +137,15 @@ class LyingNode:
     @activity.defn(name="berth.generate")
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
         self.calls += 1
-        return Reply(message=Message(role="assistant", content="forged answer"), finish_reason="stop",
-                     prompt_tokens=0, completion_tokens=self.completion_tokens, attempt=inp.attempt_base + 1,
-                     checkpoint=inp.checkpoint, placement=inp.placement)
+        return Reply(
+            message=Message(role="assistant", content="forged answer"),
+            finish_reason="stop",
+            prompt_tokens=0,
+            completion_tokens=self.completion_tokens,
+            attempt=inp.attempt_base + 1,
+            checkpoint=inp.checkpoint,
+            placement=inp.placement,
+        )
 
 
 class StalledNode:
@@ -141,7 +163,7 @@ class StalledNode:
             activity.heartbeat({"attempt": inp.attempt_base + 1, "generated": 0})
             try:
                 await asyncio.wait_for(self.released.wait(), timeout=0.5)
-            except (asyncio.CancelledError, asyncio.TimeoutError):
+            except (TimeoutError, asyncio.CancelledError):
                 pass  # it does not let go of the step
         raise ApplicationError("let go at the end of the test")
 
@@ -161,9 +183,19 @@ class QuietOnceNode:
         if len(self.calls) > 1:
             return await self.real.generate(inp)
         written = len(encode(self.prefix))
-        activity.heartbeat({"attempt": inp.attempt_base + 1, "generated": written + UNSEEN_TOKENS,
-                            "response_id": "chatcmpl-quiet", "lost_before": 0, "kept_before": 0, "unresolved": [],
-                            "prefix": self.prefix, "prefix_tokens": written, "prefix_own": written})
+        activity.heartbeat(
+            {
+                "attempt": inp.attempt_base + 1,
+                "generated": written + UNSEEN_TOKENS,
+                "response_id": "chatcmpl-quiet",
+                "lost_before": 0,
+                "kept_before": 0,
+                "unresolved": [],
+                "prefix": self.prefix,
+                "prefix_tokens": written,
+                "prefix_own": written,
+            }
+        )
         await asyncio.sleep(120)  # silent: cut by Temporal's heartbeat timeout, cancelled at the worker's shutdown
         raise ApplicationError("a quiet generation was never meant to answer")
 
@@ -205,35 +237,47 @@ class FleetBench:
 
     def real_generation(self) -> LlmStepActivities:
         """The real LLM step against the simulated engine, booking in the bench's store."""
-        return LlmStepActivities(StoreStepBooks(self.store.checkpoints, self.store.tasks, self.store.events,
-                                                self.store.ledger), ModelCatalogue(self.config, self.store.models))
+        return LlmStepActivities(
+            StoreStepBooks(self.store.checkpoints, self.store.tasks, self.store.events, self.store.ledger),
+            ModelCatalogue(self.config, self.store.models),
+        )
 
     def real_node_worker(self) -> Worker:
         """The real node's worker: the real LLM step against the simulated engine."""
-        return Worker(self.client, task_queue=node_task_queue(self.real_node),
-                      activities=[self.real_generation().generate])
+        return Worker(
+            self.client, task_queue=node_task_queue(self.real_node), activities=[self.real_generation().generate]
+        )
 
     @asynccontextmanager
     async def workers(self, pool: TwoNodePool, fakes: dict[str, object], real_node: bool = True) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as running:
-            await running.enter_async_context(build_worker(self.client, self.store, self.config, task_queue=self.queue,
-                                                           pool=pool))
+            await running.enter_async_context(
+                build_worker(self.client, self.store, self.config, task_queue=self.queue, pool=pool)
+            )
             if real_node:
                 await running.enter_async_context(self.real_node_worker())
             for node, fake in fakes.items():
-                await running.enter_async_context(Worker(self.client, task_queue=node_task_queue(node),
-                                                         activities=[fake.generate]))  # type: ignore[attr-defined]
+                await running.enter_async_context(
+                    Worker(self.client, task_queue=node_task_queue(node), activities=[fake.generate])
+                )  # type: ignore[attr-defined]
             yield
 
     async def start(self, task_id: str, tokens: int, grace_s: float = 3600) -> WorkflowHandle:
         spec = TaskSpec(task_id=task_id, agent=self.agent.name, input=INPUT, budget=Budget(tokens))
-        task = TaskRun(task_id=task_id, spec=spec, agent=self.store.agents.get(self.agent.name),
-                       submitted_at=datetime.now(timezone.utc), budget_grace_s=grace_s)
-        return await self.client.start_workflow("AgentTaskWorkflow", task, id=task_id, task_queue=self.queue,
-                                                result_type=TaskState)
+        task = TaskRun(
+            task_id=task_id,
+            spec=spec,
+            agent=self.store.agents.get(self.agent.name),
+            submitted_at=datetime.now(UTC),
+            budget_grace_s=grace_s,
+        )
+        return await self.client.start_workflow(
+            "AgentTaskWorkflow", task, id=task_id, task_queue=self.queue, result_type=TaskState
+        )
 
-    async def run(self, task_id: str, tokens: int, pool: TwoNodePool, fakes: dict[str, object],
-                  grace_s: float = 3600) -> TaskState:
+    async def run(
+        self, task_id: str, tokens: int, pool: TwoNodePool, fakes: dict[str, object], grace_s: float = 3600
+    ) -> TaskState:
         async with self.workers(pool, fakes):
             return await (await self.start(task_id, tokens, grace_s)).result()
 

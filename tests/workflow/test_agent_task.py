@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from sdk import Agent, Budget, Spend, TaskSpec, TaskState, TaskStatus, tool
-from sdk.wire.task_run import TaskRun
 from sdk.wire.contracts import CancelRequest, HumanAnswer, RaiseBudget
+from sdk.wire.task_run import TaskRun
 from workflows.agent_task import MAX_TOOL_CALLS_PER_STEP
 
 
@@ -120,7 +121,7 @@ async def test_ask_human_waits_for_an_answer(berth) -> None:
 async def test_answer_is_refused_when_not_waiting(berth) -> None:
     handle = await berth.start(berth.research_agent(max_steps=50), "H100 bandwidth", 20_000)
     await handle.result()
-    with pytest.raises(Exception):
+    with pytest.raises(RPCError, match="already completed"):
         await handle.execute_update("answer", HumanAnswer(text="hi"))
 
 
@@ -138,8 +139,10 @@ async def test_coordinator_spawns_children_within_its_budget(berth) -> None:
     research = berth.research_agent()
     await berth.serve(research)
     coordinator = Agent(berth.unique("coordinator"), "llama-3.1-8b", "Delegate.", allow_spawn=True)
-    text = (f"Plan GPU serving\ndelegate to {research.name}: H100 bandwidth (budget 5000)\n"
-            f"delegate to {research.name}: A100 bandwidth (budget 5000)")
+    text = (
+        f"Plan GPU serving\ndelegate to {research.name}: H100 bandwidth (budget 5000)\n"
+        f"delegate to {research.name}: A100 bandwidth (budget 5000)"
+    )
     state = await (await berth.start(coordinator, text, 30_000)).result()
 
     assert state.status == TaskStatus.completed, state.error
@@ -194,8 +197,9 @@ async def test_fork_from_a_checkpoint_reruns_from_there(berth) -> None:
 
     agent = berth.research_agent()
     source = await (await berth.start(agent, "H100 bandwidth; A100 bandwidth", 20_000)).result()
-    fork = await berth.start(agent, "H100 bandwidth; A100 bandwidth", 20_000,
-                             fork_of=ForkSource(task_id=source.task_id, checkpoint_seq=2))
+    fork = await berth.start(
+        agent, "H100 bandwidth; A100 bandwidth", 20_000, fork_of=ForkSource(task_id=source.task_id, checkpoint_seq=2)
+    )
     state = await fork.result()
     assert state.status == TaskStatus.completed
     assert state.step == 5  # steps 1–2 came from the source; 3–5 ran in the fork
@@ -215,8 +219,9 @@ async def test_a_client_can_spawn_a_sub_agent_paid_from_the_task(berth) -> None:
     handle = await berth.start(parent_agent, "ask: go on?", 20_000)
     await wait_status(handle, TaskStatus.awaiting_input)
 
-    spawned = await handle.execute_update("spawn", SpawnAgentArgs(agent=research.name, input="H100 bandwidth",
-                                                                  tokens=6_000), result_type=SpawnedChild)
+    spawned = await handle.execute_update(
+        "spawn", SpawnAgentArgs(agent=research.name, input="H100 bandwidth", tokens=6_000), result_type=SpawnedChild
+    )
     assert spawned.tokens == 6_000
     with pytest.raises(WorkflowUpdateFailedError):
         await handle.execute_update("spawn", SpawnAgentArgs(agent="nobody-here", input="x"))
@@ -246,7 +251,7 @@ async def test_a_dollar_limit_is_enforced_and_can_be_raised(berth) -> None:
 
 
 async def test_the_deadline_ends_a_task_that_is_waiting(berth) -> None:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from sdk import Budget, TaskSpec
     from sdk.wire.task_run import TaskRun
@@ -254,12 +259,16 @@ async def test_the_deadline_ends_a_task_that_is_waiting(berth) -> None:
     agent = berth.research_agent(allow_ask_human=True)
     await berth.serve(agent)
     task_id = berth.unique("t")
-    spec = TaskSpec(task_id=task_id, agent=agent.name, input="ask: anyone there?",
-                    budget=Budget(20_000, deadline=timedelta(seconds=3)))
-    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name),
-                  submitted_at=datetime.now(timezone.utc))
-    state = await berth.client.execute_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=berth.queue,
-                                                result_type=TaskState)
+    spec = TaskSpec(
+        task_id=task_id,
+        agent=agent.name,
+        input="ask: anyone there?",
+        budget=Budget(20_000, deadline=timedelta(seconds=3)),
+    )
+    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name), submitted_at=datetime.now(UTC))
+    state = await berth.client.execute_workflow(
+        "AgentTaskWorkflow", run, id=task_id, task_queue=berth.queue, result_type=TaskState
+    )
     assert state.status == TaskStatus.out_of_budget
     assert state.error == "deadline passed"
 
@@ -272,11 +281,13 @@ async def test_a_reply_asking_for_more_tool_calls_than_a_step_runs_gets_errors_f
         def look(topic: str) -> str:
             ran.append(f"t{i}")
             return f"t{i} on {topic}"
+
         return tool(look, name=f"t{i}", description=f"Probe {i}.")
 
     wanted = MAX_TOOL_CALLS_PER_STEP + 6
-    agent = Agent(berth.unique("wide"), "llama-3.1-8b", "Use every probe.", [probe(i) for i in range(wanted)],
-                  max_steps=1)
+    agent = Agent(
+        berth.unique("wide"), "llama-3.1-8b", "Use every probe.", [probe(i) for i in range(wanted)], max_steps=1
+    )
     handle = await berth.start(agent, "parallel\nthe H100", 200_000)  # one subject: every tool at once
     state = await handle.result()
     assert state.status == TaskStatus.max_steps, state.error
@@ -295,10 +306,10 @@ async def test_a_tool_call_no_worker_serves_says_so_until_a_worker_comes(berth) 
     berth.store.agents.register(agent.spec())  # registered, but no worker polls agent/<name>
     task_id = berth.unique("t")
     spec = TaskSpec(task_id=task_id, agent=agent.name, input="H100 bandwidth", budget=Budget(20_000))
-    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name),
-                  submitted_at=datetime.now(timezone.utc))
-    handle = await berth.client.start_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=berth.queue,
-                                               result_type=TaskState)
+    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name), submitted_at=datetime.now(UTC))
+    handle = await berth.client.start_workflow(
+        "AgentTaskWorkflow", run, id=task_id, task_queue=berth.queue, result_type=TaskState
+    )
     deadline = asyncio.get_running_loop().time() + 120
     while True:
         record = berth.store.tasks.get(task_id)

@@ -8,13 +8,13 @@ model's pace (40 tokens/s), so a long answer is still being written when the can
 from __future__ import annotations
 
 import asyncio
-import json
 import contextlib
+import json
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -25,8 +25,8 @@ from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus, tool
-from sdk.wire.task_run import TaskRun
 from sdk.wire.contracts import CancelRequest
+from sdk.wire.task_run import TaskRun
 from tests.conftest import ROOT, free_port, wait_http
 
 ANSWER_TOKENS = 2000  # 50 s at 40 tokens/s: it cannot have finished when the cancel lands
@@ -38,9 +38,23 @@ async def slow_engine(log_dir: Path) -> AsyncIterator[str]:
     port = free_port()
     with open(log_dir / "slow-engine.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.engines.simulated", "--host", "127.0.0.1", "--port", str(port),
-             "--latency-scale", "1", "--model", "llama-3.1-8b:0.05:40"], stdout=log, stderr=subprocess.STDOUT,
-            cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.engines.simulated",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--latency-scale",
+                "1",
+                "--model",
+                "llama-3.1-8b:0.05:40",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
         try:
             wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
             yield f"http://127.0.0.1:{port}/v1"
@@ -62,8 +76,12 @@ async def slow_stack(temporal_client: Client, tmp_path: Path) -> AsyncIterator[t
 async def _start(client: Client, store: Store, queue: str, agent: Agent, text: str) -> WorkflowHandle:
     spec = store.agents.register(agent.spec())
     task_id = f"t-{uuid.uuid4().hex[:8]}"
-    run = TaskRun(task_id=task_id, spec=TaskSpec(task_id=task_id, agent=agent.name, input=text, budget=Budget(50_000)),
-                  agent=spec, submitted_at=datetime.now(timezone.utc))
+    run = TaskRun(
+        task_id=task_id,
+        spec=TaskSpec(task_id=task_id, agent=agent.name, input=text, budget=Budget(50_000)),
+        agent=spec,
+        submitted_at=datetime.now(UTC),
+    )
     return await client.start_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=queue, result_type=TaskState)
 
 
@@ -86,10 +104,12 @@ async def _generated(handle: WorkflowHandle) -> int:
 
 
 async def test_a_cancel_cuts_the_running_generation_and_books_what_it_wrote(
-        temporal_client: Client, slow_stack: tuple[Store, str, str]) -> None:
+    temporal_client: Client, slow_stack: tuple[Store, str, str]
+) -> None:
     store, queue, engine_url = slow_stack
-    agent = Agent(f"writer-{uuid.uuid4().hex[:6]}", "llama-3.1-8b", "Write at length.", [],
-                  max_tokens_per_step=ANSWER_TOKENS)
+    agent = Agent(
+        f"writer-{uuid.uuid4().hex[:6]}", "llama-3.1-8b", "Write at length.", [], max_tokens_per_step=ANSWER_TOKENS
+    )
     handle = await _start(temporal_client, store, queue, agent, f"length: {ANSWER_TOKENS} tokens")
     await _until(lambda: _generated(handle), "the generation streaming")
     await handle.signal("cancel", CancelRequest(reason="the author changed their mind"))
@@ -114,7 +134,8 @@ async def test_a_cancel_cuts_the_running_generation_and_books_what_it_wrote(
 
 
 async def test_a_cancel_does_not_wait_for_a_tool_no_worker_runs(
-        temporal_client: Client, slow_stack: tuple[Store, str, str]) -> None:
+    temporal_client: Client, slow_stack: tuple[Store, str, str]
+) -> None:
     store, queue, _ = slow_stack
 
     @tool
@@ -136,7 +157,8 @@ async def test_a_cancel_does_not_wait_for_a_tool_no_worker_runs(
 
 
 async def test_a_cancel_that_crosses_a_sub_agents_end_still_ends_the_parent_cancelled(
-        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    temporal_client: Client, engine_url: str, tmp_path: Path
+) -> None:
     """The parent hears of its cancel and of one child's end in one workflow task: the cancel handler runs first and
     signals a child that is no longer there, while the other child keeps the parent open until the answer comes
     back. That answer must not fail the parent (its row would stay open forever and the carves stay reserved): the
@@ -151,11 +173,16 @@ async def test_a_cancel_that_crosses_a_sub_agents_end_still_ends_the_parent_canc
     async with build_worker(temporal_client, store, config, task_queue=queue):
         parent = await _start(temporal_client, store, queue, asker, "ask: ready?")
         await _until(lambda: _status_is(store, parent.id, TaskStatus.awaiting_input), "the parent asking")
-        children = [await parent.execute_update("spawn", SpawnAgentArgs(agent=asker.name, input="ask: deep?",
-                                                                        tokens=2000), result_type=SpawnedChild)
-                    for _ in range(2)]
+        children = [
+            await parent.execute_update(
+                "spawn", SpawnAgentArgs(agent=asker.name, input="ask: deep?", tokens=2000), result_type=SpawnedChild
+            )
+            for _ in range(2)
+        ]
         for child in children:
-            await _until(lambda: _status_is(store, child.task_id, TaskStatus.awaiting_input), "a child asking")
+            await _until(
+                lambda child=child: _status_is(store, child.task_id, TaskStatus.awaiting_input), "a child asking"
+            )
     # No worker runs now: the first child's end and the parent's cancel reach the parent in one workflow task.
     await temporal_client.get_workflow_handle(children[0].task_id).terminate("its node burned down")
     await parent.signal("cancel", CancelRequest(reason="enough"))

@@ -15,12 +15,21 @@ from temporalio.client import Client
 
 from activities.tokens import encode
 from sdk import TaskStatus
-from tests.workflow.fleet_fakes import (UNSEEN_TOKENS, BusyNodesPool, DyingPool, PreemptedNode, QuietOnceNode,
-                                        QuietThenDeadNode, TwoNodePool, fleet_bench)
+from tests.workflow.fleet_fakes import (
+    UNSEEN_TOKENS,
+    BusyNodesPool,
+    DyingPool,
+    PreemptedNode,
+    QuietOnceNode,
+    QuietThenDeadNode,
+    TwoNodePool,
+    fleet_bench,
+)
 
 
 async def test_a_step_preempted_mid_answer_continues_its_text_on_another_node(
-        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    temporal_client: Client, engine_url: str, tmp_path: Path
+) -> None:
     async with fleet_bench(temporal_client, engine_url, tmp_path) as bench:
         store, tag = bench.store, bench.tag
         node_a, node_b = bench.node("gpu-a"), bench.real_node
@@ -37,8 +46,9 @@ async def test_a_step_preempted_mid_answer_continues_its_text_on_another_node(
         assert state.interruptions == 1 and state.spend.tokens_used <= 50_000
 
         # While the step was placed again its task said why it was not running: a preemption, not a shortage.
-        troubles = [(e.data["status"], e.data.get("gpu_trouble")) for e in store.events.read(state.task_id)
-                    if e.kind == "state"]
+        troubles = [
+            (e.data["status"], e.data.get("gpu_trouble")) for e in store.events.read(state.task_id) if e.kind == "state"
+        ]
         assert ("waiting_for_gpu", "preemption") in troubles and ("running", None) in troubles[-3:]
         kept = len(encode(cutter.prefix))
         [cut] = [e.data for e in store.events.read(state.task_id) if e.kind == "interruption"]
@@ -54,7 +64,8 @@ async def test_a_step_preempted_mid_answer_continues_its_text_on_another_node(
 
 
 async def test_a_busy_node_that_picks_its_call_up_late_keeps_the_step_and_nothing_is_cut(
-        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    temporal_client: Client, engine_url: str, tmp_path: Path
+) -> None:
     """A late pickup on a live node is load, not a lost node: the step waits there, says so, and is never moved."""
     async with fleet_bench(temporal_client, engine_url, tmp_path) as bench:
         node, pool = bench.real_node, BusyNodesPool([bench.real_node, bench.node("gpu-c")])
@@ -62,8 +73,11 @@ async def test_a_busy_node_that_picks_its_call_up_late_keeps_the_step_and_nothin
             handle = await bench.start(f"late-{bench.tag}", 50_000)
 
             async def told_it_waits() -> bool:
-                return any("the node is busy, not gone" in (e.data.get("waiting_for") or "")
-                           for e in bench.store.events.read(handle.id) if e.kind == "state")
+                return any(
+                    "the node is busy, not gone" in (e.data.get("waiting_for") or "")
+                    for e in bench.store.events.read(handle.id)
+                    if e.kind == "state"
+                )
 
             for _ in range(1200):  # the node's worker comes up only once the step has waited past a pickup window
                 if await told_it_waits():
@@ -81,7 +95,8 @@ async def test_a_busy_node_that_picks_its_call_up_late_keeps_the_step_and_nothin
 
 
 async def test_a_quiet_generation_on_a_live_node_goes_on_there_and_is_not_cut_as_lost(
-        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    temporal_client: Client, engine_url: str, tmp_path: Path
+) -> None:
     """Heartbeats that stop on a node whose process is alive are a starved machine, not a lost node: the step keeps
     its lease and replica, continues the text the last beat carried, and says so; nothing counts as interrupted."""
     async with fleet_bench(temporal_client, engine_url, tmp_path) as bench:
@@ -100,15 +115,17 @@ async def test_a_quiet_generation_on_a_live_node_goes_on_there_and_is_not_cut_as
         kept = len(encode(quiet.prefix))
         [said] = [e.data for e in events if e.kind == "generation_quiet"]
         assert (said["node_id"], said["continued"], said["tokens_carried"]) == (quiet_node, 1, kept + UNSEEN_TOKENS)
-        assert any("went quiet but the node is alive" in (e.data.get("waiting_for") or "")
-                   for e in events if e.kind == "state")
+        assert any(
+            "went quiet but the node is alive" in (e.data.get("waiting_for") or "") for e in events if e.kind == "state"
+        )
         totals = bench.store.ledger.totals(state.task_id)
         assert (totals.kept_tokens, totals.lost_tokens) == (kept, UNSEEN_TOKENS)
         assert totals.tokens == state.spend.tokens_used
 
 
 async def test_a_node_that_goes_quiet_then_dies_leaves_the_text_it_wrote_to_the_next_node(
-        temporal_client: Client, engine_url: str, tmp_path: Path) -> None:
+    temporal_client: Client, engine_url: str, tmp_path: Path
+) -> None:
     """A quiet generation continued on its live node, whose node then dies before the continuation reports anything:
     the cut keeps the text the quiet generation wrote (the continuation had nothing of its own), and the next node
     goes on from it. Before, the cut read only the continuation's silence and kept nothing."""

@@ -53,10 +53,14 @@ class FakeNode:
         self.calls[LOAD_REPLICA] += 1
         activity.heartbeat({"replica_id": req.replica_id, "state": "loading"})
         if req.replica_id == BROKEN:
-            raise ApplicationError(f"replica {req.replica_id} exited during load: bad safetensors header",
-                                   type="ReplicaLoadError", non_retryable=True)
-        return ReplicaReady(replica_id=req.replica_id, base_url="http://127.0.0.1:9000/v1", load_seconds=1.5,
-                            tier=req.tier)
+            raise ApplicationError(
+                f"replica {req.replica_id} exited during load: bad safetensors header",
+                type="ReplicaLoadError",
+                non_retryable=True,
+            )
+        return ReplicaReady(
+            replica_id=req.replica_id, base_url="http://127.0.0.1:9000/v1", load_seconds=1.5, tier=req.tier
+        )
 
     @activity.defn(name=UNLOAD_REPLICA)
     async def unload_replica(self, req: UnloadReplica) -> None:
@@ -67,8 +71,9 @@ class FakeNode:
     async def prewarm(self, req: Prewarm) -> str:
         self.calls[PREWARM] += 1
         if req.model.name == BROKEN:
-            raise ApplicationError(f"no room for {req.model.name} in the weights cache", type="WeightsCacheError",
-                                   non_retryable=True)
+            raise ApplicationError(
+                f"no room for {req.model.name} in the weights cache", type="WeightsCacheError", non_retryable=True
+            )
         return req.tier
 
 
@@ -79,9 +84,14 @@ async def fleet_ops(temporal_env: WorkflowEnvironment):
     queue = f"fleet-{uuid.uuid4().hex[:8]}"
     node_id = f"gpu-{uuid.uuid4().hex[:8]}"
     node = FakeNode()
-    async with Worker(client, task_queue=queue, workflows=[ReplicaLoadWorkflow, ReplicaUnloadWorkflow, PrewarmWorkflow]), \
-            Worker(client, task_queue=node_task_queue(node_id),
-                   activities=[node.load_replica, node.unload_replica, node.prewarm]):
+    async with (
+        Worker(client, task_queue=queue, workflows=[ReplicaLoadWorkflow, ReplicaUnloadWorkflow, PrewarmWorkflow]),
+        Worker(
+            client,
+            task_queue=node_task_queue(node_id),
+            activities=[node.load_replica, node.unload_replica, node.prewarm],
+        ),
+    ):
         yield client, queue, node_id, node
 
 
@@ -91,12 +101,15 @@ def _id(kind: str) -> str:
 
 async def test_load_runs_on_the_nodes_queue_and_returns_where_the_replica_serves(fleet_ops) -> None:
     client, queue, node_id, node = fleet_ops
-    order = LoadOnNode(node_id=node_id, request=LoadReplica(model=MODEL, gpu_indexes=[0], replica_id="r-1",
-                                                            tier="datacenter"))
-    ready = await client.execute_workflow(LOAD_WORKFLOW, order, id=_id("load"), task_queue=queue,
-                                          result_type=ReplicaReady)
-    assert ready == ReplicaReady(replica_id="r-1", base_url="http://127.0.0.1:9000/v1", load_seconds=1.5,
-                                 tier="datacenter")
+    order = LoadOnNode(
+        node_id=node_id, request=LoadReplica(model=MODEL, gpu_indexes=[0], replica_id="r-1", tier="datacenter")
+    )
+    ready = await client.execute_workflow(
+        LOAD_WORKFLOW, order, id=_id("load"), task_queue=queue, result_type=ReplicaReady
+    )
+    assert ready == ReplicaReady(
+        replica_id="r-1", base_url="http://127.0.0.1:9000/v1", load_seconds=1.5, tier="datacenter"
+    )
     assert node.calls[LOAD_REPLICA] == 1
 
 
@@ -104,8 +117,7 @@ async def test_a_non_retryable_load_error_fails_the_workflow_with_the_nodes_mess
     client, queue, node_id, node = fleet_ops
     order = LoadOnNode(node_id=node_id, request=LoadReplica(model=MODEL, gpu_indexes=[0, 1], replica_id=BROKEN))
     with pytest.raises(WorkflowFailureError) as failed:
-        await client.execute_workflow(LOAD_WORKFLOW, order, id=_id("load"), task_queue=queue,
-                                      result_type=ReplicaReady)
+        await client.execute_workflow(LOAD_WORKFLOW, order, id=_id("load"), task_queue=queue, result_type=ReplicaReady)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError)
     assert "bad safetensors header" in cause.message and cause.type == "ReplicaLoadError"
@@ -122,12 +134,19 @@ async def test_unload_runs_on_the_node(fleet_ops) -> None:
 async def test_prewarm_returns_the_tier_and_propagates_a_cache_error(fleet_ops) -> None:
     client, queue, node_id, node = fleet_ops
     order = PrewarmOnNode(node_id=node_id, request=Prewarm(model=MODEL, tier="datacenter"))
-    assert await client.execute_workflow(PREWARM_WORKFLOW, order, id=_id("prewarm"), task_queue=queue,
-                                         result_type=str) == "datacenter"
+    assert (
+        await client.execute_workflow(PREWARM_WORKFLOW, order, id=_id("prewarm"), task_queue=queue, result_type=str)
+        == "datacenter"
+    )
     broken = ModelEntry(name=BROKEN, weights_gib=16)
     with pytest.raises(WorkflowFailureError) as failed:
-        await client.execute_workflow(PREWARM_WORKFLOW, PrewarmOnNode(node_id=node_id, request=Prewarm(model=broken)),
-                                      id=_id("prewarm"), task_queue=queue, result_type=str)
+        await client.execute_workflow(
+            PREWARM_WORKFLOW,
+            PrewarmOnNode(node_id=node_id, request=Prewarm(model=broken)),
+            id=_id("prewarm"),
+            task_queue=queue,
+            result_type=str,
+        )
     assert isinstance(failed.value.cause, ApplicationError)
     assert "no room for broken-weights" in failed.value.cause.message
     assert node.calls[PREWARM] == 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from temporalio.worker import Worker
 
@@ -20,9 +20,9 @@ from orchestrator.config import BerthConfig
 from orchestrator.node.generation import warm_up
 from orchestrator.worker import build_worker
 from sdk import Budget, TaskSpec, TaskState, TaskStatus
-from sdk.wire.task_run import TaskRun
 from sdk.wire.lease import LeaseGrant, LeaseRequest, NodeLiveness, Placed, ReleaseLease
 from sdk.wire.node_io import node_task_queue
+from sdk.wire.task_run import TaskRun
 from tests.workflow.conftest import Harness
 
 
@@ -32,9 +32,17 @@ class OneNodePool:
 
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
         self.asked.append(req)
-        return Placed(lease_id=f"lease-{next(self.ids)}", node_id=self.node,
-                      replica_id=f"{self.node}-r{req.step}", gpu_indexes=[0], gpu_type="H100-80GB", tier="warm",
-                      decided_by="affinity", zone="z1", capacity="on-demand")
+        return Placed(
+            lease_id=f"lease-{next(self.ids)}",
+            node_id=self.node,
+            replica_id=f"{self.node}-r{req.step}",
+            gpu_indexes=[0],
+            gpu_type="H100-80GB",
+            tier="warm",
+            decided_by="affinity",
+            zone="z1",
+            capacity="on-demand",
+        )
 
     def release(self, req: ReleaseLease) -> None:
         pass
@@ -50,17 +58,22 @@ async def test_each_step_asks_for_the_previous_replica_with_the_conversation_it_
     await berth.serve(agent)
     node, queue = f"gpu-{uuid.uuid4().hex[:8]}", berth.unique("control")
     pool = OneNodePool(node)
-    real = LlmStepActivities(StoreStepBooks(berth.store.checkpoints, berth.store.tasks, berth.store.events,
-                                            berth.store.ledger), ModelCatalogue(config, berth.store.models))
+    real = LlmStepActivities(
+        StoreStepBooks(berth.store.checkpoints, berth.store.tasks, berth.store.events, berth.store.ledger),
+        ModelCatalogue(config, berth.store.models),
+    )
     task_id = berth.unique("t")
-    spec = TaskSpec(task_id=task_id, agent=agent.name, input="H100 memory bandwidth; L4 memory bandwidth",
-                    budget=Budget(30_000))
-    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name),
-                  submitted_at=datetime.now(timezone.utc))
-    async with build_worker(berth.client, berth.store, config, task_queue=queue, pool=pool), \
-            Worker(berth.client, task_queue=node_task_queue(node), activities=[real.generate]):
-        state = await berth.client.execute_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=queue,
-                                                    result_type=TaskState)
+    spec = TaskSpec(
+        task_id=task_id, agent=agent.name, input="H100 memory bandwidth; L4 memory bandwidth", budget=Budget(30_000)
+    )
+    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name), submitted_at=datetime.now(UTC))
+    async with (
+        build_worker(berth.client, berth.store, config, task_queue=queue, pool=pool),
+        Worker(berth.client, task_queue=node_task_queue(node), activities=[real.generate]),
+    ):
+        state = await berth.client.execute_workflow(
+            "AgentTaskWorkflow", run, id=task_id, task_queue=queue, result_type=TaskState
+        )
     assert state.status == TaskStatus.completed and state.step >= 3
     booked = {e.step: e for e in berth.store.ledger.entries(task_id) if e.kind == "settled"}
     first, *later = sorted(pool.asked, key=lambda r: r.step)

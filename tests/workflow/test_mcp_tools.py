@@ -25,8 +25,12 @@ ECHO_SERVER = Path(__file__).resolve().parent.parent / "mcp_fixtures" / "echo_se
 
 
 def echo_server(journal: Path, tools: str, name: str = "echo", **fields: object) -> McpServer:
-    return McpServer(name=name, command=[sys.executable, str(ECHO_SERVER)],
-                     env={"ECHO_JOURNAL": str(journal), "ECHO_TOOLS": tools}, **fields)
+    return McpServer(
+        name=name,
+        command=[sys.executable, str(ECHO_SERVER)],
+        env={"ECHO_JOURNAL": str(journal), "ECHO_TOOLS": tools},
+        **fields,
+    )
 
 
 def journal_of(path: Path) -> list[dict]:
@@ -39,8 +43,12 @@ def call(name: str, task_id: str = "t1", arguments: str = '{"topic": "x"}') -> T
 
 async def test_an_agent_calls_its_mcp_servers_tools_as_activities(berth, tmp_path: Path) -> None:
     journal = tmp_path / "journal.jsonl"
-    agent = Agent(berth.unique("archivist"), "llama-3.1-8b", "Use the archive.",
-                  mcp_servers=[echo_server(journal, "lookup,flaky,broken", max_attempts=2)])
+    agent = Agent(
+        berth.unique("archivist"),
+        "llama-3.1-8b",
+        "Use the archive.",
+        mcp_servers=[echo_server(journal, "lookup,flaky,broken", max_attempts=2)],
+    )
     registered = await berth.serve(agent)
     assert [t.name for t in registered.tools] == ["echo__lookup", "echo__flaky", "echo__broken"]
     assert registered.tools[0].description == "Look a topic up in the archive."
@@ -75,8 +83,12 @@ async def test_a_berth_token_server_runs_per_task_holding_that_tasks_token(berth
         return tokens.setdefault(task_id, f"berth_task_{uuid.uuid4().hex}")
 
     access = BerthAccess("http://127.0.0.1:8080", task_token, own_key="worker-key")
-    agent = Agent(berth.unique("operator"), "llama-3.1-8b", "Check.",
-                  mcp_servers=[echo_server(journal, "whoami", name="berth", berth_token=True)])
+    agent = Agent(
+        berth.unique("operator"),
+        "llama-3.1-8b",
+        "Check.",
+        mcp_servers=[echo_server(journal, "whoami", name="berth", berth_token=True)],
+    )
     await berth.serve(agent, access)
     handles = [await berth.start(agent, "fleet check", 20_000) for _ in range(2)]
     states = await asyncio.gather(*(h.result() for h in handles))
@@ -96,8 +108,10 @@ async def test_a_berth_token_server_runs_per_task_holding_that_tasks_token(berth
 
 async def test_serve_stops_naming_a_server_it_cannot_reach(tmp_path: Path) -> None:
     # The API and Temporal addresses answer nothing: serve must stop before it tries to register.
-    for server in (McpServer(name="gone", command=[str(tmp_path / "no-such-program")]),
-                   McpServer(name="gone", url="http://127.0.0.1:9/mcp")):
+    for server in (
+        McpServer(name="gone", command=[str(tmp_path / "no-such-program")]),
+        McpServer(name="gone", url="http://127.0.0.1:9/mcp"),
+    ):
         agent = Agent("unreachable", "llama-3.1-8b", mcp_servers=[server])
         with pytest.raises(McpUnreachable) as refused:
             await serve(agent, temporal_address="127.0.0.1:9", api_url="http://127.0.0.1:9")

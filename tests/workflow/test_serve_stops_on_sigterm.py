@@ -39,22 +39,31 @@ def _as_from_a_terminal() -> None:
 
 
 async def polled(client: Client, queue: str) -> bool:
-    described = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=TaskQueue(name=queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY))
+    described = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        )
+    )
     return bool(described.pollers)
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_serve_blocking_returns_on_the_signal_and_the_process_exits_cleanly(
-        temporal_client: Client, tmp_path: Path, stop: signal.Signals) -> None:
+    temporal_client: Client, tmp_path: Path, stop: signal.Signals
+) -> None:
     name = f"clerk-stopped-by-{stop.name.lower()}"  # a queue of its own: a stopped worker's poller lingers a while
     queue = Agent(name, "llama-3.2-1b", "Echo.", []).spec().task_queue
     log = tmp_path / "worker.log"
     with log.open("w") as out:
-        worker = subprocess.Popen([sys.executable, "-c", WORKER, temporal_client.service_client.config.target_host,
-                                   name],
-                                  cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_as_from_a_terminal)
+        worker = subprocess.Popen(
+            [sys.executable, "-c", WORKER, temporal_client.service_client.config.target_host, name],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_as_from_a_terminal,
+        )
     try:
         for _ in range(1200):  # its activity poller reaching the server is the sign it serves
             if worker.poll() is not None or await polled(temporal_client, queue):

@@ -21,9 +21,11 @@ from temporalio.client import Client
 from orchestrator.telemetry.tracing import CONSOLE_ENV, OTLP_ENDPOINT_ENV, tracing_interceptor
 from sdk import Agent, TaskStatus, tool
 from tests.workflow.test_fleet_interruptions import UNSEEN_TOKENS
+
 # Imported under another name so that it is not collected here too: its run, traced, is the scenario below.
-from tests.workflow.test_fleet_interruptions import \
-    test_a_step_preempted_mid_answer_continues_its_text_on_another_node as preempted_step_scenario
+from tests.workflow.test_fleet_interruptions import (
+    test_a_step_preempted_mid_answer_continues_its_text_on_another_node as preempted_step_scenario,
+)
 
 _exporter = InMemorySpanExporter()
 
@@ -47,8 +49,11 @@ def temporal_client(temporal_client: Client, spans: InMemorySpanExporter) -> Cli
 
 def _task_spans(spans: InMemorySpanExporter, task_id: str) -> list[ReadableSpan]:
     """The spans of the task's trace, checked to be one tree under the client's start."""
-    roots = [s for s in spans.get_finished_spans()
-             if s.name == "StartWorkflow:AgentTaskWorkflow" and s.attributes.get("temporalWorkflowID") == task_id]
+    roots = [
+        s
+        for s in spans.get_finished_spans()
+        if s.name == "StartWorkflow:AgentTaskWorkflow" and s.attributes.get("temporalWorkflowID") == task_id
+    ]
     assert len(roots) == 1
     task = [s for s in spans.get_finished_spans() if s.context.trace_id == roots[0].context.trace_id]
     by_id = {s.context.span_id: s for s in task}
@@ -71,18 +76,25 @@ async def test_a_task_with_tools_and_a_sub_agent_is_one_connected_trace(berth, s
     research = Agent(berth.unique("research"), "llama-3.1-8b", "Research carefully.", [search])
     await berth.serve(research)
     coordinator = Agent(berth.unique("coordinator"), "llama-3.1-8b", "Delegate.", allow_spawn=True)
-    handle = await berth.start(coordinator, f"Plan\ndelegate to {research.name}: H100 bandwidth (budget 5000)",
-                               30_000)
+    handle = await berth.start(coordinator, f"Plan\ndelegate to {research.name}: H100 bandwidth (budget 5000)", 30_000)
     state = await handle.result()
     assert state.status == TaskStatus.completed, state.error
     assert len(state.children) == 1
 
     task = _task_spans(spans, state.task_id)
     names = {s.name for s in task}
-    assert {"RunWorkflow:AgentTaskWorkflow", "StartChildWorkflow:AgentTaskWorkflow", "RunActivity:berth.generate",
-            "RunActivity:berth.run_tool", "author.lookup"} <= names
-    child_runs = [s for s in task if s.name == "RunWorkflow:AgentTaskWorkflow"
-                  and s.attributes["temporalWorkflowID"] == state.children[0]]
+    assert {
+        "RunWorkflow:AgentTaskWorkflow",
+        "StartChildWorkflow:AgentTaskWorkflow",
+        "RunActivity:berth.generate",
+        "RunActivity:berth.run_tool",
+        "author.lookup",
+    } <= names
+    child_runs = [
+        s
+        for s in task
+        if s.name == "RunWorkflow:AgentTaskWorkflow" and s.attributes["temporalWorkflowID"] == state.children[0]
+    ]
     assert len(child_runs) == 1
 
     generations = [s for s in task if s.name == "RunActivity:berth.generate"]
@@ -99,16 +111,21 @@ async def test_a_task_with_tools_and_a_sub_agent_is_one_connected_trace(berth, s
     assert author.attributes["query"] == "H100 bandwidth"
 
 
-async def test_a_preempted_step_shows_its_placement_and_interruption(temporal_client: Client, engine_url: str,
-                                                                     tmp_path: Path, spans) -> None:
+async def test_a_preempted_step_shows_its_placement_and_interruption(
+    temporal_client: Client, engine_url: str, tmp_path: Path, spans
+) -> None:
     await preempted_step_scenario(temporal_client, engine_url, tmp_path)
-    [cut_id] = {s.attributes["temporalWorkflowID"] for s in spans.get_finished_spans()
-                if s.name == "StartWorkflow:AgentTaskWorkflow" and s.attributes["temporalWorkflowID"].startswith("cut-")}
+    [cut_id] = {
+        s.attributes["temporalWorkflowID"]
+        for s in spans.get_finished_spans()
+        if s.name == "StartWorkflow:AgentTaskWorkflow" and s.attributes["temporalWorkflowID"].startswith("cut-")
+    }
     task = _task_spans(spans, cut_id)
 
     acquires = [s for s in task if s.name == "RunActivity:berth.pool.acquire"]
-    assert [(s.attributes["berth.lease.outcome"], s.attributes["berth.decided_by"]) for s in acquires] == \
-        [("placed", "locality")] * 2
+    assert [(s.attributes["berth.lease.outcome"], s.attributes["berth.decided_by"]) for s in acquires] == [
+        ("placed", "locality")
+    ] * 2
     node_a, node_b = (s.attributes["berth.node"] for s in acquires)
     [served] = [s for s in task if s.name == "RunActivity:berth.generate" and s.status.is_ok]
     assert (served.attributes["berth.node"], served.attributes["berth.tier"]) == (node_b, "warm")
@@ -120,8 +137,9 @@ async def test_a_preempted_step_shows_its_placement_and_interruption(temporal_cl
 
 def _in_fresh_process(code: str, **env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in (OTLP_ENDPOINT_ENV, CONSOLE_ENV)}
-    return subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True,
-                          timeout=60, check=True)
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60, check=True
+    )
 
 
 def test_without_an_exporter_nothing_is_set_up_or_recorded() -> None:
@@ -131,7 +149,8 @@ def test_without_an_exporter_nothing_is_set_up_or_recorded() -> None:
         "assert configure_tracing('t') is False\n"
         "assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)\n"
         "with tracing_interceptor().tracer.start_as_current_span('x') as s: assert not s.is_recording()\n"
-        "print('ok')\n")
+        "print('ok')\n"
+    )
     assert out.stdout.strip() == "ok"
 
 
@@ -141,5 +160,6 @@ def test_the_console_flag_prints_spans() -> None:
         "from orchestrator.telemetry.tracing import configure_tracing\n"
         "assert configure_tracing('berth-test') is True\n"
         "with trace.get_tracer('t').start_as_current_span('printed-span'): pass\n",
-        **{CONSOLE_ENV: "1"})
+        **{CONSOLE_ENV: "1"},
+    )
     assert '"name": "printed-span"' in out.stdout and "berth-test" in out.stdout

@@ -96,16 +96,36 @@ class TimingsLog:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
 
-    def record(self, task: str | None, reply_id: str, received: float, first_token: float | None,
-               finished: float, completion_tokens: int) -> None:
-        line = json.dumps({"task": task, "id": reply_id, "received_s": received, "first_token_s": first_token,
-                           "finished_s": finished, "completion_tokens": completion_tokens})
+    def record(
+        self,
+        task: str | None,
+        reply_id: str,
+        received: float,
+        first_token: float | None,
+        finished: float,
+        completion_tokens: int,
+    ) -> None:
+        line = json.dumps(
+            {
+                "task": task,
+                "id": reply_id,
+                "received_s": received,
+                "first_token_s": first_token,
+                "finished_s": finished,
+                "completion_tokens": completion_tokens,
+            }
+        )
         with self.path.open("a", encoding="utf-8") as f:
             f.write(line + "\n")
 
 
-def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = None,
-               default_temperature: float = 1.0, timings: TimingsLog | None = None) -> FastAPI:
+def create_app(
+    model: LlamaModel,
+    served_name: str,
+    tally: UsageTally | None = None,
+    default_temperature: float = 1.0,
+    timings: TimingsLog | None = None,
+) -> FastAPI:
     """The server over an already loaded model: it is ready (lists the model) as soon as it listens."""
     usage = tally or UsageTally()
     finished: FinishedReplies[_Reply] = FinishedReplies()
@@ -118,8 +138,18 @@ def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = N
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": served_name, "object": "model", "created": 0,
-                                            "owned_by": "berth-llama.cpp", "max_model_len": model.n_ctx}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": served_name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "berth-llama.cpp",
+                    "max_model_len": model.n_ctx,
+                }
+            ],
+        }
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -132,11 +162,18 @@ def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = N
         except ValueError as exc:  # json.JSONDecodeError and pydantic.ValidationError are both ValueErrors
             return _error(400, *_describe_invalid(exc))
         if chat.model != served_name:
-            return _error(404, f"The model `{chat.model}` does not exist; this replica serves `{served_name}`.",
-                          "model", "NotFoundError")
+            return _error(
+                404,
+                f"The model `{chat.model}` does not exist; this replica serves `{served_name}`.",
+                "model",
+                "NotFoundError",
+            )
         if chat.continue_final_message and chat.add_generation_prompt:
-            return _error(400, "continue_final_message: cannot be true together with add_generation_prompt",
-                          "continue_final_message")
+            return _error(
+                400,
+                "continue_final_message: cannot be true together with add_generation_prompt",
+                "continue_final_message",
+            )
         stops = (chat.stop,) if isinstance(chat.stop, str) else tuple(chat.stop or ())
         if len(stops) > MAX_STOP_STRINGS:
             return _error(400, f"stop: at most {MAX_STOP_STRINGS} stop strings, got {len(stops)}", "stop")
@@ -149,22 +186,32 @@ def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = N
         asked = chat.max_completion_tokens or chat.max_tokens
         max_tokens = asked or model.n_ctx - len(prompt_ids)
         if len(prompt_ids) + max_tokens > model.n_ctx or max_tokens < 1:
-            return _error(400, (
-                f"This model's maximum context length is {model.n_ctx} tokens. However, you requested "
-                f"{len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the messages, {max_tokens} in the "
-                "completion). Please reduce the length of the messages or completion."), "messages")
+            return _error(
+                400,
+                (
+                    f"This model's maximum context length is {model.n_ctx} tokens. However, you requested "
+                    f"{len(prompt_ids) + max_tokens} tokens ({len(prompt_ids)} in the messages, {max_tokens} in the "
+                    "completion). Please reduce the length of the messages or completion."
+                ),
+                "messages",
+            )
         include_usage = bool((chat.stream_options or {}).get("include_usage"))
         key = request.headers.get(IDEMPOTENCY_HEADER)
-        same_request = fingerprint(served_name, body["messages"], tools) + f"/{int(chat.continue_final_message)}" \
-            if key else ""
+        same_request = (
+            fingerprint(served_name, body["messages"], tools) + f"/{int(chat.continue_final_message)}" if key else ""
+        )
         earlier = finished.get(key, same_request, max_tokens)
         if earlier is not None:  # the same step again, already answered: hand that reply back, generate nothing
             if chat.stream:
                 return ReportingStream(_replayed(earlier, served_name, include_usage), on_close=lambda: None)
             return _completion(earlier, served_name)
-        sampling = Sampling(max_tokens=max_tokens, stop=stops,
-                            temperature=default_temperature if chat.temperature is None else chat.temperature,
-                            top_p=1.0 if chat.top_p is None else chat.top_p, seed=chat.seed)
+        sampling = Sampling(
+            max_tokens=max_tokens,
+            stop=stops,
+            temperature=default_temperature if chat.temperature is None else chat.temperature,
+            top_p=1.0 if chat.top_p is None else chat.top_p,
+            seed=chat.seed,
+        )
         reply = _Reply(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), len(prompt_ids))
         task = request.headers.get(TASK_HEADER)
         generation = model.start(prompt_ids, sampling)
@@ -174,8 +221,9 @@ def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = N
         def completed() -> None:
             nonlocal delivered
             if timings is not None:
-                timings.record(task, reply.id, received, reply.first_token_at, time.monotonic(),
-                               reply.completion_tokens)
+                timings.record(
+                    task, reply.id, received, reply.first_token_at, time.monotonic(), reply.completion_tokens
+                )
             usage.completed(served_name, task, reply.prompt_tokens, reply.completion_tokens)
             finished.remember(key, same_request, reply.completion_tokens, reply)
             delivered = True
@@ -185,13 +233,20 @@ def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = N
             if delivered:
                 return
             generation.cancel()
-            generation.outcome.add_done_callback(lambda f: usage.aborted(
-                served_name, task, reply.prompt_tokens,
-                f.result().completion_tokens if not f.cancelled() and f.exception() is None else 0))
+            generation.outcome.add_done_callback(
+                lambda f: usage.aborted(
+                    served_name,
+                    task,
+                    reply.prompt_tokens,
+                    f.result().completion_tokens if not f.cancelled() and f.exception() is None else 0,
+                )
+            )
 
         if chat.stream:
-            return ReportingStream(_stream(generation.pieces, generation.outcome, reply, parser, served_name, include_usage,
-                                completed), on_close=aborted)
+            return ReportingStream(
+                _stream(generation.pieces, generation.outcome, reply, parser, served_name, include_usage, completed),
+                on_close=aborted,
+            )
         if await _client_left(request, generation.outcome):
             aborted()
             return Response(status_code=499)
@@ -206,8 +261,9 @@ def create_app(model: LlamaModel, served_name: str, tally: UsageTally | None = N
     return app
 
 
-async def _deltas(pieces: asyncio.Queue[Piece | None], reply: _Reply,
-                  parser: ToolCallStream | None) -> AsyncIterator[dict[str, Any]]:
+async def _deltas(
+    pieces: asyncio.Queue[Piece | None], reply: _Reply, parser: ToolCallStream | None
+) -> AsyncIterator[dict[str, Any]]:
     """The OpenAI deltas of a generation's pieces: text, or whole tool calls when the request offered tools."""
     while (piece := await pieces.get()) is not None:
         parts: list[str | ParsedCall] = parser.feed(piece.text) if parser is not None else [piece.text]
@@ -225,8 +281,11 @@ def _delta(part: str | ParsedCall, reply: _Reply) -> dict[str, Any] | None:
             return None
         reply.content += part
         return {"content": part}
-    call = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-            "function": {"name": part.name, "arguments": part.arguments}}
+    call = {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": part.name, "arguments": part.arguments},
+    }
     reply.calls.append(call)
     return {"tool_calls": [{"index": len(reply.calls) - 1, **call}]}
 
@@ -235,9 +294,15 @@ def _finish_reason(outcome: str, reply: _Reply) -> str:
     return "tool_calls" if reply.calls and outcome == "stop" else outcome
 
 
-async def _stream(pieces: asyncio.Queue[Piece | None], outcome: asyncio.Future[Any], reply: _Reply,
-                  parser: ToolCallStream | None, served_name: str, include_usage: bool,
-                  on_complete: Callable[[], None]) -> AsyncIterator[str]:
+async def _stream(
+    pieces: asyncio.Queue[Piece | None],
+    outcome: asyncio.Future[Any],
+    reply: _Reply,
+    parser: ToolCallStream | None,
+    served_name: str,
+    include_usage: bool,
+    on_complete: Callable[[], None],
+) -> AsyncIterator[str]:
     yield _event(reply, served_name, {"role": "assistant", "content": ""})
     async for delta in _deltas(pieces, reply, parser):
         reply.deltas.append(delta)
@@ -260,8 +325,20 @@ async def _replayed(reply: _Reply, served_name: str, include_usage: bool) -> Asy
 
 
 def _closing(reply: _Reply, served_name: str, include_usage: bool) -> str:
-    usage = _sse({"id": reply.id, "object": "chat.completion.chunk", "created": reply.created, "model": served_name,
-                  "choices": [], "usage": _usage(reply)}) if include_usage else ""
+    usage = (
+        _sse(
+            {
+                "id": reply.id,
+                "object": "chat.completion.chunk",
+                "created": reply.created,
+                "model": served_name,
+                "choices": [],
+                "usage": _usage(reply),
+            }
+        )
+        if include_usage
+        else ""
+    )
     return _event(reply, served_name, {}, reply.finish_reason) + usage + "data: [DONE]\n\n"
 
 
@@ -286,21 +363,36 @@ def _completion(reply: _Reply, served_name: str) -> JSONResponse:
         message["tool_calls"] = reply.calls
     elif not reply.content:
         message["content"] = ""
-    return JSONResponse({
-        "id": reply.id, "object": "chat.completion", "created": reply.created, "model": served_name,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}],
-        "usage": _usage(reply),
-    })
+    return JSONResponse(
+        {
+            "id": reply.id,
+            "object": "chat.completion",
+            "created": reply.created,
+            "model": served_name,
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reply.finish_reason}],
+            "usage": _usage(reply),
+        }
+    )
 
 
 def _usage(reply: _Reply) -> dict[str, int]:
-    return {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-            "total_tokens": reply.prompt_tokens + reply.completion_tokens}
+    return {
+        "prompt_tokens": reply.prompt_tokens,
+        "completion_tokens": reply.completion_tokens,
+        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+    }
 
 
 def _event(reply: _Reply, served_name: str, delta: dict[str, Any], finish_reason: str | None = None) -> str:
-    return _sse({"id": reply.id, "object": "chat.completion.chunk", "created": reply.created, "model": served_name,
-                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]})
+    return _sse(
+        {
+            "id": reply.id,
+            "object": "chat.completion.chunk",
+            "created": reply.created,
+            "model": served_name,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
+    )
 
 
 def _sse(payload: dict[str, Any]) -> str:

@@ -44,8 +44,13 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(message)
 
 
-def _tojson(value: Any, indent: int | None = None, separators: tuple[str, str] | None = None,
-            sort_keys: bool = False, ensure_ascii: bool = False) -> str:
+def _tojson(
+    value: Any,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+    ensure_ascii: bool = False,
+) -> str:
     return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
 
 
@@ -78,36 +83,55 @@ class ChatTemplate:
         # The calls must come back in a form Berth can parse: Hermes tags, which the template then names.
         self.tool_syntax: str | None = "hermes" if self.renders_tools and TOOL_CALL_OPEN in source else None
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-               continue_final_message: bool = False) -> Prompt:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        continue_final_message: bool = False,
+    ) -> Prompt:
         """The prompt for `messages` (OpenAI shape): with the assistant's generation prompt, or continuing
         the final assistant message."""
         if tools and self.tool_syntax is None:
-            raise ChatTemplateError("tools", "this model's chat template has no tool-call syntax Berth can parse "
-                                             "(it writes no <tool_call> tags); send no tools, or tool_choice 'none'")
+            raise ChatTemplateError(
+                "tools",
+                "this model's chat template has no tool-call syntax Berth can parse "
+                "(it writes no <tool_call> tags); send no tools, or tool_choice 'none'",
+            )
         shaped = [_template_message(i, m) for i, m in enumerate(messages)]
         if not continue_final_message:
             return Prompt(self._render(shaped, tools, add_generation_prompt=True))
         last = shaped[-1]
         if last["role"] != "assistant" or not isinstance(last.get("content"), str) or last.get("tool_calls"):
-            raise ChatTemplateError("continue_final_message", "the last message must be the assistant's, with text "
-                                                              "content and no tool calls")
+            raise ChatTemplateError(
+                "continue_final_message",
+                "the last message must be the assistant's, with text content and no tool calls",
+            )
         head = self._render(shaped[:-1], tools, add_generation_prompt=True)
         return Prompt(head + last["content"], continued=last["content"])
 
-    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                add_generation_prompt: bool) -> str:
+    def _render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+    ) -> str:
         try:
-            return self._template.render(messages=messages, tools=tools or None,
-                                         add_generation_prompt=add_generation_prompt, **self._special)
+            return self._template.render(
+                messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt, **self._special
+            )
         except TemplateError as exc:  # raise_exception(...) in the template, or a shape it cannot read
             raise ChatTemplateError("messages", f"the model's chat template refused the conversation: {exc}") from exc
         except (TypeError, KeyError, IndexError, AttributeError) as exc:
             raise ChatTemplateError("messages", f"the model's chat template cannot render it: {exc}") from exc
 
     def _renders_tools(self) -> bool:
-        probe = [{"type": "function", "function": {"name": _PROBE_TOOL, "description": "probe",
-                                                   "parameters": {"type": "object", "properties": {}}}}]
+        probe = [
+            {
+                "type": "function",
+                "function": {
+                    "name": _PROBE_TOOL,
+                    "description": "probe",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            }
+        ]
         try:
             text = self._render([{"role": "user", "content": "hi"}], probe, add_generation_prompt=True)
         except ChatTemplateError:
@@ -123,8 +147,10 @@ def _template_message(index: int, message: dict[str, Any]) -> dict[str, Any]:
         texts = []
         for part_index, part in enumerate(content):
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ChatTemplateError(f"messages.{index}.content.{part_index}",
-                                        "this engine reads only text parts ({'type': 'text', 'text': ...})")
+                raise ChatTemplateError(
+                    f"messages.{index}.content.{part_index}",
+                    "this engine reads only text parts ({'type': 'text', 'text': ...})",
+                )
             texts.append(part["text"])
         shaped["content"] = "".join(texts)
     elif content is None:
@@ -146,8 +172,7 @@ def _template_call(index: int, number: int, call: Any) -> dict[str, Any]:
         except ValueError:
             pass  # a template that writes it as text still can
     # Templates read calls both ways: Qwen's `tool_call.function.name`, others `tool_call.name`.
-    return {**call, "name": function["name"], "arguments": arguments,
-            "function": {**function, "arguments": arguments}}
+    return {**call, "name": function["name"], "arguments": arguments, "function": {**function, "arguments": arguments}}
 
 
 @dataclass(frozen=True)
@@ -178,8 +203,8 @@ class ToolCallStream:
                 if start < 0:
                     keep = _partial_tag(self._pending, TOOL_CALL_OPEN)
                     if len(self._pending) > keep:
-                        out.append(self._pending[:len(self._pending) - keep])
-                        self._pending = self._pending[len(self._pending) - keep:]
+                        out.append(self._pending[: len(self._pending) - keep])
+                        self._pending = self._pending[len(self._pending) - keep :]
                     return out
                 if start:
                     out.append(self._pending[:start])
@@ -188,8 +213,8 @@ class ToolCallStream:
             end = self._pending.find(TOOL_CALL_CLOSE)
             if end < 0:
                 return out
-            raw = self._pending[:end + len(TOOL_CALL_CLOSE)]
-            self._pending = self._pending[end + len(TOOL_CALL_CLOSE):]
+            raw = self._pending[: end + len(TOOL_CALL_CLOSE)]
+            self._pending = self._pending[end + len(TOOL_CALL_CLOSE) :]
             self._in_call = False
             out.append(_parse_call(raw))
 

@@ -101,16 +101,18 @@ class Generation:
 class LlamaModel:
     """The loaded model, its chat template, and the one thread that may run it."""
 
-    def __init__(self, path: Path, n_ctx: int = 0, n_threads: int | None = None,
-                 chat_template: str | None = None) -> None:
+    def __init__(
+        self, path: Path, n_ctx: int = 0, n_threads: int | None = None, chat_template: str | None = None
+    ) -> None:
         check_gguf(path)
         from llama_cpp import Llama  # imported here: the node imports this module without llama-cpp-python
 
         try:
             # One thread count for decode and prefill, as llama.cpp's own server sets -tb from -t: Llama's default
             # prefills on every core, and its OpenMP workers spin against anything else on a busy machine.
-            self.llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                             verbose=False)
+            self.llm = Llama(
+                model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False
+            )
         except (ValueError, RuntimeError) as exc:  # a truncated or corrupt file: llama.cpp says only "failed"
             raise ModelLoadError(f"{path}: llama.cpp cannot load it ({exc}); is the file complete?") from exc
         self.path = path
@@ -151,6 +153,7 @@ class LlamaModel:
                     outcome.set_exception(result)
                 else:
                     outcome.set_result(result)
+
             loop.call_soon_threadsafe(settle)
 
         def run() -> None:
@@ -164,8 +167,9 @@ class LlamaModel:
         self._thread.submit(run)
         return generation
 
-    def _generate(self, prompt: list[int], sampling: Sampling, emit: Callable[[Piece | None], None],
-                  cancelled: threading.Event) -> Outcome:
+    def _generate(
+        self, prompt: list[int], sampling: Sampling, emit: Callable[[Piece | None], None], cancelled: threading.Event
+    ) -> Outcome:
         """The token loop, on the model's thread: decode, hold back what may begin a stop string, emit."""
         if cancelled.is_set():  # the client left while this waited its turn
             return Outcome(0, "cancelled")
@@ -177,8 +181,15 @@ class LlamaModel:
         held, unsent, generated = "", 0, 0
         finish, at_stop_string = "length", False
         vocab = self.llm._model.vocab  # as Llama.create_completion itself tests for end of generation
-        for token in self.llm.generate(prompt, temp=sampling.temperature, top_p=sampling.top_p, top_k=40,
-                                       min_p=0.05, repeat_penalty=1.0, reset=True):
+        for token in self.llm.generate(
+            prompt,
+            temp=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=40,
+            min_p=0.05,
+            repeat_penalty=1.0,
+            reset=True,
+        ):
             if llama_cpp.llama_vocab_is_eog(vocab, token):
                 finish = "stop"
                 break
@@ -191,8 +202,8 @@ class LlamaModel:
                 break
             keep = _stop_prefix(held, sampling.stop)
             if len(held) > keep:
-                emit(Piece(held[:len(held) - keep], unsent))
-                held, unsent = held[len(held) - keep:], 0
+                emit(Piece(held[: len(held) - keep], unsent))
+                held, unsent = held[len(held) - keep :], 0
             if generated >= sampling.max_tokens or cancelled.is_set():
                 finish = "cancelled" if cancelled.is_set() else "length"
                 break

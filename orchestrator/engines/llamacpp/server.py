@@ -20,9 +20,19 @@ from .model import LlamaModel, ModelLoadError
 LOG_PREFIX = "berth llama.cpp engine"
 
 
-def serve(model_path: Path, served_name: str, host: str = "127.0.0.1", port: int = 0, n_ctx: int = 0,
-          n_threads: int | None = None, usage_journal: Path | None = None, default_temperature: float = 1.0,
-          log_level: str = "warning", chat_template: str | None = None, timings_log: Path | None = None) -> int:
+def serve(
+    model_path: Path,
+    served_name: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    n_ctx: int = 0,
+    n_threads: int | None = None,
+    usage_journal: Path | None = None,
+    default_temperature: float = 1.0,
+    log_level: str = "warning",
+    chat_template: str | None = None,
+    timings_log: Path | None = None,
+) -> int:
     """Load `model_path` and serve it as `served_name` until interrupted; 1 when the model cannot load."""
     import uvicorn
 
@@ -35,11 +45,19 @@ def serve(model_path: Path, served_name: str, host: str = "127.0.0.1", port: int
     except (ModelLoadError, ValueError) as exc:  # ValueError: no usable chat template
         print(f"{LOG_PREFIX}: cannot load the model: {exc}", flush=True)
         return 1
-    print(f"{LOG_PREFIX}: {served_name} loaded in {time.monotonic() - started:.2f}s (context {model.n_ctx}, "
-          f"tools {'yes' if model.template.tool_syntax else 'no: its chat template has no tool syntax'}); "
-          f"http://{host}:{bound}/v1", flush=True)
-    app = create_app(model, served_name, UsageTally(journal=usage_journal), default_temperature,
-                     TimingsLog(timings_log) if timings_log is not None else None)
+    print(
+        f"{LOG_PREFIX}: {served_name} loaded in {time.monotonic() - started:.2f}s (context {model.n_ctx}, "
+        f"tools {'yes' if model.template.tool_syntax else 'no: its chat template has no tool syntax'}); "
+        f"http://{host}:{bound}/v1",
+        flush=True,
+    )
+    app = create_app(
+        model,
+        served_name,
+        UsageTally(journal=usage_journal),
+        default_temperature,
+        TimingsLog(timings_log) if timings_log is not None else None,
+    )
     uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_graceful_shutdown=5)).run(sockets=[sock])
     return 0
 
@@ -47,12 +65,21 @@ def serve(model_path: Path, served_name: str, host: str = "127.0.0.1", port: int
 class EngineThread(AppThread):
     """The engine over a loaded model on a free loopback port in a background thread, for tests and benchmarks.
 
-        with EngineThread(model, "smollm2-135m") as engine:
-            httpx.post(f"{engine.base_url}/chat/completions", json=...)
+    with EngineThread(model, "smollm2-135m") as engine:
+        httpx.post(f"{engine.base_url}/chat/completions", json=...)
     """
 
-    def __init__(self, model: LlamaModel, served_name: str, host: str = "127.0.0.1",
-                 usage_journal: Path | None = None, default_temperature: float = 1.0) -> None:
-        super().__init__(create_app(model, served_name, UsageTally(journal=usage_journal), default_temperature),
-                         "llama.cpp engine", host)
+    def __init__(
+        self,
+        model: LlamaModel,
+        served_name: str,
+        host: str = "127.0.0.1",
+        usage_journal: Path | None = None,
+        default_temperature: float = 1.0,
+    ) -> None:
+        super().__init__(
+            create_app(model, served_name, UsageTally(journal=usage_journal), default_temperature),
+            "llama.cpp engine",
+            host,
+        )
         self.tally: UsageTally = self.app.state.tally

@@ -13,10 +13,9 @@ model on the CPU), vLLM and already-running OpenAI-compatible servers beside it:
 
 from .external import ExternalReplicaEngine
 from .llamacpp import LlamaCppReplicaEngine
-from .protocol import (LOAD_TIERS, LoadTier, ReplicaEngine, ReplicaHandle, ReplicaSpec, ReplicaStartError,
-                       replica_spec)
-from .simulated import SimulatedReplicaEngine, planned_load_delay_s
+from .protocol import LOAD_TIERS, LoadTier, ReplicaEngine, ReplicaHandle, ReplicaSpec, ReplicaStartError, replica_spec
 from .sglang import SglangReplicaEngine
+from .simulated import SimulatedReplicaEngine, planned_load_delay_s
 from .vllm import VllmReplicaEngine
 
 __all__ = [

@@ -29,14 +29,18 @@ POOL_ARGS = frozenset({"batch_tokens_per_s", "max_num_seqs"})
 def gguf_file(spec: ReplicaSpec) -> Path:
     """The GGUF file the replica loads: `weights_path` itself, or the one .gguf file in that directory."""
     if not spec.weights_path:
-        raise ReplicaStartError(f"model {spec.model!r}: a llama.cpp replica needs weights_path, the weights "
-                                "cache's local copy of its GGUF file (it never loads from a hub id)")
+        raise ReplicaStartError(
+            f"model {spec.model!r}: a llama.cpp replica needs weights_path, the weights "
+            "cache's local copy of its GGUF file (it never loads from a hub id)"
+        )
     path = Path(spec.weights_path)
     if path.is_dir():
         found = sorted(path.rglob("*.gguf"))
         if len(found) != 1:
-            raise ReplicaStartError(f"weights_path: {path} holds {len(found)} .gguf files; a llama.cpp replica "
-                                    "needs exactly one" + (f" ({', '.join(p.name for p in found)})" if found else ""))
+            raise ReplicaStartError(
+                f"weights_path: {path} holds {len(found)} .gguf files; a llama.cpp replica "
+                "needs exactly one" + (f" ({', '.join(p.name for p in found)})" if found else "")
+            )
         path = found[0]
     if not path.is_file():
         raise ReplicaStartError(f"weights_path: {path} is not a file")
@@ -53,8 +57,14 @@ class LlamaCppReplicaEngine(ChildProcessEngine):
     checks that compare Berth's ledger with what the engines generated read it unchanged.
     """
 
-    def __init__(self, host: str = "127.0.0.1", log_dir: Path | None = None, python: str = sys.executable,
-                 threads: int | None = None, timings: bool = False) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        log_dir: Path | None = None,
+        python: str = sys.executable,
+        threads: int | None = None,
+        timings: bool = False,
+    ) -> None:
         if threads is not None and threads < 1:
             raise ValueError(f"threads: must be >= 1, got {threads}")
         self.host = host
@@ -66,12 +76,26 @@ class LlamaCppReplicaEngine(ChildProcessEngine):
     def command(self, spec: ReplicaSpec, port: int) -> list[str]:
         unknown = sorted(set(spec.engine_args) - set(ENGINE_FLAGS) - POOL_ARGS)
         if unknown:
-            raise ReplicaStartError(f"engine_args: {', '.join(unknown)} not understood by the llama.cpp engine "
-                                    f"(it takes {', '.join(ENGINE_FLAGS)})")
+            raise ReplicaStartError(
+                f"engine_args: {', '.join(unknown)} not understood by the llama.cpp engine "
+                f"(it takes {', '.join(ENGINE_FLAGS)})"
+            )
         journal = self.log_dir / f"{quote(spec.replica_id, safe='')}.usage.jsonl"
-        argv = [self.python, "-m", "orchestrator.engines.llamacpp", "--model-path", str(gguf_file(spec)),
-                "--served-model-name", spec.model, "--host", self.host, "--port", str(port),
-                "--usage-journal", str(journal)]
+        argv = [
+            self.python,
+            "-m",
+            "orchestrator.engines.llamacpp",
+            "--model-path",
+            str(gguf_file(spec)),
+            "--served-model-name",
+            spec.model,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--usage-journal",
+            str(journal),
+        ]
         if self.timings:
             argv.extend(["--timings-log", str(journal.with_name(f"{quote(spec.replica_id, safe='')}.timings.jsonl"))])
         args = {name: value for name, value in spec.engine_args.items() if name in ENGINE_FLAGS}

@@ -64,8 +64,14 @@ def launch(argv: Sequence[str], env: dict[str, str], log_path: Path) -> subproce
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         try:
-            process = subprocess.Popen(list(argv), env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(
+                list(argv),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         except OSError as exc:
             raise ReplicaStartError(f"cannot start replica: {executable!r}: {exc}") from exc
     started = _start_time(process.pid)
@@ -106,7 +112,7 @@ def _start_time(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": field 3 onwards
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": field 3 onwards
     return int(fields[19])
 
 
@@ -143,8 +149,9 @@ def log_tail(path: Path | None, max_bytes: int = 2000) -> str:
         return log.read().decode(errors="replace")
 
 
-def replica_env(gpu_indexes: Sequence[int], additions: dict[str, str],
-                base: dict[str, str] | None = None) -> dict[str, str]:
+def replica_env(
+    gpu_indexes: Sequence[int], additions: dict[str, str], base: dict[str, str] | None = None
+) -> dict[str, str]:
     """The child's environment: the node's, the spec's additions, then the GPUs placement chose.
 
     CUDA_VISIBLE_DEVICES comes last so no addition can move a replica onto GPUs another replica
@@ -195,8 +202,14 @@ class ChildProcessEngine:
         except BaseException:
             release_port(port)
             raise
-        return ReplicaHandle(spec=spec, base_url=f"http://{self.host}:{port}/v1", port=port, process=process,
-                             log_path=log_path, load_delay_s=self.load_delay_s(spec))
+        return ReplicaHandle(
+            spec=spec,
+            base_url=f"http://{self.host}:{port}/v1",
+            port=port,
+            process=process,
+            log_path=log_path,
+            load_delay_s=self.load_delay_s(spec),
+        )
 
     async def ready(self, handle: ReplicaHandle) -> bool:
         return await self.alive(handle) and await probe.serves_model(handle.base_url, handle.spec.model)

@@ -68,8 +68,9 @@ class ReplicaSpec:
         if self.tensor_parallel < 1:
             raise ValueError(f"tensor_parallel: must be >= 1, got {self.tensor_parallel}")
         if self.gpu_indexes and len(self.gpu_indexes) != self.tensor_parallel:
-            raise ValueError(f"gpu_indexes: tensor_parallel {self.tensor_parallel} needs as many GPUs, "
-                             f"got {list(self.gpu_indexes)}")
+            raise ValueError(
+                f"gpu_indexes: tensor_parallel {self.tensor_parallel} needs as many GPUs, got {list(self.gpu_indexes)}"
+            )
         if any(i < 0 for i in self.gpu_indexes) or len(set(self.gpu_indexes)) != len(self.gpu_indexes):
             raise ValueError(f"gpu_indexes: must be distinct and >= 0, got {list(self.gpu_indexes)}")
         if not 0 <= self.port <= 65535:
@@ -79,24 +80,40 @@ class ReplicaSpec:
         if self.weights_bytes < 0:
             raise ValueError(f"weights_bytes: must be >= 0, got {self.weights_bytes}")
         if not 0 <= self.bytes_to_fetch <= self.weights_bytes:
-            raise ValueError(f"bytes_to_fetch: must be within 0..weights_bytes ({self.weights_bytes}), "
-                             f"got {self.bytes_to_fetch}")
+            raise ValueError(
+                f"bytes_to_fetch: must be within 0..weights_bytes ({self.weights_bytes}), got {self.bytes_to_fetch}"
+            )
         if self.load_tier in ("warm", "disk") and self.bytes_to_fetch:
-            raise ValueError(f"bytes_to_fetch: nothing is fetched for tier {self.load_tier!r}, got {self.bytes_to_fetch}")
+            raise ValueError(
+                f"bytes_to_fetch: nothing is fetched for tier {self.load_tier!r}, got {self.bytes_to_fetch}"
+            )
 
 
-def replica_spec(entry: "ModelEntry", replica_id: str, gpu_indexes: tuple[int, ...], plan: PlannedLoad,
-                 port: int = 0, env: dict[str, str] | None = None, weights_path: str = "") -> ReplicaSpec:
+def replica_spec(
+    entry: ModelEntry,
+    replica_id: str,
+    gpu_indexes: tuple[int, ...],
+    plan: PlannedLoad,
+    port: int = 0,
+    env: dict[str, str] | None = None,
+    weights_path: str = "",
+) -> ReplicaSpec:
     """The spec for a replica of catalogue `entry` on `gpu_indexes`, loading as the weights cache planned.
 
     Tensor parallelism is one GPU per shard, so the degree is the number of GPUs placement gave.
     """
     return ReplicaSpec(
-        replica_id=replica_id, model=entry.name, gpu_indexes=tuple(gpu_indexes),
-        tensor_parallel=max(len(gpu_indexes), 1), port=port,
+        replica_id=replica_id,
+        model=entry.name,
+        gpu_indexes=tuple(gpu_indexes),
+        tensor_parallel=max(len(gpu_indexes), 1),
+        port=port,
         weights_bytes=round(entry.weights_gib * 2**30),  # the catalogue counts GiB
-        load_tier=plan.tier, bytes_to_fetch=plan.bytes_to_fetch,
-        engine_args=dict(entry.engine_args), env=dict(env or {}), weights_path=weights_path,
+        load_tier=plan.tier,
+        bytes_to_fetch=plan.bytes_to_fetch,
+        engine_args=dict(entry.engine_args),
+        env=dict(env or {}),
+        weights_path=weights_path,
     )
 
 

@@ -38,9 +38,21 @@ class SglangReplicaEngine(ChildProcessEngine):
         """The `python -m sglang.launch_server` argv for `spec` listening on `port`."""
         args = engine_flags(spec, _RESERVED_FLAGS)
         source = local_weights(spec, args.pop("model", None), "SGLang")
-        argv = [self.python, "-m", "sglang.launch_server", "--model-path", source,
-                "--served-model-name", spec.model, "--tp", str(spec.tensor_parallel),
-                "--host", self.host, "--port", str(port)]
+        argv = [
+            self.python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            source,
+            "--served-model-name",
+            spec.model,
+            "--tp",
+            str(spec.tensor_parallel),
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+        ]
         for flag, value in args.items():
             argv.extend(_flag(flag, value))
         return argv
@@ -53,6 +65,8 @@ def _flag(name: str, value: EngineArg) -> list[str]:
     if value is True:
         return [f"--{name}"]
     if value is False:
-        raise ReplicaStartError(f"engine_args: {name} is false, but SGLang's switches have no --no- form; "
-                                f"leave it out, or name the switch that turns the default off")
+        raise ReplicaStartError(
+            f"engine_args: {name} is false, but SGLang's switches have no --no- form; "
+            f"leave it out, or name the switch that turns the default off"
+        )
     return [f"--{name}", str(value)]

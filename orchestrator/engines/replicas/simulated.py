@@ -15,7 +15,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 from orchestrator.engines.simulated.models import DEFAULT_MODELS
-
 from orchestrator.weights_transfer import (
     DATACENTER_BYTES_PER_S,
     DISK_BYTES_PER_S,
@@ -36,7 +35,6 @@ DECODE_BYTES_PER_S = 1.9e12
 # 0.15 s for 16 GB, i.e. 0.15 / 16e9 s per byte, and never under 0.05 s of scheduling.
 TTFT_S_PER_WEIGHT_BYTE = 0.15 / 16e9
 MIN_TTFT_S = 0.05
-
 
 
 def planned_load_delay_s(spec: ReplicaSpec, load_time_scale: float = 1.0) -> float:
@@ -90,8 +88,10 @@ def _tokens_per_s_for(spec: ReplicaSpec) -> float:
 
 def _need_weights(spec: ReplicaSpec) -> None:
     if spec.weights_bytes <= 0:
-        raise ReplicaStartError(f"model {spec.model!r}: not a default simulated model; give its weights_bytes "
-                                "or engine_args ttft_s and tokens_per_s")
+        raise ReplicaStartError(
+            f"model {spec.model!r}: not a default simulated model; give its weights_bytes "
+            "or engine_args ttft_s and tokens_per_s"
+        )
 
 
 class SimulatedReplicaEngine(ChildProcessEngine):
@@ -101,8 +101,14 @@ class SimulatedReplicaEngine(ChildProcessEngine):
     `latency_scale` is the engine's own (TTFT and per-token time) and 0 answers at once.
     """
 
-    def __init__(self, load_time_scale: float = 1.0, latency_scale: float = 1.0, host: str = "127.0.0.1",
-                 log_dir: Path | None = None, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        load_time_scale: float = 1.0,
+        latency_scale: float = 1.0,
+        host: str = "127.0.0.1",
+        log_dir: Path | None = None,
+        python: str = sys.executable,
+    ) -> None:
         if load_time_scale < 0:
             raise ValueError(f"load_time_scale: must be >= 0, got {load_time_scale}")
         if latency_scale < 0:
@@ -117,10 +123,23 @@ class SimulatedReplicaEngine(ChildProcessEngine):
         # Each replica keeps a usage journal beside its log: the engine's own account of what it
         # generated, which tests compare with Berth's ledger across replicas and restarts.
         journal = self.log_dir / f"{quote(spec.replica_id, safe='')}.usage.jsonl"
-        return [self.python, "-m", "orchestrator.engines.simulated", "--host", self.host, "--port", str(port),
-                "--latency-scale", repr(self.latency_scale), "--model", simulated_model_arg(spec),
-                "--load-delay", repr(planned_load_delay_s(spec, self.load_time_scale)),
-                "--usage-journal", str(journal)]
+        return [
+            self.python,
+            "-m",
+            "orchestrator.engines.simulated",
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--latency-scale",
+            repr(self.latency_scale),
+            "--model",
+            simulated_model_arg(spec),
+            "--load-delay",
+            repr(planned_load_delay_s(spec, self.load_time_scale)),
+            "--usage-journal",
+            str(journal),
+        ]
 
     def environment(self, spec: ReplicaSpec) -> dict[str, str]:
         return berth_module_env(replica_env(spec.gpu_indexes, spec.env))

@@ -34,12 +34,16 @@ def local_weights(spec: ReplicaSpec, override: object | None, engine: str) -> st
         if spec.weights_path:
             raise ReplicaStartError("engine_args: model comes from the node's weights cache for a model with weights")
         if not str(override).startswith("/"):
-            raise ReplicaStartError(f"engine_args: model {override!r} is not a local path; {engine} starts on the "
-                                    f"node's cached copy: give the catalogue entry its weights (origin and files)")
+            raise ReplicaStartError(
+                f"engine_args: model {override!r} is not a local path; {engine} starts on the "
+                f"node's cached copy: give the catalogue entry its weights (origin and files)"
+            )
         return str(override)
     if not spec.weights_path:
-        raise ReplicaStartError(f"weights_path: {engine} starts on the node's cached copy of {spec.model}'s weights;"
-                                f" give the catalogue entry its weights (origin and files)")
+        raise ReplicaStartError(
+            f"weights_path: {engine} starts on the node's cached copy of {spec.model}'s weights;"
+            f" give the catalogue entry its weights (origin and files)"
+        )
     return spec.weights_path
 
 
@@ -51,8 +55,13 @@ class VllmReplicaEngine(ChildProcessEngine):
     (or, for weights an operator keeps outside the cache, an absolute path in engine_args `model`).
     """
 
-    def __init__(self, executable: str = "vllm", host: str = "127.0.0.1", log_dir: Path | None = None,
-                 gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> None:
+    def __init__(
+        self,
+        executable: str = "vllm",
+        host: str = "127.0.0.1",
+        log_dir: Path | None = None,
+        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    ) -> None:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization: must be within (0, 1], got {gpu_memory_utilization}")
         self.executable = executable
@@ -65,9 +74,21 @@ class VllmReplicaEngine(ChildProcessEngine):
         args = engine_flags(spec, _RESERVED_FLAGS)
         source = local_weights(spec, args.pop("model", None), "vLLM")
         utilization = args.pop("gpu-memory-utilization", self.gpu_memory_utilization)
-        argv = [self.executable, "serve", source, "--host", self.host, "--port", str(port),
-                "--served-model-name", spec.model, "--tensor-parallel-size", str(spec.tensor_parallel),
-                "--gpu-memory-utilization", str(utilization)]
+        argv = [
+            self.executable,
+            "serve",
+            source,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--served-model-name",
+            spec.model,
+            "--tensor-parallel-size",
+            str(spec.tensor_parallel),
+            "--gpu-memory-utilization",
+            str(utilization),
+        ]
         for flag, value in args.items():
             argv.extend(_flag(flag, value))
         return argv

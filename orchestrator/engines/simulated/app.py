@@ -139,10 +139,19 @@ def create_app(
 
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
-        return {"object": "list", "data": [
-            {"id": m.name, "object": "model", "created": 0, "owned_by": "berth-simulated", "max_model_len": m.context_window}
-            for m in served.values()
-        ]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": m.name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "berth-simulated",
+                    "max_model_len": m.context_window,
+                }
+                for m in served.values()
+            ],
+        }
 
     @app.get("/sim/usage")
     async def get_usage() -> dict[str, object]:
@@ -181,11 +190,16 @@ def create_app(
             return _error(400, f"messages: cannot count the prompt's tokens ({exc})", "BadRequestError", "messages")
         max_tokens = chat.max_completion_tokens or chat.max_tokens or max(model.context_window - prompt_tokens, 0)
         if prompt_tokens + max_tokens > model.context_window or max_tokens < 1:
-            return _error(400, (
-                f"This model's maximum context length is {model.context_window} tokens. However, you requested "
-                f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
-                "completion). Please reduce the length of the messages or completion."
-            ), "BadRequestError", "messages")
+            return _error(
+                400,
+                (
+                    f"This model's maximum context length is {model.context_window} tokens. However, you requested "
+                    f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+                    "completion). Please reduce the length of the messages or completion."
+                ),
+                "BadRequestError",
+                "messages",
+            )
         key = request.headers.get(IDEMPOTENCY_HEADER)
         same_request = fingerprint(model.name, messages, tool_defs) if key else ""
         earlier = finished.get(key, same_request, max_tokens)
@@ -213,8 +227,11 @@ def create_app(
             progress = _StreamProgress()
             return ReportingStream(
                 _stream(call, generation, latency_scale, progress, done),
-                on_close=lambda: None if progress.completed else usage.aborted(
-                    model.name, call.task, prompt_tokens, progress.sent_tokens),
+                on_close=lambda: (
+                    None
+                    if progress.completed
+                    else usage.aborted(model.name, call.task, prompt_tokens, progress.sent_tokens)
+                ),
             )
         delay = (model.ttft_s + generation.completion_tokens / model.tokens_per_s) * latency_scale
         if delay > 0 and await _client_left(request, delay):
@@ -227,16 +244,25 @@ def create_app(
 
 
 def _completion(call: _Call, generation: _Generation) -> JSONResponse:
-    return JSONResponse({
-        "id": call.id, "object": "chat.completion", "created": call.created, "model": call.model.name,
-        "choices": [{"index": 0, "message": generation.message, "logprobs": None,
-                     "finish_reason": generation.finish_reason}],
-        "usage": _usage(call, generation),
-    })
+    return JSONResponse(
+        {
+            "id": call.id,
+            "object": "chat.completion",
+            "created": call.created,
+            "model": call.model.name,
+            "choices": [
+                {"index": 0, "message": generation.message, "logprobs": None, "finish_reason": generation.finish_reason}
+            ],
+            "usage": _usage(call, generation),
+        }
+    )
 
 
 async def _stream(
-    call: _Call, generation: _Generation, latency_scale: float, progress: _StreamProgress,
+    call: _Call,
+    generation: _Generation,
+    latency_scale: float,
+    progress: _StreamProgress,
     on_complete: Callable[[], None],
 ) -> AsyncIterator[str]:
     """SSE events at the model's pace: role after TTFT, then deltas, then finish, usage and [DONE]."""
@@ -255,8 +281,16 @@ async def _stream(
     progress.completed = True
     yield (
         _event(call, {}, generation.finish_reason)
-        + _sse({"id": call.id, "object": "chat.completion.chunk", "created": call.created, "model": model.name,
-                "choices": [], "usage": _usage(call, generation)})
+        + _sse(
+            {
+                "id": call.id,
+                "object": "chat.completion.chunk",
+                "created": call.created,
+                "model": model.name,
+                "choices": [],
+                "usage": _usage(call, generation),
+            }
+        )
         + "data: [DONE]\n\n"
     )
 
@@ -279,7 +313,7 @@ def _continuation(answer: Reply, prefix: str) -> str:
     on after text it did not expect.
     """
     text = answer.content if answer.content is not None else "\n".join(_as_text(c) for c in answer.tool_calls)
-    return text[len(prefix):] if text.startswith(prefix) else text
+    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
 def _json_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -326,13 +360,17 @@ def _render(answer: Reply, max_tokens: int, stops: tuple[str, ...] = ()) -> _Gen
         return _Generation(deltas, message, "tool_calls", call_tokens)
     text = (answer.content if not calls else "\n".join(_as_text(c) for c in calls)) or ""
     if hits := [i for i in (text.find(s) for s in stops) if i >= 0]:
-        text = text[:min(hits)]
+        text = text[: min(hits)]
     ids = tokens.encode(text)
     finish = "length" if len(ids) > max_tokens else "stop"
     pieces = _pieces(ids[:max_tokens])
     content = "".join(piece for piece, _ in pieces)
-    return _Generation([({"content": p}, n) for p, n in pieces], {"role": "assistant", "content": content},
-                       finish, min(len(ids), max_tokens))
+    return _Generation(
+        [({"content": p}, n) for p, n in pieces],
+        {"role": "assistant", "content": content},
+        finish,
+        min(len(ids), max_tokens),
+    )
 
 
 def _pieces(ids: list[int]) -> list[tuple[str, int]]:
@@ -382,13 +420,23 @@ async def _client_left(request: Request, seconds: float) -> bool:
 
 
 def _usage(call: _Call, generation: _Generation) -> dict[str, int]:
-    return {"prompt_tokens": call.prompt_tokens, "completion_tokens": generation.completion_tokens,
-            "total_tokens": call.prompt_tokens + generation.completion_tokens}
+    return {
+        "prompt_tokens": call.prompt_tokens,
+        "completion_tokens": generation.completion_tokens,
+        "total_tokens": call.prompt_tokens + generation.completion_tokens,
+    }
 
 
 def _event(call: _Call, delta: dict[str, Any], finish_reason: str | None = None) -> str:
-    return _sse({"id": call.id, "object": "chat.completion.chunk", "created": call.created, "model": call.model.name,
-                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]})
+    return _sse(
+        {
+            "id": call.id,
+            "object": "chat.completion.chunk",
+            "created": call.created,
+            "model": call.model.name,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        }
+    )
 
 
 def _sse(payload: dict[str, Any]) -> str:

@@ -48,7 +48,9 @@ def parse_model(spec: str) -> SimulatedModel:
     defaults = {m.name: m for m in DEFAULT_MODELS}
     if ":" not in spec:
         if spec not in defaults:
-            raise ValueError(f"model {spec!r}: not a default ({', '.join(defaults)}); use name:ttft_s:tokens_per_s[:context]")
+            raise ValueError(
+                f"model {spec!r}: not a default ({', '.join(defaults)}); use name:ttft_s:tokens_per_s[:context]"
+            )
         return defaults[spec]
     parts = spec.split(":")
     if len(parts) not in (3, 4):

@@ -301,8 +301,13 @@ def _answer(model: str, task: TaskInput, steps: list[_Step], offered: dict[str, 
     if len(subjects) == 1:
         lines = [f"Report on {_clip(subjects[0], 80)}."]
     else:
-        lines = [f"Report on {len(subjects)} subjects." if subjects else
-                 "Report on the delegated work." if task.directives else "Report on the request."]
+        lines = [
+            f"Report on {len(subjects)} subjects."
+            if subjects
+            else "Report on the delegated work."
+            if task.directives
+            else "Report on the request."
+        ]
     for key in dict.fromkeys(s.key for s in steps if s.name == SPAWN_AGENT):
         lines.append(f"Findings from sub-agent {_clip(key[2:], 40)}: {_quote(found[key])}")
     shown = 0
@@ -310,8 +315,11 @@ def _answer(model: str, task: TaskInput, steps: list[_Step], offered: dict[str, 
         if sum(len(line) for line in lines) > ANSWER_CHARS:
             break
         texts = found.get(f"s:{subject}")
-        lines.append(f"Findings on {_clip(subject, 40)}: {_quote(texts)}" if texts else
-                     f"Notes on {_clip(subject, 60)}: {_describe(subject)}")
+        lines.append(
+            f"Findings on {_clip(subject, 40)}: {_quote(texts)}"
+            if texts
+            else f"Notes on {_clip(subject, 60)}: {_describe(subject)}"
+        )
         shown += 1
     if shown < len(subjects):
         lines.append(f"...and {len(subjects) - shown} more subjects handled the same way.")
@@ -338,8 +346,10 @@ def _elaboration(task: TaskInput, written_chars: int) -> list[str]:
     while wanted > 0:
         number = len(out) + 1
         subject = _clip(topics[len(out) % len(topics)], 60)
-        line = (f"Point {number}: on {subject}, the evidence gathered so far agrees with the earlier points, and "
-                f"point {number} adds that its details hold up when checked against the other subjects.")
+        line = (
+            f"Point {number}: on {subject}, the evidence gathered so far agrees with the earlier points, and "
+            f"point {number} adds that its details hold up when checked against the other subjects."
+        )
         out.append(line)
         wanted -= len(line) + 1
     return out

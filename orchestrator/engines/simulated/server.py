@@ -47,11 +47,12 @@ def serve(
 class EngineThread(AppThread):
     """The engine on a free loopback port in a background thread, for tests and benchmarks in one process.
 
-        with EngineThread(latency_scale=0) as engine:
-            litellm.completion(model="hosted_vllm/llama-3.1-8b", api_base=engine.base_url, ...)
+    with EngineThread(latency_scale=0) as engine:
+        litellm.completion(model="hosted_vllm/llama-3.1-8b", api_base=engine.base_url, ...)
     """
 
-    def __init__(self, latency_scale: float = 1.0, models: Sequence[SimulatedModel] = DEFAULT_MODELS,
-                 host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, latency_scale: float = 1.0, models: Sequence[SimulatedModel] = DEFAULT_MODELS, host: str = "127.0.0.1"
+    ) -> None:
         super().__init__(create_app(models, latency_scale), "simulated engine", host)
         self.tally: UsageTally = self.app.state.tally

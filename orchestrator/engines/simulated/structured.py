@@ -37,8 +37,11 @@ def _value(schema: dict[str, Any], defs: dict[str, Any], line: str, depth: int) 
     if kind == "object":
         required = set(schema.get("required", ()))
         properties = schema.get("properties", {})
-        return {name: _value(sub, defs, line, depth + 1) for name, sub in properties.items()
-                if name in required or depth < MAX_DEPTH}
+        return {
+            name: _value(sub, defs, line, depth + 1)
+            for name, sub in properties.items()
+            if name in required or depth < MAX_DEPTH
+        }
     if kind == "array":
         least = max(int(schema.get("minItems", 1)), 1) if depth < MAX_DEPTH else int(schema.get("minItems", 0))
         return [_value(schema.get("items", {}), defs, line, depth + 1) for _ in range(least)]

@@ -19,7 +19,6 @@ class WeightsFetchError(WeightsCacheError):
     for HTTP, the status. Fetching again from the same source fails the same way."""
 
 
-
 class TransferCut(Exception):
     """The bytes stopped coming (a reset connection, a 5xx, a read timeout); what arrived is kept and the
     transfer resumes from there."""

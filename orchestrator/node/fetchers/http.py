@@ -50,8 +50,14 @@ class HttpFetcher:
     @contextmanager
     def open(self, revision: Revision, file: RevisionFile, offset: int) -> Iterator[Transfer]:
         url = self.request_url(revision, file)
-        with http_transfer(self.client(), url, offset, self.headers(revision, file),
-                           named=self.url_of(revision, file), refused=self.refusal) as transfer:
+        with http_transfer(
+            self.client(),
+            url,
+            offset,
+            self.headers(revision, file),
+            named=self.url_of(revision, file),
+            refused=self.refusal,
+        ) as transfer:
             yield transfer
 
     def request_url(self, revision: Revision, file: RevisionFile) -> str:
@@ -63,8 +69,14 @@ class HttpFetcher:
 
 
 @contextmanager
-def http_transfer(client: httpx.Client, url: str, offset: int, headers: Mapping[str, str] | None = None,
-                  named: str | None = None, refused=None) -> Iterator[Transfer]:  # type: ignore[no-untyped-def]
+def http_transfer(
+    client: httpx.Client,
+    url: str,
+    offset: int,
+    headers: Mapping[str, str] | None = None,
+    named: str | None = None,
+    refused=None,
+) -> Iterator[Transfer]:  # type: ignore[no-untyped-def]
     """GET `url` from byte `offset`, as a `Transfer`. A 4xx is a `WeightsFetchError` naming `named` (the URL
     the catalogue gave, which may differ from the one requested) and the status; a 5xx, 429, a refused
     connection or a cut stream is a `TransferCut`."""
@@ -85,8 +97,10 @@ def http_transfer(client: httpx.Client, url: str, offset: int, headers: Mapping[
                 extra = refused(response) if refused is not None else ""
                 raise WeightsFetchError(f"{named}: {status}" + (f" ({extra})" if extra else ""))
             if response.headers.get("content-encoding", "identity") not in ("identity", ""):
-                raise WeightsFetchError(f"{named}: the server sent it {response.headers['content-encoding']}-encoded,"
-                                        f" which a resumed transfer cannot count; serve it as is")
+                raise WeightsFetchError(
+                    f"{named}: the server sent it {response.headers['content-encoding']}-encoded,"
+                    f" which a resumed transfer cannot count; serve it as is"
+                )
             start, total = 0, _int(response.headers.get("content-length"))
             if response.status_code == 206:
                 match = _CONTENT_RANGE.fullmatch(response.headers.get("content-range", ""))

@@ -27,8 +27,10 @@ class FileFetcher:
     def path_of(self, revision: Revision, file: RevisionFile) -> Path:
         parts = urlsplit(revision.origin)
         if parts.netloc not in ("", "localhost"):
-            raise WeightsFetchError(f"{revision.origin}: a file:// origin names a path on this machine "
-                                    f"(file:///dir), not host {parts.netloc!r}")
+            raise WeightsFetchError(
+                f"{revision.origin}: a file:// origin names a path on this machine "
+                f"(file:///dir), not host {parts.netloc!r}"
+            )
         return Path(unquote(parts.path)) / file.path
 
     @contextmanager

@@ -75,8 +75,11 @@ class S3Fetcher(HttpFetcher):
 
     def refusal(self, response: httpx.Response) -> str:
         if response.status_code in (401, 403):
-            how = ("install boto3 and give AWS credentials (environment, ~/.aws or an instance role)"
-                   if not _has_boto3() else "give AWS credentials (environment, ~/.aws or an instance role)")
+            how = (
+                "install boto3 and give AWS credentials (environment, ~/.aws or an instance role)"
+                if not _has_boto3()
+                else "give AWS credentials (environment, ~/.aws or an instance role)"
+            )
             return f"the bucket does not allow anonymous reads: {how}; {response.request.url}"
         return str(response.request.url)
 

@@ -17,8 +17,9 @@ target_metadata = SQLModel.metadata
 
 def _run(connection) -> None:  # noqa: ANN001
     # render_as_batch: SQLite alters a table by copying it; Alembic's batch mode does that for us.
-    context.configure(connection=connection, target_metadata=target_metadata,
-                      render_as_batch=connection.dialect.name == "sqlite")
+    context.configure(
+        connection=connection, target_metadata=target_metadata, render_as_batch=connection.dialect.name == "sqlite"
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -16,21 +16,21 @@ from alembic import op
 
 import orchestrator.store.tables
 
-
-revision = '0006_heartbeat_listeners'
-down_revision = '0005_lease_books'
+revision = "0006_heartbeat_listeners"
+down_revision = "0005_lease_books"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table('heartbeat_listeners',
-    sa.Column('listener_id', sqlmodel.sql.sqltypes.AutoString(), nullable=False),
-    sa.Column('since', orchestrator.store.tables.UtcDateTime(timezone=True), nullable=False),
-    sa.Column('alive_at', orchestrator.store.tables.UtcDateTime(timezone=True), nullable=False),
-    sa.PrimaryKeyConstraint('listener_id')
+    op.create_table(
+        "heartbeat_listeners",
+        sa.Column("listener_id", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
+        sa.Column("since", orchestrator.store.tables.UtcDateTime(timezone=True), nullable=False),
+        sa.Column("alive_at", orchestrator.store.tables.UtcDateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("listener_id"),
     )
 
 
 def downgrade() -> None:
-    op.drop_table('heartbeat_listeners')
+    op.drop_table("heartbeat_listeners")

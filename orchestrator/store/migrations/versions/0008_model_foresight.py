@@ -10,18 +10,17 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-
-revision = '0008_model_foresight'
-down_revision = '0007_peer_weights'
+revision = "0008_model_foresight"
+down_revision = "0007_peer_weights"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('models', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('foresight_json', sa.Text(), nullable=True))
+    with op.batch_alter_table("models", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("foresight_json", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('models', schema=None) as batch_op:
-        batch_op.drop_column('foresight_json')
+    with op.batch_alter_table("models", schema=None) as batch_op:
+        batch_op.drop_column("foresight_json")

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 from alembic import op
 
-
-revision = '0009_audit_log_at'
-down_revision = '0008_model_foresight'
+revision = "0009_audit_log_at"
+down_revision = "0008_model_foresight"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('audit_log', schema=None) as batch_op:
-        batch_op.create_index('ix_audit_log_at', ['at'], unique=False)
+    with op.batch_alter_table("audit_log", schema=None) as batch_op:
+        batch_op.create_index("ix_audit_log_at", ["at"], unique=False)
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('audit_log', schema=None) as batch_op:
-        batch_op.drop_index('ix_audit_log_at')
+    with op.batch_alter_table("audit_log", schema=None) as batch_op:
+        batch_op.drop_index("ix_audit_log_at")

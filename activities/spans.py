@@ -8,6 +8,7 @@ the current span is the API's non-recording one and each call returns at once.
 from __future__ import annotations
 
 from opentelemetry import trace
+from opentelemetry.util.types import AttributeValue
 
 from sdk.wire.contracts import CheckpointRef
 from sdk.wire.lease import LeaseGrant, LeaseRequest, Placed, StepPlacement, Wait
@@ -16,7 +17,7 @@ INTERRUPTION_EVENT = "berth.interruption"
 INTERRUPTION_KEYS = ("step", "kind", "node_id", "replica_id", "tokens_kept", "tokens_lost", "resumed_on", "resume_s")
 
 
-def _annotate(attributes: dict[str, object]) -> None:
+def _annotate(attributes: dict[str, AttributeValue]) -> None:
     span = trace.get_current_span()
     if span.is_recording():
         span.set_attributes({k: v for k, v in attributes.items() if v is not None})  # OTel refuses None
@@ -24,7 +25,7 @@ def _annotate(attributes: dict[str, object]) -> None:
 
 def annotate_acquire(req: LeaseRequest, grant: LeaseGrant) -> None:
     """The placement decision and the score term that decided it."""
-    attributes: dict[str, object] = {
+    attributes: dict[str, AttributeValue] = {
         "berth.task_id": req.task_id,
         "berth.step": req.step,
         "berth.model": req.model,

@@ -77,7 +77,9 @@ class Agent:
         return f"Agent({self.name!r}, model={self._spec.model!r}, tools={list(self.tools)})"
 
 
-def _schema_of(output_type: type[BaseModel] | None) -> dict[str, Any] | None:
+def _schema_of(output_type: object) -> dict[str, Any] | None:
+    """The JSON schema of an agent's output type, refusing (by name) anything that is not a pydantic model class:
+    the annotation says what an author should pass, this checks what one did."""
     if output_type is None:
         return None
     if not (isinstance(output_type, type) and issubclass(output_type, BaseModel)):

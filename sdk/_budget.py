@@ -39,7 +39,7 @@ class Budget(BaseModel):
             where = ".".join(["budget", *map(str, first["loc"])])
             raise InvalidSpec(first["msg"], field=where) from exc
 
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]  # a marker pydantic reads off the function
 
     @field_validator("deadline", mode="before")
     @classmethod

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -386,14 +386,14 @@ class Client:
         try:
             response = await self._http.request(method, path, json=json, params=params)
         except httpx.TransportError as exc:
-            raise ApiUnreachable(f"cannot reach the Berth API at {self.url}: {exc or type(exc).__name__}") from exc
+            raise ApiUnreachable(f"cannot reach the Berth API at {self.url}: {str(exc) or type(exc).__name__}") from exc
         if response.status_code >= 400:
             raise error_from_response(response)
         return response.json() if response.content else None
 
     async def _stream_events(
         self, task_id: str, after: int, deltas: bool = False
-    ) -> AsyncIterator[TaskEvent | TokenDelta]:
+    ) -> AsyncGenerator[TaskEvent | TokenDelta, None]:
         """Follow a task's events from `after` (with `deltas`, its answers' text as it is written too),
         reconnecting with Last-Event-ID when cut."""
         cuts = 0
@@ -493,11 +493,11 @@ class TaskHandle:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 2.0)
 
-    def events(self, after: int = 0) -> AsyncIterator[TaskEvent]:
+    def events(self, after: int = 0) -> AsyncGenerator[TaskEvent, None]:
         """The task's events with `seq > after`, live, until the task is final and drained."""
         return self._client._stream_events(self.task_id, after)  # type: ignore[return-value]  # no deltas asked
 
-    async def stream(self, after: int = 0) -> AsyncIterator[StreamEvent | TokenDelta]:
+    async def stream(self, after: int = 0) -> AsyncGenerator[StreamEvent | TokenDelta, None]:
         """The task as it happens, typed: `TokenDelta`s of the answer being written (about twice a second, from
         the generation's heartbeats), and its stored events as `StateChanged`, `BudgetWaiting`, `StepFinished`,
         `ModelCalled`, `Interrupted` and finally `Ended`; until the task is final."""

@@ -13,14 +13,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, CallToolResult
+from mcp_types import CONNECTION_CLOSED, CallToolResult, RequestParamsMeta
 from mcp_types import Tool as McpTool
 
 from ._errors import McpToolError, McpUnreachable
@@ -107,7 +107,10 @@ class McpConnection:
     async def _call_once(self, tool: str, arguments: dict[str, Any], key: str, timeout_s: float) -> CallToolResult:
         try:
             return await self._live().call_tool(
-                tool, arguments, read_timeout_seconds=timeout_s, meta={IDEMPOTENCY_META_KEY: key}
+                tool,
+                arguments,
+                read_timeout_seconds=timeout_s,
+                meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: key}),
             )
         except MCPError as exc:
             error = _SessionGone if exc.code == CONNECTION_CLOSED else McpToolError

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+from typing import Any
 
 from opentelemetry import trace
 from temporalio import activity
@@ -138,13 +139,13 @@ def serve_blocking(*agents: Agent, **kwargs: object) -> None:
         pass
 
 
-async def _serve_until_terminated(agents: tuple[Agent, ...], kwargs: dict[str, object]) -> None:
+async def _serve_until_terminated(agents: tuple[Agent, ...], kwargs: dict[str, Any]) -> None:
     loop = asyncio.get_running_loop()
     if main := asyncio.current_task():
         with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread or on Windows
             loop.add_signal_handler(signal.SIGTERM, main.cancel)
     try:
-        await serve(*agents, **kwargs)  # type: ignore[arg-type]
+        await serve(*agents, **kwargs)  # serve() checks its own keywords
     except asyncio.CancelledError:
         return  # Ctrl-C (asyncio.run cancels this task) or SIGTERM: serve() has shut down, a clean stop
     finally:

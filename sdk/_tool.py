@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import json
 from collections.abc import Callable
@@ -100,7 +101,7 @@ class Tool:
                 result = await self.fn(**kwargs)
             else:
                 ctx = contextvars.copy_context()
-                result = await asyncio.to_thread(ctx.run, self.fn, **kwargs)
+                result = await asyncio.to_thread(ctx.run, functools.partial(self.fn, **kwargs))
         finally:
             _current_call.reset(token)
         return render_result(result)

@@ -59,7 +59,7 @@ class BerthModelProvider(ModelProvider):
             timeout=MODEL_CALL_TIMEOUT_S,
             # A retried call is safe: the task recognises a call it answered and replays its reply.
             max_retries=2,
-            http_client=httpx.AsyncClient(transport=client._transport, timeout=MODEL_CALL_TIMEOUT_S)
+            http_client=httpx.AsyncClient(transport=client._transport, timeout=MODEL_CALL_TIMEOUT_S)  # type: ignore[arg-type]  # openai's stubs name only httpx2's client; it takes httpx's too
             if client._transport is not None
             else None,
         )

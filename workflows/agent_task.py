@@ -1,7 +1,7 @@
 """AgentTaskWorkflow: one agent task, step by step, under a hard budget.
 
-Each step is the loop the README's "How a task runs" describes: reserve and generate (one activity that counts the
-prompt, shrinks max_tokens to the allowance and settles the ledger), run the tool calls
+Each step is the loop docs/architecture.md's "How a task runs" describes: reserve and generate (one activity that
+counts the prompt, shrinks max_tokens to the allowance and settles the ledger), run the tool calls
 (on the author's own queue, or built-ins here), then checkpoint. The conversation itself
 never enters Temporal history: it lives in the checkpoint store and the workflow keeps the
 checkpoint's id and hash, so history stays small and continue-as-new restarts from an id.
@@ -226,7 +226,7 @@ class AgentTaskWorkflow:
         self.repairing = problem is not None
         if schema is not None and problem is None:
             self.result = answer_json(self.result or "")
-        if problem is not None and self.output_repairs < MAX_OUTPUT_REPAIRS:
+        if problem is not None and schema is not None and self.output_repairs < MAX_OUTPUT_REPAIRS:
             self.output_repairs += 1
             new_messages.append(Message(role="user", content=repair_request(problem, schema)))
             self._step_done(step, new_messages)
@@ -313,7 +313,7 @@ class AgentTaskWorkflow:
             seen = self.loop_wakeups
             try:
                 await workflow.wait_condition(
-                    lambda seen=seen: self.loop_wakeups != seen or self.cancel_reason is not None,
+                    lambda: self.loop_wakeups != seen or self.cancel_reason is not None,  # noqa: B023  (awaited here)
                     timeout=self._until_deadline(self._own_loop_wait(loop)),
                 )
             except TimeoutError:

@@ -32,7 +32,7 @@ import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -73,7 +73,7 @@ with workflow.unsafe.imports_passed_through():
     from sdk.wire.recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
     from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
-    from .interruptions import Interruption, NodeRevoked, books_refused, interruption, is_permanent, progress_of
+    from .interruptions import Interruption, books_refused, interruption, is_permanent, progress_of, revoked
     from .options import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT
 
 # A generation heartbeats every 0.5 s while tokens stream (every 2 s before them), and its worker sends a beat at
@@ -159,6 +159,9 @@ class _Cancelled:
 
 
 Generation = Reply | Shortfall | Interrupted | Failed | _Cancelled
+# A generation's or a load's outcome, weighed against the evidence about its node: either comes back as it was,
+# as a cut (the node is gone or stalled), or as the evidence to wait on.
+WeighedOutcome = TypeVar("WeighedOutcome", bound=Generation)
 
 
 @dataclass(frozen=True)
@@ -455,14 +458,16 @@ class FleetStep:
             return _Cancelled(None)
         if not handle.done():
             handle.cancel()
-            return Interrupted(interruption(NodeRevoked(grant.node_id)))
+            return Interrupted(revoked(grant.node_id))
         try:
             await handle
         except ActivityError as err:
             return _classified(err, "load")
         return None
 
-    async def _weigh(self, outcome: Generation, node_id: str, unproven: int, what: str) -> Generation | NodeLiveness:
+    async def _weigh(
+        self, outcome: WeighedOutcome, node_id: str, unproven: int, what: str
+    ) -> WeighedOutcome | Interrupted | NodeLiveness:
         """A timeout weighed against the evidence about its node: the outcome to act on, or the evidence when the
         step should wait for the node again (it is busy, not gone). Only a `lost` interruption is weighed."""
         if not isinstance(outcome, Interrupted) or outcome.interruption.kind != "lost":
@@ -517,12 +522,13 @@ class FleetStep:
             if isinstance(weighed, NodeLiveness):
                 unproven += weighed.verdict == "unknown"
                 continue
-            if not _is_stalled(weighed) or quiet >= QUIET_CONTINUES:
-                if quiet and isinstance(weighed, (Reply, Shortfall)):
-                    await self._say(None, None)  # it answered: the step no longer waits on the node
-                return _carrying(weighed, inp.inherited_progress) if quiet else weighed
-            quiet += 1
-            inp = await self._continue_quiet(inp, grant, weighed.interruption, quiet)
+            if isinstance(weighed, Interrupted) and weighed.interruption.kind == "stalled" and quiet < QUIET_CONTINUES:
+                quiet += 1
+                inp = await self._continue_quiet(inp, grant, weighed.interruption, quiet)
+                continue
+            if quiet and isinstance(weighed, (Reply, Shortfall)):
+                await self._say(None, None)  # it answered: the step no longer waits on the node
+            return _carrying(weighed, inp.inherited_progress) if quiet else weighed
 
     async def _continue_quiet(self, inp: LlmStepInput, grant: Placed, lost: Interruption, quiet: int) -> LlmStepInput:
         """A generation whose heartbeats went quiet on a node that is alive (a busy machine) goes on there: the
@@ -595,7 +601,7 @@ class FleetStep:
             pass
         if handle.done() and handle.exception() is None:
             return handle.result()
-        return Interrupted(interruption(NodeRevoked(node_id)))
+        return Interrupted(revoked(node_id))
 
     async def _settle(
         self,
@@ -769,10 +775,6 @@ def _carrying(outcome: Generation, carried: GenerationProgress | None) -> Genera
     if isinstance(outcome, Interrupted) and outcome.interruption.progress is None and carried is not None:
         return Interrupted(replace(outcome.interruption, progress=carried))
     return outcome
-
-
-def _is_stalled(outcome: Generation) -> bool:
-    return isinstance(outcome, Interrupted) and outcome.interruption.kind == "stalled"
 
 
 def _classified(err: ActivityError, phase: Literal["load", "generate"]) -> Interrupted | Failed:

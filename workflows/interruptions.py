@@ -28,14 +28,6 @@ with workflow.unsafe.imports_passed_through():
 BOOKS_REFUSED = "StepBooksRefused"  # the control plane would not book a node's call (orchestrator/node/generation.py)
 
 
-class NodeRevoked(Exception):
-    """The control plane revoked (or removed) the node a step was loading or generating on."""
-
-    def __init__(self, node_id: str) -> None:
-        super().__init__(f"node {node_id} was revoked")
-        self.node_id = node_id
-
-
 @dataclass(frozen=True)
 class Interruption:
     kind: InterruptionKind
@@ -55,12 +47,14 @@ class Interruption:
         return replace(self, kind="stalled", detail=f"{self.detail}, but it is alive ({evidence})", replica_gone=False)
 
 
-def interruption(err: ActivityError | NodeRevoked) -> Interruption | None:
+def revoked(node_id: str) -> Interruption:
+    """The cut of a step whose node the control plane revoked (or removed). What a revoked node wrote is not
+    continued from (it is no longer trusted), nor booked: the control plane books nothing for it any more."""
+    return Interruption("revoked", f"the control plane revoked node {node_id}", None)
+
+
+def interruption(err: ActivityError) -> Interruption | None:
     """The interruption `err` is, or None when it is a failure."""
-    if isinstance(err, NodeRevoked):
-        # What a revoked node wrote is not continued from (it is no longer trusted), nor booked: the control
-        # plane books nothing for it any more.
-        return Interruption("revoked", f"the control plane revoked node {err.node_id}", None)
     cause = err.cause
     if isinstance(cause, TimeoutError) and cause.type in (TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_START):
         silent = cause.type == TimeoutType.HEARTBEAT

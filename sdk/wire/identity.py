@@ -60,7 +60,7 @@ class TenantSpec(TenantUpdate):
     """A tenant as an admin creates it."""
 
     name: str = Field(pattern=NAME_PATTERN)
-    trust: Trust = Trust.shared  # type: ignore[assignment]  # required on a tenant, optional in an update
+    trust: Trust = Trust.shared
 
 
 class Tenant(TenantSpec):

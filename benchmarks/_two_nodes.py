@@ -26,11 +26,12 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
 from orchestrator.pool.autoscaler import Autoscaler
 from orchestrator.pool.service import PoolService
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from orchestrator.store.tables import LedgerRow
 from orchestrator.worker import build_worker

@@ -41,7 +41,7 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
-from orchestrator.api import TemporalGateway, create_app  # noqa: E402
+from orchestrator.api import TemporalGateway  # noqa: E402
 from orchestrator.catalogue import ModelCatalogue  # noqa: E402
 from orchestrator.config import BerthConfig  # noqa: E402
 from orchestrator.engines.replicas import SimulatedReplicaEngine  # noqa: E402
@@ -51,6 +51,7 @@ from orchestrator.node.agent import NodeAgent, NodeOptions  # noqa: E402
 from orchestrator.node.control_plane import ControlPlane  # noqa: E402
 from orchestrator.node.replicas import ReplicaManager  # noqa: E402
 from orchestrator.pool.service import PoolService  # noqa: E402
+from orchestrator.server import create_app
 from orchestrator.store import Store  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
 from sdk import (  # noqa: E402

@@ -30,9 +30,10 @@ from pathlib import Path
 import httpx
 from sqlalchemy import event
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.api import steps as routes
 from orchestrator.config import BerthConfig
+from orchestrator.server import create_app
 from orchestrator.store import LeaseRecord, Store
 from sdk import AgentSpec, Message, Spend, TaskState, TaskStatus, ToolSpec
 from sdk.wire.lease import StepLimits, StepPlacement

@@ -43,7 +43,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
 from orchestrator.engines.serving import listening_socket
 from orchestrator.node.fetchers import origin_fetcher
@@ -55,6 +55,7 @@ from orchestrator.node.weights_cache import WeightsCache
 from orchestrator.node.weights_files import Revision, sha256_of
 from orchestrator.node.weights_fill import fill_revision
 from orchestrator.pool import DEFAULT_CONFIG, Device, FleetState, ModelSpec, Node, PlacementRequest, place
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from sdk.wire.catalogue import ModelEntry, WeightsFile, WeightsSource
 from sdk.wire.fleet import NodeHeartbeat, NodeSpec

@@ -1,6 +1,6 @@
-"""Berth's HTTP API (FastAPI): tasks, agents, checkpoints, events, health."""
+"""Berth's HTTP API (FastAPI routers): tasks, agents, checkpoints, events, health, and the routes nodes call.
+The app that serves them, with the UI and MCP beside them, is composed in `orchestrator.server`."""
 
-from .app import build_app, create_app
 from .temporal_gateway import TemporalGateway, TemporalUnavailable, UpdateRejected, WorkflowGone
 
-__all__ = ["TemporalGateway", "TemporalUnavailable", "UpdateRejected", "WorkflowGone", "build_app", "create_app"]
+__all__ = ["TemporalGateway", "TemporalUnavailable", "UpdateRejected", "WorkflowGone"]

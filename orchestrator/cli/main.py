@@ -56,7 +56,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from ..api.serve import run_server
+    from ..server.serve import run_server
 
     return run_server(_config(args))
 

@@ -20,8 +20,9 @@ from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 from ui_helpers import SignIn, csrf_of
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import AgentSpec, Client, ToolSpec

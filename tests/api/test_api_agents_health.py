@@ -8,8 +8,9 @@ import httpx
 import pytest
 from api_helpers import error_of, unique
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
+from orchestrator.server import create_app
 from orchestrator.store import Store
 
 

@@ -20,9 +20,10 @@ from api_helpers import put_task, unique, write_checkpoints
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.cli.main import main
 from orchestrator.config import BerthConfig
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from sdk import AgentSpec, Budget, SyncClient, TaskCancelled, TaskStatus, ToolSpec
 from sdk.wire.catalogue import KeepAliveView, ModelForesight, PrewarmView

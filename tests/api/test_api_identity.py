@@ -12,7 +12,7 @@ import pytest
 from api_helpers import ClientAs, error_of, put_task, task_body, tenant_task, unique
 from sqlmodel import Session, select
 
-from orchestrator.api import create_app
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from orchestrator.store.keys import hash_secret, split_key
 from orchestrator.store.tables import ApiKeyRow

@@ -23,8 +23,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from temporalio.testing import WorkflowEnvironment
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from sdk import AgentSpec, ToolSpec
 from sdk.wire.identity import Role, TenantSpec

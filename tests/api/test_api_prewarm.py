@@ -19,10 +19,11 @@ from api_helpers import error_of
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.cli import output
 from orchestrator.cli.main import main
 from orchestrator.config import BerthConfig
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from sdk import Client
 from sdk.wire.node_io import PREWARM_WORKFLOW, PrewarmOnNode

@@ -10,8 +10,9 @@ from api_helpers import error_of, put_task, task_body, unique
 from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowExecutionStatus
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from sdk import AgentSpec, TaskStatus
 from sdk.wire.contracts import CONTROL_TASK_QUEUE, WORKFLOW_NAME

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import uvicorn
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
 from orchestrator.node.fetchers import origin_fetcher
 from orchestrator.node.peer_fetch import fill_from_peers
@@ -31,6 +31,7 @@ from orchestrator.node.peer_tickets import NoPeer, PeerTickets
 from orchestrator.node.weights_cache import WeightsCache
 from orchestrator.node.weights_files import Revision
 from orchestrator.node.weights_fill import fill_revision
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from orchestrator.store.peers import DISPUTE_HOLD_S
 from orchestrator.store.tables import utcnow

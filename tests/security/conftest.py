@@ -18,8 +18,9 @@ import pytest
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk.wire.identity import Role

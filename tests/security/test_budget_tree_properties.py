@@ -32,10 +32,11 @@ from temporalio.worker import Worker
 
 from activities.llm_step import LlmStepActivities
 from activities.step_books import StoreStepBooks
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.api.principal import in_tree
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, TaskStatus

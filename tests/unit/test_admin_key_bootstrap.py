@@ -21,9 +21,10 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.api.admin_key import ADMIN_KEY_ENV, AdminKeyRefused, install_admin_key
 from orchestrator.config import BerthConfig
+from orchestrator.server import create_app
 from orchestrator.store import KeyConflict, Store
 from orchestrator.store.keys import hash_secret
 from sdk.wire.identity import Role

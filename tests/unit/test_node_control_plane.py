@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.catalogue import SEED_MODELS
 from orchestrator.config import BerthConfig
 from orchestrator.engines.replicas import SimulatedReplicaEngine
@@ -28,6 +28,7 @@ from orchestrator.node.control_plane import (
     NodeUnknown,
 )
 from orchestrator.node.replicas import ReplicaManager
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from sdk.wire.fleet import NodeHeartbeat
 from sdk.wire.identity import Role

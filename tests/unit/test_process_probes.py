@@ -18,13 +18,14 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from temporalio.testing import WorkflowEnvironment
 
-from orchestrator.api import TemporalGateway, create_app
+from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
 from orchestrator.engines.replicas import SimulatedReplicaEngine
 from orchestrator.node import SimulatedDiscovery, WeightsCache, parse_simulate
 from orchestrator.node.agent import READY_WITHIN_BEATS, NodeAgent, NodeOptions
 from orchestrator.node.control_plane import ControlPlane
 from orchestrator.node.replicas import ReplicaManager
+from orchestrator.server import create_app
 from orchestrator.store import Store
 from orchestrator.telemetry.probe_server import ProbeServer
 from orchestrator.worker import WORKER_METRICS_PORT_ENV, run_worker

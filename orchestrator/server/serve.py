@@ -6,9 +6,9 @@ import sys
 
 import uvicorn
 
+from ..api.admin_key import AdminKeyRefused
 from ..config import BerthConfig
 from ..telemetry.tracing import configure_tracing
-from .admin_key import AdminKeyRefused
 from .app import build_app
 
 

@@ -1,5 +1,6 @@
 """The control-plane HTTP app: routes under /v1 behind API keys, the admin UI at /, MCP at /mcp, health probes,
-one error shape.
+one error shape. It composes the API, the UI and the MCP server, each of which knows nothing of the others
+beyond what it imports below it (the UI calls the API's services; the API imports neither).
 
 Every user router is included here with `authenticate` as a router dependency, so a route
 added to one of them needs a key without having to remember it; the node agents' routers
@@ -18,15 +19,7 @@ from fastapi import Depends, FastAPI
 from activities.tokens import warm_up_counting
 
 from .. import ui
-from ..catalogue import ModelCatalogue
-from ..config import BerthConfig
-from ..mcp_server.http import mount as mount_mcp
-from ..store import Store
-from ..telemetry import install_metrics
-from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
-from ..telemetry.task_gauges import task_reading, watch_tasks
-from ..tokenizers import tokenizers_under
-from . import (
+from ..api import (
     agents,
     audit,
     checkpoints,
@@ -43,15 +36,23 @@ from . import (
     tasks,
     tenants,
 )
-from .admin_key import install_admin_key
-from .audit import AuditTrail
-from .auth import authenticate
-from .limits import BodySizeLimit, KeyRateLimit
-from .listening import listen_for_heartbeats
-from .services import Services
-from .temporal_gateway import TemporalGateway, TemporalUnavailable
+from ..api.admin_key import install_admin_key
+from ..api.audit import AuditTrail
+from ..api.auth import authenticate
+from ..api.limits import BodySizeLimit, KeyRateLimit
+from ..api.listening import listen_for_heartbeats
+from ..api.services import Services
+from ..api.temporal_gateway import TemporalGateway, TemporalUnavailable
+from ..catalogue import ModelCatalogue
+from ..config import BerthConfig
+from ..mcp_server.http import mount as mount_mcp
+from ..store import Store
+from ..telemetry import install_metrics
+from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
+from ..telemetry.task_gauges import task_reading, watch_tasks
+from ..tokenizers import tokenizers_under
 
-log = logging.getLogger("berth.api")
+log = logging.getLogger("berth.server")
 # Tasks each scrape reads for the alert gauges (waiting for a GPU; running, for their budget): a
 # scrape stays a few milliseconds however large the backlog, and beyond this many the counts are "at least".
 ALERT_SCAN = 2000

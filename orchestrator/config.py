@@ -64,8 +64,8 @@ class BerthConfig(BaseModel):
         default=5.0,
         ge=2,
         le=60,
-        description="a generation silent this long is taken for lost with its node, and"
-        " its step resumes elsewhere (a generation beats every second)",
+        description="a generation silent this long makes its node suspect: the step asks for evidence about the"
+        " node, goes on there if it is alive and resumes elsewhere if it is gone (a generation beats every 0.5 s)",
     )
     submit_rate_per_s: float = Field(
         default=100.0, ge=0, description="task submissions a second per API key, after the burst"

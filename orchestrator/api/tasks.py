@@ -130,7 +130,8 @@ async def list_interruptions(task_id: str, svc: Svc, caller: Caller) -> list[Tas
 async def cancel(
     task_id: str, svc: Svc, caller: TaskWriter, request: Annotated[CancelBody | None, Body()] = None
 ) -> TaskState:
-    """Ask the task to stop; it ends `cancelled` after its current step is settled (hence 202)."""
+    """Ask the task to stop: a running generation is cut at its next heartbeat and booked, and the task ends
+    `cancelled` once that is settled (hence 202)."""
     record = await svc.task_record(task_id, caller)
     require_running(record)
     try:

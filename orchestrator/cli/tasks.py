@@ -59,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     output.add_output_flag(p)
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("cancel", help="stop a task after its current step")
+    p = sub.add_parser("cancel", help="stop a task: a running generation is cut, its sub-agents are cancelled")
     p.add_argument("task_id")
     p.add_argument("--reason", default="cancelled from the CLI", help=f"why (at most {MAX_REASON_CHARS} characters)")
     add_api_flag(p)

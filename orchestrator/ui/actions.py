@@ -99,7 +99,7 @@ async def task_action(request: Request, task_id: str, action: str, svc: Svc) -> 
             tasks_api.CancelBody, {"reason": form.get("reason") or "cancelled from the admin UI"}, ("reason",)
         )
         await tasks_api.cancel(task_id, svc, caller, body)
-        return Done("cancel requested: the task stops after its current step")
+        return Done("cancel requested: the running generation is cut and the task stops")
 
     async def raise_budget() -> Done:
         body = model_from_form(tasks_api.RaiseBudgetRequest, form, ("tokens", "usd"))

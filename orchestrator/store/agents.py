@@ -25,9 +25,9 @@ from sqlmodel import Session, col, select
 from sdk import AgentSpec
 
 from .connections import connected
-from .tables import AgentRow, utcnow
+from .tables import AgentRow, table_of, utcnow
 
-_AGENTS = AgentRow.__table__
+_AGENTS = table_of(AgentRow)
 _VERSION = sa.select(_AGENTS.c.spec_json, _AGENTS.c.tenant).where(
     _AGENTS.c.name == bindparam("name"), _AGENTS.c.version == bindparam("version")
 )

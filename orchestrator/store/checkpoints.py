@@ -39,7 +39,7 @@ from sdk import Message, NotFound
 from sdk.wire.contracts import CheckpointRef
 
 from .connections import connected, inserts_skipping_taken
-from .tables import CheckpointRow
+from .tables import CheckpointRow, table_of
 
 HASH_CHARS = 16  # 64 bits: the chain detects accidents and edits, it is not a signature
 ROOT_PARENT_HASH = ""
@@ -119,10 +119,7 @@ def _unpack(row: CheckpointRow | Row) -> bytes:
 
 
 def _message_dicts(messages: builtins.list[Message]) -> builtins.list[Json]:
-    return [
-        (m if isinstance(m, Message) else Message.model_validate(m)).model_dump(mode="json", exclude_none=True)
-        for m in messages
-    ]
+    return [m.model_dump(mode="json", exclude_none=True) for m in messages]
 
 
 @dataclass(frozen=True)
@@ -199,7 +196,7 @@ class _ConversationCache:
                 del self._by_task[conversation.task_id]
 
 
-_CHECKPOINTS = CheckpointRow.__table__
+_CHECKPOINTS = table_of(CheckpointRow)
 # A read is a node's every prepare (the newest) and a resumed task's (by id); then the deltas its cache lacks.
 _LATEST = (
     sa.select(_CHECKPOINTS)
@@ -472,18 +469,20 @@ class SqlCheckpointStore:
 
     def list(self, task_id: str) -> builtins.list[CheckpointSummary]:
         """A task's checkpoints in seq order, read from their columns (no delta is decoded)."""
-        with Session(self._engine) as session:
-            rows = session.exec(
-                select(
-                    CheckpointRow.seq,
-                    CheckpointRow.step,
-                    CheckpointRow.id,
-                    CheckpointRow.hash,
-                    CheckpointRow.created_at,
-                    CheckpointRow.message_count,
-                    CheckpointRow.delta_bytes,
+        # SQLAlchemy's select (sqlmodel's is typed for four columns at most), run on a connection: Session.exec
+        # takes sqlmodel's selects only.
+        with connected(self._engine) as connection:
+            rows = connection.execute(
+                sa.select(
+                    col(CheckpointRow.seq),
+                    col(CheckpointRow.step),
+                    col(CheckpointRow.id),
+                    col(CheckpointRow.hash),
+                    col(CheckpointRow.created_at),
+                    col(CheckpointRow.message_count),
+                    col(CheckpointRow.delta_bytes),
                 )  # fmt: skip
-                .where(CheckpointRow.task_id == task_id)
+                .where(col(CheckpointRow.task_id) == task_id)
                 .order_by(col(CheckpointRow.seq))
             ).all()
         return [

@@ -18,7 +18,7 @@ from sqlmodel import Session, col, select
 from sdk import TaskEvent
 
 from .connections import connected
-from .tables import EventRow, TaskRow, utcnow
+from .tables import EventRow, TaskRow, table_of, utcnow
 
 MAX_READ = 5000
 # pg_advisory_xact_lock's first key: the class of lock (this one: "a task's event appends"), so
@@ -30,7 +30,7 @@ RECENT_CAP = 50_000
 
 
 # Every settled call, step and state change appends one, so the statements are built once.
-_EVENTS = EventRow.__table__
+_EVENTS = table_of(EventRow)
 _APPEND = sa.insert(_EVENTS).returning(_EVENTS.c.seq)
 _PG_APPEND_LOCK = text("SELECT pg_advisory_xact_lock(:lock_class, hashtext(:task_id))")
 

@@ -22,6 +22,7 @@ import hmac
 import json
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import Engine, bindparam, delete, update
@@ -43,7 +44,7 @@ from sdk.wire.peers import plausible_transfer
 
 from .connections import connected
 from .listeners import silence_cutoff
-from .tables import NodeGpuRow, NodeRow, NodeWeightsRow, ReplicaRow, TransferSampleRow, utcnow
+from .tables import NodeGpuRow, NodeRow, NodeWeightsRow, ReplicaRow, TransferSampleRow, table_of, utcnow
 
 
 class NodeNotFound(NotFound):
@@ -213,7 +214,7 @@ class SqlFleet:
                     col(NodeRow.seen_at) < cutoff, col(NodeRow.lost).is_(False), col(NodeRow.admission) == "admitted"
                 )
                 .values(lost=True, status="lost")
-                .returning(NodeRow.node_id)
+                .returning(col(NodeRow.node_id))
             ).all()
             ids = sorted(node_id for (node_id,) in marked)
             if ids:
@@ -252,8 +253,8 @@ class SqlFleet:
         but is not in the fleet.
         """
         with connected(self._engine) as connection:
-            row = connection.execute(_CREDENTIALS, {"node_id": node_id}).first()
-        _check_credentials(node_id, row, node_secret)
+            found = connection.execute(_CREDENTIALS, {"node_id": node_id}).first()
+        row = _check_credentials(node_id, found, node_secret)
         if row.admission == "pending":
             raise NodeNotApproved(node_id)
 
@@ -299,25 +300,26 @@ class SqlFleet:
 
     @staticmethod
     def _authenticated(session: Session, node_id: str, node_secret: str | None) -> NodeRow:
-        row = session.get(NodeRow, node_id)
-        _check_credentials(node_id, row, node_secret)
-        return row
+        return _check_credentials(node_id, session.get(NodeRow, node_id), node_secret)
 
 
 # What a node's every step bookkeeping call is checked against, built once: its admission and secret hash.
-_NODES = NodeRow.__table__
+_NODES = table_of(NodeRow)
 _CREDENTIALS = sa.select(_NODES.c.admission, _NODES.c.secret_sha256).where(_NODES.c.node_id == bindparam("node_id"))
+# What a node's credentials are read as: its whole row, or just those two columns.
+_Credentials = TypeVar("_Credentials", NodeRow, Row)
 
 
-def _check_credentials(node_id: str, row: NodeRow | Row | None, node_secret: str | None) -> None:
+def _check_credentials(node_id: str, row: _Credentials | None, node_secret: str | None) -> _Credentials:
     """Refuse an id never registered (NodeNotFound), a revoked node (NodeRevoked) and a missing or wrong secret
-    (NodeSecretRefused)."""
+    (NodeSecretRefused); the row, once it passed."""
     if row is None:
         raise NodeNotFound(node_id)
     if row.admission == "revoked":
         raise NodeRevoked(node_id)
     if not proves(row, node_secret):
         raise NodeSecretRefused(node_id)
+    return row
 
 
 def proves(row: NodeRow | Row, node_secret: str | None) -> bool:
@@ -405,7 +407,7 @@ def node_view(session: Session, row: NodeRow) -> NodeView:
         ],
         cached_weights=[CachedModelWeights(model=w.model, size_bytes=w.size_bytes) for w in weights],
         replicas=[_replica_view(r, spec) for r in replicas],
-        status=row.status,  # type: ignore[arg-type]  (written only by node_status)
+        status=row.status,  # a NodeStatus: written only by node_status (and validated here)
         registered_at=row.registered_at,
         last_heartbeat_at=row.last_heartbeat_at,
         preempt_by=row.preempt_by,
@@ -424,7 +426,7 @@ def _replica_view(row: ReplicaRow, spec: NodeSpec) -> ReplicaView:
         zone=spec.zone,
         model=row.model,
         gpu_indexes=json.loads(row.gpu_indexes_json),
-        state=row.state,  # type: ignore[arg-type]
+        state=row.state,
         outstanding_tokens=row.outstanding_tokens,
         active_leases=row.active_leases,
         updated_at=row.updated_at,

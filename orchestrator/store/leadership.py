@@ -25,7 +25,7 @@ class SqlLeadership:
         now = now or utcnow()
         until = now + timedelta(seconds=term_s)
         with Session(self._engine) as session:
-            taken = session.execute(
+            taken = session.exec(
                 update(LeadershipRow)
                 .where(
                     col(LeadershipRow.job) == job,

@@ -24,7 +24,7 @@ from sqlmodel import Session, col, select
 from sdk.wire.lease import StepLimits
 
 from .connections import connected
-from .tables import LeaseRow
+from .tables import LeaseRow, table_of
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class LeaseRecord:
     reservation: CallReservation | None = None  # set when the node prepared the call
 
 
-_LEASES = LeaseRow.__table__
+_LEASES = table_of(LeaseRow)
 # A node's prepare and settle read the lease they name and prepare writes its reservation: built once.
 _GET = sa.select(_LEASES).where(_LEASES.c.lease_id == bindparam("lease_id"))
 _RESERVE = (
@@ -118,7 +118,7 @@ class SqlLeases:
 
     def _delete(self, where: ColumnElement[bool]) -> builtins.list[LeaseRecord]:
         with Session(self._engine) as session:
-            rows = session.execute(delete(LeaseRow).where(where).returning(*LeaseRow.__table__.columns)).all()
+            rows = session.execute(delete(LeaseRow).where(where).returning(*_LEASES.columns)).all()
             session.commit()
         return [_record(LeaseRow.model_validate(dict(r._mapping))) for r in rows]
 

@@ -20,7 +20,7 @@ from sqlmodel import Session, col, select
 from activities.ports import KEPT, LOST, LedgerEntry
 
 from .connections import connected, inserts_skipping_taken
-from .tables import LedgerRow, TaskRow, utcnow
+from .tables import LedgerRow, TaskRow, table_of, utcnow
 
 # Stay well under SQLite's bound-parameter limit (32766 since 3.32, 999 before).
 _IN_CHUNK = 500
@@ -43,7 +43,7 @@ class LedgerTotals:
         return self.prompt_tokens + self.completion_tokens + self.lost_tokens + self.kept_tokens
 
 
-_LEDGER = LedgerRow.__table__
+_LEDGER = table_of(LedgerRow)
 _KEY = ["task_id", "step", "attempt", "kind"]  # the unique key uq_ledger_call, what a retried write hits
 # A node's every step books a call and reads its round, so both statements are built once. The insert skips a
 # taken key on the unique key itself, which each database the store runs on spells its own way.
@@ -116,13 +116,15 @@ class SqlTokenLedger:
         """Totals for each id asked for (zeros for a task with no entries), summed in the database."""
         wanted = list(dict.fromkeys(task_ids))
         by_task: dict[str, dict[str, tuple[int, int, int, float]]] = {t: {} for t in wanted}
-        with Session(self._engine) as session:
+        # SQLAlchemy's select (sqlmodel's is typed for four columns at most), run on a connection: Session.exec
+        # takes sqlmodel's selects only.
+        with connected(self._engine) as connection:
             for start in range(0, len(wanted), _IN_CHUNK):
                 chunk = wanted[start : start + _IN_CHUNK]
-                rows = session.exec(
-                    select(
-                        LedgerRow.task_id,
-                        LedgerRow.kind,
+                rows = connection.execute(
+                    sa.select(
+                        col(LedgerRow.task_id),
+                        col(LedgerRow.kind),
                         func.count(),
                         func.coalesce(func.sum(LedgerRow.prompt_tokens), 0),
                         func.coalesce(func.sum(LedgerRow.completion_tokens), 0),
@@ -169,7 +171,7 @@ class SqlTokenLedger:
                     .where(col(LedgerRow.served_by).in_(wanted[start : start + _IN_CHUNK]))
                     .group_by(col(LedgerRow.served_by))
                 ).all()
-                found.update({who: at for who, at in rows if at is not None})
+                found.update({who: at for who, at in rows})  # created_at is NOT NULL: each group has a latest
         return found
 
 

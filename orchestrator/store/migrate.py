@@ -24,7 +24,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, UniqueConstraint, inspect, text
+from sqlalchemy import ColumnDefault, Connection, Engine, UniqueConstraint, inspect, text
 from sqlalchemy.exc import DatabaseError, IntegrityError
 from sqlmodel import SQLModel
 
@@ -105,7 +105,10 @@ def _adopt(conn: Connection) -> None:
             if column.name in present:
                 continue
             kind = column.type.compile(dialect=conn.dialect)
-            default = column.default.arg if column.default is not None and column.default.is_scalar else None
+            # A plain value (ColumnDefault's scalar kind); a callable's or a SQL expression's has no DDL default.
+            default = (
+                column.default.arg if isinstance(column.default, ColumnDefault) and column.default.is_scalar else None
+            )
             clause = (
                 f" DEFAULT '{default}'"
                 if isinstance(default, str)
@@ -124,7 +127,10 @@ def _add_missing_unique_keys(conn: Connection) -> None:
     """
     found = inspect(conn)
     for table in SQLModel.metadata.sorted_tables:
-        present = {tuple(u["column_names"]) for u in found.get_unique_constraints(table.name)}
+        # An index's column is None where it indexes an expression: such an index is no key of ours.
+        present: set[tuple[str | None, ...]] = {
+            tuple(u["column_names"]) for u in found.get_unique_constraints(table.name)
+        }
         present |= {tuple(i["column_names"]) for i in found.get_indexes(table.name) if i.get("unique")}
         for key in (c for c in table.constraints if isinstance(c, UniqueConstraint)):
             columns = tuple(c.name for c in key.columns)

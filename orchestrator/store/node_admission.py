@@ -237,7 +237,7 @@ def _ticket(session: Session, token: str, node_id: str, now: datetime) -> NodeJo
 
 def _spend(session: Session, ticket: NodeJoinTokenRow, row: NodeRow, now: datetime) -> None:
     """Use the token (one conditional UPDATE: of two registrations racing with it, one gets it) and admit the node."""
-    spent = session.execute(
+    spent = session.exec(
         update(NodeJoinTokenRow)
         .where(col(NodeJoinTokenRow.token_sha256) == ticket.token_sha256, col(NodeJoinTokenRow.used_at).is_(None))
         .values(used_at=now)

@@ -55,7 +55,7 @@ class SqlReservations:
         reports that no reservation describes (placed before the node's last report by a pool gone since).
         """
         with Session(self._engine) as session:
-            locked = session.execute(
+            locked = session.exec(
                 update(NodeRow).where(col(NodeRow.node_id) == wanted.node_id).values(node_id=NodeRow.node_id)
             )
             if locked.rowcount == 0:
@@ -76,11 +76,11 @@ class SqlReservations:
                 reservation = held.pop(row.replica_id, None)
                 share = reservation.per_device_gib if reservation else model_gib(row.model) / max(len(devices), 1)
                 _count(used, owners, devices, share, reservation.owner if reservation else None)
-            for row in held.values():
-                if row.created_at >= cutoff:  # placed, its load not reported yet
-                    _count(used, owners, json.loads(row.gpu_indexes_json), row.per_device_gib, row.owner)
+            for placed in held.values():
+                if placed.created_at >= cutoff:  # placed, its load not reported yet
+                    _count(used, owners, json.loads(placed.gpu_indexes_json), placed.per_device_gib, placed.owner)
                 else:
-                    session.delete(row)  # never reported within the grace: that load did not happen
+                    session.delete(placed)  # never reported within the grace: that load did not happen
             for i in wanted.gpu_indexes:
                 if i not in device_gib or used.get(i, 0.0) + wanted.per_device_gib > device_gib[i] + EPSILON_GIB:
                     session.rollback()

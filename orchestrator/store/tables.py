@@ -12,10 +12,11 @@ share the same `SQLModel.metadata` and the same database.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import BigInteger, DateTime, Index, Integer, LargeBinary, Text, UniqueConstraint
+from sqlalchemy import BigInteger, DateTime, Index, Integer, LargeBinary, Table, Text, UniqueConstraint, inspect
 from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import Mapper
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -28,6 +29,17 @@ Int64 = BigInteger().with_variant(Integer(), "sqlite")
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def table_of(row: type[SQLModel]) -> Table:
+    """The Core table a row type is mapped to, for the statements the store builds once at import.
+
+    SQLModel sets `__table__` on every `table=True` class but does not declare it, so a type checker sees no
+    such attribute; the class's mapper holds the same Table as its `local_table` (typed as any FromClause: a
+    declarative class with a table of its own always has a Table there).
+    """
+    mapper: Mapper[Any] = inspect(row)
+    return cast(Table, mapper.local_table)
 
 
 class UtcDateTime(TypeDecorator[datetime]):

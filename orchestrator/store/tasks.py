@@ -23,10 +23,10 @@ from sqlmodel import Session, col, select
 from sdk import FINAL_STATUSES, Conflict, TaskState
 
 from .connections import connected, inserts_skipping_taken
-from .tables import TaskRow, utcnow
+from .tables import TaskRow, table_of, utcnow
 
 _FINAL_VALUES = sorted(s.value for s in FINAL_STATUSES)
-_TASKS = TaskRow.__table__
+_TASKS = table_of(TaskRow)
 _UPDATE = sa.update(_TASKS).where(_TASKS.c.task_id == bindparam("of_task"))
 _UPDATE_UNLESS_FINAL = _UPDATE.where(_TASKS.c.status.not_in(_FINAL_VALUES))
 _INSERT = inserts_skipping_taken(_TASKS, ["task_id"], _TASKS.c.task_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from alembic import context
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine
 from sqlmodel import SQLModel
 
 from orchestrator.store import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
@@ -15,7 +15,7 @@ config = context.config
 target_metadata = SQLModel.metadata
 
 
-def _run(connection) -> None:  # noqa: ANN001
+def _run(connection: Connection) -> None:
     # render_as_batch: SQLite alters a table by copying it; Alembic's batch mode does that for us.
     context.configure(
         connection=connection, target_metadata=target_metadata, render_as_batch=connection.dialect.name == "sqlite"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import (
@@ -69,6 +69,7 @@ from sdk.wire.task_run import TaskRun
 from ..telemetry.tracing import tracing_interceptor
 
 log = logging.getLogger("berth.api.temporal")
+_R = TypeVar("_R")  # what an update answers
 
 CONNECT_TIMEOUT_S = 5.0
 # A query is answered by a worker; a live state that takes longer than this is worth less
@@ -287,13 +288,17 @@ class TemporalGateway:
         return await self._loop_query(task_id, LOOP_TOOL_RESULT_QUERY, call_id, str | None)
 
     async def _loop_query(self, task_id: str, name: str, arg: object, result_type: object) -> Any:
-        """A query of an own loop's state, whose refusal is the workflow's word (not an absent task's)."""
+        """A query of an own loop's state, whose refusal is the workflow's word (not an absent task's).
+        `result_type` is a type hint such as `X | None`, which the data converter decodes the answer into."""
         client = await self.client()
         handle = client.get_workflow_handle(task_id)
         try:
-            if arg is None:
-                return await handle.query(name, result_type=result_type, rpc_timeout=self.update_timeout)
-            return await handle.query(name, arg, result_type=result_type, rpc_timeout=self.update_timeout)
+            return await handle.query(
+                name,
+                args=[] if arg is None else [arg],
+                result_type=result_type,  # type: ignore[call-overload]  # temporalio says `type`; its converter takes `X | None`
+                rpc_timeout=self.update_timeout,
+            )
         except (WorkflowQueryFailedError, WorkflowQueryRejectedError) as exc:
             raise UpdateRejected(f"task {task_id} could not say ({name}): {exc}") from exc
         except RPCTimeoutOrCancelledError as exc:
@@ -306,9 +311,19 @@ class TemporalGateway:
     async def loop_finish(self, task_id: str, finish: LoopFinish) -> None:
         await self._update(task_id, LOOP_FINISH_UPDATE, finish, None)
 
+    @overload
     async def _update(
-        self, task_id: str, name: str, arg: object, result_type: type | None, timeout: timedelta | None = None
-    ) -> object:
+        self, task_id: str, name: str, arg: object, result_type: type[_R], timeout: timedelta | None = None
+    ) -> _R: ...
+
+    @overload
+    async def _update(
+        self, task_id: str, name: str, arg: object, result_type: None, timeout: timedelta | None = None
+    ) -> None: ...
+
+    async def _update(
+        self, task_id: str, name: str, arg: object, result_type: type[_R] | None, timeout: timedelta | None = None
+    ) -> _R | None:
         client = await self.client()
         handle = client.get_workflow_handle(task_id)
         timeout = timeout or self.update_timeout

@@ -28,7 +28,12 @@ _ZSH_PRELUDE = "autoload -U +X bashcompinit && bashcompinit\n"
 def register(subparsers: argparse._SubParsersAction, root: Callable[[], argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("completion", help='print a shell completion script: eval "$(berth completion bash)"')
     p.add_argument("shell", choices=("bash", "zsh"))
-    p.set_defaults(func=lambda args: print(script(root(), args.shell), end="") or 0)
+
+    def cmd_completion(args: argparse.Namespace) -> int:
+        print(script(root(), args.shell), end="")
+        return 0
+
+    p.set_defaults(func=cmd_completion)
 
 
 def script(parser: argparse.ArgumentParser, shell: str) -> str:

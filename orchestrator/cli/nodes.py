@@ -173,7 +173,7 @@ def node_panel(node: NodeView, now: datetime | None = None) -> Group:
     """One node for people: where and what it is, then its GPUs (memory in GiB), cache and replicas."""
     now = now or datetime.now(UTC)
     facts = Table.grid(padding=(0, 2))
-    for label, value in [
+    rows: list[tuple[str, str | Text]] = [
         ("node", node.node_id),
         ("place", f"{node.datacenter}/{node.zone}, {node.capacity}, ${node.usd_per_hour:.2f}/h"),
         ("status", Text(node.status, style=_STATUS_STYLE.get(node.status, ""))),
@@ -185,7 +185,8 @@ def node_panel(node: NodeView, now: datetime | None = None) -> Group:
             f" {_gib(node.weights_cache_capacity_bytes)}: "
             + (", ".join(sorted(w.model for w in node.cached_weights)) or "empty"),
         ),
-    ]:
+    ]
+    for label, value in rows:
         facts.add_row(Text(label, style="bold"), value)
     gpus = Table(box=None, header_style="bold", title="GPUs", title_justify="left")
     for column in ("GPU", "TYPE", "MEMORY USED", "UTIL", "HEALTH"):

@@ -368,13 +368,14 @@ class TaskProgress:
             f"step {self.step}/{self.max_steps}",
             ProgressBar(total=max(self.token_limit, 1), completed=min(self.tokens_used, self.token_limit), width=30),
             f"{self.tokens_used:,}/{self.token_limit:,} tokens",
-            Text(self.status, style=_STATUS_STYLE.get(_status(self.status), "")),
+            Text(self.status, style=_status_style(self.status)),
         )
         return table
 
 
-def _status(value: str) -> TaskStatus | None:
+def _status_style(value: str) -> str:
+    """A task status's style; none for any other word (an event may name a status of its own)."""
     try:
-        return TaskStatus(value)
+        return _STATUS_STYLE.get(TaskStatus(value), "")
     except ValueError:
-        return None
+        return ""

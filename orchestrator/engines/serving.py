@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Self
 
 from starlette.responses import StreamingResponse
@@ -77,7 +77,7 @@ class ReportingStream(StreamingResponse):
     """An SSE stream that reports how it ended: Starlette ends a stream silently when the client leaves, and an
     engine must know (to stop generating, and to journal what it wrote as aborted)."""
 
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+    def __init__(self, content: AsyncGenerator[str, None], on_close: Callable[[], None]) -> None:
         super().__init__(content, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         self._on_close = on_close
         self._content = content
@@ -87,4 +87,4 @@ class ReportingStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self._on_close()
-            await self._content.aclose()  # type: ignore[attr-defined]
+            await self._content.aclose()

@@ -119,5 +119,8 @@ def mount(app: FastAPI, store: Store) -> McpEndpoint:
     # the manager's handler is routed here directly.
     server.streamable_http_app(stateless_http=True, transport_security=_NO_HOST_CHECK)
     manager = server.session_manager
-    app.router.add_route(PATH, KeyGate(manager.handle_request, store), include_in_schema=False)
+    gate = KeyGate(manager.handle_request, store)
+    # Starlette's Route serves an endpoint that is no function as an ASGI app, as is; add_route's stub names only
+    # request handlers. add_route, not routes.append: FastAPI counts the change (its route cache).
+    app.router.add_route(PATH, gate, include_in_schema=False)  # type: ignore[arg-type]  # an ASGI app is a valid endpoint
     return McpEndpoint(manager)

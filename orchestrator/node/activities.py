@@ -8,6 +8,9 @@ whose process dies fails at once with the replica's log tail instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -69,5 +72,5 @@ class NodeActivities:
         except (WeightsCacheError, ValueError) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 
-    def all(self) -> list[object]:
+    def all(self) -> list[Callable[..., Any]]:
         return [self.load_replica, self.unload_replica, self.prewarm]

@@ -109,7 +109,7 @@ def registration(options: NodeOptions, gpus: list[GpuInfo], cache_capacity_bytes
         labels=options.labels,
         disk_bandwidth_gbps=options.disk_bandwidth_gbps,
         weights_cache_capacity_bytes=cache_capacity_bytes,
-        engines=options.engines,  # type: ignore[arg-type]  (validated as engine kinds by NodeRegistration)
+        engines=options.engines,  # validated as engine kinds by NodeRegistration
         gpus=[
             GpuDescription(
                 index=g.index,

@@ -119,10 +119,12 @@ class NvmlDiscovery:
     def close(self) -> None:
         with self._lock:
             if self._open:
+                nvml = self._nvml
+                assert nvml is not None  # _opened() loads the module before it marks NVML open
                 self._open = False
                 try:
-                    self._nvml.nvmlShutdown()
-                except self._nvml.NVMLError:
+                    nvml.nvmlShutdown()
+                except nvml.NVMLError:
                     pass  # shutting down a library that failed is not worth an error
 
     def discover(self) -> list[GpuInfo]:
@@ -138,7 +140,7 @@ class NvmlDiscovery:
     def _opened(self) -> Any:
         if self._nvml is None:
             try:
-                import pynvml
+                import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships neither type hints nor stubs
             except ImportError as e:
                 raise NvmlUnavailable(f"the pynvml module is not installed ({e})") from e
             self._nvml = pynvml

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.engines.replicas import ReplicaEngine, ReplicaHandle, ReplicaSpec, ReplicaStartError, replica_spec
@@ -64,7 +64,7 @@ class Replica:
     load_seconds: float = 0.0
     outstanding_tokens: int = 0  # filled in once generation runs on the node
     active_leases: int = 0
-    ready: asyncio.Event | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)  # set once loaded, or once its load failed
     error: str | None = None
     fill: FillReport | None = None  # what was fetched for this load, measured; None for a disk or simulated load
     pinned: bool = False  # holds a pin on its weights in the cache
@@ -159,9 +159,7 @@ class ReplicaManager:
             if revision is None
             else self.cache.ensure_revision(revision, source)
         )
-        replica = Replica(
-            replica_id, entry, tuple(gpu_indexes), "loading", plan.tier, started_at=self._clock(), ready=asyncio.Event()
-        )
+        replica = Replica(replica_id, entry, tuple(gpu_indexes), "loading", plan.tier, started_at=self._clock())
         self._replicas[replica_id] = replica
         try:
             if revision is None:
@@ -277,7 +275,6 @@ class ReplicaManager:
                 f"replica_id {replica.replica_id!r} already runs {replica.entry.name} on GPUs "
                 f"{list(replica.gpu_indexes)}"
             )
-        assert replica.ready is not None
         while not replica.ready.is_set():
             if on_progress is not None:
                 on_progress(replica)

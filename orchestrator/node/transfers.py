@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from sdk.wire.peers import TransferSample, plausible_transfer
+from sdk.wire.peers import SampleTier, TransferSample, plausible_transfer
 
 from .weights_fill import FillReport
 
@@ -43,9 +43,9 @@ class TransferLog:
         with self._lock:
             self._pending = (samples + self._pending)[-MAX_PENDING:]
 
-    def _add(self, tier: str, size: int, seconds: float) -> None:
+    def _add(self, tier: SampleTier, size: int, seconds: float) -> None:
         if not plausible_transfer(size, seconds):
             return
         with self._lock:
-            self._pending.append(TransferSample(tier=tier, bytes=size, seconds=round(seconds, 6)))  # type: ignore[arg-type]
+            self._pending.append(TransferSample(tier=tier, bytes=size, seconds=round(seconds, 6)))
             del self._pending[:-MAX_PENDING]

@@ -425,13 +425,11 @@ class WeightsCache:
         self.store.remove_blobs_except(keep)
 
     def _write_index(self) -> None:
-        data = {
-            "version": _INDEX_VERSION,
-            "models": {n: asdict(e) for (k, n), e in self._entries.items() if k == "model"},
-            "revisions": {d: asdict(e) for (k, d), e in self._entries.items() if k == "revision"},
-        }
-        for entry in data["models"].values():
+        models = {n: asdict(e) for (k, n), e in self._entries.items() if k == "model"}
+        for entry in models.values():
             del entry["models"], entry["files"]
+        revisions = {d: asdict(e) for (k, d), e in self._entries.items() if k == "revision"}
+        data = {"version": _INDEX_VERSION, "models": models, "revisions": revisions}
         tmp = self._index_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
         os.replace(tmp, self._index_path)  # atomic: a crash leaves the old index or the new one

@@ -28,14 +28,20 @@ if TYPE_CHECKING:
 
 
 class Measured(Protocol):
-    """One measured transfer (store.peers.MeasuredTransfer)."""
+    """One measured transfer (store.peers.MeasuredTransfer). Read-only: the samples are frozen."""
 
-    id: int
-    node_id: str
-    tier: str
-    source_node: str | None
-    bytes: int
-    seconds: float
+    @property
+    def id(self) -> int: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def tier(self) -> str: ...
+    @property
+    def source_node(self) -> str | None: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
 
 
 @dataclass
@@ -93,7 +99,7 @@ class LearnedBandwidth:
             for source, rate in self.peer.items()
             if source != node.id and source in holders and _datacenter(fleet, source) == node.datacenter
         ]
-        in_dc = fleet.weights_in_dc.get(model, {}).get(node.datacenter, 0) - (1 if node.id in holders else 0)
+        in_dc = fleet.caching_in(model, node.datacenter) - (1 if node.id in holders else 0)
         if len(measured) < in_dc:
             measured.append(prior)  # a holder nobody has measured yet: as configured
         return max(measured, default=prior)

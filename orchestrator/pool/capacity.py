@@ -57,14 +57,14 @@ class FreeCapacityIndex:
                 top = bucket_below(dev.free_gib) if dev.free_gib > 0 else -1
                 for b in range(top + 1):
                     new[(dev.type_name, b)] = new.get((dev.type_name, b), 0) + 1
-        old = self._entries.get(node_id)
-        old_counts = old[2] if old else {}
-        if old and (old[0], old[1]) != (datacenter, capacity):
-            self._remove_all(node_id, old[0], old[1], old_counts)
+        # A node not indexed yet sits in no list: as if it had been indexed in the same place with no devices.
+        old_datacenter, old_capacity, old_counts = self._entries.get(node_id, (datacenter, capacity, {}))
+        if (old_datacenter, old_capacity) != (datacenter, capacity):
+            self._remove_all(node_id, old_datacenter, old_capacity, old_counts)
             old_counts = {}
         for key, count in old_counts.items():
             if new.get(key) != count:
-                self._drop(node_id, (old[0], key[0], old[1], key[1], count))  # type: ignore[index]
+                self._drop(node_id, (old_datacenter, key[0], old_capacity, key[1], count))
         for key, count in new.items():
             if old_counts.get(key) != count:
                 insort(self._lists.setdefault((datacenter, key[0], capacity, key[1], count), []), node_id)

@@ -274,6 +274,11 @@ class FleetState:
         if dcs[self.nodes[node_id].datacenter] <= 0:
             del dcs[self.nodes[node_id].datacenter]
 
+    def caching_in(self, model: str, datacenter: str) -> int:
+        """How many nodes of `datacenter` have `model`'s weights on local disk."""
+        counts = self.weights_in_dc.get(model)
+        return counts[datacenter] if counts is not None else 0
+
     # --- replicas --------------------------------------------------------------------------
 
     def add_replica(
@@ -390,7 +395,7 @@ class FleetState:
             raise ValueError(f"nothing to apply: the decision is {decision.outcome} ({decision.reason})")
         cand = choice.candidate
         created = cand.replica_id is None
-        if created:
+        if cand.replica_id is None:
             replica = self.add_replica(
                 decision.request.model,
                 cand.node_id,
@@ -400,9 +405,10 @@ class FleetState:
                 load_s=choice.terms.get("ttft", 0.0),
             )
         else:
-            replica = self.replicas.get(cand.replica_id)  # type: ignore[arg-type]
-            if replica is None or not replica.has_slot:
+            existing = self.replicas.get(cand.replica_id)
+            if existing is None or not existing.has_slot:
                 raise StaleDecision(f"replica {cand.replica_id} can no longer take a lease")
+            replica = existing
         self.set_load(
             replica.id, outstanding_tokens=replica.outstanding_tokens + tokens, active_leases=replica.active_leases + 1
         )

@@ -12,6 +12,7 @@ request always give the same decision.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
 
 from .decision import Candidate, Decision, PlacementRequest, ScoredCandidate, Tier
@@ -49,7 +50,7 @@ def place(fleet: FleetState, request: PlacementRequest, config: PlacementConfig 
     if request.priority != "low_priority" and not capped:  # low priority never scales up: warm replicas or wait
         degrees = _degrees_within_quota(fleet, request, model)
         quota_blocked = not degrees
-        found: dict[tuple[str, str, str], int] = {}  # shared across degrees: the smallest gang fills it first
+        found: dict[Shelf, int] = {}  # shared across degrees: the smallest gang fills it first
         for degree in degrees:
             _add_new_replica_candidates(fleet, request, model, trust, degree, config, found, rejections, scored)
     if not scored:
@@ -140,7 +141,7 @@ def _add_new_replica_candidates(
     trust: Trust,
     degree: int,
     config: PlacementConfig,
-    found: dict[tuple[str, str, str], int],
+    found: dict[Shelf, int],
     rejections: dict[str, int],
     scored: list[tuple[float, tuple, Candidate]],
 ) -> None:
@@ -163,7 +164,7 @@ def _add_new_replica_candidates(
     search.read_shelves(groups)
 
 
-Shelf = tuple[str, str, str]  # (locality tier, capacity class, GPU type)
+Shelf = tuple[Tier, str, str]  # (locality tier, capacity class, GPU type)
 
 
 class _NewReplicaSearch:
@@ -193,7 +194,7 @@ class _NewReplicaSearch:
         self.need = model.memory_gib / degree
         self.owner = boundary_owner(request, trust)
         self.cached = fleet.cached.get(request.model, set())
-        self.dcs_with_weights = fleet.weights_in_dc.get(request.model, {})
+        self.dcs_with_weights: Mapping[str, int] = fleet.weights_in_dc.get(request.model, {})
         self.k = config.candidates_per_tier
         self.prune = min(vars(config.weights).values()) >= 0  # the floors hold only then
         self.best_two = sorted(total for total, _, _ in scored)[:2]
@@ -201,7 +202,7 @@ class _NewReplicaSearch:
         self.open_disk_shelves: set[Shelf] = set()
         # An isolated tenant may take only devices no one uses, or its own (read apart, first).
         self.index = fleet.empty_index if self.owner is not None else fleet.free_index
-        self.own_nodes = fleet.isolated_nodes.get(self.owner, {}) if self.owner is not None else {}
+        self.own_nodes: Mapping[str, int] = fleet.isolated_nodes.get(self.owner, {}) if self.owner is not None else {}
         # A model in a few caches has them all read; one in thousands (a popular model) finds its cached nodes
         # among the free-capacity index's nodes instead, where most of them are (most are full).
         self.few_caches = len(self.cached) <= DISK_SCAN_LIMIT
@@ -275,7 +276,7 @@ class _NewReplicaSearch:
         by_shelf: dict[Shelf, list[tuple[str, str, str]]] = {}
         for group in groups:
             dc, type_name, capacity = group
-            tier = "datacenter" if dc in self.dcs_with_weights else "origin"
+            tier: Tier = "datacenter" if dc in self.dcs_with_weights else "origin"
             by_shelf.setdefault((tier, capacity, type_name), []).append(group)
         for shelf in sorted(by_shelf, key=lambda sh: (self.floor(sh[0], sh[2]) if self.prune else 0.0, sh)):
             self.read_shelf(shelf, by_shelf[shelf])
@@ -283,7 +284,7 @@ class _NewReplicaSearch:
     def read_shelf(self, shelf: Shelf, groups: list[tuple[str, str, str]]) -> None:
         """One shelf's nodes across its datacenters, tightest fit first; cached ones fill the disk shelf."""
         tier, capacity, type_name = shelf
-        disk_shelf = ("disk", capacity, type_name)
+        disk_shelf: Shelf = ("disk", capacity, type_name)
         wants_disk = not self.few_caches and self.still_open(disk_shelf)  # cached nodes sit in their dc's groups
         wants_here = self.still_open(shelf)
         if not (wants_disk or wants_here):
@@ -297,7 +298,7 @@ class _NewReplicaSearch:
                 if wants_disk:
                     self.consider(self.fleet.nodes[node_id], "disk")
             elif wants_here:
-                self.consider(self.fleet.nodes[node_id], tier)  # type: ignore[arg-type]
+                self.consider(self.fleet.nodes[node_id], tier)
             wants_disk = wants_disk and self.still_open(disk_shelf)
             wants_here = self.still_open(shelf)
 

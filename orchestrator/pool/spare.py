@@ -43,14 +43,16 @@ class SpareReplicas:
 
     def remove(self, slot: SpareSlot) -> None:
         classes = self._classes.get(slot.key)
-        entries = classes.get(slot.replica_class) if classes else None
+        if classes is None:
+            return
+        entries = classes.get(slot.replica_class)
         if not entries:
             return
         i = bisect_left(entries, slot.entry)
         if i < len(entries) and entries[i] == slot.entry:
             del entries[i]
         if not entries:
-            del classes[slot.replica_class]  # type: ignore[union-attr]
+            del classes[slot.replica_class]
 
     def classes(self, key: SpareKey) -> Iterator[list[Entry]]:
         """Each class's replicas, best first; the classes in a fixed order (so decisions never depend on history)."""

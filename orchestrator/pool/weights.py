@@ -67,11 +67,19 @@ def tuned(overrides: Mapping[str, float], base: PlacementConfig = DEFAULT_CONFIG
     """`base` with an operator's values (BerthConfig.placement_overrides): a field's name, or `weights.<name>`
     for a scorer's weight. An unknown name is refused by name, never ignored."""
     weights = {k.removeprefix("weights."): v for k, v in overrides.items() if k.startswith("weights.")}
-    rest = {k: v for k, v in overrides.items() if not k.startswith("weights.")}
+    rest = {k: v for k, v in overrides.items() if not k.startswith("weights.") and k != "candidates_per_tier"}
     known = {f"weights.{f.name}" for f in fields(ScorerWeights)} | {f.name for f in fields(PlacementConfig)} - {
         "weights"
     }
     unknown = set(overrides) - known
     if unknown:
         raise ValueError(f"placement: no setting named {', '.join(sorted(unknown))}")
-    return replace(base, weights=replace(base.weights, **weights), **rest)
+    per_tier = _count("candidates_per_tier", overrides.get("candidates_per_tier", base.candidates_per_tier))
+    return replace(base, weights=replace(base.weights, **weights), candidates_per_tier=per_tier, **rest)
+
+
+def _count(name: str, value: float) -> int:
+    """A count setting takes a whole number only: 2.5 candidates per shelf would never close a shelf."""
+    if not float(value).is_integer():
+        raise ValueError(f"placement: {name} must be a whole number, not {value}")
+    return int(value)

@@ -16,6 +16,7 @@ as the live workflow does on its lease's release; the policy's scaler may act on
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -29,6 +30,7 @@ from sdk.wire.recovery import Cut, avoid_after
 from ..pool.admission import may_go
 from ..pool.decision import Decision, PlacementRequest
 from ..pool.fleet import Booking, FleetState, ModelSpec
+from ..pool.intents import IntentKind
 from ..pool.queue import WaitQueue
 from ..pool.scaler import ModelDemand, ScaleDown, ScaleUp
 from ..pool.scorers import load_seconds
@@ -208,7 +210,7 @@ class Simulation:
             tokens=call.prompt + math.ceil(call.remaining),
             prompt_tokens=call.prompt,
             tenant=call.session.plan.tenant,
-            priority=call.session.plan.priority,  # type: ignore[arg-type]
+            priority=call.session.plan.priority,
             exclude_nodes=frozenset(call.exclude_nodes),
             exclude_spot_zones=frozenset(call.avoid_spot_zones),
             previous_replica=call.session.previous_replica,
@@ -351,7 +353,7 @@ class Simulation:
         if done.spawn is not None:
             self.intents.announce(done.spawn.session_id, done.spawn.calls[0].model, "spawn", self.now)
         elif session.index + 1 < len(session.plan.calls):
-            kind = "awaiting_input" if done.ends_turn else "tool_calls"
+            kind: IntentKind = "awaiting_input" if done.ends_turn else "tool_calls"
             self.intents.announce(
                 session.plan.session_id, session.plan.calls[session.index + 1].model, kind, self.now, replica_id
             )
@@ -528,7 +530,7 @@ class Simulation:
                 if replica is not None and replica.state == "warm" and replica.active_leases == 0:
                     self._unload(action.replica_id)
             else:
-                decision = self._timed(lambda model=action.model: self.policy.new_replica(self.fleet, model))
+                decision = self._timed(functools.partial(self.policy.new_replica, self.fleet, action.model))
                 if decision.chosen is not None:
                     self._start_replica(decision, prewarm=action if action.prewarm else None)
         for model in sorted(self._waiting):
@@ -584,7 +586,8 @@ class Simulation:
         ]
         zone = self.fleet.nodes[node_id].zone
         for call in sorted(cut, key=lambda c: c.key):
-            rep = self._replicas[call.booking.replica_id]  # type: ignore[union-attr]
+            assert call.booking is not None  # cut holds leased calls, and each is released only in its turn
+            rep = self._replicas[call.booking.replica_id]
             generating = id(call) in self._serving.get(rep.record.replica_id, set())
             written = 0
             if generating:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from sdk.wire.recovery import DEFAULT_RECOVERY, RecoveryRule
 
+from ..pool.decision import Priority
+
 
 @dataclass(frozen=True)
 class CallPlan:
@@ -33,7 +35,7 @@ class SessionPlan:
     arrival_s: float
     calls: tuple[CallPlan, ...]
     tenant: str = "default"
-    priority: str = "interactive"
+    priority: Priority = "interactive"
     recovery: tuple[RecoveryRule, ...] = DEFAULT_RECOVERY  # as a task's spec names them (TaskSpec.recovery)
 
     def __post_init__(self) -> None:

@@ -189,7 +189,7 @@ def new_replica_decision(
 def weights_tier(fleet: FleetState, model: str, node: Node) -> Tier:
     if node.id in fleet.cached.get(model, ()):
         return "disk"
-    if fleet.weights_in_dc.get(model, {}).get(node.datacenter, 0) > 0:
+    if fleet.caching_in(model, node.datacenter) > 0:
         return "datacenter"
     return "origin"
 

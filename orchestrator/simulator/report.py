@@ -220,9 +220,13 @@ def warm_pool_figures(report: PolicyReport, reports: Mapping[str, PolicyReport])
         return None if mine is None or not theirs else mine / theirs
 
     figures = [
-        ("cold-start seconds ÷ k8s-spread's", ratio(report.cold_start_s, spread and spread.cold_start_s), 0.2),
-        ("GPU-hours ÷ k8s-spread's", ratio(report.gpu_hours, spread and spread.gpu_hours), 0.6),
-        ("TTFT p99 ÷ always-warm's", ratio(report.ttft_p99_s, warm and warm.ttft_p99_s), 1.2),
+        (
+            "cold-start seconds ÷ k8s-spread's",
+            ratio(report.cold_start_s, spread.cold_start_s if spread is not None else None),
+            0.2,
+        ),
+        ("GPU-hours ÷ k8s-spread's", ratio(report.gpu_hours, spread.gpu_hours if spread is not None else None), 0.6),
+        ("TTFT p99 ÷ always-warm's", ratio(report.ttft_p99_s, warm.ttft_p99_s if warm is not None else None), 1.2),
         ("calls meeting a cold start on a model used in the hour before", report.recent_cold_start_share, 0.01),
     ]
     return [

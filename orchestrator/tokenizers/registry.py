@@ -50,7 +50,7 @@ class ModelTokenizers:
         key = _key(entry)
         if key is None:
             return None
-        assert entry is not None
+        assert entry is not None and entry.weights is not None  # _key keys only weights that name a tokenizer
         known = self._loaded.get(key)
         if isinstance(known, ModelTokenizer):
             return known
@@ -62,7 +62,7 @@ class ModelTokenizers:
                 raise known.error
             try:
                 vocabulary = self.files.vocabulary(entry)
-                loaded = ModelTokenizer(vocabulary, f"{entry.name}: {entry.weights.tokenizer}")  # type: ignore[union-attr]
+                loaded = ModelTokenizer(vocabulary, f"{entry.name}: {entry.weights.tokenizer}")
             except TokenizerUnreadable as exc:
                 self._loaded[key] = _Failed(exc, time.monotonic())
                 raise
@@ -73,8 +73,10 @@ class ModelTokenizers:
         """The entry's tokenizer if it is loaded; else None, and it starts loading in a thread. For callers on an
         event loop (a node routing a step), which count by litellm's formula until it is there."""
         key = _key(entry)
-        known = self._loaded.get(key) if key is not None else None
-        if isinstance(known, ModelTokenizer) or key is None:
+        if key is None:
+            return None
+        known = self._loaded.get(key)
+        if isinstance(known, ModelTokenizer):
             return known
         with self._guard:
             if key in self._loading:

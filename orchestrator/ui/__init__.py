@@ -7,6 +7,7 @@ refusal pages that UI requests get instead of the API's JSON errors.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -65,7 +66,7 @@ def install(app: FastAPI, store: Store) -> FleetHistory:
         if is_ui_path(request.url.path):
             return await error_page(request, exc.status, exc.message)
         if api_error_handler is not None:
-            return await api_error_handler(request, exc)
+            return await _answer(api_error_handler(request, exc))
         return error_response(exc.status, exc.message, field=exc.field, code=exc.code, headers=exc.headers)
 
     validation_handler = app.exception_handlers.get(RequestValidationError)
@@ -78,13 +79,18 @@ def install(app: FastAPI, store: Store) -> FleetHistory:
             message = f"{refusal.field}: {refusal.message}" if refusal.field else refusal.message
             return await error_page(request, refusal.status, message)
         if validation_handler is not None:
-            return await validation_handler(request, exc)
+            return await _answer(validation_handler(request, exc))
         refusal = validation_refusal(exc)
         return error_response(refusal.status, refusal.message, field=refusal.field)
 
     app.state.failed_logins = login.FailedSignIns()
     app.state.fleet_history = FleetHistory(store)
     return app.state.fleet_history
+
+
+async def _answer(handled: Response | Awaitable[Response]) -> Response:
+    """The API's own handler's answer: Starlette lets a handler be sync, so it may be no awaitable."""
+    return handled if isinstance(handled, Response) else await handled
 
 
 async def error_page(request: Request, status: int, message: str) -> Response:

@@ -53,7 +53,7 @@ class FleetHistory:
         self.samples: deque[Sample] = deque(maxlen=int(KEPT_FOR.total_seconds() / SAMPLE_EVERY_S) + 1)
 
     def sample(self) -> None:
-        replicas = Counter(r.state for r in self.store.fleet.replicas())
+        replicas: Counter[str] = Counter(r.state for r in self.store.fleet.replicas())
         nodes = {
             n.node_id: node_gpus(n.gpus)
             for n in self.store.fleet.list()

@@ -50,6 +50,9 @@ class KeepAliveRow:
     why: str  # "learned from 254 idle gaps", …
 
 
+PrewarmUsed = Literal["yes", "no", "not-yet"]
+
+
 @dataclass(frozen=True)
 class PrewarmRow:
     """A replica the scaler started ahead of demand: `used` is yes, no (ended unused) or not-yet (still up)."""
@@ -57,7 +60,7 @@ class PrewarmRow:
     replica_id: str
     started_at: datetime
     reason: str
-    used: Literal["yes", "no", "not-yet"]
+    used: PrewarmUsed
     used_text: str
     ended_at: datetime | None
 
@@ -106,6 +109,7 @@ def _keep_alive_row(k: KeepAliveView) -> KeepAliveRow:
 
 
 def _prewarm_row(p: PrewarmView) -> PrewarmRow:
+    used: PrewarmUsed
     if p.used_at is not None:
         used, text = "yes", f"yes, {duration((p.used_at - p.started_at).total_seconds())} after it started"
     elif p.ended_at is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -331,7 +331,7 @@ async def tasks_page(
     refusals = sort_refusals(filters, statuses)
     after, before, time_refusals = time_bounds(within, since, until, now)
     refusals |= time_refusals
-    context = dict(
+    context: dict[str, Any] = dict(  # the template's own variables, as render takes them
         filters=filters,
         statuses=statuses,
         within_words=WITHIN_WORDS,

@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -302,7 +302,7 @@ async def _stream(
     served_name: str,
     include_usage: bool,
     on_complete: Callable[[], None],
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     yield _event(reply, served_name, {"role": "assistant", "content": ""})
     async for delta in _deltas(pieces, reply, parser):
         reply.deltas.append(delta)
@@ -317,7 +317,7 @@ async def _stream(
     yield _closing(reply, served_name, include_usage)
 
 
-async def _replayed(reply: _Reply, served_name: str, include_usage: bool) -> AsyncIterator[str]:
+async def _replayed(reply: _Reply, served_name: str, include_usage: bool) -> AsyncGenerator[str, None]:
     yield _event(reply, served_name, {"role": "assistant", "content": ""})
     for delta in reply.deltas:
         yield _event(reply, served_name, delta)

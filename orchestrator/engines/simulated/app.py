@@ -16,7 +16,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -264,7 +264,7 @@ async def _stream(
     latency_scale: float,
     progress: _StreamProgress,
     on_complete: Callable[[], None],
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """SSE events at the model's pace: role after TTFT, then deltas, then finish, usage and [DONE]."""
     model = call.model
     if model.ttft_s * latency_scale > 0:

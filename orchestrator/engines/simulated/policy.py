@@ -20,7 +20,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 SPAWN_AGENT = "spawn_agent"
 ASK_HUMAN = "ask_human"
@@ -212,7 +212,8 @@ def _number(kind: str, schema: dict[str, Any], subject: str) -> int | float:
     return int(value) if kind == "integer" else value
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
+    """A JSON number: bool is an int to Python, not to JSON Schema."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -376,7 +377,7 @@ def _offered(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
     """Offered tool name -> its parameters schema, in the order offered."""
     out: dict[str, dict[str, Any]] = {}
     for tool in tools or []:
-        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        fn = tool.get("function", tool)
         if isinstance(fn, dict) and isinstance(fn.get("name"), str):
             params = fn.get("parameters")
             out.setdefault(fn["name"], params if isinstance(params, dict) else {})

@@ -38,12 +38,12 @@ class FinishedReplies(Generic[T]):
     def get(self, key: str | None, request_fingerprint: str, max_tokens: int) -> T | None:
         """The finished reply to replay for this request, if there is one that fits."""
         found = self._replies.get(key) if key is not None else None
-        if found is None:
+        if key is None or found is None:
             return None
         stored_fingerprint, completion_tokens, reply = found
         if stored_fingerprint != request_fingerprint or completion_tokens > max_tokens:
             return None
-        self._replies.move_to_end(key)  # type: ignore[arg-type]
+        self._replies.move_to_end(key)
         return reply
 
     def remember(self, key: str | None, request_fingerprint: str, completion_tokens: int, reply: T) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 import httpx
@@ -75,8 +75,8 @@ def http_transfer(
     offset: int,
     headers: Mapping[str, str] | None = None,
     named: str | None = None,
-    refused=None,
-) -> Iterator[Transfer]:  # type: ignore[no-untyped-def]
+    refused: Callable[[httpx.Response], str] | None = None,
+) -> Iterator[Transfer]:
     """GET `url` from byte `offset`, as a `Transfer`. A 4xx is a `WeightsFetchError` naming `named` (the URL
     the catalogue gave, which may differ from the one requested) and the status; a 5xx, 429, a refused
     connection or a cut stream is a `TransferCut`."""

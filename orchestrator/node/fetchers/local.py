@@ -6,6 +6,7 @@ import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from ..weights_files import CHUNK_BYTES, Revision, RevisionFile
@@ -69,7 +70,7 @@ class PackageFetcher(FileFetcher):
         return self.path_of(revision, file)
 
 
-def _read(f) -> Iterator[bytes]:  # type: ignore[no-untyped-def]
+def _read(f: BinaryIO) -> Iterator[bytes]:
     while True:
         try:
             chunk = f.read(CHUNK_BYTES)

@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import httpx
@@ -21,6 +22,11 @@ import httpx
 from ..weights_files import CHUNK_BYTES, Revision, RevisionFile
 from ._protocol import Transfer, TransferCut, WeightsFetchError
 from .http import HttpFetcher
+
+if TYPE_CHECKING:  # the stubs (boto3-stubs[s3]) are a dev dependency; boto3 itself is optional at run time
+    from botocore.response import StreamingBody
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import GetObjectRequestTypeDef
 
 ENDPOINT_ENV = "BERTH_S3_ENDPOINT"
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-\d+/(\d+)")
@@ -40,7 +46,7 @@ def object_key(revision: Revision, file: RevisionFile) -> tuple[str, str]:
     return bucket, f"{prefix}/{file.path}" if prefix else file.path
 
 
-def _boto3_credentials() -> object | None:
+def _boto3_credentials() -> S3Client | None:
     """boto3's S3 client when boto3 is installed and finds credentials; None to read anonymously."""
     try:
         import boto3
@@ -58,7 +64,7 @@ def _boto3_credentials() -> object | None:
 class S3Fetcher(HttpFetcher):
     """Objects under `s3://bucket/prefix`, one per revision file."""
 
-    def __init__(self, client: object | None = None, use_boto3: bool = True) -> None:
+    def __init__(self, client: S3Client | None = None, use_boto3: bool = True) -> None:
         super().__init__()
         self._s3 = client if client is not None else (_boto3_credentials() if use_boto3 else None)
 
@@ -89,18 +95,20 @@ class S3Fetcher(HttpFetcher):
             with super().open(revision, file, offset) as transfer:
                 yield transfer
             return
-        with self._signed(revision, file, offset) as transfer:
+        with self._signed(self._s3, revision, file, offset) as transfer:
             yield transfer
 
     @contextmanager
-    def _signed(self, revision: Revision, file: RevisionFile, offset: int) -> Iterator[Transfer]:
+    def _signed(self, s3: S3Client, revision: Revision, file: RevisionFile, offset: int) -> Iterator[Transfer]:
         from botocore.exceptions import BotoCoreError, ClientError
 
         bucket, key = object_key(revision, file)
         named = self.url_of(revision, file)
-        args = {"Bucket": bucket, "Key": key, **({"Range": f"bytes={offset}-"} if offset else {})}
+        args: GetObjectRequestTypeDef = {"Bucket": bucket, "Key": key}
+        if offset:
+            args["Range"] = f"bytes={offset}-"
         try:
-            answer = self._s3.get_object(**args)  # type: ignore[attr-defined]
+            answer = s3.get_object(**args)
         except ClientError as exc:
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             code = exc.response.get("Error", {}).get("Code", "")
@@ -121,7 +129,7 @@ class S3Fetcher(HttpFetcher):
             body.close()
 
 
-def _body_chunks(body, named: str) -> Iterator[bytes]:  # type: ignore[no-untyped-def]
+def _body_chunks(body: StreamingBody, named: str) -> Iterator[bytes]:
     from botocore.exceptions import BotoCoreError
 
     try:

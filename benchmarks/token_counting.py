@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from orchestrator.engines.llamacpp.model import LlamaModel
     from orchestrator.engines.llamacpp.server import EngineThread
-    from orchestrator.node.fetchers import PackageFetcher
-    from orchestrator.node.weights_files import Revision
+    from orchestrator.weights.fetchers import PackageFetcher
+    from orchestrator.weights.files import Revision
 
     entry = next(m for m in SEED_MODELS if m.name == MODEL)
     revision = Revision.of(entry)

@@ -46,17 +46,17 @@ from starlette.routing import Route
 from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
 from orchestrator.engines.serving import listening_socket
-from orchestrator.node.fetchers import origin_fetcher
 from orchestrator.node.peer_fetch import fill_from_peers
 from orchestrator.node.peer_server import CacheBlobs, PeerServer, Throttle
 from orchestrator.node.peer_tickets import PeerTickets
 from orchestrator.node.transfers import TransferLog
 from orchestrator.node.weights_cache import WeightsCache
-from orchestrator.node.weights_files import Revision, sha256_of
 from orchestrator.node.weights_fill import fill_revision
 from orchestrator.pool import DEFAULT_CONFIG, Device, FleetState, ModelSpec, Node, PlacementRequest, place
 from orchestrator.server import create_app
 from orchestrator.store import Store
+from orchestrator.weights.fetchers import origin_fetcher
+from orchestrator.weights.files import Revision, sha256_of
 from sdk.wire.catalogue import ModelEntry, WeightsFile, WeightsSource
 from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 

@@ -108,11 +108,11 @@ async def _run(args: argparse.Namespace) -> int:
     from ..node.peer_fetch import fill_from_peers
     from ..node.replicas import ReplicaManager
     from ..node.transfers import TransferLog
-    from ..node.weights_files import Revision
     from ..node.weights_fill import FillReport
     from ..telemetry import install_metrics
     from ..telemetry.tracing import configure_tracing
     from ..temporal import connect_temporal
+    from ..weights.files import Revision
     from ..weights_transfer import DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S
 
     configure_tracing("berth-node")

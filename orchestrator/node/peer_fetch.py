@@ -28,11 +28,11 @@ import httpx
 
 from sdk.wire.peers import PEER_FILES_PATH, PEER_TICKET_HEADER, PeerTicket, TransferOutcome, TransferReport
 
-from .fetchers import SourceTier, Transfer, WeightsFetchError, http_transfer
-from .fetchers.http import TIMEOUT
+from ..weights.fetchers import SourceTier, Transfer, WeightsFetchError, http_transfer
+from ..weights.fetchers.http import TIMEOUT
+from ..weights.files import Revision, RevisionFile, WeightsIntegrityError
 from .peer_tickets import NoPeer, PeerTickets
 from .weights_cache import WeightsCache
-from .weights_files import Revision, RevisionFile, WeightsIntegrityError
 from .weights_fill import FillReport, fill_revision
 
 log = logging.getLogger("berth.node.peers")

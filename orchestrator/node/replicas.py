@@ -31,9 +31,9 @@ from sdk.wire.catalogue import ModelEntry
 from sdk.wire.fleet import ReplicaReport, ReplicaState
 from sdk.wire.node_io import FetchSource, LoadedTier
 
+from ..weights.files import Revision
 from .metrics import record_fetch, record_load
 from .weights_cache import LoadPlan, WeightsCache
-from .weights_files import Revision
 from .weights_fill import FillReport, RevisionSource, fill_from_origin
 
 log = logging.getLogger("berth.node.replicas")

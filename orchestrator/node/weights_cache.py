@@ -7,7 +7,7 @@ cache's `contents()` from heartbeats to score the "weights on local disk" tier.
 
 Two kinds of entry share one capacity, one LRU order and one set of pins:
 - a **revision** of a model with real weights (`Revision`: files with sha256 and size), keyed by
-  its content digest and kept as real, verified files (`weights_files.BlobStore`: blobs by
+  its content digest and kept as real, verified files (`orchestrator/weights/files.py`'s `BlobStore`: blobs by
   sha256, and `revisions/<digest>/` laid out as the revision names its files, where engines start);
 - a **simulated** model (catalogue `weights: null`), keyed by name: `record_loaded` writes a sparse
   file of the weights' size, so capacity, eviction and restart are real while the simulated engine
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
-from .weights_files import BlobStore, Revision, RevisionFile, WeightsCacheError, WeightsIntegrityError
+from ..weights.files import BlobStore, Revision, RevisionFile, WeightsCacheError, WeightsIntegrityError
 
 log = logging.getLogger(__name__)
 

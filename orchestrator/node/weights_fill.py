@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .fetchers import LocalSource, SourceTier, TransferCut, WeightsFetcher, WeightsFetchError, origin_fetcher
+from ..weights.fetchers import LocalSource, SourceTier, TransferCut, WeightsFetcher, WeightsFetchError, origin_fetcher
+from ..weights.files import CHUNK_BYTES, Revision, RevisionFile, WeightsIntegrityError, sha256_of
 from .weights_cache import WeightsCache
-from .weights_files import CHUNK_BYTES, Revision, RevisionFile, WeightsIntegrityError, sha256_of
 
 log = logging.getLogger("berth.node.weights")
 

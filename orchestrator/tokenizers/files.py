@@ -2,7 +2,7 @@
 
 The control plane counts every fleet step's prompt but holds no node's weights cache, so it reads the
 tokenizer from the catalogue entry's origin through the same fetchers a node fills its cache with
-(orchestrator/node/fetchers: file://, package://, http(s)://, hf://, s3://):
+(orchestrator/weights/fetchers: file://, package://, http(s)://, hf://, s3://):
 - a GGUF file's tokenizer is in its metadata, at the start of the file: the transfer is read only as
   far as the metadata goes (about 1.8 MB of SmolLM2's 98 MB; a few MB of any model) and then closed;
   those bytes are kept as `<data_dir>/tokenizers/<sha256>.gguf-head`. A prefix cannot be checked
@@ -21,8 +21,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from orchestrator.node.fetchers import TransferCut, WeightsFetchError, origin_fetcher
-from orchestrator.node.weights_files import Revision, RevisionFile
+from orchestrator.weights.fetchers import TransferCut, WeightsFetchError, origin_fetcher
+from orchestrator.weights.files import Revision, RevisionFile
 from sdk.wire.catalogue import ModelEntry
 
 from .gguf import GgufUnreadable, read_metadata

@@ -24,17 +24,17 @@ import uvicorn
 
 from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
-from orchestrator.node.fetchers import origin_fetcher
 from orchestrator.node.peer_fetch import fill_from_peers
 from orchestrator.node.peer_server import CacheBlobs, PeerServer
 from orchestrator.node.peer_tickets import NoPeer, PeerTickets
 from orchestrator.node.weights_cache import WeightsCache
-from orchestrator.node.weights_files import Revision
 from orchestrator.node.weights_fill import fill_revision
 from orchestrator.server import create_app
 from orchestrator.store import Store
 from orchestrator.store.peers import DISPUTE_HOLD_S
 from orchestrator.store.tables import utcnow
+from orchestrator.weights.fetchers import origin_fetcher
+from orchestrator.weights.files import Revision
 from sdk.wire.catalogue import ModelEntry, WeightsFile, WeightsSource
 from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 from sdk.wire.peers import PEER_FILES_PATH, PEER_TICKET_HEADER, PeerTicketRequest

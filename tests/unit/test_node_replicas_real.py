@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.engines.replicas import ReplicaHandle, ReplicaSpec, SimulatedReplicaEngine
-from orchestrator.node.fetchers import WeightsFetchError
 from orchestrator.node.replicas import ReplicaManager, weights_path
 from orchestrator.node.weights_cache import WeightsCache
-from orchestrator.node.weights_files import Revision
 from orchestrator.node.weights_fill import FillReport, fill_from_origin
+from orchestrator.weights.fetchers import WeightsFetchError
+from orchestrator.weights.files import Revision
 from sdk import ModelEntry
 from tests.unit.weights_helpers import loopback_origin
 

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from orchestrator.node import WeightsCache, WeightsCacheError
-from orchestrator.node.fetchers import FileFetcher
-from orchestrator.node.weights_files import Revision, RevisionFile
 from orchestrator.node.weights_fill import fill_revision
+from orchestrator.weights.fetchers import FileFetcher
+from orchestrator.weights.files import Revision, RevisionFile
 
 CAPACITY = 10_000
 # Revisions drawn from a small pool of file contents, so revisions share files as real ones share a tokenizer.

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.node import WeightsCache, WeightsCacheError
-from orchestrator.node.fetchers import FileFetcher
-from orchestrator.node.weights_files import Revision, RevisionFile, WeightsIntegrityError
 from orchestrator.node.weights_fill import fill_revision
+from orchestrator.weights.fetchers import FileFetcher
+from orchestrator.weights.files import Revision, RevisionFile, WeightsIntegrityError
 from tests.unit.weights_helpers import blob_bytes, make_revision
 
 

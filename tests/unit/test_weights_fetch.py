@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.node import WeightsCache
-from orchestrator.node.fetchers import (
+from orchestrator.node.weights_fill import FillReport, fill_revision
+from orchestrator.weights.fetchers import (
     FileFetcher,
     HfFetcher,
     HttpFetcher,
@@ -22,9 +23,8 @@ from orchestrator.node.fetchers import (
     WeightsFetchError,
     origin_fetcher,
 )
-from orchestrator.node.fetchers.hf import parse_hf_origin
-from orchestrator.node.weights_files import Revision, WeightsIntegrityError
-from orchestrator.node.weights_fill import FillReport, fill_revision
+from orchestrator.weights.fetchers.hf import parse_hf_origin
+from orchestrator.weights.files import Revision, WeightsIntegrityError
 from tests.unit.weights_helpers import loopback_origin, make_revision
 
 MB = 1 << 20

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.node.weights_files import Revision, RevisionFile
+from orchestrator.weights.files import Revision, RevisionFile
 
 
 def make_revision(root: Path, files: dict[str, bytes], model: str = "tiny", origin: str | None = None) -> Revision:

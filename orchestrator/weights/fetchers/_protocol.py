@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 from urllib.parse import quote
 
-from ..weights_files import Revision, RevisionFile, WeightsCacheError
+from ..files import Revision, RevisionFile, WeightsCacheError
 
 SourceTier = Literal["datacenter", "origin"]
 

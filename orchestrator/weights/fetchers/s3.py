@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ..weights_files import CHUNK_BYTES, Revision, RevisionFile
+from ..files import CHUNK_BYTES, Revision, RevisionFile
 from ._protocol import Transfer, TransferCut, WeightsFetchError
 from .http import HttpFetcher
 

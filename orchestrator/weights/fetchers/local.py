@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
-from ..weights_files import CHUNK_BYTES, Revision, RevisionFile
+from ..files import CHUNK_BYTES, Revision, RevisionFile
 from ._protocol import SourceTier, Transfer, TransferCut, WeightsFetchError, origin_url
 
 

@@ -13,7 +13,7 @@ import os
 
 import httpx
 
-from ..weights_files import Revision, RevisionFile
+from ..files import Revision, RevisionFile
 from ._protocol import WeightsFetchError
 from .http import HttpFetcher
 

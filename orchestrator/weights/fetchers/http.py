@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from ..weights_files import Revision, RevisionFile
+from ..files import Revision, RevisionFile
 from ._protocol import SourceTier, Transfer, TransferCut, WeightsFetchError, origin_url
 
 # Connecting takes milliseconds when the origin is up; a read that waits a minute is a stalled

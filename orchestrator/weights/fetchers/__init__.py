@@ -9,7 +9,7 @@ is not the catalogue's and fetching it again is `orchestrator.node.weights_fill`
 every source; so a new source (a datacenter peer) is one class implementing `WeightsFetcher`.
 """
 
-from ..weights_files import Revision
+from ..files import Revision
 from ._protocol import LocalSource, SourceTier, Transfer, TransferCut, WeightsFetcher, WeightsFetchError, origin_url
 from .hf import HfFetcher
 from .http import HttpFetcher, http_transfer

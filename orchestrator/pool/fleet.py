@@ -471,7 +471,7 @@ class FleetState:
     def _reindex(self, node: Node) -> None:
         devices = empty = None
         if node.schedulable and not node.dedicated_to:
-            devices = [DeviceFree(d.type_name, d.free_gib) for d in node.devices]
+            devices = [DeviceFree(d.type_name, d.free_gib, d.replicas > 0) for d in node.devices]
             empty = [DeviceFree(d.type_name, d.free_gib) for d in node.devices if d.replicas == 0]
         self.free_index.update(node.id, node.datacenter, node.capacity, devices)
         self.empty_index.update(node.id, node.datacenter, node.capacity, empty)

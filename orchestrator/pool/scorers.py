@@ -141,8 +141,8 @@ def fragmentation(request: PlacementRequest, cand: Candidate, fleet: FleetState,
     for i in cand.devices:
         dev = node.device(i)
         leftover += max(dev.free_gib - need, 0.0) / dev.memory_gib
-    whole_node_free = all(d.replicas == 0 for d in node.devices)
-    breaks_node = whole_node_free and len(cand.devices) < len(node.devices)
+    # A gang that takes every device breaks nothing: the scan of the node's devices is only for a smaller one.
+    breaks_node = len(cand.devices) < len(node.devices) and all(d.replicas == 0 for d in node.devices)
     return leftover + (1.0 if breaks_node else 0.0)
 
 

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+from datetime import timedelta
 from typing import Any
 
 from opentelemetry import trace
@@ -36,6 +37,9 @@ from .wire.contracts import TOOL_ACTIVITY, ToolCallInput, ToolCallResult
 from .wire.limits import MAX_TOOL_RESULT_CHARS
 
 log = logging.getLogger("berth.tools")
+# A stopping tool worker waits this long for the tool calls it runs to finish and be recorded before it cancels
+# them: inside `berth up`'s and Kubernetes' usual grace before SIGKILL (10 s, 30 s).
+TOOL_GRACE_S = 5.0
 
 
 class ToolRunner:
@@ -157,12 +161,15 @@ def tool_worker(
     client: TemporalClient, agent: Agent, mcp: McpToolbox | None = None, max_concurrent: int = 100
 ) -> Worker:
     """The Temporal worker that runs `agent`'s tools, for a program that owns its Temporal client and its
-    workers' lifetime (enter it as an async context): what serve() runs, without registering the agent."""
+    workers' lifetime (enter it as an async context): what serve() runs, without registering the agent.
+    Asked to stop, it gives the tool calls in flight TOOL_GRACE_S to finish and be recorded (a call cut off
+    is run again by its retry)."""
     return Worker(
         client,
         task_queue=agent.spec().task_queue,
         activities=[ToolRunner(agent, mcp).run_tool],
         max_concurrent_activities=max_concurrent,
+        graceful_shutdown_timeout=timedelta(seconds=TOOL_GRACE_S),
     )
 
 

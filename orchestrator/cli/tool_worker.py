@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -53,12 +55,27 @@ def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
         )
 
     try:
-        asyncio.run(_with_retry(start))
+        asyncio.run(_until_terminated(start))
     except KeyboardInterrupt:
         pass
     except (InvalidSpec, McpUnreachable) as exc:
         return fail(exc.message, exc.field)
     return 0
+
+
+async def _until_terminated(start: Callable[[], Awaitable[None]]) -> None:
+    """Serve until Ctrl-C or SIGTERM, both of which cancel serve() so its workers shut down and let the tool
+    calls in flight finish and be recorded. Python's default SIGTERM ended the process on the spot: under
+    `berth up` a restart then ran again a tool call that had already run (its result never reached Temporal)."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    if main is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals off the main thread or on Windows
+            loop.add_signal_handler(signal.SIGTERM, main.cancel)
+    try:
+        await _with_retry(start)
+    except asyncio.CancelledError:
+        return
 
 
 async def _with_retry(start: Callable[[], Awaitable[None]], attempts: int = 60) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -18,6 +19,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from orchestrator.telemetry import install_metrics
+from tests.replay_check import assert_histories_replay, started_since
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -62,8 +64,14 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 @pytest.fixture
-def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
-    return temporal_env.client
+async def temporal_client(temporal_env: WorkflowEnvironment, request: pytest.FixtureRequest) -> AsyncIterator[Client]:
+    """The dev server's client; at the test's end, every Berth workflow the test started must replay on the
+    code under test (tests/replay_check.py), unless the test is marked `histories_may_not_replay` (a test
+    that wedges a workflow on purpose)."""
+    began = datetime.now(UTC) - timedelta(seconds=1)
+    yield temporal_env.client
+    if request.node.get_closest_marker("histories_may_not_replay") is None:
+        await assert_histories_replay(temporal_env.client, started_since(began), request.node.nodeid)
 
 
 def wait_http(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None) -> None:

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stack_flags(p)
     p.set_defaults(func=cmd_engine)
 
-    from . import agents, completion, keys, mcp, models, node, nodes, simulate, tasks, tenants
+    from . import agents, completion, keys, mcp, models, node, nodes, replay, simulate, tasks, tenants
 
     tasks.register(sub)
     agents.register(sub)
@@ -141,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     tenants.register(sub)
     mcp.register(sub)
     simulate.register(sub)
+    replay.register(sub)
     completion.register(sub, build_parser)
     return parser
 

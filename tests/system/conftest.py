@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -17,9 +18,12 @@ from typing import TypeVar
 
 import httpx
 import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from orchestrator.engines.simulated.usage import UsageTally
 from tests.conftest import ROOT, free_port
+from tests.replay_check import assert_histories_replay
 
 AGENTS = "orchestrator.demo.sample_agents:ALL"
 # Every stack runs with provider credentials set, as a real deployment would; test_secrets checks
@@ -37,6 +41,7 @@ class Stack:
     process: subprocess.Popen | None = None
     up_args: tuple[str, ...] = ()
     _http: httpx.Client | None = None
+    replayed: int = 0  # histories replayed at this stack's stops
 
     @classmethod
     def create(cls, tmp: Path, latency_scale: float = 0.3, load_time_scale: float = 0.02) -> Stack:
@@ -99,14 +104,24 @@ class Stack:
             time.sleep(0.5)
         raise TimeoutError(f"stack not ready: {self.log_tail()}")
 
-    def stop(self) -> None:
+    def stop(self, replay: bool = True) -> None:
+        """Stop the stack (SIGTERM, as an operator would), after checking that every history its Temporal holds
+        replays on the code under test (the gate of tests/replay_check.py): a failure fails the test."""
         if self.process is not None and self.process.poll() is None:
+            if replay:
+                self.replayed += asyncio.run(self._replay_all())
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+    async def _replay_all(self) -> int:
+        client = await Client.connect(
+            f"127.0.0.1:{self.env['BERTH_TEMPORAL_PORT']}", data_converter=pydantic_data_converter
+        )
+        return await assert_histories_replay(client, None, f"stack {self.data_dir.parent.name}")
 
     def child_pid(self, name: str) -> int:
         return int((self.data_dir / "run" / f"{name}.pid").read_text())

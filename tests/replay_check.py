@@ -1,0 +1,52 @@
+"""The suite's replay gate: every workflow a test ran must replay on the code under test.
+
+Each test that talks to Temporal (the `temporal_client` fixture, every `berth up` stack) ends by replaying the
+histories of the runs it started with Temporal's Replayer, configured as the orchestrator worker is; a history
+that does not replay fails the test, naming the workflow and the first event the code does not reproduce.
+With BERTH_EXPORT_HISTORIES=<folder> set, the histories are also written there: that is how the recorded
+corpus under tests/replay/histories was collected.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+from temporalio.client import Client
+
+from orchestrator.replay.judge import WORKER_WORKFLOWS, judge
+from orchestrator.replay.sources import export
+
+EXPORT_ENV = "BERTH_EXPORT_HISTORIES"
+# A test's own runs: more than any test starts; a stack's whole namespace is read at its stop.
+MAX_RUNS_PER_CHECK = 5000
+_BERTH_TYPES = {getattr(w, "__temporal_workflow_definition").name for w in WORKER_WORKFLOWS}
+
+
+def started_since(when: datetime) -> str:
+    return f'StartTime >= "{when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}"'
+
+
+async def assert_histories_replay(client: Client, query: str | None, label: str) -> int:
+    """Replay the runs of Berth's workflow types that `query` lists; AssertionError naming each that does not.
+    Returns how many were replayed."""
+    histories = []
+    async for execution in client.list_workflows(query, limit=MAX_RUNS_PER_CHECK):
+        if execution.workflow_type not in _BERTH_TYPES:
+            continue  # a test's own workflow: not Berth's code
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        histories.append(await handle.fetch_history())
+    folder = os.environ.get(EXPORT_ENV)
+    if folder:
+        for history in histories:
+            export(history, Path(folder) / _file_safe(label))
+    failing = [v for v in await judge(histories) if not v.replays]
+    assert not failing, f"{len(failing)} of {len(histories)} histories of {label} do not replay:\n" + "\n".join(
+        v.describe() for v in failing
+    )
+    return len(histories)
+
+
+def _file_safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:120]

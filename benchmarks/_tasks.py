@@ -9,7 +9,7 @@ from temporalio.client import Client
 
 from orchestrator.store import Store
 from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus, tool
-from sdk.wire.task_run import TaskRun
+from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 
 
 @tool
@@ -27,7 +27,13 @@ async def run_task(client: Client, store: Store, agent: Agent, queue: str, tool_
     """Run `agent` over `tool_steps` topics on `queue` (a worker from `build_worker` polls it); its final state."""
     task_id = f"bench-{uuid.uuid4().hex[:10]}"
     spec = TaskSpec(task_id=task_id, agent=agent.name, input=topics(tool_steps), budget=Budget(5_000_000))
-    run = TaskRun(task_id=task_id, spec=spec, agent=store.agents.get(agent.name), submitted_at=datetime.now(UTC))
+    run = TaskRun(
+        task_id=task_id,
+        spec=spec,
+        agent=store.agents.get(agent.name),
+        submitted_at=datetime.now(UTC),
+        workflow_version=CURRENT_WORKFLOW_VERSION,
+    )
     state = await client.execute_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=queue, result_type=TaskState)
     assert state.status == TaskStatus.completed, state.error
     return state

@@ -44,7 +44,7 @@ from temporalio.client import Client  # noqa: E402
 
 from orchestrator.store import Store  # noqa: E402
 from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus  # noqa: E402
-from sdk.wire.task_run import TaskRun
+from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 from workflows.fleet_step import GENERATE_HEARTBEAT  # noqa: E402
 
 from ._results import write_results  # noqa: E402
@@ -86,7 +86,13 @@ class Kill:
 async def _start_task(client: Client, store: Store) -> tuple[str, float]:
     task_id = f"bench-resume-{os.urandom(5).hex()}"
     spec = TaskSpec(task_id=task_id, agent=AGENT.name, input=topics(TOOL_STEPS), budget=Budget(5_000_000))
-    run = TaskRun(task_id=task_id, spec=spec, agent=store.agents.get(AGENT.name), submitted_at=datetime.now(UTC))
+    run = TaskRun(
+        task_id=task_id,
+        spec=spec,
+        agent=store.agents.get(AGENT.name),
+        submitted_at=datetime.now(UTC),
+        workflow_version=CURRENT_WORKFLOW_VERSION,
+    )
     started = time.time()
     await client.start_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=QUEUE)
     return task_id, started

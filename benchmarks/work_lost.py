@@ -42,7 +42,7 @@ import httpx  # noqa: E402
 
 from activities.heartbeats import HEARTBEAT_EVERY_S  # noqa: E402
 from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus  # noqa: E402
-from sdk.wire.task_run import TaskRun
+from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 
 from ._results import write_results  # noqa: E402
 from ._tasks import observe, topics  # noqa: E402
@@ -76,7 +76,13 @@ async def _start(fleet: TwoNodes) -> tuple[str, float]:
         input=f"{topics(TOOL_STEPS)}\nlength: {ANSWER_TOKENS} tokens",
         budget=Budget(1_000_000),
     )
-    run = TaskRun(task_id=task_id, spec=spec, agent=fleet.store.agents.get(AGENT.name), submitted_at=datetime.now(UTC))
+    run = TaskRun(
+        task_id=task_id,
+        spec=spec,
+        agent=fleet.store.agents.get(AGENT.name),
+        submitted_at=datetime.now(UTC),
+        workflow_version=CURRENT_WORKFLOW_VERSION,
+    )
     started = time.time()
     await fleet.client.start_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=QUEUE)
     return task_id, started

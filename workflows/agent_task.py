@@ -68,10 +68,12 @@ with workflow.unsafe.imports_passed_through():
         LoopToolResult,
         LoopTranscript,
     )
-    from sdk.wire.task_run import CarriedProgress, TaskRun
+    from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, CarriedProgress, TaskRun
     from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
     from .budget import BudgetViolation, TokenBudget
+    from .code_versions import EVENT_CLOCK, legacy_patched
+    from .event_clock import EventClock
     from .fleet_step import FleetStep, StepCut, Unplaceable
     from .options import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT
     from .own_loop import OwnLoop
@@ -79,10 +81,9 @@ with workflow.unsafe.imports_passed_through():
 
 # A tool worker may be restarting: wait this long for one before the call is reported as failed.
 TOOL_WORKER_WAIT = timedelta(minutes=10)
-# A tool call not done after this long asks whether any worker serves its queue (tasks that began before it waited
-# silently: their histories have no such check).
+# A tool call not done after this long asks whether any worker serves its queue.
 TOOL_WORKER_NOTICE = timedelta(seconds=5)
-CHECKS_TOOL_WORKERS = "checks-tool-workers"
+CHECKS_TOOL_WORKERS = "checks-tool-workers"  # the patch that added the check, in version-0 runs' histories
 # Each call is an activity (3 history events at least): 64 calls a step keep a step's history in the hundreds of
 # events, far from Temporal's 51,200-event limit, and no model needs more at once.
 MAX_TOOL_CALLS_PER_STEP = 64
@@ -96,6 +97,9 @@ class AgentTaskWorkflow:
     def __init__(self, run: TaskRun) -> None:
         self.run_input = run
         self.agent = run.agent
+        # The clock and continue-as-new hint that decisions read (code_versions.py, rule 3); set here, in the
+        # run's first workflow task, and at each event-fixed moment after.
+        self.clock = EventClock(event_fixed=run.workflow_version >= EVENT_CLOCK)
         carried = run.carried
         self.budget = TokenBudget(
             token_limit=carried.token_limit if carried else run.spec.budget.tokens,
@@ -113,12 +117,14 @@ class AgentTaskWorkflow:
             self._stop_waiting,
             lambda: self.cancel_reason is not None,
             self._record_event,
+            self.clock,
             max_interruptions=run.spec.max_interruptions,
             recovery=run.spec.recovery,
             heartbeat_timeout=timedelta(seconds=run.heartbeat_timeout_s),
             interruptions=carried.interruptions if carried else 0,
             placements_step=self.steps_done + 1 if carried else 0,
             placements_used=carried.placements_of_next_step if carried else 0,
+            workflow_version=run.workflow_version,
         )
         self.checkpoint: CheckpointRef | None = run.resume_from
         self.pending: PendingStep | None = None  # the last finished step, until the next activity writes it
@@ -162,7 +168,7 @@ class AgentTaskWorkflow:
             ending = self._reason_to_stop()
             if ending is not None:
                 return await self._finish(*ending)
-            if workflow.info().is_continue_as_new_suggested() and not self.sub_agents.running:
+            if self.clock.continue_as_new_suggested() and not self.sub_agents.running:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 await self._flush_pending()
                 workflow.continue_as_new(self._continuation())
@@ -247,7 +253,7 @@ class AgentTaskWorkflow:
         if self.steps_done >= self.agent.max_steps:
             return TaskStatus.max_steps, f"reached max_steps={self.agent.max_steps}"
         deadline = self.run_input.spec.budget.deadline
-        if deadline is not None and workflow.now() >= deadline:
+        if deadline is not None and self.clock.now() >= deadline:
             return TaskStatus.out_of_budget, "deadline passed"
         return None
 
@@ -300,13 +306,13 @@ class AgentTaskWorkflow:
     # ----- an own loop (the author's, calling the model through Berth) -------------------
     async def _serve_own_loop(self, loop: OwnLoop) -> TaskState:
         """Answer the loop's calls (updates) until it finishes, falls silent, runs out of budget or is stopped."""
-        loop.last_call_at = workflow.time()
+        loop.last_call_at = self.clock.time()
         while True:
             ending = self._own_loop_ending(loop)
             if ending is not None:
                 await workflow.wait_condition(lambda: not self.loop_lock.locked())
                 return await self._finish(*ending)
-            if workflow.info().is_continue_as_new_suggested() and not self.loop_lock.locked():
+            if self.clock.continue_as_new_suggested() and not self.loop_lock.locked():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 await self._flush_pending()
                 workflow.continue_as_new(self._continuation())
@@ -317,7 +323,7 @@ class AgentTaskWorkflow:
                     timeout=self._until_deadline(self._own_loop_wait(loop)),
                 )
             except TimeoutError:
-                pass
+                self.clock.mark()  # the timer fired: a moment history fixes (a wakeup may follow a local activity)
 
     def _own_loop_ending(self, loop: OwnLoop) -> tuple[TaskStatus, str | None] | None:
         if loop.finished is not None:
@@ -331,11 +337,11 @@ class AgentTaskWorkflow:
         if self.cancel_reason is not None:
             return TaskStatus.cancelled, self.cancel_reason
         deadline = self.run_input.spec.budget.deadline
-        if deadline is not None and workflow.now() >= deadline:
+        if deadline is not None and self.clock.now() >= deadline:
             return TaskStatus.out_of_budget, "deadline passed"
         if self.loop_lock.locked():
             return None  # a call is being answered: the loop is not silent
-        now = workflow.time()
+        now = self.clock.time()
         if (
             self.short_since is not None
             and not self.budget_raised
@@ -365,6 +371,7 @@ class AgentTaskWorkflow:
         same call again (a loop re-run after a crash) gets its reply back without a new generation."""
         loop = self.own_loop
         assert loop is not None  # the validator refused the call otherwise
+        self.clock.mark()  # the update's arrival: a moment history fixes
         async with self.loop_lock:
             replayed = loop.answered(call)
             if replayed is not None:
@@ -373,7 +380,7 @@ class AgentTaskWorkflow:
             try:
                 return await self._loop_step(loop, call)
             finally:
-                loop.last_call_at = workflow.time()
+                loop.last_call_at = self.clock.time()
                 self.loop_wakeups += 1
 
     @loop_call.validator
@@ -415,7 +422,7 @@ class AgentTaskWorkflow:
         if isinstance(reply, Shortfall):
             self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
             if self.short_since is None or self.budget_raised:  # a loop asking again does not extend the grace
-                self.short_since = workflow.time()
+                self.short_since = self.clock.time()
             self.budget_raised = False
             self.waiting_for = f"budget: {_missing(reply)}"
             await self._set_status(TaskStatus.awaiting_budget)
@@ -546,7 +553,9 @@ class AgentTaskWorkflow:
                 timeout=self._until_deadline(self.run_input.budget_grace_s),
             )
         except TimeoutError:
+            self.clock.mark()
             return False
+        self.clock.mark()
         self.waiting_for = None
         if self.cancel_reason is None:
             await self._set_status(TaskStatus.running)
@@ -584,9 +593,10 @@ class AgentTaskWorkflow:
             retry_policy=RetryPolicy(maximum_attempts=spec.max_attempts, initial_interval=timedelta(seconds=1)),
         )
         # A cancelled task stops waiting for its tools: their worker may not even be running.
-        if workflow.patched(CHECKS_TOOL_WORKERS):
+        if self._checks_tool_workers():
             await self._say_if_no_tool_worker(handle, call.name)
         await workflow.wait_condition(lambda: handle.done() or self.cancel_reason is not None)
+        self.clock.mark()  # the tool's result (or the cancel signal): a moment history fixes
         if not handle.done():
             handle.cancel()
         try:
@@ -596,6 +606,12 @@ class AgentTaskWorkflow:
                 return f"tool error: {call.name} was not waited for: the task was cancelled"
             return f"tool error: {call.name} failed after {spec.max_attempts} attempt(s): {_cause(err)}"
         return result.content
+
+    def _checks_tool_workers(self) -> bool:
+        """Every run checks for a tool worker, except version-0 runs whose history says they did not."""
+        if self.run_input.workflow_version >= EVENT_CLOCK:
+            return True
+        return legacy_patched(CHECKS_TOOL_WORKERS)
 
     async def _say_if_no_tool_worker(self, handle: workflow.ActivityHandle, tool: str) -> None:
         """A tool call still queued after TOOL_WORKER_NOTICE on a queue no worker polls: the task's state, events
@@ -608,7 +624,7 @@ class AgentTaskWorkflow:
             await workflow.wait_condition(finished, timeout=TOOL_WORKER_NOTICE)
             return
         except TimeoutError:
-            pass
+            self.clock.mark()
         queue = self.agent.task_queue
         if await workflow.execute_local_activity_method(
             ToolWorkers.polling, queue, start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY
@@ -638,6 +654,7 @@ class AgentTaskWorkflow:
             )
         except TimeoutError:
             self.answer_text = None
+        self.clock.mark()
         answer, self.question, self.waiting_for = self.answer_text, None, None
         if self.cancel_reason is None:
             await self._set_status(TaskStatus.running)
@@ -801,6 +818,7 @@ class AgentTaskWorkflow:
             update={
                 "resume_from": self.checkpoint,
                 "fork_of": None,
+                "workflow_version": CURRENT_WORKFLOW_VERSION,  # the next run follows this build's rules
                 "carried": CarriedProgress(
                     tokens_used=b.tokens_used,
                     usd_used=b.usd_used,

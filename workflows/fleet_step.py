@@ -73,6 +73,8 @@ with workflow.unsafe.imports_passed_through():
     from sdk.wire.recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
     from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
+    from .code_versions import EVENT_CLOCK, LEGACY, legacy_patched
+    from .event_clock import EventClock
     from .interruptions import Interruption, books_refused, interruption, is_permanent, progress_of, revoked
     from .options import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT
 
@@ -88,9 +90,10 @@ NO_RETRY = RetryPolicy(maximum_attempts=1)
 NODE_PICKUP_SHARE = 0.8
 # Pickups a node whose liveness nothing proves (`unknown`) gets before it is taken for gone.
 UNPROVEN_PICKUPS = 2
-# The patch under which a step's predecessor is written by its first lease ask (one local activity, not two).
+# The patches that added two behaviours, in version-0 runs' histories (code_versions.py): a step's predecessor is
+# written by its first lease ask (one local activity, not two), and a load says so in the task's state and events.
 PREDECESSOR_WITH_ACQUIRE = "predecessor-with-acquire"
-REPORTS_LOADS = "reports-loads"  # a load says so in the task's state and events
+REPORTS_LOADS = "reports-loads"
 _WEIGHTS_FROM = {
     "disk": "weights from its disk",
     "datacenter": "weights from a peer in its datacenter",
@@ -200,18 +203,22 @@ class FleetStep:
         stop_waiting: Callable[[], bool],
         cancelled: Callable[[], bool],
         record_event: Callable[[str, dict], Awaitable[None]],
+        clock: EventClock,
         max_interruptions: int,
         heartbeat_timeout: timedelta = GENERATE_HEARTBEAT,
         interruptions: int = 0,
         placements_step: int = 0,
         placements_used: int = 0,
         recovery: Sequence[RecoveryRule] = DEFAULT_RECOVERY,
+        workflow_version: int = LEGACY,
     ) -> None:
         self._set_waiting = set_waiting  # (None, None): waiting is over
         self._said: tuple[str, GpuTrouble] | None = None
         self._stop_waiting = stop_waiting
         self._cancelled = cancelled
         self._record_event = record_event  # (kind, details): an event in the task's log, beside its state
+        self.clock = clock  # the task's: what decisions read as now (code_versions.py, rule 3)
+        self.workflow_version = workflow_version
         self.max_interruptions = max_interruptions
         self.heartbeat_timeout = heartbeat_timeout
         self.node_pickup = heartbeat_timeout * NODE_PICKUP_SHARE
@@ -241,7 +248,7 @@ class FleetStep:
         # A step asked again (it waited for budget) is a new round: its attempts go on from the last round's.
         first_placement = self.placements_used if request.step == self.placements_step else 0
         self.placements_step = request.step
-        rnd = _Round(inp, request, workflow.now(), first_attempt=first_placement * ATTEMPT_STRIDE + 1)
+        rnd = _Round(inp, request, self.clock.now(), first_attempt=first_placement * ATTEMPT_STRIDE + 1)
         for index in itertools.count(first_placement):
             self.placements_used = index + 1
             grant = await self._acquire(rnd, index)
@@ -270,7 +277,7 @@ class FleetStep:
             update={
                 "exclude_nodes": rnd.request.exclude_nodes
                 + sorted(self.gone_nodes)
-                + still_excluded(rnd.excluded, workflow.now()),
+                + still_excluded(rnd.excluded, self.clock.now()),
                 "avoid_spot_zones": sorted(rnd.avoided_zones),
                 "previous_replica": self.previous_replica,
                 "prompt_tokens": self.context_tokens,
@@ -297,7 +304,7 @@ class FleetStep:
                 return grant
             if isinstance(grant, Never):
                 raise Unplaceable(grant.reason)
-            now = workflow.now()
+            now = self.clock.now()
             if said is None or said[0] != grant.wait_reason or now - said[1] >= PLACE_UPDATE_EVERY:
                 await self._say(
                     f"gpu: {grant.reason} (place {grant.queue_position} in the queue for {request.model})", rnd.trouble
@@ -307,6 +314,7 @@ class FleetStep:
                 await workflow.wait_condition(self._stop_waiting, timeout=timedelta(seconds=pause))
             except TimeoutError:
                 pass
+            self.clock.mark()  # the pause's timer fired, or a signal ended it: a moment history fixes
             if self._stop_waiting():
                 return None
             pause = min(pause * 2, WAIT_MAX_S)
@@ -315,7 +323,7 @@ class FleetStep:
         """Ask the pool for a lease. The step's first ask carries its predecessor, written in the same local activity
         (workflows that began before it did wrote it apart, after placement: `_checkpoint`)."""
         inp = rnd.inp
-        if inp.pending is None or not workflow.patched(PREDECESSOR_WITH_ACQUIRE):
+        if inp.pending is None or not self._legacy_or_current(PREDECESSOR_WITH_ACQUIRE):
             return await workflow.execute_local_activity_method(
                 PoolLeases.acquire, request, start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY
             )
@@ -393,7 +401,7 @@ class FleetStep:
         report nothing, as their histories have it.)"""
         if grant.load is None:
             return 0.0
-        reports = workflow.patched(REPORTS_LOADS)
+        reports = self._legacy_or_current(REPORTS_LOADS)
         if reports:
             await self._record_event(
                 "replica_loading",
@@ -426,11 +434,11 @@ class FleetStep:
         are idempotent per replica). A cancelled task stops waiting; the load goes on for the other steps that
         lease the replica."""
         assert grant.load is not None
-        started, unproven = workflow.now(), 0
+        started, unproven = self.clock.now(), 0
         while True:
             failed = await self._load_once(grant)
             if failed is None:
-                return (workflow.now() - started).total_seconds()
+                return (self.clock.now() - started).total_seconds()
             if isinstance(failed, _Cancelled):
                 return failed
             weighed = await self._weigh(failed, grant.node_id, unproven, "its load")
@@ -454,6 +462,7 @@ class FleetStep:
             retry_policy=LOAD_RETRY,
         )
         await workflow.wait_condition(lambda: handle.done() or grant.node_id in self.gone_nodes or self._cancelled())
+        self.clock.mark()
         if not handle.done() and grant.node_id not in self.gone_nodes:
             return _Cancelled(None)
         if not handle.done():
@@ -499,7 +508,7 @@ class FleetStep:
             gpu_type=grant.gpu_type,
             tier=grant.tier,
             decided_by=grant.decided_by,
-            queue_wait_s=max(0.0, round((workflow.now() - rnd.asked_at).total_seconds() - load_s, 3)),
+            queue_wait_s=max(0.0, round((self.clock.now() - rnd.asked_at).total_seconds() - load_s, 3)),
             load_s=round(load_s, 3),
         )
 
@@ -550,7 +559,7 @@ class FleetStep:
                 "detail": lost.detail,
                 "continued": quiet,
                 "tokens_carried": carried,
-                "at": workflow.now().isoformat(),
+                "at": self.clock.now().isoformat(),
             },
         )
         self._inherited = progress
@@ -574,6 +583,7 @@ class FleetStep:
         await workflow.wait_condition(
             lambda: handle.done() or self.preempt_requested or node_id in self.gone_nodes or self._cancelled()
         )
+        self.clock.mark()  # the reply, or the signal that cuts it: a moment history fixes
         if not handle.done() and node_id in self.gone_nodes:
             return await self._abandon(handle, node_id)
         cancelling = not handle.done() and self._cancelled()
@@ -654,7 +664,7 @@ class FleetStep:
         if isinstance(outcome, Interrupted):
             lost = outcome.interruption
             avoid = avoid_after(self.recovery, Cut(lost.kind, grant.node_id, grant.zone, grant.capacity))
-            rnd.excluded.update({node: workflow.now() for node in avoid.nodes})
+            rnd.excluded.update({node: self.clock.now() for node in avoid.nodes})
             rnd.avoided_zones |= avoid.spot_zones
             rnd.pending, rnd.trouble = self._interrupted(lost, grant, rnd.inp.max_tokens), "preemption"
             await self._say(f"gpu: step {rnd.inp.step} resuming: {lost.detail} ({grant.node_id})", rnd.trouble)
@@ -665,7 +675,7 @@ class FleetStep:
         rnd.failures += 1
         refused = outcome.error is not None and books_refused(outcome.error)
         if outcome.phase == "books" or refused:  # the books would not (or did not) take this node's call
-            rnd.excluded[grant.node_id] = workflow.now()
+            rnd.excluded[grant.node_id] = self.clock.now()
         if outcome.error is not None and (
             (is_permanent(outcome.error) and not refused) or rnd.failures >= MAX_STEP_FAILURES
         ):
@@ -678,9 +688,10 @@ class FleetStep:
             rnd.trouble,
         )
         await workflow.sleep(timedelta(seconds=min(2**rnd.failures, 10)))
+        self.clock.mark()
 
     async def _load_failed(self, rnd: _Round, grant: Placed, failed: Failed) -> None:
-        rnd.excluded[grant.node_id] = workflow.now()
+        rnd.excluded[grant.node_id] = self.clock.now()
         rnd.load_failures += 1
         workflow.logger.warning("load of %s on %s failed: %s", grant.replica_id, grant.node_id, failed.detail)
         if rnd.load_failures >= MAX_LOAD_FAILURES:
@@ -711,7 +722,7 @@ class FleetStep:
         prefix = carried_prefix(lost.progress)
         # Every fleet engine continues a final assistant message (vLLM, SGLang, llama.cpp, the simulated one).
         kept = min(prefix.own_tokens, generated) if prefix is not None and continuable(prefix, max_tokens) else 0
-        return _Pending(lost, grant, workflow.now(), kept, generated - kept)
+        return _Pending(lost, grant, self.clock.now(), kept, generated - kept)
 
     async def _record(self, pending: _Pending, step: int, resumed: Placed) -> None:
         """Record an interruption once the step has a new place: where it was, what it lost, where it resumed."""
@@ -729,7 +740,7 @@ class FleetStep:
                 "resumed_on": resumed.node_id,
                 "resumed_replica": resumed.replica_id,
                 "resumed_tier": resumed.tier,
-                "resume_s": round((workflow.now() - pending.at).total_seconds(), 3),
+                "resume_s": round((self.clock.now() - pending.at).total_seconds(), 3),
             },
         )
 
@@ -739,6 +750,10 @@ class FleetStep:
         if said != self._said:
             self._said = said
             await self._set_waiting(why, trouble)
+
+    def _legacy_or_current(self, patch_id: str) -> bool:
+        """A behaviour every run has, except version-0 runs whose history says they did not (code_versions.py)."""
+        return self.workflow_version >= EVENT_CLOCK or legacy_patched(patch_id)
 
     # ----- off the fleet ---------------------------------------------------------------------
     async def _direct(self, inp: LlmStepInput) -> LlmStepResult | StepCut:
@@ -753,6 +768,7 @@ class FleetStep:
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         await workflow.wait_condition(lambda: handle.done() or self._cancelled())
+        self.clock.mark()
         cancelling = not handle.done()
         if cancelling:
             handle.cancel()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sdk import AgentSpec, ForkSource, ModelSettings, Spend, TaskSpec, TaskState, TaskStatus
-from sdk.wire.task_run import TaskRun
+from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 
 from ..catalogue import UnknownModel
 from ..pool.feasibility import never_reason
@@ -147,6 +147,7 @@ async def submit_task(
         fork_of=fork_of,
         output_format_native=agent.output_schema is not None
         and await asyncio.to_thread(services.catalogue.takes_response_format, model),
+        workflow_version=CURRENT_WORKFLOW_VERSION,
     )
     state = initial_state(run)
     try:

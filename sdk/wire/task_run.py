@@ -12,6 +12,10 @@ from pydantic import BaseModel, Field
 from .._spec import AgentSpec, CheckpointRef, ForkSource, TaskSpec
 from .own_loop import LoopProgress
 
+# The version of the workflow code's rules a new run starts under (workflows/code_versions.py says what each
+# one changed); a run's version never changes, a continue-as-new starts the next run on the current one.
+CURRENT_WORKFLOW_VERSION = 1
+
 
 class TaskRun(BaseModel):
     """The workflow's input: a validated spec with its agent resolved, plus where to resume from.
@@ -35,6 +39,10 @@ class TaskRun(BaseModel):
     # The model's route takes a JSON-schema response format: an agent with an output schema asks for it
     # (else its answers are checked and repaired only).
     output_format_native: bool = False
+    # Which rules of the workflow code this run follows: 0 for runs started before versions existed (a missing
+    # field), CURRENT_WORKFLOW_VERSION for a run started now. Fixed in the run's first event, it decides a
+    # change's branch the same way live and on replay.
+    workflow_version: int = Field(default=0, ge=0, le=CURRENT_WORKFLOW_VERSION)
 
 
 class CarriedProgress(BaseModel):

@@ -21,7 +21,7 @@ from orchestrator.worker import build_worker
 from sdk import Agent, AgentSpec, Budget, TaskSpec, TaskState, tool, tool_context
 from sdk._mcp_server import BerthAccess
 from sdk._serve import mcp_toolbox, registered_spec, tool_worker
-from sdk.wire.task_run import TaskRun
+from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 
 
 @dataclass
@@ -81,6 +81,7 @@ class Harness:
             spec=spec,
             agent=self.store.agents.get(agent.name),
             submitted_at=datetime.now(UTC),
+            workflow_version=CURRENT_WORKFLOW_VERSION,
             budget_grace_s=grace_s,
             **run_fields,
         )

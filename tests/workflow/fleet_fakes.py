@@ -38,7 +38,7 @@ from sdk import Agent, Budget, Message, TaskSpec, TaskState
 from sdk.wire.contracts import LlmStepInput, LlmStepResult, Reply
 from sdk.wire.lease import LeaseGrant, LeaseRequest, Never, NodeLiveness, Placed, ReleaseLease
 from sdk.wire.node_io import node_task_queue
-from sdk.wire.task_run import TaskRun
+from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 
 INPUT = "alpha; beta\nlength: 400 tokens"
 CUT_CHARS = 600
@@ -269,6 +269,7 @@ class FleetBench:
             spec=spec,
             agent=self.store.agents.get(self.agent.name),
             submitted_at=datetime.now(UTC),
+            workflow_version=CURRENT_WORKFLOW_VERSION,
             budget_grace_s=grace_s,
         )
         return await self.client.start_workflow(

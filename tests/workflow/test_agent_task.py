@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -11,7 +14,7 @@ from temporalio.service import RPCError
 
 from sdk import Agent, Budget, Spend, TaskSpec, TaskState, TaskStatus, tool
 from sdk.wire.contracts import CancelRequest, HumanAnswer, RaiseBudget
-from sdk.wire.task_run import TaskRun
+from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 from workflows.agent_task import MAX_TOOL_CALLS_PER_STEP
 
 
@@ -254,7 +257,7 @@ async def test_the_deadline_ends_a_task_that_is_waiting(berth) -> None:
     from datetime import datetime, timedelta
 
     from sdk import Budget, TaskSpec
-    from sdk.wire.task_run import TaskRun
+    from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 
     agent = berth.research_agent(allow_ask_human=True)
     await berth.serve(agent)
@@ -265,7 +268,13 @@ async def test_the_deadline_ends_a_task_that_is_waiting(berth) -> None:
         input="ask: anyone there?",
         budget=Budget(20_000, deadline=timedelta(seconds=3)),
     )
-    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name), submitted_at=datetime.now(UTC))
+    run = TaskRun(
+        task_id=task_id,
+        spec=spec,
+        agent=berth.store.agents.get(agent.name),
+        submitted_at=datetime.now(UTC),
+        workflow_version=CURRENT_WORKFLOW_VERSION,
+    )
     state = await berth.client.execute_workflow(
         "AgentTaskWorkflow", run, id=task_id, task_queue=berth.queue, result_type=TaskState
     )
@@ -306,7 +315,13 @@ async def test_a_tool_call_no_worker_serves_says_so_until_a_worker_comes(berth) 
     berth.store.agents.register(agent.spec())  # registered, but no worker polls agent/<name>
     task_id = berth.unique("t")
     spec = TaskSpec(task_id=task_id, agent=agent.name, input="H100 bandwidth", budget=Budget(20_000))
-    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name), submitted_at=datetime.now(UTC))
+    run = TaskRun(
+        task_id=task_id,
+        spec=spec,
+        agent=berth.store.agents.get(agent.name),
+        submitted_at=datetime.now(UTC),
+        workflow_version=CURRENT_WORKFLOW_VERSION,
+    )
     handle = await berth.client.start_workflow(
         "AgentTaskWorkflow", run, id=task_id, task_queue=berth.queue, result_type=TaskState
     )
@@ -326,3 +341,23 @@ async def test_a_tool_call_no_worker_serves_says_so_until_a_worker_comes(berth) 
     state: TaskState = await handle.result()
     assert state.status == TaskStatus.completed and state.waiting_for is None
     assert sorted(name for name, _ in berth.tool_calls) == ["search", "take_note"]
+
+
+async def test_berth_replay_judges_a_live_task_on_this_build(berth) -> None:
+    """What an operator runs before an upgrade: the task's history, read from Temporal, replays."""
+    agent = berth.research_agent()
+    handle = await berth.start(agent, "H100 bandwidth", 20_000)
+    await handle.result()
+    port = berth.client.service_client.config.target_host.rsplit(":", 1)[1]
+    judged = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "orchestrator.cli.main", "replay", "--temporal-port", port, "--json"]
+        + ["--query", f'WorkflowId = "{handle.id}"'],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert judged.returncode == 0, judged.stdout + judged.stderr
+    report = json.loads(judged.stdout)
+    assert (report["replayed"], report["failing"]) == (1, 0)
+    assert report["histories"][0]["workflow_id"] == handle.id

@@ -26,7 +26,7 @@ from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus, tool
 from sdk.wire.contracts import CancelRequest
-from sdk.wire.task_run import TaskRun
+from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 from tests.conftest import ROOT, free_port, wait_http
 
 ANSWER_TOKENS = 2000  # 50 s at 40 tokens/s: it cannot have finished when the cancel lands
@@ -81,6 +81,7 @@ async def _start(client: Client, store: Store, queue: str, agent: Agent, text: s
         spec=TaskSpec(task_id=task_id, agent=agent.name, input=text, budget=Budget(50_000)),
         agent=spec,
         submitted_at=datetime.now(UTC),
+        workflow_version=CURRENT_WORKFLOW_VERSION,
     )
     return await client.start_workflow("AgentTaskWorkflow", run, id=task_id, task_queue=queue, result_type=TaskState)
 

@@ -22,7 +22,7 @@ from orchestrator.worker import build_worker
 from sdk import Budget, TaskSpec, TaskState, TaskStatus
 from sdk.wire.lease import LeaseGrant, LeaseRequest, NodeLiveness, Placed, ReleaseLease
 from sdk.wire.node_io import node_task_queue
-from sdk.wire.task_run import TaskRun
+from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 from tests.workflow.conftest import Harness
 
 
@@ -66,7 +66,13 @@ async def test_each_step_asks_for_the_previous_replica_with_the_conversation_it_
     spec = TaskSpec(
         task_id=task_id, agent=agent.name, input="H100 memory bandwidth; L4 memory bandwidth", budget=Budget(30_000)
     )
-    run = TaskRun(task_id=task_id, spec=spec, agent=berth.store.agents.get(agent.name), submitted_at=datetime.now(UTC))
+    run = TaskRun(
+        task_id=task_id,
+        spec=spec,
+        agent=berth.store.agents.get(agent.name),
+        submitted_at=datetime.now(UTC),
+        workflow_version=CURRENT_WORKFLOW_VERSION,
+    )
     async with (
         build_worker(berth.client, berth.store, config, task_queue=queue, pool=pool),
         Worker(berth.client, task_queue=node_task_queue(node), activities=[real.generate]),

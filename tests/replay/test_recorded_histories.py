@@ -1,0 +1,67 @@
+"""The recorded corpus replays on the code under test: every history under histories/, named for what it covers.
+
+histories/v0 holds runs written by the build before workflow versions (patch markers, some after a query moved
+the code past a local activity: the evidence history among them); histories/v1 holds runs of this build's
+version. A change that breaks one fails here with the workflow and its first mismatching event.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
+
+from orchestrator.replay.judge import judge
+from orchestrator.replay.sources import from_files
+
+HISTORIES = Path(__file__).parent / "histories"
+EVIDENCE = HISTORIES / "v0" / "worker-restart-after-query-split.history.json"
+RECORDED = sorted(HISTORIES.rglob("*.history.json"))
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[str(p.relative_to(HISTORIES)) for p in RECORDED])
+async def test_a_recorded_history_replays(path: Path) -> None:
+    (verdict,) = await judge(from_files([path]))
+    assert verdict.replays, verdict.describe()
+
+
+def test_the_corpus_covers_both_versions_and_every_workflow_type() -> None:
+    kinds = {p.parent.name for p in RECORDED}
+    assert {"v0", "v1"} <= kinds
+    types = {_workflow_type(p) for p in RECORDED}
+    assert {"AgentTaskWorkflow", "PrewarmWorkflow", "ReplicaLoadWorkflow", "ReplicaUnloadWorkflow"} <= types
+
+
+def test_the_evidence_has_the_shape_that_wedged_its_task() -> None:
+    """A local activity's marker closes a workflow task and the next, started in the same answer, carries the
+    commands the code issued after it, the tool call and its patch marker: the shape the fix is for."""
+    events = json.loads(EVIDENCE.read_text())["events"]
+    by_id = {int(e["eventId"]): e for e in events}
+    assert by_id[14]["markerRecordedEventAttributes"]["markerName"] == "core_local_activity"
+    started = by_id[16]["workflowTaskStartedEventAttributes"]
+    assert started["requestId"] == "request-from-RespondWorkflowTaskCompleted"
+    assert by_id[18]["activityTaskScheduledEventAttributes"]["activityType"]["name"] == "berth.run_tool"
+    assert by_id[19]["markerRecordedEventAttributes"]["markerName"] == "core_patch"
+
+
+async def test_a_history_that_parts_from_the_code_is_named_with_its_first_mismatching_event() -> None:
+    """The judge can fail: a recorded history whose tool call is renamed no longer matches the code, and the
+    verdict names the workflow and the very event."""
+    source = HISTORIES / "v1" / "tools-and-answer.1.history.json"
+    history = json.loads(source.read_text())
+    renamed = next(e for e in history["events"] if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_SCHEDULED")
+    renamed["activityTaskScheduledEventAttributes"]["activityType"]["name"] = "berth.not_the_code"
+    (verdict,) = await judge([WorkflowHistory.from_json("tampered-task", history)])
+    assert not verdict.replays
+    assert verdict.workflow_id == "tampered-task"
+    assert verdict.mismatch is not None and verdict.mismatch.event_id == int(renamed["eventId"])
+    assert verdict.mismatch.event_type == EventType.Name(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    assert "Nondeterminism" in verdict.mismatch.error
+
+
+def _workflow_type(path: Path) -> str:
+    first = json.loads(path.read_text())["events"][0]
+    return first["workflowExecutionStartedEventAttributes"]["workflowType"]["name"]

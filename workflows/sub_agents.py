@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         SpawnedChild,
     )
     from sdk.wire.limits import MAX_TASK_ID_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET, MIN_ANSWER_TOKENS, SUB_AGENT_MARK
-    from sdk.wire.task_run import TaskRun
+    from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 
     from .budget import BudgetViolation, TokenBudget
     from .options import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT
@@ -198,6 +198,7 @@ class SubAgents:
             submitted_at=workflow.now(),
             budget_grace_s=0,
             heartbeat_timeout_s=self.parent.heartbeat_timeout_s,
+            workflow_version=CURRENT_WORKFLOW_VERSION,  # a new run: this build's rules (code_versions.py)
         )
         try:
             handle = await workflow.start_child_workflow(

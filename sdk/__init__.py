@@ -32,7 +32,7 @@ from ._mcp_server import McpServer
 from ._messages import Message, ToolCall
 from ._settings import ModelSettings
 from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskSpec, ToolSpec
-from ._state import FINAL_STATUSES, GpuTrouble, Spend, TaskEvent, TaskState, TaskStatus
+from ._state import FINAL_STATUSES, GpuTrouble, Spend, Stuck, TaskEvent, TaskState, TaskStatus
 from ._stream import (
     BudgetWaiting,
     Ended,
@@ -121,6 +121,7 @@ __all__ = [
     "ModelSettings",
     "NotFound",
     "Spend",
+    "Stuck",
     "TaskCancelled",
     "TaskEnded",
     "TaskEvent",

@@ -49,6 +49,30 @@ class Spend(BaseModel):
         return self.token_limit - self.tokens_used - self.reserved_for_children
 
 
+class Stuck(BaseModel):
+    """Temporal cannot run the task's workflow code: its workflow task failed and is being retried without end (a
+    nondeterminism error after a worker was upgraded, a bug in the workflow, a payload that cannot be decoded).
+
+    Nothing of the task moves meanwhile: its status is the one it last had, and it stays that way until a worker
+    runs its workflow task to the end again (a fixed worker deployed, or the workflow reset), when the control
+    plane clears this. Set by the control plane, which watches Temporal for it; never by the workflow itself.
+    """
+
+    failures: int = Field(ge=1, description="attempts of its workflow task that have failed in a row")
+    since: datetime = Field(description="when the first of those attempts failed (UTC)")
+    error: str = Field(description="Temporal's record of why: the failure of the first failed attempt")
+    cause: str | None = Field(
+        default=None,
+        description="Temporal's cause of the failure, e.g. `workflow_worker_unhandled_failure`,"
+        " `non_deterministic_error`, or `timeout` (no worker finished the task in time)",
+    )
+
+    def describe(self) -> str:
+        """One line for a person: "its workflow task has failed 7 times since 2026-12-05 21:01:32 UTC: <error>"."""
+        times = "1 time" if self.failures == 1 else f"{self.failures} times"
+        return f"its workflow task has failed {times} since {self.since:%Y-%m-%d %H:%M:%S} UTC: {self.error}"
+
+
 class TaskState(BaseModel):
     """The live state the workflow answers queries with, and the API stores on each change."""
 
@@ -71,6 +95,11 @@ class TaskState(BaseModel):
         description="while a step cannot run on the fleet: `capacity` (no room now), `preemption`"
         " (its node went away; resuming elsewhere) or `crash_loop` (its replica keeps"
         " failing to load or to answer); `waiting_for` says where and why",
+    )
+    stuck: Stuck | None = Field(
+        default=None,
+        description="set while Temporal cannot run the task's workflow code: how often its workflow task has"
+        " failed, since when, and why; `status` is then only what the task was doing when it got stuck",
     )
     question: str | None = None
     parent_task_id: str | None = None

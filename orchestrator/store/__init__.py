@@ -45,7 +45,7 @@ from .node_admission import Joined, JoinTokenRefused, SqlNodeAdmission
 from .peers import SqlPeers
 from .reservations import Reservation, SqlReservations
 from .sessions import NewSession, SqlUiSessions, UiSession
-from .tasks import SqlTaskRegistry, TaskConflict, TaskRecord
+from .tasks import SqlTaskRegistry, TaskConflict, TaskRecord, UnsettledTask
 from .tenants import SqlTenants
 
 
@@ -163,5 +163,6 @@ __all__ = [
     "TaskConflict",
     "TaskRecord",
     "UiSession",
+    "UnsettledTask",
     "open_database",
 ]

@@ -80,6 +80,8 @@ class TaskRow(SQLModel, table=True):
         Index("ix_tasks_status_created", "status", "created_at"),
         Index("ix_tasks_agent_created", "agent", "created_at"),
         Index("ix_tasks_parent_created", "parent_task_id", "created_at"),
+        # The stuck-task gauge counts the few rows with one, on every scrape.
+        Index("ix_tasks_stuck_since", "stuck_since"),
     )
 
     task_id: str = Field(primary_key=True)
@@ -92,6 +94,11 @@ class TaskRow(SQLModel, table=True):
     state_json: str = Field(sa_type=Text)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    # The control plane's finding that Temporal cannot run the task's workflow code (sdk.Stuck), beside the state
+    # rather than in it: the workflow writes state_json and the reconciler writes these, so neither overwrites the
+    # other's word. `stuck_since` is a column of its own so that the stuck tasks are counted through its index.
+    stuck_json: str | None = Field(default=None, sa_type=Text)
+    stuck_since: datetime | None = Field(default=None, sa_type=UtcDateTime)
 
 
 class AgentRow(SQLModel, table=True):

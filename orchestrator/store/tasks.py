@@ -5,6 +5,11 @@ written on every state change so that listing tasks never has to query Temporal.
 arrive from several processes and may arrive late (an activity retried after the task
 ended), so a final state is never replaced by a non-final one. That rule is enforced inside
 the UPDATE's WHERE clause, not by a read-then-write that two writers could interleave.
+
+Beside the state, the control plane's reconciler (orchestrator.reconcile) keeps what it finds in Temporal: that
+the task's workflow is stuck (`sdk.Stuck`, in columns of its own, so that the workflow's writes and its own never
+overwrite each other; read back as `TaskState.stuck`), and the final state of a workflow that ended without
+writing one.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from sqlalchemy import Connection, Engine, bindparam, delete, func
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from sdk import FINAL_STATUSES, Conflict, TaskState
+from sdk import FINAL_STATUSES, Conflict, Stuck, TaskState
 
 from .connections import connected, inserts_skipping_taken
 from .tables import TaskRow, table_of, utcnow
@@ -31,9 +36,10 @@ _UPDATE = sa.update(_TASKS).where(_TASKS.c.task_id == bindparam("of_task"))
 _UPDATE_UNLESS_FINAL = _UPDATE.where(_TASKS.c.status.not_in(_FINAL_VALUES))
 _INSERT = inserts_skipping_taken(_TASKS, ["task_id"], _TASKS.c.task_id)
 # A task is read by id for every page and call about it, and by a node's every prepare: built once.
-_GET = sa.select(_TASKS.c.state_json, _TASKS.c.spec_json, _TASKS.c.created_at).where(
+_GET = sa.select(_TASKS.c.state_json, _TASKS.c.stuck_json, _TASKS.c.spec_json, _TASKS.c.created_at).where(
     _TASKS.c.task_id == bindparam("task_id")
 )
+_NOT_FINAL = _TASKS.c.status.not_in(_FINAL_VALUES)
 
 
 # What the task list may be ordered by in SQL: the two timestamps with a column (and an index) of their own.
@@ -49,6 +55,14 @@ class TaskConflict(Conflict):
             f"task id {task_id!r} is already used by a task with a different spec", field="task_id", status_code=409
         )
         self.task_id = task_id
+
+
+@dataclass(frozen=True)
+class UnsettledTask:
+    """A task that is not final, with its row's `updated_at`: where the next page of `unsettled` starts."""
+
+    state: TaskState
+    updated_at: datetime
 
 
 @dataclass(frozen=True)
@@ -76,15 +90,28 @@ def _set_fields(spec: Any) -> Any:
 
 
 def _columns(state: TaskState) -> dict[str, Any]:
-    return {
+    values: dict[str, Any] = {
         "status": state.status.value,
         "tenant": state.tenant,
         "agent": state.agent,
         "model": state.model,
         "parent_task_id": state.parent_task_id,
         "updated_at": state.updated_at or utcnow(),
-        "state_json": state.model_dump_json(),
+        # `stuck` is the reconciler's, kept in its own columns: a state read back (and so carrying it) and saved
+        # again must not make it the state's.
+        "state_json": state.model_dump_json(exclude={"stuck"}),
     }
+    if state.status.is_final:  # an ended task is not stuck, whoever ended it
+        values.update(stuck_json=None, stuck_since=None)
+    return values
+
+
+def _state_of(state_json: str, stuck_json: str | None) -> TaskState:
+    """The stored state, with the reconciler's `stuck` while the task is not final."""
+    state = TaskState.model_validate_json(state_json)
+    if stuck_json is None or state.status.is_final:
+        return state
+    return state.model_copy(update={"stuck": Stuck.model_validate_json(stuck_json)})
 
 
 class SqlTaskRegistry:
@@ -138,6 +165,61 @@ class SqlTaskRegistry:
             if inserted is None:  # the row exists after all (created concurrently, or final and so not updated)
                 self._update(connection, state, values)
 
+    def end_unsettled(self, state: TaskState) -> bool:
+        """Write a final `state` over a task that is not final yet (the reconciler, for a workflow that ended in
+        Temporal without writing one): a final state already written, by the workflow or anyone, stays. True if
+        it was written."""
+        if not state.status.is_final:
+            raise ValueError(f"end_unsettled writes final states, not {state.status.value}")
+        with connected(self._engine) as connection:
+            written = connection.execute(_UPDATE_UNLESS_FINAL.values(**_columns(state)), {"of_task": state.task_id})
+            return bool(written.rowcount)
+
+    def mark_stuck(self, task_id: str, stuck: Stuck | None) -> bool:
+        """Record that the task's workflow is stuck (the reconciler's finding), or with None that it is not any more.
+        A final task is never marked. True if the row changed."""
+        statement = sa.update(_TASKS).where(_TASKS.c.task_id == task_id)
+        if stuck is None:
+            statement = statement.where(_TASKS.c.stuck_json.is_not(None)).values(stuck_json=None, stuck_since=None)
+        else:
+            statement = statement.where(_NOT_FINAL).values(stuck_json=stuck.model_dump_json(), stuck_since=stuck.since)
+        with connected(self._engine) as connection:
+            return bool(connection.execute(statement).rowcount)
+
+    def count_stuck(self) -> dict[str, int]:
+        """How many tasks of each tenant are stuck now (through the index on `stuck_since`: a few rows, however
+        large the table)."""
+        statement = (
+            sa.select(_TASKS.c.tenant, func.count())
+            .where(_TASKS.c.stuck_since.is_not(None), _NOT_FINAL)
+            .group_by(_TASKS.c.tenant)
+        )
+        with connected(self._engine) as connection:
+            return {tenant: count for tenant, count in connection.execute(statement).all()}
+
+    def unsettled(self, *, after: tuple[datetime, str] | None = None, limit: int = 100) -> builtins.list[UnsettledTask]:
+        """At most `limit` tasks that are not final, least recently updated first, of every tenant; from just after
+        `after`, the (updated_at, task_id) of the last one an earlier call returned.
+
+        A caller that pages through them, and starts again from the first when a page comes back short, visits
+        every unsettled task once a round: a task's `updated_at` only grows, so one updated meanwhile moves ahead
+        of the page, never behind it."""
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, not {limit}")
+        statement = sa.select(_TASKS.c.state_json, _TASKS.c.stuck_json, _TASKS.c.updated_at).where(_NOT_FINAL)
+        if after is not None:
+            at, task_id = after
+            statement = statement.where(
+                sa.or_(
+                    _TASKS.c.updated_at > at,
+                    sa.and_(_TASKS.c.updated_at == at, _TASKS.c.task_id > task_id),
+                )
+            )
+        statement = statement.order_by(_TASKS.c.updated_at.asc(), _TASKS.c.task_id.asc()).limit(limit)
+        with connected(self._engine) as connection:
+            rows = connection.execute(statement).all()
+        return [UnsettledTask(_state_of(r.state_json, r.stuck_json), r.updated_at) for r in rows]
+
     def count_by_status(self, tenant: str | None = None) -> dict[str, int]:
         """How many tasks are in each status (of one tenant, or all)."""
         statement = select(TaskRow.status, func.count()).group_by(TaskRow.status)
@@ -157,7 +239,7 @@ class SqlTaskRegistry:
         if row is None:
             return None
         return TaskRecord(
-            state=TaskState.model_validate_json(row.state_json), spec_json=row.spec_json, created_at=row.created_at
+            state=_state_of(row.state_json, row.stuck_json), spec_json=row.spec_json, created_at=row.created_at
         )
 
     def list(
@@ -185,7 +267,7 @@ class SqlTaskRegistry:
             raise ValueError(f"limit and offset must not be negative (limit={limit}, offset={offset})")
         if order_by not in _ORDER_COLUMNS:
             raise ValueError(f"order_by must be one of {', '.join(_ORDER_COLUMNS)}, not {order_by!r}")
-        statement = select(TaskRow.state_json)
+        statement = select(TaskRow.state_json, TaskRow.stuck_json)
         if tenant is not None:
             statement = statement.where(TaskRow.tenant == tenant)
         if status is not None:
@@ -208,4 +290,4 @@ class SqlTaskRegistry:
         statement = statement.order_by(*((column.asc(), tie.asc()) if ascending else (column.desc(), tie.desc())))
         with Session(self._engine) as session:
             rows = session.exec(statement.limit(limit).offset(offset)).all()
-        return [TaskState.model_validate_json(r) for r in rows]
+        return [_state_of(state_json, stuck_json) for state_json, stuck_json in rows]

@@ -67,6 +67,20 @@ class BerthConfig(BaseModel):
         description="a generation silent this long makes its node suspect: the step asks for evidence about the"
         " node, goes on there if it is alive and resumes elsewhere if it is gone (a generation beats every 0.5 s)",
     )
+    reconcile_every_s: float = Field(
+        default=5.0,
+        ge=0.5,
+        le=600,
+        description="how often the control plane compares unfinished tasks with their workflows in Temporal:"
+        " marks a task whose workflow task keeps failing as stuck, and ends the row of a workflow that ended",
+    )
+    reconcile_batch: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description="at most this many tasks are compared each time (least recently updated first, then the"
+        " next ones): a large backlog is covered over several rounds instead of stalling one",
+    )
     submit_rate_per_s: float = Field(
         default=100.0, ge=0, description="task submissions a second per API key, after the burst"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -46,6 +47,7 @@ from ..api.temporal_gateway import TemporalGateway, TemporalUnavailable
 from ..catalogue import ModelCatalogue
 from ..config import BerthConfig
 from ..mcp_server.http import mount as mount_mcp
+from ..reconcile import Reconciler
 from ..store import Store
 from ..telemetry import install_metrics
 from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
@@ -79,12 +81,14 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
             warming = asyncio.create_task(_warm_model_tokenizers(config, catalogue), name="tokenizer-warm-up")
         sampling = asyncio.create_task(fleet_history.run(), name="ui-fleet-history")
         listening = asyncio.create_task(listen_for_heartbeats(store), name="heartbeat-listener")
+        reconciling = asyncio.create_task(reconciler.run(), name="task-reconciler")
         try:
             async with mcp.running():
                 yield
         finally:
             sampling.cancel()
             listening.cancel()
+            reconciling.cancel()
             if config.fleet:
                 warming.cancel()
 
@@ -121,7 +125,16 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
             store.fleet.list(),
             store.tasks.list(status="waiting_for_gpu", limit=ALERT_SCAN),
             store.tasks.list(status="running", limit=ALERT_SCAN),
+            stuck=store.tasks.count_stuck(),
         )
+    )
+    # Tasks stuck or ended in Temporal are shown as such (orchestrator/reconcile/reconciler.py says why here).
+    reconciler = Reconciler(
+        store,
+        temporal.client,
+        holder=f"{config.control_plane_id}/api-{os.getpid()}",
+        every_s=config.reconcile_every_s,
+        batch=config.reconcile_batch,
     )
     fleet_history = ui.install(app, store)
     mcp = mount_mcp(app, store)

@@ -1,5 +1,6 @@
 """What the alerts need from the control plane's store: nodes' heartbeat ages, tasks the fleet cannot
-serve (by the trouble the workflow names), and running tasks close to their budget.
+serve (by the trouble the workflow names), running tasks close to their budget, and tasks whose workflow is
+stuck in Temporal (as the reconciler last found them).
 
 Observable, read when scraped (like the fleet gauges): the store already holds these facts, and a
 workflow, whose code is replayed, could not count them itself. A tenant's tasks near their limit are
@@ -9,7 +10,7 @@ counted, not named: labels never carry task ids.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -31,13 +32,21 @@ class TaskReading:
     gpu_trouble: Counter[tuple[str, str]] = field(default_factory=Counter)
     # tenant -> running tasks at or above NEAR_BUDGET of their token limit
     near_budget: Counter[str] = field(default_factory=Counter)
+    # tenant -> unfinished tasks whose workflow task keeps failing (TaskState.stuck)
+    stuck: Counter[str] = field(default_factory=Counter)
 
 
 def task_reading(
-    nodes: Iterable[NodeView], waiting: Iterable[TaskState], running: Iterable[TaskState], now: datetime | None = None
+    nodes: Iterable[NodeView],
+    waiting: Iterable[TaskState],
+    running: Iterable[TaskState],
+    now: datetime | None = None,
+    *,
+    stuck: Mapping[str, int] | None = None,
 ) -> TaskReading:
+    """`stuck`: tasks stuck now by tenant (the store's `count_stuck`)."""
     now = now or datetime.now(UTC)
-    reading = TaskReading()
+    reading = TaskReading(stuck=Counter(stuck or {}))
     for node in nodes:
         if node.status not in ("lost", "revoked"):  # a pending node heartbeats: its silence is news too
             seen = node.last_heartbeat_at or node.registered_at
@@ -75,6 +84,11 @@ def _near_budget(_options: CallbackOptions) -> Iterator[Observation]:
         yield Observation(count, {"tenant": tenant})
 
 
+def _stuck(_options: CallbackOptions) -> Iterator[Observation]:
+    for tenant, count in _read().stuck.items():
+        yield Observation(count, {"tenant": tenant})
+
+
 _meter = metrics.get_meter("berth.tasks")
 _meter.create_observable_gauge(
     "berth_node_heartbeat_age_seconds",
@@ -93,4 +107,11 @@ _meter.create_observable_gauge(
     [_near_budget],
     unit="{task}",
     description=f"running tasks that used {NEAR_BUDGET:.0%} or more of their token limit",
+)
+_meter.create_observable_gauge(
+    "berth_tasks_stuck",
+    [_stuck],
+    unit="{task}",
+    description="unfinished tasks whose workflow task keeps failing in Temporal (nondeterminism, a bug, a payload"
+    " that cannot be decoded), as the control plane's reconciler last found them",
 )

@@ -20,6 +20,7 @@ from activities import step_metrics, task_metrics
 from activities.ports import LedgerEntry
 from orchestrator.node import metrics as node_metrics
 from orchestrator.pool import metrics as pool_metrics
+from orchestrator.reconcile import metrics as reconcile_metrics
 from orchestrator.telemetry import fleet_gauges, task_gauges
 from orchestrator.telemetry.metrics_setup import metrics_text
 from sdk import Spend, TaskState, TaskStatus
@@ -81,6 +82,8 @@ def _record_one_of_each() -> None:
     pool_metrics.record_grant(MODEL, "disk", waited_s=2.0, cold_start=True)
     node_metrics.record_fetch(MODEL, "origin", size_bytes=1024, seconds=1.0)
     node_metrics.record_load(MODEL, "disk", seconds=3.0)
+    reconcile_metrics.record_failures("non_deterministic_error", 3)
+    reconcile_metrics.record_ended("terminated")
 
 
 def exposition(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
@@ -95,6 +98,7 @@ def exposition(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
             heartbeat_age_s={("n1", "east"): 3.0},
             gpu_trouble=Counter({(MODEL, "crash_loop"): 1}),
             near_budget=Counter({"acme": 1}),
+            stuck=Counter({"acme": 1}),
         ),
     )
     monkeypatch.setattr(

@@ -18,6 +18,7 @@ ISSUE_ALERTS = {
     "BerthTasksWaitingForGpu",
     "BerthTenantNearBudget",
     "BerthNodeMissingHeartbeats",
+    "BerthTaskStuck",
 }
 
 

@@ -229,8 +229,9 @@ async def task_token(task_id: str, http: Request, svc: Svc, caller: TaskWriter) 
 async def current_state(svc: Services, record: TaskRecord) -> TaskState:
     stored = record.state
     # A queued row means the workflow has not run its first task yet, so no worker could
-    # answer a query; the store is as fresh as anything Temporal would say.
-    if stored.status.is_final or stored.status == TaskStatus.queued:
+    # answer a query; the store is as fresh as anything Temporal would say. A stuck workflow cannot answer one
+    # either (its code does not run), and only the stored state says that it is stuck and why.
+    if stored.status.is_final or stored.status == TaskStatus.queued or stored.stuck is not None:
         return stored
     live = await svc.temporal.query_state(stored.task_id)
     return live or stored

@@ -178,6 +178,14 @@ def status_text(status: TaskStatus) -> Text:
     return Text(status.value, style=_STATUS_STYLE.get(status, ""))
 
 
+def task_status_text(state: TaskState) -> Text:
+    """The task's status, and that it is stuck when it is (the status is then only what it was doing)."""
+    text = status_text(state.status)
+    if state.stuck is not None:
+        text.append(" stuck", style="bold red")
+    return text
+
+
 def tokens_text(state: TaskState) -> str:
     return f"{state.spend.tokens_used:,}/{state.spend.token_limit:,}"
 
@@ -190,7 +198,7 @@ def tasks_table(states: list[TaskState]) -> Table:
         table.add_row(
             s.task_id,
             s.agent,
-            status_text(s.status),
+            task_status_text(s),
             f"{s.step}/{s.max_steps}",
             tokens_text(s),
             usd_text(s.spend.usd_used),
@@ -209,7 +217,7 @@ def task_panel(
     spend = state.spend
     rows: list[tuple[str, Any]] = [
         ("task", state.task_id),
-        ("status", status_text(state.status)),
+        ("status", task_status_text(state)),
         ("agent", f"{state.agent} ({state.agent_version or '-'})"),
         ("model", state.model),
         ("tenant", state.tenant),
@@ -217,6 +225,17 @@ def task_panel(
         ("tokens", f"{tokens_text(state)} (remaining {spend.tokens_remaining:,}, lost {spend.tokens_lost:,})"),
         ("usd", usd_text(spend.usd_used) + (f" of {usd_text(spend.usd_limit)}" if spend.usd_limit is not None else "")),
     ]
+    if state.stuck is not None:
+        rows.append(
+            (
+                "stuck",
+                Text(
+                    f"{state.stuck.describe()}\nNothing of it runs until a worker can run its workflow code again"
+                    ' (docs/operations.md, "Stuck tasks").',
+                    style="red",
+                ),
+            )
+        )
     if state.waiting_for:
         trouble = f" [{state.gpu_trouble}]" if state.gpu_trouble else ""
         rows.append(("waiting for", state.waiting_for + trouble))

@@ -79,7 +79,8 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
 
     @server.tool()
     async def get_task(task_id: TaskId) -> TaskState:
-        """A task's current state: status, step, tokens used against its limit, result or error."""
+        """A task's current state: status, step, tokens used against its limit, result or error; `stuck`, with
+        Temporal's error, while its workflow cannot run (its status is then only where it stopped)."""
         async with caller.client(ToolError) as client:
             return await client.task(task_id).status()
 

@@ -31,9 +31,10 @@ Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 def progress_line(state: TaskState) -> str:
     spend = state.spend
-    return (
+    line = (
         f"{state.status.value}: step {state.step}/{state.max_steps}, {spend.tokens_used:,}/{spend.token_limit:,} tokens"
     )
+    return f"{line}; stuck: {state.stuck.describe()}" if state.stuck is not None else line
 
 
 async def wait_for(task: TaskHandle, timeout_s: float, progress: Progress) -> WaitOutcome:
@@ -45,7 +46,7 @@ async def wait_for(task: TaskHandle, timeout_s: float, progress: Progress) -> Wa
     written = WrittenSoFar()
     while True:
         state = await task.status()
-        seen = (state.status, state.step, state.spend.tokens_used)
+        seen = (state.status, state.step, state.spend.tokens_used, state.stuck)
         new_text = written.since_last(await task.writing()) if state.status == TaskStatus.running else ""
         if seen != reported or new_text:
             reported = seen

@@ -2,7 +2,9 @@
 // values typed into the section's forms survive it). The marker says when the task was last heard from.
 (function () {
   "use strict";
-  const KINDS = ["state", "step", "llm_call", "tool_call", "checkpoint", "child", "interruption"];
+  // workflow_task_failing and _recovered: the control plane found the task stuck in Temporal, or running again.
+  const KINDS = ["state", "step", "llm_call", "tool_call", "checkpoint", "child", "interruption",
+                 "workflow_task_failing", "workflow_task_recovered"];
 
   function follow(marker) {
     const taskId = marker.dataset.taskId;

@@ -6,7 +6,7 @@ an ordinary exception, which Temporal answers by retrying the workflow task with
 nondeterminism error). The task's row, the API, the CLI, the admin UI, MCP and /metrics then all say it is stuck,
 with Temporal's error; a fixed worker lets the workflow task succeed again and the mark goes. A workflow that
 continued as new and then wedged is found on its latest run; one terminated in Temporal ends its row `failed`,
-saying who ended it and why.
+saying who ended it and why, and one that failed there ends it with the failure.
 
 Every wait is a bounded poll for a state the control plane writes, never a sleep and an assertion.
 """
@@ -36,6 +36,7 @@ from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio import workflow
 from temporalio.client import Client as TemporalClient
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -87,6 +88,15 @@ class ContinuedThenBuggy:
         if run.resume_from is None and workflow.info().continued_run_id is None:
             workflow.continue_as_new(run)
         raise RuntimeError(f"after continue-as-new: {BUG}")
+
+
+@workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
+class FailedTask:
+    """A workflow that fails as a whole (an ApplicationError), before Berth's own ending could write its state."""
+
+    @workflow.run
+    async def run(self, run: TaskRun) -> TaskState:
+        raise ApplicationError("the plan could not be read", non_retryable=True)
 
 
 @dataclass
@@ -315,3 +325,17 @@ async def test_a_workflow_terminated_in_temporal_ends_its_row_failed_with_who_an
         server, "berth_tasks_ended_in_temporal", "berth_tasks_ended_in_temporal_total", how="terminated"
     )
     assert (ended_now or 0) - (ended_before or 0) == 1
+
+
+async def test_a_workflow_that_failed_in_temporal_ends_its_row_failed_with_the_failure(server: Server) -> None:
+    async with Worker(server.temporal, task_queue=server.queue, workflows=[FailedTask]):
+        async with server.sdk() as berth:
+            task = await berth.submit(server.agent.name, "File the report.", Budget(tokens=5000))
+
+            async def ended() -> TaskState | None:
+                state = stored(server, task.task_id)
+                return state if state.status.is_final else None
+
+            state = await until("the row to end", ended)
+            assert state.status == TaskStatus.failed
+            assert state.error == "its workflow failed in Temporal: the plan could not be read"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -68,7 +68,7 @@ async def temporal_client(temporal_env: WorkflowEnvironment, request: pytest.Fix
     """The dev server's client; at the test's end, every Berth workflow the test started must replay on the
     code under test (tests/replay_check.py), unless the test is marked `histories_may_not_replay` (a test
     that wedges a workflow on purpose)."""
-    began = datetime.now(UTC) - timedelta(seconds=1)
+    began = datetime.now(UTC)  # the dev server stamps a run's start on this machine's clock, after this
     yield temporal_env.client
     if request.node.get_closest_marker("histories_may_not_replay") is None:
         await assert_histories_replay(temporal_env.client, started_since(began), request.node.nodeid)

@@ -19,6 +19,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from orchestrator.telemetry import install_metrics
+from tests import replay_check
 from tests.replay_check import assert_histories_replay, started_since
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -72,6 +73,25 @@ async def temporal_client(temporal_env: WorkflowEnvironment, request: pytest.Fix
     yield temporal_env.client
     if request.node.get_closest_marker("histories_may_not_replay") is None:
         await assert_histories_replay(temporal_env.client, started_since(began), request.node.nodeid)
+
+
+_replayed_by_workers = 0
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: its count goes to the controller
+        workeroutput["histories_replayed"] = replay_check.replayed_here
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    global _replayed_by_workers
+    _replayed_by_workers += getattr(node, "workeroutput", {}).get("histories_replayed", 0)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    total = replay_check.replayed_here + _replayed_by_workers
+    terminalreporter.write_line(f"workflow histories replayed on the code under test: {total}")
 
 
 def wait_http(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None) -> None:

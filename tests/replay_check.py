@@ -21,6 +21,8 @@ from orchestrator.replay.sources import export
 EXPORT_ENV = "BERTH_EXPORT_HISTORIES"
 # A test's own runs: more than any test starts; a stack's whole namespace is read at its stop.
 MAX_RUNS_PER_CHECK = 5000
+# Histories this test process has replayed (the suite's summary line adds up every process's).
+replayed_here = 0
 _BERTH_TYPES = {getattr(w, "__temporal_workflow_definition").name for w in WORKER_WORKFLOWS}
 
 
@@ -41,7 +43,9 @@ async def assert_histories_replay(client: Client, query: str | None, label: str)
     if folder:
         for history in histories:
             export(history, Path(folder) / _file_safe(label))
+    global replayed_here
     failing = [v for v in await judge(histories) if not v.replays]
+    replayed_here += len(histories)
     assert not failing, f"{len(failing)} of {len(histories)} histories of {label} do not replay:\n" + "\n".join(
         v.describe() for v in failing
     )

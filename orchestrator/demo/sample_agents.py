@@ -5,8 +5,9 @@
 demo, the README and the system tests. `writer` researches the same way and then writes a
 long report (the demo preempts its node mid-report). `ask` puts a question to the real model that runs
 on CPU (SmolLM2-135M through llama.cpp), whose answer is the model's own text; `essay` has it write at
-length (the system tests take its node away mid-essay). Each tool appends its idempotency key to the file
-named by BERTH_TOOL_JOURNAL (when set), so tests can prove that no finished tool call ran twice.
+length (the system tests take its node away mid-essay). Each tool appends a line to the file named by
+BERTH_TOOL_JOURNAL (when set): `<idempotency key> <tool> pid=<process> attempt=<n>`, so tests can prove that no
+finished tool call ran twice, and tell a call run again because its tool worker was killed mid-call.
 """
 
 from __future__ import annotations
@@ -28,17 +29,19 @@ KNOWLEDGE = {
 }
 
 
-def _journal(tool_name: str) -> None:
+def journal(tool_name: str) -> None:
+    """One line for this run of a tool call, in the BERTH_TOOL_JOURNAL file (when set)."""
     path = os.environ.get("BERTH_TOOL_JOURNAL")
     if path:
+        call = tool_context()
         with open(path, "a", encoding="utf-8") as f:
-            f.write(f"{tool_context().idempotency_key} {tool_name}\n")
+            f.write(f"{call.idempotency_key} {tool_name} pid={os.getpid()} attempt={call.attempt}\n")
 
 
 @tool(timeout_s=20)
 def search(query: str) -> str:
     """Search the engineering knowledge base; returns the matching facts."""
-    _journal("search")
+    journal("search")
     words = set(re.findall(r"[a-z0-9]+", query.lower()))
     hits = [fact for key, fact in KNOWLEDGE.items() if set(key.split()) & words or key in query.lower()]
     return "\n".join(hits) if hits else f"no facts found for {query!r}"
@@ -47,7 +50,7 @@ def search(query: str) -> str:
 @tool(timeout_s=20)
 def take_note(topic: str) -> str:
     """Record a note on a topic for the final report."""
-    _journal("take_note")
+    journal("take_note")
     return f"noted: {topic.strip()[:120]}"
 
 

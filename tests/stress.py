@@ -3,7 +3,7 @@
 A suite that passes only on an idle machine fails on a busy laptop or a shared CI runner, and then people stop
 running it. This runs the given suites (the system and browser ones, from the Makefile) while one process per
 core spins at the same priority as the tests, so waits that assume a fast machine and timed assertions show
-up here first.
+up here first. BERTH_CPU_HOGS sets how many hogs (one per core by default): `make chaos` runs two.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ def _spin() -> None:
 
 
 def main(suites: list[str]) -> int:
-    hogs = [multiprocessing.Process(target=_spin, daemon=True, name=f"cpu-hog-{i}") for i in range(os.cpu_count() or 2)]
+    count = int(os.environ.get("BERTH_CPU_HOGS") or os.cpu_count() or 2)
+    hogs = [multiprocessing.Process(target=_spin, daemon=True, name=f"cpu-hog-{i}") for i in range(count)]
     for hog in hogs:
         hog.start()
     print(f"running {' '.join(suites)} beside {len(hogs)} CPU hog(s)", flush=True)

@@ -40,3 +40,17 @@ def check_nothing_hidden(ledger: dict, engine: dict) -> None:
     generated = engine["completion_tokens"] + engine.get("aborted_completion_tokens", 0)
     booked = ledger["completion_tokens"] + ledger["lost_tokens"] + ledger["kept_tokens"]
     assert booked >= generated - CHUNK_TOKENS * cut, (ledger, engine)
+
+
+def assert_no_step_finished_twice(events: list) -> None:
+    """Each step is checkpointed once; a step's model call runs again only on a new placement (its reply was
+    lost with its node: booked, never received), never as a repeat of a finished step."""
+    finished = [e.data["step"] for e in events if e.kind == "step"]
+    assert finished == sorted(set(finished)), f"a finished step was recorded twice: {finished}"
+    calls: dict[int, list[int]] = {}
+    for e in events:
+        if e.kind == "llm_call":
+            calls.setdefault(e.data["step"], []).append(e.data["attempt"])
+    for step, attempts in calls.items():
+        placements = [a // 100 for a in attempts]
+        assert placements == sorted(set(placements)), f"step {step} called twice on one placement: {attempts}"

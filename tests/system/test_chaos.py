@@ -22,7 +22,7 @@ import pytest
 
 from sdk import Budget, SyncClient, TaskStatus
 from tests.conftest import ROOT
-from tests.system.books import assert_nothing_hidden_nothing_twice
+from tests.system.books import assert_no_step_finished_twice, assert_nothing_hidden_nothing_twice
 from tests.system.conftest import Stack, fleet_stack, wait_until
 
 FLEET = [
@@ -105,20 +105,6 @@ def _run_and_take_away_its_node(stack: Stack, task_id: str, sig: int) -> tuple[t
         assert record["node_id"] == serving[0] and record["kind"] in ("lost", "notice", "replica_gone"), record
         assert record["resumed_on"] and record["resume_s"] >= 0 and record["tokens_lost"] >= 0, record
     return serving, calls
-
-
-def assert_no_step_finished_twice(events: list) -> None:
-    """Each step is checkpointed once; a step's model call runs again only on a new placement (its reply was
-    lost with its node: booked, never received), never as a repeat of a finished step."""
-    finished = [e.data["step"] for e in events if e.kind == "step"]
-    assert finished == sorted(set(finished)), f"a finished step was recorded twice: {finished}"
-    calls: dict[int, list[int]] = {}
-    for e in events:
-        if e.kind == "llm_call":
-            calls.setdefault(e.data["step"], []).append(e.data["attempt"])
-    for step, attempts in calls.items():
-        placements = [a // 100 for a in attempts]
-        assert placements == sorted(set(placements)), f"step {step} called twice on one placement: {attempts}"
 
 
 def _no_leases_left(stack: Stack) -> bool:

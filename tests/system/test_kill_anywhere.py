@@ -27,9 +27,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from sdk import TaskStatus
+from sdk import SyncClient, TaskStatus
 from tests.replay_check import assert_histories_replay, started_since
-from tests.system.books import check_nothing_hidden
+from tests.system.books import assert_no_step_finished_twice, check_nothing_hidden
 from tests.system.conftest import Stack, fleet_stack, wait_until
 from tests.system.killer import Killer, NodeAgent, OrchestratorWorker, ToolWorker
 from tests.system.mixed_workload import JOBS, Workload, register_own_loop_agent
@@ -169,8 +169,11 @@ def _tool_calls_run_again(stack: Stack, prefix: str, killed_tool_workers: set[in
 def _books_hold(stack: Stack, states: dict[str, dict]) -> None:
     """Each task's ledger against the engines' own journals. A task whose generations were never cut (no
     interruption, not cancelled) must have booked exactly what they served; one that was cut may miss only the
-    last chunk of a cut reply nobody read (books.check_nothing_hidden)."""
+    last chunk of a cut reply nobody read (books.check_nothing_hidden). No step is finished twice, and no
+    placement of a step calls the model twice: the books alone cannot see a step run and booked twice."""
+    tasks = SyncClient(stack.api, stack.admin_key())
     for task_id, state in states.items():
+        assert_no_step_finished_twice(list(tasks.task(task_id).events()))
         ledger = stack.http.get(f"/v1/tasks/{task_id}/ledger").json()["totals"]
         engine = stack.engine_usage(task_id)
         if not engine:

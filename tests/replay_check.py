@@ -9,11 +9,14 @@ corpus under tests/replay/histories was collected.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 
 from orchestrator.replay.judge import WORKER_WORKFLOWS, judge
 from orchestrator.replay.sources import export
@@ -50,6 +53,18 @@ async def assert_histories_replay(client: Client, query: str | None, label: str)
         v.describe() for v in failing
     )
     return len(histories)
+
+
+def assert_namespace_replays(address: str, label: str) -> int:
+    """Every history a Temporal frontend holds, from synchronous code: on a thread of its own, since the caller's
+    thread may already run an event loop (Playwright's sync API keeps one in the browser suites)."""
+
+    async def replay_all() -> int:
+        client = await Client.connect(address, data_converter=pydantic_data_converter)
+        return await assert_histories_replay(client, None, label)
+
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        return thread.submit(asyncio.run, replay_all()).result()
 
 
 def _file_safe(text: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -18,12 +17,10 @@ from typing import TypeVar
 
 import httpx
 import pytest
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from orchestrator.engines.simulated.usage import UsageTally
 from tests.conftest import ROOT, free_port
-from tests.replay_check import assert_histories_replay
+from tests.replay_check import assert_namespace_replays
 
 AGENTS = "orchestrator.demo.sample_agents:ALL"
 # Every stack runs with provider credentials set, as a real deployment would; test_secrets checks
@@ -111,19 +108,14 @@ class Stack:
         replays on the code under test (the gate of tests/replay_check.py): a failure fails the test."""
         if self.process is not None and self.process.poll() is None:
             if replay:
-                self.replayed += asyncio.run(self._replay_all())
+                address = f"127.0.0.1:{self.env['BERTH_TEMPORAL_PORT']}"
+                self.replayed += assert_namespace_replays(address, f"stack {self.data_dir.parent.name}")
             self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-    async def _replay_all(self) -> int:
-        client = await Client.connect(
-            f"127.0.0.1:{self.env['BERTH_TEMPORAL_PORT']}", data_converter=pydantic_data_converter
-        )
-        return await assert_histories_replay(client, None, f"stack {self.data_dir.parent.name}")
 
     def child_pid(self, name: str) -> int:
         return int((self.data_dir / "run" / f"{name}.pid").read_text())

@@ -12,7 +12,6 @@ The processes are started here, not by `berth up` (one control plane) nor the pa
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -25,8 +24,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from orchestrator.engines.replicas.processes import stop_orphans
 from orchestrator.pool.autoscaler import SCALER_JOB
@@ -38,7 +35,7 @@ from orchestrator.store.reservations import EPSILON_GIB
 from sdk import Budget, SyncClient, TaskStatus
 from tests.conftest import ROOT, free_port
 from tests.postgres import postgres_server, postgres_url  # noqa: F401  (fixtures: a fresh database)
-from tests.replay_check import assert_histories_replay
+from tests.replay_check import assert_namespace_replays
 from tests.system.conftest import AGENTS, wait_until
 
 pytestmark = pytest.mark.system
@@ -130,11 +127,6 @@ class ReservationWatch:
                 self.overbooked.append(f"{gpu}: {gib:.1f} GiB reserved of {sizes.get(gpu, 0.0):.1f}")
         self.pools["leasing"].update(lease.pool_id for lease in self.store.leases.list())
         self.samples += 1
-
-
-async def _replayed(temporal_port: int) -> int:
-    client = await Client.connect(f"127.0.0.1:{temporal_port}", data_converter=pydantic_data_converter)
-    return await assert_histories_replay(client, None, "two control-plane replicas")
 
 
 @pytest.fixture
@@ -279,7 +271,7 @@ def test_a_killed_control_plane_replica_leaves_its_tasks_to_the_other(
             wait_until(lambda: not store.leases.list(), 10, "no lease left")
         assert store.leadership.leader(SCALER_JOB) == "cp-b"
         # Both replicas' workers wrote these histories, one of them killed mid-task: each must replay.
-        assert asyncio.run(_replayed(temporal_port)) >= len(TASKS)
+        assert assert_namespace_replays(f"127.0.0.1:{temporal_port}", "two control-plane replicas") >= len(TASKS)
     except BaseException:
         processes.print_logs()
         raise

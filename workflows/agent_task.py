@@ -547,15 +547,11 @@ class AgentTaskWorkflow:
         self.budget_raised = False
         self.waiting_for = f"budget: {missing}"
         await self._set_status(TaskStatus.awaiting_budget)
-        try:
-            await workflow.wait_condition(
-                lambda: self.budget_raised or self.cancel_reason is not None,
-                timeout=self._until_deadline(self.run_input.budget_grace_s),
-            )
-        except TimeoutError:
-            self.clock.mark()
+        if not await self.clock.wait(
+            lambda: self.budget_raised or self.cancel_reason is not None,
+            timeout=self._until_deadline(self.run_input.budget_grace_s),
+        ):
             return False
-        self.clock.mark()
         self.waiting_for = None
         if self.cancel_reason is None:
             await self._set_status(TaskStatus.running)
@@ -595,8 +591,7 @@ class AgentTaskWorkflow:
         # A cancelled task stops waiting for its tools: their worker may not even be running.
         if self._checks_tool_workers():
             await self._say_if_no_tool_worker(handle, call.name)
-        await workflow.wait_condition(lambda: handle.done() or self.cancel_reason is not None)
-        self.clock.mark()  # the tool's result (or the cancel signal): a moment history fixes
+        await self.clock.wait(lambda: handle.done() or self.cancel_reason is not None)
         if not handle.done():
             handle.cancel()
         try:
@@ -620,11 +615,8 @@ class AgentTaskWorkflow:
         def finished() -> bool:
             return handle.done() or self.cancel_reason is not None
 
-        try:
-            await workflow.wait_condition(finished, timeout=TOOL_WORKER_NOTICE)
+        if await self.clock.wait(finished, timeout=TOOL_WORKER_NOTICE):
             return
-        except TimeoutError:
-            self.clock.mark()
         queue = self.agent.task_queue
         if await workflow.execute_local_activity_method(
             ToolWorkers.polling, queue, start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY
@@ -647,14 +639,11 @@ class AgentTaskWorkflow:
         self.answer_text, self.question = None, args.question
         self.waiting_for = "input: a human answer"
         await self._set_status(TaskStatus.awaiting_input)
-        try:
-            await workflow.wait_condition(
-                lambda: self.answer_text is not None or self.cancel_reason is not None,
-                timeout=self._until_deadline(self.agent.ask_human_timeout_s),
-            )
-        except TimeoutError:
+        if not await self.clock.wait(
+            lambda: self.answer_text is not None or self.cancel_reason is not None,
+            timeout=self._until_deadline(self.agent.ask_human_timeout_s),
+        ):
             self.answer_text = None
-        self.clock.mark()
         answer, self.question, self.waiting_for = self.answer_text, None, None
         if self.cancel_reason is None:
             await self._set_status(TaskStatus.running)

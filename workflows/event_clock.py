@@ -12,7 +12,8 @@ Runs of version 0 read the live values, as the code that wrote their histories d
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 
@@ -27,6 +28,21 @@ class EventClock:
         """Take the time and the hint now: call it only right after awaiting a history event."""
         self._now = workflow.now()
         self._suggested = workflow.info().is_continue_as_new_suggested()
+
+    async def wait(self, done: Callable[[], bool], timeout: timedelta | None = None) -> bool:
+        """`workflow.wait_condition(done, timeout)`, False when it timed out; the clock moves when a timer fired or
+        the wait was woken, never when `done()` held from the start (the wait returned where it began, maybe right
+        after a local activity). A wakeup is a history event only when `done()` reads what handlers and results
+        set: a predicate that reads state code sets after a local activity does not belong here."""
+        suspended = not done()
+        try:
+            await workflow.wait_condition(done, timeout=timeout)
+        except TimeoutError:
+            self.mark()
+            return False
+        if suspended:
+            self.mark()
+        return True
 
     def now(self) -> datetime:
         return self._now if self.event_fixed else workflow.now()

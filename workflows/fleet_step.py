@@ -310,11 +310,7 @@ class FleetStep:
                     f"gpu: {grant.reason} (place {grant.queue_position} in the queue for {request.model})", rnd.trouble
                 )
                 said = (grant.wait_reason, now)
-            try:
-                await workflow.wait_condition(self._stop_waiting, timeout=timedelta(seconds=pause))
-            except TimeoutError:
-                pass
-            self.clock.mark()  # the pause's timer fired, or a signal ended it: a moment history fixes
+            await self.clock.wait(self._stop_waiting, timeout=timedelta(seconds=pause))
             if self._stop_waiting():
                 return None
             pause = min(pause * 2, WAIT_MAX_S)
@@ -461,8 +457,7 @@ class FleetStep:
             heartbeat_timeout=LOAD_HEARTBEAT,
             retry_policy=LOAD_RETRY,
         )
-        await workflow.wait_condition(lambda: handle.done() or grant.node_id in self.gone_nodes or self._cancelled())
-        self.clock.mark()
+        await self.clock.wait(lambda: handle.done() or grant.node_id in self.gone_nodes or self._cancelled())
         if not handle.done() and grant.node_id not in self.gone_nodes:
             return _Cancelled(None)
         if not handle.done():
@@ -580,10 +575,10 @@ class FleetStep:
             # Wait for the cut-off generation to report what it had generated, so its tokens are booked.
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
-        await workflow.wait_condition(
+        # The reply, or the signal that cuts it: a moment history fixes (the clock moves).
+        await self.clock.wait(
             lambda: handle.done() or self.preempt_requested or node_id in self.gone_nodes or self._cancelled()
         )
-        self.clock.mark()  # the reply, or the signal that cuts it: a moment history fixes
         if not handle.done() and node_id in self.gone_nodes:
             return await self._abandon(handle, node_id)
         cancelling = not handle.done() and self._cancelled()
@@ -767,8 +762,7 @@ class FleetStep:
             retry_policy=GENERATE_RETRY,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
-        await workflow.wait_condition(lambda: handle.done() or self._cancelled())
-        self.clock.mark()
+        await self.clock.wait(lambda: handle.done() or self._cancelled())
         cancelling = not handle.done()
         if cancelling:
             handle.cancel()

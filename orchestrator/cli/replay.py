@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import sys
 from datetime import timedelta
@@ -67,7 +68,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return asyncio.run(_replay(args, query, limit))
+    code = asyncio.run(_replay(args, query, limit))
+    # The verdicts are out: leave now. Temporal's Core threads (the client's and the Replayer's runtimes) may still
+    # be winding down while the interpreter finalizes, and then Python aborts (SIGABRT, "PyGILState_Release")
+    # and the exit status an upgrade pipeline reads is lost.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _since(text: str) -> str:

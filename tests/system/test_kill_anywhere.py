@@ -315,6 +315,8 @@ def test_a_node_killed_at_random_moments_loses_nothing(kill_stack: Stack, reques
     checked = _check_everything(
         kill_stack, outcome, "kn", request.node.nodeid, killed_tool_workers=set(), books_gap_known=True
     )
-    # Each kill landed while a step held a lease: at least one generation was taken away and placed again.
+    # Each kill landed while a step held a lease: a generation was taken away and placed again, or the replica
+    # the step was waiting for was loading there (a load cut off is retried elsewhere, not an interruption).
     lost = [i for i, s in checked["states"].items() if s["interruptions"]]
-    assert lost, f"seed {SEED}: no kill of a node interrupted a task"
+    loading = sum(k.running.get("waiting_for_gpu", 0) for k in outcome.killer.kills)
+    assert lost or loading, f"seed {SEED}: no kill of a node took a generation or a load away"

@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--scenario",
         default="bursty",
-        help="standard traffic when no --workload/--trace: steady, bursty, spot-heavy, many-models",
+        help="standard traffic when no --workload/--trace: steady, bursty, spot-heavy, many-models, agent-sessions",
     )
     p.add_argument("--fleet", metavar="FILE", type=Path, help="fleet JSON (default: the standard 12-node fleet)")
     source = p.add_mutually_exclusive_group()

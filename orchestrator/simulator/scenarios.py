@@ -1,4 +1,4 @@
-"""The standard scenarios: one fleet, four kinds of agent traffic. `berth simulate --scenario NAME` and
+"""The standard scenarios: one fleet, five kinds of agent traffic. `berth simulate --scenario NAME` and
 benchmarks/simulate_scenarios.py run them; a user's own fleet and workload files replace either part.
 
 The fleet: two datacenters, H100, L40S and A100 nodes, a third of them spot. The traffic (4 virtual
@@ -7,7 +7,9 @@ hours each):
 - bursty: a low base rate and, every 20 minutes on average, 60 sessions within a minute;
 - spot-heavy: steady traffic, 30% of it batch (which Berth puts on spot), while spot nodes are reclaimed
   about every 2 hours each, 30 s notice;
-- many-models: 16 fine-tunes of an 8B model beside the base models, popularity skewed (Zipf).
+- many-models: 16 fine-tunes of an 8B model beside the base models, popularity skewed (Zipf);
+- agent-sessions: sessions shaped by the published statistics of GitHub Copilot's coding agent (turns, calls
+  per turn, tool calls, 128:1 prompt:completion; agent_sessions.py says where each figure comes from).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import replace
 from ..catalogue import SEED_MODELS
 from ..pool.fleet import ModelSpec
 from ..pool.inventory import model_spec
+from .agent_sessions import AGENT_SESSIONS
 from .fleet_file import FleetFile, parse_fleet
 from .workload import DEFAULT_MODELS, WorkloadSpec, zipf_shares
 
@@ -66,6 +69,7 @@ SCENARIOS: dict[str, WorkloadSpec] = {
     "many-models": WorkloadSpec(
         duration_s=4 * HOURS, sessions_per_hour=90, models=zipf_shares((*DEFAULT_MODELS, *FINE_TUNES), s=1.0)
     ),
+    "agent-sessions": AGENT_SESSIONS,
 }
 
 

@@ -54,6 +54,9 @@ class WorkloadSpec(BaseModel):
     burst_sessions: int = Field(default=20, ge=1, description="sessions per burst")
     burst_spread_s: float = Field(default=30.0, ge=0, description="a burst's sessions arrive within this")
     turns_per_session_max: int = Field(default=5, ge=1, description="turns are uniform in 1..max")
+    turns_per_session_mean: float | None = Field(
+        default=None, ge=1, le=1000, description="1 + Poisson(mean - 1) turns instead; None: uniform in 1..max"
+    )
     calls_per_turn_mean: float = Field(default=8.0, ge=1, le=1000, description="1 + Poisson(mean - 1)")
     tool_s_median: float = Field(default=2.0, ge=0, description="tool time after a tool-calling call")
     think_s_median: float = Field(default=20.0, ge=0, description="user pause after a turn's answer")
@@ -152,7 +155,12 @@ def _arrival_times(spec: WorkloadSpec, rng: random.Random) -> list[float]:
 
 def _session(spec: WorkloadSpec, rng: random.Random, session_id: str, arrival_s: float) -> SessionPlan:
     model = rng.choices([m.name for m in spec.models], weights=[m.weight for m in spec.models])[0]
-    turns = [_calls_in_turn(spec.calls_per_turn_mean, rng) for _ in range(rng.randint(1, spec.turns_per_session_max))]
+    count = (
+        rng.randint(1, spec.turns_per_session_max)
+        if spec.turns_per_session_mean is None
+        else _one_plus_poisson(spec.turns_per_session_mean, rng)
+    )
+    turns = [_one_plus_poisson(spec.calls_per_turn_mean, rng) for _ in range(count)]
     return SessionPlan(
         session_id=session_id, arrival_s=arrival_s, calls=_calls(spec, rng, model, turns, session_id, may_spawn=True)
     )
@@ -203,14 +211,14 @@ def _subagent(spec: WorkloadSpec, rng: random.Random, model: str, session_id: st
 
     arrival_s is 0: a sub-agent has no arrival of its own; it starts when its parent's call ends.
     """
-    turns = [_calls_in_turn(spec.subagent_calls_mean, rng)]
+    turns = [_one_plus_poisson(spec.subagent_calls_mean, rng)]
     return SessionPlan(
         session_id=session_id, arrival_s=0.0, calls=_calls(spec, rng, model, turns, session_id, may_spawn=False)
     )
 
 
-def _calls_in_turn(mean: float, rng: random.Random) -> int:
-    """1 + Poisson(mean - 1): a turn makes at least one call, `mean` on average."""
+def _one_plus_poisson(mean: float, rng: random.Random) -> int:
+    """1 + Poisson(mean - 1): a session has at least one turn and a turn at least one call, `mean` on average."""
     count, t = 1, rng.expovariate(1.0)
     while t < mean - 1:  # counting unit-rate events in [0, mean - 1) never underflows, unlike exp(-mean)
         count += 1

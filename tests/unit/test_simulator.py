@@ -195,7 +195,7 @@ def test_berth_simulate_compares_policies_on_a_trace_and_writes_its_report(tmp_p
     assert set(report["policies"]) == set(POLICY_NAMES)
     assert "The warm pool, each policy against k8s-spread and always-warm:" in printed
     assert [f["name"] for f in report["warm_pool"]["k8s-spread"]][:2] == [
-        "cold-start seconds ÷ k8s-spread's",
+        "cold-start seconds beyond each model's first load",
         "GPU-hours ÷ k8s-spread's",
     ]
     assert report["warm_pool"]["k8s-spread"][1]["value"] == 1.0  # itself over itself

@@ -108,6 +108,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         f"{len(nodes)} nodes ({sum(len(n.devices) for n, _ in nodes)} GPUs), seed {args.seed}\n"
     )
     print(table(reports))
+    print(
+        f"\nphysical floor: {results[0].floor_gpu_hours:.2f} GPU-h (every call's prefill and decode at the fleet's "
+        "best throughput, every GPU always busy); SLO met: calls within their class's TTFT and TPOT objectives"
+    )
     if len(reports) > 1:
         print()
         for goal in found:

@@ -44,15 +44,58 @@ def may_go(fleet: FleetState, decision: Decision, ahead: int) -> bool:
     return ahead < fleet.free_slots[(request.model, owner)]
 
 
+def defers_to_a_busy_replica(fleet: FleetState, decision: Decision) -> bool:
+    """Whether a decision that starts a replica should rather wait for a slot of one already there.
+
+    A step placed on a new replica only because every replica of the model is full waits for that load; a full
+    replica frees a slot as soon as its shortest lease ends, about its drain over its slots, and a full one still
+    loading once loaded (its queue then drains in parallel with the new replica's load). When that comes no later than the new load would, the step waits and the scaler, which
+    sizes the model by its objectives, decides on capacity: one burst at a model's first load started a second
+    load from the origin beside it, and its steps waited for the slower of the two."""
+    chosen = decision.chosen
+    if chosen is None or chosen.candidate.replica_id is not None:
+        return False
+    request = decision.request
+    owner = boundary_owner(request, fleet.trust_of(request.tenant))
+    full = [
+        r
+        for rid in fleet.replicas_by_model.get(request.model, {})
+        if (r := fleet.replicas[rid]).state != "draining"
+        and r.boundary == owner
+        and not r.has_slot
+        and r.node_id not in request.exclude_nodes
+        and fleet.nodes[r.node_id].schedulable
+    ]
+    if not full:
+        return False
+    # A loading replica's whole load estimate bounds what is left of it (its clock is not kept here).
+    soonest = min(r.load_s if r.state == "loading" else r.queue_s / max(r.concurrency, 1) for r in full)
+    return soonest <= chosen.terms.get("ttft", 0.0)
+
+
 def starts_replica(decision: Decision) -> bool:
     return decision.chosen is not None and decision.chosen.candidate.replica_id is None
 
 
-def place_scaler_replica(fleet: FleetState, model: str, config: PlacementConfig) -> Decision:
-    """Where the scaler's next replica of `model` goes (batch class: spot first), spread across nodes that
-    do not host the model yet where it fits, so one node's loss never takes all its replicas."""
+def place_scaler_replica(
+    fleet: FleetState, model: str, config: PlacementConfig, interactive_prompt_tokens: int | None = None
+) -> Decision:
+    """Where the scaler's next replica of `model` goes, spread across nodes that do not host the model yet where
+    it fits, so one node's loss never takes all its replicas.
+
+    For a model whose recent calls are interactive, `interactive_prompt_tokens` is their long prompt: the
+    replica goes where it meets their latency objectives for it. Otherwise it is placed as batch: spot first."""
     hosting = frozenset(fleet.replicas[r].node_id for r in fleet.replicas_by_model.get(model, {}))
-    request = PlacementRequest(model=model, tokens=1, priority="batch", new_replica_only=True, exclude_nodes=hosting)
+    prompt = interactive_prompt_tokens or 0
+    request = PlacementRequest(
+        model=model,
+        tokens=prompt + 1,  # the traffic's prompt: its prefill weighs each GPU type's speed as a step's does
+        prompt_tokens=prompt,
+        priority="batch" if interactive_prompt_tokens is None else "interactive",
+        new_replica_only=True,
+        exclude_nodes=hosting,
+        traffic_prompt_tokens=prompt,
+    )
     decision = place(fleet, request, config)
     if decision.chosen is None and hosting:
         decision = place(fleet, replace(request, exclude_nodes=frozenset()), config)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sdk.wire.objectives import LatencyObjectives
+
 Priority = Literal["interactive", "batch", "low_priority"]
 Tier = Literal["warm", "loading", "disk", "datacenter", "origin"]
 Outcome = Literal["placed", "wait", "never"]
@@ -38,6 +40,12 @@ class PlacementRequest:
     # The model's scaling policy cap: once it has this many replicas (not draining), a step waits for a
     # slot instead of starting another, as the scaler never plans past it either. None: no cap.
     max_replicas: int | None = None
+    # What the call promises (its class's defaults, or the task's own): placement prefers candidates
+    # predicted to meet it. None: the class's defaults (sdk/wire/objectives.py).
+    objectives: LatencyObjectives | None = None
+    # The prompt a new replica is judged by: the larger of this call's and the model's recent high percentile,
+    # since a replica started for one short prompt goes on to serve the model's long ones.
+    traffic_prompt_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,9 @@ class WaitQueue:
     def __len__(self) -> int:
         return len(self._waiters)
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._waiters
+
     def _expire(self, now: float) -> None:
         for key in [k for k, w in self._waiters.items() if now - w.seen > self.stale_after_s]:
             del self._waiters[key]

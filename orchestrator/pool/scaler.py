@@ -45,6 +45,7 @@ from .fleet import FleetState, ModelSpec, Replica
 from .intents import Intent, IntentBook
 from .keepalive import IdleGaps, KeepAlive
 from .scorers import load_seconds
+from .traffic import TrafficBook
 from .weights import DEFAULT_CONFIG, PlacementConfig
 
 DEFAULT_POLICY = ScalingPolicy()
@@ -59,6 +60,8 @@ FIXED_KEEP_ALIVE_S = 300.0
 COLD_START_WAIT_GPUS = 60.0
 # Intents due within a load and two ticks start replicas now; later ones only keep what is there.
 INTENT_LEAD_TICKS = 2
+# The attainment rule judges a model only on this many recent grants at least: one late call in three is noise.
+MIN_ATTAINMENT_SAMPLES = 20
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Foresight:
     tick_s: float = 2.0
     last_tick: float | None = None
     keep_alive: dict[str, list[KeepAlive]] = field(default_factory=dict)  # model → per level, as last planned
+    traffic: TrafficBook = field(default_factory=TrafficBook)  # recent prompts, holds and predicted attainment
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,17 @@ def plan_scaling(
         )
         waiting = demand.get(model, ModelDemand()).waiting
         spec = fleet.models.get(model)
-        desired, why = _desired(policy, replicas, waiting, spec)
+        absorbed = (
+            foresight is not None
+            and spec is not None
+            and _waiters_absorbed(fleet, foresight, spec, replicas, waiting, now)
+        )
+        desired, why = _desired(policy, replicas, waiting, spec, absorbed)
+        holding = True  # the model's objectives hold: its idle replicas may go
+        if foresight is not None and spec is not None and policy.scaler == "queue_delay":
+            wanted, said, holding = _for_attainment(foresight, fleet, spec, replicas, now)
+            if wanted > desired:
+                desired, why = wanted, said
         prewarm = False
         keep_for_intents = 0
         if foresight is not None and spec is not None:
@@ -146,6 +160,8 @@ def plan_scaling(
             plan.extend(ScaleUp(model, why, prewarm) for _ in range(missing))
             continue
         keep = min(max(desired, keep_for_intents), policy.max_replicas)
+        if not holding:
+            continue  # remove capacity only while the model's objectives hold
         if foresight is None or spec is None:
             plan.extend(_scale_down_fixed(model, policy, replicas, keep, idle_since, now))
         else:
@@ -203,14 +219,70 @@ def _announced(
     return len(replicas) + 1, keep, f"intent: {len(soon)} announced step(s) ({kinds}) due within {lead:.0f}s, {full}"
 
 
+def _waiters_absorbed(
+    fleet: FleetState, foresight: Foresight, spec: ModelSpec, replicas: list[Replica], waiting: int, now: float
+) -> bool:
+    """Whether the model's replicas (a loading one included) will give every waiting step a slot before a new
+    replica could load: then a new one would only start serving after they are done.
+
+    Slots turn over once per recent call's hold (Little's law): `waiting` steps over the replicas' slots take
+    waiting × hold ÷ slots. A replica still loading serves them once loaded, no later than a new one would.
+    Counting load time is what keeps a burst at a model's first load from starting a second load beside it."""
+    if waiting <= 0 or not replicas:
+        return False
+    load_s = _new_load_s(fleet, spec, foresight.config)
+    if any(r.state == "loading" and r.load_s <= load_s for r in replicas):
+        return True
+    hold_s = foresight.traffic.mean_hold_s(spec.name, now)
+    slots = sum(r.concurrency for r in replicas if r.state == "warm")
+    if hold_s is None or slots == 0:
+        return False
+    return waiting * hold_s / slots <= load_s
+
+
+def _for_attainment(
+    foresight: Foresight, fleet: FleetState, spec: ModelSpec, replicas: list[Replica], now: float
+) -> tuple[int, str, bool]:
+    """(replicas the model's latency objectives want, why, whether they hold).
+
+    Below its target, with misses that capacity would turn into meets (steps predicted late for their wait, not
+    for their own prefill), the model wants one more replica, unless one is loading already: its capacity
+    comes before another load would. Above its target it holds, and only then may an idle replica go."""
+    attained = foresight.traffic.attainment(spec.name, now)
+    target = foresight.traffic.target(spec.name, now)
+    if attained.calls < MIN_ATTAINMENT_SAMPLES or attained.share >= target:
+        return 0, "", True
+    if attained.fixable_misses == 0 or any(r.state == "loading" for r in replicas):
+        return 0, "", False
+    why = (
+        f"attainment {attained.share:.1%} below its {target:.1%} target: {attained.fixable_misses} of "
+        f"{attained.calls} recent steps predicted late for want of capacity"
+    )
+    return len(replicas) + 1, why, False
+
+
+def _new_load_s(fleet: FleetState, spec: ModelSpec, config: PlacementConfig) -> float:
+    """What a new replica of the model would take to load from the nearest copy of its weights the fleet has
+    (a node's disk, a datacenter peer, else the origin), at the configured rates."""
+    load_s = _typical_load_s(fleet, spec, config)
+    if fleet.cached.get(spec.name):
+        return load_s
+    if fleet.weights_in_dc.get(spec.name):
+        return load_s + spec.weights_gib / config.intra_dc_gib_per_s
+    return load_s + spec.weights_gib / config.wan_gib_per_s
+
+
 def _typical_load_s(fleet: FleetState, spec: ModelSpec, config: PlacementConfig) -> float:
     """A load from a node's disk at the standard NVMe rate: how far ahead an announced step must start its
     replica, and what a replica not placed yet would take to come back."""
     return spec.weights_gib / (DISK_BYTES_PER_S / GIB) + config.engine_start_s
 
 
-def _desired(policy: ScalingPolicy, replicas: list[Replica], waiting: int, spec: ModelSpec | None) -> tuple[int, str]:
-    """How many replicas the model should have now, and the rule that asks for the most."""
+def _desired(
+    policy: ScalingPolicy, replicas: list[Replica], waiting: int, spec: ModelSpec | None, absorbed: bool = False
+) -> tuple[int, str]:
+    """How many replicas the model should have now, and the rule that asks for the most; `absorbed`: the
+    replicas it has will take the waiting steps before a new one could load (`_waiters_absorbed`)."""
     count = len(replicas)
     concurrency = max(spec.concurrency if spec else 1, 1)
     # Enough new replicas to give every waiting acquire a slot (each serves `concurrency` leases at once).
@@ -218,7 +290,9 @@ def _desired(policy: ScalingPolicy, replicas: list[Replica], waiting: int, spec:
     needs: list[tuple[int, str]] = [(policy.min_replicas, f"below min_replicas ({count} < {policy.min_replicas})")]
 
     if policy.scaler == "queue_delay":
-        if waiting > 0:
+        if absorbed:
+            pass  # a load in flight, or slots turning over, serves them before a new replica could
+        elif waiting > 0:
             needs.append((for_waiters, f"{waiting} acquire(s) waiting"))
         # Every replica is full and over the target delay (a loading one included: its queue starts
         # when it is warm): no replica can take a lease within target, so one more is worth loading.

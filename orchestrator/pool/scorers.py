@@ -11,6 +11,7 @@ from collections.abc import Callable
 from ..weights_transfer import GIB
 from .decision import Candidate, PlacementRequest
 from .fleet import FleetState, Node, Replica
+from .serving_speed import objective_misses
 from .weights import PlacementConfig
 
 Scorer = Callable[[PlacementRequest, Candidate, FleetState, PlacementConfig], float]
@@ -170,6 +171,16 @@ def capacity_class(request: PlacementRequest, cand: Candidate, fleet: FleetState
     return 0.0 if spot or cand.replica_id is not None else 1.0
 
 
+def objective(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
+    """Predicted misses of the call's latency objectives on the candidate (serving_speed.objective_misses)."""
+    load_s = (
+        0.0
+        if cand.replica_id is not None
+        else load_seconds(fleet, request.model, fleet.nodes[cand.node_id], cand.tier, config)
+    )
+    return objective_misses(request, cand, fleet, config, load_s)
+
+
 # Name → scorer; the names are the ScorerWeights fields and the keys of a Decision's terms.
 SCORERS: dict[str, Scorer] = {
     "ttft": ttft,
@@ -178,10 +189,11 @@ SCORERS: dict[str, Scorer] = {
     "fragmentation": fragmentation,
     "affinity": affinity,
     "capacity_class": capacity_class,
+    "objective": objective,
 }
 
 
-_BUILTIN = (ttft, generation, cost, fragmentation, affinity, capacity_class)
+_BUILTIN = (ttft, generation, cost, fragmentation, affinity, capacity_class, objective)
 
 
 def weighted_total(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:
@@ -221,6 +233,15 @@ def weighted_total(request: PlacementRequest, cand: Candidate, fleet: FleetState
         cc = 1.0 if spot else 0.0
     else:
         cc = 0.0 if spot or rid is not None else 1.0
+    misses = objective_misses(request, cand, fleet, config, 0.0 if rid is not None else t)
     return sum(
-        (w.ttft * t, w.generation * gen, w.cost * usd, w.fragmentation * frag, w.affinity * aff, w.capacity_class * cc)
+        (
+            w.ttft * t,
+            w.generation * gen,
+            w.cost * usd,
+            w.fragmentation * frag,
+            w.affinity * aff,
+            w.capacity_class * cc,
+            w.objective * misses,
+        )
     )

@@ -41,7 +41,13 @@ from sdk.wire.limits import SUB_AGENT_MARK
 from sdk.wire.node_io import FetchSource, LoadOnNode, LoadReplica
 
 from ..store import LeaseRecord, Reservation, Store
-from .admission import may_go, place_away_from_reclaimed_spot, place_scaler_replica, starts_replica
+from .admission import (
+    defers_to_a_busy_replica,
+    may_go,
+    place_away_from_reclaimed_spot,
+    place_scaler_replica,
+    starts_replica,
+)
 from .decision import Decision, PlacementRequest
 from .fleet import Booking, FleetState, Replica, StaleDecision
 from .fleet import Tenant as PoolTenant
@@ -52,6 +58,7 @@ from .liveness import node_liveness
 from .metrics import record_decision, record_grant, watch_queue
 from .queue import WaitQueue
 from .scaler import DEFAULT_POLICY, Foresight, ModelDemand, ScaleDown, ScaleUp, plan_scaling
+from .serving_speed import judge
 from .weights import DEFAULT_CONFIG, PlacementConfig
 
 log = logging.getLogger("berth.pool")
@@ -82,6 +89,7 @@ class _Lease:
     booking: Booking
     grant: Placed
     service_class: str = "interactive"
+    served_from: float | None = None  # when it was granted on a warm replica: its hold is what a slot turns over in
 
 
 class PoolService:
@@ -133,6 +141,9 @@ class PoolService:
         self._others_loading: set[str] = set()
         self._disputed: set[tuple[str, str]] = set()  # (node, model) claims held back, as of the last sync
         self._joining = 0  # join tokens not yet used, as of the last sync: a fleet still forming never says never
+        # Task id → when its step began waiting for a slot with no load of its model in flight: the wait that
+        # more capacity would have cut, which the scaler's attainment counts (serving_speed.judge).
+        self._slot_waits: dict[str, float] = {}
 
     # --- leases ----------------------------------------------------------------------------
 
@@ -166,7 +177,11 @@ class PoolService:
                 self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
                 return Wait(wait_reason="no_capacity", queue_position=1, reason="no GPU node has joined the fleet yet")
             ahead = self.queue.ahead_of(req.task_id, req.model, req.priority, now)
-            request = _placement_request(req, self.policies.get(req.model, DEFAULT_POLICY).max_replicas)
+            request = _placement_request(
+                req,
+                self.policies.get(req.model, DEFAULT_POLICY).max_replicas,
+                self.foresight.traffic.prompt_tokens(req.model, now),
+            )
             decision = place_away_from_reclaimed_spot(self.fleet, request, self.config)
             if starts_replica(decision) and self.clock() - self._synced_at > COLD_PLACEMENT_FRESHNESS_S:
                 # A new replica costs seconds to minutes, so it is worth deciding on the nodes' latest
@@ -183,13 +198,21 @@ class PoolService:
                     queue_position=self.queue.ahead_of(req.task_id, req.model, req.priority, now) + 1,
                     reason=f"{decision.reason}; {self._joining} node(s) still joining may hold it",
                 )
-            if decision.outcome == "placed" and may_go(self.fleet, decision, ahead):
+            if (
+                decision.outcome == "placed"
+                and may_go(self.fleet, decision, ahead)
+                and not defers_to_a_busy_replica(self.fleet, decision)
+            ):
                 try:
                     return self._grant(req, entry, decision, now)
                 except StaleDecision as exc:  # another control-plane replica took the GPUs: place again
                     log.info("placement went stale: %s", exc)
                     self.sync(force=True)
             self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
+            if req.task_id not in self._slot_waits and not any(
+                self.fleet.replicas[r].state == "loading" for r in self.fleet.replicas_by_model.get(req.model, {})
+            ):
+                self._slot_waits[req.task_id] = now
             position = self.queue.ahead_of(req.task_id, req.model, req.priority, now) + 1
             if decision.outcome == "placed":
                 return Wait(
@@ -210,6 +233,8 @@ class PoolService:
             lease = self._leases.pop(req.lease_id, None)
             if lease is not None:
                 self._by_step.pop((lease.record.task_id, lease.record.step), None)
+                if lease.served_from is not None and req.replica_warm:
+                    self.foresight.traffic.held(lease.record.model, self.clock(), self.clock() - lease.served_from)
                 if req.next_step is not None and lease.service_class != "low_priority":
                     self._announce(lease, req.next_step)
                 replica = self.fleet.replicas.get(lease.booking.replica_id)
@@ -245,6 +270,7 @@ class PoolService:
             self._intents.announce(record.task_id, record.model, next_step.kind, now, record.replica_id)
 
     def _grant(self, req: LeaseRequest, entry: ModelEntry, decision: Decision, now: float) -> Placed:
+        judged = judge(decision, self.fleet, self.config, now - self._slot_waits.get(req.task_id, now))
         booking = self.fleet.apply(decision, req.tokens)
         chosen = decision.chosen
         assert chosen is not None
@@ -256,6 +282,11 @@ class PoolService:
             self._unreported[replica.id] = now
         self.idle_since.pop(replica.id, None)
         self._intents.leased(replica.id, now)
+        self._slot_waits.pop(req.task_id, None)
+        traffic = self.foresight.traffic
+        traffic.asked(req.model, now, req.prompt_tokens)
+        if judged is not None:
+            traffic.granted(req.model, now, judged.met, judged.fixable, judged.target)
         waiter = self.queue.leave(req.task_id)
         record_grant(
             req.model, chosen.candidate.tier, None if waiter is None else now - waiter.since, booking.created_replica
@@ -277,7 +308,8 @@ class PoolService:
         grant = self._lease_grant(record, entry, chosen.candidate.tier, source).model_copy(
             update={"expected_ttft_s": round(chosen.terms["ttft"], 3), "decided_by": decision.decided_by}
         )
-        self._leases[record.lease_id] = _Lease(record, booking, grant, req.service_class)
+        served_from = now if replica.state == "warm" else None
+        self._leases[record.lease_id] = _Lease(record, booking, grant, req.service_class, served_from)
         self._by_step[(req.task_id, req.step)] = record.lease_id
         stored = self.store.leases.add(record)
         if stored.lease_id != record.lease_id:
@@ -550,6 +582,8 @@ class PoolService:
         with self._lock:
             self.sync()
             demand = {model: ModelDemand(waiting=n) for model, n in self.queue.demand(now).items()}
+            # A step that stopped asking (cancelled, failed) left the queue: its slot wait goes with it.
+            self._slot_waits = {task: since for task, since in self._slot_waits.items() if task in self.queue}
             return plan_scaling(self.fleet, self.policies, self.idle_since, now, demand, self.foresight)
 
     def foresight_views(self) -> dict[str, ModelForesight]:
@@ -566,7 +600,9 @@ class PoolService:
         with self._lock:
             self.sync()
             self.fleet.add_model(model_spec(entry))
-            decision = place_scaler_replica(self.fleet, model, self.config)
+            traffic, now = self.foresight.traffic, self.clock()
+            prompt = traffic.prompt_tokens(model, now) if traffic.serves_interactive(model, now) else None
+            decision = place_scaler_replica(self.fleet, model, self.config, prompt)
             chosen = decision.chosen
             if chosen is None:
                 return None  # no room for another replica now
@@ -612,7 +648,7 @@ def _listed_since(view: NodeView, gone_at: datetime) -> bool:
     return beat - gone_at >= timedelta(seconds=GONE_CONFIRM_S)
 
 
-def _placement_request(req: LeaseRequest, max_replicas: int) -> PlacementRequest:
+def _placement_request(req: LeaseRequest, max_replicas: int, traffic_prompt_tokens: int = 0) -> PlacementRequest:
     return PlacementRequest(
         model=req.model,
         tokens=req.prompt_tokens + req.tokens,
@@ -623,4 +659,6 @@ def _placement_request(req: LeaseRequest, max_replicas: int) -> PlacementRequest
         exclude_spot_zones=frozenset(req.avoid_spot_zones),
         previous_replica=req.previous_replica,
         max_replicas=max_replicas,
+        objectives=req.objectives,
+        traffic_prompt_tokens=traffic_prompt_tokens,
     )

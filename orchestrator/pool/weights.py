@@ -31,6 +31,10 @@ class ScorerWeights:
     # ~30 s for an 8B model from disk (16 GiB / 2 GiB/s + 20 s); batch work placed on new
     # on-demand capacity wastes about as much spot price, so the same 30 s either way.
     capacity_class: float = 30.0
+    # A call predicted to miss its latency objectives (sdk/wire/objectives.py) on a candidate: 1,000 s, more
+    # than every other term can differ by, so a candidate predicted to meet them wins whenever one exists;
+    # among those that all meet (or all miss) the other terms decide. Raw: misses (serving_speed.py).
+    objective: float = 1000.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,9 @@ class PlacementConfig:
     prefix_cacheable_fraction: float = 0.86
     # Prefill runs ~4× faster per token than decode on the same GPU (compute- vs memory-bound).
     prefill_speedup: float = 4.0
+    # A lone sequence decodes this many times faster than each of a full batch's (serving_speed.sequence_rate):
+    # vLLM serving an 8B model on an H100 writes ~120 tokens/s for one sequence and ~30 each for 32.
+    single_stream_gain: float = 4.0
     # Affinity is dropped once the previous replica's batch needs longer than this to drain: that
     # many outstanding tokens fill its KV cache, which has likely evicted the task's prefix.
     affinity_max_queue_s: float = 10.0

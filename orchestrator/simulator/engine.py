@@ -27,14 +27,16 @@ from dataclasses import dataclass, field
 
 from sdk.wire.recovery import Cut, avoid_after
 
-from ..pool.admission import may_go
+from ..pool.admission import defers_to_a_busy_replica, may_go
 from ..pool.decision import Decision, PlacementRequest
 from ..pool.fleet import Booking, FleetState, ModelSpec
 from ..pool.intents import IntentKind
 from ..pool.queue import WaitQueue
 from ..pool.scaler import ModelDemand, ScaleDown, ScaleUp
 from ..pool.scorers import load_seconds
+from ..pool.serving_speed import judge, sequence_rate
 from .fleet_file import FleetFile
+from .floor import floor_gpu_hours
 from .plan import CallPlan, SessionPlan, Workload
 from .policies import Policy
 from .results import CallRecord, PreemptionRecord, ReplicaRecord, SessionRecord, SimResult
@@ -52,18 +54,6 @@ class SimSettings:
 
 
 DEFAULT_SETTINGS = SimSettings()
-
-
-def sequence_rate(tokens_per_s: float, slots: int, batch: int, gain: float) -> float:
-    """Tokens/s each of `batch` sequences decodes at on a replica whose full batch of `slots` writes
-    `tokens_per_s` in all: an iteration takes t0 + t1·batch, with t0 and t1 set so that the full batch
-    writes `tokens_per_s` and one sequence alone `gain` times its per-slot share."""
-    if slots <= 1 or gain <= 1:
-        return tokens_per_s / max(slots, 1)
-    gain = min(gain, slots)
-    per_token = (1 - 1 / gain) * slots / (tokens_per_s * (slots - 1))  # t1
-    fixed = slots / (tokens_per_s * gain) - per_token  # t0
-    return 1.0 / (fixed + per_token * min(max(batch, 1), slots))
 
 
 @dataclass
@@ -92,6 +82,8 @@ class _Call:
     decoded_at: float = 0.0  # when `remaining` was last brought up to date
     written: float = 0.0  # tokens written in this generation (since it was served on its replica)
     waiting_since: float | None = None  # when it joined the wait queue (its place in line)
+    # When it began waiting for a slot with no load of its model in flight: the wait more capacity would cut.
+    slot_wait_since: float | None = None
 
     @property
     def key(self) -> str:
@@ -135,7 +127,13 @@ class Simulation:
         # Each model's replica cap, read once: placement is asked it on every (re)try.
         self._max_replicas = {name: policy.scaling(name, models[name]).max_replicas for name in workload.models}
         self.queue = WaitQueue()
-        self.result = SimResult(policy=policy.name, seed=seed, horizon_s=workload.duration_s, end_s=0.0)
+        self.result = SimResult(
+            policy=policy.name,
+            seed=seed,
+            horizon_s=workload.duration_s,
+            end_s=0.0,
+            floor_gpu_hours=floor_gpu_hours(workload, models, self.fleet, self.config),
+        )
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[..., None], tuple]] = []
         self._seq = itertools.count()
@@ -149,6 +147,7 @@ class Simulation:
         self._devices_of: dict[str, list[tuple[str, int]]] = {}
         self.idle_since: dict[str, float] = {}
         self.intents = policy.foresight.intents if policy.foresight is not None else None
+        self.traffic = policy.foresight.traffic if policy.foresight is not None else None
         self._open_sessions = 0
         self._arrivals_left = len(workload.sessions)
 
@@ -195,12 +194,21 @@ class Simulation:
 
     def _issue(self, session: _Session) -> None:
         plan = session.plan.calls[session.index]
-        record = CallRecord(session.plan.session_id, plan.model, plan.prompt_tokens, plan.output_tokens, self.now)
+        record = CallRecord(
+            session.plan.session_id,
+            plan.model,
+            plan.prompt_tokens,
+            plan.output_tokens,
+            self.now,
+            service_class=session.plan.priority,
+        )
         self.result.calls.append(record)
         call = _Call(session, plan, record, plan.prompt_tokens, plan.output_tokens)
         self._calls[id(call)] = call
         if self.intents is not None:
             self.intents.arrived(session.plan.session_id, self.now)
+        if self.traffic is not None:
+            self.traffic.asked(plan.model, self.now, call.prompt)
         self._try(call)
 
     def _request(self, call: _Call) -> PlacementRequest:
@@ -215,6 +223,7 @@ class Simulation:
             exclude_spot_zones=frozenset(call.avoid_spot_zones),
             previous_replica=call.session.previous_replica,
             max_replicas=self._max_replicas[model],
+            traffic_prompt_tokens=self.traffic.prompt_tokens(model, self.now) if self.traffic is not None else 0,
         )
 
     def _try(self, call: _Call) -> bool:
@@ -227,7 +236,11 @@ class Simulation:
             self._waiting.get(model, {}).pop(key, None)
             self._fail(call.session, decision.reason or "no node can ever serve it")
             return False
-        if decision.outcome == "placed" and may_go(self.fleet, decision, ahead):
+        if (
+            decision.outcome == "placed"
+            and may_go(self.fleet, decision, ahead)
+            and not defers_to_a_busy_replica(self.fleet, decision)
+        ):
             self._grant(call, decision)
             return True
         self.queue.refresh(key, model, priority, call.session.plan.priority != "low_priority", self.now)
@@ -235,14 +248,23 @@ class Simulation:
         call.record.waited_for_gpu = True
         if call.waiting_since is None:
             call.waiting_since = self.now
+        if call.slot_wait_since is None and not any(
+            self.fleet.replicas[r].state == "loading" for r in self.fleet.replicas_by_model.get(model, {})
+        ):
+            call.slot_wait_since = self.now
         return False
 
     def _grant(self, call: _Call, decision: Decision) -> None:
         assert decision.chosen is not None
+        if (
+            self.traffic is not None
+            and (judged := judge(decision, self.fleet, self.config, self._slot_wait(call))) is not None
+        ):
+            self.traffic.granted(call.plan.model, self.now, judged.met, judged.fixable, judged.target)
         booking = self.fleet.apply(decision, call.prompt + math.ceil(call.remaining))
         self.queue.leave(call.key)
         self._waiting.get(call.plan.model, {}).pop(call.key, None)
-        call.waiting_since = None
+        call.waiting_since = call.slot_wait_since = None
         call.booking = booking
         if call.record.granted_s is None:
             call.record.granted_s = self.now
@@ -262,6 +284,9 @@ class Simulation:
             self._replicas[replica.id].waiting.append(call)
         else:
             self._serve(call)
+
+    def _slot_wait(self, call: _Call) -> float:
+        return 0.0 if call.slot_wait_since is None else self.now - call.slot_wait_since
 
     def _serve(self, call: _Call) -> None:
         assert call.booking is not None
@@ -335,6 +360,8 @@ class Simulation:
         self._advance(call)
         replica_id = self._release(call)
         call.record.done_s = self.now
+        if self.traffic is not None and call.record.served_s is not None:
+            self.traffic.held(call.plan.model, self.now, self.now - call.record.served_s)
         session = call.session
         session.tokens_so_far += call.prompt + round(call.written + call.remaining)
         session.previous_replica = replica_id
@@ -495,7 +522,7 @@ class Simulation:
     def _preload(self) -> None:
         for model, count in sorted(self.policy.preload.items()):
             for _ in range(count):
-                decision = self.policy.new_replica(self.fleet, model)
+                decision = self.policy.new_replica(self.fleet, model, None)
                 if decision.chosen is None:
                     break
                 self._start_replica(decision, preloaded=True)
@@ -530,7 +557,12 @@ class Simulation:
                 if replica is not None and replica.state == "warm" and replica.active_leases == 0:
                     self._unload(action.replica_id)
             else:
-                decision = self._timed(functools.partial(self.policy.new_replica, self.fleet, action.model))
+                prompt = (
+                    self.traffic.prompt_tokens(action.model, self.now)
+                    if self.traffic is not None and self.traffic.serves_interactive(action.model, self.now)
+                    else None
+                )
+                decision = self._timed(functools.partial(self.policy.new_replica, self.fleet, action.model, prompt))
                 if decision.chosen is not None:
                     self._start_replica(decision, prewarm=action if action.prewarm else None)
         for model in sorted(self._waiting):

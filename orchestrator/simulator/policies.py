@@ -52,8 +52,9 @@ class Policy:
     name: str
     # Where a step goes now (placed on a replica or a new one), or why it waits.
     place: Callable[[FleetState, PlacementRequest], Decision]
-    # Where the scaler's next replica of a model goes.
-    new_replica: Callable[[FleetState, str], Decision]
+    # Where the scaler's next replica of a model goes; the int is the long prompt of the model's interactive
+    # traffic it must serve within objectives (None: none recently, so placed as batch).
+    new_replica: Callable[[FleetState, str, int | None], Decision]
     scaling: Callable[[str, ModelSpec], ScalingPolicy]
     # Replicas per model loaded before the run starts (always-warm), not counted as cold starts.
     preload: Mapping[str, int] = field(default_factory=dict)
@@ -77,7 +78,7 @@ def berth_policy(config: PlacementConfig, name: str = "berth", tick_s: float = 2
     return Policy(
         name,
         place=lambda fleet, request: admission.place_away_from_reclaimed_spot(fleet, request, config),
-        new_replica=lambda fleet, model: admission.place_scaler_replica(fleet, model, config),
+        new_replica=lambda fleet, model, prompt: admission.place_scaler_replica(fleet, model, config, prompt),
         scaling=lambda _name, _spec: DEFAULT_POLICY,
         foresight=foresights[name](),
     )
@@ -96,7 +97,7 @@ def kubernetes_policy(name: str, config: PlacementConfig, seed: int = 0, node_ca
         raise ValueError(f"policy: unknown Kubernetes-style policy {name!r}")
     choose = orders[name]
 
-    def new_replica(fleet: FleetState, model: str) -> Decision:
+    def new_replica(fleet: FleetState, model: str, _prompt: int | None = None) -> Decision:
         request = PlacementRequest(model=model, tokens=1, priority="batch", new_replica_only=True)
         options = whole_gpu_options(fleet, fleet.models[model])
         if not options:

@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.simulator.results import ReplicaRecord, SessionRecord, SimResult
+from orchestrator.simulator.results import CallRecord, ReplicaRecord, SessionRecord, SimResult
 from orchestrator.telemetry.model_figures import percentile
+from sdk.wire.objectives import DEFAULT_OBJECTIVES
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -69,6 +70,11 @@ class PolicyReport:
     first_load_s: float = 0.0
     prewarms: int = 0  # replicas the scaler started for steps that had not asked yet
     prewarms_used: int = 0  # of them, those a lease landed on
+    # Of the calls with per-call latency objectives (their class's defaults, sdk/wire/objectives.py), the share
+    # that met both its time to first token and its time per output token; None when no call has any.
+    slo_attainment: float | None = None
+    goodput_per_gpu_hour: float | None = None  # those calls per GPU-hour held (DistServe's goodput, per GPU)
+    floor_gpu_hours: float = 0.0  # the workload's work at the fleet's best throughput: no policy needs less
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,7 @@ def summarize(result: SimResult) -> PolicyReport:
     top = _top_level_of(result.sessions)
     waited_tasks = {top(c.session_id) for c in waited}
     calls = len(result.calls)
+    judged, attained = _attainment(result.calls)
     return PolicyReport(
         policy=result.policy,
         calls=calls,
@@ -147,7 +154,23 @@ def summarize(result: SimResult) -> PolicyReport:
         recent_cold_start_share=_recent_cold_starts(result) / calls if calls else 0.0,
         prewarms=sum(1 for r in result.replicas if r.prewarm),
         prewarms_used=sum(1 for r in result.replicas if r.prewarm and r.first_lease_s is not None),
+        slo_attainment=attained / judged if judged else None,
+        goodput_per_gpu_hour=attained / (held_gpu_s / 3600) if judged and held_gpu_s > 0 else None,
+        floor_gpu_hours=result.floor_gpu_hours,
     )
+
+
+def _attainment(calls: Sequence[CallRecord]) -> tuple[int, int]:
+    """(calls judged, calls within both objectives): a call never served counts as a miss."""
+    judged = attained = 0
+    for call in calls:
+        objectives = DEFAULT_OBJECTIVES.get(call.service_class)  # type: ignore[call-overload]
+        if objectives is None or not objectives.per_call:
+            continue
+        judged += 1
+        ttft, tpot = call.ttft_s, call.tpot_s
+        attained += ttft is not None and tpot is not None and objectives.met(ttft, tpot)
+    return judged, attained
 
 
 def _held_gpus(replicas: Sequence[ReplicaRecord], end_s: float) -> tuple[float, float]:
@@ -278,6 +301,9 @@ def table(reports: Sequence[PolicyReport]) -> str:
         "tokens lost (ckpt / restart)",
         "tasks waited",
         "wait p95",
+        "SLO met",
+        "goodput/GPU-h",
+        "GPU-h ÷ floor",
     ]
     rows = [header] + [
         [
@@ -295,6 +321,9 @@ def table(reports: Sequence[PolicyReport]) -> str:
             f"{r.tokens_lost} / {r.tokens_lost_restart}",
             str(r.tasks_waited),
             _seconds(r.gpu_wait_p95_s),
+            MISSING if r.slo_attainment is None else f"{r.slo_attainment:.2%}",
+            MISSING if r.goodput_per_gpu_hour is None else f"{r.goodput_per_gpu_hour:,.0f}",
+            f"{r.gpu_hours / r.floor_gpu_hours:.1f}×" if r.floor_gpu_hours > 0 else MISSING,
         ]
         for r in reports
     ]

@@ -25,10 +25,18 @@ class CallRecord:
     waited_for_load: bool = False  # its replica was still loading when it got the lease
     cold_start: bool = False  # the replica that served it became ready after the call was issued
     interruptions: int = 0
+    service_class: str = "interactive"  # its task's class: which latency objectives it is judged by
 
     @property
     def ttft_s(self) -> float | None:
         return None if self.first_token_s is None else self.first_token_s - self.issued_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Seconds per output token after the first (0 for a one-token answer)."""
+        if self.first_token_s is None or self.done_s is None:
+            return None
+        return (self.done_s - self.first_token_s) / max(self.output_tokens - 1, 1)
 
     @property
     def gpu_wait_s(self) -> float:
@@ -96,3 +104,4 @@ class SimResult:
     # (virtual second, model → replicas loading or warm) at every scaler tick
     replica_samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     decision_seconds: float = 0.0  # wall time spent in placement and scaling decisions
+    floor_gpu_hours: float = 0.0  # the workload's work at the fleet's best throughput (floor.py): no policy needs less

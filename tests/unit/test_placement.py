@@ -20,6 +20,7 @@ from orchestrator.pool import (
 )
 from orchestrator.pool.decision import Candidate
 from orchestrator.pool.scorers import affinity, capacity_class, cost, fragmentation, generation, ttft
+from sdk.wire.objectives import LatencyObjectives
 
 SMALL = ModelSpec("llama-3.1-8b", weights_gib=16, kv_headroom_gib=4, usd_per_1m_tokens=0.3)
 BIG = ModelSpec("llama-3.1-70b", weights_gib=140, kv_headroom_gib=10, tensor_parallel=(2, 4))
@@ -239,7 +240,10 @@ def test_a_long_answer_goes_to_the_fast_gpu_and_a_short_one_to_the_cheap_one() -
         node("fast", gpus(1, "H100-80GB", 80, speed=1.0), price=2.99),
         node("slow", gpus(1, "L4-24GB", 24, speed=0.122), price=0.805),
     )
-    long_answer, short_answer = req(prompt_tokens=2_000, tokens=3_000), req(prompt_tokens=2_000, tokens=2_016)
+    # Objectives loose enough for both GPUs: then speed and cost trade, as the terms weigh them.
+    loose = LatencyObjectives(ttft_s=60.0, tpot_s=1.0)
+    long_answer = req(prompt_tokens=2_000, tokens=3_000, objectives=loose)
+    short_answer = req(prompt_tokens=2_000, tokens=2_016, objectives=loose)
     on = {n: Candidate("origin", n, (0,)) for n in ("fast", "slow")}
     assert generation(long_answer, on["slow"], f, DEFAULT_CONFIG) == pytest.approx(
         8.1 * generation(long_answer, on["fast"], f, DEFAULT_CONFIG), rel=0.05
@@ -247,6 +251,18 @@ def test_a_long_answer_goes_to_the_fast_gpu_and_a_short_one_to_the_cheap_one() -
     d = place(f, long_answer)
     assert d.chosen.candidate.node_id == "fast" and d.decided_by == "generation"  # type: ignore[union-attr]
     assert place(f, short_answer).chosen.candidate.node_id == "slow"  # type: ignore[union-attr]
+
+
+def test_a_gpu_that_cannot_meet_the_interactive_objectives_loses_even_when_cheaper() -> None:
+    """Interactive defaults ask 50 ms per token: an L4's full batch of an 8B writes one every ~105 ms, so even a
+    short answer goes to the H100, and the objective is what decided."""
+    f = fleet(
+        node("fast", gpus(1, "H100-80GB", 80, speed=1.0), price=2.99),
+        node("slow", gpus(1, "L4-24GB", 24, speed=0.122), price=0.805),
+    )
+    d = place(f, req(prompt_tokens=2_000, tokens=2_016))
+    assert d.chosen.candidate.node_id == "fast" and d.decided_by == "objective"  # type: ignore[union-attr]
+    assert d.runner_up is not None and d.runner_up.terms["objective"] > d.chosen.terms["objective"]  # type: ignore[union-attr]
 
 
 def test_cost_grosses_up_spot_by_its_risk() -> None:
@@ -280,7 +296,8 @@ def test_affinity_prefers_the_previous_replica_unless_overloaded() -> None:
     other = f.add_replica("llama-3.1-8b", "b", (0,))
     f.set_load(prev.id, outstanding_tokens=8_000)  # 3.2 s of queue
     f.set_load(other.id, outstanding_tokens=2_000)
-    request = req(previous_replica=prev.id, prompt_tokens=60_000)
+    # Loose objectives, met either way: here the prefill saved decides (with interactive defaults, the objective).
+    request = req(previous_replica=prev.id, prompt_tokens=60_000, objectives=LatencyObjectives(ttft_s=60.0))
     assert affinity(request, Candidate("warm", "a", (0,), prev.id), f, DEFAULT_CONFIG) < -4
     d = place(f, request)
     assert d.chosen.candidate.replica_id == prev.id and d.decided_by == "affinity"  # type: ignore[union-attr]
@@ -301,7 +318,15 @@ def test_decision_records_every_term_and_the_deciding_one() -> None:
     f.cache_weights("b", "llama-3.1-8b")
     d = place(f, req())
     assert d.chosen is not None and d.runner_up is not None
-    assert set(d.chosen.terms) == {"ttft", "generation", "cost", "fragmentation", "affinity", "capacity_class"}
+    assert set(d.chosen.terms) == {
+        "ttft",
+        "generation",
+        "cost",
+        "fragmentation",
+        "affinity",
+        "capacity_class",
+        "objective",
+    }
     assert d.chosen.candidate.node_id == "b" and d.decided_by == "ttft"
     assert d.chosen.total == pytest.approx(sum(d.chosen.contributions.values()))
 

@@ -1,0 +1,149 @@
+"""How fast a replica serves one call: its prefill, its decode at the batch it runs in, and the co-residents
+that share its GPUs. One model of serving, read by placement's predictions (scorers.objective), the scaler and
+`berth simulate`, whose simulated replicas decode by these same formulas.
+
+- Prefill is compute-bound: `prefill_speedup` times faster per token than a full batch's decode.
+- Decode is memory-bound: an iteration takes t0 + t1·batch, so a lone sequence writes `single_stream_gain`
+  times its per-slot share of a full batch, and each sequence slows as the batch grows (continuous batching).
+- Replicas sharing a GPU read their weights through the same memory: with k of them generating, each runs at
+  1/k of its speed, prefill and decode alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sdk.wire.objectives import DEFAULT_OBJECTIVES, LatencyObjectives
+
+from .decision import Candidate, Decision, PlacementRequest
+from .fleet import FleetState
+from .weights import PlacementConfig
+
+
+def sequence_rate(tokens_per_s: float, slots: int, batch: int, gain: float) -> float:
+    """Tokens/s each of `batch` sequences decodes at on a replica whose full batch of `slots` writes
+    `tokens_per_s` in all: t0 and t1 are set so that the full batch writes `tokens_per_s` and one sequence
+    alone `gain` times its per-slot share."""
+    if slots <= 1 or gain <= 1:
+        return tokens_per_s / max(slots, 1)
+    gain = min(gain, slots)
+    per_token = (1 - 1 / gain) * slots / (tokens_per_s * (slots - 1))  # t1
+    fixed = slots / (tokens_per_s * gain) - per_token  # t0
+    return 1.0 / (fixed + per_token * min(max(batch, 1), slots))
+
+
+def co_residents(fleet: FleetState, node_id: str, devices: tuple[int, ...], replica_id: str | None = None) -> int:
+    """The most replicas on any of `devices` besides `replica_id`: a new replica there shares the GPU with them
+    whenever their models are called."""
+    node = fleet.nodes[node_id]
+    return max((len(node.device(i).residents - {replica_id}) for i in devices), default=0)
+
+
+def objectives_of(request: PlacementRequest) -> LatencyObjectives:
+    return request.objectives if request.objectives is not None else DEFAULT_OBJECTIVES[request.priority]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What a candidate is predicted to give a call: for this call (its wait and any load included), and for
+    the model's traffic once a new replica serves (`steady_*`: no load, the traffic's long prompt)."""
+
+    ttft_s: float
+    tpot_s: float
+    steady_ttft_s: float
+    steady_tpot_s: float
+
+
+def predict(
+    request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig, load_s: float = 0.0
+) -> Prediction:
+    """The call's time to first token and per output token on `cand`.
+
+    An existing replica with a free slot takes the call into its running batch at once (continuous batching): it
+    is judged by its prefill, its load while it loads, and its full batch's decode; not by its co-residents'
+    load, so that the judgement depends only on the replica's class and keeps the indexed ranking of replicas
+    exact (spare.py). A new replica is judged at its full batch beside every co-resident it would have, for this
+    call (after its `load_s`) and for the model's traffic (`traffic_prompt_tokens`)."""
+    spec = fleet.models[request.model]
+    gain = config.single_stream_gain
+    if cand.replica_id is not None:
+        replica = fleet.replicas[cand.replica_id]
+        prompt = request.prompt_tokens
+        if cand.replica_id == request.previous_replica:
+            prompt = round(prompt * (1 - config.prefix_cacheable_fraction))
+        wait = replica.load_s if cand.tier == "loading" else 0.0
+        prefill = prompt / (replica.tokens_per_s * config.prefill_speedup)
+        tpot = 1 / sequence_rate(replica.tokens_per_s, replica.concurrency, replica.concurrency, gain)
+        return Prediction(wait + prefill, tpot, prefill, tpot)
+    node = fleet.nodes[cand.node_id]
+    rate = spec.tokens_per_s * min(node.device(i).speed for i in cand.devices)
+    shared = 1 + co_residents(fleet, cand.node_id, cand.devices)
+    tpot = shared / sequence_rate(rate, spec.concurrency, spec.concurrency, gain)
+    per_token = shared / (rate * config.prefill_speedup)
+    steady = max(request.prompt_tokens, request.traffic_prompt_tokens) * per_token
+    return Prediction(load_s + request.prompt_tokens * per_token, tpot, steady, tpot)
+
+
+# A new replica whose GPUs would serve the model's traffic outside its objectives counts this many misses: a
+# replica outlives the call that started it, so hardware that cannot meet the objective loses to any that can.
+UNFIT = 10.0
+
+
+def objective_misses(
+    request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig, load_s: float
+) -> float:
+    """1 when the call is predicted to miss its objectives on `cand`, plus `UNFIT` when a new replica there could
+    not serve the model's traffic within them; 0 for objectives no single call can meet or miss (batch)."""
+    objectives = objectives_of(request)
+    if not objectives.per_call:
+        return 0.0
+    p = predict(request, cand, fleet, config, load_s)
+    misses = 0.0 if objectives.met(p.ttft_s, p.tpot_s) else 1.0
+    if (
+        cand.replica_id is None
+        and not objectives.met(p.steady_ttft_s, p.steady_tpot_s)
+        and _fit_exists(request, objectives, fleet, config)
+    ):
+        misses += UNFIT
+    return misses
+
+
+def _fit_exists(
+    request: PlacementRequest, objectives: LatencyObjectives, fleet: FleetState, config: PlacementConfig
+) -> bool:
+    """Whether the fleet's fastest GPU type, alone on a GPU, would serve the model's traffic within objectives: a
+    70B model whose full batch writes slower than the objective anywhere makes no hardware unfit, and the other
+    terms choose as they would without objectives."""
+    spec = fleet.models[request.model]
+    rate = spec.tokens_per_s * max(fleet.type_speed.values(), default=0.0)
+    if rate <= 0:
+        return False
+    prompt = max(request.prompt_tokens, request.traffic_prompt_tokens)
+    tpot = 1 / sequence_rate(rate, spec.concurrency, spec.concurrency, config.single_stream_gain)
+    return objectives.met(prompt / (rate * config.prefill_speedup), tpot)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A grant's predicted outcome against its call's objectives, for the scaler's attainment (traffic.py)."""
+
+    met: bool
+    fixable: bool  # a miss more capacity would have turned into a meet: a warm replica's wait, not a load or prefill
+    target: float
+
+
+def judge(decision: Decision, fleet: FleetState, config: PlacementConfig, waited_s: float) -> Judgement | None:
+    """How the placed call is predicted to fare, judged before its booking, after it has waited `waited_s` for a
+    slot (not counting waits for a load: capacity would not have shortened those); None for objectives no
+    single call meets or misses (batch, low_priority)."""
+    objectives = objectives_of(decision.request)
+    chosen = decision.chosen
+    if chosen is None or not objectives.per_call:
+        return None
+    load_s = chosen.terms.get("ttft", 0.0) if chosen.candidate.replica_id is None else 0.0
+    p = predict(decision.request, chosen.candidate, fleet, config, load_s)
+    met = objectives.met(waited_s + p.ttft_s, p.tpot_s)
+    # A miss on a warm replica that its own prefill would not cause is its wait's for a slot: capacity fixes it.
+    # A load's (a new or loading replica) is not: another load would take as long.
+    fixable = chosen.candidate.tier == "warm" and objectives.met(p.steady_ttft_s, p.steady_tpot_s)
+    return Judgement(met, fixable, objectives.target)

@@ -1,0 +1,90 @@
+"""What each model's recent calls looked like: their prompts, how long they held a slot, and whether placement
+predicted them to meet their latency objectives. The scaler sizes a model by it and placement judges a new
+replica by it; the live pool and `berth simulate` feed it the same way (at each ask, grant and release).
+
+Bounded: a model keeps its last `MAX_SAMPLES` samples of each kind within `window_s`, so a burst of a million
+calls costs the same memory as a quiet hour.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+MAX_SAMPLES = 2048
+PROMPT_PERCENTILE = 0.95  # a new replica is judged by the prompt 95% of the model's calls stay within
+
+
+@dataclass
+class _ModelTraffic:
+    prompts: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    holds: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    # (when, met, fixable, target): whether the grant was predicted to meet its objectives, and whether a miss was
+    # the wait's doing (more capacity would have met it) rather than the call's own prefill or answer.
+    grants: deque[tuple[float, bool, bool, float]] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+
+
+@dataclass(frozen=True)
+class Attainment:
+    calls: int  # granted within the window with per-call objectives
+    met: int  # of those, predicted to meet them
+    fixable_misses: int  # misses that capacity would have turned into meets
+
+    @property
+    def share(self) -> float:
+        return 1.0 if self.calls == 0 else self.met / self.calls
+
+    def share_without_fixable(self) -> float:
+        """The attainment more capacity could reach: every fixable miss met."""
+        return 1.0 if self.calls == 0 else (self.met + self.fixable_misses) / self.calls
+
+
+class TrafficBook:
+    """Per model, the recent calls' samples (module docstring)."""
+
+    def __init__(self, window_s: float = 300.0, attainment_window_s: float = 60.0) -> None:
+        self.window_s = window_s
+        self.attainment_window_s = attainment_window_s
+        self._models: dict[str, _ModelTraffic] = {}
+
+    def _of(self, model: str) -> _ModelTraffic:
+        return self._models.setdefault(model, _ModelTraffic())
+
+    def asked(self, model: str, now: float, prompt_tokens: int) -> None:
+        self._of(model).prompts.append((now, max(prompt_tokens, 0)))
+
+    def granted(self, model: str, now: float, met: bool, fixable: bool, target: float) -> None:
+        """A grant with per-call objectives: predicted to meet them, or to miss them for its wait (`fixable`),
+        under an attainment `target`."""
+        self._of(model).grants.append((now, met, fixable and not met, target))
+
+    def held(self, model: str, now: float, seconds: float) -> None:
+        self._of(model).holds.append((now, max(seconds, 0.0)))
+
+    def prompt_tokens(self, model: str, now: float) -> int:
+        """The prompt size PROMPT_PERCENTILE of the model's recent calls stay within (0 with none yet)."""
+        recent = sorted(p for at, p in self._of(model).prompts if now - at <= self.window_s)
+        if not recent:
+            return 0
+        return recent[min(math.ceil(PROMPT_PERCENTILE * len(recent)) - 1, len(recent) - 1)]
+
+    def mean_hold_s(self, model: str, now: float) -> float | None:
+        """How long the model's recent calls held their slot, on average; None with none yet."""
+        recent = [s for at, s in self._of(model).holds if now - at <= self.window_s]
+        return sum(recent) / len(recent) if recent else None
+
+    def attainment(self, model: str, now: float) -> Attainment:
+        recent = [(met, fixable) for at, met, fixable, _ in self._recent_grants(model, now)]
+        return Attainment(len(recent), sum(met for met, _ in recent), sum(fixable for _, fixable in recent))
+
+    def target(self, model: str, now: float) -> float:
+        """The strictest attainment target among the model's recent grants (1.0 with none: nothing to judge)."""
+        return max((target for *_, target in self._recent_grants(model, now)), default=1.0)
+
+    def serves_interactive(self, model: str, now: float) -> bool:
+        """Whether recent calls of the model had per-call objectives: a replica added for it must meet them."""
+        return any(True for _ in self._recent_grants(model, now))
+
+    def _recent_grants(self, model: str, now: float) -> list[tuple[float, bool, bool, float]]:
+        return [g for g in self._of(model).grants if now - g[0] <= self.attainment_window_s]

@@ -11,15 +11,17 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def write_results(name: str, figures: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write_results(name: str, figures: dict, file: str | None = None) -> Path:
+    """`figures` as RESULTS/<file or name>.json; `file` puts one of a benchmark's several runs in a folder of
+    its own (simulator/steady/seed-0)."""
+    path = RESULTS / f"{file or name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     body = {
         "benchmark": name,
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         **figures,
     }
-    path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path
 

@@ -13,6 +13,13 @@ from __future__ import annotations
 from ..catalogue import SEED_MODELS
 from .workload import WorkloadSpec, zipf_shares
 
+# What a result built on this scenario must carry (CC-BY 4.0 asks for the attribution).
+SOURCE = (
+    "GitHub Copilot coding-agent traces, 2026-06-01..07 (Azure/AzurePublicDataset, "
+    'GitHubCopilotCodingAgentDataset2026.md), CC-BY 4.0: Liu et al., "Agentic Coding in the Wild", '
+    "arXiv 2608.00101; the scenario draws from their published statistics"
+)
+
 # The published totals.
 SESSIONS = 301_000
 TURNS_PER_SESSION = 3.95  # user turns

@@ -43,7 +43,7 @@ _OUTPUT_MAX = 4096  # the generator's default cap on an answer
 # but the answer); the published 7.3 tool calls per turn make 7.3 / 6.83 = 1.07 tools per pause.
 _TOOL_S_PER_CALL = 2.0
 # 37 models reduced to the fleet's catalogue: the long-context self-hosted models, largest first (a coding agent
-# sends most of its calls to the strongest model it may use), with Zipf shares (s = 1.1: 56%, 26%, 17%); the
+# sends most of its calls to the strongest model it may use), with Zipf shares (s = 1.1: 57%, 26%, 17%); the
 # published statistics give the count of models, not their shares.
 LONG_CONTEXT_MODELS = tuple(
     e.name

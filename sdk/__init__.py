@@ -56,6 +56,7 @@ from .wire.fleet import (
     ReplicaView,
 )
 from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate, Trust
+from .wire.objectives import LatencyObjectives
 from .wire.resources import CheckpointDetail, CheckpointSummary, Ledger
 
 __all__ = [
@@ -113,6 +114,7 @@ __all__ = [
     "FINAL_STATUSES",
     "GpuTrouble",
     "Forbidden",
+    "LatencyObjectives",
     "ForkSource",
     "InvalidSpec",
     "McpServer",

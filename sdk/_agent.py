@@ -12,6 +12,7 @@ from ._mcp_server import McpServer
 from ._settings import ModelSettings
 from ._spec import AgentSpec
 from ._tool import Tool
+from .wire.objectives import LatencyObjectives
 
 
 class Agent:
@@ -36,6 +37,7 @@ class Agent:
         mcp_servers: Iterable[McpServer] = (),
         settings: ModelSettings | None = None,
         output_type: type[BaseModel] | None = None,
+        objectives: LatencyObjectives | None = None,
     ) -> None:
         self.tools: dict[str, Tool] = {}
         for t in tools:
@@ -59,6 +61,7 @@ class Agent:
                 mcp_servers=list(mcp_servers),
                 settings=settings,
                 output_schema=_schema_of(output_type),
+                objectives=objectives,
             )
         except ValidationError as exc:
             err = exc.errors()[0]

@@ -54,6 +54,7 @@ from .wire.identity import (
     TenantUpdate,
 )
 from .wire.lease import ServiceClass
+from .wire.objectives import LatencyObjectives
 from .wire.output import answer_json
 from .wire.resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
 
@@ -277,11 +278,14 @@ class Client:
         budget_grace_s: float | None = None,
         service_class: ServiceClass = "interactive",
         settings: ModelSettings | None = None,
+        objectives: LatencyObjectives | None = None,
     ) -> TaskHandle:
         """Submit a task and return its handle at once (the task runs on the server).
 
         `budget` is a `Budget` or a plain token count; `settings` override the agent's model settings field by
-        field (a setting the model's engine or provider cannot apply is refused, naming it). Resubmitting the same `task_id` with
+        field (a setting the model's engine or provider cannot apply is refused, naming it); `objectives` set
+        this task's latency objectives over its agent's, its tenant's and its class's defaults, field by field
+        (the task's state shows what they came to). Resubmitting the same `task_id` with
         the same spec returns the existing task; with another spec it raises `Conflict`.
         Without `tenant`, the server settles it from the key: a key confined to a tenant
         submits for it, any other for "default".
@@ -300,6 +304,7 @@ class Client:
                 budget_grace_s=budget_grace_s,
                 service_class=service_class,
                 settings=settings,
+                objectives=objectives,
             )
         except ValidationError as exc:
             raise InvalidSpec.from_validation(exc) from None

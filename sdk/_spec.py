@@ -22,6 +22,7 @@ from .wire.limits import (
     StoredInt,
     numbers_not_booleans,
 )
+from .wire.objectives import LatencyObjectives
 from .wire.output import schema_problem
 from .wire.recovery import DEFAULT_RECOVERY, RECOVERY_RULES, RecoveryRule
 from .wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
@@ -95,6 +96,11 @@ class AgentSpec(BaseModel):
         allow_inf_nan=False,
         description="an own loop silent this long has stopped: its task fails",
     )
+    objectives: LatencyObjectives | None = Field(
+        default=None,
+        description="latency objectives of its tasks, over their tenant's field by field (a task's own win over"
+        " these); unset: the tenant's, else the service class's defaults",
+    )
 
     _numbers = numbers_not_booleans("max_steps", "max_tokens_per_step", "ask_human_timeout_s", "loop_idle_s")
 
@@ -149,12 +155,12 @@ class AgentSpec(BaseModel):
     def content_version(self) -> str:
         """A short hash of the spec without its version, so re-registering the same code is a no-op.
 
-        An agent without MCP servers or model settings hashes as it did before they existed, so its
+        An agent without MCP servers, model settings or objectives hashes as it did before they existed, so its
         registered versions stay current.
         """
         import hashlib
 
-        unset = {name for name in ("mcp_servers", "settings", "output_schema") if not getattr(self, name)}
+        unset = {name for name in ("mcp_servers", "settings", "output_schema", "objectives") if not getattr(self, name)}
         if self.loop == "berth":
             unset |= {"loop", "loop_idle_s"}
         body = self.model_dump_json(exclude={"version", *unset})
@@ -220,6 +226,11 @@ class TaskSpec(BaseModel):
         max_length=len(RECOVERY_RULES),
         description="what an interrupted step stays away from when it is placed again: avoid_node (the node that"
         " went away, for a while), avoid_spot_zone (the spot capacity of a zone a cloud reclaimed)",
+    )
+    objectives: LatencyObjectives | None = Field(
+        default=None,
+        description="this task's latency objectives, over its agent's and its tenant's field by field (a null"
+        " field inherits); the rest come from its service class's defaults",
     )
 
     _numbers = numbers_not_booleans("priority", "max_steps", "max_interruptions", "budget_grace_s")

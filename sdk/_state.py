@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, FiniteFloat
 
+from .wire.objectives import LatencyObjectives
+
 
 class TaskStatus(str, Enum):
     queued = "queued"
@@ -104,6 +106,11 @@ class TaskState(BaseModel):
     question: str | None = None
     parent_task_id: str | None = None
     children: list[str] = Field(default_factory=list)
+    objectives: LatencyObjectives | None = Field(
+        default=None,
+        description="the latency objectives its model calls are placed by: its service class's defaults under its"
+        " tenant's, its agent's and its own settings, resolved at submission (none for tasks from before)",
+    )
     started_at: datetime | None = None
     updated_at: datetime | None = None
 

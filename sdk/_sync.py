@@ -34,6 +34,7 @@ from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingP
 from .wire.fleet import NodeView, ReplicaView
 from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
 from .wire.lease import ServiceClass
+from .wire.objectives import LatencyObjectives
 from .wire.resources import CheckpointDetail, CheckpointSummary, Ledger
 
 T = TypeVar("T")
@@ -174,6 +175,7 @@ class SyncClient:
         budget_grace_s: float | None = None,
         service_class: ServiceClass = "interactive",
         settings: ModelSettings | None = None,
+        objectives: LatencyObjectives | None = None,
     ) -> SyncTaskHandle:
         handle = self._loop.run(
             self._client.submit(
@@ -188,6 +190,7 @@ class SyncClient:
                 budget_grace_s,
                 service_class,
                 settings,
+                objectives,
             )
         )
         return SyncTaskHandle(self._loop, handle)

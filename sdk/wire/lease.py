@@ -82,6 +82,11 @@ class LeaseRequest(BaseModel):
     limits: StepLimits | None = Field(
         default=None, description="what the step may spend (default: `tokens`, no prompt, any attempt)"
     )
+    objectives: LatencyObjectives | None = Field(
+        default=None,
+        description="what the task's calls promise, resolved at its submission (class, tenant, agent, task);"
+        " None (a run started before tasks carried them): the service class's defaults",
+    )
 
     @model_validator(mode="after")
     def _limits_default_to_the_load(self) -> LeaseRequest:
@@ -211,3 +216,10 @@ class CutGeneration(BaseModel):
     tokens: int = Field(ge=0, le=MAX_TOKENS_PER_STEP)
     usd_per_1m_completion: FiniteFloat | None = Field(default=None, ge=0)
     served_by: str = ""
+
+
+# objectives.py types its defaults by this module's ServiceClass, so it is imported once this module's names exist
+# (the `sdk` package imports this module before anything imports that one) and the request is completed with it.
+from .objectives import LatencyObjectives  # noqa: E402
+
+LeaseRequest.model_rebuild()

@@ -10,6 +10,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from .._spec import AgentSpec, CheckpointRef, ForkSource, TaskSpec
+from .objectives import LatencyObjectives
 from .own_loop import LoopProgress
 
 # The version of the workflow code's rules a new run starts under (workflows/code_versions.py says what each
@@ -43,6 +44,11 @@ class TaskRun(BaseModel):
     # field), CURRENT_WORKFLOW_VERSION for a run started now. Fixed in the run's first event, it decides a
     # change's branch the same way live and on replay.
     workflow_version: int = Field(default=0, ge=0, le=CURRENT_WORKFLOW_VERSION)
+    # The task's latency objectives, resolved once at submission (its class's defaults under its tenant's, its
+    # agent's and its own settings): every lease of the run carries them to the pool, and a sub-agent, working for
+    # whoever waits on its parent, inherits them. None in runs started before tasks carried them: the pool then
+    # reads the service class's defaults. Only payloads carry it, so it changes no command (workflow-changes.md).
+    objectives: LatencyObjectives | None = None
 
 
 class CarriedProgress(BaseModel):

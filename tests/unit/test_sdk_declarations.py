@@ -10,7 +10,7 @@ from typing import Annotated
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from sdk import Agent, AgentSpec, Budget, InvalidSpec, ModelSettings, TaskSpec, tool
+from sdk import Agent, AgentSpec, Budget, InvalidSpec, LatencyObjectives, ModelSettings, TaskSpec, tool
 from sdk._tool import ToolArgumentError, ToolCallContext
 
 
@@ -199,11 +199,12 @@ def test_a_tasks_settings_override_its_agents_field_by_field_and_only_set_ones_a
 def test_an_agent_without_settings_keeps_the_version_it_had_before_settings_existed() -> None:
     plain = Agent("a", "llama-3.1-8b", "x", [search])
     body = plain.spec().model_dump_json(
-        exclude={"version", "mcp_servers", "settings", "output_schema", "loop", "loop_idle_s"}
+        exclude={"version", "mcp_servers", "settings", "output_schema", "loop", "loop_idle_s", "objectives"}
     )
     assert plain.spec().version == hashlib.sha256(body.encode()).hexdigest()[:12]
     own = AgentSpec(name="a", model="llama-3.1-8b", loop="own")
     assert own.content_version() != AgentSpec(name="a", model="llama-3.1-8b").content_version()
     tuned = Agent("a", "llama-3.1-8b", "x", [search], settings=ModelSettings(temperature=0))
     typed = Agent("a", "llama-3.1-8b", "x", [search], output_type=ModelSettings)
-    assert len({plain.spec().version, tuned.spec().version, typed.spec().version}) == 3
+    quick = Agent("a", "llama-3.1-8b", "x", [search], objectives=LatencyObjectives(ttft_s=0.5))
+    assert len({plain.spec().version, tuned.spec().version, typed.spec().version, quick.spec().version}) == 4

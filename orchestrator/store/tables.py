@@ -427,7 +427,7 @@ class HeartbeatListenerRow(SQLModel, table=True):
 
 
 class TenantRow(SQLModel, table=True):
-    """A tenant: how far its work may share GPUs, how many it may hold, and its tasks' default budget."""
+    """A tenant: how far its work may share GPUs, how many it may hold, its tasks' default budget and objectives."""
 
     __tablename__ = "tenants"
 
@@ -436,6 +436,8 @@ class TenantRow(SQLModel, table=True):
     gpu_quota: int | None = Field(default=None, sa_type=Int64)
     default_budget_tokens: int | None = Field(default=None, sa_type=Int64)
     default_budget_usd: float | None = None
+    # Its tasks' latency objectives (sdk.LatencyObjectives) as JSON, only the fields it sets; None: it sets none.
+    objectives_json: str | None = Field(default=None, sa_type=Text)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
 

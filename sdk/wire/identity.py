@@ -12,6 +12,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field
 
 from .limits import MAX_TOKEN_BUDGET, MAX_USD_BUDGET, NAME_PATTERN, numbers_not_booleans
+from .objectives import LatencyObjectives
 
 API_KEY_ENV = "BERTH_API_KEY"  # where a client, the CLI and a tool worker find their key when given none
 
@@ -51,6 +52,12 @@ class TenantUpdate(BaseModel):
     )
     default_budget_usd: float | None = Field(
         default=None, gt=0, le=MAX_USD_BUDGET, description="the dollar limit of a task submitted without one"
+    )
+    objectives: LatencyObjectives | None = Field(
+        default=None,
+        description="latency objectives of the tenant's tasks, over their service class's defaults field by field"
+        " (an agent's and a task's own win over these); an update changes the fields it sends, and null clears"
+        " one (or, for the whole object, all of them)",
     )
 
     _numbers = numbers_not_booleans("gpu_quota", "default_budget_tokens", "default_budget_usd")

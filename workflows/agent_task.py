@@ -300,6 +300,7 @@ class AgentTaskWorkflow:
             tenant=spec.tenant,
             priority=spec.priority,
             service_class=spec.service_class,
+            objectives=self.run_input.objectives,  # the activity's input only: no command changes (replay-safe)
         )
         return await self.fleet.generate(inp, lease)
 
@@ -768,6 +769,7 @@ class AgentTaskWorkflow:
             question=self.question,
             parent_task_id=run.parent_task_id,
             children=list(self.children),
+            objectives=run.objectives,
             started_at=run.submitted_at,
             updated_at=workflow.now(),
         )

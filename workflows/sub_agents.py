@@ -199,6 +199,7 @@ class SubAgents:
             budget_grace_s=0,
             heartbeat_timeout_s=self.parent.heartbeat_timeout_s,
             workflow_version=CURRENT_WORKFLOW_VERSION,  # a new run: this build's rules (code_versions.py)
+            objectives=self.parent.objectives,  # it works for whoever waits on its parent
         )
         try:
             handle = await workflow.start_child_workflow(

@@ -22,7 +22,16 @@ from .submission import resolve_agent
 from .temporal_gateway import TemporalUnavailable, UpdateRejected, WorkflowGone
 
 # What a sub-agent takes from its parent rather than from the request.
-_FROM_THE_PARENT = ("task_id", "tenant", "model", "max_steps", "service_class", "max_interruptions", "budget_grace_s")
+_FROM_THE_PARENT = (
+    "task_id",
+    "tenant",
+    "model",
+    "max_steps",
+    "service_class",
+    "max_interruptions",
+    "budget_grace_s",
+    "objectives",
+)
 
 
 async def submit_as_child(svc: Services, caller: Principal, request: SubmitRequest) -> TaskState:
@@ -73,6 +82,7 @@ async def list_child(
         max_steps=agent.max_steps,
         spend=Spend(token_limit=child.tokens, usd_limit=child.usd),
         parent_task_id=parent.task_id,
+        objectives=parent.objectives,  # its workflow's, as workflows/sub_agents.py gives them
     )
     spec = TaskSpec(
         task_id=child.task_id,

@@ -15,7 +15,8 @@ import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sdk import AgentSpec, ForkSource, ModelSettings, Spend, TaskSpec, TaskState, TaskStatus
+from sdk import AgentSpec, ForkSource, LatencyObjectives, ModelSettings, Spend, TaskSpec, TaskState, TaskStatus
+from sdk.wire.objective_layers import effective
 from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 
 from ..catalogue import UnknownModel
@@ -73,6 +74,13 @@ async def settled_settings(services: Services, model: str, agent: AgentSpec, spe
     return settings
 
 
+async def task_objectives(services: Services, agent: AgentSpec, spec: TaskSpec) -> LatencyObjectives:
+    """The task's latency objectives, resolved once here: a tenant's or an agent's later change applies to the tasks
+    submitted after it, as a running task keeps the budget and agent version it started with."""
+    tenant = await services.db(services.store.tenants.get, spec.tenant)
+    return effective(spec.service_class, tenant.objectives if tenant else None, agent.objectives, spec.objectives)
+
+
 async def check_model(services: Services, model: str) -> None:
     """Refuse a model the catalogue cannot serve, or that no node of the fleet could ever hold."""
     try:
@@ -103,6 +111,7 @@ def initial_state(run: TaskRun) -> TaskState:
         max_steps=run.agent.max_steps,
         spend=Spend(token_limit=spec.budget.tokens, usd_limit=spec.budget.usd),
         parent_task_id=run.parent_task_id,
+        objectives=run.objectives,
         updated_at=run.submitted_at,
     )
 
@@ -148,6 +157,7 @@ async def submit_task(
         output_format_native=agent.output_schema is not None
         and await asyncio.to_thread(services.catalogue.takes_response_format, model),
         workflow_version=CURRENT_WORKFLOW_VERSION,
+        objectives=await task_objectives(services, agent, spec),
     )
     state = initial_state(run)
     try:

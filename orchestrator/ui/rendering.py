@@ -17,6 +17,8 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from sdk.wire.objective_layers import describe
+
 from ..api.auth import refusal_of
 from ..api.principal import ADMINS, OPERATORS, TASK_WRITERS
 from ..money import usd_text
@@ -81,6 +83,7 @@ def _environment() -> Environment:
         ago=_ago,
         pretty_json=_pretty_json,
         timeline_svg=timeline_svg,
+        objectives=describe,
     )
     return env
 

@@ -15,6 +15,8 @@ from temporalio.service import RPCError
 
 from orchestrator.store import Store
 from sdk import AgentSpec, Client, Message, Spend, TaskSpec, TaskState, TaskStatus, ToolCall
+from sdk.wire.contracts import CONTROL_TASK_QUEUE, WORKFLOW_NAME
+from sdk.wire.task_run import TaskRun
 
 # The `client_as` fixture: `async with client_as(Role.viewer, tenant="acme") as http: ...`
 ClientAs = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
@@ -61,6 +63,16 @@ def put_task(store: Store, agent: AgentSpec, status: TaskStatus = TaskStatus.run
     )
     assert store.tasks.create(task_id, spec.model_dump_json(), state)
     return state
+
+
+async def started_run(client: TemporalClient, task_id: str) -> TaskRun:
+    """The TaskRun the workflow was started with, read back from its history."""
+    history = await client.get_workflow_handle(task_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    assert started.workflow_type.name == WORKFLOW_NAME
+    assert started.task_queue.name == CONTROL_TASK_QUEUE
+    [run] = await client.data_converter.decode(started.input.payloads, [TaskRun])
+    return run
 
 
 def error_of(response: httpx.Response) -> dict:

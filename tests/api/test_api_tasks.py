@@ -6,7 +6,7 @@ import re
 
 import httpx
 import pytest
-from api_helpers import error_of, put_task, task_body, unique
+from api_helpers import error_of, put_task, started_run, task_body, unique
 from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowExecutionStatus
 
@@ -15,20 +15,8 @@ from orchestrator.config import BerthConfig
 from orchestrator.server import create_app
 from orchestrator.store import Store
 from sdk import AgentSpec, TaskStatus
-from sdk.wire.contracts import CONTROL_TASK_QUEUE, WORKFLOW_NAME
 from sdk.wire.identity import TenantSpec
 from sdk.wire.limits import MAX_INPUT_CHARS, MAX_TOKEN_BUDGET
-from sdk.wire.task_run import TaskRun
-
-
-async def started_run(client: TemporalClient, task_id: str) -> TaskRun:
-    """The TaskRun the workflow was started with, read back from its history."""
-    history = await client.get_workflow_handle(task_id).fetch_history()
-    started = history.events[0].workflow_execution_started_event_attributes
-    assert started.workflow_type.name == WORKFLOW_NAME
-    assert started.task_queue.name == CONTROL_TASK_QUEUE
-    [run] = await client.data_converter.decode(started.input.payloads, [TaskRun])
-    return run
 
 
 async def test_submit_records_the_task_and_starts_its_workflow(

@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from sdk import Agent, Budget, Spend, TaskSpec, TaskState, TaskStatus, tool
+from sdk import Agent, Budget, LatencyObjectives, Spend, TaskSpec, TaskState, TaskStatus, tool
 from sdk.wire.contracts import CancelRequest, HumanAnswer, RaiseBudget
 from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 from workflows.agent_task import MAX_TOOL_CALLS_PER_STEP
@@ -146,12 +146,14 @@ async def test_coordinator_spawns_children_within_its_budget(berth) -> None:
         f"Plan GPU serving\ndelegate to {research.name}: H100 bandwidth (budget 5000)\n"
         f"delegate to {research.name}: A100 bandwidth (budget 5000)"
     )
-    state = await (await berth.start(coordinator, text, 30_000)).result()
+    objectives = LatencyObjectives(ttft_s=0.8, attainment=0.9)
+    state = await (await berth.start(coordinator, text, 30_000, objectives=objectives)).result()
 
     assert state.status == TaskStatus.completed, state.error
     assert len(state.children) == 2
     children = [berth.store.tasks.get(c).state for c in state.children]
     assert all(c.status == TaskStatus.completed for c in children)
+    assert [c.objectives for c in children] == [objectives, objectives]  # working for whoever waits on the parent
     assert all(c.spend.token_limit == 5000 and c.spend.tokens_used <= 5000 for c in children)
     assert all(c.parent_task_id == state.task_id for c in children)
     own = berth.store.ledger.totals(state.task_id)

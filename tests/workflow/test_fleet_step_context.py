@@ -1,5 +1,6 @@
 """What a task tells the pool about each step: the replica that served the previous one and how much
-conversation it held, so the pool can send the step back to the KV cache that has its prefix.
+conversation it held, so the pool can send the step back to the KV cache that has its prefix, and the latency
+objectives its submission resolved, so the pool places it where they are met.
 
 Real workflow, real dev server, real engine, store and tool worker; the pool is a stand-in that places
 every step on one node, whose queue runs the real LLM step activity, and records what it was asked.
@@ -19,7 +20,7 @@ from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
 from orchestrator.node.generation import warm_up
 from orchestrator.worker import build_worker
-from sdk import Budget, TaskSpec, TaskState, TaskStatus
+from sdk import Budget, LatencyObjectives, TaskSpec, TaskState, TaskStatus
 from sdk.wire.lease import LeaseGrant, LeaseRequest, NodeLiveness, Placed, ReleaseLease
 from sdk.wire.node_io import node_task_queue
 from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
@@ -51,7 +52,9 @@ class OneNodePool:
         return NodeLiveness(verdict="alive", detail="the one node of this test")
 
 
-async def test_each_step_asks_for_the_previous_replica_with_the_conversation_it_held(berth: Harness) -> None:
+async def test_each_step_asks_for_the_previous_replica_with_the_conversation_it_held_and_the_objectives(
+    berth: Harness,
+) -> None:
     warm_up()
     config = BerthConfig(engine_url=berth.engine_url)
     agent = berth.research_agent()
@@ -72,6 +75,7 @@ async def test_each_step_asks_for_the_previous_replica_with_the_conversation_it_
         agent=berth.store.agents.get(agent.name),
         submitted_at=datetime.now(UTC),
         workflow_version=CURRENT_WORKFLOW_VERSION,
+        objectives=LatencyObjectives(ttft_s=0.7, tpot_s=0.03, attainment=0.95),
     )
     async with (
         build_worker(berth.client, berth.store, config, task_queue=queue, pool=pool),
@@ -81,6 +85,8 @@ async def test_each_step_asks_for_the_previous_replica_with_the_conversation_it_
             "AgentTaskWorkflow", run, id=task_id, task_queue=queue, result_type=TaskState
         )
     assert state.status == TaskStatus.completed and state.step >= 3
+    assert {asked.objectives for asked in pool.asked} == {run.objectives}  # every step, as resolved
+    assert state.objectives == run.objectives  # and the task's state shows them
     booked = {e.step: e for e in berth.store.ledger.entries(task_id) if e.kind == "settled"}
     first, *later = sorted(pool.asked, key=lambda r: r.step)
     assert (first.previous_replica, first.prompt_tokens) == (None, 0)

@@ -37,6 +37,7 @@ from sdk import (
     TaskStatus,
     Unauthorized,
 )
+from sdk.wire.objective_layers import describe
 
 from ..config import BerthConfig
 from ..money import usd_text
@@ -225,6 +226,8 @@ def task_panel(
         ("tokens", f"{tokens_text(state)} (remaining {spend.tokens_remaining:,}, lost {spend.tokens_lost:,})"),
         ("usd", usd_text(spend.usd_used) + (f" of {usd_text(spend.usd_limit)}" if spend.usd_limit is not None else "")),
     ]
+    if state.objectives is not None:  # None: a task submitted before tasks carried them
+        rows.append(("objectives", describe(state.objectives)))
     if state.stuck is not None:
         rows.append(
             (
@@ -296,6 +299,8 @@ def agent_panel(agent: AgentSpec) -> Table:
     table.add_row("max tokens/step", str(agent.max_tokens_per_step))
     table.add_row("spawns sub-agents", "yes" if agent.allow_spawn else "no")
     table.add_row("asks a human", "yes" if agent.allow_ask_human else "no")
+    if agent.objectives is not None:
+        table.add_row("objectives", f"{describe(agent.objectives)} (over its tenant's; a task's own win)")
     for tool in agent.tools:
         table.add_row("tool", f"{tool.name}: {tool.description}" if tool.description else tool.name)
     if agent.instructions:

@@ -6,10 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from sdk import Budget, Client, InvalidSpec, TaskEvent, TaskHandle, TaskState, TaskStatus, TokenDelta
 from sdk.wire.limits import MAX_PAGE, MAX_REASON_CHARS
 
 from . import output
+from .objective_flags import add_objective_flags, flag_of, objectives_of
 from .output import EXIT_FAILED, EXIT_OK, add_api_flag, fail, run_with_client
 
 EVENT_FIELDS = set(TaskEvent.model_fields)
@@ -36,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-steps", type=int, help="override the agent's step limit")
     p.add_argument("--wait", action="store_true", help="follow the task live; exit 0 only if it completes")
+    add_objective_flags(p, over="the agent's, the tenant's and the service class's")
     add_api_flag(p)
     p.set_defaults(func=cmd_submit)
 
@@ -116,6 +120,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
         budget = Budget(tokens=args.budget, usd=args.usd)
     except InvalidSpec as refusal:
         return fail(refusal.message, refusal.field)
+    try:
+        objectives = objectives_of(args)
+    except ValidationError as exc:
+        refused = InvalidSpec.from_validation(exc)
+        return fail(refused.message, flag_of(refused.field))
 
     async def command(client: Client) -> int:
         handle = await client.submit(
@@ -128,6 +137,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             model=args.model,
             max_steps=args.max_steps,
             service_class=args.service_class,
+            objectives=objectives,
         )
         print(handle.task_id, flush=True)
         if not args.wait:

@@ -25,7 +25,7 @@ from orchestrator.cli.main import main
 from orchestrator.config import BerthConfig
 from orchestrator.server import create_app
 from orchestrator.store import Store
-from sdk import AgentSpec, Budget, SyncClient, TaskCancelled, TaskStatus, ToolSpec
+from sdk import AgentSpec, Budget, LatencyObjectives, SyncClient, TaskCancelled, TaskStatus, ToolSpec
 from sdk.wire.catalogue import KeepAliveView, ModelForesight, PrewarmView
 from sdk.wire.identity import Role, TenantSpec
 
@@ -139,8 +139,19 @@ def test_submit_reads_the_input_from_a_file(server: Server, agent: AgentSpec, tm
         (["--input", "hi", "--budget", "10", "--model", "gpt-17"], "model"),
         (["--input", "hi", "--budget", "10", "--priority", "11"], "priority"),
         (["--input-file", "/nonexistent/prompt.txt", "--budget", "10"], "input-file"),
+        (["--input", "hi", "--budget", "10", "--attainment", "2"], "attainment"),
+        (["--input", "hi", "--budget", "10", "--ttft-s", "soon"], "ttft-s"),
     ],
-    ids=["zero-budget", "negative-usd", "blank-input", "unknown-model", "priority", "missing-file"],
+    ids=[
+        "zero-budget",
+        "negative-usd",
+        "blank-input",
+        "unknown-model",
+        "priority",
+        "missing-file",
+        "attainment-over-1",
+        "ttft-not-a-number",
+    ],
 )
 def test_bad_submissions_print_one_line_and_exit_2(
     server: Server, agent: AgentSpec, capsys, argv: list[str], field: str
@@ -475,13 +486,55 @@ def test_tenants_create_list_show_update(server: Server, capsys) -> None:
     capsys.readouterr()
     assert berth(server, "tenants", "show", name) == 0
     row = capsys.readouterr().out.splitlines()[1].split()
-    assert row == [name, "isolated", "-", "900", "$1.5"]
+    assert row == [name, "isolated", "-", "900", "$1.5", "-"]  # no objectives: the class's
     assert berth(server, "tenants", "list") == 0
     assert name in capsys.readouterr().out
     assert berth(server, "tenants", "create", name) == 2
     assert "already exists" in one_error_line(capsys.readouterr().err)
     assert berth(server, "tenants", "update", name, "--trust", "open") == 2
     assert one_error_line(capsys.readouterr().err).startswith("error: trust: ")
+
+
+def test_tenants_set_objectives_field_by_field_and_none_clears_one(server: Server, capsys) -> None:
+    name = unique("slo")
+    assert berth(server, "tenants", "create", name, "--ttft-s", "2") == 0
+    assert berth(server, "tenants", "update", name, "--tpot-s", "0.1", "--attainment", "0.95") == 0
+    assert server.store.tenants.get(name).objectives == LatencyObjectives(  # type: ignore[union-attr]
+        ttft_s=2, tpot_s=0.1, attainment=0.95
+    )
+    assert berth(server, "tenants", "update", name, "--ttft-s", "none") == 0
+    capsys.readouterr()
+    assert berth(server, "tenants", "show", name) == 0
+    assert "≤ 100 ms a token after it, for 95% of calls" in capsys.readouterr().out
+    assert server.store.tenants.get(name).objectives.ttft_s is None  # type: ignore[union-attr]
+    assert berth(server, "tenants", "update", name, "--attainment", "0.1") == 2
+    assert one_error_line(capsys.readouterr().err).startswith("error: attainment: ")
+
+
+def test_submit_sets_a_tasks_objectives_and_show_prints_what_they_came_to(
+    server: Server, agent: AgentSpec, capsys
+) -> None:
+    tenant = unique("slo")
+    assert berth(server, "tenants", "create", tenant, "--attainment", "0.95") == 0
+    capsys.readouterr()
+    argv = ["--input", "File it.", "--budget", "500", "--tenant", tenant, "--ttft-s", "0.5", "--tpot-s", "0.04"]
+
+    assert berth(server, "submit", agent.name, *argv) == 0
+
+    task_id = capsys.readouterr().out.strip()
+    record = server.store.tasks.get(task_id)
+    assert record is not None
+    assert record.state.objectives == LatencyObjectives(ttft_s=0.5, tpot_s=0.04, attainment=0.95)
+    assert berth(server, "tasks", "show", task_id) == 0
+    assert "objectives   first token ≤ 500 ms, ≤ 40 ms a token after it, for 95% of calls" in capsys.readouterr().out
+
+
+def test_agents_show_prints_the_objectives_an_agent_registered(server: Server, capsys) -> None:
+    strict = server.store.agents.register(
+        AgentSpec(name=unique("quick"), model="llama-3.1-8b", objectives=LatencyObjectives(ttft_s=0.3))
+    )
+    assert berth(server, "agents", "show", strict.name) == 0
+    assert "first token ≤ 300 ms (over its tenant's; a task's own win)" in capsys.readouterr().out
 
 
 def test_the_cli_finds_the_admin_key_berth_up_left_in_the_data_dir(

@@ -299,6 +299,10 @@ def foresight_section(model: CatalogueModel) -> Group:
         parts.append(Text("  no replica level planned yet"))
     parts += [Text(f"  {keep_alive_line(k)}") for k in sorted(foresight.keep_alive, key=lambda k: k.level)]
     parts.append(Text(f"announced steps: {foresight.announced} not arrived yet"))
+    if foresight.slo_attainment is not None:
+        parts.append(
+            Text(f"SLO attainment (recent): {foresight.slo_attainment:.1%} (target {foresight.slo_target or 1:.1%})")
+        )
     allowance = policy.intent_gpu_hours_per_hour
     parts.append(
         Text(

@@ -1,5 +1,6 @@
 """What the pool adds to the metrics: how long placement decisions take, why steps wait for a GPU and for
-how long, how deep the queue is, and cold starts by locality tier.
+how long, how deep the queue is, cold starts by locality tier, and how many recent grants placement predicted
+to meet their latency objectives (against the attainment target they asked for).
 
 Recorded in the process that holds the pool (the orchestrator worker), which serves them on its own
 /metrics (orchestrator/worker.py says why). Labels are model, outcome, reason and tier, never the task.
@@ -40,6 +41,11 @@ _waited = _meter.create_histogram(
 _cold_starts = _meter.create_counter(
     "berth_cold_starts", unit="{replica}", description="leases that start a new replica, by where its weights come from"
 )
+_judged = _meter.create_counter(
+    "berth_slo_grants",
+    unit="{grant}",
+    description="grants with per-call latency objectives, by whether placement predicted them to meet them",
+)
 
 
 def record_decision(req: LeaseRequest, grant: LeaseGrant, decision_s: float) -> None:
@@ -55,6 +61,11 @@ def record_grant(model: str, tier: str, waited_s: float | None, cold_start: bool
         _waited.record(waited_s, {"model": model})
     if cold_start:
         _cold_starts.add(1, {"model": model, "tier": tier})
+
+
+def record_judgement(model: str, service_class: str, met: bool) -> None:
+    """A grant placement judged against its latency objectives: predicted to meet them (`met`) or not."""
+    _judged.add(1, {"model": model, "service_class": service_class, "met": "true" if met else "false"})
 
 
 _depth: Callable[[], dict[str, tuple[int, float]]] = dict
@@ -85,4 +96,38 @@ _meter.create_observable_gauge(
     [_observe_longest],
     unit="s",
     description="how long the longest-waiting step of each model has waited for a GPU",
+)
+
+
+_attainment: Callable[[], dict[str, tuple[float, float]]] = dict
+
+
+def watch_attainment(attainment: Callable[[], dict[str, tuple[float, float]]]) -> None:
+    """Make `attainment()` (per model with judged grants in its recent window: the share predicted to meet
+    their objectives, and the target they asked for) the source of the attainment gauges; as `watch_queue`."""
+    global _attainment
+    _attainment = attainment
+
+
+def _observe_attainment(_options: CallbackOptions) -> Iterator[Observation]:
+    for model, (share, _target) in _attainment().items():
+        yield Observation(share, {"model": model})
+
+
+def _observe_target(_options: CallbackOptions) -> Iterator[Observation]:
+    for model, (_share, target) in _attainment().items():
+        yield Observation(target, {"model": model})
+
+
+_meter.create_observable_gauge(
+    "berth_slo_attainment_ratio",
+    [_observe_attainment],
+    unit="1",
+    description="share of each model's recent judged grants predicted to meet their latency objectives",
+)
+_meter.create_observable_gauge(
+    "berth_slo_attainment_target_ratio",
+    [_observe_target],
+    unit="1",
+    description="the strictest attainment target among each model's recent judged grants",
 )

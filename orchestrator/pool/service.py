@@ -55,7 +55,7 @@ from .foresight_view import foresight_views
 from .intents import IntentBook
 from .inventory import model_spec, node_from_view
 from .liveness import node_liveness
-from .metrics import record_decision, record_grant, watch_queue
+from .metrics import record_decision, record_grant, record_judgement, watch_attainment, watch_queue
 from .queue import WaitQueue
 from .scaler import DEFAULT_POLICY, Foresight, ModelDemand, ScaleDown, ScaleUp, plan_scaling
 from .serving_speed import judge
@@ -116,6 +116,7 @@ class PoolService:
         self.fleet = FleetState(replica_prefix=f"r-{uuid.uuid4().hex[:6]}-")
         self.queue = WaitQueue()
         watch_queue(self._queue_depth)
+        watch_attainment(self._slo_attainment)
         self.policies: dict[str, ScalingPolicy] = {}
         self.idle_since: dict[str, float] = {}
         # The scaler's learning (idle gaps per model and level) and the steps tasks announced (scaler.py).
@@ -151,6 +152,17 @@ class PoolService:
         """Steps waiting per model and the longest wait, for the queue gauges (read from a scrape's thread)."""
         with self._lock:
             return self.queue.depth(self.clock())
+
+    def _slo_attainment(self) -> dict[str, tuple[float, float]]:
+        """Per model with judged grants in the traffic book's window: the share predicted to meet their objectives
+        and the target, for the attainment gauges (read from a scrape's thread)."""
+        with self._lock:
+            now, traffic = self.clock(), self.foresight.traffic
+            return {
+                model: (traffic.attainment(model, now).share, traffic.target(model, now))
+                for model in self.fleet.models
+                if traffic.serves_interactive(model, now)
+            }
 
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
         started = time.perf_counter()
@@ -287,6 +299,7 @@ class PoolService:
         traffic.asked(req.model, now, req.prompt_tokens)
         if judged is not None:
             traffic.granted(req.model, now, judged.met, judged.fixable, judged.target)
+            record_judgement(req.model, req.service_class, judged.met)
         waiter = self.queue.leave(req.task_id)
         record_grant(
             req.model, chosen.candidate.tier, None if waiter is None else now - waiter.since, booking.created_replica

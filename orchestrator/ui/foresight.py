@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Literal
 
 from sdk import CatalogueModel
-from sdk.wire.catalogue import KeepAliveSource, KeepAliveView, PrewarmView
+from sdk.wire.catalogue import KeepAliveSource, KeepAliveView, ModelForesight, PrewarmView
 
 WINDOW_WORDS: dict[KeepAliveSource, str] = {
     "learned": "learned from its idle gaps",
@@ -75,6 +75,8 @@ class ForesightView:
     announced: int
     intent_used: str  # GPU-hours in the last hour, "0.42"
     intent_allowed: str  # the policy's GPU-hours per hour, "2"
+    slo: str | None  # "97.5% of recent grants within objectives (target 99%)"; None without judged grants
+    slo_below_target: bool
 
 
 def foresight_view(model: CatalogueModel) -> ForesightView | None:
@@ -89,7 +91,17 @@ def foresight_view(model: CatalogueModel) -> ForesightView | None:
         announced=f.announced,
         intent_used=f"{f.intent_gpu_hours_last_hour:.2f}",
         intent_allowed=f"{model.policy.intent_gpu_hours_per_hour:g}",
+        slo=slo_words(f),
+        slo_below_target=f.slo_attainment is not None and f.slo_target is not None and f.slo_attainment < f.slo_target,
     )
+
+
+def slo_words(f: ModelForesight) -> str | None:
+    """The model's recent objective attainment and its target, as the Models page and `berth models show` say it."""
+    if f.slo_attainment is None:
+        return None
+    target = "" if f.slo_target is None else f" (target {f.slo_target:.1%})"
+    return f"{f.slo_attainment:.1%} of recent grants predicted within their latency objectives{target}"
 
 
 def _keep_alive_row(k: KeepAliveView) -> KeepAliveRow:

@@ -212,6 +212,10 @@ class ModelForesight(BaseModel):
     prewarms: list[PrewarmView] = Field(default_factory=list)  # the most recent first
     announced: int = 0  # steps announced and not arrived yet
     intent_gpu_hours_last_hour: float = 0.0  # of the policy's intent_gpu_hours_per_hour
+    # Of the recent grants with per-call latency objectives, the share placement predicted to meet them, and the
+    # strictest attainment target they asked for; None without such grants in the pool's attainment window.
+    slo_attainment: float | None = None
+    slo_target: float | None = None
     updated_at: datetime
 
     def level(self, level: int) -> KeepAliveView | None:

@@ -231,6 +231,8 @@ async def test_the_models_page_shows_the_learned_keep_alive_and_whether_each_pre
                 ],
                 announced=3,
                 intent_gpu_hours_last_hour=0.5,
+                slo_attainment=0.9,
+                slo_target=0.99,
                 updated_at=now,
             )
         }
@@ -244,6 +246,8 @@ async def test_the_models_page_shows_the_learned_keep_alive_and_whether_each_pre
         "intent-used": "0.50",
         "intent-allowed": "2",
     }
+    assert shown["slo-attainment"] == "90.0% of recent grants predicted within their latency objectives (target 99.0%)"
+    assert '<p class="facts slo below-target">' in learned
     assert "(learned from its idle gaps)" in learned
     levels = re.findall(
         r'<tr class="level" data-level="(\d+)" data-source="(\w+)"><td>\d+</td>\s*'

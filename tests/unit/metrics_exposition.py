@@ -80,6 +80,7 @@ def _record_one_of_each() -> None:
         0.001,
     )
     pool_metrics.record_grant(MODEL, "disk", waited_s=2.0, cold_start=True)
+    pool_metrics.record_judgement(MODEL, "interactive", met=False)
     node_metrics.record_fetch(MODEL, "origin", size_bytes=1024, seconds=1.0)
     node_metrics.record_load(MODEL, "disk", seconds=3.0)
     reconcile_metrics.record_failures("non_deterministic_error", 3)
@@ -110,6 +111,7 @@ def exposition(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
         ),
     )
     monkeypatch.setattr(pool_metrics, "_depth", lambda: {MODEL: (1, 5.0)})
+    monkeypatch.setattr(pool_metrics, "_attainment", lambda: {MODEL: (0.9, 0.99)})
     _record_one_of_each()
     families = text_string_to_metric_families(metrics_text().decode())
     return {f.name: {s.name for s in f.samples} for f in families if f.name.startswith("berth_")}

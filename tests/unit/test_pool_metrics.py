@@ -56,3 +56,33 @@ def test_a_waiting_step_then_a_cold_start_show_in_the_pool_metrics(
     [cold] = placed["berth_cold_starts"]
     assert cold.value == 1 and cold.attributes["tier"] == "origin"
     assert placed.get("berth_gpu_queue_depth", []) == []  # no one waits: no series
+
+
+def test_each_judged_grant_counts_and_the_attainment_gauges_read_the_pools_traffic_book(
+    store: Store, metrics_reader: InMemoryMetricReader
+) -> None:
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    store.models.put(ModelEntry(name=model, weights_gib=10, kv_headroom_gib=2))
+    clock = Clock()
+    pool = PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0, clock=clock)
+    join(store, "gpu-a", count=2, replicas=[{"replica_id": "r-w", "model": model, "gpu_indexes": [0], "state": "warm"}])
+
+    assert pool.acquire(req("t1", model=model)).replica_id == "r-w"  # warm: predicted within objectives
+    assert pool.acquire(req("t2", model=model, service_class="batch")).outcome == "placed"  # no per-call objectives
+    book = pool.foresight.traffic.attainment(model, clock.now)
+    assert (book.calls, book.met) == (1, 1)
+
+    shown = points(metrics_reader, model)
+    [judged] = shown["berth_slo_grants"]
+    assert judged.value == 1 and dict(judged.attributes) == {
+        "model": model,
+        "service_class": "interactive",
+        "met": "true",
+    }
+    [share] = shown["berth_slo_attainment_ratio"]
+    [target] = shown["berth_slo_attainment_target_ratio"]
+    assert share.value == book.share == 1.0
+    assert target.value == pool.foresight.traffic.target(model, clock.now) == 0.99
+
+    clock.now += pool.foresight.traffic.attainment_window_s + 1  # the window has passed: no series
+    assert points(metrics_reader, model).get("berth_slo_attainment_ratio", []) == []

@@ -62,7 +62,7 @@ def gang_fit(
     never uses MIG instances (they have no peer-to-peer link). Best fit (least free memory
     that still fits, then lowest index) leaves the large free devices for large models.
     """
-    fitting: list[tuple[float, int]] = []
+    fitting: list[tuple[bool, float, int]] = []
     types = request.gpu_types
     for dev in node.devices:  # device_filter inlined (the hot loop of a cold placement), same order and names
         if degree > 1 and dev.mig_profile is not None:
@@ -74,7 +74,7 @@ def gang_fit(
         else:
             free = dev.memory_gib - dev.reserved_gib
             if free + EPSILON_GIB >= need_gib:
-                fitting.append((free, dev.index))
+                fitting.append((request.model in dev.residents.values(), free, dev.index))
                 continue
             why = "memory"
         rejections[why] = rejections.get(why, 0) + 1
@@ -83,7 +83,7 @@ def gang_fit(
             rejections["gang_fit"] = rejections.get("gang_fit", 0) + 1
         return None
     fitting.sort()
-    return tuple(sorted(index for _, index in fitting[:degree]))
+    return tuple(sorted(index for *_, index in fitting[:degree]))
 
 
 def replica_filter(request: PlacementRequest, replica: Replica, node: Node, trust: Trust) -> str | None:

@@ -41,7 +41,7 @@ class Device:
     owner: str | None = None  # the isolated/dedicated tenant whose replica holds it, if any
     replicas: int = 0
     # The replicas on it, by id: co-residents read the same memory, so each one generating slows the others.
-    residents: set[str] = field(default_factory=set, repr=False, compare=False)
+    residents: dict[str, str] = field(default_factory=dict, repr=False, compare=False)  # replica id → model
 
     @property
     def free_gib(self) -> float:
@@ -334,7 +334,7 @@ class FleetState:
             dev = node.device(i)
             dev.reserved_gib += per_device
             dev.replicas += 1
-            dev.residents.add(replica.id)
+            dev.residents[replica.id] = model
             dev.owner = tenant if isolated else None
         if tenant:
             self.tenant_devices[tenant] += len(devices)
@@ -377,7 +377,7 @@ class FleetState:
             dev = node.device(i)
             dev.reserved_gib = max(dev.reserved_gib - replica.per_device_gib, 0.0)
             dev.replicas -= 1
-            dev.residents.discard(replica_id)
+            dev.residents.pop(replica_id, None)
             if dev.replicas == 0:
                 dev.reserved_gib = 0.0  # drop accumulated float error with the last tenant
                 dev.owner = None

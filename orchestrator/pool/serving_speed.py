@@ -36,7 +36,7 @@ def co_residents(fleet: FleetState, node_id: str, devices: tuple[int, ...], repl
     """The most replicas on any of `devices` besides `replica_id`: a new replica there shares the GPU with them
     whenever their models are called."""
     node = fleet.nodes[node_id]
-    return max((len(node.device(i).residents - {replica_id}) for i in devices), default=0)
+    return max((len(node.device(i).residents.keys() - {replica_id}) for i in devices), default=0)
 
 
 def objectives_of(request: PlacementRequest) -> LatencyObjectives:

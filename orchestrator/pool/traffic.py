@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 
 MAX_SAMPLES = 2048
 PROMPT_PERCENTILE = 0.95  # a new replica is judged by the prompt 95% of the model's calls stay within
+# Before a model's first call has been seen, its replica is judged by an agent step's typical long prompt: a
+# first replica placed for one short prompt would serve the long ones that follow on a GPU too slow for them.
+UNSEEN_PROMPT_TOKENS = 8192
 
 
 @dataclass
@@ -63,10 +66,11 @@ class TrafficBook:
         self._of(model).holds.append((now, max(seconds, 0.0)))
 
     def prompt_tokens(self, model: str, now: float) -> int:
-        """The prompt size PROMPT_PERCENTILE of the model's recent calls stay within (0 with none yet)."""
+        """The prompt size PROMPT_PERCENTILE of the model's recent calls stay within (UNSEEN_PROMPT_TOKENS with none
+        yet)."""
         recent = sorted(p for at, p in self._of(model).prompts if now - at <= self.window_s)
         if not recent:
-            return 0
+            return UNSEEN_PROMPT_TOKENS
         return recent[min(math.ceil(PROMPT_PERCENTILE * len(recent)) - 1, len(recent) - 1)]
 
     def mean_hold_s(self, model: str, now: float) -> float | None:

@@ -207,8 +207,6 @@ class Simulation:
         self._calls[id(call)] = call
         if self.intents is not None:
             self.intents.arrived(session.plan.session_id, self.now)
-        if self.traffic is not None:
-            self.traffic.asked(plan.model, self.now, call.prompt)
         self._try(call)
 
     def _request(self, call: _Call) -> PlacementRequest:
@@ -256,11 +254,10 @@ class Simulation:
 
     def _grant(self, call: _Call, decision: Decision) -> None:
         assert decision.chosen is not None
-        if (
-            self.traffic is not None
-            and (judged := judge(decision, self.fleet, self.config, self._slot_wait(call))) is not None
-        ):
-            self.traffic.granted(call.plan.model, self.now, judged.met, judged.fixable, judged.target)
+        if self.traffic is not None:  # as the live pool books them: at the grant
+            self.traffic.asked(call.plan.model, self.now, call.prompt)
+            if (judged := judge(decision, self.fleet, self.config, self._slot_wait(call))) is not None:
+                self.traffic.granted(call.plan.model, self.now, judged.met, judged.fixable, judged.target)
         booking = self.fleet.apply(decision, call.prompt + math.ceil(call.remaining))
         self.queue.leave(call.key)
         self._waiting.get(call.plan.model, {}).pop(call.key, None)

@@ -283,11 +283,14 @@ def test_fragmentation_prefers_the_smaller_gpu_and_the_partly_used_node() -> Non
     f.add_replica("llama-3.1-8b", "c", (0,))
     assert fragmentation(request, Candidate("origin", "c", (1,)), f, DEFAULT_CONFIG) == pytest.approx(big)
     # Best fit inside a node: the device with the least free memory that still fits.
-    f2 = fleet(node("x", gpus(2)))
-    f2.add_replica("llama-3.1-8b", "x", (1,))
-    assert place(f2, req()).chosen is not None
-    f2.set_load(next(iter(f2.replicas)), active_leases=32)
+    other = ModelSpec("qwen2.5-7b", weights_gib=14, kv_headroom_gib=4)
+    f2 = fleet(node("x", gpus(2)), models=(SMALL, other))
+    f2.add_replica("qwen2.5-7b", "x", (1,))
     assert place(f2, req()).chosen.candidate.devices == (1,)  # type: ignore[union-attr]
+    # But never beside a replica of its own model: a second copy of the same weights adds no speed there.
+    f2.add_replica("llama-3.1-8b", "x", (1,))
+    f2.set_load(next(r for r in f2.replicas.values() if r.model == "llama-3.1-8b").id, active_leases=32)
+    assert place(f2, req()).chosen.candidate.devices == (0,)  # type: ignore[union-attr]
 
 
 def test_affinity_prefers_the_previous_replica_unless_overloaded() -> None:

@@ -164,7 +164,7 @@ def _attainment(calls: Sequence[CallRecord]) -> tuple[int, int]:
     """(calls judged, calls within both objectives): a call never served counts as a miss."""
     judged = attained = 0
     for call in calls:
-        objectives = DEFAULT_OBJECTIVES.get(call.service_class)  # type: ignore[call-overload]
+        objectives = next((o for c, o in DEFAULT_OBJECTIVES.items() if c == call.service_class), None)
         if objectives is None or not objectives.per_call:
             continue
         judged += 1

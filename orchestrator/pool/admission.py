@@ -47,11 +47,12 @@ def may_go(fleet: FleetState, decision: Decision, ahead: int) -> bool:
 def defers_to_a_busy_replica(fleet: FleetState, decision: Decision) -> bool:
     """Whether a decision that starts a replica should rather wait for a slot of one already there.
 
-    A step placed on a new replica only because every replica of the model is full waits for that load; a full
-    replica frees a slot as soon as its shortest lease ends, about its drain over its slots, and a full one still
-    loading once loaded (its queue then drains in parallel with the new replica's load). When that comes no later than the new load would, the step waits and the scaler, which
-    sizes the model by its objectives, decides on capacity: one burst at a model's first load started a second
-    load from the origin beside it, and its steps waited for the slower of the two."""
+    A step placed on a new replica only because every replica of the model is full waits for that load. A full
+    warm replica frees a slot when its shortest lease ends, about its drain over its slots; a full loading one
+    once loaded (its queue then drains while the new replica would still load). When that comes no later than
+    the new load, the step waits and the scaler, which sizes the model by its objectives, decides on capacity:
+    one burst at a model's first load started a second load from the origin beside it, and its steps waited
+    for the slower of the two."""
     chosen = decision.chosen
     if chosen is None or chosen.candidate.replica_id is not None:
         return False
@@ -71,6 +72,12 @@ def defers_to_a_busy_replica(fleet: FleetState, decision: Decision) -> bool:
     # A loading replica's whole load estimate bounds what is left of it (its clock is not kept here).
     soonest = min(r.load_s if r.state == "loading" else r.queue_s / max(r.concurrency, 1) for r in full)
     return soonest <= chosen.terms.get("ttft", 0.0)
+
+
+def load_in_flight(fleet: FleetState, model: str) -> bool:
+    """Whether a replica of `model` is loading: a step waiting now waits for that load, which more capacity
+    would not shorten (the scaler's attainment leaves such waits out)."""
+    return any(fleet.replicas[r].state == "loading" for r in fleet.replicas_by_model.get(model, {}))
 
 
 def starts_replica(decision: Decision) -> bool:

@@ -60,7 +60,9 @@ def gang_fit(
 
     Tensor-parallel shards talk over NVLink on every layer, so a gang never spans nodes and
     never uses MIG instances (they have no peer-to-peer link). Best fit (least free memory
-    that still fits, then lowest index) leaves the large free devices for large models.
+    that still fits, then lowest index) leaves the large free devices for large models. A device
+    already holding a replica of the same model goes last: a second copy of the same weights there
+    adds no speed, only a co-resident that halves both.
     """
     fitting: list[tuple[bool, float, int]] = []
     types = request.gpu_types

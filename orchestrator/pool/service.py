@@ -43,6 +43,7 @@ from sdk.wire.node_io import FetchSource, LoadOnNode, LoadReplica
 from ..store import LeaseRecord, Reservation, Store
 from .admission import (
     defers_to_a_busy_replica,
+    load_in_flight,
     may_go,
     place_away_from_reclaimed_spot,
     place_scaler_replica,
@@ -221,9 +222,7 @@ class PoolService:
                     log.info("placement went stale: %s", exc)
                     self.sync(force=True)
             self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
-            if req.task_id not in self._slot_waits and not any(
-                self.fleet.replicas[r].state == "loading" for r in self.fleet.replicas_by_model.get(req.model, {})
-            ):
+            if req.task_id not in self._slot_waits and not load_in_flight(self.fleet, req.model):
                 self._slot_waits[req.task_id] = now
             position = self.queue.ahead_of(req.task_id, req.model, req.priority, now) + 1
             if decision.outcome == "placed":

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from sdk.wire.recovery import Cut, avoid_after
 
-from ..pool.admission import defers_to_a_busy_replica, may_go
+from ..pool.admission import defers_to_a_busy_replica, load_in_flight, may_go
 from ..pool.decision import Decision, PlacementRequest
 from ..pool.fleet import Booking, FleetState, ModelSpec
 from ..pool.intents import IntentKind
@@ -246,9 +246,7 @@ class Simulation:
         call.record.waited_for_gpu = True
         if call.waiting_since is None:
             call.waiting_since = self.now
-        if call.slot_wait_since is None and not any(
-            self.fleet.replicas[r].state == "loading" for r in self.fleet.replicas_by_model.get(model, {})
-        ):
+        if call.slot_wait_since is None and not load_in_flight(self.fleet, model):
             call.slot_wait_since = self.now
         return False
 

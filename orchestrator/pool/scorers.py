@@ -11,7 +11,7 @@ from collections.abc import Callable
 from ..weights_transfer import GIB
 from .decision import Candidate, PlacementRequest
 from .fleet import FleetState, Node, Replica
-from .serving_speed import objective_misses
+from .serving_speed import misses_floor, objective_misses
 from .weights import PlacementConfig
 
 Scorer = Callable[[PlacementRequest, Candidate, FleetState, PlacementConfig], float]
@@ -81,8 +81,8 @@ def new_replica_floor(
     request: PlacementRequest, fleet: FleetState, config: PlacementConfig, tier: str, speed: float
 ) -> float:
     """A total no new replica of the model scores below on any node of `tier` whose devices run at `speed`: its
-    load at the fastest rates the fleet has had for that tier, plus its generation at that speed, every other
-    term at its least (0). A request that a candidate already serves for less needs no search there. True only
+    load at the fastest rates the fleet has had for that tier, plus its generation at that speed and the latency
+    objectives it must miss there (`serving_speed.misses_floor`), every other term at its least (0). A request that a candidate already serves for less needs no search there. True only
     while no weight is below 0."""
     spec = fleet.models[request.model]
     bandwidth = fleet.bandwidth
@@ -95,7 +95,8 @@ def new_replica_floor(
     elif tier == "origin":
         load += spec.weights_gib / max(config.wan_gib_per_s, bandwidth.fastest_origin / GIB)
     generation_s = _writing_seconds(request, spec.tokens_per_s * speed, spec.concurrency, config)
-    return config.weights.ttft * load + config.weights.generation * generation_s
+    misses = misses_floor(request, fleet, config, load, speed)
+    return config.weights.ttft * load + config.weights.generation * generation_s + config.weights.objective * misses
 
 
 def ttft(request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig) -> float:

@@ -108,6 +108,27 @@ def objective_misses(
     return misses
 
 
+def misses_floor(
+    request: PlacementRequest, fleet: FleetState, config: PlacementConfig, load_s: float, speed: float
+) -> float:
+    """The fewest misses (`objective_misses`) any new replica scores on GPUs of `speed` after a load of at least
+    `load_s`: its predictions there are at least these, co-residents only slowing them. Lets placement skip a
+    shelf of free capacity that cannot beat the replicas found: a long interactive prompt misses on every warm
+    replica, and without this bound every shelf looked worth reading."""
+    objectives = objectives_of(request)
+    spec = fleet.models[request.model]
+    rate = spec.tokens_per_s * speed
+    if not objectives.per_call or rate <= 0:
+        return 0.0
+    per_token = 1 / (rate * config.prefill_speedup)
+    tpot = 1 / sequence_rate(rate, spec.concurrency, spec.concurrency, config.single_stream_gain)
+    misses = 0.0 if objectives.met(load_s + request.prompt_tokens * per_token, tpot) else 1.0
+    steady = max(request.prompt_tokens, request.traffic_prompt_tokens) * per_token
+    if not objectives.met(steady, tpot) and _fit_exists(request, objectives, fleet, config):
+        misses += UNFIT
+    return misses
+
+
 def _fit_exists(
     request: PlacementRequest, objectives: LatencyObjectives, fleet: FleetState, config: PlacementConfig
 ) -> bool:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from .lease import ServiceClass
+from .limits import numbers_not_booleans
 
 MAX_OBJECTIVE_TTFT_S = 600.0  # ten minutes to a first token is no interactive promise: a typo
 MAX_OBJECTIVE_TPOT_S = 10.0
@@ -44,6 +45,8 @@ class LatencyObjectives(BaseModel):
         le=0.9999,
         description="share of calls that must meet both call objectives (0.99: the p99 is within them)",
     )
+
+    _numbers = numbers_not_booleans("ttft_s", "tpot_s", "deadline_s", "attainment")
 
     def merged(self, override: LatencyObjectives | None) -> LatencyObjectives:
         """These objectives with every field `override` sets replacing this one's."""

@@ -49,6 +49,8 @@ def test_objectives_resolve_field_by_field_from_the_class_defaults_to_the_task()
     assert not resolve("batch").per_call and resolve("batch").deadline_s == 3600.0
     with pytest.raises(ValueError, match="ttft_s"):
         LatencyObjectives(ttft_s=0)
+    with pytest.raises(ValueError, match="attainment"):
+        LatencyObjectives.model_validate({"attainment": True})  # a boolean is no share
 
 
 def test_a_new_replica_goes_where_the_models_long_prompts_meet_the_objective_not_where_short_ones_do() -> None:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
 ENV_PREFIX = "BERTH_"
+# The pool's placement policies by name (orchestrator/pool/placement_policy.py builds each).
+PlacementPolicyName = Literal["berth", "k8s-spread"]
 
 
 class BerthConfig(BaseModel):
@@ -87,6 +90,11 @@ class BerthConfig(BaseModel):
     submit_burst: int = Field(default=2000, ge=1, description="task submissions one API key may send at once")
     engine_latency_scale: float = Field(
         default=1.0, ge=0, description="multiplies the simulated TTFT and per-token time"
+    )
+    placement_policy: PlacementPolicyName = Field(
+        default="berth",
+        description="how the pool places steps and scales replicas: berth (its own placement and scaler) or"
+        " k8s-spread (the Kubernetes Service + HPA baseline the simulator compares with, for measuring both live)",
     )
     # Placement's weights and priors (orchestrator/pool/weights.py); unset keeps the derived default. Each scorer's
     # raw value is turned into seconds of expected time to first token, so every weight is in seconds per unit.

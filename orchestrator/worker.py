@@ -117,6 +117,7 @@ async def run_worker(config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) 
                 tuned(config.placement_overrides),
                 node_lost_after_s=config.node_lost_after_s,
                 pool_id=config.control_plane_id,
+                placement_policy=config.placement_policy,
             )
         worker = build_worker(client, store, config, task_queue=task_queue, pool=pool)
         log.info("worker polling %s on %s", task_queue, config.resolved_temporal_address)

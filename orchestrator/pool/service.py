@@ -57,6 +57,7 @@ from .intents import IntentBook
 from .inventory import model_spec, node_from_view
 from .liveness import node_liveness
 from .metrics import record_decision, record_grant, record_judgement, watch_attainment, watch_queue
+from .placement_policy import baseline_named
 from .queue import WaitQueue
 from .scaler import DEFAULT_POLICY, Foresight, ModelDemand, ScaleDown, ScaleUp, plan_scaling
 from .serving_speed import judge
@@ -104,8 +105,12 @@ class PoolService:
         node_lost_after_s: float = 20.0,
         clock: Callable[[], float] = time.monotonic,
         pool_id: str = "",
+        placement_policy: str = "berth",
     ) -> None:
         self.store = store
+        # The Kubernetes-style baseline that takes over placement and scaling (placement_policy.py), or None:
+        # Berth's own. Chosen once, to measure both live on one machine; see `_place`, `start_replica`, `plan_scaling`.
+        self.baseline = baseline_named(placement_policy, config)
         # This pool's name among the pools of several control-plane replicas on one database: its leases
         # and GPU reservations carry it, and every other pool's count as load it did not book itself.
         self.pool_id = pool_id
@@ -195,12 +200,12 @@ class PoolService:
                 self.policies.get(req.model, DEFAULT_POLICY).max_replicas,
                 self.foresight.traffic.prompt_tokens(req.model, now),
             )
-            decision = place_away_from_reclaimed_spot(self.fleet, request, self.config)
+            decision = self._place(request)
             if starts_replica(decision) and self.clock() - self._synced_at > COLD_PLACEMENT_FRESHNESS_S:
                 # A new replica costs seconds to minutes, so it is worth deciding on the nodes' latest
                 # reports (weights that just arrived on a disk, a replica that just turned warm).
                 self.sync(force=True)
-                decision = place_away_from_reclaimed_spot(self.fleet, request, self.config)
+                decision = self._place(request)
             if decision.outcome == "never" and not self._joining:
                 self.queue.leave(req.task_id)
                 return Never(reason=decision.reason or f"no node of this fleet can serve {req.model}")
@@ -236,6 +241,12 @@ class PoolService:
                 queue_position=position,
                 reason=decision.reason or f"no replica of {req.model} is free",
             )
+
+    def _place(self, request: PlacementRequest) -> Decision:
+        """Where a step goes now: Berth's placement, or the baseline's Service routing when one is set."""
+        if self.baseline is not None:
+            return self.baseline.place(self.fleet, request)
+        return place_away_from_reclaimed_spot(self.fleet, request, self.config)
 
     def release(self, req: ReleaseLease) -> None:
         """End a lease; idempotent. `replica_warm` says the step was served, so the replica serves."""
@@ -596,6 +607,8 @@ class PoolService:
             demand = {model: ModelDemand(waiting=n) for model, n in self.queue.demand(now).items()}
             # A step that stopped asking (cancelled, failed) left the queue: its slot wait goes with it.
             self._slot_waits = {task: since for task, since in self._slot_waits.items() if task in self.queue}
+            if self.baseline is not None:  # an HPA per model, which learns nothing
+                return plan_scaling(self.fleet, self.baseline.scaling(self.fleet, demand), self.idle_since, now, demand)
             return plan_scaling(self.fleet, self.policies, self.idle_since, now, demand, self.foresight)
 
     def foresight_views(self) -> dict[str, ModelForesight]:
@@ -614,7 +627,10 @@ class PoolService:
             self.fleet.add_model(model_spec(entry))
             traffic, now = self.foresight.traffic, self.clock()
             prompt = traffic.prompt_tokens(model, now) if traffic.serves_interactive(model, now) else None
-            decision = place_scaler_replica(self.fleet, model, self.config, prompt)
+            if self.baseline is not None:
+                decision = self.baseline.new_replica(self.fleet, model, prompt)
+            else:
+                decision = place_scaler_replica(self.fleet, model, self.config, prompt)
             chosen = decision.chosen
             if chosen is None:
                 return None  # no room for another replica now

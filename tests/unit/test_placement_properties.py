@@ -50,6 +50,7 @@ requests = st.builds(
     prompt_tokens=st.integers(0, 20_000),
     tenant=st.sampled_from([t.id for t in TENANTS]),
     priority=st.sampled_from(["interactive", "batch", "low_priority"]),
+    traffic_prompt_tokens=st.integers(0, 20_000),
 )
 operations = st.lists(
     st.one_of(
@@ -377,3 +378,32 @@ def test_a_node_already_serving_on_other_gpus_is_found_before_fresh_ones_it_woul
     decision = place(fleet, mid)
     assert decision.chosen is not None and decision.chosen.candidate.node_id == "n2"
     assert abs(decision.chosen.total - full_scan(fleet, mid)[0]) < 1e-9
+
+
+@settings(max_examples=300, deadline=None)
+@given(specs=node_specs, ops=st.lists(st.tuples(requests, st.integers(0, 3)), max_size=16), probe=requests)
+def test_no_new_replica_scores_below_its_shelfs_floor(specs: list, ops: list, probe: PlacementRequest) -> None:
+    """Placement skips a shelf of free capacity whose floor cannot beat the runner-up, so the floor must be a lower
+    bound: every new-replica candidate a full scan finds (co-residents, slow devices and latency objectives
+    included) totals at least the floor of its tier on its GPU type's fastest speed."""
+    from orchestrator.pool.decision import Candidate
+    from orchestrator.pool.filters import boundary_owner, engine_filter, gang_fit, node_filter
+    from orchestrator.pool.placement import _degrees_within_quota
+    from orchestrator.pool.scorers import new_replica_floor, weighted_total
+
+    fleet = build(specs)
+    book_and_change(fleet, ops)
+    model = fleet.models[probe.model]
+    trust = fleet.trust_of(probe.tenant)
+    cached, dcs = fleet.cached.get(probe.model, set()), fleet.weights_in_dc.get(probe.model, {})
+    for degree in _degrees_within_quota(fleet, probe, model):
+        for node in fleet.nodes.values():
+            if node_filter(probe, node, trust) or engine_filter(model, node):
+                continue
+            devices = gang_fit(probe, node, degree, model.memory_gib / degree, boundary_owner(probe, trust), {})
+            if devices is None:
+                continue
+            tier = "disk" if node.id in cached else "datacenter" if node.datacenter in dcs else "origin"
+            total = weighted_total(probe, Candidate(tier, node.id, devices), fleet, DEFAULT_CONFIG)  # type: ignore[arg-type]
+            speed = fleet.type_speed[node.device(devices[0]).type_name]
+            assert total >= new_replica_floor(probe, fleet, DEFAULT_CONFIG, tier, speed) - 1e-9

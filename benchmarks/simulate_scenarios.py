@@ -11,7 +11,9 @@ Each runs on the standard 12-node fleet under every policy, in virtual time, onc
 scenario's sessions and its spot reclaims; a trace's calls are what they were, so there it only drives the
 random policy. Ratios compare each policy with the baselines of the same run.
 
-The warm-pool table gives, for every policy, its cold-start seconds beyond each model's first load (which every
+The objectives table gives, for every policy, its SLO attainment (calls within their class's TTFT and TPOT
+objectives) and how many points it falls short of always-warm's, its GPU-hours against k8s-spread's and the
+workload's physical floor, and its task p95 against k8s-spread's. The warm-pool table gives, for every policy, its cold-start seconds beyond each model's first load (which every
 policy pays) and GPU-hours against k8s-spread's, TTFT p99 over always-warm's, and the share of calls that met a
 cold start on a model used in the hour before, against their goals. Each run's figures go to
 benchmarks/results/simulator/<workload>/seed-<n>.json, the first seed's charts beside them, and an index of all
@@ -35,6 +37,8 @@ from orchestrator.simulator.report import (
     beyond_first_loads_s,
     draw_charts,
     goals,
+    objective_figures,
+    objectives_table,
     summarize,
     table,
     warm_pool_figures,
@@ -86,6 +90,7 @@ def _run(name: str, seed: int, charts: bool) -> dict[str, object]:
     for goal in goals(reports):
         print(f"  [{'met' if goal.met else 'MISSED' if goal.met is False else 'n/a'}] {goal.name}: {goal.measured}")
     print(warm_pool_table(reports))
+    print(objectives_table(reports))
     drawn = draw_charts(results, list(reports.values()), RESULTS / "simulator" / name) if charts else []
     return {
         "workload": name,
@@ -104,6 +109,8 @@ def _run(name: str, seed: int, charts: bool) -> dict[str, object]:
         },
         "goals": [dataclasses.asdict(g) for g in goals(reports)],
         "warm_pool": {p: [dataclasses.asdict(f) for f in warm_pool_figures(r, reports)] for p, r in reports.items()},
+        "objectives": {p: [dataclasses.asdict(f) for f in objective_figures(r, reports)] for p, r in reports.items()},
+        "floor_gpu_hours": round(berth.floor_gpu_hours, 3),
         "policies": {p: dataclasses.asdict(r) for p, r in reports.items()},
         "charts": [str(c.relative_to(RESULTS)) for c in drawn],
     }
@@ -131,11 +138,14 @@ def main() -> None:
     for name in names:
         for seed in seeds:
             figures = _run(name, seed, charts=seed == seeds[0])
+            objectives = figures["objectives"]
+            assert isinstance(objectives, dict)
             path = write_results("simulate_scenarios", figures, file=f"simulator/{name}/seed-{seed}")
             index.setdefault(name, {})[str(seed)] = {
                 "results": str(path.relative_to(RESULTS)),
                 **{k: figures[k] for k in ("sessions", "calls", "wall_s", "berth_cold_start_s_beyond_first_loads")},
                 "goals": figures["goals"],
+                "berth_objectives": objectives["berth"],
             }
     fleet_gpus = sum(len(n.devices) for n, _ in STANDARD_FLEET.expand())
     summary = {"seeds": seeds, "fleet_gpus": fleet_gpus, "sources": {n: SOURCES[n] for n in names}, "runs": index}

@@ -66,7 +66,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from ..simulator.compare import run_policies, spot_nodes
     from ..simulator.fleet_file import load_fleet_file
     from ..simulator.policies import POLICY_NAMES
-    from ..simulator.report import draw_charts, goals, summarize, table, warm_pool_table, write_json
+    from ..simulator.report import draw_charts, goals, objectives_table, summarize, table, warm_pool_table, write_json
     from ..simulator.scenarios import STANDARD_FLEET, catalogue_models, scenario
     from ..simulator.trace import read_trace
     from ..simulator.workload import generate, load_workload_spec
@@ -120,6 +120,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if "k8s-spread" in by_name or "always-warm" in by_name:
             print("\nThe warm pool, each policy against k8s-spread and always-warm:")
             print(warm_pool_table(by_name))
+            print("\nLatency objectives first, then GPU-hours, each policy against k8s-spread and always-warm:")
+            print(objectives_table(by_name))
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
         "source": source,

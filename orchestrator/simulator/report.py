@@ -239,8 +239,9 @@ def beyond_first_loads_s(report: PolicyReport) -> float:
 
 @dataclass(frozen=True)
 class WarmPoolFigure:
-    """One of the warm pool's four figures for a policy: its value (seconds, a ratio or a share) and the goal's
-    bound; the bound is None where the run lacks the baseline it is set against."""
+    """One figure a policy is judged by (the warm pool's four, the latency objectives' three): its value
+    (seconds, points, a ratio or a share) and the goal's upper bound; the bound is None where the run lacks the
+    baseline it is set against."""
 
     name: str
     value: float | None
@@ -273,6 +274,54 @@ def warm_pool_figures(report: PolicyReport, reports: Mapping[str, PolicyReport])
         WarmPoolFigure(name, value, goal, None if value is None or goal is None else value <= goal)
         for name, value, goal in figures
     ]
+
+
+def objective_figures(report: PolicyReport, reports: Mapping[str, PolicyReport]) -> list[WarmPoolFigure]:
+    """The three figures serving by latency objectives is judged by, for one policy against the run's baselines:
+    how many points of SLO attainment it falls short of always-warm's (at most 1), its GPU-hours over
+    k8s-spread's (at most 0.6) and its task p95 over k8s-spread's (at most 1.1): the objectives met first, then
+    the GPU-hours saved, without making anyone wait longer than under Kubernetes."""
+    spread, warm = reports.get("k8s-spread"), reports.get("always-warm")
+    shortfall = None
+    if warm is not None and warm.slo_attainment is not None and report.slo_attainment is not None:
+        shortfall = (warm.slo_attainment - report.slo_attainment) * 100
+
+    def ratio(mine: float | None, theirs: float | None) -> float | None:
+        return None if mine is None or not theirs else mine / theirs
+
+    figures = [
+        ("SLO attainment points below always-warm's", shortfall, 1.0),
+        ("GPU-hours ÷ k8s-spread's", ratio(report.gpu_hours, spread.gpu_hours if spread is not None else None), 0.6),
+        ("task p95 ÷ k8s-spread's", ratio(report.task_p95_s, spread.task_p95_s if spread is not None else None), 1.1),
+    ]
+    return [
+        WarmPoolFigure(name, value, goal, None if value is None or goal is None else value <= goal)
+        for name, value, goal in figures
+    ]
+
+
+def objectives_table(reports: Mapping[str, PolicyReport]) -> str:
+    """One row per policy: the latency objectives' three figures (`objective_figures`), each marked against its
+    goal, and its GPU-hours as a multiple of the workload's physical floor."""
+    header = [
+        "policy",
+        "SLO met",
+        "points below warm (≤1)",
+        "GPU-h ÷ k8s (≤0.6)",
+        "task p95 ÷ k8s (≤1.1)",
+        "GPU-h ÷ floor",
+    ]
+    rows = [header]
+    for policy, report in reports.items():
+        cells = [policy, MISSING if report.slo_attainment is None else f"{report.slo_attainment:.2%}"]
+        for figure in objective_figures(report, reports):
+            value = MISSING if figure.value is None else f"{figure.value:.2f}"
+            cells.append(f"{value} {'✓' if figure.met else '✗' if figure.met is False else ''}".strip())
+        floor = report.floor_gpu_hours
+        cells.append(f"{report.gpu_hours / floor:.2f}" if floor > 0 else MISSING)
+        rows.append(cells)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
 def _seconds(value: float | None) -> str:
@@ -457,6 +506,7 @@ def write_json(
         "policies": {name: asdict(r) for name, r in reports.items()},
         "goals": [asdict(g) for g in goals],
         "warm_pool": {name: [asdict(f) for f in warm_pool_figures(r, reports)] for name, r in reports.items()},
+        "objectives": {name: [asdict(f) for f in objective_figures(r, reports)] for name, r in reports.items()},
     }
     path.write_text(
         json.dumps(_json_safe(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"

@@ -16,6 +16,8 @@ from orchestrator.simulator.report import (
     PolicyReport,
     draw_charts,
     goals,
+    objective_figures,
+    objectives_table,
     summarize,
     table,
     warm_pool_figures,
@@ -273,3 +275,32 @@ def test_first_loads_are_each_models_first_cold_replica_and_show_before_the_seco
     printed = warm_pool_table({"berth": report, "k8s-spread": with_(policy="k8s-spread", cold_start_s=130.0)})
     berth_row = next(line for line in printed.splitlines() if line.startswith("berth"))
     assert re.split(r"\s{2,}", berth_row)[1:3] == ["65.0 s", "10.0 s ✓"]  # 75 - 65 s, under a fifth of 130 s
+
+
+def test_objective_figures_put_attainment_first_then_gpu_hours_and_task_latency() -> None:
+    """Points of SLO attainment below always-warm's, GPU-hours and task p95 over k8s-spread's, each against its
+    goal; the table adds the multiple of the workload's physical floor."""
+    spread = with_(gpu_hours=10.0, task_p95_s=100.0, slo_attainment=0.98)
+    warm = with_(slo_attainment=0.999)
+    berth = with_(gpu_hours=5.0, task_p95_s=120.0, slo_attainment=0.985, floor_gpu_hours=2.5)
+    reports = {"berth": berth, "k8s-spread": spread, "always-warm": warm}
+    assert [(f.value, f.goal, f.met) for f in objective_figures(berth, reports)] == [
+        (pytest.approx(1.4), 1.0, False),
+        (pytest.approx(0.5), 0.6, True),
+        (pytest.approx(1.2), 1.1, False),
+    ]
+    assert [f.value for f in objective_figures(berth, {"berth": berth})] == [None, None, None]
+    printed = objectives_table(reports)
+    assert "98.50%" in printed and "1.40 ✗" in printed and "0.50 ✓" in printed and "2.00" in printed
+
+
+def test_attainment_counts_a_call_within_both_objectives_and_never_a_batch_call() -> None:
+    def call(ttft: float, seconds: float, output: int, service_class: str = "interactive") -> CallRecord:
+        return CallRecord(
+            "s", "m", 100, output, 0.0, first_token_s=ttft, done_s=ttft + seconds, service_class=service_class
+        )
+
+    calls = [call(0.5, 0.49, 50), call(1.5, 0.1, 50), call(0.5, 5.0, 50), call(9.0, 9.0, 9, "batch"), call(0.2, 0, 1)]
+    result = SimResult("berth", 0, 10.0, 10.0, calls=calls)
+    report = summarize(result)
+    assert report.slo_attainment == pytest.approx(2 / 4)  # on time and fast; late; slow per token; a one-token answer

@@ -351,12 +351,34 @@ class FleetState:
     ) -> None:
         """A heartbeat's measured load for a replica (the only way to change it outside apply/release)."""
         replica = self.replicas[replica_id]
+        was_busy = replica.active_leases > 0
         self._unindex_replica(replica)
         if outstanding_tokens is not None:
             replica.outstanding_tokens = outstanding_tokens
         if active_leases is not None:
             replica.active_leases = active_leases
         self._index_replica(replica)
+        if was_busy != (replica.active_leases > 0):
+            self._reindex_neighbours(replica)
+
+    def sharing(self, replica: Replica) -> int:
+        """Replicas generating on the replica's busiest GPU, itself counted: each of them runs at that share of
+        the GPU's speed (co-residents read their weights through the same memory)."""
+        node = self.nodes[replica.node_id]
+        busy = 0
+        for i in replica.devices:
+            others = node.device(i).residents
+            busy = max(busy, sum(1 for r in others if r != replica.id and self.replicas[r].active_leases > 0))
+        return 1 + busy
+
+    def _reindex_neighbours(self, replica: Replica) -> None:
+        """A replica began or stopped generating: the others on its GPUs change class (`sharing`)."""
+        node = self.nodes[replica.node_id]
+        neighbours = {r for i in replica.devices for r in node.device(i).residents if r != replica.id}
+        for other in sorted(neighbours):
+            neighbour = self.replicas[other]
+            self._unindex_replica(neighbour)
+            self._index_replica(neighbour)
 
     def set_replica_state(self, replica_id: str, state: ReplicaState) -> None:
         replica = self.replicas[replica_id]
@@ -369,7 +391,12 @@ class FleetState:
 
     def unload(self, replica_id: str) -> None:
         """Take a replica off its GPUs (scale-down, failed load); its weights stay on disk."""
-        replica = self.replicas.pop(replica_id)
+        replica = self.replicas[replica_id]
+        if replica.active_leases > 0:  # a busy one taken away (its node lost): its neighbours speed up
+            replica.active_leases, busy_leases = 0, replica.active_leases
+            self._reindex_neighbours(replica)
+            replica.active_leases = busy_leases
+        del self.replicas[replica_id]
         self._unindex_replica(replica)
         del self.replicas_by_model[replica.model][replica_id]
         node = self.nodes[replica.node_id]
@@ -462,7 +489,7 @@ class FleetState:
         risk = node.preemption_risk if node.capacity == "spot" else None
         return SpareSlot(
             (replica.model, replica.boundary, node.capacity),
-            (tier, replica.tokens_per_s, replica.concurrency, speed, usd_per_hour, risk),
+            (tier, replica.tokens_per_s, replica.concurrency, speed, usd_per_hour, risk, self.sharing(replica)),
             (wait, node.id, replica.devices, replica.id),
         )
 

@@ -247,7 +247,9 @@ def _for_attainment(
 
     Below its target, with misses that capacity would turn into meets (steps predicted late for their wait, not
     for their own prefill), the model wants one more replica, unless one is loading already: its capacity
-    comes before another load would. Above its target it holds, and only then may an idle replica go."""
+    comes before another load would. Above its target it holds, and only then may an idle replica go. Each change
+    of its warm replicas starts the judgement afresh, so one replica is added per shortfall, not one a tick."""
+    foresight.traffic.serving(spec.name, frozenset(r.id for r in replicas if r.state == "warm"), now)
     attained = foresight.traffic.attainment(spec.name, now)
     target = foresight.traffic.target(spec.name, now)
     if attained.calls < MIN_ATTAINMENT_SAMPLES or attained.share >= target:

@@ -45,8 +45,10 @@ def objectives_of(request: PlacementRequest) -> LatencyObjectives:
 
 @dataclass(frozen=True)
 class Prediction:
-    """What a candidate is predicted to give a call: for this call (its wait and any load included), and for
-    the model's traffic once a new replica serves (`steady_*`: no load, the traffic's long prompt)."""
+    """What a candidate is predicted to give a call: for this call (its wait and any load included), and `steady_*`:
+    for a new replica, the model's traffic once it serves (no load, the traffic's long prompt); for an existing
+    one, the call on a replica of its own of that kind (no wait, no co-resident generating, no prefix cached),
+    what more capacity could give it."""
 
     ttft_s: float
     tpot_s: float
@@ -60,10 +62,11 @@ def predict(
     """The call's time to first token and per output token on `cand`.
 
     An existing replica with a free slot takes the call into its running batch at once (continuous batching): it
-    is judged by its prefill, its load while it loads, and its full batch's decode; not by its co-residents'
-    load, so that the judgement depends only on the replica's class and keeps the indexed ranking of replicas
-    exact (spare.py). A new replica is judged at its full batch beside every co-resident it would have, for this
-    call (after its `load_s`) and for the model's traffic (`traffic_prompt_tokens`)."""
+    is judged by its prefill, its load while it loads, and its full batch's decode, each slowed by the replicas
+    generating beside it on its GPUs now (`FleetState.sharing`, part of its class in spare.py, so the indexed
+    ranking of replicas stays exact). A new replica is judged at its full batch beside every co-resident it
+    would have, busy or not, since it will serve beside them for as long as it lives: for this call (after its
+    `load_s`) and for the model's traffic (`traffic_prompt_tokens`)."""
     spec = fleet.models[request.model]
     gain = config.single_stream_gain
     if cand.replica_id is not None:
@@ -72,9 +75,12 @@ def predict(
         if cand.replica_id == request.previous_replica:
             prompt = round(prompt * (1 - config.prefix_cacheable_fraction))
         wait = replica.load_s if cand.tier == "loading" else 0.0
-        prefill = prompt / (replica.tokens_per_s * config.prefill_speedup)
-        tpot = 1 / sequence_rate(replica.tokens_per_s, replica.concurrency, replica.concurrency, gain)
-        return Prediction(wait + prefill, tpot, prefill, tpot)
+        shared = fleet.sharing(replica)
+        prefill = shared * prompt / (replica.tokens_per_s * config.prefill_speedup)
+        tpot = shared / sequence_rate(replica.tokens_per_s, replica.concurrency, replica.concurrency, gain)
+        # What a replica of its own would give the call: the whole prompt (no prefix cached there), no neighbour.
+        alone = request.prompt_tokens / (replica.tokens_per_s * config.prefill_speedup)
+        return Prediction(wait + prefill, tpot, alone, tpot / shared)
     node = fleet.nodes[cand.node_id]
     rate = spec.tokens_per_s * min(node.device(i).speed for i in cand.devices)
     shared = 1 + co_residents(fleet, cand.node_id, cand.devices)
@@ -99,12 +105,11 @@ def objective_misses(
         return 0.0
     p = predict(request, cand, fleet, config, load_s)
     misses = 0.0 if objectives.met(p.ttft_s, p.tpot_s) else 1.0
-    if (
-        cand.replica_id is None
-        and not objectives.met(p.steady_ttft_s, p.steady_tpot_s)
-        and _fit_exists(request, objectives, fleet, config)
-    ):
-        misses += UNFIT
+    if cand.replica_id is None:
+        node, spec = fleet.nodes[cand.node_id], fleet.models[request.model]
+        rate = spec.tokens_per_s * min(node.device(i).speed for i in cand.devices)
+        if _unfit(request, objectives, fleet, config, rate, 1 + co_residents(fleet, cand.node_id, cand.devices)):
+            misses += UNFIT
     return misses
 
 
@@ -123,25 +128,38 @@ def misses_floor(
     per_token = 1 / (rate * config.prefill_speedup)
     tpot = 1 / sequence_rate(rate, spec.concurrency, spec.concurrency, config.single_stream_gain)
     misses = 0.0 if objectives.met(load_s + request.prompt_tokens * per_token, tpot) else 1.0
-    steady = max(request.prompt_tokens, request.traffic_prompt_tokens) * per_token
-    if not objectives.met(steady, tpot) and _fit_exists(request, objectives, fleet, config):
-        misses += UNFIT
-    return misses
+    return misses + (UNFIT if _unfit(request, objectives, fleet, config, rate, 1) else 0.0)
 
 
-def _fit_exists(
-    request: PlacementRequest, objectives: LatencyObjectives, fleet: FleetState, config: PlacementConfig
+def _unfit(
+    request: PlacementRequest,
+    objectives: LatencyObjectives,
+    fleet: FleetState,
+    config: PlacementConfig,
+    rate: float,
+    shared: int,
 ) -> bool:
-    """Whether the fleet's fastest GPU type, alone on a GPU, would serve the model's traffic within objectives: a
-    70B model whose full batch writes slower than the objective anywhere makes no hardware unfit, and the other
-    terms choose as they would without objectives."""
+    """Whether a new replica writing `rate` tokens/s alone, sharing its GPUs `shared` ways, would serve the model's
+    traffic outside the part of its objectives the fleet can meet at all.
+
+    Judged on the reachable part only: the traffic's long prompt as far as the fleet's fastest GPU, alone, can
+    prefill it within the TTFT objective, and the TPOT objective only if that GPU's full batch meets it. A 70B
+    whose full batch writes slower than 50 ms per token anywhere is then judged by its prompts alone, and a model
+    whose long prompts take seconds anywhere still goes where the ones that can meet 1 s do: on a GPU of its own
+    rather than beside another model, as the latency of the calls that can meet their objective asks."""
     spec = fleet.models[request.model]
-    rate = spec.tokens_per_s * max(fleet.type_speed.values(), default=0.0)
-    if rate <= 0:
+    fastest = spec.tokens_per_s * max(fleet.type_speed.values(), default=0.0)
+    if fastest <= 0 or rate <= 0:
         return False
-    prompt = max(request.prompt_tokens, request.traffic_prompt_tokens)
-    tpot = 1 / sequence_rate(rate, spec.concurrency, spec.concurrency, config.single_stream_gain)
-    return objectives.met(prompt / (rate * config.prefill_speedup), tpot)
+    gain, slots = config.single_stream_gain, spec.concurrency
+    if objectives.ttft_s is not None:
+        prompt = max(request.prompt_tokens, request.traffic_prompt_tokens)
+        reachable = min(prompt, objectives.ttft_s * fastest * config.prefill_speedup)
+        if reachable * shared / (rate * config.prefill_speedup) > objectives.ttft_s * (1 + 1e-9):
+            return True
+    if objectives.tpot_s is not None and 1 / sequence_rate(fastest, slots, slots, gain) <= objectives.tpot_s:
+        return shared / sequence_rate(rate, slots, slots, gain) > objectives.tpot_s
+    return False
 
 
 @dataclass(frozen=True)

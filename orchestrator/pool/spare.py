@@ -2,7 +2,8 @@
 
 Two replicas of a model on the same side of the tenant boundary and of the same capacity class score the
 same but for their wait when they also share a tier (warm or loading), a batch throughput, a number of
-slots, a slowest device, a price for the devices they hold and a spot risk: every other term of the score
+slots, a slowest device, a price for the devices they hold, a spot risk and how many replicas generate on their
+busiest GPU (co-residents slow each other, which the latency objectives' predictions count): every other term of the score
 (`scorers.py`) is then the same number for both. Within a class the total grows with the wait (the queue's
 drain per slot, plus the load estimate of a loading replica) as long as no weight is negative, and equal
 totals go to the smaller node id, then devices, as the full ranking breaks ties. So a class's list, sorted
@@ -18,8 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 SpareKey = tuple[str, str | None, str]  # (model, boundary owner, capacity class)
-# (tier, batch tokens/s, slots, slowest device's speed, $/h of the devices held, the node's own spot risk or None)
-ReplicaClass = tuple[str, float, int, float, float, float | None]
+# (tier, batch tokens/s, slots, slowest device's speed, $/h of the devices held, the node's own spot risk or None,
+# replicas generating on its busiest GPU with it counted)
+ReplicaClass = tuple[str, float, int, float, float, float | None, int]
 Entry = tuple[float, str, tuple[int, ...], str]  # (wait seconds, node id, devices, replica id)
 
 
@@ -62,5 +64,5 @@ class SpareReplicas:
 
 
 def _class_order(replica_class: ReplicaClass) -> tuple:
-    tier, rate, slots, speed, usd, risk = replica_class
-    return tier, rate, slots, speed, usd, -1.0 if risk is None else risk
+    tier, rate, slots, speed, usd, risk, shared = replica_class
+    return tier, rate, slots, speed, usd, -1.0 if risk is None else risk, shared

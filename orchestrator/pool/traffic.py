@@ -52,6 +52,7 @@ class TrafficBook:
         self.window_s = window_s
         self.attainment_window_s = attainment_window_s
         self._models: dict[str, _ModelTraffic] = {}
+        self._capacity: dict[str, tuple[frozenset[str], float]] = {}  # model → (its warm replicas, since when)
 
     def _of(self, model: str) -> _ModelTraffic:
         return self._models.setdefault(model, _ModelTraffic())
@@ -92,5 +93,13 @@ class TrafficBook:
         """Whether recent calls of the model had per-call objectives: a replica added for it must meet them."""
         return any(True for _ in self._recent_grants(model, now))
 
+    def serving(self, model: str, warm: frozenset[str], now: float) -> None:
+        """The model's warm replicas as of `now`: when they change, its attainment is judged afresh, on grants
+        made with that capacity only (a minute of misses from before a replica came up asked for it already)."""
+        seen = self._capacity.get(model)
+        if seen is None or seen[0] != warm:
+            self._capacity[model] = (warm, now)
+
     def _recent_grants(self, model: str, now: float) -> list[tuple[float, bool, bool, float]]:
-        return [g for g in self._of(model).grants if now - g[0] <= self.attainment_window_s]
+        since = self._capacity[model][1] if model in self._capacity else float("-inf")
+        return [g for g in self._of(model).grants if now - g[0] <= self.attainment_window_s and g[0] >= since]

@@ -217,3 +217,52 @@ def test_a_burst_at_a_models_first_load_waits_for_it_on_the_fast_gpu() -> None:
     late = [c for c in result.calls if c.ttft_s is not None and c.ttft_s > 1.0]
     assert all(c.issued_s < result.replicas[0].ready_s for c in late)  # type: ignore[operator]
     assert report.slo_attainment is not None and report.slo_attainment >= 100 / 140
+
+
+def test_a_replica_is_predicted_slower_while_a_neighbour_on_its_gpu_generates_and_ranks_by_it() -> None:
+    fleet = h100_and_l40s()
+    other = ModelSpec("other-7b", weights_gib=14.0, kv_headroom_gib=4.0, tokens_per_s=2640.8)
+    fleet.add_model(other)
+    mine = fleet.add_replica(QWEN.name, "h100", (0,))
+    neighbour = fleet.add_replica(other.name, "h100", (0,))
+    apart = fleet.add_replica(QWEN.name, "h100", (1,))
+    request = PlacementRequest(model=QWEN.name, tokens=600, prompt_tokens=6_000)
+    alone = predict(request, Candidate("warm", "h100", (0,), mine.id), fleet, DEFAULT_CONFIG)
+    fleet.set_load(neighbour.id, active_leases=1)  # the neighbour starts generating
+    shared = predict(request, Candidate("warm", "h100", (0,), mine.id), fleet, DEFAULT_CONFIG)
+    assert (fleet.sharing(mine), fleet.sharing(apart)) == (2, 1)
+    assert shared.ttft_s == pytest.approx(2 * alone.ttft_s) and shared.tpot_s == pytest.approx(2 * alone.tpot_s)
+    assert place(fleet, request).chosen.candidate.replica_id == apart.id  # type: ignore[union-attr]
+    fleet.set_load(neighbour.id, active_leases=0)
+    assert fleet.sharing(mine) == 1
+    fleet.unload(neighbour.id)
+    assert place(fleet, request).chosen.candidate.replica_id == mine.id  # type: ignore[union-attr]  # stable order
+
+
+def test_attainment_is_judged_afresh_once_a_models_warm_replicas_change() -> None:
+    book = TrafficBook()
+    book.serving("m", frozenset({"r1"}), 0.0)
+    for t in range(30):
+        book.granted("m", float(t), t % 2 == 0, True, 0.99)
+    assert book.attainment("m", 30.0).calls == 30
+    book.serving("m", frozenset({"r1"}), 31.0)  # the same replicas: nothing to forget
+    assert book.attainment("m", 31.0).calls == 30
+    book.serving("m", frozenset({"r1", "r2"}), 32.0)  # a replica came up: the misses before it asked for it
+    assert book.attainment("m", 32.0).calls == 0
+
+
+def test_hardware_is_unfit_only_for_the_part_of_the_objectives_the_fleet_can_meet() -> None:
+    """A 30k-token prompt takes 3 s to prefill even on an H100 alone, past the 1 s objective: the L40S is still
+    unfit for the 10k of it an H100 can prefill in time, and a GPU shared with another model likewise."""
+    fleet = h100_and_l40s()
+    long_traffic = PlacementRequest(model=QWEN.name, tokens=600, prompt_tokens=500, traffic_prompt_tokens=30_000)
+    assert objective(long_traffic, Candidate("origin", "l40s", (0,)), fleet, DEFAULT_CONFIG) == 1.0 + UNFIT
+    assert objective(long_traffic, Candidate("origin", "h100", (0,)), fleet, DEFAULT_CONFIG) == 1.0
+    fleet.add_model(ModelSpec("other-7b", weights_gib=14.0, kv_headroom_gib=4.0))
+    fleet.add_replica("other-7b", "h100", (0,))
+    assert objective(long_traffic, Candidate("origin", "h100", (0,)), fleet, DEFAULT_CONFIG) == 1.0 + UNFIT
+    # A model whose full batch is slower than 50 ms a token on every GPU is judged by its prompts alone.
+    slow = ModelSpec("slow-70b", weights_gib=30.0, kv_headroom_gib=4.0, tokens_per_s=285.0)
+    fleet.add_model(slow)
+    short = PlacementRequest(model=slow.name, tokens=600, prompt_tokens=200, traffic_prompt_tokens=200)
+    assert objective(short, Candidate("origin", "h100", (1,)), fleet, DEFAULT_CONFIG) == 1.0

@@ -192,6 +192,10 @@ class FleetState:
         # The same, of devices no replica uses: all an isolated tenant may take besides its own (`isolated_nodes`).
         self.empty_index = FreeCapacityIndex()
         self.isolated_nodes: dict[str, Counter[str]] = {}  # tenant → nodes with its isolated replicas → how many
+        # Tenant → the devices it may take on its own nodes (its own and the unused ones), indexed as the others:
+        # a tenant isolated across thousands of nodes finds the best fits there without reading them all.
+        self.own_index: dict[str, FreeCapacityIndex] = {}
+        self._owners_indexed: dict[str, set[str]] = {}  # node → tenants whose own index lists it
         self.type_speed: dict[str, float] = {}  # GPU type → the highest speed of a device of that type
         self.fastest_disk_gib_per_s = 0.0  # the highest disk read rate any node registered
         # Transfer rates learned from what nodes measured (the scorers' load times); priors until then.
@@ -506,6 +510,16 @@ class FleetState:
             empty = [DeviceFree(d.type_name, d.free_gib) for d in node.devices if d.replicas == 0]
         self.free_index.update(node.id, node.datacenter, node.capacity, devices)
         self.empty_index.update(node.id, node.datacenter, node.capacity, empty)
+        for tenant in {d.owner for d in node.devices if d.owner is not None} | self._owners_indexed.pop(node.id, set()):
+            own = None
+            if devices is not None and node.id in self.isolated_nodes.get(tenant, ()):
+                own = [
+                    DeviceFree(d.type_name, d.free_gib, d.replicas > 0)
+                    for d in node.devices
+                    if d.replicas == 0 or d.owner == tenant
+                ]
+                self._owners_indexed.setdefault(node.id, set()).add(tenant)
+            self.own_index.setdefault(tenant, FreeCapacityIndex()).update(node.id, node.datacenter, node.capacity, own)
 
 
 def _shape(node: Node) -> tuple[tuple[str, float, bool], ...]:

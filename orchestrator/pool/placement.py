@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import fields
 
-from .capacity import bucket_below
+from .capacity import FreeCapacityIndex, bucket_below
 from .decision import Candidate, Decision, PlacementRequest, ScoredCandidate, Tier
 from .filters import boundary_owner, engine_filter, gang_fit, node_filter, replica_filter
 from .fleet import FleetState, ModelSpec, Node, Replica, Trust
@@ -158,9 +158,9 @@ def _add_new_replica_candidates(
         for node_id in fleet.dedicated_nodes.get(request.tenant or "", ()):
             search.consider(fleet.nodes[node_id])
         return
+    groups = [g for g in search.index.groups() if request.gpu_types is None or g[1] in request.gpu_types]
     if search.owner is not None:
         search.read_own_nodes()
-    groups = [g for g in search.index.groups() if request.gpu_types is None or g[1] in request.gpu_types]
     if search.few_caches:
         search.read_caches(groups)
     search.read_shelves(groups)
@@ -228,21 +228,22 @@ class _NewReplicaSearch:
             return "disk"
         return "datacenter" if node.datacenter in self.dcs_with_weights else "origin"
 
-    def consider(self, node: Node, tier: Tier | None = None) -> None:
-        """Score the node's best-fit gang, if it passes the filters and its shelf still takes one."""
+    def consider(self, node: Node, tier: Tier | None = None) -> bool:
+        """Score the node's best-fit gang, if it passes the filters and its shelf still takes one; whether it did
+        (only then may a shelf have closed)."""
         tier = tier or self.tier_of(node)
         if not any(self.still_open((tier, node.capacity, t)) for t in node.type_names):
-            return  # every shelf it could fill is full, or cannot win: no gang fit to try
+            return False  # every shelf it could fill is full, or cannot win: no gang fit to try
         why = node_filter(self.request, node, self.trust) or engine_filter(self.model, node)
         if why is not None:
             self.rejections[why] = self.rejections.get(why, 0) + 1
-            return
+            return False
         devices = gang_fit(self.request, node, self.degree, self.need, self.owner, self.rejections)
         if devices is None:
-            return
+            return False
         shelf = (tier, node.capacity, node.device(devices[0]).type_name)
         if self.found.get(shelf, 0) >= self.k:
-            return
+            return False
         self.found[shelf] = self.found.get(shelf, 0) + 1
         if self.found[shelf] == self.k:
             self.open_disk_shelves.discard(shelf)
@@ -250,12 +251,17 @@ class _NewReplicaSearch:
         total = weighted_total(self.request, candidate, self.fleet, self.config)
         self.scored.append((total, candidate.sort_key, candidate))
         self.best_two[:] = sorted([*self.best_two, total])[:2]
+        return True
 
     def read_own_nodes(self) -> None:
-        """An isolated tenant's own nodes: the only ones where it may join devices already in use."""
-        for node_id in sorted(self.own_nodes):
-            if self.fleet.free_index.may_fit(node_id, self.need, self.degree):  # schedulable, with room
-                self.consider(self.fleet.nodes[node_id])
+        """An isolated tenant's own nodes: the only ones where it may join devices already in use. Read from the
+        tenant's own index (its devices and the unused ones on those nodes) shelf by shelf, as the free-capacity
+        index is: a tenant with replicas on thousands of nodes made reading them all, in id order, the slowest
+        part of its cold decisions."""
+        own = self.fleet.own_index.get(self.owner or "")
+        if own is not None:
+            types = self.request.gpu_types
+            self.read_shelves([g for g in own.groups() if types is None or g[1] in types], own)
 
     def read_caches(self, groups: list[tuple[str, str, str]]) -> None:
         """Every node caching the model, in the free-capacity index's order (the one that strands least), while a
@@ -290,36 +296,42 @@ class _NewReplicaSearch:
             if any(("disk", node.capacity, t) in self.open_disk_shelves for t in node.type_names):
                 self.consider(node, "disk")
 
-    def read_shelves(self, groups: list[tuple[str, str, str]]) -> None:
-        """The free-capacity index, shelf by shelf, the most promising first, so the best found prunes the rest."""
+    def read_shelves(self, groups: list[tuple[str, str, str]], own: FreeCapacityIndex | None = None) -> None:
+        """The free-capacity index (or the tenant's `own` one), shelf by shelf, the most promising first, so the
+        best found prunes the rest."""
         by_shelf: dict[Shelf, list[tuple[str, str, str]]] = {}
         for group in groups:
             dc, type_name, capacity = group
             tier: Tier = "datacenter" if dc in self.dcs_with_weights else "origin"
             by_shelf.setdefault((tier, capacity, type_name), []).append(group)
         for shelf in sorted(by_shelf, key=lambda sh: (self.floor(sh[0], sh[2]) if self.prune else 0.0, sh)):
-            self.read_shelf(shelf, by_shelf[shelf])
+            self.read_shelf(shelf, by_shelf[shelf], own)
 
-    def read_shelf(self, shelf: Shelf, groups: list[tuple[str, str, str]]) -> None:
-        """One shelf's nodes across its datacenters, tightest fit first; cached ones fill the disk shelf."""
+    def read_shelf(self, shelf: Shelf, groups: list[tuple[str, str, str]], own: FreeCapacityIndex | None) -> None:
+        """One shelf's nodes across its datacenters, tightest fit first; cached ones fill the disk shelf. The
+        tenant's own nodes are read from its `own` index only (read_caches skips them too)."""
         tier, capacity, type_name = shelf
         disk_shelf: Shelf = ("disk", capacity, type_name)
-        wants_disk = not self.few_caches and self.still_open(disk_shelf)  # cached nodes sit in their dc's groups
+        # Cached nodes sit in their dc's groups: read here when read_caches did not read them all.
+        wants_disk = (own is not None or not self.few_caches) and self.still_open(disk_shelf)
         wants_here = self.still_open(shelf)
         if not (wants_disk or wants_here):
             return
-        for examined, node_id in enumerate(self.index.nodes_across(groups, self.need, self.degree)):
-            if not (wants_disk or wants_here) or examined == SHELF_SCAN_LIMIT:
+        index = own if own is not None else self.index
+        for examined, node_id in enumerate(index.nodes_across(groups, self.need, self.degree)):
+            if examined == SHELF_SCAN_LIMIT:
                 break
-            if node_id in self.own_nodes:
+            if own is None and node_id in self.own_nodes:
                 continue
             if node_id in self.cached:
-                if wants_disk:
-                    self.consider(self.fleet.nodes[node_id], "disk")
-            elif wants_here:
-                self.consider(self.fleet.nodes[node_id], tier)
-            wants_disk = wants_disk and self.still_open(disk_shelf)
-            wants_here = self.still_open(shelf)
+                added = wants_disk and self.consider(self.fleet.nodes[node_id], "disk")
+            else:
+                added = wants_here and self.consider(self.fleet.nodes[node_id], tier)
+            if added:  # shelves close only when a candidate is added (found, or the runner-up to beat, moved)
+                wants_disk = wants_disk and self.still_open(disk_shelf)
+                wants_here = self.still_open(shelf)
+                if not (wants_disk or wants_here):
+                    break
 
 
 def _waiting(

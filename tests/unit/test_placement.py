@@ -158,6 +158,23 @@ def test_isolated_tenant_never_joins_a_shared_gpu_and_nobody_joins_its_own() -> 
     assert d3.outcome == "wait" and d3.wait_reason == "busy"  # acme's replica and device are not offered
 
 
+def test_an_isolated_tenants_own_index_lists_only_the_devices_it_may_take_while_it_holds_the_node() -> None:
+    """Its own devices and the unused ones of the nodes it holds replicas on, nothing of a node it left, and a
+    second replica of it lands beside its first on the device it already holds (what the own index is read for)."""
+    f = fleet(node("a", gpus(2)), node("b", gpus(2)), tenants=(Tenant("acme", "isolated"),))
+    first = f.add_replica("llama-3.1-8b", "a", (0,), tenant="acme")
+    f.add_replica("llama-3.1-8b", "b", (0,))  # a shared replica: device 0 of b is out of acme's reach
+    own = f.own_index["acme"]
+    assert list(own.nodes_across(own.groups(), 20.0, 1)) == ["a"]
+    assert own.may_fit("a", 50.0, 2)  # its own device 0 (56 GiB free) and the unused device 1
+    other = ModelSpec("qwen2.5-7b", weights_gib=14, kv_headroom_gib=4)
+    f.add_model(other)
+    d = place(f, req("qwen2.5-7b", tenant="acme", priority="batch"))
+    assert (d.chosen.candidate.node_id, d.chosen.candidate.devices) == ("a", (0,))  # type: ignore[union-attr]
+    f.unload(first.id)
+    assert list(own.nodes_across(own.groups(), 1.0, 1)) == []
+
+
 def test_isolated_tenant_does_not_lease_another_tenants_warm_replica() -> None:
     f = fleet(node("a", gpus(1)), node("b", gpus(1)), tenants=(Tenant("acme", "isolated"), Tenant("beta", "isolated")))
     theirs = f.add_replica("llama-3.1-8b", "a", (0,), tenant="beta")

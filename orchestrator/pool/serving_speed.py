@@ -3,8 +3,10 @@ that share its GPUs. One model of serving, read by placement's predictions (scor
 `berth simulate`, whose simulated replicas decode by these same formulas.
 
 - Prefill is compute-bound: `prefill_speedup` times faster per token than a full batch's decode.
-- Decode is memory-bound: an iteration takes t0 + t1·batch, so a lone sequence writes `single_stream_gain`
-  times its per-slot share of a full batch, and each sequence slows as the batch grows (continuous batching).
+- Decode is memory-bound: an iteration takes t0 + t1·batch, so a lone sequence writes several times its
+  per-slot share of a full batch, and each sequence slows as the batch grows (continuous batching). Predictions
+  take the full batch, where each sequence writes the batch's rate over its slots: the slowest a replica with a
+  free slot gets, and a figure of its class alone (spare.py), where its batch now would not be.
 - Replicas sharing a GPU read their weights through the same memory: with k of them generating, each runs at
   1/k of its speed, prefill and decode alike.
 """
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from sdk.wire.objectives import DEFAULT_OBJECTIVES, LatencyObjectives
 
 from .decision import Candidate, Decision, PlacementRequest
-from .fleet import FleetState
+from .fleet import FleetState, Replica
 from .weights import PlacementConfig
 
 
@@ -68,23 +70,22 @@ def predict(
     would have, busy or not, since it will serve beside them for as long as it lives: for this call (after its
     `load_s`) and for the model's traffic (`traffic_prompt_tokens`)."""
     spec = fleet.models[request.model]
-    gain = config.single_stream_gain
     if cand.replica_id is not None:
         replica = fleet.replicas[cand.replica_id]
         prompt = request.prompt_tokens
         if cand.replica_id == request.previous_replica:
             prompt = round(prompt * (1 - config.prefix_cacheable_fraction))
         wait = replica.load_s if cand.tier == "loading" else 0.0
-        shared = fleet.sharing(replica)
+        shared = _sharing(fleet, replica)
         prefill = shared * prompt / (replica.tokens_per_s * config.prefill_speedup)
-        tpot = shared / sequence_rate(replica.tokens_per_s, replica.concurrency, replica.concurrency, gain)
+        tpot = shared * replica.concurrency / replica.tokens_per_s  # a full batch: each writes rate ÷ slots
         # What a replica of its own would give the call: the whole prompt (no prefix cached there), no neighbour.
         alone = request.prompt_tokens / (replica.tokens_per_s * config.prefill_speedup)
         return Prediction(wait + prefill, tpot, alone, tpot / shared)
     node = fleet.nodes[cand.node_id]
     rate = spec.tokens_per_s * min(node.device(i).speed for i in cand.devices)
     shared = 1 + co_residents(fleet, cand.node_id, cand.devices)
-    tpot = shared / sequence_rate(rate, spec.concurrency, spec.concurrency, gain)
+    tpot = shared * spec.concurrency / rate
     per_token = shared / (rate * config.prefill_speedup)
     steady = max(request.prompt_tokens, request.traffic_prompt_tokens) * per_token
     return Prediction(load_s + request.prompt_tokens * per_token, tpot, steady, tpot)
@@ -98,19 +99,33 @@ UNFIT = 10.0
 def objective_misses(
     request: PlacementRequest, cand: Candidate, fleet: FleetState, config: PlacementConfig, load_s: float
 ) -> float:
-    """1 when the call is predicted to miss its objectives on `cand`, plus `UNFIT` when a new replica there could
-    not serve the model's traffic within them; 0 for objectives no single call can meet or miss (batch)."""
-    objectives = objectives_of(request)
-    if not objectives.per_call:
+    """1 when the call is predicted to miss its objectives on `cand` (`predict`), plus `UNFIT` when a new replica
+    there could not serve the model's traffic within them; 0 for objectives no single call can meet or miss
+    (batch). Scored for every candidate of every decision, so it computes only the two times it needs."""
+    objectives = request.objectives if request.objectives is not None else DEFAULT_OBJECTIVES[request.priority]
+    if objectives.ttft_s is None and objectives.tpot_s is None:
         return 0.0
-    p = predict(request, cand, fleet, config, load_s)
-    misses = 0.0 if objectives.met(p.ttft_s, p.tpot_s) else 1.0
-    if cand.replica_id is None:
-        node, spec = fleet.nodes[cand.node_id], fleet.models[request.model]
-        rate = spec.tokens_per_s * min(node.device(i).speed for i in cand.devices)
-        if _unfit(request, objectives, fleet, config, rate, 1 + co_residents(fleet, cand.node_id, cand.devices)):
-            misses += UNFIT
-    return misses
+    speedup = config.prefill_speedup
+    if cand.replica_id is not None:
+        replica = fleet.replicas[cand.replica_id]
+        prompt = request.prompt_tokens
+        if cand.replica_id == request.previous_replica:
+            prompt = round(prompt * (1 - config.prefix_cacheable_fraction))
+        shared = _sharing(fleet, replica)
+        ttft = (replica.load_s if cand.tier == "loading" else 0.0) + shared * prompt / (replica.tokens_per_s * speedup)
+        return 0.0 if objectives.met(ttft, shared * replica.concurrency / replica.tokens_per_s) else 1.0
+    node, spec = fleet.nodes[cand.node_id], fleet.models[request.model]
+    rate = spec.tokens_per_s * min(node.device(i).speed for i in cand.devices)
+    shared = 1 + co_residents(fleet, cand.node_id, cand.devices)
+    ttft = load_s + shared * request.prompt_tokens / (rate * speedup)
+    misses = 0.0 if objectives.met(ttft, shared * spec.concurrency / rate) else 1.0
+    return misses + (UNFIT if _unfit(request, objectives, fleet, config, rate, shared) else 0.0)
+
+
+def _sharing(fleet: FleetState, replica: Replica) -> int:
+    """`FleetState.sharing`, read from the replica's class where it has one (every candidate with a free slot)."""
+    slot = replica.spare_slot
+    return slot.replica_class[6] if slot is not None else fleet.sharing(replica)
 
 
 def misses_floor(
@@ -126,8 +141,7 @@ def misses_floor(
     if not objectives.per_call or rate <= 0:
         return 0.0
     per_token = 1 / (rate * config.prefill_speedup)
-    tpot = 1 / sequence_rate(rate, spec.concurrency, spec.concurrency, config.single_stream_gain)
-    misses = 0.0 if objectives.met(load_s + request.prompt_tokens * per_token, tpot) else 1.0
+    misses = 0.0 if objectives.met(load_s + request.prompt_tokens * per_token, spec.concurrency / rate) else 1.0
     return misses + (UNFIT if _unfit(request, objectives, fleet, config, rate, 1) else 0.0)
 
 
@@ -151,14 +165,14 @@ def _unfit(
     fastest = spec.tokens_per_s * max(fleet.type_speed.values(), default=0.0)
     if fastest <= 0 or rate <= 0:
         return False
-    gain, slots = config.single_stream_gain, spec.concurrency
+    slots = spec.concurrency
     if objectives.ttft_s is not None:
         prompt = max(request.prompt_tokens, request.traffic_prompt_tokens)
         reachable = min(prompt, objectives.ttft_s * fastest * config.prefill_speedup)
         if reachable * shared / (rate * config.prefill_speedup) > objectives.ttft_s * (1 + 1e-9):
             return True
-    if objectives.tpot_s is not None and 1 / sequence_rate(fastest, slots, slots, gain) <= objectives.tpot_s:
-        return shared / sequence_rate(rate, slots, slots, gain) > objectives.tpot_s
+    if objectives.tpot_s is not None and slots / fastest <= objectives.tpot_s:
+        return shared * slots / rate > objectives.tpot_s
     return False
 
 

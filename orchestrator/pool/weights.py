@@ -51,9 +51,6 @@ class PlacementConfig:
     prefix_cacheable_fraction: float = 0.86
     # Prefill runs ~4× faster per token than decode on the same GPU (compute- vs memory-bound).
     prefill_speedup: float = 4.0
-    # A lone sequence decodes this many times faster than each of a full batch's (serving_speed.sequence_rate):
-    # vLLM serving an 8B model on an H100 writes ~120 tokens/s for one sequence and ~30 each for 32.
-    single_stream_gain: float = 4.0
     # Affinity is dropped once the previous replica's batch needs longer than this to drain: that
     # many outstanding tokens fill its KV cache, which has likely evicted the task's prefix.
     affinity_max_queue_s: float = 10.0

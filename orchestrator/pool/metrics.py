@@ -99,24 +99,25 @@ _meter.create_observable_gauge(
 )
 
 
-_attainment: Callable[[], dict[str, tuple[float, float]]] = dict
+_attainment: Callable[[], dict[tuple[str, str], tuple[float, float]]] = dict
 
 
-def watch_attainment(attainment: Callable[[], dict[str, tuple[float, float]]]) -> None:
-    """Make `attainment()` (per model with judged grants in its recent window: the share predicted to meet
-    their objectives, and the target they asked for) the source of the attainment gauges; as `watch_queue`."""
+def watch_attainment(attainment: Callable[[], dict[tuple[str, str], tuple[float, float]]]) -> None:
+    """Make `attainment()` (per model and service class with judged grants in its recent window: the share
+    predicted to meet their objectives, and the target they asked for) the source of the attainment gauges;
+    as `watch_queue`."""
     global _attainment
     _attainment = attainment
 
 
 def _observe_attainment(_options: CallbackOptions) -> Iterator[Observation]:
-    for model, (share, _target) in _attainment().items():
-        yield Observation(share, {"model": model})
+    for (model, service_class), (share, _target) in _attainment().items():
+        yield Observation(share, {"model": model, "service_class": service_class})
 
 
 def _observe_target(_options: CallbackOptions) -> Iterator[Observation]:
-    for model, (_share, target) in _attainment().items():
-        yield Observation(target, {"model": model})
+    for (model, service_class), (_share, target) in _attainment().items():
+        yield Observation(target, {"model": model, "service_class": service_class})
 
 
 _meter.create_observable_gauge(

@@ -159,15 +159,15 @@ class PoolService:
         with self._lock:
             return self.queue.depth(self.clock())
 
-    def _slo_attainment(self) -> dict[str, tuple[float, float]]:
-        """Per model with judged grants in the traffic book's window: the share predicted to meet their objectives
-        and the target, for the attainment gauges (read from a scrape's thread)."""
+    def _slo_attainment(self) -> dict[tuple[str, str], tuple[float, float]]:
+        """Per model and service class with judged grants in the traffic book's window: the share predicted to meet
+        their objectives and the target, for the attainment gauges (read from a scrape's thread)."""
         with self._lock:
             now, traffic = self.clock(), self.foresight.traffic
             return {
-                model: (traffic.attainment(model, now).share, traffic.target(model, now))
+                (model, cls): (traffic.attainment(model, now, cls).share, target)
                 for model in self.fleet.models
-                if traffic.serves_interactive(model, now)
+                for cls, target in traffic.classes(model, now).items()
             }
 
     def acquire(self, req: LeaseRequest) -> LeaseGrant:
@@ -308,7 +308,7 @@ class PoolService:
         traffic = self.foresight.traffic
         traffic.asked(req.model, now, req.prompt_tokens)
         if judged is not None:
-            traffic.granted(req.model, now, judged.met, judged.fixable, judged.target)
+            traffic.granted(req.model, now, judged.met, judged.fixable, judged.target, req.service_class)
             record_judgement(req.model, req.service_class, judged.met)
         waiter = self.queue.leave(req.task_id)
         record_grant(

@@ -25,9 +25,9 @@ UNSEEN_PROMPT_TOKENS = 4096
 class _ModelTraffic:
     prompts: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     holds: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
-    # (when, met, fixable, target): whether the grant was predicted to meet its objectives, and whether a miss was
+    # (when, met, fixable, target, service class): whether the grant was predicted to meet its objectives, and whether a miss was
     # the wait's doing (more capacity would have met it) rather than the call's own prefill or answer.
-    grants: deque[tuple[float, bool, bool, float]] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    grants: deque[tuple[float, bool, bool, float, str]] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,12 @@ class TrafficBook:
     def asked(self, model: str, now: float, prompt_tokens: int) -> None:
         self._of(model).prompts.append((now, max(prompt_tokens, 0)))
 
-    def granted(self, model: str, now: float, met: bool, fixable: bool, target: float) -> None:
+    def granted(
+        self, model: str, now: float, met: bool, fixable: bool, target: float, service_class: str = "interactive"
+    ) -> None:
         """A grant with per-call objectives: predicted to meet them, or to miss them for its wait (`fixable`),
-        under an attainment `target`."""
-        self._of(model).grants.append((now, met, fixable and not met, target))
+        under an attainment `target`, for a task of `service_class`."""
+        self._of(model).grants.append((now, met, fixable and not met, target, service_class))
 
     def held(self, model: str, now: float, seconds: float) -> None:
         self._of(model).holds.append((now, max(seconds, 0.0)))
@@ -81,13 +83,25 @@ class TrafficBook:
         recent = [s for at, s in self._of(model).holds if now - at <= self.window_s]
         return sum(recent) / len(recent) if recent else None
 
-    def attainment(self, model: str, now: float) -> Attainment:
-        recent = [(met, fixable) for at, met, fixable, _ in self._recent_grants(model, now)]
+    def attainment(self, model: str, now: float, service_class: str | None = None) -> Attainment:
+        """The model's recent grants' attainment, of one service class's tasks or (None) all of them."""
+        recent = [
+            (met, fixable)
+            for _, met, fixable, _, cls in self._recent_grants(model, now)
+            if service_class is None or cls == service_class
+        ]
         return Attainment(len(recent), sum(met for met, _ in recent), sum(fixable for _, fixable in recent))
+
+    def classes(self, model: str, now: float) -> dict[str, float]:
+        """The service classes of the model's recent grants, each with its strictest attainment target."""
+        targets: dict[str, float] = {}
+        for *_, target, cls in self._recent_grants(model, now):
+            targets[cls] = max(targets.get(cls, 0.0), target)
+        return targets
 
     def target(self, model: str, now: float) -> float:
         """The strictest attainment target among the model's recent grants (1.0 with none: nothing to judge)."""
-        return max((target for *_, target in self._recent_grants(model, now)), default=1.0)
+        return max((g[3] for g in self._recent_grants(model, now)), default=1.0)
 
     def serves_interactive(self, model: str, now: float) -> bool:
         """Whether recent calls of the model had per-call objectives: a replica added for it must meet them."""
@@ -100,6 +114,6 @@ class TrafficBook:
         if seen is None or seen[0] != warm:
             self._capacity[model] = (warm, now)
 
-    def _recent_grants(self, model: str, now: float) -> list[tuple[float, bool, bool, float]]:
+    def _recent_grants(self, model: str, now: float) -> list[tuple[float, bool, bool, float, str]]:
         since = self._capacity[model][1] if model in self._capacity else float("-inf")
         return [g for g in self._of(model).grants if now - g[0] <= self.attainment_window_s and g[0] >= since]

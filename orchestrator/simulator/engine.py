@@ -255,7 +255,9 @@ class Simulation:
         if self.traffic is not None:  # as the live pool books them: at the grant
             self.traffic.asked(call.plan.model, self.now, call.prompt)
             if (judged := judge(decision, self.fleet, self.config, self._slot_wait(call))) is not None:
-                self.traffic.granted(call.plan.model, self.now, judged.met, judged.fixable, judged.target)
+                self.traffic.granted(
+                    call.plan.model, self.now, judged.met, judged.fixable, judged.target, call.session.plan.priority
+                )
         booking = self.fleet.apply(decision, call.prompt + math.ceil(call.remaining))
         self.queue.leave(call.key)
         self._waiting.get(call.plan.model, {}).pop(call.key, None)

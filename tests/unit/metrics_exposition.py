@@ -111,7 +111,7 @@ def exposition(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[str]]:
         ),
     )
     monkeypatch.setattr(pool_metrics, "_depth", lambda: {MODEL: (1, 5.0)})
-    monkeypatch.setattr(pool_metrics, "_attainment", lambda: {MODEL: (0.9, 0.99)})
+    monkeypatch.setattr(pool_metrics, "_attainment", lambda: {(MODEL, "interactive"): (0.9, 0.99)})
     _record_one_of_each()
     families = text_string_to_metric_families(metrics_text().decode())
     return {f.name: {s.name for s in f.samples} for f in families if f.name.startswith("berth_")}

@@ -81,7 +81,7 @@ def test_each_judged_grant_counts_and_the_attainment_gauges_read_the_pools_traff
     }
     [share] = shown["berth_slo_attainment_ratio"]
     [target] = shown["berth_slo_attainment_target_ratio"]
-    assert share.value == book.share == 1.0
+    assert share.value == book.share == 1.0 and share.attributes["service_class"] == "interactive"
     assert target.value == pool.foresight.traffic.target(model, clock.now) == 0.99
 
     clock.now += pool.foresight.traffic.attainment_window_s + 1  # the window has passed: no series

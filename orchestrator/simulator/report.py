@@ -257,23 +257,39 @@ def warm_pool_figures(report: PolicyReport, reports: Mapping[str, PolicyReport])
     share of calls that met a cold start on a model used in the hour before."""
     spread, warm = reports.get("k8s-spread"), reports.get("always-warm")
 
-    def ratio(mine: float | None, theirs: float | None) -> float | None:
-        return None if mine is None or not theirs else mine / theirs
-
     figures = [
         (
             "cold-start seconds beyond each model's first load",
             beyond_first_loads_s(report),
             0.2 * spread.cold_start_s if spread is not None else None,
         ),
-        ("GPU-hours ÷ k8s-spread's", ratio(report.gpu_hours, spread.gpu_hours if spread is not None else None), 0.6),
-        ("TTFT p99 ÷ always-warm's", ratio(report.ttft_p99_s, warm.ttft_p99_s if warm is not None else None), 1.2),
+        ("GPU-hours ÷ k8s-spread's", _ratio(report.gpu_hours, spread.gpu_hours if spread is not None else None), 0.6),
+        ("TTFT p99 ÷ always-warm's", _ratio(report.ttft_p99_s, warm.ttft_p99_s if warm is not None else None), 1.2),
         ("calls meeting a cold start on a model used in the hour before", report.recent_cold_start_share, 0.01),
     ]
+    return _judged(figures)
+
+
+def _ratio(mine: float | None, theirs: float | None) -> float | None:
+    return None if mine is None or not theirs else mine / theirs
+
+
+def _judged(figures: Sequence[tuple[str, float | None, float | None]]) -> list[WarmPoolFigure]:
+    """Each (name, value, upper bound) as a figure met or not; unjudged where either is missing."""
     return [
         WarmPoolFigure(name, value, goal, None if value is None or goal is None else value <= goal)
         for name, value, goal in figures
     ]
+
+
+def _marked(value: str, figure: WarmPoolFigure) -> str:
+    return f"{value} {'✓' if figure.met else '✗' if figure.met is False else ''}".strip()
+
+
+def _aligned(rows: list[list[str]]) -> str:
+    """Rows of cells as plain text, each column left-aligned on its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
 def objective_figures(report: PolicyReport, reports: Mapping[str, PolicyReport]) -> list[WarmPoolFigure]:
@@ -286,18 +302,12 @@ def objective_figures(report: PolicyReport, reports: Mapping[str, PolicyReport])
     if warm is not None and warm.slo_attainment is not None and report.slo_attainment is not None:
         shortfall = (warm.slo_attainment - report.slo_attainment) * 100
 
-    def ratio(mine: float | None, theirs: float | None) -> float | None:
-        return None if mine is None or not theirs else mine / theirs
-
     figures = [
         ("SLO attainment points below always-warm's", shortfall, 1.0),
-        ("GPU-hours ÷ k8s-spread's", ratio(report.gpu_hours, spread.gpu_hours if spread is not None else None), 0.6),
-        ("task p95 ÷ k8s-spread's", ratio(report.task_p95_s, spread.task_p95_s if spread is not None else None), 1.1),
+        ("GPU-hours ÷ k8s-spread's", _ratio(report.gpu_hours, spread.gpu_hours if spread is not None else None), 0.6),
+        ("task p95 ÷ k8s-spread's", _ratio(report.task_p95_s, spread.task_p95_s if spread is not None else None), 1.1),
     ]
-    return [
-        WarmPoolFigure(name, value, goal, None if value is None or goal is None else value <= goal)
-        for name, value, goal in figures
-    ]
+    return _judged(figures)
 
 
 def objectives_table(reports: Mapping[str, PolicyReport]) -> str:
@@ -316,12 +326,11 @@ def objectives_table(reports: Mapping[str, PolicyReport]) -> str:
         cells = [policy, MISSING if report.slo_attainment is None else f"{report.slo_attainment:.2%}"]
         for figure in objective_figures(report, reports):
             value = MISSING if figure.value is None else f"{figure.value:.2f}"
-            cells.append(f"{value} {'✓' if figure.met else '✗' if figure.met is False else ''}".strip())
+            cells.append(_marked(value, figure))
         floor = report.floor_gpu_hours
         cells.append(f"{report.gpu_hours / floor:.2f}" if floor > 0 else MISSING)
         rows.append(cells)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return _aligned(rows)
 
 
 def _seconds(value: float | None) -> str:
@@ -376,8 +385,7 @@ def table(reports: Sequence[PolicyReport]) -> str:
         ]
         for r in reports
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return _aligned(rows)
 
 
 def _ratio_or_share(value: float | None, share: bool) -> str:
@@ -403,11 +411,10 @@ def warm_pool_table(reports: Mapping[str, PolicyReport]) -> str:
         cells = [policy, _seconds(report.first_load_s)]
         for i, figure in enumerate(warm_pool_figures(report, reports)):
             value = _seconds(figure.value) if i == 0 else _ratio_or_share(figure.value, share=i == 3)
-            cells.append(f"{value} {'✓' if figure.met else '✗' if figure.met is False else ''}".strip())
+            cells.append(_marked(value, figure))
         cells.append(f"{report.prewarms_used}/{report.prewarms}")
         rows.append(cells)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return _aligned(rows)
 
 
 def _times(ratio: float) -> str:

@@ -24,13 +24,18 @@ def points(reader: InMemoryMetricReader, model: str) -> dict[str, list]:
     return found
 
 
-def test_a_waiting_step_then_a_cold_start_show_in_the_pool_metrics(
-    store: Store, metrics_reader: InMemoryMetricReader
-) -> None:
+def pool_for_a_new_model(store: Store) -> tuple[str, Clock, PoolService]:
+    """A model of its own (so this test's series are its own) in the catalogue, and a pool on a test clock."""
     model = f"m-{uuid.uuid4().hex[:8]}"
     store.models.put(ModelEntry(name=model, weights_gib=10, kv_headroom_gib=2))
     clock = Clock()
-    pool = PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0, clock=clock)
+    return model, clock, PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0, clock=clock)
+
+
+def test_a_waiting_step_then_a_cold_start_show_in_the_pool_metrics(
+    store: Store, metrics_reader: InMemoryMetricReader
+) -> None:
+    model, clock, pool = pool_for_a_new_model(store)
 
     assert pool.acquire(req("t1", model=model)).wait_reason == "no_capacity"
     waiting = points(metrics_reader, model)
@@ -61,10 +66,7 @@ def test_a_waiting_step_then_a_cold_start_show_in_the_pool_metrics(
 def test_each_judged_grant_counts_and_the_attainment_gauges_read_the_pools_traffic_book(
     store: Store, metrics_reader: InMemoryMetricReader
 ) -> None:
-    model = f"m-{uuid.uuid4().hex[:8]}"
-    store.models.put(ModelEntry(name=model, weights_gib=10, kv_headroom_gib=2))
-    clock = Clock()
-    pool = PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0, clock=clock)
+    model, clock, pool = pool_for_a_new_model(store)
     join(store, "gpu-a", count=2, replicas=[{"replica_id": "r-w", "model": model, "gpu_indexes": [0], "state": "warm"}])
 
     assert pool.acquire(req("t1", model=model)).replica_id == "r-w"  # warm: predicted within objectives

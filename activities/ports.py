@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from sdk import AgentSpec, Message, TaskState
 from sdk.wire.contracts import CheckpointRef, PendingStep
@@ -213,9 +213,17 @@ class StepBooks(Protocol):
     lease, and the control plane bounds what it books by that lease (orchestrator/api/steps.py).
     """
 
-    def prepare(self, step: StepRef, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
+    def prepare(
+        self,
+        step: StepRef,
+        checkpoint: CheckpointRef,
+        pending: PendingStep | None,
+        instructions: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> PreparedStep:
         """Write `pending` (checkpoint, task state, step event) when given, then read the conversation.
-        A node never writes: its step's predecessor was written beside the store before the lease."""
+        A node never writes: its step's predecessor was written beside the store before the lease. The call's
+        own `instructions` and `tools` go with a node's prepare, so the prompt reserved is the one it sends."""
         ...
 
     def settle(self, step: StepRef, call: CallReport) -> Settled:

@@ -8,6 +8,7 @@ then call this class; so both paths write alike, and every "llm_call" event has 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from sdk import CheckpointRef
 from sdk.wire.contracts import PendingStep
@@ -52,7 +53,15 @@ class StoreStepBooks:
         self.ledger = ledger
         self._steps_in = steps_in or (lambda: contextlib.nullcontext(self))
 
-    def prepare(self, step: StepRef, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
+    def prepare(
+        self,
+        step: StepRef,
+        checkpoint: CheckpointRef,
+        pending: PendingStep | None,
+        instructions: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> PreparedStep:
+        """The control queue's step counts its own prompt (`plan_call`): no reservation, so no extras to count."""
         if pending is not None:
             with self._steps_in() as records:
                 checkpoint = record_step(records, step.task_id, checkpoint, pending)

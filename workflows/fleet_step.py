@@ -68,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         StepLimits,
         StepPlacement,
         StepRound,
+        call_extras_digest,
     )
     from sdk.wire.node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
     from sdk.wire.recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
@@ -288,6 +289,7 @@ class FleetStep:
                     first_attempt=index * ATTEMPT_STRIDE + 1,
                     last_attempt=(index + 1) * ATTEMPT_STRIDE,
                     round_first_attempt=rnd.first_attempt,
+                    call_extras=call_extras_digest(inp.instructions, inp.tools),
                 ),
             }
         )

@@ -24,9 +24,10 @@ from activities.ports import KEPT, LOST, SETTLED, CallReport, DeadTokens, StepRe
 from activities.prices import Prices, generated_cost
 from activities.step_books import StoreStepBooks
 from activities.tokens import count_prompt, sendable_tools
-from sdk import NotFound, Unauthorized
+from sdk import Message, NotFound, Unauthorized
 from sdk.wire.builtins import tools_offered
 from sdk.wire.fleet import NODE_SECRET_HEADER
+from sdk.wire.lease import call_extras_digest
 from sdk.wire.step_books import (
     BookedRequest,
     BookInterruptedRequest,
@@ -67,10 +68,9 @@ async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: 
             raise ApiError(
                 409, f"checkpoint {req.checkpoint.id} is not task {lease.task_id!r}'s current one", field="checkpoint"
             )
-        messages = [m.to_openai() for m in current.messages]
-        tools = sendable_tools(_tools_of(store, lease.task_id)) or None
-        counted = count_prompt(messages, tools, _tokenizer(svc, lease.model))
         assert lease.limits is not None
+        messages, tools = _prompt_of(store, lease, current.messages, req)
+        counted = count_prompt(messages, tools, _tokenizer(svc, lease.model))
         reservation = reserve_call(lease.limits, _round(store, lease).totals, counted, _prices(svc, lease.model))
         if store.leases.reserve_call(lease.lease_id, reservation) is None:
             raise NoLease(node_id)
@@ -192,6 +192,27 @@ def _tokenizer(svc: Services, model: str) -> ModelTokenizer | None:
             f"model {model!r} cannot be counted with its own tokenizer: {exc}",
             field="model",
         ) from None
+
+
+def _prompt_of(
+    store: Store, lease: LeaseRecord, conversation: list[Message], req: PrepareStepRequest
+) -> tuple[list[dict], list[dict] | None]:
+    """The prompt the call sends, as far as the control plane can vouch for it: the task's conversation, and the
+    call's own instructions and tools when they hash to what the workflow put in the lease (an own loop offers
+    other tools each call). A lease from before calls carried them counts the agent's tools."""
+    messages = [m.to_openai() for m in conversation]
+    assert lease.limits is not None
+    if lease.limits.call_extras is None:
+        return messages, sendable_tools(_tools_of(store, lease.task_id)) or None
+    if call_extras_digest(req.instructions, req.tools) != lease.limits.call_extras:
+        raise ApiError(
+            409,
+            f"the instructions and tools sent are not those of step {lease.step} of task {lease.task_id!r}'s call",
+            field="tools",
+        )
+    if req.instructions:
+        messages.insert(0, {"role": "system", "content": req.instructions})
+    return messages, sendable_tools(req.tools) or None
 
 
 def _tools_of(store: Store, task_id: str) -> list[dict]:

@@ -90,7 +90,14 @@ class RemoteStepBooks:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def prepare(self, step: StepRef, checkpoint: CheckpointRef, pending: PendingStep | None) -> PreparedStep:
+    def prepare(
+        self,
+        step: StepRef,
+        checkpoint: CheckpointRef,
+        pending: PendingStep | None,
+        instructions: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> PreparedStep:
         if pending is not None:
             raise ValueError(
                 f"step {step.step} of task {step.task_id!r} reached a node with its predecessor unwritten;"
@@ -99,7 +106,9 @@ class RemoteStepBooks:
         body = PreparedStepBody.model_validate(
             self._post(
                 "prepare",
-                PrepareStepRequest(lease_id=_lease(step), checkpoint=checkpoint),
+                PrepareStepRequest(
+                    lease_id=_lease(step), checkpoint=checkpoint, instructions=instructions, tools=tools or []
+                ),
                 f"preparing step {step.step} of task {step.task_id!r}",
             )
         )

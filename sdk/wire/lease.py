@@ -14,7 +14,9 @@ own type (a union, so a caller matches on what it got instead of asserting optio
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import hashlib
+import json
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, FiniteFloat, model_validator
 
@@ -55,6 +57,21 @@ class StepLimits(BaseModel):
         description="the first attempt of the round this placement belongs to (a step asked again after waiting"
         " for budget starts a new round): attempts that died before it are booked from there on",
     )
+    call_extras: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="the digest of the call's own instructions and tool schemas (`call_extras_digest`): the node"
+        " sends them with its prepare, and the control plane counts them in the prompt only when they hash to this"
+        " (None: a lease from before calls carried them, whose prompt is the task's conversation and agent's tools)",
+    )
+
+
+def call_extras_digest(instructions: str | None, tools: list[dict[str, Any]]) -> str:
+    """sha256 of what a call sends the model beside the task's conversation. The workflow puts it in the lease's
+    limits, so the prompt the control plane reserves for is the one the call sends (an own loop's tool schemas and
+    instructions differ call by call), and a node cannot shrink that reservation by sending other extras."""
+    canonical = json.dumps([instructions, tools], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 class LeaseRequest(BaseModel):

@@ -11,14 +11,14 @@ price come from the lease and the catalogue on the control plane's side.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
 
 from .._messages import Message
 from .._spec import CheckpointRef
 from .lease import LocalityTier, StepPlacement
-from .limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
+from .limits import MAX_INPUT_CHARS, MAX_MODEL_TOOLS, MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
 
 _STRICT = ConfigDict(extra="forbid")
 LEASE_ID = Field(min_length=1, max_length=64, description="the lease the node holds for the step")
@@ -35,6 +35,14 @@ class PrepareStepRequest(BaseModel):
 
     lease_id: str = LEASE_ID
     checkpoint: CheckpointRef = Field(description="the task's current checkpoint, as the step's input names it")
+    instructions: str | None = Field(
+        default=None,
+        max_length=MAX_INPUT_CHARS,
+        description="the call's own instructions, as the step's input holds them",
+    )
+    tools: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=MAX_MODEL_TOOLS, description="the tool schemas the call offers the model"
+    )
 
 
 class PreparedStepBody(BaseModel):

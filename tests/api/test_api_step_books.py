@@ -23,7 +23,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.node.step_books import RemoteStepBooks, StepBooksRefused
 from orchestrator.store import LeaseRecord, SqlEventLog, Store
 from sdk import CheckpointRef, Message, Spend, TaskState, TaskStatus
-from sdk.wire.lease import StepLimits, StepPlacement
+from sdk.wire.lease import StepLimits, StepPlacement, call_extras_digest
 from tests.conftest import free_port
 
 JOIN_TOKEN = "join-me-books"
@@ -274,3 +274,73 @@ def test_a_step_waits_out_a_control_plane_restart_and_gives_up_only_after_its_wa
     ) as nobody_there:
         with pytest.raises(httpx.ConnectError):
             nobody_there.settle(STEP, call(attempt=2))
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "The weather in a city, now and for the next three days, with wind and rain by the hour.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "units": {"type": "string", "enum": ["metric", "imperial"]}},
+            "required": ["city"],
+        },
+    },
+}
+INSTRUCTIONS = "You are a careful forecaster. Answer in full sentences and always name the city."
+
+
+def lease_with_extras(store: Store, step: int, instructions: str | None, tools: list[dict]) -> StepRef:
+    """A lease for `step` whose workflow bound the call's own instructions and tools to its limits."""
+    lease_id = f"lease-{step}"
+    store.leases.add(
+        LeaseRecord(
+            lease_id=lease_id,
+            task_id="t1",
+            step=step,
+            model="llama-3.2-1b",
+            node_id="gpu-books",
+            replica_id="r-1",
+            tokens=500,
+            tenant="default",
+            limits=StepLimits(
+                max_tokens=2000,
+                token_allowance=2100,
+                first_attempt=1,
+                last_attempt=100,
+                call_extras=call_extras_digest(instructions, tools),
+            ),
+        )
+    )
+    return StepRef("t1", step, "llama-3.2-1b", "default", lease_id=lease_id)
+
+
+def test_a_calls_own_tools_and_instructions_are_reserved_for_and_its_long_answer_books(
+    books: RemoteStepBooks, store: Store
+) -> None:
+    """An own loop's call offers tools the agent never registered: the prompt the engine then counts (tools and
+    instructions included) must fit what the lease reserved, or a long answer is refused at its settle."""
+    start = root(store)
+    bare = lease_with_extras(store, 2, None, [])
+    books.prepare(bare, start, None)
+    bare_prompt = store.leases.get("lease-2").reservation.prompt_tokens  # type: ignore[union-attr]
+
+    step = lease_with_extras(store, 3, INSTRUCTIONS, [WEATHER])
+    prepared = books.prepare(step, start, None, INSTRUCTIONS, [WEATHER])
+    reservation = store.leases.get("lease-3").reservation  # type: ignore[union-attr]
+    assert reservation is not None and reservation.prompt_tokens > bare_prompt + 40
+    assert prepared.max_tokens == reservation.max_tokens == 2100 - reservation.prompt_tokens
+    # What the engine reports for that prompt, and an answer of every token granted, books.
+    engine_prompt = reservation.prompt_tokens - 8
+    settled = books.settle(step, call(prompt_tokens=engine_prompt, completion_tokens=prepared.max_tokens))
+    assert settled.recorded
+
+
+def test_extras_that_are_not_the_calls_are_refused_naming_tools(books: RemoteStepBooks, store: Store) -> None:
+    """A node that sends other tools (fewer, to shrink the reservation and be granted more answer) is refused."""
+    step = lease_with_extras(store, 2, INSTRUCTIONS, [WEATHER])
+    with pytest.raises(StepBooksRefused, match="not those of step 2") as refused:
+        books.prepare(step, root(store), None, INSTRUCTIONS, [])
+    assert refused.value.status == 409 and "tools" in refused.value.message
+    assert store.leases.get("lease-2").reservation is None  # type: ignore[union-attr]

@@ -6,7 +6,8 @@ token and node secrets instead. Routes that need more than reading name the role
 allow with `allow`. A task token is held to a short list of what its task may do (below):
 anything not on it is refused here, so a route added later is closed to task tokens until it
 is put on the list. The caller is left in the request's scope for the audit middleware,
-which logs who sent each write.
+which logs who sent each write. A route's `{task_id}` is read as the caller means it (a tenant's
+bare chosen id is its task's full id) here too, so every task route takes the same ids.
 """
 
 from __future__ import annotations
@@ -57,9 +58,19 @@ async def authenticate(
     request.scope[PRINCIPAL_SCOPE_KEY] = caller
     if caller.role == Role.viewer and request.method not in SAFE_METHODS:
         raise forbidden(caller, "change anything")
+    await _read_task_id_as_meant(request, svc, caller)
     if caller.task_id is not None:
         _hold_task_token_to_its_task(caller, request)
     return caller
+
+
+async def _read_task_id_as_meant(request: Request, svc: Services, caller: Principal) -> None:
+    """Put the task the caller means in the path's `{task_id}`, before any check or route reads it: a bare
+    chosen id (`X` for `<tenant>:X`) then works on every task route, present and future, with no route's
+    author having to remember it. FastAPI reads path parameters after a router's dependencies run."""
+    given = request.path_params.get("task_id")
+    if given is not None:
+        request.path_params["task_id"] = await svc.task_id_meant(given, caller)
 
 
 def _hold_task_token_to_its_task(caller: Principal, request: Request) -> None:

@@ -15,6 +15,7 @@ from ..store import Store, TaskRecord
 from .errors import not_found
 from .limits import KeyRateLimit
 from .principal import Principal
+from .task_ids import TENANT_SEPARATOR, task_id_readings
 from .temporal_gateway import TemporalGateway
 
 T = TypeVar("T")
@@ -40,8 +41,25 @@ class Services:
         """
         record = await self.db(self.store.tasks.get, task_id)
         if record is None or not caller.sees_task(task_id, record.state.tenant):
-            raise not_found(f"task {task_id!r} does not exist", field="task_id")
+            hint = ""
+            if caller.tenant is None and TENANT_SEPARATOR not in task_id:
+                hint = f" (a key of every tenant names a client-chosen id with its tenant: '<tenant>:{task_id}')"
+            raise not_found(f"task {task_id!r} does not exist{hint}", field="task_id")
         return record
+
+    async def task_id_meant(self, given: str, caller: Principal) -> str:
+        """The id of the task `caller` means by `given`: its tenant's task `<tenant>:X` when it gives the `X` it
+        chose at submission. Anything else (none of its tasks answers, a key of every tenant) stays as given,
+        so the refusal names what the caller sent and says no more about other tenants than before.
+
+        A key of every tenant must qualify a chosen id: `X` may be the chosen id of several tenants."""
+        if caller.tenant is None:
+            return given
+        for task_id in task_id_readings(caller.tenant, given):
+            record = await self.db(self.store.tasks.get, task_id)
+            if record is not None and caller.sees_task(task_id, record.state.tenant):
+                return task_id
+        return given
 
 
 def services(request: Request) -> Services:

@@ -90,6 +90,8 @@ async def list_tasks(
         if tenant is not None and tenant != caller.tenant:
             return []
         tenant = caller.tenant
+    if parent is not None:
+        parent = await svc.task_id_meant(parent, caller)
     if caller.task_id is not None:
         # A task token sees its own task and its sub-agents: the ids that extend its own.
         found = await svc.db(

@@ -257,6 +257,23 @@ def test_cancel_a_queued_task(server: Server, agent: AgentSpec, capsys) -> None:
     assert f"cancel requested for {task_id}" in capsys.readouterr().out
 
 
+def test_a_tenants_key_names_its_task_by_the_id_it_chose(server: Server, agent: AgentSpec, capsys) -> None:
+    key = server.store.keys.create(Role.operator, "acme", name="cli tests acme").key
+    chosen = unique("t")
+
+    def as_acme(*argv: str) -> int:
+        return main([*argv, "--api", server.url, "--api-key", key])
+
+    assert as_acme("submit", agent.name, "--input", "Wait.", "--budget", "100", "--task-id", chosen) == 0
+    assert capsys.readouterr().out.strip() == f"acme:{chosen}"
+    assert as_acme("tasks", "show", chosen) == 0
+    assert f"acme:{chosen}" in capsys.readouterr().out
+    assert as_acme("tasks", "cancel", chosen) == 0
+    assert f"cancel requested for acme:{chosen}" in capsys.readouterr().out
+    assert berth(server, "tasks", "show", chosen) == 2  # a key of every tenant names it whole
+    assert f"'<tenant>:{chosen}'" in one_error_line(capsys.readouterr().err)
+
+
 @pytest.fixture
 def finisher(server: Server) -> Iterator:
     """Plays the workflow's part for one task id: once its row exists, steps it to a final state.

@@ -182,6 +182,23 @@ async def test_another_tenants_task_is_not_found_by_tools_and_resources(server: 
         assert json.loads(read.contents[0].text)["task_id"] == theirs.task_id
 
 
+async def test_the_id_a_tenant_chose_names_its_task_in_tools_and_resources(server: Server, agent: AgentSpec) -> None:
+    chosen = unique("ledger")
+    async with mcp_as(server, key_of(server, Role.operator, tenant="acme")) as client:
+        submitted = await client.call_tool(
+            "submit_task", {"agent": agent.name, "input": "Tally.", "budget_tokens": 900, "task_id": chosen}
+        )
+        assert not submitted.is_error and submitted.structured_content["task_id"] == f"acme:{chosen}"
+        got = await client.call_tool("get_task", {"task_id": chosen})
+        assert not got.is_error and got.structured_content["task_id"] == f"acme:{chosen}"
+        read = await client.read_resource(f"task://{chosen}")
+        assert json.loads(read.contents[0].text)["task_id"] == f"acme:{chosen}"
+        waited = await client.call_tool("wait_for_task", {"task_id": chosen, "timeout_s": 0.5})
+        assert not waited.is_error and waited.structured_content["timed_out"], waited
+        cancelled = await client.call_tool("cancel_task", {"task_id": chosen})
+        assert not cancelled.is_error and cancelled.structured_content["task_id"] == f"acme:{chosen}"
+
+
 async def test_bad_input_is_a_tool_error_naming_the_field_and_the_session_carries_on(
     server: Server, agent: AgentSpec
 ) -> None:

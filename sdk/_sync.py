@@ -8,8 +8,10 @@
             print(event.kind, event.data)
         print(task.result())
 
-`SyncClient` mirrors every `Client` method with the same arguments and return types (a
-`SyncTaskHandle` where the async client returns a `TaskHandle`). Each call runs the async
+`SyncClient` mirrors every `Client` method, and `SyncTaskHandle` every `TaskHandle` method and
+property, with the same arguments and return types (a `SyncTaskHandle` where the async client
+returns a `TaskHandle`); tests/unit/test_sync_twins.py fails on a method one has and the other
+lacks, so a method added to one is added to both. Each call runs the async
 method on a private event loop in a background thread, so the blocking API also works where
 an event loop is already running (Jupyter), and there is one implementation of the protocol.
 """
@@ -31,7 +33,7 @@ from ._spec import AgentSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
 from ._stream import StreamEvent, TokenDelta, Writing
 from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
-from .wire.fleet import NodeView, ReplicaView
+from .wire.fleet import DEFAULT_ADMIT_TTL_S, NodeAdmission, NodeRevocation, NodeView, ReplicaView
 from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
 from .wire.lease import ServiceClass
 from .wire.objectives import LatencyObjectives
@@ -83,6 +85,10 @@ class SyncClient:
     def url(self) -> str:
         return self._client.url
 
+    @property
+    def timeout(self) -> float:
+        return self._client.timeout
+
     def __enter__(self) -> SyncClient:
         return self
 
@@ -132,6 +138,18 @@ class SyncClient:
 
     def undrain(self, node_id: str) -> NodeView:
         return self._loop.run(self._client.undrain(node_id))
+
+    def admit_node(self, node_id: str, ttl_s: int = DEFAULT_ADMIT_TTL_S) -> NodeAdmission:
+        return self._loop.run(self._client.admit_node(node_id, ttl_s))
+
+    def approve_node(self, node_id: str) -> NodeView:
+        return self._loop.run(self._client.approve_node(node_id))
+
+    def revoke_node(self, node_id: str) -> NodeRevocation:
+        return self._loop.run(self._client.revoke_node(node_id))
+
+    def remove_node(self, node_id: str) -> NodeRevocation:
+        return self._loop.run(self._client.remove_node(node_id))
 
     def replicas(self, model: str | None = None) -> list[ReplicaView]:
         return self._loop.run(self._client.replicas(model))
@@ -218,6 +236,7 @@ class SyncTaskHandle:
         self._loop = loop
         self._handle = handle
         self.task_id = handle.task_id
+        self.output_type = handle.output_type
 
     def __repr__(self) -> str:
         return f"SyncTaskHandle({self.task_id!r})"
@@ -283,6 +302,19 @@ class SyncTaskHandle:
 
     def simulate_preemption(self) -> TaskState:
         return self._loop.run(self._handle.simulate_preemption())
+
+    @property
+    def openai_base_url(self) -> str:
+        return self._handle.openai_base_url
+
+    def kept_tool_result(self, call_id: str) -> str | None:
+        return self._loop.run(self._handle.kept_tool_result(call_id))
+
+    def keep_tool_result(self, call_id: str, content: str) -> None:
+        self._loop.run(self._handle.keep_tool_result(call_id, content))
+
+    def finish(self, output: str | None = None, error: str | None = None) -> TaskState:
+        return self._loop.run(self._handle.finish(output, error))
 
     def interruptions(self) -> list[TaskEvent]:
         return self._loop.run(self._handle.interruptions())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -15,13 +16,13 @@ from sdk._sync import SyncTaskHandle
 ASYNC_ONLY = {"aclose": "close"}
 
 
-def _public(cls: type) -> dict[str, object]:
+def _public(cls: type) -> dict[str, Any]:
     return {name: value for name, value in inspect.getmembers(cls) if not name.startswith("_")}
 
 
 def _instance_attributes(cls: type) -> set[str]:
     """Public attributes set in `__init__` (`self.task_id = ...`), read from its source."""
-    source = inspect.getsource(cls.__init__)  # type: ignore[misc]
+    source = inspect.getsource(cls.__init__)  # type: ignore[misc]  # a class's own __init__
     return {
         line.split("self.", 1)[1].split(" ")[0].split(",")[0]
         for line in source.splitlines()

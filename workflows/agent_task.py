@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         LoopFinish,
         LoopReply,
         LoopToolResult,
+        LOOP_ASKED_QUERY,
         LoopTranscript,
     )
     from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, CarriedProgress, TaskRun
@@ -556,6 +557,10 @@ class AgentTaskWorkflow:
         self.waiting_for = None
         if self.cancel_reason is None:
             await self._set_status(TaskStatus.running)
+    @workflow.query(name=LOOP_ASKED_QUERY)
+    def loop_asked(self, conversation: str) -> list[dict[str, str]]:
+        return self.own_loop.asked_on(conversation) if self.own_loop is not None else []
+
         return True
 
     # ----- tools ----------------------------------------------------------------------------

@@ -57,10 +57,17 @@ class OwnLoop:
     def take(self, call: LoopCall, reply: LoopReply) -> None:
         """A generated reply: the conversation grows by it, and it is kept for the call's replays."""
         self.absorb([reply.message])
-        self.progress.replies[call.request_hash] = reply
+        self.progress.replies[call.request_hash] = reply.model_copy(
+            update={"asked_on": call.conversation, "asked_shape": call.shape}
+        )
         self.progress.call_ids.extend(c.id for c in reply.message.tool_calls or ())
 
     def record_tool_result(self, result: LoopToolResult) -> None:
+    def asked_on(self, conversation: str) -> list[dict[str, str]]:
+        """The shapes of the calls answered on this very conversation (a call sent again with other settings
+        differs from one of them)."""
+        return [r.asked_shape for r in self.progress.replies.values() if r.asked_on == conversation]
+
         """Keep what a tool returned, for a call one of this task's replies made (the first report stands)."""
         if result.call_id not in self.progress.call_ids:
             raise ApplicationError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sdk import Message, ModelSettings, ToolCall
 from sdk.wire.limits import MAX_INPUT_CHARS, MAX_MODEL_NAME_CHARS, MAX_MODEL_TOOLS, MAX_TOKENS_PER_STEP
@@ -42,6 +42,15 @@ class WireToolCall(_Open):
     function: CalledFunction
 
 
+# Content parts a model that reads text cannot take: refused by name rather than by a union's mismatch.
+_UNREADABLE_PARTS = {
+    "image_url": "an image",
+    "input_audio": "audio",
+    "file": "a file",
+    "image": "an image",
+}
+
+
 class WireMessage(_Open):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
@@ -49,6 +58,20 @@ class WireMessage(_Open):
     tool_calls: list[WireToolCall] | None = Field(default=None, max_length=MAX_MODEL_TOOLS)
     tool_call_id: str | None = Field(default=None, max_length=MAX_CALL_ID_CHARS)
     refusal: str | None = Field(default=None, max_length=MAX_INPUT_CHARS, description="accepted, not sent to the model")
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, content: Any) -> Any:
+        if isinstance(content, list):
+            for index, part in enumerate(content):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind != "text":
+                    what = _UNREADABLE_PARTS.get(str(kind), f"a part of type {kind!r}")
+                    raise ValueError(
+                        f"part {index} is {what}: Berth's models read text, so a message's content is a string"
+                        " or a list of parts of type 'text'"
+                    )
+        return content
 
     @field_validator("content")
     @classmethod
@@ -86,6 +109,17 @@ class WireTool(_Open):
     function: FunctionSpec
 
 
+class ForcedFunction(_Open):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class NamedToolChoice(_Open):
+    """`{"type": "function", "function": {"name": ...}}`: the model must call that one tool."""
+
+    type: Literal["function"]
+    function: ForcedFunction
+
+
 class ResponseFormat(_Open):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: dict[str, Any] | None = None
@@ -101,7 +135,8 @@ class ChatRequest(_Open):
     model: str | None = Field(default=None, max_length=MAX_MODEL_NAME_CHARS)
     messages: list[WireMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     tools: list[WireTool] | None = Field(default=None, max_length=MAX_MODEL_TOOLS)
-    tool_choice: Literal["auto"] | None = Field(default=None, description="only the model's own choice is served")
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = Field(default=None, description="false: at most one tool call a reply")
     temperature: float | None = None
     top_p: float | None = None
     stop: str | list[str] | None = None
@@ -118,7 +153,6 @@ class ChatRequest(_Open):
     logprobs: Literal[False] | None = Field(default=None, description="not returned: only false is accepted")
     # Accepted and ignored: they steer OpenAI's own service, or hint at what only reasoning models do, not
     # what a Berth model writes (the Agents SDK sends reasoning_effort and verbosity with every call).
-    parallel_tool_calls: bool | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
     store: bool | None = None
@@ -127,6 +161,21 @@ class ChatRequest(_Open):
     service_tier: str | None = Field(default=None, max_length=32)
     prompt_cache_key: str | None = Field(default=None, max_length=256)
     safety_identifier: str | None = Field(default=None, max_length=256)
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _one_tool_choice(cls, choice: Any) -> Any:
+        """One message for any wrong form, naming the forms that are taken (a union's errors name its members)."""
+        if choice is None or choice in ("none", "auto", "required"):
+            return choice
+        if isinstance(choice, dict):
+            try:
+                return NamedToolChoice.model_validate(choice)
+            except ValidationError:
+                pass
+        raise ValueError(
+            "'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": <a tool's name>}}"
+        )
 
     def split(self) -> tuple[str | None, list[Message]]:
         """The leading system (developer) messages as the call's instructions, and the conversation after them:
@@ -139,11 +188,29 @@ class ChatRequest(_Open):
         return instructions, messages[head:]
 
     def settings(self) -> dict[str, Any]:
-        """How to sample, checked as an agent's ModelSettings are (raises ValidationError naming the field)."""
+        """How to sample, checked as an agent's ModelSettings are (raises ValidationError naming the field). The
+        defaults (`tool_choice` auto, parallel tool calls allowed, text) are left out: a call that names them is
+        the same call as one that does not."""
         chosen = ModelSettings(temperature=self.temperature, top_p=self.top_p, stop=self.stop, seed=self.seed).chosen()
         if self.response_format is not None and self.response_format.type != "text":
             chosen["response_format"] = self.response_format.model_dump(exclude_none=True)
+        if self.tool_choice is not None and self.tool_choice != "auto":
+            chosen["tool_choice"] = (
+                self.tool_choice if isinstance(self.tool_choice, str) else self.tool_choice.model_dump()
+            )
+        if self.parallel_tool_calls is False:
+            chosen["parallel_tool_calls"] = False
         return chosen
+
+    def tool_choice_problem(self) -> str | None:
+        """Why the call's tool_choice cannot be served with the tools it offers (None when it can)."""
+        offered = [t.function.name for t in self.tools or ()]
+        if self.tool_choice == "required" and not offered:
+            return "'required' makes the model call a tool, but the call offers none (send tools, or 'auto')"
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in offered:
+            name = self.tool_choice.function.name
+            return f"it names {name!r}, which is not among the call's tools ({', '.join(offered) or 'none'})"
+        return None
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [t.model_dump(exclude_none=True) for t in self.tools or ()]

@@ -17,9 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sdk import TaskState
 from sdk.wire.limits import MAX_TOOL_RESULT_CHARS
-from sdk.wire.own_loop import MAX_CALL_ID_CHARS, LoopCall, LoopFinish, LoopReply, LoopToolResult
+from sdk.wire.own_loop import MAX_CALL_ID_CHARS, LoopCall, LoopFinish, LoopReply, LoopToolResult, call_shape
 from sdk.wire.transcript import EMPTY_CHAIN, chain_of, request_hash
 
+from ..store import TaskRecord
 from .auth import TaskWriter
 from .chat_wire import ChatRequest, completion, completion_chunks
 from .errors import ERROR_RESPONSES, ApiError, conflict, field_of, invalid, not_found, unavailable
@@ -46,6 +47,24 @@ _REFUSALS = {
     "ModelCallFailed": (502, "model"),
     "BudgetViolation": (409, "budget"),
 }
+
+
+# A shape's keys (sdk/wire/own_loop.py `call_shape`) as the wire names what differs.
+_SHAPE_FIELDS = {"instructions": "messages (system)", "tools": "tools"}
+
+
+class ModelView(BaseModel):
+    """A model as OpenAI's `GET /models` lists it."""
+
+    id: str
+    object: str = "model"
+    created: int
+    owned_by: str = "berth"
+
+
+class ModelList(BaseModel):
+    object: str = "list"
+    data: list[ModelView]
 
 
 class ToolResultBody(BaseModel):
@@ -78,10 +97,21 @@ async def chat_completions(task_id: str, body: ChatRequest, svc: Svc, caller: Ta
     except ValidationError as exc:
         first = exc.errors()[0]
         raise invalid(field_of(first["loc"]) or "settings", first["msg"]) from None
+    if (problem := body.tool_choice_problem()) is not None:
+        raise invalid("tool_choice", problem)
     instructions, conversation = body.split()
     if not conversation:
         raise invalid("messages", "a call needs at least one message after its system messages")
     reply = await _answer(svc, task_id, instructions, conversation, body.tool_schemas(), settings, body.answer_limit())
+    limit = body.answer_limit()
+    if reply.replayed and limit is not None and reply.completion_tokens > limit:
+        field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+        raise conflict(
+            f"this call was answered before with {reply.completion_tokens} tokens, and its reply stands: a call sent"
+            f" again is answered with that reply, which {field}={limit} would cut (ask for at least"
+            f" {reply.completion_tokens}, or leave {field} out)",
+            field=field,
+        )
     if not body.stream:
         return completion(task_id, model, reply)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -124,6 +154,8 @@ async def _answer(
             # A prefix that is not the task's may still be a call the workflow answered before: it checks that first.
             length, chain = (held.length, held.chain) if extends else (len(conversation), chains[-1])
             call = LoopCall(
+                conversation=chains[-1],
+                shape=call_shape(instructions, tools, settings),
                 request_hash=asked,
                 prefix_length=length,
                 prefix_chain=chain,
@@ -137,10 +169,62 @@ async def _answer(
         except UpdateRejected as exc:
             if exc.kind == "TranscriptMoved" and attempt == 0:
                 continue
+            if exc.kind == "TranscriptMoved":
+                raise await _moved(svc, task_id, held.length if held else 0, chains[-1], call.shape) from None
             raise _refusal(exc) from None
         except (TemporalUnavailable, WorkflowGone) as exc:
             raise _unreachable(exc) from None
     raise AssertionError("unreachable: the second attempt returns or raises")
+
+
+async def _moved(svc: Services, task_id: str, held: int, conversation: str, shape: dict[str, str]) -> ApiError:
+    """Why a call that does not extend the task's conversation is refused, in the words that fix it: the setting
+    that differs from a call answered on these very messages, or the rule a loop's first call must follow."""
+    try:
+        answered = await svc.temporal.loop_asked(task_id, conversation)
+    except (TemporalUnavailable, WorkflowGone, UpdateRejected):
+        answered = []
+    for earlier in answered:
+        differs = sorted(k for k in set(earlier) | set(shape) if earlier.get(k) != shape.get(k))
+        if differs:
+            field = _SHAPE_FIELDS.get(differs[0], differs[0])
+            return conflict(
+                f"these messages were answered before with another {field} ({', '.join(differs)} differ); the task"
+                f" holds one conversation, so a call it answered is not asked again with other settings: send it as"
+                f" it was to get its reply again, or add the reply to the messages and go on",
+                field=field,
+            )
+    if held <= 1:
+        return conflict(
+            f"task {task_id}'s conversation begins with its input, as one user message: an own loop's first call"
+            " sends that message first after its system messages (submit the task with the loop's first user"
+            " message as its input)",
+            field="messages",
+        )
+    return conflict(
+        f"the call's messages do not extend the {held} messages task {task_id} holds: an own loop sends the whole"
+        " conversation each call, its earlier messages and the replies it got unchanged",
+        field="messages",
+    )
+
+
+@router.get("/{task_id}/models", response_model=ModelList)
+async def list_models(task_id: str, svc: Svc, caller: TaskWriter) -> ModelList:
+    """OpenAI's model list at the task's base URL: the task's one model (a client checks what it may name)."""
+    record = await svc.task_record(task_id, caller)
+    return ModelList(data=[_model_view(record)])
+
+
+@router.get("/{task_id}/models/{model:path}", response_model=ModelView)
+async def get_model(task_id: str, model: str, svc: Svc, caller: TaskWriter) -> ModelView:
+    record = await svc.task_record(task_id, caller)
+    if model != record.state.model:
+        raise not_found(f"task {task_id} runs {record.state.model!r}; it serves no model {model!r}", field="model")
+    return _model_view(record)
+
+
+def _model_view(record: TaskRecord) -> ModelView:
+    return ModelView(id=record.state.model, created=int(record.created_at.timestamp()))
 
 
 @router.put("/{task_id}/tool-results/{call_id}", status_code=status.HTTP_204_NO_CONTENT)

@@ -61,6 +61,7 @@ from sdk.wire.own_loop import (
     LoopCall,
     LoopFinish,
     LoopReply,
+    LOOP_ASKED_QUERY,
     LoopToolResult,
     LoopTranscript,
 )
@@ -292,6 +293,10 @@ class TemporalGateway:
         `result_type` is a type hint such as `X | None`, which the data converter decodes the answer into."""
         client = await self.client()
         handle = client.get_workflow_handle(task_id)
+    async def loop_asked(self, task_id: str, conversation: str) -> list[dict[str, str]]:
+        """The shapes of the calls the task's own loop was answered on this conversation (by its chain hash)."""
+        return await self._loop_query(task_id, LOOP_ASKED_QUERY, conversation, list[dict[str, str]])
+
         try:
             return await handle.query(
                 name,

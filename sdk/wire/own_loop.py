@@ -7,9 +7,11 @@ re-run after a crash gets it back instead of running the tool again. The API sen
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .._messages import Message
 from .limits import MAX_INPUT_CHARS, MAX_MODEL_TOOLS, MAX_TOOL_RESULT_CHARS
@@ -20,9 +22,12 @@ LOOP_FINISH_UPDATE = "loop_finish"
 LOOP_TRANSCRIPT_QUERY = "loop_transcript"
 LOOP_TOOL_RESULT_QUERY = "loop_tool_result"
 
+LOOP_ASKED_QUERY = "loop_asked"
 MAX_NEW_MESSAGES = 256  # one call adds the last reply's tool results and the loop's own few messages
 MAX_CALL_ID_CHARS = 256
 
+MAX_SHAPE_FIELDS = 32  # a call's instructions, tools and the few sampling settings the wire takes
+MAX_SHAPE_VALUE_CHARS = 1024
 
 class LoopTranscript(BaseModel):
     """How far the workflow's copy of the conversation goes: its length and its chain hash (`_transcript.py`)."""
@@ -44,6 +49,39 @@ class LoopCall(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
     max_tokens: int | None = Field(default=None, ge=1)
 
+    conversation: str | None = Field(
+        default=None, min_length=64, max_length=64, description="the chain hash of every message the call sent"
+    )
+    shape: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=MAX_SHAPE_FIELDS,
+        description="what else names the call, field by field (`call_shape`): kept with its reply, so a call sent"
+        " again on the same conversation with another setting is refused naming that setting",
+    )
+
+    @field_validator("shape")
+    @classmethod
+    def _bounded_shape(cls, shape: dict[str, str]) -> dict[str, str]:
+        if any(len(k) > MAX_SHAPE_VALUE_CHARS or len(v) > MAX_SHAPE_VALUE_CHARS for k, v in shape.items()):
+            raise ValueError(f"shape: keys and values of at most {MAX_SHAPE_VALUE_CHARS} characters")
+        return shape
+
+
+def call_shape(instructions: str | None, tools: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, str]:
+    """A call's instructions and tools (as digests) and each sampling setting (as JSON), by the name the wire
+    gives it: what `request_hash` folds into one hash, kept apart so a difference can be named."""
+
+    def canonical(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+    shape = {
+        "instructions": hashlib.sha256(canonical(instructions or "").encode()).hexdigest(),
+        "tools": hashlib.sha256(canonical(tools).encode()).hexdigest(),
+    }
+    for name, value in settings.items():
+        text = canonical(value)
+        shape[name] = text if len(text) <= MAX_SHAPE_VALUE_CHARS else hashlib.sha256(text.encode()).hexdigest()
+    return shape
 
 class LoopReply(BaseModel):
     """The model's answer to one call, as the loop gets it (again, unchanged, when its call is replayed)."""
@@ -56,6 +94,8 @@ class LoopReply(BaseModel):
     served_by: str = ""
     replayed: bool = False
 
+    asked_on: str | None = Field(default=None, description="the conversation of the call it answered (its chain)")
+    asked_shape: dict[str, str] = Field(default_factory=dict, description="that call's shape (`call_shape`)")
 
 class LoopToolResult(BaseModel):
     """What one of the loop's tools returned for a call the model made."""

@@ -99,6 +99,16 @@ async def test_a_task_on_berths_loop_takes_no_calls_from_outside(stack: Stack) -
     await task.cancel()
 
 
+LOOKUP = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a subject up.",
+        "parameters": {"type": "object", "properties": {"subject": {"type": "string"}}, "required": ["subject"]},
+    },
+}
+
+
 async def own_task(stack: Stack, budget: int = 20_000, text: str = SUBJECTS) -> str:
     spec = await stack.client.register(AgentSpec(name=unique("own"), model=MODEL, loop="own"))
     return (await stack.client.submit(spec.name, text, budget=budget)).task_id
@@ -114,6 +124,30 @@ async def own_task(stack: Stack, budget: int = 20_000, text: str = SUBJECTS) -> 
         ({"messages": [{"role": "user", "content": SUBJECTS}], "temperature": 7}, "temperature"),
         ({"messages": [{"role": "system", "content": "Be brief."}]}, "messages"),
         ({"messages": []}, "messages"),
+        ({"messages": [{"role": "user", "content": SUBJECTS}], "tool_choice": "required"}, "tool_choice"),
+        ({"messages": [{"role": "user", "content": SUBJECTS}], "tool_choice": "always"}, "tool_choice"),
+        (
+            {
+                "messages": [{"role": "user", "content": SUBJECTS}],
+                "tools": [LOOKUP],
+                "tool_choice": {"type": "function", "function": {"name": "weather"}},
+            },
+            "tool_choice",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": SUBJECTS},
+                            {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+                        ],
+                    }
+                ]
+            },
+            "messages.0.content",
+        ),
     ],
 )
 async def test_a_bad_call_is_refused_naming_its_field(stack: Stack, body: dict, field: str) -> None:
@@ -217,3 +251,102 @@ async def test_a_streaming_client_gets_the_reply_as_chunks_and_a_replayed_call_c
     response = await http(stack).post(f"/v1/tasks/{task_id}/fork", json={"checkpoint_seq": checkpoints[-1].seq})
     assert response.status_code == 409 and response.json()["error"]["field"] == "task_id"
     await task.finish(output=text)
+
+
+def openai_client(stack: Stack, task_id: str):
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(
+        base_url=stack.client.task(task_id).openai_base_url,
+        api_key=stack.client._api_key or "",
+        http_client=httpx.AsyncClient(transport=httpx.ASGITransport(stack.app)),
+    )
+
+
+async def test_every_tool_choice_form_is_served(stack: Stack) -> None:
+    """none answers without a call; required and a named function make the model call (the named one);
+    parallel_tool_calls false leaves one call where the model would make two."""
+    task_id = await own_task(stack, budget=50_000)
+    openai = openai_client(stack, task_id)
+    user = [{"role": "user", "content": SUBJECTS}]
+    weather = {**LOOKUP, "function": {**LOOKUP["function"], "name": "weather"}}
+
+    none = await openai.chat.completions.create(model=MODEL, messages=user, tools=[LOOKUP], tool_choice="none")
+    assert none.choices[0].message.tool_calls is None and none.choices[0].message.content
+    assert none.choices[0].finish_reason == "stop"
+
+    task_id = await own_task(stack, budget=50_000)
+    openai = openai_client(stack, task_id)
+    named = await openai.chat.completions.create(
+        model=MODEL,
+        messages=user,
+        tools=[LOOKUP, weather],
+        tool_choice={"type": "function", "function": {"name": "weather"}},
+    )
+    [call] = named.choices[0].message.tool_calls
+    assert call.function.name == "weather" and "subject" in call.function.arguments
+    assert named.choices[0].finish_reason == "tool_calls"
+
+    task_id = await own_task(stack, budget=50_000, text="length: 20 tokens")
+    openai = openai_client(stack, task_id)
+    required = await openai.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "length: 20 tokens"}], tools=[LOOKUP], tool_choice="required"
+    )
+    assert [c.function.name for c in required.choices[0].message.tool_calls] == ["lookup"]
+
+    task_id = await own_task(stack, budget=50_000, text=f"{SUBJECTS}\nin parallel")
+    openai = openai_client(stack, task_id)
+    parallel = [{"role": "user", "content": f"{SUBJECTS}\nin parallel"}]
+    one = await openai.chat.completions.create(
+        model=MODEL, messages=parallel, tools=[LOOKUP], parallel_tool_calls=False
+    )
+    assert len(one.choices[0].message.tool_calls) == 1
+
+
+async def test_the_models_route_lists_the_tasks_one_model(stack: Stack) -> None:
+    task_id = await own_task(stack)
+    openai = openai_client(stack, task_id)
+    assert [m.id for m in (await openai.models.list()).data] == [MODEL]
+    assert (await openai.models.retrieve(MODEL)).id == MODEL
+    missing = await http(stack).get(f"/v1/tasks/{task_id}/models/gpt-4o")
+    assert missing.status_code == 404 and missing.json()["error"]["field"] == "model"
+
+
+async def test_a_call_asked_again_with_other_settings_is_refused_naming_the_setting(stack: Stack) -> None:
+    task_id = await own_task(stack)
+    url = f"/v1/tasks/{task_id}/chat/completions"
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": SUBJECTS}]
+    first = await http(stack).post(url, json={"messages": messages, "temperature": 0.2})
+    assert first.status_code == 200, first.text
+
+    warmer = await http(stack).post(url, json={"messages": messages, "temperature": 0.9})
+    assert warmer.status_code == 409 and warmer.json()["error"]["field"] == "temperature", warmer.text
+    other_system = [{"role": "system", "content": "Be thorough."}, messages[1]]
+    rewritten = await http(stack).post(url, json={"messages": other_system, "temperature": 0.2})
+    assert rewritten.status_code == 409 and rewritten.json()["error"]["field"] == "messages (system)"
+    same = await http(stack).post(url, json={"messages": messages, "temperature": 0.2})
+    assert same.json()["berth"]["replayed"] is True
+    assert (await stack.client.task(task_id).ledger()).totals.calls == 1
+
+
+async def test_a_replay_never_answers_past_the_limit_of_the_call_that_asks(stack: Stack) -> None:
+    task_id = await own_task(stack, text="length: 200 tokens")
+    url = f"/v1/tasks/{task_id}/chat/completions"
+    messages = [{"role": "user", "content": "length: 200 tokens"}]
+    first = await http(stack).post(url, json={"messages": messages})
+    written = first.json()["usage"]["completion_tokens"]
+    assert written > 20
+    cut = await http(stack).post(url, json={"messages": messages, "max_completion_tokens": 20})
+    assert cut.status_code == 409 and cut.json()["error"]["field"] == "max_completion_tokens"
+    assert str(written) in cut.json()["error"]["message"]
+    enough = await http(stack).post(url, json={"messages": messages, "max_completion_tokens": written})
+    assert enough.status_code == 200 and enough.json()["berth"]["replayed"] is True
+
+
+async def test_a_first_call_that_does_not_start_with_the_input_is_told_the_rule(stack: Stack) -> None:
+    task_id = await own_task(stack)
+    response = await http(stack).post(
+        f"/v1/tasks/{task_id}/chat/completions", json={"messages": [{"role": "user", "content": "hello"}]}
+    )
+    assert response.status_code == 409 and response.json()["error"]["field"] == "messages"
+    assert "first call sends that message first" in response.json()["error"]["message"]

@@ -66,6 +66,7 @@ class ChatRequest(BaseModel):
     messages: list[_Message] = Field(min_length=1)
     tools: list[_Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None  # false: at most one tool call a reply
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     stream: bool = False
@@ -210,7 +211,7 @@ def create_app(
             return _completion(call, generation)
         call = _Call(f"chatcmpl-{uuid.uuid4().hex}", model, request.headers.get(TASK_HEADER), prompt_tokens)
         if prefix is None:
-            answer = reply(model.name, messages, _tools_for(chat.tool_choice, tool_defs))
+            answer = _as_chosen(reply(model.name, messages, _tools_for(chat.tool_choice, tool_defs)), chat, tool_defs)
             schema = _json_schema(chat.response_format) or _schema_asked_for(messages)
             if schema is not None and not answer.tool_calls:
                 answer = Reply(content=json.dumps(instance(schema, answer.content or "")))
@@ -402,6 +403,22 @@ def _tools_for(tool_choice: Any, tool_defs: list[dict[str, Any]] | None) -> list
         name = forced.get("name") if isinstance(forced, dict) else None
         return [t for t in tool_defs if t["function"]["name"] == name] or None
     return tool_defs
+
+
+def _as_chosen(answer: Reply, chat: ChatRequest, tool_defs: list[dict[str, Any]] | None) -> Reply:
+    """The reply as the call's tool_choice allows it, as a served model's constrained decoding would make it: a
+    forced choice ("required", or a named function) calls a tool even where the policy would answer, with
+    arguments built from that answer to the tool's schema; `parallel_tool_calls: false` keeps the first call."""
+    if answer.tool_calls:
+        return answer if chat.parallel_tool_calls is not False else Reply(tool_calls=answer.tool_calls[:1])
+    forced = chat.tool_choice == "required" or isinstance(chat.tool_choice, dict)
+    allowed = _tools_for(chat.tool_choice, tool_defs) if forced else None
+    if not allowed:
+        return answer
+    function = allowed[0]["function"]
+    arguments = json.dumps(instance(function.get("parameters") or {"type": "object"}, answer.content or ""))
+    digest = uuid.uuid5(uuid.NAMESPACE_OID, f"{function['name']}|{arguments}").hex[:24]
+    return Reply(tool_calls=(PlannedCall(id=f"call_{digest}", name=function["name"], arguments=arguments),))
 
 
 async def _client_left(request: Request, seconds: float) -> bool:

@@ -54,6 +54,7 @@ from .wire.identity import (
     TenantUpdate,
 )
 from .wire.lease import ServiceClass
+from .wire.loop_approvals import ApprovalRequest, LoopApprovals
 from .wire.objectives import LatencyObjectives
 from .wire.output import answer_json
 from .wire.resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
@@ -553,6 +554,45 @@ class TaskHandle:
         return [
             CheckpointSummary.model_validate(c) for c in await self._client._request("GET", self._path("checkpoints"))
         ]
+    async def approve(self, call_id: str | None = None) -> TaskState:
+        """Approve the tool call `call_id` of the task's own loop that waits for a person (every waiting call,
+        without one): the tool runs when the loop resumes. `state.approvals` lists the waiting calls."""
+        body = {"call_id": call_id} if call_id is not None else {}
+        return TaskState.model_validate(await self._client._request("POST", self._path("approve"), json=body))
+
+    async def reject(self, reason: str | None = None, call_id: str | None = None) -> TaskState:
+        """Reject the waiting tool call `call_id` (every waiting call, without one): the tool does not run and the
+        model is told it was not approved (`reason`, when given, is what it is told)."""
+        body = {k: v for k, v in (("reason", reason), ("call_id", call_id)) if v is not None}
+        return TaskState.model_validate(await self._client._request("POST", self._path("reject"), json=body))
+
+    async def approvals(self) -> LoopApprovals | None:
+        """The tool calls the task's own loop last stopped at for approval, the decisions on them so far and the
+        loop's state then (None when it never stopped for one)."""
+        try:
+            body = await self._client._request("GET", self._path("approvals"))
+        except NotFound as missing:
+            if missing.field == "approvals":
+                return None
+            raise
+        return LoopApprovals.model_validate(body)
+
+    async def ask_approval(self, request: ApprovalRequest) -> LoopApprovals:
+        """For a loop: hold these tool calls for a person's word (the task waits awaiting_input) with the loop's
+        state. The same calls again answer with what is held (a re-run after a crash)."""
+        body = await self._client._request("POST", self._path("approvals"), json=request.model_dump(mode="json"))
+        return LoopApprovals.model_validate(body)
+
+    async def record_loop_trace(
+        self, trace_id: str, workflow_name: str | None = None, group_id: str | None = None
+    ) -> None:
+        """For a loop: record the trace of this run of it (an Agents SDK trace id) as the task's `loop_trace`
+        event, so that whoever reads the task finds the run's trace."""
+        body = {
+            k: v for k, v in (("trace_id", trace_id), ("workflow_name", workflow_name), ("group_id", group_id)) if v
+        }
+        await self._client._request("POST", self._path("loop-trace"), json=body)
+
 
     async def checkpoint(self, seq: int) -> CheckpointDetail:
         return CheckpointDetail.model_validate(await self._client._request("GET", self._path("checkpoints", str(seq))))

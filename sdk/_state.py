@@ -75,6 +75,14 @@ class Stuck(BaseModel):
         return f"its workflow task has failed {times} since {self.since:%Y-%m-%d %H:%M:%S} UTC: {self.error}"
 
 
+class ToolCallToApprove(BaseModel):
+    """A tool call of a task's own loop that waits for a person to approve or reject it."""
+
+    call_id: str = Field(min_length=1, max_length=256)
+    tool: str = Field(min_length=1, max_length=256)
+    arguments: str = Field(default="", max_length=32_000, description="as the model wrote them (JSON)")
+
+
 class TaskState(BaseModel):
     """The live state the workflow answers queries with, and the API stores on each change."""
 
@@ -104,6 +112,10 @@ class TaskState(BaseModel):
         " failed, since when, and why; `status` is then only what the task was doing when it got stuck",
     )
     question: str | None = None
+    approvals: list[ToolCallToApprove] = Field(
+        default_factory=list,
+        description="while its own loop's tool calls wait for a person (`question` names them): approve or reject each",
+    )
     parent_task_id: str | None = None
     children: list[str] = Field(default_factory=list)
     objectives: LatencyObjectives | None = Field(

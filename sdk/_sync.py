@@ -282,6 +282,12 @@ class SyncTaskHandle:
     def answer(self, text: str) -> TaskState:
         return self._loop.run(self._handle.answer(text))
 
+    def approve(self, call_id: str | None = None) -> TaskState:
+        return self._loop.run(self._handle.approve(call_id))
+
+    def reject(self, reason: str | None = None, call_id: str | None = None) -> TaskState:
+        return self._loop.run(self._handle.reject(reason, call_id))
+
     def checkpoints(self) -> list[CheckpointSummary]:
         return self._loop.run(self._handle.checkpoints())
 

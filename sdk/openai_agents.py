@@ -8,13 +8,24 @@ so running the same script again with the same `task_id` after a crash replays t
 answered (free: nothing is generated or charged twice) and reads the tools' results back instead of running
 them again, then goes on from where the loop stopped.
 
+A tool with `needs_approval` is Berth's human in the loop: when the run stops at such a call, the task holds the
+call and the run's state and waits `awaiting_input`, naming the tool and its arguments, until a person approves
+or rejects it (`TaskHandle.approve`/`reject`, `berth approve`/`reject`, the UI, MCP); the run then resumes from
+that state, in this process or in a re-run of the script after it died. Features the task cannot serve (an
+agent used as a tool, hosted tools) are refused before anything is submitted.
+
 Needs the `agents` extra (`pip install "berth-sdk[agents]"`); `import sdk` never imports it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import dataclasses
+import json
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,17 +41,23 @@ from agents import (
     RunContextWrapper,
     Runner,
     RunResult,
+    RunState,
+    TResponseInputItem,
     UserError,
+    gen_trace_id,
 )
 from agents.items import ItemHelpers
+from agents.models.chatcmpl_converter import Converter
 from agents.tool_context import ToolContext
 from openai import APIConnectionError, APIStatusError, AsyncOpenAI
 from pydantic import BaseModel
 
 from ._budget import Budget
-from ._client import Client, TaskHandle
+from ._client import ApiUnreachable, Client, TaskHandle
 from ._errors import BerthError
 from ._spec import AgentSpec
+from ._state import ToolCallToApprove
+from .wire.loop_approvals import MAX_RUN_STATE_CHARS, ApprovalRequest, LoopApprovals
 
 # A model call waits as a step does: for a GPU, perhaps for its model to load, then for the generation.
 MODEL_CALL_TIMEOUT_S = 31 * 60.0
@@ -50,10 +67,14 @@ class BerthModelProvider(ModelProvider):
     """Every model the Agents SDK asks for is the task's model, reached through the task's Chat Completions
     route: a different model name is refused, since the task's budget and placement are for its own."""
 
-    def __init__(self, task: TaskHandle, model: str) -> None:
+    def __init__(self, task: TaskHandle, model: str, trace_id: str | None = None) -> None:
+        """`trace_id`: the run's Agents SDK trace; each call carries it as a W3C `traceparent`, so that Berth's
+        spans of the call (the API's, the workflow's, the generation's) join the same trace id."""
         self.task, self.model = task, model
         client = task._client
+        parent = traceparent_of(trace_id)
         self._openai = AsyncOpenAI(
+            default_headers={"traceparent": parent} if parent is not None else None,
             base_url=task.openai_base_url,
             api_key=client._api_key or "berth-dev-stack-key-unset",
             timeout=MODEL_CALL_TIMEOUT_S,
@@ -147,7 +168,7 @@ def berth_agent_name(agent: Agent[Any]) -> str:
 async def run_on_berth(
     client: Client,
     agent: Agent[Any],
-    input: str,
+    input: str | list[TResponseInputItem],
     *,
     model: str,
     budget: Budget | int,
@@ -158,25 +179,43 @@ async def run_on_berth(
     context: Any = None,
     run_config: RunConfig | None = None,
 ) -> BerthRun:
-    """Run `agent` on `input` as a Berth task on `model` (a model of Berth's catalogue), within `budget`.
+    """Run `agent` on `input` (a string, or input items as `Runner.run` takes them) as a Berth task on `model` (a
+    model of Berth's catalogue), within `budget`.
 
     With a `task_id` that names a task already running (the script was killed, or its machine lost), the run
-    resumes it: the calls and tool results the task holds are replayed, and the loop goes on from there. The
-    task ends completed with the final output, or failed with the run's error; a run cut off by Berth itself
-    (its budget short, the API unreachable) or by the caller (Ctrl-C) leaves the task open to be resumed, until
-    its budget's grace or the agent's `loop_idle_s` runs out.
+    resumes it: the calls and tool results the task holds are replayed, a tool call waiting for approval is
+    waited for again, and the loop goes on from there. The task ends completed with the final output, or failed
+    with the run's error; a run cut off by Berth itself (its budget short, the API unreachable) or by the caller
+    (Ctrl-C) leaves the task open to be resumed, until its budget's grace or the agent's `loop_idle_s` runs out.
+
+    `run_config` is the caller's, tracing included; its model provider becomes the task's. Its trace (a new
+    trace id when it names none) is recorded on the task and Berth's spans of each model call join it.
     """
+    refuse_unsupported(agent)
+    opening = task_input(input)
     spec = AgentSpec(name=berth_agent or berth_agent_name(agent), model=model, loop="own", max_steps=max_steps)
     await client.register(spec)
-    task = await client.submit(spec.name, input, budget=budget, task_id=task_id)
-    provider = BerthModelProvider(task, model)
+    task = await client.submit(spec.name, opening, budget=budget, task_id=task_id)
+    caller = run_config or RunConfig()
+    trace_id = None if caller.tracing_disabled else caller.trace_id or gen_trace_id()
+    provider = BerthModelProvider(task, model, trace_id)
+    metadata = {**(caller.trace_metadata or {}), "berth_task_id": task.task_id}
     config = dataclasses.replace(
-        run_config or RunConfig(), model_provider=provider, tracing_disabled=True, nest_handoff_history=False
+        caller, model_provider=provider, trace_id=trace_id, trace_metadata=metadata, nest_handoff_history=False
     )  # the task's conversation only grows
+    durable = durable_tools(agent, task)
     try:
-        result = await Runner.run(
-            durable_tools(agent, task), input, context=context, max_turns=max_turns, run_config=config
-        )
+        if trace_id is not None:
+            await task.record_loop_trace(trace_id, config.workflow_name, config.group_id)
+        held = await task.approvals()
+        start: str | list[TResponseInputItem] | RunState[Any] = input
+        if held is not None:  # a re-run: the loop last stopped for a person's word; go on from there
+            start = await _decided(task, durable, held, None, context)
+        while True:
+            result = await Runner.run(durable, start, context=context, max_turns=max_turns, run_config=config)
+            if not result.interruptions:
+                break
+            start = await _ask_and_wait(task, durable, result, context, trace_id)
     except (BerthError, APIConnectionError):
         raise
     except APIStatusError as refused:
@@ -191,6 +230,141 @@ async def run_on_berth(
     output = result.final_output
     await task.finish(output=output.model_dump_json() if isinstance(output, BaseModel) else str(output))
     return BerthRun(task, result)
+
+
+def refuse_unsupported(agent: Agent[Any]) -> None:
+    """Refuse, before a task is submitted, what a task's own loop cannot serve, naming the agent and the tool."""
+    seen: set[int] = set()
+    todo = [agent]
+    while todo:
+        a = todo.pop()
+        if id(a) in seen:
+            continue
+        seen.add(id(a))
+        for tool in a.tools:
+            if getattr(tool, "_is_agent_tool", False):
+                inner = getattr(getattr(tool, "_agent_instance", None), "name", "another agent")
+                raise UserError(
+                    f"agent {a.name!r}: tool {tool.name!r} is agent {inner!r} used as a tool (agent.as_tool()), which"
+                    " holds a second conversation beside the task's, and a Berth task holds one; make"
+                    f" {inner!r} a handoff (handoffs=[...]) or a Berth sub-agent (TaskHandle.spawn) instead"
+                )
+            if not isinstance(tool, FunctionTool):
+                raise UserError(
+                    f"agent {a.name!r}: tool {getattr(tool, 'name', type(tool).__name__)!r} is a hosted tool"
+                    f" ({type(tool).__name__}), which OpenAI's Responses API runs; a Berth task's model answers"
+                    " Chat Completions, which has no hosted tools: give the agent a function tool that does it"
+                )
+        todo.extend(h for h in a.handoffs if isinstance(h, Agent))
+
+
+def task_input(input: str | list[TResponseInputItem]) -> str:
+    """The task's input: the string, or the text of the first user message of the input items (after any
+    system or developer messages, which are instructions). The task's conversation starts with that message, so
+    the items must start with one."""
+    if isinstance(input, str):
+        return input
+    messages = Converter.items_to_messages(input)
+    rest = [m for m in messages if m.get("role") not in ("system", "developer")]
+    first = messages[len(messages) - len(rest)] if rest else None
+    if first is None or first.get("role") != "user" or any(m.get("role") in ("system", "developer") for m in rest):
+        raise UserError(
+            "input: the input items must start (after any system or developer messages) with a user message, and"
+            " have no system or developer message after it: a Berth task's conversation starts with the user's"
+        )
+    content = first.get("content")
+    if isinstance(content, str):
+        return content
+    parts = list(content or ())
+    if not parts or any(p.get("type") != "text" for p in parts):
+        raise UserError("input: the first user message's content must be text (a Berth task's input is text)")
+    return "".join(str(p.get("text", "")) for p in parts)
+
+
+def traceparent_of(trace_id: str | None) -> str | None:
+    """The W3C `traceparent` naming an Agents SDK trace (`trace_<32 hex>`: the same 128 bits as an OpenTelemetry
+    trace id) as the parent of Berth's spans; None for an id of another shape."""
+    hex_id = (trace_id or "").removeprefix("trace_")
+    if not re.fullmatch(r"[0-9a-f]{32}", hex_id) or hex_id == "0" * 32:
+        return None
+    # The parent span id is the trace's own first 64 bits: Berth's spans hang under the trace, not one span of it.
+    return f"00-{hex_id}-{hex_id[:16] if hex_id[:16] != '0' * 16 else '1' * 16}-01"
+
+
+async def _ask_and_wait(
+    task: TaskHandle, agent: Agent[Any], result: RunResult, context: Any, trace_id: str | None
+) -> RunState[Any]:
+    """The run stopped at tool calls that need approval: hold them and the run's state in the task, wait for a
+    person's word on each, and return the state with it applied."""
+    state = result.to_state()
+    calls = [
+        ToolCallToApprove(call_id=item.call_id or "", tool=item.name or "tool", arguments=item.arguments or "")
+        for item in result.interruptions
+    ]
+    packed = pack_run_state(state.to_json())
+    held = await task.ask_approval(ApprovalRequest(calls=calls, run_state=packed, trace_id=trace_id))
+    return await _decided(task, agent, held, state, context)
+
+
+async def _decided(
+    task: TaskHandle, agent: Agent[Any], held: LoopApprovals, state: RunState[Any] | None, context: Any
+) -> RunState[Any]:
+    """Wait until no held call waits, then apply the decisions to the run's state (the held one, on a re-run)."""
+    patience, seen = DECISION_RECHECK_S[0], 0
+    while held.waiting:
+        seen = await _next_decision(task, seen, patience)
+        held = await task.approvals() or held
+        patience = min(patience * 2, DECISION_RECHECK_S[1])
+    if state is None:
+        override = {"context_override": context} if context is not None else {}
+        state = await RunState.from_json(agent, unpack_run_state(held.run_state), **override)
+    for item in state.get_interruptions():
+        decided = held.decisions.get(item.call_id or "")
+        if decided is None:
+            raise UserError(f"tool call {item.call_id!r} of {item.name!r} waits for approval but the task holds none")
+        if decided.approved:
+            state.approve(item)
+        else:
+            state.reject(item, rejection_message=decided.reason)  # None: the SDK's own message to the model
+    return state
+
+
+# A decision wakes the wait through the task's event stream at once; where the stream cannot reach the loop live
+# (a proxy that buffers it), the loop looks again after 1 s, then 2, 4, ... up to 30 s.
+DECISION_RECHECK_S = (1.0, 30.0)
+
+
+async def _next_decision(task: TaskHandle, after: int, patience_s: float) -> int:
+    """Wait on the task's event stream for a decision after event `after` (or the task's end), `patience_s` at
+    most; the last event seen."""
+    with contextlib.suppress(TimeoutError, ApiUnreachable):
+        async with asyncio.timeout(patience_s), contextlib.aclosing(task.events(after=after)) as events:
+            async for event in events:
+                after = event.seq
+                if event.kind == "approval_decided":
+                    break
+    return after
+
+
+# The run's state is opaque to Berth; compressed, a long conversation fits the task's bound (MAX_RUN_STATE_CHARS).
+_PACKED = "zlib+b64:"
+
+
+def pack_run_state(state: dict[str, Any]) -> str:
+    text = json.dumps(state, separators=(",", ":"), default=str)  # a context that is no JSON is the caller's to pass
+    packed = _PACKED + base64.b64encode(zlib.compress(text.encode(), 9)).decode()
+    if len(packed) > MAX_RUN_STATE_CHARS:
+        raise UserError(
+            f"the run's state is {len(packed)} characters compressed; a task holds at most {MAX_RUN_STATE_CHARS}"
+            " while a tool call waits for approval (a shorter conversation, or fewer tool outputs kept, fits)"
+        )
+    return packed
+
+
+def unpack_run_state(packed: str) -> dict[str, Any]:
+    data = zlib.decompress(base64.b64decode(packed.removeprefix(_PACKED))) if packed.startswith(_PACKED) else packed
+    state: dict[str, Any] = json.loads(data)
+    return state
 
 
 async def _fail(task: TaskHandle, error: Exception) -> None:

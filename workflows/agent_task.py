@@ -55,6 +55,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from sdk.wire.lease import LeaseRequest
     from sdk.wire.limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS, reservation_margin
+    from sdk.wire.loop_approvals import (
+        LOOP_APPROVALS_QUERY,
+        LOOP_ASK_APPROVAL_UPDATE,
+        LOOP_DECIDE_UPDATE,
+        ApprovalDecision,
+        ApprovalRequest,
+        LoopApprovals,
+        approval_question,
+    )
     from sdk.wire.output import MAX_OUTPUT_REPAIRS, answer_json, answer_problem, repair_request, response_format
     from sdk.wire.own_loop import (
         LOOP_CALL_UPDATE,
@@ -310,11 +319,17 @@ class AgentTaskWorkflow:
         """Answer the loop's calls (updates) until it finishes, falls silent, runs out of budget or is stopped."""
         loop.last_call_at = self.clock.time()
         while True:
+            due = loop.approval_due_at(self.agent.ask_human_timeout_s)
+            if due is not None and self.clock.time() >= due and self.cancel_reason is None:
+                reason = f"no decision arrived within {self.agent.ask_human_timeout_s:g} s"
+                await self._decide(loop, ApprovalDecision(approve=False, reason=reason))
             ending = self._own_loop_ending(loop)
             if ending is not None:
                 await workflow.wait_condition(lambda: not self.loop_lock.locked())
                 return await self._finish(*ending)
-            if self.clock.continue_as_new_suggested() and not self.loop_lock.locked():
+            # Not while a person is asked: the question and status would have to be carried too, for a wait that
+            # adds a handful of events to the history.
+            if self.clock.continue_as_new_suggested() and not self.loop_lock.locked() and not loop.awaiting_approval:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 await self._flush_pending()
                 workflow.continue_as_new(self._continuation())
@@ -341,8 +356,8 @@ class AgentTaskWorkflow:
         deadline = self.run_input.spec.budget.deadline
         if deadline is not None and self.clock.now() >= deadline:
             return TaskStatus.out_of_budget, "deadline passed"
-        if self.loop_lock.locked():
-            return None  # a call is being answered: the loop is not silent
+        if self.loop_lock.locked() or loop.awaiting_approval:
+            return None  # a call is being answered, or a person asked: the loop is not silent
         now = self.clock.time()
         if (
             self.short_since is not None
@@ -363,6 +378,9 @@ class AgentTaskWorkflow:
         assert loop.last_call_at is not None
         now = workflow.time()
         wait = loop.last_call_at + self.agent.loop_idle_s - now
+        due = loop.approval_due_at(self.agent.ask_human_timeout_s)
+        if due is not None:  # a person is asked: the loop waits for them, not silent (its timer starts again after)
+            wait = due - now
         if self.short_since is not None and not self.budget_raised:
             wait = min(wait, self.short_since + self.run_input.budget_grace_s - now)
         return max(wait, 0.001)
@@ -392,6 +410,13 @@ class AgentTaskWorkflow:
     async def _loop_step(self, loop: OwnLoop, call: LoopCall) -> LoopReply:
         if self._own_loop_ending(loop) is not None:
             raise ApplicationError("task: it is ending; it takes no more model calls", non_retryable=True)
+        if loop.awaiting_approval:
+            raise ApplicationError(
+                f"task: its loop's tool calls wait for approval ({self.waiting_for}); it takes no new model call"
+                " until a person approved or rejected them",
+                type="AwaitsApproval",
+                non_retryable=True,
+            )
         if self.steps_done >= self.agent.max_steps:
             self.loop_over = TaskStatus.max_steps, f"reached max_steps={self.agent.max_steps}"
             raise ApplicationError(
@@ -475,6 +500,58 @@ class AgentTaskWorkflow:
     @loop_finish.validator
     def _check_loop_finish(self, finish: LoopFinish) -> None:
         self._check_own_loop_open()
+
+    @workflow.update(name=LOOP_ASK_APPROVAL_UPDATE)
+    async def loop_ask_approval(self, request: ApprovalRequest) -> LoopApprovals:
+        """The loop stopped at tool calls that need a person's word: the task waits awaiting_input with a
+        question naming them, holding the loop's state until each call is approved or rejected."""
+        loop = self.own_loop
+        assert loop is not None  # the validator refused the request otherwise
+        self.clock.mark()  # the update's arrival: a moment history fixes
+        if loop.ask_approval(request, self.clock.time()):
+            self.question = approval_question(request.calls)
+            self.waiting_for = "input: approval of " + ", ".join(c.tool for c in request.calls)
+            self.status = TaskStatus.awaiting_input
+            calls = [c.model_dump() for c in request.calls]
+            await self._record_event("approval_asked", {"calls": calls, "trace_id": request.trace_id})
+            self.loop_wakeups += 1
+        assert loop.progress.approvals is not None
+        return loop.progress.approvals
+
+    @loop_ask_approval.validator
+    def _check_loop_ask_approval(self, request: ApprovalRequest) -> None:
+        self._check_own_loop_open()
+
+    @workflow.update(name=LOOP_DECIDE_UPDATE)
+    async def loop_decide(self, decision: ApprovalDecision) -> LoopApprovals:
+        """A person approved or rejected a waiting call (or all of them); once none waits, the loop resumes."""
+        loop = self.own_loop
+        assert loop is not None  # the validator refused the decision otherwise
+        self.clock.mark()
+        await self._decide(loop, decision)
+        assert loop.progress.approvals is not None
+        return loop.progress.approvals
+
+    @loop_decide.validator
+    def _check_loop_decide(self, decision: ApprovalDecision) -> None:
+        self._check_own_loop_open()
+        assert self.own_loop is not None
+        self.own_loop.check_decision(decision)
+
+    async def _decide(self, loop: OwnLoop, decision: ApprovalDecision) -> None:
+        decided = loop.decide(decision)
+        if not loop.awaiting_approval:
+            self.question, self.waiting_for = None, None
+            loop.last_call_at = self.clock.time()  # the loop's silence counts from the decision
+            if self.cancel_reason is None:
+                self.status = TaskStatus.running
+            self.loop_wakeups += 1
+        details = {"call_ids": decided, "approved": decision.approve, "reason": decision.reason}
+        await self._record_event("approval_decided", details)
+
+    @workflow.query(name=LOOP_APPROVALS_QUERY)
+    def loop_approvals(self) -> LoopApprovals | None:
+        return self.own_loop.progress.approvals if self.own_loop is not None else None
 
     @workflow.query(name=LOOP_TRANSCRIPT_QUERY)
     def loop_transcript(self) -> LoopTranscript | None:
@@ -710,6 +787,12 @@ class AgentTaskWorkflow:
     def _check_answer(self, req: HumanAnswer) -> None:
         if self.status != TaskStatus.awaiting_input:
             raise ApplicationError(f"task is {self.status.value}, not awaiting_input; nothing to answer")
+        if self.own_loop is not None and self.own_loop.awaiting_approval:
+            raise ApplicationError(
+                "task: its loop waits for tool calls to be approved or rejected, not for an answer"
+                " (approve or reject them: `berth approve`, `berth reject`)",
+                type="AwaitsApproval",
+            )
 
     @workflow.update(name=SPAWN_UPDATE)
     async def spawn(self, req: SpawnAgentArgs) -> SpawnedChild:
@@ -772,6 +855,9 @@ class AgentTaskWorkflow:
             waiting_for=self.waiting_for,
             gpu_trouble=self.gpu_trouble,
             question=self.question,
+            approvals=self.own_loop.progress.approvals.waiting
+            if self.own_loop is not None and self.own_loop.progress.approvals is not None
+            else [],
             parent_task_id=run.parent_task_id,
             children=list(self.children),
             objectives=run.objectives,

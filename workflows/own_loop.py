@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from sdk import Message
+    from sdk.wire.loop_approvals import ApprovalDecision, ApprovalRequest, Decided, LoopApprovals
     from sdk.wire.own_loop import LoopCall, LoopProgress, LoopReply, LoopToolResult, LoopTranscript
     from sdk.wire.transcript import EMPTY_CHAIN, chain_of
 
@@ -62,12 +63,12 @@ class OwnLoop:
         )
         self.progress.call_ids.extend(c.id for c in reply.message.tool_calls or ())
 
-    def record_tool_result(self, result: LoopToolResult) -> None:
     def asked_on(self, conversation: str) -> list[dict[str, str]]:
         """The shapes of the calls answered on this very conversation (a call sent again with other settings
         differs from one of them)."""
         return [r.asked_shape for r in self.progress.replies.values() if r.asked_on == conversation]
 
+    def record_tool_result(self, result: LoopToolResult) -> None:
         """Keep what a tool returned, for a call one of this task's replies made (the first report stands)."""
         if result.call_id not in self.progress.call_ids:
             raise ApplicationError(
@@ -79,3 +80,52 @@ class OwnLoop:
 
     def tool_result(self, call_id: str) -> str | None:
         return self.progress.tool_results.get(call_id)
+
+    # ----- tool calls that wait for a person (docs/own-loop.md, "Approvals") -----------------
+    @property
+    def awaiting_approval(self) -> bool:
+        a = self.progress.approvals
+        return a is not None and bool(a.waiting)
+
+    def ask_approval(self, request: ApprovalRequest, now: float) -> bool:
+        """Hold the calls the loop stopped at, and its state; False when these very calls are held already (the
+        loop re-ran after a crash and stopped at them again: the decisions made meanwhile stand)."""
+        held = self.progress.approvals
+        if held is not None and [c.call_id for c in held.calls] == [c.call_id for c in request.calls]:
+            return False
+        unknown = [c.call_id for c in request.calls if c.call_id not in self.progress.call_ids]
+        if unknown:
+            raise ApplicationError(
+                f"calls: {unknown[0]!r} is no tool call this task's model made",
+                type="UnknownToolCall",
+                non_retryable=True,
+            )
+        self.progress.approvals = LoopApprovals(
+            calls=request.calls, run_state=request.run_state, trace_id=request.trace_id, asked_at=now
+        )
+        return True
+
+    def check_decision(self, decision: ApprovalDecision) -> None:
+        a = self.progress.approvals
+        waiting = a.waiting if a is not None else []
+        if not waiting:
+            raise ApplicationError("task: no tool call of its loop waits for approval", type="NothingToApprove")
+        if decision.call_id is not None and decision.call_id not in {c.call_id for c in waiting}:
+            names = ", ".join(c.call_id for c in waiting)
+            raise ApplicationError(f"call_id: {decision.call_id!r} does not wait for approval (these do: {names})")
+
+    def decide(self, decision: ApprovalDecision) -> list[str]:
+        """Record a person's word on one waiting call, or on all of them; the call ids it decided."""
+        a = self.progress.approvals
+        assert a is not None  # check_decision refused otherwise
+        ids = [c.call_id for c in a.waiting if decision.call_id in (None, c.call_id)]
+        for call_id in ids:
+            a.decisions[call_id] = Decided(
+                approved=decision.approve, reason=None if decision.approve else decision.reason
+            )
+        return ids
+
+    def approval_due_at(self, timeout_s: float) -> float | None:
+        """When the waiting calls are rejected for want of a decision (None while none waits)."""
+        a = self.progress.approvals
+        return a.asked_at + timeout_s if a is not None and a.waiting else None

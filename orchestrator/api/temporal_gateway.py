@@ -52,6 +52,14 @@ from sdk.wire.contracts import (
     RaiseChildBudget,
     SpawnedChild,
 )
+from sdk.wire.loop_approvals import (
+    LOOP_APPROVALS_QUERY,
+    LOOP_ASK_APPROVAL_UPDATE,
+    LOOP_DECIDE_UPDATE,
+    ApprovalDecision,
+    ApprovalRequest,
+    LoopApprovals,
+)
 from sdk.wire.own_loop import (
     LOOP_CALL_UPDATE,
     LOOP_FINISH_UPDATE,
@@ -315,6 +323,15 @@ class TemporalGateway:
 
     async def loop_finish(self, task_id: str, finish: LoopFinish) -> None:
         await self._update(task_id, LOOP_FINISH_UPDATE, finish, None)
+
+    async def loop_ask_approval(self, task_id: str, request: ApprovalRequest) -> LoopApprovals:
+        return await self._update(task_id, LOOP_ASK_APPROVAL_UPDATE, request, LoopApprovals)
+
+    async def loop_decide(self, task_id: str, decision: ApprovalDecision) -> LoopApprovals:
+        return await self._update(task_id, LOOP_DECIDE_UPDATE, decision, LoopApprovals)
+
+    async def loop_approvals(self, task_id: str) -> LoopApprovals | None:
+        return await self._loop_query(task_id, LOOP_APPROVALS_QUERY, None, LoopApprovals | None)
 
     @overload
     async def _update(

@@ -82,6 +82,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_api_flag(p)
     p.set_defaults(func=cmd_answer)
 
+    p = sub.add_parser("approve", help="approve the tool calls an own loop's task waits on (its `approvals`)")
+    p.add_argument("task_id")
+    p.add_argument("--call-id", help="approve this call only (default: every waiting call)")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_approve)
+
+    p = sub.add_parser("reject", help="reject the tool calls an own loop's task waits on: the model is told")
+    p.add_argument("task_id")
+    p.add_argument("--reason", help="what the model is told instead of the tool's output")
+    p.add_argument("--call-id", help="reject this call only (default: every waiting call)")
+    add_api_flag(p)
+    p.set_defaults(func=cmd_reject)
+
     p = sub.add_parser("fork", help="start a new task from one of a task's checkpoints")
     p.add_argument("task_id")
     p.add_argument("--checkpoint", type=int, required=True, metavar="SEQ")
@@ -237,6 +250,24 @@ def cmd_raise_budget(args: argparse.Namespace) -> int:
         spend = await client.task(args.task_id).raise_budget(args.tokens, args.usd)
         usd = f", usd limit {spend.usd_limit:.2f}" if spend.usd_limit is not None else ""
         print(f"{args.task_id}: token limit {spend.token_limit:,} (used {spend.tokens_used:,}){usd}")
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        state = await client.task(args.task_id).approve(args.call_id)
+        print(f"approved {args.call_id or 'every waiting call'} of {state.task_id} (status {state.status.value})")
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_reject(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        state = await client.task(args.task_id).reject(args.reason, args.call_id)
+        print(f"rejected {args.call_id or 'every waiting call'} of {state.task_id} (status {state.status.value})")
         return EXIT_OK
 
     return run_with_client(args, command)

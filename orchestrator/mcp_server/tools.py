@@ -137,6 +137,35 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
             return await client.task(task_id).answer(text)
 
     @server.tool()
+    async def approve_tool_call(
+        task_id: TaskId,
+        call_id: Annotated[
+            str | None,
+            Field(min_length=1, max_length=256, description="one call of the task's `approvals`; all if unset"),
+        ] = None,
+    ) -> TaskState:
+        """Approve a tool call that a task's own loop waits on (its `approvals`, named in its `question`): the tool
+        runs and the task carries on."""
+        async with caller.client(ToolError) as client:
+            return await client.task(task_id).approve(call_id)
+
+    @server.tool()
+    async def reject_tool_call(
+        task_id: TaskId,
+        reason: Annotated[
+            str | None, Field(max_length=MAX_REASON_CHARS, description="what the model is told instead of the output")
+        ] = None,
+        call_id: Annotated[
+            str | None,
+            Field(min_length=1, max_length=256, description="one call of the task's `approvals`; all if unset"),
+        ] = None,
+    ) -> TaskState:
+        """Reject a tool call that a task's own loop waits on: the tool does not run, and the model is told it was
+        not approved (and why, with a `reason`)."""
+        async with caller.client(ToolError) as client:
+            return await client.task(task_id).reject(reason, call_id)
+
+    @server.tool()
     async def fork_task(
         task_id: TaskId,
         checkpoint_seq: Annotated[

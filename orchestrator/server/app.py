@@ -28,6 +28,8 @@ from ..api import (
     events,
     health,
     keys,
+    loop_approvals,
+    loop_trace,
     metrics,
     models,
     nodes,
@@ -111,12 +113,26 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
     # on record too.
     app.add_middleware(BodySizeLimit)
     app.add_middleware(AuditTrail, store=store)
+    app.add_middleware(loop_trace.TraceParent)
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(nodes.node_router)
     app.include_router(peers.router)
     app.include_router(steps.router)
-    for module in (agents, models, tasks, own_loop, checkpoints, events, nodes, tenants, keys, audit):
+    for module in (
+        agents,
+        models,
+        tasks,
+        own_loop,
+        loop_approvals,
+        loop_trace,
+        checkpoints,
+        events,
+        nodes,
+        tenants,
+        keys,
+        audit,
+    ):
         app.include_router(module.router, dependencies=[Depends(authenticate)])
     # The fleet gauges read the store's fleet table when /metrics is scraped.
     watch_fleet(lambda: fleet_reading(store.fleet.list()))

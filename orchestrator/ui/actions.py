@@ -22,6 +22,7 @@ from sdk.wire.resources import ForkRequest
 
 from ..api import checkpoints as checkpoints_api
 from ..api import keys as keys_api
+from ..api import loop_approvals as approvals_api
 from ..api import models as models_api
 from ..api import nodes as nodes_api
 from ..api import tasks as tasks_api
@@ -110,6 +111,15 @@ async def task_action(request: Request, task_id: str, action: str, svc: Svc) -> 
         await tasks_api.answer(task_id, model_from_form(tasks_api.AnswerRequest, form, ("text",)), svc, caller)
         return Done("answer sent")
 
+    async def approve() -> Done:
+        await approvals_api.approve(task_id, approvals_api.ApproveBody(), svc, caller)
+        return Done("approved: the tool calls run when the agent's loop resumes")
+
+    async def reject() -> Done:
+        body = model_from_form(approvals_api.RejectBody, form, ("reason",))
+        await approvals_api.reject(task_id, body, svc, caller)
+        return Done("rejected: the model is told the tool calls were not approved")
+
     async def fork() -> Done:
         body = model_from_form(ForkRequest, form, ("checkpoint_seq",))
         forked = await checkpoints_api.fork(task_id, body, request, Response(), svc, caller)
@@ -118,7 +128,14 @@ async def task_action(request: Request, task_id: str, action: str, svc: Svc) -> 
     async def again(**kwargs: Any) -> Response:
         return await show_task(request, svc, viewer, task_id, **kwargs)
 
-    actions = {"cancel": cancel, "raise-budget": raise_budget, "answer": answer, "fork": fork}
+    actions = {
+        "cancel": cancel,
+        "raise-budget": raise_budget,
+        "answer": answer,
+        "approve": approve,
+        "reject": reject,
+        "fork": fork,
+    }
     return await _act(actions.get(action, _unknown(action, actions)), f"/tasks/{task_id}", again)
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from .._messages import Message
 from .limits import MAX_INPUT_CHARS, MAX_MODEL_TOOLS, MAX_TOOL_RESULT_CHARS
+from .loop_approvals import LoopApprovals
 
 LOOP_CALL_UPDATE = "loop_call"
 LOOP_TOOL_RESULT_UPDATE = "loop_tool_result"
@@ -119,3 +120,4 @@ class LoopProgress(BaseModel):
     replies: dict[str, LoopReply] = Field(default_factory=dict)
     tool_results: dict[str, str] = Field(default_factory=dict)
     call_ids: list[str] = Field(default_factory=list)
+    approvals: LoopApprovals | None = None  # the tool calls the loop last stopped at for a person's word

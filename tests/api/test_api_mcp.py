@@ -39,6 +39,8 @@ TOOLS = {
     "cancel_task",
     "raise_budget",
     "answer_task",
+    "approve_tool_call",
+    "reject_tool_call",
     "fork_task",
     "list_agents",
     "list_models",

@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from orchestrator.api.admission import SubmitRequest
+from orchestrator.api.loop_approvals import ApproveBody, RejectBody
 from orchestrator.api.tasks import AnswerRequest, CancelBody, RaiseBudgetRequest
 from orchestrator.mcp_server import build_server
 from sdk import Budget
@@ -53,6 +54,9 @@ async def tools() -> dict[str, dict[str, Any]]:
         ("cancel_task", "reason", CancelBody, "reason"),
         ("raise_budget", "tokens", RaiseBudgetRequest, "tokens"),
         ("answer_task", "text", AnswerRequest, "text"),
+        ("approve_tool_call", "call_id", ApproveBody, "call_id"),
+        ("reject_tool_call", "call_id", RejectBody, "call_id"),
+        ("reject_tool_call", "reason", RejectBody, "reason"),
         ("fork_task", "checkpoint_seq", ForkRequest, "checkpoint_seq"),
         ("fork_task", "model", ForkRequest, "model"),
         ("fork_task", "input", ForkRequest, "input"),

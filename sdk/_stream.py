@@ -1,10 +1,16 @@
 """A task as it happens, typed: what `TaskHandle.stream()` yields.
 
 The stored events (state changes, finished steps with the tools they call, model calls, interruptions) become
-classes with their main fields, and `TokenDelta`s carry the answer's text as it is written. Deltas
-come from the generation's heartbeats, which the API reads from Temporal while the step runs (about
-twice a second); they are never stored and never enter the workflow's history, so a reconnecting
-stream resumes from its last stored event and a delta can be missed, never repeated.
+classes with their main fields, and `TokenDelta`s carry the answer's text as it is written: the API follows
+each piece from the node that generates it, as the engine writes it. Deltas are never stored and never enter
+the workflow's history.
+
+A step's deltas always add up to the step's text: `text[:delta.offset] + delta.text` is the text so far. When
+a generation is cut (its node preempted or lost) and the attempt that takes the step over writes otherwise than
+what was sent, a `TextReset` says from which offset the text held is void; deltas go on from there. Before a
+step's `StepFinished`, the stream sends whatever the client still lacks of the stored step's text. A stream
+that reconnects resumes from its last stored event and gets the running step's text again from its start
+(offset 0): apply each delta at its offset and nothing is doubled.
 """
 
 from __future__ import annotations
@@ -18,11 +24,22 @@ from ._state import TaskEvent, TaskStatus
 
 
 class TokenDelta(BaseModel):
-    """Text the model wrote since the previous delta of the same step."""
+    """Text the model wrote since the previous delta of the same step, at character `offset` of the step's text
+    (the length of what the earlier deltas and resets of the step left)."""
 
     task_id: str
     step: int
     text: str
+    offset: int = 0
+
+
+class TextReset(BaseModel):
+    """The step's text received so far is void from character `offset` on: an attempt that took the step over
+    after a cut wrote otherwise. Keep `text[:offset]`; the next deltas continue from there."""
+
+    task_id: str
+    step: int
+    offset: int
 
 
 class Writing(BaseModel):

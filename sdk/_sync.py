@@ -31,7 +31,7 @@ from ._client import Client, TaskHandle
 from ._settings import ModelSettings
 from ._spec import AgentSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
-from ._stream import StreamEvent, TokenDelta, Writing
+from ._stream import StreamEvent, TextReset, TokenDelta, Writing
 from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmStarted, ScalingPolicy
 from .wire.fleet import DEFAULT_ADMIT_TTL_S, NodeAdmission, NodeRevocation, NodeView, ReplicaView
 from .wire.identity import ApiKeyView, AuditEntry, CreatedKey, Role, Tenant, TenantSpec, TenantUpdate
@@ -248,7 +248,7 @@ class SyncTaskHandle:
     def result(self, timeout: float | None = None) -> Any:
         return self._loop.run(self._handle.result(timeout))
 
-    def stream(self, after: int = 0) -> Iterator[StreamEvent | TokenDelta]:
+    def stream(self, after: int = 0) -> Iterator[StreamEvent | TokenDelta | TextReset]:
         """`TaskHandle.stream`, for scripts: typed events and the answer's text as it is written."""
         return self._follow(self._handle.stream(after))
 

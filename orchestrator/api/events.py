@@ -7,10 +7,12 @@ processes. The stream ends once the task is final and its log is drained, with a
 message so that clients (and browsers' EventSource) know not to reconnect; it also ends, with
 a `revoked` message, within KEY_RECHECK_S of its key being revoked.
 
-With `deltas=true` the stream also carries `token_delta` messages while a step generates: the text the
-generation wrote since the last one, read from its heartbeat through Temporal (the store never holds
-them). They have no id, so a reconnect resumes from the last stored event; a delta can be missed then,
-never repeated.
+With `deltas=true` the stream also carries `token_delta` messages while a step generates: each piece of text
+as the engine writes it, followed from the node that generates it (live_text.py, step_deltas.py; the store
+never holds them, nor does the workflow's history), and a `token_reset` where an attempt that took a cut step
+over wrote otherwise than what was sent. Before a step's stored `step` event comes what makes the step's deltas
+add up to its stored text exactly. Deltas have no id, so a reconnect resumes from the last stored event and
+gets the running step's text again from its start.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from sdk import TaskStatus, Writing
-from sdk.wire.events import END_EVENT, REVOKED_EVENT, TOKEN_DELTA_EVENT
+from sdk.wire.events import END_EVENT, REVOKED_EVENT
 from sdk.wire.limits import MAX_STORED_INT
 
 from .auth import Caller
 from .errors import ERROR_RESPONSES
+from .live_text import LiveText
 from .services import Services, Svc
+from .step_deltas import text_so_far
 
 POLL_INTERVAL_S = 0.3
 READ_BATCH = 500
@@ -58,48 +62,36 @@ async def stream_events(
 ) -> EventSourceResponse:
     await svc.task_record(task_id, caller)
     start = max(after, _seq(last_event_id))
-    return EventSourceResponse(
-        tail(svc, task_id, start, caller.key_id, DeltaReader(svc, task_id) if deltas else None), ping=PING_INTERVAL_S
-    )
+    return EventSourceResponse(tail(svc, task_id, start, caller.key_id, deltas), ping=PING_INTERVAL_S)
 
 
 @router.get("/v1/tasks/{task_id}/writing", response_model=Writing)
 async def writing(task_id: str, svc: Svc, caller: Caller) -> Writing:
     """What the task's running step has written so far (empty when none generates): for a client that polls
-    instead of following the event stream (the MCP server's progress). Read from the generation's heartbeat."""
+    instead of following the event stream. Read from the node that generates it, as the engine writes it."""
     record = await svc.task_record(task_id, caller)
     step = record.state.step + 1
     if record.state.status != TaskStatus.running:
         return Writing(task_id=task_id, step=step, text="")
-    progress = await svc.temporal.writing(task_id)
-    return Writing(task_id=task_id, step=step, text=progress.prefix if progress is not None else "")
-
-
-class DeltaReader:
-    """The text a running step has added since the last look, from its generation's heartbeat."""
-
-    def __init__(self, svc: Services, task_id: str) -> None:
-        self.svc, self.task_id = svc, task_id
-        self.step, self.text = 0, ""
-
-    async def delta(self, step: int) -> ServerSentEvent | None:
-        if step != self.step:  # a new step writes a new answer
-            self.step, self.text = step, ""
-        progress = await self.svc.temporal.writing(self.task_id)
-        written = progress.prefix if progress is not None else ""
-        if not written.startswith(self.text):  # a retry that did not continue the cut text starts over
-            self.text = ""
-        new = written[len(self.text) :]
-        if not new:
-            return None
-        self.text = written
-        return ServerSentEvent(
-            data=json.dumps({"task_id": self.task_id, "step": step, "text": new}), event=TOKEN_DELTA_EVENT
-        )
+    return Writing(task_id=task_id, step=step, text=await text_so_far(svc, task_id, step))
 
 
 async def tail(
-    svc: Services, task_id: str, after: int, key_id: str, deltas: DeltaReader | None = None
+    svc: Services, task_id: str, after: int, key_id: str, deltas: bool = False
+) -> AsyncIterator[ServerSentEvent]:
+    live = LiveText(svc, task_id) if deltas else None
+    if live is not None:
+        live.start()
+    try:
+        async for message in _tail(svc, task_id, after, key_id, live):
+            yield message
+    finally:
+        if live is not None:
+            await live.close()
+
+
+async def _tail(
+    svc: Services, task_id: str, after: int, key_id: str, live: LiveText | None
 ) -> AsyncIterator[ServerSentEvent]:
     quiet_polls = 0
     key_checked = time.monotonic()
@@ -118,21 +110,29 @@ async def tail(
         events = await svc.db(svc.store.events.read, task_id, after, READ_BATCH)
         for event in events:
             after = event.seq
+            if live is not None:
+                settled = await live.settle(event.data.get("step", 0)) if event.kind == "step" else live.ready()
+                for message in settled:
+                    yield message
             yield ServerSentEvent(data=event.model_dump_json(), event=event.kind, id=str(event.seq))
         if len(events) == READ_BATCH:
             continue
-        if deltas is not None and record is not None and record.state.status == TaskStatus.running:
-            if (message := await deltas.delta(record.state.step + 1)) is not None:
-                yield message
         if final and not events:
             quiet_polls += 1
             if quiet_polls > FINAL_QUIET_POLLS:
+                for message in live.ready() if live is not None else []:
+                    yield message
                 status = record.state.status.value if record else "deleted"
                 yield ServerSentEvent(data=json.dumps({"task_id": task_id, "status": status}), event=END_EVENT)
                 return
         else:
             quiet_polls = 0
-        await asyncio.sleep(POLL_INTERVAL_S)
+        # Between reads of the log, the deltas go out as they come.
+        deadline = time.monotonic() + POLL_INTERVAL_S
+        while live is not None and (left := deadline - time.monotonic()) > 0:
+            for message in await live.wait(left):
+                yield message
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
 
 
 def _seq(value: str | None) -> int:

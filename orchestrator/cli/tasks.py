@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from sdk import Budget, Client, InvalidSpec, TaskEvent, TaskHandle, TaskState, TaskStatus, TokenDelta
+from sdk import Budget, Client, InvalidSpec, TaskEvent, TaskHandle, TaskState, TaskStatus, TextReset, TokenDelta
 from sdk.wire.limits import MAX_PAGE, MAX_REASON_CHARS
 
 from . import output
@@ -322,6 +322,9 @@ def cmd_events(args: argparse.Namespace) -> int:
                 sys.stdout.write(typed.text)
                 sys.stdout.flush()
                 writing = True
+                continue
+            if isinstance(typed, TextReset):  # printed text cannot be taken back: say where the answer starts over
+                print(f"\n[step {typed.step}: its text from character {typed.offset} on is replaced by what follows]")
                 continue
             if writing:
                 print()

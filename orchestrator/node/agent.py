@@ -39,6 +39,7 @@ from temporalio.worker import Worker
 
 from activities.heartbeats import HEARTBEAT_EVERY_S
 from activities.llm_step import LlmStepActivities
+from activities.writing_board import BOARD
 from sdk.wire.fleet import (
     CachedModelWeights,
     Capacity,
@@ -62,6 +63,7 @@ from .peer_tickets import PeerTickets
 from .replicas import ReplicaManager
 from .step_books import RemoteStepBooks
 from .transfers import TransferLog
+from .writing_route import writing_route
 
 log = logging.getLogger("berth.node")
 
@@ -327,7 +329,8 @@ class NodeAgent:
         )
 
     async def _start_peer_server(self) -> None:
-        """Serve verified cache files to the datacenter's nodes that hold a ticket the control plane checks."""
+        """Serve verified cache files to the datacenter's nodes that hold a ticket the control plane checks, and
+        the running steps' text to the control plane (on a ticket it minted)."""
         if self.options.peer_port is None:
             return
         self.peer_server = PeerServer(
@@ -336,6 +339,7 @@ class NodeAgent:
             host=self.options.metrics_host,
             port=self.options.peer_port,
             limit_bytes_per_s=self.options.peer_limit_bytes_per_s,
+            routes=[writing_route(self.options.node_id, lambda: self.node_secret, BOARD)],
         )
         await self.peer_server.start()
         log.info(

@@ -1,4 +1,5 @@
-"""The node's peer server: the files of its weights cache, to peers of its datacenter that hold a ticket.
+"""The node's peer server: the files of its weights cache, to peers of its datacenter that hold a ticket
+(and, beside them, its running steps' text to the control plane: writing_route.py).
 
 `GET /v1/peer/files/<sha256>` with the ticket in `X-Berth-Peer-Ticket`, and optionally `Range: bytes=N-` (or
 `N-M`) to resume a cut copy. Before a byte goes out, the control plane is asked (as this node) whether the
@@ -21,6 +22,7 @@ import logging
 import re
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -77,7 +79,9 @@ def _refusal(status: int, field: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"field": field, "message": message}}, status_code=status)
 
 
-def peer_app(files: VerifiedFiles, tickets: PeerTickets, throttle: Throttle) -> Starlette:
+def peer_app(files: VerifiedFiles, tickets: PeerTickets, throttle: Throttle, routes: Sequence[Route] = ()) -> Starlette:
+    """The file route, and `routes` beside it (the writing route: writing_route.py)."""
+
     async def serve_file(request: Request) -> Response:
         sha256 = request.path_params["sha256"]
         if not _SHA256.match(sha256):
@@ -116,7 +120,7 @@ def peer_app(files: VerifiedFiles, tickets: PeerTickets, throttle: Throttle) -> 
             _read(path, start, length, throttle), status_code=206 if header else 200, headers=headers
         )
 
-    return Starlette(routes=[Route(PEER_FILES_PATH + "/{sha256}", serve_file, methods=["GET"])])
+    return Starlette(routes=[Route(PEER_FILES_PATH + "/{sha256}", serve_file, methods=["GET"]), *routes])
 
 
 async def _read(path: Path, start: int, length: int, throttle: Throttle):  # noqa: ANN202 — an async byte stream
@@ -142,6 +146,7 @@ class PeerServer:
         host: str = "127.0.0.1",
         port: int = 0,
         limit_bytes_per_s: float | None = None,
+        routes: Sequence[Route] = (),
     ) -> None:
         self.throttle = Throttle(limit_bytes_per_s)
         self.host = host
@@ -149,7 +154,7 @@ class PeerServer:
         self.port: int = self._sock.getsockname()[1]
         self._server = uvicorn.Server(
             uvicorn.Config(
-                peer_app(files, tickets, self.throttle),
+                peer_app(files, tickets, self.throttle, routes),
                 log_level="warning",
                 lifespan="off",
                 timeout_graceful_shutdown=1,

@@ -60,6 +60,16 @@ class PeerTicketRefused(Unauthorized):
 
 
 @dataclass(frozen=True)
+class WritingSource:
+    """Where a node serves its running steps' text (its peer server), and the key its writing tickets are
+    signed with (its secret's sha256, sdk/wire/writing.py)."""
+
+    node_id: str
+    url: str
+    key: str
+
+
+@dataclass(frozen=True)
 class MeasuredTransfer:
     """One sample as the pool replays it."""
 
@@ -78,6 +88,14 @@ def ticket_hash(ticket: str) -> str:
 class SqlPeers:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+
+    def writing_source(self, node_id: str) -> WritingSource | None:
+        """Where to follow node `node_id`'s generations; None for a node without a peer server, or revoked."""
+        with Session(self._engine) as session:
+            row = session.get(NodeRow, node_id)
+            if row is None or row.peer_port is None or not row.secret_sha256:
+                return None
+            return WritingSource(node_id, _peer_url(row), row.secret_sha256)
 
     # -- node B: a ticket, then the report --------------------------------------------------------
 

@@ -64,7 +64,7 @@ async def task_live(
     cookies): the page shows the answer being written."""
     await svc.task_record(task_id, viewer.principal)
     return EventSourceResponse(
-        events_api.tail(svc, task_id, after, viewer.principal.key_id, events_api.DeltaReader(svc, task_id)),
+        events_api.tail(svc, task_id, after, viewer.principal.key_id, deltas=True),
         ping=events_api.PING_INTERVAL_S,
     )
 

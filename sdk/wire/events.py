@@ -14,6 +14,9 @@ from dataclasses import dataclass
 END_EVENT = "end"
 REVOKED_EVENT = "revoked"
 TOKEN_DELTA_EVENT = "token_delta"  # a chunk of the text a generation writes, streamed to a watching client
+# The step's text the client holds is void from `offset` on (an attempt that took the step over wrote otherwise);
+# the next deltas go on from there.
+TOKEN_RESET_EVENT = "token_reset"
 
 
 @dataclass(frozen=True)

@@ -26,21 +26,31 @@
     function soon() { shown.heard(); if (!pending) pending = setTimeout(refresh, 250); }
 
     // The answer being written (token deltas, as text: never parsed as markup); a finished step shows in the panel.
+    // Each delta and reset says at which offset of the step's text it applies, so the box holds the text exactly.
     const box = document.getElementById("writing-box");
     const writing = document.getElementById("writing");
     let writingStep = null;
     function stopWriting() { if (box) { box.hidden = true; writing.textContent = ""; writingStep = null; } }
+    function atStep(step) {
+      if (step !== writingStep) {
+        writing.textContent = "";
+        writingStep = step;
+        document.getElementById("writing-step").textContent = "step " + step;
+      }
+    }
     source.addEventListener("token_delta", function (e) {
       if (!box) return;
       const delta = JSON.parse(e.data);
-      if (delta.step !== writingStep) {
-        writing.textContent = "";
-        writingStep = delta.step;
-        document.getElementById("writing-step").textContent = "step " + delta.step;
-      }
-      writing.textContent += delta.text;
+      atStep(delta.step);
+      writing.textContent = writing.textContent.slice(0, delta.offset) + delta.text;
       box.hidden = false;
       shown.heard();
+    });
+    source.addEventListener("token_reset", function (e) {
+      if (!box) return;
+      const reset = JSON.parse(e.data);
+      atStep(reset.step);
+      writing.textContent = writing.textContent.slice(0, reset.offset);
     });
 
     source.onopen = function () { marker.dataset.live = "on"; shown.state("on"); shown.heard(); };

@@ -136,7 +136,9 @@ class _Durable:
         invoke = target.on_invoke_handoff
 
         async def to_durable_agent(ctx: RunContextWrapper[Any], arguments: str) -> Agent[Any]:
-            return self.agent(await invoke(ctx, arguments))
+            target = await invoke(ctx, arguments)
+            refuse_unsupported(target)  # built at run time: checked when it is handed to
+            return self.agent(target)
 
         return dataclasses.replace(target, on_invoke_handoff=to_durable_agent)
 

@@ -11,7 +11,8 @@ from .tools import register_tools
 INSTRUCTIONS = (
     "Berth runs AI-agent tasks durably under hard token budgets. Submit a task to an agent (list_agents) with a"
     " budget, follow it with wait_for_task or get_task, and steer it: raise_budget when it is awaiting_budget,"
-    " answer_task when it is awaiting_input, cancel_task, fork_task from a checkpoint."
+    " answer_task when it is awaiting_input (approve_tool_call or reject_tool_call when its `approvals` lists tool"
+    " calls waiting for a person), cancel_task, fork_task from a checkpoint."
 )
 
 

@@ -17,12 +17,14 @@ import pytest
 from agents import Agent as SdkAgent
 from agents import function_tool
 from api_helpers import Stack, unique
+from ui_helpers import csrf_of
 
 from orchestrator.api.task_ids import scoped_task_id
 from orchestrator.cli import tasks as cli_tasks
 from orchestrator.mcp_server.server import build_server
 from sdk import AgentSpec, Budget, Client, NotFound, TaskHandle, TaskState, TaskStatus
 from sdk.openai_agents import run_on_berth
+from sdk.wire.identity import Role
 
 MODEL = "llama-3.2-1b"
 
@@ -145,6 +147,25 @@ async def test_a_rerun_while_the_call_still_waits_waits_for_it_and_an_mcp_reject
     await mcp.call_tool("reject_tool_call", {"task_id": task.task_id, "reason": "not now"})
     result = await asyncio.wait_for(again, 120)
     assert ran == [] and "not now" in result.final_output
+
+
+async def test_the_task_page_shows_the_call_and_its_approve_button_resumes_the_run(stack: Stack) -> None:
+    ran: list[str] = []
+    run, task = await started(stack, researcher(ran), unique("ui"))
+    await waiting_for_approval(task)
+    key = stack.store.keys.create(Role.operator, name="ui").key
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(stack.app), base_url="http://berth") as browser:
+        login = await browser.get("/login")
+        await browser.post("/login", data={"api_key": key, "csrf_token": csrf_of(login)})
+        page = await browser.get(f"/tasks/{task.task_id}")
+        section = page.text[page.text.index('<section id="approval">') :]
+        section = section[: section.index("</section>")]
+        assert "<code>lookup</code>" in section and "H100 bandwidth" in section
+        assert 'id="approve"' in section and 'id="reject"' in section
+        done = await browser.post(f"/tasks/{task.task_id}/approve", data={"csrf_token": csrf_of(page)})
+        assert done.status_code == 303, done.text[:500]
+    result = await asyncio.wait_for(run, 120)
+    assert ran == ["H100 bandwidth"] and "notes on H100 bandwidth" in result.final_output
 
 
 async def test_an_approval_wait_does_not_count_as_the_loop_falling_silent(stack: Stack) -> None:

@@ -79,3 +79,56 @@ def test_an_agents_sdk_agent_killed_mid_tool_resumes_with_nothing_done_twice(sta
     assert ledger["prompt_tokens"] == engine["prompt_tokens"]
     assert ledger["completion_tokens"] == engine["completion_tokens"]
     assert state["spend"]["tokens_used"] == ledger["prompt_tokens"] + ledger["completion_tokens"]
+
+
+def test_an_agents_sdk_run_killed_while_a_tool_waits_for_approval_resumes_once_approved_from_the_cli(
+    stack: Stack, tmp_path: Path
+) -> None:
+    journal = tmp_path / "orders.txt"
+    journal.touch()
+
+    def buyer() -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.system.approving_agent", "buy-killed", str(journal), "H100 node"],
+            cwd=ROOT,
+            env=stack.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    first = buyer()
+    task_id = "default:buy-killed"
+
+    def asking() -> dict | None:
+        if first.poll() is not None:
+            return {}
+        reply = stack.http.get(f"/v1/tasks/{task_id}")
+        state = reply.json() if reply.status_code == 200 else {}
+        return state if state.get("approvals") else None
+
+    waiting = wait_until(asking, 300, "the run to stop at the tool that needs approval")
+    assert first.poll() is None, first.stderr.read()[-3000:] if first.stderr else ""
+    assert waiting["status"] == "awaiting_input" and waiting["approvals"][0]["tool"] == "transfer"
+    assert "H100 node" in waiting["approvals"][0]["arguments"] and "transfer" in waiting["question"]
+    os.kill(first.pid, signal.SIGKILL)  # the process dies while it waits
+    first.wait(timeout=30)
+
+    approved = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", "tasks", "approve", task_id],
+        cwd=ROOT,
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert approved.returncode == 0, approved.stderr
+    assert "approved" in approved.stdout
+
+    again = buyer()
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+    assert journal.read_text().splitlines() == ["started", "started", "ordered H100 node"]  # ordered once
+    assert "order placed for H100 node" in out
+    state = stack.http.get(f"/v1/tasks/{task_id}").json()
+    assert state["status"] == "completed" and state["step"] == 2

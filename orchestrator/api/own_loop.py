@@ -24,19 +24,18 @@ from ..store import TaskRecord
 from .auth import TaskWriter
 from .chat_wire import ChatRequest, completion, completion_chunks
 from .errors import ERROR_RESPONSES, ApiError, conflict, field_of, invalid, not_found, unavailable
+from .principal import Principal
 from .services import Services, Svc
 from .tasks import current_state, require_running
 from .temporal_gateway import TemporalUnavailable, UpdateRejected, WorkflowGone
 
-router = APIRouter(
-    prefix="/v1/tasks",
-    tags=["own loop"],
-    responses={
-        **ERROR_RESPONSES,
-        402: {**ERROR_RESPONSES[409], "description": "out_of_budget"},
-        502: {**ERROR_RESPONSES[409], "description": "model_call_failed"},
-    },
-)
+# What a model call of an own loop may answer, on either wire (chat/completions, responses).
+OWN_LOOP_RESPONSES: dict[int | str, dict] = {
+    **ERROR_RESPONSES,
+    402: {**ERROR_RESPONSES[409], "description": "out_of_budget"},
+    502: {**ERROR_RESPONSES[409], "description": "model_call_failed"},
+}
+router = APIRouter(prefix="/v1/tasks", tags=["own loop"], responses=OWN_LOOP_RESPONSES)
 
 # A refusal's kind (the workflow's ApplicationError type): the status it answers with, and the field to blame.
 _REFUSALS = {
@@ -87,6 +86,19 @@ async def chat_completions(task_id: str, body: ChatRequest, svc: Svc, caller: Ta
     """One model call of the task's own loop, as OpenAI's Chat Completions: run as the task's next step (its
     budget reserved and booked, its replica placed by the pool), or, when the loop made this very call before
     (it re-ran after a crash), answered again from the task without generating or spending."""
+    model, reply = await answer_call(svc, task_id, caller, body)
+    if not body.stream:
+        return completion(task_id, model, reply)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return StreamingResponse(
+        _sse(completion_chunks(task_id, model, reply, include_usage)), media_type="text/event-stream"
+    )
+
+
+async def answer_call(svc: Services, task_id: str, caller: Principal, body: ChatRequest) -> tuple[str, LoopReply]:
+    """The task's model and its reply to one call of its own loop, whichever wire the call came by (Chat
+    Completions, or the Responses API turned into one): checked, sent to the workflow, and never a replay longer
+    than the call allows. Refusals name the chat call's fields."""
     record = await svc.task_record(task_id, caller)
     require_running(record)
     model = record.state.model
@@ -102,8 +114,8 @@ async def chat_completions(task_id: str, body: ChatRequest, svc: Svc, caller: Ta
     instructions, conversation = body.split()
     if not conversation:
         raise invalid("messages", "a call needs at least one message after its system messages")
-    reply = await _answer(svc, task_id, instructions, conversation, body.tool_schemas(), settings, body.answer_limit())
     limit = body.answer_limit()
+    reply = await _answer(svc, task_id, instructions, conversation, body.tool_schemas(), settings, limit)
     if reply.replayed and limit is not None and reply.completion_tokens > limit:
         field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         raise conflict(
@@ -112,12 +124,7 @@ async def chat_completions(task_id: str, body: ChatRequest, svc: Svc, caller: Ta
             f" {reply.completion_tokens}, or leave {field} out)",
             field=field,
         )
-    if not body.stream:
-        return completion(task_id, model, reply)
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return StreamingResponse(
-        _sse(completion_chunks(task_id, model, reply, include_usage)), media_type="text/event-stream"
-    )
+    return model, reply
 
 
 async def _sse(chunks: list[dict]) -> AsyncIterator[str]:

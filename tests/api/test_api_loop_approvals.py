@@ -108,6 +108,24 @@ async def test_a_reason_given_with_a_reject_is_what_the_model_reads(stack: Stack
     assert ran == [] and "too expensive today" in result.final_output
 
 
+async def test_each_call_of_a_run_waits_for_its_own_decision(stack: Stack) -> None:
+    ran: list[str] = []
+    run, task = await started(stack, researcher(ran), unique("two"), input="H100 bandwidth; A100 bandwidth")
+    first = await waiting_for_approval(task)
+    assert json.loads(first.approvals[0].arguments) == {"subject": "H100 bandwidth"}
+    await task.approve(first.approvals[0].call_id)
+
+    async with asyncio.timeout(60):  # the run resumes, the tool runs, and the model asks for the next call
+        while (second := await task.status()).approvals in ([], first.approvals):
+            await asyncio.sleep(0.1)
+    assert ran == ["H100 bandwidth"] and json.loads(second.approvals[0].arguments) == {"subject": "A100 bandwidth"}
+    await task.reject(reason="one is enough")
+
+    result = await asyncio.wait_for(run, 120)
+    assert ran == ["H100 bandwidth"]
+    assert "notes on H100 bandwidth" in result.final_output and "one is enough" in result.final_output
+
+
 async def test_a_loop_killed_while_waiting_resumes_from_the_state_the_task_holds(stack: Stack) -> None:
     ran: list[str] = []
     task_id = unique("killed")

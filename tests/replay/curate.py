@@ -44,6 +44,15 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     "fork": ("test_agent_task.py__test_fork_from_a_checkpoint_reruns_from_there", ""),
     "continue-as-new": ("test_agent_task.py__test_long_task_continues_as_new_without_redoing_steps", ""),
     "own-loop-agents-sdk": ("test_api_own_loop.py__test_an_agents_sdk_agent_runs_as_a_task_with_its_calls_booked", ""),
+    "own-loop-approvals": ("test_api_loop_approvals.py__test_each_call_of_a_run_waits_for_its_own_decision", ""),
+    "own-loop-approval-rerun": (
+        "test_api_loop_approvals.py__test_a_loop_killed_while_waiting_resumes_from_the_state_the_task_holds",
+        "",
+    ),
+    "own-loop-approval-then-silent": (
+        "test_api_loop_approvals.py__test_an_approval_wait_does_not_count_as_the_loop_falling_silent",
+        "",
+    ),
     "own-loop-short-of-budget": (
         "test_api_own_loop.py__test_a_call_short_of_budget_is_402_and_the_task_waits_for_more",
         "",

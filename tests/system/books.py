@@ -54,3 +54,14 @@ def assert_no_step_finished_twice(events: list) -> None:
     for step, attempts in calls.items():
         placements = [a // 100 for a in attempts]
         assert placements == sorted(set(placements)), f"step {step} called twice on one placement: {attempts}"
+
+
+def assert_calls_booked_once(stack: Stack, task_id: str, calls: int) -> dict:
+    """An own loop's task: its ledger holds `calls` calls, each served once by the fleet's replicas (nothing
+    generated or booked twice, a replayed call neither). Returns the ledger's totals."""
+    totals = stack.http.get(f"/v1/tasks/{task_id}/ledger").json()["totals"]
+    engine = stack.engine_usage(task_id)
+    assert totals["calls"] == engine["requests"] == calls, (totals, engine)
+    assert totals["prompt_tokens"] == engine["prompt_tokens"]
+    assert totals["completion_tokens"] == engine["completion_tokens"]
+    return totals

@@ -17,7 +17,8 @@ from fastapi.responses import StreamingResponse
 from .auth import TaskWriter
 from .errors import ApiError
 from .own_loop import OWN_LOOP_RESPONSES, answer_call
-from .responses_wire import ResponsesRequest, chat_field, response, response_events
+from .responses_reply import response, response_events
+from .responses_wire import ResponsesRequest, chat_field
 from .services import Svc
 
 router = APIRouter(prefix="/v1/tasks", tags=["own loop"], responses=OWN_LOOP_RESPONSES)

@@ -11,6 +11,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from unittest.mock import patch
 
 import httpx
 import pytest
@@ -266,10 +267,6 @@ async def _cli(command: Callable[[Any], int], client: Client, **args: Any) -> in
         ran.append(body(client))
         return 0
 
-    original = cli_tasks.run_with_client
-    cli_tasks.run_with_client = with_client  # type: ignore[assignment]
-    try:
+    with patch.object(cli_tasks, "run_with_client", with_client):
         command(type("Args", (), args)())
-    finally:
-        cli_tasks.run_with_client = original  # type: ignore[assignment]
     return await ran[0]

@@ -16,6 +16,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from sdk import Budget, Spend, TaskState, TaskStatus
+from sdk.wire.lease import ServiceClass
 from sdk.wire.limits import (
     MAX_INPUT_CHARS,
     MAX_MODEL_NAME_CHARS,
@@ -30,6 +31,7 @@ from sdk.wire.limits import (
     TASK_ID_PATTERN,
     TASK_REF_PATTERN,
 )
+from sdk.wire.objectives import LatencyObjectives
 
 from .caller import Caller
 from .results import AgentList, FleetStatus, ModelList, TaskList, WaitOutcome
@@ -66,6 +68,17 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
                 " spec returns the same task",
             ),
         ] = None,
+        service_class: Annotated[
+            ServiceClass,
+            Field(
+                description="interactive (calls judged by time to first token and per token), batch (by a"
+                " deadline) or low_priority (spare GPUs only)"
+            ),
+        ] = "interactive",
+        objectives: Annotated[
+            LatencyObjectives | None,
+            Field(description="latency objectives over the agent's, the tenant's and the class's, field by field"),
+        ] = None,
     ) -> TaskState:
         """Start an agent on a task with a hard budget; returns at once with the task's state.
 
@@ -73,7 +86,13 @@ def register_tools(server: MCPServer, caller: Caller) -> None:
         budget is carved out of the caller's remainder; asking for more than remains is refused."""
         async with caller.client(ToolError) as client:
             task = await client.submit(
-                agent, input, Budget(tokens=budget_tokens, usd=budget_usd), task_id=task_id, priority=priority
+                agent,
+                input,
+                Budget(tokens=budget_tokens, usd=budget_usd),
+                task_id=task_id,
+                priority=priority,
+                service_class=service_class,
+                objectives=objectives,
             )
             return await task.status()
 

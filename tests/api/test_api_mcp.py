@@ -201,6 +201,28 @@ async def test_the_id_a_tenant_chose_names_its_task_in_tools_and_resources(serve
         assert not cancelled.is_error and cancelled.structured_content["task_id"] == f"acme:{chosen}"
 
 
+async def test_a_task_submitted_by_a_tool_carries_its_class_and_objectives(server: Server, agent: AgentSpec) -> None:
+    async with mcp_as(server, key_of(server, Role.operator)) as client:
+        submitted = await client.call_tool(
+            "submit_task",
+            {
+                "agent": agent.name,
+                "input": "Tally.",
+                "budget_tokens": 900,
+                "service_class": "batch",
+                "objectives": {"deadline_s": 600, "attainment": 0.9},
+            },
+        )
+        assert not submitted.is_error, submitted
+        state = submitted.structured_content
+        assert state["objectives"]["deadline_s"] == 600 and state["objectives"]["attainment"] == 0.9
+        refused = await client.call_tool(
+            "submit_task", {"agent": agent.name, "input": "Tally.", "budget_tokens": 900, "objectives": {"ttft_s": -1}}
+        )
+        assert "objectives.ttft_s" in error_text(refused)
+        await client.call_tool("cancel_task", {"task_id": state["task_id"]})
+
+
 async def test_bad_input_is_a_tool_error_naming_the_field_and_the_session_carries_on(
     server: Server, agent: AgentSpec
 ) -> None:

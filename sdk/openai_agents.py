@@ -193,7 +193,13 @@ async def run_on_berth(
     `run_config` is the caller's, tracing included; its model provider becomes the task's. Its trace (a new
     trace id when it names none) is recorded on the task and Berth's spans of each model call join it.
     """
-    refuse_unsupported(agent)
+    refuse_unsupported(agent, model)
+    chosen = run_config.model if run_config is not None else None
+    if isinstance(chosen, Model) or chosen not in (None, "", model):
+        raise UserError(
+            f"run_config.model: the task runs {model!r} on Berth; a RunConfig naming another model (or a Model"
+            " object, whose calls would not reach the task) is refused: leave it unset"
+        )
     opening = task_input(input)
     spec = AgentSpec(name=berth_agent or berth_agent_name(agent), model=model, loop="own", max_steps=max_steps)
     await client.register(spec)
@@ -234,8 +240,9 @@ async def run_on_berth(
     return BerthRun(task, result)
 
 
-def refuse_unsupported(agent: Agent[Any]) -> None:
-    """Refuse, before a task is submitted, what a task's own loop cannot serve, naming the agent and the tool."""
+def refuse_unsupported(agent: Agent[Any], model: str | None = None) -> None:
+    """Refuse, before a task is submitted, what a task's own loop cannot serve, naming the agent and the tool:
+    an agent used as a tool, hosted tools, and a model other than the task's (`model`)."""
     seen: set[int] = set()
     todo = [agent]
     while todo:
@@ -243,6 +250,11 @@ def refuse_unsupported(agent: Agent[Any]) -> None:
         if id(a) in seen:
             continue
         seen.add(id(a))
+        if isinstance(a.model, Model) or (model is not None and a.model not in (None, "", model)):
+            raise UserError(
+                f"agent {a.name!r}: its model is {a.model!r}, but the task runs {model!r} on Berth, and a Model"
+                " object's calls would not reach the task at all: leave Agent.model unset or name the task's model"
+            )
         for tool in a.tools:
             if getattr(tool, "_is_agent_tool", False):
                 inner = getattr(getattr(tool, "_agent_instance", None), "name", "another agent")

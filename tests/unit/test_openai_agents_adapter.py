@@ -44,6 +44,22 @@ def test_a_hosted_tool_is_refused_naming_it() -> None:
         refuse_unsupported(Agent(name="Searcher", tools=[WebSearchTool()]))
 
 
+async def test_a_model_the_task_does_not_run_is_refused_before_a_task_is_submitted() -> None:
+    from agents import OpenAIChatCompletionsModel
+    from openai import AsyncOpenAI
+
+    elsewhere = OpenAIChatCompletionsModel(model="gpt-4o", openai_client=AsyncOpenAI(api_key="k"))
+    async with no_api() as client:
+        for agent, config in (
+            (Agent(name="Named", model="gpt-4o"), None),
+            (Agent(name="Direct", model=elsewhere), None),
+            (Agent(name="Plain"), RunConfig(model="gpt-4o")),
+        ):
+            with pytest.raises(UserError, match="model"):
+                await run_on_berth(client, agent, "hi", model="llama-3.2-1b", budget=1000, run_config=config)
+    refuse_unsupported(Agent(name="Same", model="llama-3.2-1b"), "llama-3.2-1b")
+
+
 def test_function_tools_with_or_without_approval_and_handoff_cycles_are_served() -> None:
     @function_tool(needs_approval=True)
     def pay(amount: int) -> str:

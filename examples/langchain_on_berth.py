@@ -49,8 +49,8 @@ def lookup(subject: str) -> str:
 
 
 def chat_model(task: TaskHandle, model: str) -> ChatOpenAI:
-    # Berth answers each call once; LangChain's own retries would only resend what the task already refused.
-    return ChatOpenAI(base_url=task.openai_base_url, api_key=os.environ["BERTH_API_KEY"], model=model, max_retries=0)
+    # A retry resends the same call: one the task answered already is answered again from the task, free.
+    return ChatOpenAI(base_url=task.openai_base_url, api_key=os.environ["BERTH_API_KEY"], model=model)
 
 
 async def plain(llm: ChatOpenAI, task: TaskHandle, question: str) -> str:

@@ -69,10 +69,8 @@ async def main(args: argparse.Namespace) -> None:
     async with Client() as client:  # BERTH_API_URL and BERTH_API_KEY from the environment
         await client.register(AgentSpec(name=AGENT, model=args.model, loop="own"))
         task = await client.submit(AGENT, args.input, budget=Budget(tokens=args.tokens), task_id=args.task_id)
-        # Berth answers each call once; LangChain's own retries would only resend what the task already refused.
-        llm = ChatOpenAI(
-            base_url=task.openai_base_url, api_key=os.environ["BERTH_API_KEY"], model=args.model, max_retries=0
-        )
+        # A retry resends the same call: one the task answered already is answered again from the task, free.
+        llm = ChatOpenAI(base_url=task.openai_base_url, api_key=os.environ["BERTH_API_KEY"], model=args.model)
         graph = create_agent(
             llm,
             [durable_lookup(task, args.journal, args.tool_seconds)],

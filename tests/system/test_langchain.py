@@ -141,6 +141,38 @@ def test_a_langgraph_react_agent_runs_its_tool_to_an_answer(stack: Stack, berth:
     finish(stack, task_id, answer.text)
 
 
+def test_a_langgraph_agent_answers_with_its_structured_response(stack: Stack, berth: SyncClient) -> None:
+    task_id, llm = task_model(stack, berth, "lg-structured")
+    graph = create_react_agent(llm, [lookup], response_format=Specs)
+    final = graph.invoke({"messages": [("user", QUESTION)]})
+    # The tool round, the answer, then one more call of the same conversation for the answer's structured form.
+    assert [type(m).__name__ for m in final["messages"]] == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"]
+    assert final["structured_response"] == Specs(subject=f"Report on {QUESTION}.", bandwidth_tb_s=0.0)
+    assert_calls_booked_once(stack, task_id, calls=3)
+    finish(stack, task_id, final["structured_response"].model_dump_json())
+
+
+def test_a_langgraph_agent_streams_its_messages(stack: Stack, berth: SyncClient) -> None:
+    task_id, llm = task_model(stack, berth, "lg-stream")
+    graph = create_react_agent(llm, [lookup])
+    written: dict[str, str] = {}
+    tool_results = []
+    for message, meta in graph.stream({"messages": [("user", QUESTION)]}, stream_mode="messages"):
+        if meta["langgraph_node"] == "agent":
+            written[message.id] = written.get(message.id, "") + message.text
+        else:
+            tool_results.append(message.text)
+    assert tool_results == [f"notes on {QUESTION}"]
+    # Two model turns streamed: the tool call (no text), then the answer.
+    streamed = list(written.values())
+    assert len(streamed) == 2 and streamed[0] == ""
+    # The graph run again is the task's calls replayed: the same answer, generated and charged once.
+    again = graph.invoke({"messages": [("user", QUESTION)]})["messages"][-1]
+    assert streamed[1] == again.text and f"Findings on {QUESTION}: notes on {QUESTION}" in again.text
+    assert_calls_booked_once(stack, task_id, calls=2)
+    finish(stack, task_id, again.text)
+
+
 def run_example(stack: Stack, name: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(ROOT / "examples" / name), *args],

@@ -111,6 +111,7 @@ class WritingBoard:
     def __init__(self) -> None:
         self._generations: dict[tuple[str, int], Generation] = {}
         self._lock = threading.Lock()
+        self._waiters: dict[tuple[str, int], list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
 
     def start(self, task_id: str, step: int, attempt: int, continued: str) -> Generation:
         """A new attempt of the step, continuing `continued` (empty: from the start); replaces an earlier one."""
@@ -119,14 +120,43 @@ class WritingBoard:
             self._forget_old()
             earlier = self._generations.get((task_id, step))
             self._generations[(task_id, step)] = generation
+            waiters = self._waiters.pop((task_id, step), [])
         if earlier is not None:
             earlier.end("cut")
+        for loop, event in waiters:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(event.set)
         return generation
 
     def get(self, task_id: str, step: int) -> Generation | None:
         with self._lock:
             self._forget_old()
             return self._generations.get((task_id, step))
+
+    async def wait_for(self, task_id: str, step: int, newer_than: int, timeout_s: float) -> Generation | None:
+        """The step's generation once one of an attempt after `newer_than` runs here, waiting up to `timeout_s`
+        for it to start: a reader that comes before the engine's first token gets that token as it is written,
+        not a poll later. None if none started in time."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            started = asyncio.Event()
+            with self._lock:
+                self._forget_old()
+                generation = self._generations.get((task_id, step))
+                if generation is not None and generation.attempt > newer_than:
+                    return generation
+                self._waiters.setdefault((task_id, step), []).append((loop, started))
+            try:
+                await asyncio.wait_for(started.wait(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                with self._lock:
+                    waiting = self._waiters.get((task_id, step), [])
+                    if (loop, started) in waiting:
+                        waiting.remove((loop, started))
+                    if not waiting:
+                        self._waiters.pop((task_id, step), None)
+                return None
 
     def _forget_old(self) -> None:
         now = time.monotonic()

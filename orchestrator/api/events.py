@@ -42,6 +42,9 @@ READ_BATCH = 500
 # final with nothing left to read, look this many more times before ending the stream.
 FINAL_QUIET_POLLS = 2
 PING_INTERVAL_S = 15
+# A final task's stream waits this long at most for its deltas' sources to say all they had (a node's connection
+# already open sends a cut generation's last pieces within milliseconds).
+FINAL_DRAIN_S = 2.0
 KEY_RECHECK_S = 5.0
 
 router = APIRouter(tags=["tasks"], responses=ERROR_RESPONSES)
@@ -120,7 +123,7 @@ async def _tail(
         if final and not events:
             quiet_polls += 1
             if quiet_polls > FINAL_QUIET_POLLS:
-                for message in live.ready() if live is not None else []:
+                for message in await live.drained(FINAL_DRAIN_S) if live is not None else []:
                     yield message
                 status = record.state.status.value if record else "deleted"
                 yield ServerSentEvent(data=json.dumps({"task_id": task_id, "status": status}), event=END_EVENT)

@@ -50,6 +50,13 @@ class LiveText:
             return []
         return self._send(first) + self.ready()
 
+    async def drained(self, timeout_s: float) -> list[ServerSentEvent]:
+        """The task is final: the messages of what its last generation wrote before it ended. The follower ends
+        once its sources have said all (a cut generation's node sends its text, then the end), within `timeout_s`."""
+        if self._follower is not None:
+            await asyncio.wait({self._follower}, timeout=timeout_s)
+        return self.ready()
+
     def ready(self) -> list[ServerSentEvent]:
         """The messages queued now."""
         messages: list[ServerSentEvent] = []

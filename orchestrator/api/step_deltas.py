@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from activities.writing_board import Generation
+from sdk.wire.writing import WRITING_KEEPALIVE_S
 
 from ..store import Store
 from .services import Services
@@ -24,6 +24,8 @@ from .writing_sources import (
     SourceEnd,
     SourceItem,
     SourcePiece,
+    SourceStart,
+    board_generation,
     from_board,
     from_heartbeat,
     from_node,
@@ -49,7 +51,11 @@ async def step_text(svc: Services, task_id: str, step: int, after: int = 0) -> A
     and the text). The caller must have checked that its client may see the task."""
     cursor = TextCursor(skip=after)
     async for item in _items(svc, task_id, step):
-        for change in cursor.take(item.offset, item.text) if isinstance(item, SourcePiece) else cursor.end(item.length):
+        if isinstance(item, SourcePiece):
+            changes = cursor.take(item.offset, item.text)
+        else:
+            changes = cursor.end(item.length) if isinstance(item, SourceEnd) else []
+        for change in changes:
             yield change
     stored = await stored_text(svc, task_id, step)
     if stored is not None:
@@ -90,27 +96,42 @@ def _stored_text(store: Store, task_id: str, step: int) -> str | None:
 
 
 async def _items(svc: Services, task_id: str, step: int) -> AsyncIterator[SourceItem]:
-    """What the step's sources say, one after another, while the step may still be written."""
-    read_cut: set[Generation] = set()  # generations of this process already read to their cut
+    """What the step's sources say, one attempt after another, while the step may still be written."""
+    read_to_cut = 0  # the newest attempt read to its cut: only a later one has more to say
     while await _may_write(svc, task_id, step):
-        generation = on_board(task_id, step)
-        if generation in read_cut:
-            generation = None
-        node = await node_of(svc, task_id, step) if generation is None else None
-        items = from_board(generation) if generation is not None else from_node(node, task_id, step) if node else None
-        heard = False
-        if items is not None:
-            async for item in items:
-                heard = True
-                yield item
-                if isinstance(item, SourceEnd):
-                    if item.finished:
-                        return
-                    if generation is not None:
-                        read_cut.add(generation)
-        if not heard and (piece := await from_heartbeat(svc, task_id)) is not None:
-            yield piece
-        await asyncio.sleep(LOOK_AGAIN_S)
+        attempt, heard = read_to_cut, False
+        async for item in await _source(svc, task_id, step, read_to_cut):
+            heard = True
+            if isinstance(item, SourceStart):
+                attempt = item.attempt
+                continue
+            yield item
+            if isinstance(item, SourceEnd):
+                if item.finished:
+                    return
+                read_to_cut = max(read_to_cut, attempt)
+        if not heard:
+            if (piece := await from_heartbeat(svc, task_id)) is not None:
+                yield piece
+            await asyncio.sleep(LOOK_AGAIN_S)
+
+
+async def _source(svc: Services, task_id: str, step: int, read_to_cut: int) -> AsyncIterator[SourceItem]:
+    """The source of the step's attempt after `read_to_cut`: its lease's node, else this process once the attempt
+    starts here (no lease: the control worker generates it, here or in a process of its own); else nothing."""
+    node = await node_of(svc, task_id, step)
+    if node is not None:
+        # The first attempt starts on its lease's node: wait there for it. After a cut the step may go on
+        # anywhere: look briefly, then ask the lease books again.
+        wait_s = LOOK_AGAIN_S if read_to_cut else WRITING_KEEPALIVE_S
+        return from_node(node, task_id, step, newer_than=read_to_cut, wait_s=wait_s)
+    generation = await board_generation(task_id, step, read_to_cut, LOOK_AGAIN_S)
+    return from_board(generation) if generation is not None else _nothing()
+
+
+async def _nothing() -> AsyncIterator[SourceItem]:
+    return
+    yield
 
 
 async def _may_write(svc: Services, task_id: str, step: int) -> bool:

@@ -36,6 +36,13 @@ CONNECT_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True)
+class SourceStart:
+    """The source is attempt `attempt` of the step (numbered across its placements)."""
+
+    attempt: int
+
+
+@dataclass(frozen=True)
 class SourcePiece:
     """The source's text at `offset` is `text`."""
 
@@ -51,7 +58,7 @@ class SourceEnd:
     length: int
 
 
-SourceItem = SourcePiece | SourceEnd
+SourceItem = SourceStart | SourcePiece | SourceEnd
 
 
 def on_board(task_id: str, step: int) -> Generation | None:
@@ -59,7 +66,13 @@ def on_board(task_id: str, step: int) -> Generation | None:
     return BOARD.get(task_id, step)
 
 
+async def board_generation(task_id: str, step: int, newer_than: int, timeout_s: float) -> Generation | None:
+    """The step's generation in this process, of an attempt after `newer_than`, once it starts (within timeout_s)."""
+    return await BOARD.wait_for(task_id, step, newer_than, timeout_s)
+
+
 async def from_board(generation: Generation) -> AsyncIterator[SourceItem]:
+    yield SourceStart(generation.attempt)
     async for piece in generation.follow(0):
         if piece.text:
             yield SourcePiece(piece.offset, piece.text)
@@ -74,11 +87,24 @@ async def node_of(svc: Services, task_id: str, step: int) -> WritingSource | Non
     return await svc.db(svc.store.peers.writing_source, lease.node_id)
 
 
-async def from_node(source: WritingSource, task_id: str, step: int, follow: bool = True) -> AsyncIterator[SourceItem]:
-    """The step's text from its node, from the start; nothing at all when the node will not or cannot say."""
+async def from_node(
+    source: WritingSource,
+    task_id: str,
+    step: int,
+    follow: bool = True,
+    newer_than: int = 0,
+    wait_s: float = WRITING_KEEPALIVE_S,
+) -> AsyncIterator[SourceItem]:
+    """The step's text from its node, from the start, by an attempt after `newer_than` (the node waits up to
+    `wait_s` for one to start); nothing at all when the node will not or cannot say."""
     url = f"{source.url}{WRITING_PATH}/{quote(task_id, safe='')}/{step}"
     headers = {WRITING_TICKET_HEADER: mint_writing_ticket(source.key, source.node_id, task_id, step)}
-    params = {"after": "0", "follow": "true" if follow else "false"}
+    params = {
+        "after": "0",
+        "newer_than": str(newer_than),
+        "wait_ms": str(int(wait_s * 1000)),
+        "follow": "true" if follow else "false",
+    }
     try:
         async with _client().stream("GET", url, params=params, headers=headers) as response:
             if response.status_code != 200:
@@ -88,7 +114,9 @@ async def from_node(source: WritingSource, task_id: str, step: int, follow: bool
                 line = _parse(raw)
                 if line is None:
                     continue
-                if line.offset is not None and line.text:
+                if line.attempt is not None:
+                    yield SourceStart(line.attempt)
+                elif line.offset is not None and line.text:
                     yield SourcePiece(line.offset, line.text)
                 elif line.end is not None and line.end != "writing":
                     yield SourceEnd(line.end == "finished", line.length or 0)

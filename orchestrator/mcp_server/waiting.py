@@ -5,8 +5,9 @@ stream: over HTTP the tools reach /v1 through `httpx.ASGITransport`, which hands
 response only once the app has finished it, so an event stream would arrive all at once
 when the task ends and no progress could be reported on the way.
 
-While a step generates, each report also carries the text it wrote since the last one (read from the
-generation's heartbeat through `/writing`), so an MCP client can show the answer as it is written.
+While a step generates, each report also carries the text it wrote since the last one (read through
+`/writing` from the node that generates it, as the engine wrote it: so never more than POLL_S late, one
+heartbeat's interval), so an MCP client can show the answer as it is written.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from activities.writing_board import Generation, WritingBoard
-from orchestrator.api.writing_sources import SourceEnd, SourceItem, SourcePiece, from_node
+from orchestrator.api.writing_sources import SourceEnd, SourceItem, SourcePiece, SourceStart, from_node
 from orchestrator.node.peer_server import PeerServer
 from orchestrator.node.peer_tickets import PeerTickets
 from orchestrator.node.writing_route import writing_route
@@ -108,7 +108,7 @@ async def test_the_node_refuses_a_ticket_for_another_step_or_none(
         assert (await http.get(url, headers={WRITING_TICKET_HEADER: forged})).status_code == 403
         missing = mint_writing_ticket(writing_key(SECRET), "node-a", "acme:t9", 1)
         assert (
-            await http.get(f"{server.url}{WRITING_PATH}/acme:t9/1", headers={WRITING_TICKET_HEADER: missing})
+            await http.get(f"{server.url}{WRITING_PATH}/acme:t9/1?wait_ms=0", headers={WRITING_TICKET_HEADER: missing})
         ).status_code == 404
     forged_source = WritingSource("node-a", server.url, writing_key("not the node's"))
     assert await collect(from_node(forged_source, "acme:t1", 1)) == []
@@ -122,7 +122,27 @@ async def test_a_one_shot_read_gives_the_text_so_far_of_a_generation_still_writi
     generation.write("and new")
     source = WritingSource("node-a", server.url, writing_key(SECRET))
     items = await collect(from_node(source, "acme:t1", 1, follow=False))
-    assert items == [SourcePiece(0, "kept and new")]
+    assert items == [SourceStart(2), SourcePiece(0, "kept and new")]
+
+
+async def test_a_reader_before_the_start_gets_the_attempt_once_it_starts_and_never_a_cut_one_again(
+    board_and_server: tuple[WritingBoard, PeerServer],
+) -> None:
+    board, server = board_and_server
+    source = WritingSource("node-a", server.url, writing_key(SECRET))
+    early = asyncio.create_task(collect(from_node(source, "acme:t1", 1)))
+    await asyncio.sleep(0.05)
+    first = board.start("acme:t1", 1, attempt=1, continued="")
+    first.write("abc")
+    first.end("cut")
+    assert await early == [SourceStart(1), SourcePiece(0, "abc"), SourceEnd(finished=False, length=3)]
+    assert await collect(from_node(source, "acme:t1", 1, newer_than=1, wait_s=0.05)) == []
+    later = asyncio.create_task(collect(from_node(source, "acme:t1", 1, newer_than=1)))
+    await asyncio.sleep(0.05)
+    second = board.start("acme:t1", 1, attempt=2, continued="ab")
+    second.write("d")
+    second.end("finished")
+    assert await later == [SourceStart(2), SourcePiece(0, "abd"), SourceEnd(finished=True, length=3)]
 
 
 async def test_a_new_attempt_replaces_the_cut_one_and_readers_of_the_old_one_see_it_end() -> None:

@@ -58,16 +58,17 @@ async def authenticate(
     request.scope[PRINCIPAL_SCOPE_KEY] = caller
     if caller.role == Role.viewer and request.method not in SAFE_METHODS:
         raise forbidden(caller, "change anything")
-    await _read_task_id_as_meant(request, svc, caller)
+    await read_task_id_as_meant(request, svc, caller)
     if caller.task_id is not None:
         _hold_task_token_to_its_task(caller, request)
     return caller
 
 
-async def _read_task_id_as_meant(request: Request, svc: Services, caller: Principal) -> None:
+async def read_task_id_as_meant(request: Request, svc: Services, caller: Principal) -> None:
     """Put the task the caller means in the path's `{task_id}`, before any check or route reads it: a bare
     chosen id (`X` for `<tenant>:X`) then works on every task route, present and future, with no route's
-    author having to remember it. FastAPI reads path parameters after a router's dependencies run."""
+    author having to remember it. FastAPI reads a route's path parameters after its dependencies run, so
+    the UI's sign-in dependency does the same for its pages."""
     given = request.path_params.get("task_id")
     if given is not None:
         request.path_params["task_id"] = await svc.task_id_meant(given, caller)

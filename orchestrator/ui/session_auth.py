@@ -20,7 +20,7 @@ from urllib.parse import quote
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from ..api.auth import PRINCIPAL_SCOPE_KEY
+from ..api.auth import PRINCIPAL_SCOPE_KEY, read_task_id_as_meant
 from ..api.principal import Principal
 from ..api.services import Services, services
 from ..store import UiSession
@@ -65,6 +65,7 @@ async def signed_in(request: Request) -> Viewer:
         )
     principal = Principal(key_id=session.key_id, role=session.role, tenant=session.tenant)
     request.scope[PRINCIPAL_SCOPE_KEY] = principal
+    await read_task_id_as_meant(request, svc, principal)  # a page takes the ids /v1 takes
     return Viewer(session, principal)
 
 

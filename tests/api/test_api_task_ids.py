@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import httpx
 from api_helpers import ClientAs, error_of, unique
+from ui_helpers import SignIn
 
 from orchestrator.store import Store
 from sdk import AgentSpec, Spend, TaskSpec, TaskState, TaskStatus
@@ -124,3 +125,15 @@ async def test_a_task_token_reads_its_task_by_the_bare_id_and_still_may_not_canc
         assert (await own.get(f"/v1/tasks/{chosen}")).json()["task_id"] == task_id
         refused = await own.post(f"/v1/tasks/{chosen}/cancel", json={"reason": "stop myself"})
         assert refused.status_code == 403 and error_of(refused)["field"] == "authorization", refused.text
+
+
+async def test_the_task_page_takes_the_id_a_tenant_chose(
+    client_as: ClientAs, sign_in: SignIn, store: Store, agent: AgentSpec
+) -> None:
+    store.tenants.create(TenantSpec(name="acme"))
+    chosen = unique("crates")
+    async with client_as(Role.operator, tenant="acme") as http:
+        task_id = await _submit(http, agent, chosen)
+    page = await (await sign_in(Role.viewer, tenant="acme")).get(f"/tasks/{chosen}")
+    assert page.status_code == 200 and task_id in page.text
+    assert (await (await sign_in(Role.viewer, tenant="globex")).get(f"/tasks/{task_id}")).status_code == 404

@@ -23,6 +23,8 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import hashlib
+import hmac
 import json
 import re
 import zlib
@@ -215,15 +217,19 @@ async def run_on_berth(
     try:
         if trace_id is not None:
             await task.record_loop_trace(trace_id, config.workflow_name, config.group_id)
-        held = await task.approvals()
         start: str | list[TResponseInputItem] | RunState[Any] = input
-        if held is not None:  # a re-run: the loop last stopped for a person's word; go on from there
-            start = await _decided(task, durable, held, None, context)
+        held = await task.approvals()
+        kept = unpack_run_state(held.run_state, _signing_key(task)) if held is not None else None
+        if held is not None and kept is not None:  # a re-run: the loop last stopped for a person's word; go on
+            override = {"context_override": context} if context is not None else {}
+            start = await _decided(task, held, await RunState.from_json(durable, kept, **override))
+        # A state this caller did not sign is not trusted: the run starts over, its calls replayed by the task up
+        # to the same stop, where the decisions held for those calls apply (_ask_and_wait).
         while True:
             result = await Runner.run(durable, start, context=context, max_turns=max_turns, run_config=config)
             if not result.interruptions:
                 break
-            start = await _ask_and_wait(task, durable, result, context, trace_id)
+            start = await _ask_and_wait(task, result, trace_id)
     except (BerthError, APIConnectionError):
         raise
     except APIStatusError as refused:
@@ -305,9 +311,7 @@ def traceparent_of(trace_id: str | None) -> str | None:
     return f"00-{hex_id}-{hex_id[:16] if hex_id[:16] != '0' * 16 else '1' * 16}-01"
 
 
-async def _ask_and_wait(
-    task: TaskHandle, agent: Agent[Any], result: RunResult, context: Any, trace_id: str | None
-) -> RunState[Any]:
+async def _ask_and_wait(task: TaskHandle, result: RunResult, trace_id: str | None) -> RunState[Any]:
     """The run stopped at tool calls that need approval: hold them and the run's state in the task, wait for a
     person's word on each, and return the state with it applied."""
     state = result.to_state()
@@ -315,23 +319,18 @@ async def _ask_and_wait(
         ToolCallToApprove(call_id=item.call_id or "", tool=item.name or "tool", arguments=item.arguments or "")
         for item in result.interruptions
     ]
-    packed = pack_run_state(state.to_json())
+    packed = pack_run_state(state.to_json(), _signing_key(task))
     held = await task.ask_approval(ApprovalRequest(calls=calls, run_state=packed, trace_id=trace_id))
-    return await _decided(task, agent, held, state, context)
+    return await _decided(task, held, state)
 
 
-async def _decided(
-    task: TaskHandle, agent: Agent[Any], held: LoopApprovals, state: RunState[Any] | None, context: Any
-) -> RunState[Any]:
-    """Wait until no held call waits, then apply the decisions to the run's state (the held one, on a re-run)."""
+async def _decided(task: TaskHandle, held: LoopApprovals, state: RunState[Any]) -> RunState[Any]:
+    """Wait until no held call waits, then apply the decisions to the run's state."""
     patience, seen = DECISION_RECHECK_S[0], 0
     while held.waiting:
         seen = await _next_decision(task, seen, patience)
         held = await task.approvals() or held
         patience = min(patience * 2, DECISION_RECHECK_S[1])
-    if state is None:
-        override = {"context_override": context} if context is not None else {}
-        state = await RunState.from_json(agent, unpack_run_state(held.run_state), **override)
     for item in state.get_interruptions():
         decided = held.decisions.get(item.call_id or "")
         if decided is None:
@@ -361,12 +360,15 @@ async def _next_decision(task: TaskHandle, after: int, patience_s: float) -> int
 
 
 # The run's state is opaque to Berth; compressed, a long conversation fits the task's bound (MAX_RUN_STATE_CHARS).
+# It is signed with the caller's API key: anyone who may write to the task (its own token, handed to its tools,
+# included) can post a state, and the Agents SDK warns never to resume from one it did not keep itself.
 _PACKED = "zlib+b64:"
 
 
-def pack_run_state(state: dict[str, Any]) -> str:
+def pack_run_state(state: dict[str, Any], key: bytes) -> str:
     text = json.dumps(state, separators=(",", ":"), default=str)  # a context that is no JSON is the caller's to pass
-    packed = _PACKED + base64.b64encode(zlib.compress(text.encode(), 9)).decode()
+    body = base64.b64encode(zlib.compress(text.encode(), 9)).decode()
+    packed = f"{_PACKED}{hmac.new(key, body.encode(), hashlib.sha256).hexdigest()}.{body}"
     if len(packed) > MAX_RUN_STATE_CHARS:
         raise UserError(
             f"the run's state is {len(packed)} characters compressed; a task holds at most {MAX_RUN_STATE_CHARS}"
@@ -375,10 +377,18 @@ def pack_run_state(state: dict[str, Any]) -> str:
     return packed
 
 
-def unpack_run_state(packed: str) -> dict[str, Any]:
-    data = zlib.decompress(base64.b64decode(packed.removeprefix(_PACKED))) if packed.startswith(_PACKED) else packed
-    state: dict[str, Any] = json.loads(data)
+def unpack_run_state(packed: str, key: bytes) -> dict[str, Any] | None:
+    """The state `pack_run_state` packed with `key`; None for any other (not signed with it, or not one)."""
+    signature, dot, body = packed.removeprefix(_PACKED).partition(".")
+    expected = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    if not packed.startswith(_PACKED) or not dot or not hmac.compare_digest(signature, expected):
+        return None
+    state: dict[str, Any] = json.loads(zlib.decompress(base64.b64decode(body)))
     return state
+
+
+def _signing_key(task: TaskHandle) -> bytes:
+    return (task._client._api_key or "").encode()
 
 
 async def _fail(task: TaskHandle, error: Exception) -> None:

@@ -158,7 +158,14 @@ async def test_a_rerun_while_the_call_still_waits_waits_for_it_and_an_mcp_reject
     with pytest.raises(asyncio.CancelledError):
         await run
 
-    again, _ = await started(stack, researcher(ran), task_id)
+    # Run again with another key: the state the task holds was signed with the first one, so the run starts over
+    # (its calls replayed by the task) and stops at the same call, whose decision it then waits for.
+    other = stack.as_key(stack.store.keys.create(Role.admin, name="second").key)
+    again = asyncio.create_task(
+        run_on_berth(
+            other, researcher(ran), "H100 bandwidth", model=MODEL, budget=Budget(tokens=20_000), task_id=task_id
+        )
+    )
     await asyncio.sleep(1)
     assert not again.done() and (await task.status()).status == TaskStatus.awaiting_input
 
@@ -166,6 +173,8 @@ async def test_a_rerun_while_the_call_still_waits_waits_for_it_and_an_mcp_reject
     await mcp.call_tool("reject_tool_call", {"task_id": task.task_id, "reason": "not now"})
     result = await asyncio.wait_for(again, 120)
     assert ran == [] and "not now" in result.final_output
+    assert (await task.ledger()).totals.calls == 2  # the first call was replayed, not generated again
+    await other.aclose()
 
 
 async def test_the_task_page_shows_the_call_and_its_approve_button_resumes_the_run(stack: Stack) -> None:

@@ -46,6 +46,8 @@ READ_ROUTES = {
     "/v1/tasks/{task_id}/events": TASK,
     "/v1/tasks/{task_id}/writing": TASK,
     "/v1/tasks/{task_id}/tool-results/{call_id}": TASK_PART,
+    "/v1/tasks/{task_id}/models": TASK,
+    "/v1/tasks/{task_id}/models/{model}": TASK,
     "/v1/agents": AGENT_LIST,
     "/v1/agents/{name}": AGENT,
     "/v1/tenants": ADMIN,
@@ -124,7 +126,7 @@ def _fill(path: str, tenancy: Tenancy, task: str) -> str:
     """The route's path naming `tenancy`'s things (a model for a model route: models belong to nobody)."""
     names = {"/v1/models": MODEL, "/v1/agents": tenancy.agent, "/v1/tenants": tenancy.name}
     name = next((n for prefix, n in names.items() if path.startswith(prefix)), None)
-    return path.format(task_id=task, seq=1, name=name, node_id=tenancy.node, call_id="call-1")
+    return path.format(task_id=task, seq=1, name=name, node_id=tenancy.node, call_id="call-1", model=MODEL)
 
 
 def _same_words(answer: httpx.Response, missing: httpx.Response, theirs: str, made_up: str) -> None:

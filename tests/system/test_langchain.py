@@ -5,8 +5,6 @@ the task's ledger once, as the simulated replicas served it once."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +20,8 @@ from pydantic import BaseModel
 from sdk import AgentSpec, Budget, SyncClient
 from tests.conftest import ROOT
 from tests.system.books import assert_calls_booked_once
-from tests.system.conftest import Stack, wait_until
+from tests.system.conftest import Stack
+from tests.system.rerun import kill_mid_tool_and_run_again
 
 pytestmark = pytest.mark.system
 
@@ -206,34 +205,14 @@ def test_the_langchain_example_runs_each_use_as_a_task(stack: Stack) -> None:
 def test_the_langgraph_example_killed_mid_tool_resumes_with_nothing_done_twice(stack: Stack, tmp_path: Path) -> None:
     journal = tmp_path / "journal.txt"
     journal.touch()
-    subjects = "H100 bandwidth; A100 bandwidth"
-    # Each lookup takes 20 s: long enough to kill the process in the middle of the second one, which starts only
-    # after the first one's result was kept and the next model call answered.
-    args = ("--task-id", "lg-killed", "--journal", str(journal), subjects)
-    first = run_example(stack, "langgraph_on_berth.py", "--tool-seconds", "20", *args)
-    wait_until(
-        lambda: "start A100 bandwidth" in journal.read_text() or first.poll() is not None,
-        300,
-        "the example to reach its second tool call",
-    )
-    assert first.poll() is None, first.stderr.read()[-3000:] if first.stderr else ""
-    os.kill(first.pid, signal.SIGKILL)
-    first.wait(timeout=30)
+    example = [sys.executable, str(ROOT / "examples" / "langgraph_on_berth.py"), "--task-id", "lg-killed"]
+    args = ["--journal", str(journal), "H100 bandwidth; A100 bandwidth"]
     task_id = "default:lg-killed"
-    cut = stack.http.get(f"/v1/tasks/{task_id}").json()
-    assert cut["status"] == "running" and cut["step"] == 2
-
-    again = run_example(stack, "langgraph_on_berth.py", "--tool-seconds", "0", *args)
-    out, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err[-3000:]
-
-    assert journal.read_text().splitlines() == [
-        "start H100 bandwidth",
-        "done H100 bandwidth",  # kept: not run again
-        "start A100 bandwidth",  # killed mid-call: it never reported, so it ran again
-        "start A100 bandwidth",
-        "done A100 bandwidth",
-    ]
+    # Each lookup of the first run takes 20 s: long enough to kill it in the middle of the second one, which starts
+    # only after the first one's result was kept and the next model call answered.
+    out = kill_mid_tool_and_run_again(
+        stack, [*example, "--tool-seconds", "20", *args], [*example, *args], journal, task_id
+    )
     state = stack.http.get(f"/v1/tasks/{task_id}").json()
     assert state["status"] == "completed" and state["step"] == 3
     assert out.splitlines()[0] == f"{task_id} completed steps=3 tokens={state['spend']['tokens_used']}"
@@ -241,37 +220,3 @@ def test_the_langgraph_example_killed_mid_tool_resumes_with_nothing_done_twice(s
     # Each model call was generated once on the pool and booked once; the re-run's replays cost nothing.
     totals = assert_calls_booked_once(stack, task_id, calls=3)
     assert state["spend"]["tokens_used"] == totals["prompt_tokens"] + totals["completion_tokens"]
-
-
-@pytest.mark.parametrize(
-    ("tool_choice", "called"),
-    [
-        ("auto", ["lookup"]),
-        ("required", ["lookup"]),
-        ("any", ["lookup"]),  # LangChain's name for "required"
-        ("convert", ["convert"]),  # a tool named: LangChain sends {"type": "function", "function": {"name": ...}}
-        ({"type": "function", "function": {"name": "convert"}}, ["convert"]),
-        ("none", []),
-    ],
-    ids=["auto", "required", "any", "named", "named-dict", "none"],
-)
-def test_bind_tools_honours_each_tool_choice_form(
-    stack: Stack, berth: SyncClient, tool_choice: str | dict, called: list[str]
-) -> None:
-    name = tool_choice if isinstance(tool_choice, str) else "named-dict"
-    task_id, llm = task_model(stack, berth, f"lc-choice-{name}")
-    reply = llm.bind_tools([lookup, convert], tool_choice=tool_choice).invoke(QUESTION)
-    assert [(c["name"], c["args"]) for c in reply.tool_calls] == [(n, {"subject": QUESTION}) for n in called]
-    if not called:
-        assert reply.text.startswith(f"Report on {QUESTION}.") and "0 tool result(s)" in reply.text
-    assert_calls_booked_once(stack, task_id, calls=1)
-    finish(stack, task_id, reply.text or "called a tool")
-
-
-def test_structured_output_as_a_forced_tool_call_is_the_pydantic_object(stack: Stack, berth: SyncClient) -> None:
-    task_id, llm = task_model(stack, berth, "lc-structured-tool")
-    specs = llm.with_structured_output(Specs, method="function_calling").invoke(QUESTION)
-    # The simulated replica fills a tool's arguments from the subject: strings whole, numbers its first number.
-    assert specs == Specs(subject=QUESTION, bandwidth_tb_s=100.0)
-    assert_calls_booked_once(stack, task_id, calls=1)
-    finish(stack, task_id, specs.model_dump_json())

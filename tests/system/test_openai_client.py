@@ -5,7 +5,9 @@ as the client expects it and be booked in the task's ledger once."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from openai import OpenAI
@@ -14,12 +16,14 @@ from pydantic import BaseModel
 from sdk import AgentSpec, Budget, SyncClient
 from tests.system.books import assert_calls_booked_once
 from tests.system.conftest import Stack
+from tests.system.rerun import kill_mid_tool_and_run_again
 
 pytestmark = pytest.mark.system
 
 MODEL = "llama-3.2-1b"
 AGENT = "openai-client-tests"
 QUESTION = "H100 bandwidth"
+SUBJECTS = "H100 bandwidth; A100 bandwidth"
 LOOKUP = {
     "type": "function",
     "function": {
@@ -107,3 +111,18 @@ def test_a_stream_is_the_answer_and_is_booked_once(stack: Stack, berth: SyncClie
     totals = assert_calls_booked_once(stack, task_id, calls=1)
     assert usage.completion_tokens == totals["completion_tokens"]
     finish(stack, task_id, streamed)
+
+
+def test_a_hand_written_loop_killed_mid_tool_resumes_with_nothing_done_twice(stack: Stack, tmp_path: Path) -> None:
+    journal = tmp_path / "journal.txt"
+    journal.touch()
+    loop = [sys.executable, "-m", "tests.system.openai_loop", "--task-id", "oa-killed", "--journal", str(journal)]
+    task_id = "default:oa-killed"
+    out = kill_mid_tool_and_run_again(
+        stack, [*loop, "--tool-seconds", "20", SUBJECTS], [*loop, SUBJECTS], journal, task_id
+    )
+    state = stack.http.get(f"/v1/tasks/{task_id}").json()
+    assert state["status"] == "completed" and state["step"] == 3
+    assert out.splitlines()[0] == f"{task_id} completed steps=3 tokens={state['spend']['tokens_used']}"
+    assert "Findings on A100 bandwidth: notes on A100 bandwidth" in state["result"]
+    assert_calls_booked_once(stack, task_id, calls=3)  # the re-run's replays generated and cost nothing

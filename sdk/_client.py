@@ -554,10 +554,6 @@ class TaskHandle:
         """Answer the question of a task in awaiting_input (`Conflict` otherwise)."""
         return TaskState.model_validate(await self._client._request("POST", self._path("answer"), json={"text": text}))
 
-    async def checkpoints(self) -> list[CheckpointSummary]:
-        return [
-            CheckpointSummary.model_validate(c) for c in await self._client._request("GET", self._path("checkpoints"))
-        ]
     async def approve(self, call_id: str | None = None) -> TaskState:
         """Approve the tool call `call_id` of the task's own loop that waits for a person (every waiting call,
         without one): the tool runs when the loop resumes. `state.approvals` lists the waiting calls."""
@@ -597,6 +593,10 @@ class TaskHandle:
         }
         await self._client._request("POST", self._path("loop-trace"), json=body)
 
+    async def checkpoints(self) -> list[CheckpointSummary]:
+        return [
+            CheckpointSummary.model_validate(c) for c in await self._client._request("GET", self._path("checkpoints"))
+        ]
 
     async def checkpoint(self, seq: int) -> CheckpointDetail:
         return CheckpointDetail.model_validate(await self._client._request("GET", self._path("checkpoints", str(seq))))

@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from sdk.wire.output import MAX_OUTPUT_REPAIRS, answer_json, answer_problem, repair_request, response_format
     from sdk.wire.own_loop import (
+        LOOP_ASKED_QUERY,
         LOOP_CALL_UPDATE,
         LOOP_FINISH_UPDATE,
         LOOP_TOOL_RESULT_QUERY,
@@ -75,7 +76,6 @@ with workflow.unsafe.imports_passed_through():
         LoopFinish,
         LoopReply,
         LoopToolResult,
-        LOOP_ASKED_QUERY,
         LoopTranscript,
     )
     from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, CarriedProgress, TaskRun
@@ -557,6 +557,10 @@ class AgentTaskWorkflow:
     def loop_transcript(self) -> LoopTranscript | None:
         return self.own_loop.transcript() if self.own_loop is not None else None
 
+    @workflow.query(name=LOOP_ASKED_QUERY)
+    def loop_asked(self, conversation: str) -> list[dict[str, str]]:
+        return self.own_loop.asked_on(conversation) if self.own_loop is not None else []
+
     @workflow.query(name=LOOP_TOOL_RESULT_QUERY)
     def loop_tool_result_of(self, call_id: str) -> str | None:
         return self.own_loop.tool_result(call_id) if self.own_loop is not None else None
@@ -634,10 +638,6 @@ class AgentTaskWorkflow:
         self.waiting_for = None
         if self.cancel_reason is None:
             await self._set_status(TaskStatus.running)
-    @workflow.query(name=LOOP_ASKED_QUERY)
-    def loop_asked(self, conversation: str) -> list[dict[str, str]]:
-        return self.own_loop.asked_on(conversation) if self.own_loop is not None else []
-
         return True
 
     # ----- tools ----------------------------------------------------------------------------

@@ -61,6 +61,7 @@ from sdk.wire.loop_approvals import (
     LoopApprovals,
 )
 from sdk.wire.own_loop import (
+    LOOP_ASKED_QUERY,
     LOOP_CALL_UPDATE,
     LOOP_FINISH_UPDATE,
     LOOP_TOOL_RESULT_QUERY,
@@ -69,7 +70,6 @@ from sdk.wire.own_loop import (
     LoopCall,
     LoopFinish,
     LoopReply,
-    LOOP_ASKED_QUERY,
     LoopToolResult,
     LoopTranscript,
 )
@@ -293,6 +293,10 @@ class TemporalGateway:
     async def loop_tool_result(self, task_id: str, result: LoopToolResult) -> None:
         await self._update(task_id, LOOP_TOOL_RESULT_UPDATE, result, None)
 
+    async def loop_asked(self, task_id: str, conversation: str) -> list[dict[str, str]]:
+        """The shapes of the calls the task's own loop was answered on this conversation (by its chain hash)."""
+        return await self._loop_query(task_id, LOOP_ASKED_QUERY, conversation, list[dict[str, str]])
+
     async def loop_tool_result_of(self, task_id: str, call_id: str) -> str | None:
         return await self._loop_query(task_id, LOOP_TOOL_RESULT_QUERY, call_id, str | None)
 
@@ -301,10 +305,6 @@ class TemporalGateway:
         `result_type` is a type hint such as `X | None`, which the data converter decodes the answer into."""
         client = await self.client()
         handle = client.get_workflow_handle(task_id)
-    async def loop_asked(self, task_id: str, conversation: str) -> list[dict[str, str]]:
-        """The shapes of the calls the task's own loop was answered on this conversation (by its chain hash)."""
-        return await self._loop_query(task_id, LOOP_ASKED_QUERY, conversation, list[dict[str, str]])
-
         try:
             return await handle.query(
                 name,

@@ -22,13 +22,13 @@ LOOP_TOOL_RESULT_UPDATE = "loop_tool_result"
 LOOP_FINISH_UPDATE = "loop_finish"
 LOOP_TRANSCRIPT_QUERY = "loop_transcript"
 LOOP_TOOL_RESULT_QUERY = "loop_tool_result"
-
 LOOP_ASKED_QUERY = "loop_asked"
+
 MAX_NEW_MESSAGES = 256  # one call adds the last reply's tool results and the loop's own few messages
 MAX_CALL_ID_CHARS = 256
-
 MAX_SHAPE_FIELDS = 32  # a call's instructions, tools and the few sampling settings the wire takes
 MAX_SHAPE_VALUE_CHARS = 1024
+
 
 class LoopTranscript(BaseModel):
     """How far the workflow's copy of the conversation goes: its length and its chain hash (`_transcript.py`)."""
@@ -49,7 +49,6 @@ class LoopCall(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list, max_length=MAX_MODEL_TOOLS)
     settings: dict[str, Any] = Field(default_factory=dict)
     max_tokens: int | None = Field(default=None, ge=1)
-
     conversation: str | None = Field(
         default=None, min_length=64, max_length=64, description="the chain hash of every message the call sent"
     )
@@ -84,6 +83,7 @@ def call_shape(instructions: str | None, tools: list[dict[str, Any]], settings: 
         shape[name] = text if len(text) <= MAX_SHAPE_VALUE_CHARS else hashlib.sha256(text.encode()).hexdigest()
     return shape
 
+
 class LoopReply(BaseModel):
     """The model's answer to one call, as the loop gets it (again, unchanged, when its call is replayed)."""
 
@@ -94,9 +94,9 @@ class LoopReply(BaseModel):
     completion_tokens: int = 0
     served_by: str = ""
     replayed: bool = False
-
     asked_on: str | None = Field(default=None, description="the conversation of the call it answered (its chain)")
     asked_shape: dict[str, str] = Field(default_factory=dict, description="that call's shape (`call_shape`)")
+
 
 class LoopToolResult(BaseModel):
     """What one of the loop's tools returned for a call the model made."""

@@ -98,11 +98,45 @@ def test_bind_tools_calls_the_tool_then_answers_from_its_result(stack: Stack, be
     finish(stack, task_id, answer.text)
 
 
+@pytest.mark.parametrize(
+    ("tool_choice", "called"),
+    [
+        ("auto", ["lookup"]),
+        ("required", ["lookup"]),
+        ("any", ["lookup"]),  # LangChain's name for "required"
+        ("convert", ["convert"]),  # a tool named: LangChain sends {"type": "function", "function": {"name": ...}}
+        ({"type": "function", "function": {"name": "convert"}}, ["convert"]),
+        ("none", []),
+    ],
+    ids=["auto", "required", "any", "named", "named-dict", "none"],
+)
+def test_bind_tools_honours_each_tool_choice_form(
+    stack: Stack, berth: SyncClient, tool_choice: str | dict, called: list[str]
+) -> None:
+    name = tool_choice if isinstance(tool_choice, str) else "named-dict"
+    task_id, llm = task_model(stack, berth, f"lc-choice-{name}")
+    reply = llm.bind_tools([lookup, convert], tool_choice=tool_choice).invoke(QUESTION)
+    assert [(c["name"], c["args"]) for c in reply.tool_calls] == [(n, {"subject": QUESTION}) for n in called]
+    if not called:
+        assert reply.text.startswith(f"Report on {QUESTION}.") and "0 tool result(s)" in reply.text
+    assert_calls_booked_once(stack, task_id, calls=1)
+    finish(stack, task_id, reply.text or "called a tool")
+
+
 def test_structured_output_as_a_json_schema_is_the_pydantic_object(stack: Stack, berth: SyncClient) -> None:
     task_id, llm = task_model(stack, berth, "lc-structured-schema")
     specs = llm.with_structured_output(Specs, method="json_schema").invoke(QUESTION)
     # The simulated replica fills the schema from its prose answer: strings its first line, numbers their least value.
     assert specs == Specs(subject=f"Report on {QUESTION}.", bandwidth_tb_s=0.0)
+    assert_calls_booked_once(stack, task_id, calls=1)
+    finish(stack, task_id, specs.model_dump_json())
+
+
+def test_structured_output_as_a_forced_tool_call_is_the_pydantic_object(stack: Stack, berth: SyncClient) -> None:
+    task_id, llm = task_model(stack, berth, "lc-structured-tool")
+    specs = llm.with_structured_output(Specs, method="function_calling").invoke(QUESTION)
+    # The simulated replica fills a tool's arguments from the subject: strings whole, numbers its first number.
+    assert specs == Specs(subject=QUESTION, bandwidth_tb_s=100.0)
     assert_calls_booked_once(stack, task_id, calls=1)
     finish(stack, task_id, specs.model_dump_json())
 

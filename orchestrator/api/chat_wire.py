@@ -174,7 +174,7 @@ class ChatRequest(_Open):
             except ValidationError:
                 pass
         raise ValueError(
-            "'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": <a tool's name>}}"
+            '\'none\', \'auto\', \'required\' or {"type": "function", "function": {"name": <a tool\'s name>}}'
         )
 
     def split(self) -> tuple[str | None, list[Message]]:
@@ -260,26 +260,43 @@ def completion(task_id: str, model: str, reply: LoopReply) -> dict[str, Any]:
     }
 
 
-def completion_chunks(task_id: str, model: str, reply: LoopReply, include_usage: bool) -> list[dict[str, Any]]:
-    """The reply as `chat.completion.chunk` objects, for a client that asked to stream: the whole message in one
-    delta (the step has finished generating when its reply is known), then the finish, then the usage."""
-    base = {
-        "id": f"chatcmpl-{task_id}-{reply.step}",
+def _chunk(task_id: str, model: str, step: int, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{task_id}-{step}",
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
+        "choices": choices,
     }
-    delta: dict[str, Any] = {"role": "assistant", "content": reply.message.content}
+
+
+def text_chunk(task_id: str, model: str, step: int, text: str, first: bool = False) -> dict[str, Any]:
+    """A piece of the reply's text as the engine wrote it (the first piece also names the role)."""
+    delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {"content": text}
+    return _chunk(task_id, model, step, [{"index": 0, "delta": delta, "finish_reason": None}])
+
+
+def closing_chunks(
+    task_id: str, model: str, reply: LoopReply, include_usage: bool, opened: bool
+) -> list[dict[str, Any]]:
+    """After the text's pieces: the reply's tool calls (arguments whole), the finish with Berth's facts, and the
+    usage when asked for. `opened`: a text piece already named the role."""
+    chunks = []
+    role = {} if opened else {"role": "assistant"}
     if reply.message.tool_calls:
-        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(_wire_message(reply)["tool_calls"])]
-    chunks = [
-        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-        {
-            **base,
-            "choices": [{"index": 0, "delta": {}, "finish_reason": _finish_reason(reply)}],
-            "berth": _berth(task_id, reply),
-        },
-    ]
+        calls = [{"index": i, **call} for i, call in enumerate(_wire_message(reply)["tool_calls"])]
+        chunks.append(
+            _chunk(
+                task_id,
+                model,
+                reply.step,
+                [{"index": 0, "delta": {**role, "tool_calls": calls}, "finish_reason": None}],
+            )
+        )
+    elif not opened:
+        chunks.append(text_chunk(task_id, model, reply.step, "", first=True))
+    finish = _chunk(task_id, model, reply.step, [{"index": 0, "delta": {}, "finish_reason": _finish_reason(reply)}])
+    chunks.append({**finish, "berth": _berth(task_id, reply)})
     if include_usage:
-        chunks.append({**base, "choices": [], "usage": _usage(reply)})
+        chunks.append({**_chunk(task_id, model, reply.step, []), "usage": _usage(reply)})
     return chunks

@@ -22,8 +22,9 @@ from sdk.wire.transcript import EMPTY_CHAIN, chain_of, request_hash
 
 from ..store import TaskRecord
 from .auth import TaskWriter
-from .chat_wire import ChatRequest, completion, completion_chunks
+from .chat_wire import ChatRequest, closing_chunks, completion, text_chunk
 from .errors import ERROR_RESPONSES, ApiError, conflict, field_of, invalid, not_found, unavailable
+from .live_reply import LiveReply, TextDeparted, stream_error
 from .principal import Principal
 from .services import Services, Svc
 from .tasks import current_state, require_running
@@ -86,13 +87,45 @@ async def chat_completions(task_id: str, body: ChatRequest, svc: Svc, caller: Ta
     """One model call of the task's own loop, as OpenAI's Chat Completions: run as the task's next step (its
     budget reserved and booked, its replica placed by the pool), or, when the loop made this very call before
     (it re-ran after a crash), answered again from the task without generating or spending."""
-    model, reply = await answer_call(svc, task_id, caller, body)
     if not body.stream:
+        model, reply = await answer_call(svc, task_id, caller, body)
         return completion(task_id, model, reply)
+    live = await followed_call(svc, task_id, caller, body)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return StreamingResponse(
-        _sse(completion_chunks(task_id, model, reply, include_usage)), media_type="text/event-stream"
-    )
+    return StreamingResponse(_chat_stream(live, include_usage), media_type="text/event-stream")
+
+
+async def followed_call(svc: Services, task_id: str, caller: Principal, body: ChatRequest) -> LiveReply:
+    """The call sent, its step's text followed as it is written; returns once the text begins (or the call is
+    answered), so a refusal still answers with its status rather than inside a stream."""
+    record = await svc.task_record(task_id, caller)
+    live = LiveReply(svc, task_id, record.state.model, record.state.step + 1, answer_call(svc, task_id, caller, body))
+    try:
+        await live.start()
+    except BaseException:
+        await live.close()
+        raise
+    return live
+
+
+async def _chat_stream(live: LiveReply, include_usage: bool) -> AsyncIterator[str]:
+    opened = False
+    try:
+        async for piece in live.deltas():
+            yield _data(text_chunk(live.task_id, live.model, live.step, piece, first=not opened))
+            opened = True
+        assert live.reply is not None
+        for chunk in closing_chunks(live.task_id, live.model, live.reply, include_usage, opened):
+            yield _data(chunk)
+        yield "data: [DONE]\n\n"
+    except (TextDeparted, ApiError) as exc:
+        yield _data({"error": stream_error(exc)})
+    finally:
+        await live.close()
+
+
+def _data(chunk: dict) -> str:
+    return f"data: {json.dumps(chunk)}\n\n"
 
 
 async def answer_call(svc: Services, task_id: str, caller: Principal, body: ChatRequest) -> tuple[str, LoopReply]:
@@ -125,12 +158,6 @@ async def answer_call(svc: Services, task_id: str, caller: Principal, body: Chat
             field=field,
         )
     return model, reply
-
-
-async def _sse(chunks: list[dict]) -> AsyncIterator[str]:
-    for chunk in chunks:
-        yield f"data: {json.dumps(chunk)}\n\n"
-    yield "data: [DONE]\n\n"
 
 
 async def _answer(

@@ -16,8 +16,9 @@ from fastapi.responses import StreamingResponse
 
 from .auth import TaskWriter
 from .errors import ApiError
-from .own_loop import OWN_LOOP_RESPONSES, answer_call
-from .responses_reply import response, response_events
+from .live_reply import LiveReply, TextDeparted, stream_error
+from .own_loop import OWN_LOOP_RESPONSES, answer_call, followed_call
+from .responses_reply import ResponseEvents, response
 from .responses_wire import ResponsesRequest, chat_field
 from .services import Svc
 
@@ -29,16 +30,34 @@ async def create_response(task_id: str, body: ResponsesRequest, svc: Svc, caller
     """One model call of the task's own loop, as OpenAI's Responses API (text, function calls, streaming)."""
     chat = body.as_chat()
     try:
-        model, reply = await answer_call(svc, task_id, caller, chat)
+        if not body.stream:
+            model, reply = await answer_call(svc, task_id, caller, chat)
+            return response(task_id, model, reply.step, body, reply)
+        live = await followed_call(svc, task_id, caller, chat)
     except ApiError as exc:
         if exc.field is not None:
             exc.field = chat_field(exc.field)
         raise
-    if not body.stream:
-        return response(task_id, model, body, reply)
-    return StreamingResponse(_sse(response_events(task_id, model, body, reply)), media_type="text/event-stream")
+    return StreamingResponse(
+        _stream(live, ResponseEvents(task_id, live.model, live.step, body)), media_type="text/event-stream"
+    )
 
 
-async def _sse(events: list[dict]) -> AsyncIterator[str]:
-    for event in events:
-        yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+async def _stream(live: LiveReply, events: ResponseEvents) -> AsyncIterator[str]:
+    try:
+        for event in events.opening():
+            yield _event(event)
+        async for piece in live.deltas():
+            for event in events.text(piece):
+                yield _event(event)
+        assert live.reply is not None
+        for event in events.closing(live.reply):
+            yield _event(event)
+    except (TextDeparted, ApiError) as exc:
+        yield _event(events.error(stream_error(exc)))
+    finally:
+        await live.close()
+
+
+def _event(event: dict) -> str:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"

@@ -350,3 +350,23 @@ async def test_a_first_call_that_does_not_start_with_the_input_is_told_the_rule(
     )
     assert response.status_code == 409 and response.json()["error"]["field"] == "messages"
     assert "first call sends that message first" in response.json()["error"]["message"]
+
+
+async def test_a_streamed_calls_pieces_are_its_text_and_a_refusal_answers_with_its_status(stack: Stack) -> None:
+    """The engine here writes at once; tests/system/test_own_loop_stream.py shows the pieces arrive as written."""
+    import openai as openai_errors
+
+    task_id = await own_task(stack, text="length: 600 tokens")
+    openai = openai_client(stack, task_id)
+    messages = [{"role": "user", "content": "length: 600 tokens"}]
+    chunks = [c async for c in await openai.chat.completions.create(model=MODEL, messages=messages, stream=True)]
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    again = await openai.chat.completions.create(model=MODEL, messages=messages)
+    assert "".join(pieces) == again.choices[0].message.content and again.usage.total_tokens == 0
+
+    short = await own_task(stack, budget=10)
+    with pytest.raises(openai_errors.APIStatusError) as refused:
+        await openai_client(stack, short).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": SUBJECTS}], stream=True
+        )
+    assert refused.value.status_code == 402

@@ -118,3 +118,13 @@ async def test_what_a_task_cannot_do_is_refused_naming_the_field(stack: Stack, b
     assert response.status_code == 422, response.text
     assert response.json()["error"]["field"] == field
     assert (await stack.client.task(task_id).ledger()).totals.calls == 0
+
+
+async def test_a_streamed_responses_deltas_are_its_text_under_one_item(stack: Stack) -> None:
+    task_id = await own_task(stack, "length: 600 tokens")
+    openai = client(stack, task_id)
+    events = [e async for e in await openai.responses.create(model=MODEL, input="length: 600 tokens", stream=True)]
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert deltas and "".join(deltas) == events[-1].response.output_text
+    item_ids = {e.item_id for e in events if e.type == "response.output_text.delta"}
+    assert item_ids == {events[-1].response.output[0].id}

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.system
 
 MODEL = "llama-3.2-1b"
 AGENT = "langchain-tests"
+LONG_AGENT = "langchain-tests-long"  # room for an answer long enough to stream over several heartbeats
 QUESTION = "H100 bandwidth"
 
 
@@ -53,6 +54,7 @@ def convert(subject: str) -> str:
 def berth(stack: Stack) -> Iterator[SyncClient]:
     with SyncClient(stack.api, stack.admin_key()) as client:
         client.register(AgentSpec(name=AGENT, model=MODEL, loop="own"))
+        client.register(AgentSpec(name=LONG_AGENT, model=MODEL, loop="own", max_tokens_per_step=8192))
         yield client
 
 
@@ -152,6 +154,19 @@ def test_a_streamed_answer_is_the_answer_and_is_booked_once(stack: Stack, berth:
     assert again.usage_metadata is not None and again.usage_metadata["total_tokens"] == 0
     assert_calls_booked_once(stack, task_id, calls=1)
     finish(stack, task_id, streamed)
+
+
+def test_a_streamed_answer_arrives_in_deltas_as_it_is_written(stack: Stack, berth: SyncClient) -> None:
+    # 6000 tokens take ~4 s on the simulated replica here: the step's text reaches the API in ~8 heartbeats.
+    question = f"{QUESTION}\nlength: 6000 tokens"
+    task_id, llm = task_model(stack, berth, "lc-stream-deltas", question, agent=LONG_AGENT)
+    chunks = [chunk.text for chunk in llm.stream(question)]
+    again = llm.invoke(question)
+    assert "".join(chunks) == again.text
+    # Written over several heartbeats, the answer comes in several deltas, not in one once the step has finished.
+    assert len([text for text in chunks if text]) > 1, chunks
+    assert_calls_booked_once(stack, task_id, calls=1)
+    finish(stack, task_id, again.text)
 
 
 def test_a_langgraph_react_agent_runs_its_tool_to_an_answer(stack: Stack, berth: SyncClient) -> None:

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.system
 
 MODEL = "llama-3.2-1b"
 AGENT = "openai-client-tests"
+LONG_AGENT = "openai-client-tests-long"  # room for an answer long enough to stream over several heartbeats
 QUESTION = "H100 bandwidth"
 SUBJECTS = "H100 bandwidth; A100 bandwidth"
 LOOKUP = {
@@ -43,12 +44,15 @@ class Specs(BaseModel):
 def berth(stack: Stack) -> Iterator[SyncClient]:
     with SyncClient(stack.api, stack.admin_key()) as client:
         client.register(AgentSpec(name=AGENT, model=MODEL, loop="own"))
+        client.register(AgentSpec(name=LONG_AGENT, model=MODEL, loop="own", max_tokens_per_step=8192))
         yield client
 
 
-def task_client(stack: Stack, berth: SyncClient, name: str, question: str = QUESTION) -> tuple[str, OpenAI]:
+def task_client(
+    stack: Stack, berth: SyncClient, name: str, question: str = QUESTION, agent: str = AGENT
+) -> tuple[str, OpenAI]:
     """A fresh task whose input is the loop's first question, and an OpenAI client of its model."""
-    task = berth.submit(AGENT, question, budget=Budget(tokens=20_000), task_id=name)
+    task = berth.submit(agent, question, budget=Budget(tokens=20_000), task_id=name)
     return task.task_id, OpenAI(base_url=f"{stack.api}/v1/tasks/{task.task_id}", api_key=stack.admin_key())
 
 
@@ -111,6 +115,19 @@ def test_a_stream_is_the_answer_and_is_booked_once(stack: Stack, berth: SyncClie
     totals = assert_calls_booked_once(stack, task_id, calls=1)
     assert usage.completion_tokens == totals["completion_tokens"]
     finish(stack, task_id, streamed)
+
+
+def test_a_stream_arrives_in_deltas_as_it_is_written(stack: Stack, berth: SyncClient) -> None:
+    question = f"{QUESTION}\nlength: 6000 tokens"
+    task_id, openai = task_client(stack, berth, "oa-stream-deltas", question, agent=LONG_AGENT)
+    messages = [{"role": "user", "content": question}]
+    chunks = list(openai.chat.completions.create(model=MODEL, messages=messages, stream=True))
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    again = openai.chat.completions.create(model=MODEL, messages=messages)
+    assert "".join(deltas) == again.choices[0].message.content
+    assert len(deltas) > 1, deltas
+    assert_calls_booked_once(stack, task_id, calls=1)
+    finish(stack, task_id, "".join(deltas))
 
 
 def test_a_hand_written_loop_killed_mid_tool_resumes_with_nothing_done_twice(stack: Stack, tmp_path: Path) -> None:

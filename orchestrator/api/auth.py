@@ -38,6 +38,17 @@ TASK_TOKEN_READS = ("/v1/tasks", "/v1/agents", "/v1/models")
 TASK_TOKEN_WRITES = frozenset(
     {("POST", "/v1/tasks"), ("POST", "/v1/tasks/{task_id}/spawn"), ("POST", "/v1/tasks/{task_id}/cancel")}
 )
+# A task token may drive its own task's own loop (its model calls, its tool results, its end), so a loop's
+# process can hold a credential that spends no more than its task's budget; never another task's loop, and
+# never a decision on its own tool calls that wait for a person.
+TASK_TOKEN_OWN_LOOP = frozenset(
+    {
+        ("POST", "/v1/tasks/{task_id}/chat/completions"),
+        ("POST", "/v1/tasks/{task_id}/responses"),
+        ("PUT", "/v1/tasks/{task_id}/tool-results/{call_id}"),
+        ("POST", "/v1/tasks/{task_id}/finish"),
+    }
+)
 
 
 async def authenticate(
@@ -81,6 +92,8 @@ def _hold_task_token_to_its_task(caller: Principal, request: Request) -> None:
     path = getattr(route, "path", request.url.path)
     if request.method in SAFE_METHODS and path.startswith(TASK_TOKEN_READS):
         return
+    if (request.method, path) in TASK_TOKEN_OWN_LOOP and request.path_params.get("task_id") == caller.task_id:
+        return
     if (request.method, path) in TASK_TOKEN_WRITES:
         target = request.path_params.get("task_id")
         # It may stop its sub-agents, not itself: its task ends by its own agent's answer, or by a person.
@@ -89,7 +102,7 @@ def _hold_task_token_to_its_task(caller: Principal, request: Request) -> None:
     raise ApiError(
         403,
         f"API key {caller.key_id} is the token of task {caller.task_id}: it may submit sub-agents out"
-        " of that task's budget, cancel them and read its own tree, nothing else",
+        " of that task's budget, cancel them, read its own tree and drive its own task's own loop, nothing else",
         field="authorization",
     )
 

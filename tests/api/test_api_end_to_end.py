@@ -143,7 +143,7 @@ async def test_a_task_token_refuses_what_a_sub_agent_takes_from_its_parent(stack
             with pytest.raises(InvalidSpec) as refused:
                 await as_task.submit(lead, "x", budget=Budget(tokens=1_000), **kwargs)
             assert refused.value.field == field
-        with pytest.raises(Unauthorized, match="read its own tree, nothing else"):
+        with pytest.raises(Unauthorized, match="read its own tree and drive its own task.s own loop, nothing else"):
             await as_task.task(task.task_id).fork(0)
     await task.cancel()
 

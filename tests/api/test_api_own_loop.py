@@ -370,3 +370,24 @@ async def test_a_streamed_calls_pieces_are_its_text_and_a_refusal_answers_with_i
             model=MODEL, messages=[{"role": "user", "content": SUBJECTS}], stream=True
         )
     assert refused.value.status_code == 402
+
+
+async def test_a_task_token_drives_its_own_loop_and_no_other(stack: Stack) -> None:
+    """A loop's process may hold its task's token: it spends no more than its task's budget. It cannot call
+    another task's model nor decide on its own tool calls."""
+    task_id, other = await own_task(stack), await own_task(stack)
+    token = await stack.client.task(task_id).token()
+    headers = {"authorization": f"Bearer {token}"}
+    body = {"messages": [{"role": "user", "content": SUBJECTS}], "tools": [LOOKUP]}
+    own = await http(stack).post(f"/v1/tasks/{task_id}/chat/completions", json=body, headers=headers)
+    assert own.status_code == 200, own.text
+    call_id = own.json()["choices"][0]["message"]["tool_calls"][0]["id"]
+    kept = await http(stack).put(f"/v1/tasks/{task_id}/tool-results/{call_id}", json={"content": "n"}, headers=headers)
+    assert kept.status_code == 204, kept.text
+    theirs = await http(stack).post(f"/v1/tasks/{other}/chat/completions", json=body, headers=headers)
+    assert theirs.status_code == 403 and theirs.json()["error"]["field"] == "authorization"
+    decided = await http(stack).post(f"/v1/tasks/{task_id}/approve", json={}, headers=headers)
+    assert decided.status_code == 403
+    finished = await http(stack).post(f"/v1/tasks/{task_id}/finish", json={"output": "done"}, headers=headers)
+    assert finished.status_code == 200 and finished.json()["status"] == "completed"
+    await stack.client.task(other).cancel()

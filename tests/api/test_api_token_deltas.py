@@ -119,7 +119,12 @@ async def register(client: Client) -> str:
 
 async def test_a_whole_answer_arrives_as_deltas_that_add_up_to_the_stored_text(served: Served) -> None:
     task = await served.client.submit(await register(served.client), LONG, budget=Budget(tokens=50_000))
-    received = await follow(served.client, task.task_id)
+    polled: list[str] = []
+
+    async def poll() -> None:  # a caller that polls reads the text so far, whole
+        polled.append((await task.writing()).text)
+
+    received = await follow(served.client, task.task_id, poll)
 
     stored = stored_step_texts(served.store, task.task_id)
     assert stored and all(stored.values())
@@ -127,6 +132,7 @@ async def test_a_whole_answer_arrives_as_deltas_that_add_up_to_the_stored_text(s
     assert received.texts == stored
     state = await task.status()
     assert state.status == TaskStatus.completed and received.texts[state.step] == state.result
+    assert polled[0] and state.result.startswith(polled[0])
 
 
 async def test_a_preempted_generation_started_over_still_adds_up_to_the_stored_text(served: Served) -> None:

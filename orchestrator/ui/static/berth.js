@@ -26,36 +26,41 @@
     function soon() { shown.heard(); if (!pending) pending = setTimeout(refresh, 250); }
 
     // The answer being written (token deltas, as text: never parsed as markup); a finished step shows in the panel.
-    // Each delta and reset says at which offset of the step's text it applies, so the box holds the text exactly.
+    // Each delta and reset says at which offset of its step's text it applies, so each step's text is held exactly;
+    // the box shows the newest step's (the next step's first deltas may come before this step's stored event).
     const box = document.getElementById("writing-box");
     const writing = document.getElementById("writing");
+    const texts = {};
     let writingStep = null;
     function stopWriting() { if (box) { box.hidden = true; writing.textContent = ""; writingStep = null; } }
-    function atStep(step) {
-      if (step !== writingStep) {
-        writing.textContent = "";
-        writingStep = step;
-        document.getElementById("writing-step").textContent = "step " + step;
-      }
+    function show(step) {
+      if (writingStep !== null && step < writingStep) return;
+      if (step !== writingStep) document.getElementById("writing-step").textContent = "step " + step;
+      writingStep = step;
+      writing.textContent = texts[step] || "";
+      box.hidden = false;
     }
     source.addEventListener("token_delta", function (e) {
       if (!box) return;
       const delta = JSON.parse(e.data);
-      atStep(delta.step);
-      writing.textContent = writing.textContent.slice(0, delta.offset) + delta.text;
-      box.hidden = false;
+      texts[delta.step] = (texts[delta.step] || "").slice(0, delta.offset) + delta.text;
+      show(delta.step);
       shown.heard();
     });
     source.addEventListener("token_reset", function (e) {
       if (!box) return;
       const reset = JSON.parse(e.data);
-      atStep(reset.step);
-      writing.textContent = writing.textContent.slice(0, reset.offset);
+      texts[reset.step] = (texts[reset.step] || "").slice(0, reset.offset);
+      if (reset.step === writingStep) writing.textContent = texts[reset.step];
     });
 
     source.onopen = function () { marker.dataset.live = "on"; shown.state("on"); shown.heard(); };
     KINDS.forEach(function (kind) { source.addEventListener(kind, soon); });
-    source.addEventListener("step", stopWriting);
+    source.addEventListener("step", function (e) {
+      const finished = JSON.parse(e.data).data || {};
+      delete texts[finished.step];
+      if (writingStep === null || finished.step >= writingStep) stopWriting();
+    });
     source.addEventListener("end", function () {
       source.close(); marker.dataset.live = "ended"; shown.state("ended"); stopWriting(); refresh();
     });

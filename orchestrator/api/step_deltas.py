@@ -71,7 +71,7 @@ async def text_so_far(svc: Services, task_id: str, step: int) -> str:
     node = await node_of(svc, task_id, step)
     if node is not None:
         cursor = TextCursor()
-        async for item in from_node(node, task_id, step, follow=False):
+        async for item in from_node(node, task_id, step, follow=False, wait_s=0):  # a look, not a wait
             if isinstance(item, SourcePiece):
                 cursor.take(item.offset, item.text)
         if cursor.held:

@@ -33,8 +33,9 @@ def test_berth_up_says_what_it_starts_before_it_is_ready(stack: Stack) -> None:
 
 
 def test_a_stream_carries_the_answer_as_it_is_written_then_the_end(stack: Stack) -> None:
-    """Deltas come from the generation's heartbeats while the step runs; joined, they are the start of the answer
-    the task ends with, and the typed events around them say which step and how it ended. `berth tasks events
+    """Deltas come from the node as the engine writes them while the step runs; joined, they are the answer the
+    task ends with (tests/system/test_token_deltas.py checks every step's, exactly), and the typed events around
+    them say which step and how it ended. `berth tasks events
     --text`, following the same task, prints that text between its event lines."""
     with SyncClient(stack.api, stack.admin_key()) as client:
         task = client.submit("writer", "berths\nlength: 3000 tokens", budget=Budget(tokens=80_000))  # ~8 s of writing

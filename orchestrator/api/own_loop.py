@@ -99,7 +99,9 @@ async def followed_call(svc: Services, task_id: str, caller: Principal, body: Ch
     """The call sent, its step's text followed as it is written; returns once the text begins (or the call is
     answered), so a refusal still answers with its status rather than inside a stream."""
     record = await svc.task_record(task_id, caller)
-    live = LiveReply(svc, task_id, record.state.model, record.state.step + 1, answer_call(svc, task_id, caller, body))
+    # The stored step count lags the workflow's until the next step writes its predecessor: ask the workflow.
+    state = await svc.temporal.query_state(task_id) or record.state
+    live = LiveReply(svc, task_id, record.state.model, state.step + 1, answer_call(svc, task_id, caller, body))
     try:
         await live.start()
     except BaseException:

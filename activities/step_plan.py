@@ -34,7 +34,9 @@ class PlannedCall:
 
     @property
     def affordable(self) -> bool:
-        return self.max_tokens >= MIN_ANSWER_TOKENS
+        """The answer the call asks for fits the allowance, or at least MIN_ANSWER_TOKENS of it does: a call that
+        asks for fewer (an own loop's `max_tokens: 5`) is not short of budget when it can have all of them."""
+        return not self.budget_limited or self.max_tokens >= MIN_ANSWER_TOKENS
 
 
 def plan_call(

@@ -391,3 +391,33 @@ async def test_a_task_token_drives_its_own_loop_and_no_other(stack: Stack) -> No
     finished = await http(stack).post(f"/v1/tasks/{task_id}/finish", json={"output": "done"}, headers=headers)
     assert finished.status_code == 200 and finished.json()["status"] == "completed"
     await stack.client.task(other).cancel()
+
+
+async def test_a_streamed_call_after_an_answered_one_streams_its_own_text(stack: Stack) -> None:
+    """The stored step count lags the workflow's until the next step writes its predecessor: a stream must
+    follow the call's own step, not the text of the one before it."""
+    task_id = await own_task(stack, text="length: 80 tokens")
+    openai = openai_client(stack, task_id)
+    messages: list = [{"role": "user", "content": "length: 80 tokens"}]
+    first = await openai.chat.completions.create(model=MODEL, messages=messages)
+    messages += [
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "Once more, briefly."},
+    ]
+    stream = await openai.chat.completions.create(model=MODEL, messages=messages, stream=True, max_tokens=40)
+    text = "".join(c.choices[0].delta.content or "" for c in [c async for c in stream] if c.choices)
+    again = await openai.chat.completions.create(model=MODEL, messages=messages, max_tokens=40)
+    assert text == again.choices[0].message.content != first.choices[0].message.content
+    assert (await stack.client.task(task_id).ledger()).totals.calls == 2
+
+
+async def test_a_call_asking_for_a_few_tokens_gets_them_rather_than_a_budget_refusal(stack: Stack) -> None:
+    """An answer limit under Berth's least worthwhile answer (16 tokens) is the caller's to ask: with budget to
+    spare it is served, where it was once refused as short of budget and left the task awaiting_budget."""
+    task_id = await own_task(stack)
+    openai = openai_client(stack, task_id)
+    reply = await openai.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": SUBJECTS}], max_completion_tokens=5
+    )
+    assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 5
+    assert (await stack.client.task(task_id).status()).status == TaskStatus.running

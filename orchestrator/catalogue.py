@@ -38,6 +38,14 @@ ENGINE_SETTINGS: dict[EngineKind, frozenset[str]] = {
 }
 # Engines that constrain an answer to a JSON schema; on the others an output type is checked and repaired.
 ENGINES_WITH_RESPONSE_FORMAT: frozenset[EngineKind] = frozenset({"simulated", "vllm", "sglang"})
+# Engines that can force a tool call (tool_choice "required", or a named function): llama.cpp's server here
+# builds no grammar for it, and refusing the call at once beats a step that fails on the node.
+ENGINES_FORCING_TOOL_CALLS: frozenset[EngineKind] = frozenset({"simulated", "vllm", "sglang", "openai-compatible"})
+
+
+def forces_tool_calls(entry: ModelEntry) -> bool:
+    """Whether a call to this model may demand a tool call (hosted providers' APIs all can)."""
+    return entry.provider == "hosted" or entry.engine in ENGINES_FORCING_TOOL_CALLS
 
 
 # fp16 weights = parameters × 2 bytes (1.24 B → 2.3 GiB; 8.03 B → 15.0 GiB; 7.6 B → 14.2 GiB;

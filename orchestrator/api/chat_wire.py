@@ -202,6 +202,10 @@ class ChatRequest(_Open):
             chosen["parallel_tool_calls"] = False
         return chosen
 
+    @property
+    def forces_a_tool_call(self) -> bool:
+        return self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
+
     def tool_choice_problem(self) -> str | None:
         """Why the call's tool_choice cannot be served with the tools it offers (None when it can)."""
         offered = [t.function.name for t in self.tools or ()]

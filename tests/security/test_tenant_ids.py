@@ -57,11 +57,15 @@ async def test_the_same_chosen_id_in_two_tenants_is_two_tasks_and_resubmits_stay
         # Another spec under the tenant's own id is a conflict: its own task, so no one else's secret.
         changed = await acme.post("/v1/tasks", json={**body, "input": "ask: something else?"})
         assert changed.status_code == 409 and error_of(changed)["field"] == "task_id"
-        # A's task answers B exactly as a missing one does.
-        seen = await globex.get("/v1/tasks/acme:nightly-1")
+        # B's own id reads as B's: the id it chose that looks like A's names B's own task, never A's.
+        own = await globex.get("/v1/tasks/acme:nightly-1")
+        assert own.status_code == 200 and own.json()["task_id"] == "globex:acme:nightly-1"
+        # A task of A's that B holds no id like answers B exactly as a missing one does.
+        assert (await acme.post("/v1/tasks", json={**body, "task_id": "nightly-2"})).status_code == 201
+        seen = await globex.get("/v1/tasks/acme:nightly-2")
         missing = await globex.get("/v1/tasks/acme:never-was")
         assert seen.status_code == missing.status_code == 404
-        assert error_of(seen)["message"].replace("nightly-1", "X") == error_of(missing)["message"].replace(
+        assert error_of(seen)["message"].replace("nightly-2", "X") == error_of(missing)["message"].replace(
             "never-was", "X"
         )
 

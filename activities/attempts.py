@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sdk.wire.contracts import GenerationProgress, UnresolvedAttempt
-from sdk.wire.limits import MAX_PREFIX_CHARS, MIN_ANSWER_TOKENS
+from sdk.wire.limits import MAX_PREFIX_CHARS
+from sdk.wire.prefix import Prefix, carried_prefix
 
 
 @dataclass(frozen=True)
@@ -34,28 +35,6 @@ class DeadAttempt:
     generated: int
     response_id: str | None
     kept: int = 0  # of `generated`, the tokens the reply continues from (the rest are lost)
-
-
-@dataclass(frozen=True)
-class Prefix:
-    """The text a cut generation had written (its own and what it continued), to be continued."""
-
-    text: str
-    tokens: int
-    own_tokens: int  # written by the attempt that was cut; the rest was kept from earlier ones
-
-
-def carried_prefix(progress: GenerationProgress | None) -> Prefix | None:
-    """The prefix a generation's last heartbeat carries, if any."""
-    if progress is None or not progress.prefix:
-        return None
-    return Prefix(progress.prefix, progress.prefix_tokens, progress.prefix_own)
-
-
-def continuable(prefix: Prefix | None, max_tokens: int) -> bool:
-    """Whether a new placement continues `prefix` rather than starting the reply over: only when
-    the step's max_tokens leaves room for a real answer after it."""
-    return prefix is not None and prefix.tokens + MIN_ANSWER_TOKENS <= max_tokens
 
 
 @dataclass(frozen=True)

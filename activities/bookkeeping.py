@@ -13,6 +13,10 @@ from temporalio import activity
 
 from sdk import CheckpointRef, Message, TaskState
 from sdk.wire.contracts import (
+    BEGIN_TASK_ACTIVITY,
+    CHECKPOINT_ACTIVITY,
+    RECORD_STATE_ACTIVITY,
+    RESOLVE_AGENT_ACTIVITY,
     BeginTaskInput,
     BeginTaskResult,
     CheckpointInput,
@@ -42,7 +46,7 @@ class TaskBookkeeping:
         self.agents = agents
         self._steps_in = steps_in or (lambda: contextlib.nullcontext(self))
 
-    @activity.defn(name="berth.begin_task")
+    @activity.defn(name=BEGIN_TASK_ACTIVITY)
     def begin_task(self, inp: BeginTaskInput) -> BeginTaskResult:
         """Find or create the checkpoint the task starts from, and mark it running.
 
@@ -63,7 +67,7 @@ class TaskBookkeeping:
             ref = self.checkpoints.write_root(run.task_id, messages, {"agent": run.agent.name})
         return BeginTaskResult(checkpoint=ref, step=ref.step)
 
-    @activity.defn(name="berth.checkpoint")
+    @activity.defn(name=CHECKPOINT_ACTIVITY)
     def checkpoint(self, inp: CheckpointInput) -> CheckpointRef:
         """Flush a pending step when no LLM call follows it (the task ends or continues as new)."""
         with self._steps_in() as records:
@@ -71,7 +75,7 @@ class TaskBookkeeping:
         annotate_checkpoint(inp.task_id, ref)
         return ref
 
-    @activity.defn(name="berth.record_state")
+    @activity.defn(name=RECORD_STATE_ACTIVITY)
     def record_state(self, inp: RecordStateInput) -> None:
         self.tasks.save_state(inp.state, spec_json=inp.spec_json)
         self.events.append(inp.state.task_id, inp.event, {**_state_event(inp.state), **(inp.details or {})})
@@ -79,7 +83,7 @@ class TaskBookkeeping:
         if inp.event == "interruption" and inp.details:
             record_interruption(inp.details)
 
-    @activity.defn(name="berth.resolve_agent")
+    @activity.defn(name=RESOLVE_AGENT_ACTIVITY)
     def resolve_agent(self, inp: ResolveAgentInput) -> ResolveAgentResult:
         agent = self.agents.get(inp.name, visible_to=inp.tenant)
         if agent is None:

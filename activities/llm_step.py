@@ -25,19 +25,27 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from sdk.wire.contracts import GENERATE_ACTIVITY, GenerationProgress, LlmStepInput, LlmStepResult, Reply, Shortfall
+from sdk.wire.contracts import (
+    GENERATE_ACTIVITY,
+    GENERATION_CUT,
+    NODE_STOPPING,
+    REPLICA_UNAVAILABLE,
+    GenerationProgress,
+    LlmStepInput,
+    LlmStepResult,
+    Reply,
+    Shortfall,
+)
 from sdk.wire.limits import MIN_ANSWER_TOKENS
+from sdk.wire.prefix import continuable
 from sdk.wire.writing import Ending
 
-from .attempts import Attempts, BookedAttempt, DeadAttempt, continuable
+from .attempts import Attempts, BookedAttempt, DeadAttempt
 from .heartbeats import beat, keep_beating
 from .model_stream import ModelCallError, StreamRequest, open_stream
 from .ports import (
-    GENERATION_CUT,
     KEPT,
     LOST,
-    NODE_STOPPING,
-    REPLICA_UNAVAILABLE,
     CallReport,
     DeadTokens,
     ModelRoute,

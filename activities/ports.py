@@ -123,11 +123,6 @@ class AgentCatalogue(Protocol):
     def get(self, name: str, version: str | None = None, visible_to: str | None = None) -> AgentSpec | None: ...
 
 
-REPLICA_UNAVAILABLE = "ReplicaUnavailable"  # the error type a workflow re-places a step on
-NODE_STOPPING = "NodeStopping"  # the node was told to leave while the step generated: re-place it elsewhere
-GENERATION_CUT = "GenerationCut"  # the workflow cancelled the generation (a simulated preemption)
-
-
 class ReplicaUnavailable(Exception):
     """The step's leased replica no longer serves on this node (unloaded, node restarted)."""
 

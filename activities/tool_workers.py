@@ -21,9 +21,8 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from sdk.wire.contracts import TOOL_ACTIVITY
+from sdk.wire.contracts import TOOL_ACTIVITY, TOOL_WORKERS_ACTIVITY
 
-TOOL_WORKERS = "berth.tool_workers"
 # A call waiting this long was not handed to a waiting poll: Temporal matches one in milliseconds, and 2 s
 # leaves room for the clocks of this worker and Temporal's server to differ by a little.
 TAKEN_WITHIN_S = 2.0
@@ -61,7 +60,7 @@ class ToolWorkers:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    @activity.defn(name=TOOL_WORKERS)
+    @activity.defn(name=TOOL_WORKERS_ACTIVITY)
     async def polling(self, task_queue: str) -> int:
         """How many workers serve `task_queue` for the calling task's tool calls (0: nobody does)."""
         described = await self.client.workflow_service.describe_task_queue(

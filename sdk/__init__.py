@@ -2,19 +2,20 @@
 
     from sdk import Agent, tool, Budget, Client
 
-`serve`, `serve_blocking` and `tool_worker` (a tool worker: Temporal's worker and the MCP client) load on
-first use, so a script or CLI that only submits and follows tasks never imports them.
+What needs an HTTP client, an MCP client or a JSON-schema validator (`Client`, `SyncClient`, their handles,
+`Agent`, `McpServer`, and `serve`, `serve_blocking`, `tool_worker`: Temporal's worker) loads on first use, so
+Berth's workflows, which read only the SDK's types, never import them (a test keeps it so), and a script that
+only submits and follows tasks never imports a worker.
 
 What is in `__all__` is the author's surface. `sdk.wire` is the wire between Berth's own processes (node
 heartbeats, leases, step books, the workflow's input): not for authors, and free to change with the control
 plane. The `sdk._*` modules are private to this package.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._agent import Agent
 from ._budget import Budget
-from ._client import ApiUnreachable, Client, TaskHandle
 from ._errors import (
     BerthError,
     BudgetExhausted,
@@ -28,7 +29,6 @@ from ._errors import (
     TaskFailed,
     Unauthorized,
 )
-from ._mcp_server import McpServer
 from ._messages import Message, ToolCall
 from ._settings import ModelSettings
 from ._spec import AgentSpec, CheckpointRef, ForkSource, TaskSpec, ToolSpec
@@ -45,7 +45,6 @@ from ._stream import (
     TokenDelta,
     Writing,
 )
-from ._sync import SyncClient, SyncTaskHandle
 from ._tool import Tool, ToolCallContext, tool, tool_context
 from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, PrewarmTarget, ScalingPolicy
 from .wire.fleet import (
@@ -138,15 +137,32 @@ __all__ = [
     "Unauthorized",
 ]
 
-_SERVING = ("serve", "serve_blocking", "tool_worker")
+# Each name that loads on first use, and the module that defines it.
+_ON_FIRST_USE = {
+    "Agent": "_agent",
+    "ApiUnreachable": "_client",
+    "Client": "_client",
+    "TaskHandle": "_client",
+    "McpServer": "_mcp_server",
+    "SyncClient": "_sync",
+    "SyncTaskHandle": "_sync",
+    "serve": "_serve",
+    "serve_blocking": "_serve",
+    "tool_worker": "_serve",
+}
 
 if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._client import ApiUnreachable, Client, TaskHandle
+    from ._mcp_server import McpServer
     from ._serve import serve, serve_blocking, tool_worker
+    from ._sync import SyncClient, SyncTaskHandle
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SERVING:
-        from . import _serve
-
-        return getattr(_serve, name)
-    raise AttributeError(f"module 'sdk' has no attribute {name!r}")
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later reads skip this hook
+    return value

@@ -20,23 +20,26 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema  # noqa: F401  (passed through once: an output schema's checks import it lazily)
     from pydantic import ValidationError
 
-    from activities.bookkeeping import TaskBookkeeping
-    from activities.tool_workers import ToolWorkers
     from sdk import CheckpointRef, GpuTrouble, Message, Spend, TaskState, TaskStatus, ToolCall
     from sdk.wire.builtins import AskHumanArgs, SpawnAgentArgs, tools_offered
     from sdk.wire.contracts import (
         ANSWER_UPDATE,
+        BEGIN_TASK_ACTIVITY,
         CANCEL_SIGNAL,
+        CHECKPOINT_ACTIVITY,
         GRANT_BUDGET_SIGNAL,
         NODE_GONE_SIGNAL,
         RAISE_BUDGET_UPDATE,
         RAISE_CHILD_BUDGET_UPDATE,
+        RECORD_STATE_ACTIVITY,
         SIMULATE_PREEMPTION_SIGNAL,
         SPAWN_UPDATE,
         STATE_QUERY,
         TOOL_ACTIVITY,
+        TOOL_WORKERS_ACTIVITY,
         WORKFLOW_NAME,
         BeginTaskInput,
+        BeginTaskResult,
         CancelRequest,
         CheckpointInput,
         HumanAnswer,
@@ -164,9 +167,10 @@ class AgentTaskWorkflow:
     @workflow.run
     async def run(self, run: TaskRun) -> TaskState:
         if self.checkpoint is None:
-            begun = await workflow.execute_local_activity_method(
-                TaskBookkeeping.begin_task,
+            begun = await workflow.execute_local_activity(
+                BEGIN_TASK_ACTIVITY,
                 BeginTaskInput(run=run),
+                result_type=BeginTaskResult,
                 start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY,
             )
@@ -591,8 +595,8 @@ class AgentTaskWorkflow:
         await self._set_status(TaskStatus.waiting_for_gpu if reason is not None else TaskStatus.running)
 
     async def _record_event(self, kind: str, details: dict) -> None:
-        await workflow.execute_local_activity_method(
-            TaskBookkeeping.record_state,
+        await workflow.execute_local_activity(
+            RECORD_STATE_ACTIVITY,
             RecordStateInput(state=self._state(), event=kind, details=details),
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,
@@ -617,9 +621,10 @@ class AgentTaskWorkflow:
         """Write the last step's checkpoint when no LLM call is coming to carry it."""
         if self.pending is None or self.checkpoint is None:
             return
-        self.checkpoint = await workflow.execute_local_activity_method(
-            TaskBookkeeping.checkpoint,
+        self.checkpoint = await workflow.execute_local_activity(
+            CHECKPOINT_ACTIVITY,
             CheckpointInput(task_id=self.run_input.task_id, parent=self.checkpoint, pending=self.pending),
+            result_type=CheckpointRef,
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,
         )
@@ -701,8 +706,12 @@ class AgentTaskWorkflow:
         if await self.clock.wait(finished, timeout=TOOL_WORKER_NOTICE):
             return
         queue = self.agent.task_queue
-        if await workflow.execute_local_activity_method(
-            ToolWorkers.polling, queue, start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY
+        if await workflow.execute_local_activity(
+            TOOL_WORKERS_ACTIVITY,
+            queue,
+            result_type=int,
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=BOOKKEEPING_RETRY,
         ):
             return  # a worker serves it: the tool is just slow
         waiting = f"a tool worker on {queue}: start one with serve() for agent {self.agent.name}"
@@ -867,8 +876,8 @@ class AgentTaskWorkflow:
 
     async def _set_status(self, status: TaskStatus, spec_json: str | None = None) -> None:
         self.status = status
-        await workflow.execute_local_activity_method(
-            TaskBookkeeping.record_state,
+        await workflow.execute_local_activity(
+            RECORD_STATE_ACTIVITY,
             RecordStateInput(state=self._state(), spec_json=spec_json),
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,

@@ -40,12 +40,11 @@ from temporalio.exceptions import ActivityError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
-    from activities.attempts import carried_prefix, continuable
-    from activities.bookkeeping import TaskBookkeeping
-    from activities.llm_step import LlmStepActivities
-    from activities.pool_lease import PoolLeases
     from sdk import CheckpointRef, GpuTrouble
     from sdk.wire.contracts import (
+        CHECKPOINT_ACTIVITY,
+        GENERATE_ACTIVITY,
+        Acquired,
         AcquireStep,
         CheckpointInput,
         GenerationProgress,
@@ -55,6 +54,11 @@ with workflow.unsafe.imports_passed_through():
         Shortfall,
     )
     from sdk.wire.lease import (
+        ACQUIRE_LEASE,
+        ACQUIRE_STEP,
+        BOOK_CUT,
+        NODE_LIVENESS,
+        RELEASE_LEASE,
         BookedRound,
         CutGeneration,
         Direct,
@@ -71,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
         call_extras_digest,
     )
     from sdk.wire.node_io import LOAD_REPLICA, ReplicaReady, node_task_queue
+    from sdk.wire.prefix import carried_prefix, continuable
     from sdk.wire.recovery import DEFAULT_RECOVERY, Cut, RecoveryRule, avoid_after
     from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
@@ -322,15 +327,20 @@ class FleetStep:
         (workflows that began before it did wrote it apart, after placement: `_checkpoint`)."""
         inp = rnd.inp
         if inp.pending is None or not self._legacy_or_current(PREDECESSOR_WITH_ACQUIRE):
-            return await workflow.execute_local_activity_method(
-                PoolLeases.acquire, request, start_to_close_timeout=BOOKKEEPING_TIMEOUT, retry_policy=BOOKKEEPING_RETRY
+            return await workflow.execute_local_activity(  # type: ignore[call-overload]  # a union result: temporalio says `type`, its converter takes the hint
+                ACQUIRE_LEASE,
+                request,
+                result_type=LeaseGrant,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=BOOKKEEPING_RETRY,
             )
-        asked = await workflow.execute_local_activity_method(
-            PoolLeases.acquire_step,
+        asked = await workflow.execute_local_activity(
+            ACQUIRE_STEP,
             AcquireStep(
                 request=request,
                 predecessor=CheckpointInput(task_id=inp.task_id, parent=inp.checkpoint, pending=inp.pending),
             ),
+            result_type=Acquired,
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,
         )
@@ -343,9 +353,10 @@ class FleetStep:
         writes it."""
         if inp.pending is None:
             return inp
-        ref = await workflow.execute_local_activity_method(
-            TaskBookkeeping.checkpoint,
+        ref = await workflow.execute_local_activity(
+            CHECKPOINT_ACTIVITY,
             CheckpointInput(task_id=inp.task_id, parent=inp.checkpoint, pending=inp.pending),
+            result_type=CheckpointRef,
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,
         )
@@ -376,8 +387,8 @@ class FleetStep:
                 or isinstance(outcome, Interrupted)
                 and outcome.interruption.replica_gone
             )
-            booked = await workflow.execute_local_activity_method(
-                PoolLeases.release,
+            booked = await workflow.execute_local_activity(
+                RELEASE_LEASE,
                 ReleaseLease(
                     lease_id=grant.lease_id,
                     replica_warm=served,
@@ -387,6 +398,7 @@ class FleetStep:
                     else None,
                     next_step=next_step_of(outcome) if isinstance(outcome, Reply) else None,
                 ),
+                result_type=BookedRound | None,  # type: ignore[arg-type]  # a union result: temporalio says `type`, its converter takes the hint
                 start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY,
             )
@@ -479,9 +491,10 @@ class FleetStep:
         if not isinstance(outcome, Interrupted) or outcome.interruption.kind != "lost":
             return outcome
         lost = outcome.interruption
-        evidence = await workflow.execute_local_activity_method(
-            PoolLeases.node_liveness,
+        evidence = await workflow.execute_local_activity(
+            NODE_LIVENESS,
             node_id,
+            result_type=NodeLiveness,
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,
         )
@@ -566,10 +579,11 @@ class FleetStep:
         """One generate activity on the node's queue. A simulated preemption, the node's revocation or the task's
         cancellation cuts it off (a revoked node is not waited for: it may never answer the cancellation)."""
         assert inp.placement is not None
-        handle = workflow.start_activity_method(
-            LlmStepActivities.generate,
+        handle = workflow.start_activity(  # type: ignore[call-overload]  # a union result: temporalio says `type`, its converter takes the hint
+            GENERATE_ACTIVITY,
             inp,
             task_queue=node_task_queue(node_id),
+            result_type=LlmStepResult,
             start_to_close_timeout=GENERATE_TIMEOUT,
             heartbeat_timeout=self.heartbeat_timeout,
             schedule_to_start_timeout=self.node_pickup,
@@ -638,8 +652,8 @@ class FleetStep:
         """Book what a cancelled generation had written as lost: the engine served it, so the books say so."""
         lost = BookedRound()
         if progress is not None and progress.generated > 0:
-            lost = await workflow.execute_local_activity_method(
-                PoolLeases.book_cut,
+            lost = await workflow.execute_local_activity(
+                BOOK_CUT,
                 CutGeneration(
                     task_id=inp.task_id,
                     step=inp.step,
@@ -649,6 +663,7 @@ class FleetStep:
                     usd_per_1m_completion=usd_per_1m,
                     served_by=served_by,
                 ),
+                result_type=BookedRound,
                 start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY,
             )
@@ -756,9 +771,10 @@ class FleetStep:
     async def _direct(self, inp: LlmStepInput) -> LlmStepResult | StepCut:
         """The generate activity off the fleet, retried by Temporal (on a node it is never retried: a retry
         would go back to the same node; failover and retries there are `generate`'s). A cancellation cuts it."""
-        handle = workflow.start_activity_method(
-            LlmStepActivities.generate,
+        handle = workflow.start_activity(  # type: ignore[call-overload]  # a union result: temporalio says `type`, its converter takes the hint
+            GENERATE_ACTIVITY,
             inp,
+            result_type=LlmStepResult,
             start_to_close_timeout=GENERATE_TIMEOUT,
             heartbeat_timeout=GENERATE_HEARTBEAT,
             retry_policy=GENERATE_RETRY,

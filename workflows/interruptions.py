@@ -22,9 +22,9 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.ports import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE
-    from sdk.wire.contracts import GenerationProgress
+    from sdk.wire.contracts import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE, GenerationProgress
     from sdk.wire.recovery import InterruptionKind
+
 BOOKS_REFUSED = "StepBooksRefused"  # the control plane would not book a node's call (orchestrator/node/generation.py)
 
 

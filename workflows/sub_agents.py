@@ -23,17 +23,18 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.bookkeeping import TaskBookkeeping
     from sdk import AgentSpec, TaskSpec, TaskState
     from sdk.wire.builtins import SpawnAgentArgs
     from sdk.wire.contracts import (
         CANCEL_SIGNAL,
         GRANT_BUDGET_SIGNAL,
+        RESOLVE_AGENT_ACTIVITY,
         WORKFLOW_NAME,
         CancelRequest,
         RaiseBudget,
         RaiseChildBudget,
         ResolveAgentInput,
+        ResolveAgentResult,
         SpawnedChild,
     )
     from sdk.wire.limits import MAX_TASK_ID_CHARS, MAX_TOKEN_BUDGET, MAX_USD_BUDGET, MIN_ANSWER_TOKENS, SUB_AGENT_MARK
@@ -235,9 +236,10 @@ class SubAgents:
         return child
 
     async def _resolve(self, name: str) -> AgentSpec:
-        resolved = await workflow.execute_local_activity_method(
-            TaskBookkeeping.resolve_agent,
+        resolved = await workflow.execute_local_activity(
+            RESOLVE_AGENT_ACTIVITY,
             ResolveAgentInput(name=name, tenant=self.parent.spec.tenant),
+            result_type=ResolveAgentResult,
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,
         )

@@ -28,6 +28,16 @@ from .task_run import TaskRun
 
 TOOL_ACTIVITY = "berth.run_tool"
 GENERATE_ACTIVITY = "berth.generate"  # a step's generation, on a node's queue (its heartbeats carry the text so far)
+# The control queue's activities, by the names workflows call them (they never import an activity).
+BEGIN_TASK_ACTIVITY = "berth.begin_task"
+CHECKPOINT_ACTIVITY = "berth.checkpoint"
+RECORD_STATE_ACTIVITY = "berth.record_state"
+RESOLVE_AGENT_ACTIVITY = "berth.resolve_agent"
+TOOL_WORKERS_ACTIVITY = "berth.tool_workers"
+# The error types a generation fails with that the workflow acts on.
+REPLICA_UNAVAILABLE = "ReplicaUnavailable"  # the error type a workflow re-places a step on
+NODE_STOPPING = "NodeStopping"  # the node was told to leave while the step generated: re-place it elsewhere
+GENERATION_CUT = "GenerationCut"  # the workflow cancelled the generation (a simulated preemption)
 CONTROL_TASK_QUEUE = "berth-control"
 
 

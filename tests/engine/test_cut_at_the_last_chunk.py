@@ -25,7 +25,6 @@ from temporalio.testing import ActivityEnvironment
 import activities.llm_step as llm_step
 from activities.llm_step import LlmStepActivities
 from activities.model_stream import ModelStream, StreamDelta
-from activities.ports import NODE_STOPPING
 from activities.reply import delta_text
 from activities.step_books import StoreStepBooks
 from activities.tokens import encode
@@ -36,7 +35,7 @@ from orchestrator.engines.simulated.app import CHUNK_TOKENS
 from orchestrator.node.generation import NodeGeneration
 from orchestrator.store import Store
 from sdk import Message
-from sdk.wire.contracts import LlmStepInput
+from sdk.wire.contracts import NODE_STOPPING, LlmStepInput
 from tests.system.books import check_nothing_hidden
 
 TASK = "t-last-chunk"

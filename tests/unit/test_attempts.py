@@ -5,9 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities.attempts import Attempts, carried_prefix, continuable
+from activities.attempts import Attempts
 from sdk.wire.contracts import GenerationProgress, UnresolvedAttempt
 from sdk.wire.limits import MAX_PREFIX_CHARS
+from sdk.wire.prefix import carried_prefix, continuable
 
 
 def _cut(chunks: list[tuple[str, int]], attempt: int = 1) -> GenerationProgress:

@@ -26,7 +26,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from activities.llm_step import LlmStepActivities
-from activities.ports import NODE_STOPPING
 from activities.step_books import StoreStepBooks
 from activities.tokens import encode
 from orchestrator.catalogue import ModelCatalogue
@@ -35,7 +34,7 @@ from orchestrator.node.generation import warm_up
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, Budget, Message, TaskSpec, TaskState
-from sdk.wire.contracts import LlmStepInput, LlmStepResult, Reply
+from sdk.wire.contracts import NODE_STOPPING, LlmStepInput, LlmStepResult, Reply
 from sdk.wire.lease import LeaseGrant, LeaseRequest, Never, NodeLiveness, Placed, ReleaseLease
 from sdk.wire.node_io import node_task_queue
 from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun

@@ -21,7 +21,6 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -121,7 +120,9 @@ class LlmStepActivities:
     async def _resume(self, inp: LlmStepInput, ref: StepRef, attempt: int) -> Attempts:
         """What earlier attempts of the step left: a first attempt on a new placement takes over the heartbeat
         of the generation an interruption cut off, so what that one generated is booked, never hidden."""
-        progress = Attempts.resume(attempt, _last_progress(activity.info().heartbeat_details) or inp.inherited_progress)
+        progress = Attempts.resume(
+            attempt, GenerationProgress.from_details(activity.info().heartbeat_details) or inp.inherited_progress
+        )
         if attempt > 1:
             progress.booked = await asyncio.to_thread(self._booked_earlier, ref, attempt)
         beat(progress)
@@ -296,16 +297,6 @@ class LlmStepActivities:
 def _dead_cost(step: _Step, progress: Attempts) -> float:
     """What the step pays for attempts that died: their lost and kept tokens, and replies booked unheard."""
     return progress.unreported_usd + generated_cost(step.prices, progress.lost_before + progress.kept_before)
-
-
-def _last_progress(details: object) -> GenerationProgress | None:
-    """The previous attempt's last heartbeat, unless there is none (or it is not progress at all)."""
-    if not isinstance(details, (list, tuple)) or not details:
-        return None
-    try:
-        return GenerationProgress.model_validate(details[0])
-    except ValidationError:
-        return None
 
 
 def _cut(inp: LlmStepInput, progress: Attempts) -> ApplicationError:

@@ -14,14 +14,11 @@ treats them apart:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-
     from sdk.wire.contracts import GENERATION_CUT, NODE_STOPPING, REPLICA_UNAVAILABLE, GenerationProgress
     from sdk.wire.recovery import InterruptionKind
 
@@ -62,15 +59,18 @@ def interruption(err: ActivityError) -> Interruption | None:
         return Interruption(
             "lost",
             f"the node {what}",
-            _progress(cause.last_heartbeat_details),
+            GenerationProgress.from_details(cause.last_heartbeat_details),
             replica_gone=silent,
             never_started=not silent,
         )
     if isinstance(cause, ApplicationError) and cause.type == NODE_STOPPING:
-        return Interruption("notice", str(cause.message), _progress(cause.details))
+        return Interruption("notice", str(cause.message), GenerationProgress.from_details(cause.details))
     if isinstance(cause, ApplicationError) and cause.type == GENERATION_CUT:
         return Interruption(
-            "simulated", "a simulated preemption cut the generation", _progress(cause.details), replica_gone=False
+            "simulated",
+            "a simulated preemption cut the generation",
+            GenerationProgress.from_details(cause.details),
+            replica_gone=False,
         )
     if isinstance(cause, CancelledError):  # cut before the node had started it
         return Interruption(
@@ -85,9 +85,9 @@ def progress_of(err: ActivityError) -> GenerationProgress | None:
     """What a generation cut off (by a cancellation, a notice) had done, as its failure reports it."""
     cause = err.cause
     if isinstance(cause, ApplicationError):
-        return _progress(cause.details)
+        return GenerationProgress.from_details(cause.details)
     if isinstance(cause, TimeoutError):
-        return _progress(cause.last_heartbeat_details)
+        return GenerationProgress.from_details(cause.last_heartbeat_details)
     return None
 
 
@@ -101,13 +101,3 @@ def is_permanent(err: ActivityError) -> bool:
     """A failure no retry can fix (the engine rejected the request, the model is unknown)."""
     cause = err.cause
     return isinstance(cause, ApplicationError) and cause.non_retryable
-
-
-def _progress(details: Any) -> GenerationProgress | None:
-    """The generate activity's heartbeat (activities/attempts.py), if it sent one a node did not garble."""
-    if not isinstance(details, (list, tuple)) or not details:
-        return None
-    try:
-        return GenerationProgress.model_validate(details[0])
-    except ValidationError:
-        return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from .._messages import Message, ToolCall
 from .._spec import AgentSpec, CheckpointRef
@@ -88,6 +88,18 @@ class GenerationProgress(BaseModel):
     prefix: str = Field(default="", max_length=MAX_PREFIX_CHARS, description="the reply's text so far, continuable")
     prefix_tokens: StoredInt = Field(default=0, ge=0, description="the tokens of `prefix`")
     prefix_own: StoredInt = Field(default=0, ge=0, description="of those, written by this attempt")
+
+    @classmethod
+    def from_details(cls, details: object) -> GenerationProgress | None:
+        """The progress a generation's heartbeat (or its failure's details) carries: the first detail, unless
+        there is none or it is not progress at all (a node may send anything). The one parser of it: the
+        generate activity resumes from it, the workflow reads an interruption's."""
+        if not isinstance(details, (list, tuple)) or not details:
+            return None
+        try:
+            return cls.model_validate(details[0])
+        except ValidationError:
+            return None
 
 
 class LlmStepInput(BaseModel):

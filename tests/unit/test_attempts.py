@@ -79,3 +79,11 @@ def test_kept_and_lost_always_add_up_to_what_was_generated(chunks: list[tuple[st
     assert sum(d.generated for d in settled) == progress.generated + beyond
     assert taking_over.kept_before + taking_over.lost_before == progress.generated + beyond
     assert 0 <= taking_over.kept_before <= progress.generated and taking_over.prefix == "".join(progress.written)
+
+
+def test_a_heartbeat_is_read_as_progress_only_when_it_is_progress() -> None:
+    progress = GenerationProgress(attempt=2, generated=7)
+    assert GenerationProgress.from_details([progress.model_dump()]) == progress
+    assert GenerationProgress.from_details([progress]) == progress
+    for junk in (None, [], (), "text", [{"attempt": "many"}], [42]):
+        assert GenerationProgress.from_details(junk) is None

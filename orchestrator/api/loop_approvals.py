@@ -99,6 +99,8 @@ def _refusal(exc: Exception) -> ApiError:
     message = str(exc)
     if isinstance(exc, UpdateRejected) and exc.kind == "UnknownToolCall":
         return not_found(message, field="calls")
+    if isinstance(exc, UpdateRejected) and exc.kind == "NothingToApprove":
+        return conflict(message, field="approvals")
     head, sep, _ = message.partition(": ")
     field = head if sep and head in {"call_id", "calls"} else "task_id"
     return conflict(message, field=field)

@@ -47,6 +47,7 @@ _REFUSALS = {
     "UnknownToolCall": (404, "call_id"),
     "ModelCallFailed": (502, "model"),
     "BudgetViolation": (409, "budget"),
+    "AwaitsApproval": (409, "approvals"),  # a person has yet to approve or reject the loop's tool calls
 }
 
 

@@ -279,3 +279,11 @@ async def _cli(command: Callable[[Any], int], client: Client, **args: Any) -> in
     with patch.object(cli_tasks, "run_with_client", with_client):
         command(type("Args", (), args)())
     return await ran[0]
+
+
+async def test_a_decision_with_nothing_waiting_is_refused_naming_approvals(stack: Stack) -> None:
+    spec = await stack.client.register(AgentSpec(name=unique("own"), model=MODEL, loop="own"))
+    task = await stack.client.submit(spec.name, "H100 bandwidth", budget=20_000)
+    nothing = await stack.client._http.post(f"/v1/tasks/{task.task_id}/approve", json={})
+    assert nothing.status_code == 409 and nothing.json()["error"]["field"] == "approvals", nothing.text
+    await task.cancel()

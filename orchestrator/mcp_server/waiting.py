@@ -23,6 +23,9 @@ from .results import WaitOutcome
 # of a status sees last anyway.
 MAX_WRITTEN_CHARS = 500
 
+# What a report's text starts with when the step's text started over (an attempt that did not continue a cut one).
+RESTARTED = "[the answer started over] "
+
 # Half a second: a step of a real model takes seconds, so no step goes unreported for long,
 # and a waiting client costs the API two cheap reads a second.
 POLL_S = 0.5
@@ -68,7 +71,11 @@ class WrittenSoFar:
         self.step, self.text = 0, ""
 
     def since_last(self, now: Writing) -> str:
-        if now.step != self.step or not now.text.startswith(self.text):
+        """The text written since the last report; after a retry that did not continue the step's text, what it
+        wrote marked as a restart (the text reported before is not the step's any more)."""
+        restarted = now.step == self.step and bool(self.text) and not now.text.startswith(self.text)
+        if now.step != self.step or restarted:
             self.step, self.text = now.step, ""
         new, self.text = now.text[len(self.text) :], now.text
-        return new if len(new) <= MAX_WRITTEN_CHARS else "…" + new[-MAX_WRITTEN_CHARS:]
+        new = new if len(new) <= MAX_WRITTEN_CHARS else "…" + new[-MAX_WRITTEN_CHARS:]
+        return f"{RESTARTED}{new}" if restarted else new

@@ -14,6 +14,7 @@ from typing import Any
 from sdk import CheckpointRef
 from sdk.wire.contracts import LlmStepInput
 from sdk.wire.limits import MIN_ANSWER_TOKENS
+from sdk.wire.reserve import answer_grant
 
 from .attempts import Attempts
 from .ports import ModelRoute, StepBooks, StepRef
@@ -52,15 +53,15 @@ def plan_call(
     continued = progress.prefix_tokens if progress.prefix else 0
     reserve = count_prompt(messages, tools, route.tokenizer).reserved(continued)
     room = inp.max_tokens - progress.prefix_tokens  # a continuation's answer room is what the cut text left
-    max_tokens = min(room, inp.token_allowance - progress.held_back - reserve)
-    if prepared.max_tokens is not None:
-        max_tokens = min(max_tokens, prepared.max_tokens)
-    shortfall_usd = None
+    usd_answer, shortfall_usd = None, None
     if inp.usd_allowance is not None and prices is not None:
         usd_left = inp.usd_allowance - held_back_usd(progress, prices)
-        max_tokens = min(max_tokens, prices.affordable_completion(usd_left, reserve))
+        usd_answer = prices.affordable_completion(usd_left, reserve)
         needed_usd = prices.call(reserve, MIN_ANSWER_TOKENS)
         shortfall_usd = needed_usd - usd_left if needed_usd > usd_left else None
+    max_tokens = answer_grant(room, inp.token_allowance - progress.held_back, reserve, usd_answer)
+    if prepared.max_tokens is not None:  # what the control plane granted, by the same rule
+        max_tokens = min(max_tokens, prepared.max_tokens)
     if progress.prefix:
         messages.append({"role": "assistant", "content": progress.prefix})
     return PlannedCall(

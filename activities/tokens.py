@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sdk.wire.limits import reservation_margin
+from sdk.wire.reserve import prompt_reserve
 
 COUNTING_MODEL = "gpt-4o"
 
@@ -55,7 +55,7 @@ class PromptCount:
 
     def reserved(self, continued_tokens: int = 0) -> int:
         """What a call with this prompt sets aside for it: the count and the margin for what is not exact."""
-        return self.tokens + reservation_margin(self.tokens, exact=self.exact, continued_tokens=continued_tokens)
+        return prompt_reserve(self.tokens, exact=self.exact, continued_tokens=continued_tokens)
 
 
 class PromptTokenizer(Protocol):

@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
     )
     from sdk.wire.lease import LeaseRequest
-    from sdk.wire.limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS, reservation_margin
+    from sdk.wire.limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS
     from sdk.wire.loop_approvals import (
         LOOP_APPROVALS_QUERY,
         LOOP_ASK_APPROVAL_UPDATE,
@@ -81,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
         LoopToolResult,
         LoopTranscript,
     )
+    from sdk.wire.reserve import prompt_reserve, tokens_short
     from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, CarriedProgress, TaskRun
     from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
@@ -584,10 +585,12 @@ class AgentTaskWorkflow:
     def _shortfall_after_cut(self, reply: Reply) -> str:
         """What the next step is short of, as the step would reserve it: its prompt (this conversation, the cut
         answer included) with the template margin, and at least a minimum answer (at most a full one)."""
-        prompt = reply.prompt_tokens + reply.kept_tokens + reply.completion_tokens + MESSAGE_OVERHEAD_TOKENS
-        reserve = prompt + reservation_margin(prompt) - self.budget.token_allowance
-        least = max(1, reserve + MIN_ANSWER_TOKENS)
-        full = max(least, reserve + self.agent.max_tokens_per_step)
+        prompt = prompt_reserve(
+            reply.prompt_tokens + reply.kept_tokens + reply.completion_tokens + MESSAGE_OVERHEAD_TOKENS
+        )
+        allowance = self.budget.token_allowance
+        least = max(1, tokens_short(prompt, MIN_ANSWER_TOKENS, allowance))
+        full = max(least, tokens_short(prompt, self.agent.max_tokens_per_step, allowance))
         return f"{least} more tokens for the next step (up to {full} for a full {self.agent.max_tokens_per_step}-token answer)"
 
     async def _set_waiting_for_gpu(self, reason: str | None, trouble: GpuTrouble | None) -> None:

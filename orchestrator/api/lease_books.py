@@ -20,6 +20,7 @@ from activities.ports import KEPT, LOST, SETTLED, LedgerEntry
 from activities.prices import Prices, call_cost, generated_cost
 from activities.tokens import PromptCount
 from sdk.wire.lease import BookedRound, StepLimits
+from sdk.wire.reserve import answer_grant
 from sdk.wire.step_books import DeadAttemptBody, SettleStepRequest
 
 from ..store import CallReservation
@@ -59,9 +60,12 @@ def reserve_call(
     allowance leaves for the answer: never more than the step's max_tokens less the kept text it goes on from,
     nor than its dollars pay for."""
     prompt = counted.reserved(booked.kept_tokens)
-    max_tokens = min(limits.max_tokens - booked.kept_tokens, limits.token_allowance - booked.tokens - prompt)
+    usd_answer = None
     if limits.usd_allowance is not None and prices is not None:
-        max_tokens = min(max_tokens, prices.affordable_completion(limits.usd_allowance - booked.cost_usd, prompt))
+        usd_answer = prices.affordable_completion(limits.usd_allowance - booked.cost_usd, prompt)
+    max_tokens = answer_grant(
+        limits.max_tokens - booked.kept_tokens, limits.token_allowance - booked.tokens, prompt, usd_answer
+    )
     return CallReservation(prompt_tokens=prompt, max_tokens=max(0, max_tokens))
 
 

@@ -17,7 +17,8 @@ from fastapi.responses import StreamingResponse
 from .auth import TaskWriter
 from .errors import ApiError
 from .live_reply import LiveReply, TextDeparted, stream_error
-from .own_loop import OWN_LOOP_RESPONSES, answer_call, followed_call
+from .loop_calls import answer_call, followed_call
+from .own_loop import OWN_LOOP_RESPONSES
 from .responses_reply import ResponseEvents, response
 from .responses_wire import ResponsesRequest, chat_field
 from .services import Svc

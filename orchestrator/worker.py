@@ -9,6 +9,7 @@ are called from here.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -120,6 +121,10 @@ async def run_worker(config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) 
                 placement_policy=config.placement_policy,
             )
         worker = build_worker(client, store, config, task_queue=task_queue, pool=pool)
+        # What is alive now lives as long as the process (modules, the pool, the store): out of the collector's
+        # sight, a full collection inside a workflow activation scans only what tasks made since, and cannot
+        # hold the activation past Temporal's 2 s deadlock check on a busy machine.
+        gc.freeze()
         log.info("worker polling %s on %s", task_queue, config.resolved_temporal_address)
         scaling = asyncio.ensure_future(Autoscaler(pool, client).run()) if pool is not None else None
         # SIGTERM (from `berth up` or an orchestrator) shuts down gracefully: in-flight activities

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -46,6 +47,17 @@ def metrics_reader() -> InMemoryMetricReader:
     reader = InMemoryMetricReader()
     install_metrics("berth-tests", extra_readers=[reader])
     return reader
+
+
+@pytest.fixture(autouse=True)
+def heap_of_earlier_tests_frozen() -> None:
+    """Before each test, what earlier tests left alive moves out of the garbage collector's sight (gc.freeze).
+
+    A test process holds the app, a worker and every earlier test's survivors, over a gigabyte after a thousand
+    tests; a full collection scans all of it, and one that lands inside a workflow activation on a busy machine
+    held it past Temporal's 2 s deadlock check (TMPRL1101): the run's task failed and its eviction never ended,
+    so the worker, and the suite, hung. Frozen, a collection scans only what the running test made."""
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

@@ -14,14 +14,13 @@ own type (a union, so a caller matches on what it got instead of asserting optio
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, FiniteFloat, model_validator
 
 from .limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
 from .node_io import LoadReplica
+from .transcript import digest
 
 ServiceClass = Literal["interactive", "batch", "low_priority"]
 LocalityTier = Literal["warm", "loading", "disk", "datacenter", "origin"]
@@ -70,8 +69,7 @@ def call_extras_digest(instructions: str | None, tools: list[dict[str, Any]]) ->
     """sha256 of what a call sends the model beside the task's conversation. The workflow puts it in the lease's
     limits, so the prompt the control plane reserves for is the one the call sends (an own loop's tool schemas and
     instructions differ call by call), and a node cannot shrink that reservation by sending other extras."""
-    canonical = json.dumps([instructions, tools], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return digest([instructions, tools])
 
 
 class LeaseRequest(BaseModel):

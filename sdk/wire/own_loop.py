@@ -7,8 +7,6 @@ re-run after a crash gets it back instead of running the tool again. The API sen
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
@@ -16,6 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 from .._messages import Message
 from .limits import MAX_INPUT_CHARS, MAX_MODEL_TOOLS, MAX_TOOL_RESULT_CHARS
 from .loop_approvals import LoopApprovals
+from .transcript import canonical_json, digest
 
 LOOP_CALL_UPDATE = "loop_call"
 LOOP_TOOL_RESULT_UPDATE = "loop_tool_result"
@@ -70,17 +69,10 @@ class LoopCall(BaseModel):
 def call_shape(instructions: str | None, tools: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, str]:
     """A call's instructions and tools (as digests) and each sampling setting (as JSON), by the name the wire
     gives it: what `request_hash` folds into one hash, kept apart so a difference can be named."""
-
-    def canonical(value: Any) -> str:
-        return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-
-    shape = {
-        "instructions": hashlib.sha256(canonical(instructions or "").encode()).hexdigest(),
-        "tools": hashlib.sha256(canonical(tools).encode()).hexdigest(),
-    }
+    shape = {"instructions": digest(instructions or ""), "tools": digest(tools)}
     for name, value in settings.items():
-        text = canonical(value)
-        shape[name] = text if len(text) <= MAX_SHAPE_VALUE_CHARS else hashlib.sha256(text.encode()).hexdigest()
+        text = canonical_json(value)
+        shape[name] = text if len(text) <= MAX_SHAPE_VALUE_CHARS else digest(value)
     return shape
 
 

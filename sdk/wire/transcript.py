@@ -41,13 +41,16 @@ def chain_of(messages: Iterable[Message], start: str = EMPTY_CHAIN) -> list[str]
     return hashes
 
 
+def canonical_json(value: Any) -> str:
+    """One spelling of a JSON value (keys sorted, no spaces), so both ends of a wire hash it alike."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def digest(value: Any) -> str:
+    """sha256 of the value's canonical JSON."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
 def request_hash(chain: str, instructions: str | None, tools: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     """What names one model call: its conversation, its instructions, the tools it offers and how it samples."""
-    body = json.dumps(
-        [chain, instructions or "", tools, settings],
-        sort_keys=True,
-        ensure_ascii=False,
-        separators=(",", ":"),
-        default=str,
-    )
-    return hashlib.sha256(body.encode()).hexdigest()
+    return digest([chain, instructions or "", tools, settings])

@@ -82,10 +82,11 @@ with workflow.unsafe.imports_passed_through():
         LoopTranscript,
     )
     from sdk.wire.reserve import prompt_reserve, tokens_short
-    from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, CarriedProgress, TaskRun
+    from sdk.wire.task_run import TaskRun
     from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
-    from .budget import BudgetViolation, TokenBudget
+    from . import task_state
+    from .budget import BudgetViolation
     from .code_versions import EVENT_CLOCK, legacy_patched
     from .event_clock import EventClock
     from .fleet_step import FleetStep, StepCut, Unplaceable
@@ -115,59 +116,30 @@ class AgentTaskWorkflow:
         # run's first workflow task, and at each event-fixed moment after.
         self.clock = EventClock(event_fixed=run.workflow_version >= EVENT_CLOCK)
         carried = run.carried
-        self.budget = TokenBudget(
-            token_limit=carried.token_limit if carried else run.spec.budget.tokens,
-            usd_limit=carried.usd_limit if carried else run.spec.budget.usd,
-            tokens_used=carried.tokens_used if carried else 0,
-            tokens_lost=carried.tokens_lost if carried else 0,
-            usd_used=carried.usd_used if carried else 0.0,
-        )
-        self.status = TaskStatus.queued
-        self.steps_done = carried.steps_done if carried else 0
-        self.children: list[str] = list(carried.children) if carried else []
-        self.sub_agents = SubAgents(run, self.budget, self.children)
+        self.state = task_state.begin(run)
+        self.sub_agents = SubAgents(run, self.state.budget, self.state.children)
         self.fleet = FleetStep(
             self._set_waiting_for_gpu,
             self._stop_waiting,
-            lambda: self.cancel_reason is not None,
+            lambda: self.state.cancel_reason is not None,
             self._record_event,
             self.clock,
             max_interruptions=run.spec.max_interruptions,
             recovery=run.spec.recovery,
             heartbeat_timeout=timedelta(seconds=run.heartbeat_timeout_s),
             interruptions=carried.interruptions if carried else 0,
-            placements_step=self.steps_done + 1 if carried else 0,
+            placements_step=self.state.steps_done + 1 if carried else 0,
             placements_used=carried.placements_of_next_step if carried else 0,
             workflow_version=run.workflow_version,
         )
-        self.checkpoint: CheckpointRef | None = run.resume_from
-        self.pending: PendingStep | None = None  # the last finished step, until the next activity writes it
-        self.result: str | None = None
-        self.error: str | None = None
-        self.waiting_for: str | None = None
-        self.gpu_trouble: GpuTrouble | None = None
-        self.question: str | None = None
-        self.answer_text: str | None = None
-        self.cancel_reason: str | None = None
-        self.budget_raised = False
-        self.finishing = False
-        self.output_repairs = 0  # repair steps asked for so far (an answer that did not match the output schema)
-        self.repairing = False  # the next step is one of them
         # An agent whose loop is the author's own: its model calls arrive as updates, one at a time.
-        self.own_loop = (
-            OwnLoop(carried.own_loop if carried else None, [Message(role="user", content=run.spec.input)])
-            if self.agent.loop == "own"
-            else None
-        )
+        self.own_loop = OwnLoop(self.state.own_loop) if self.state.own_loop is not None else None
         self.loop_lock = asyncio.Lock()
-        self.loop_wakeups = 0  # bumped by each call and by the loop's finish: the task re-reads its reasons to end
-        self.loop_over: tuple[TaskStatus, str | None] | None = None  # a call found the task must end
-        self.short_since: float | None = None  # an own loop's call found the budget short (workflow time)
 
     # ----- the step loop -------------------------------------------------------------------
     @workflow.run
     async def run(self, run: TaskRun) -> TaskState:
-        if self.checkpoint is None:
+        if self.state.checkpoint is None:
             begun = await workflow.execute_local_activity(
                 BEGIN_TASK_ACTIVITY,
                 BeginTaskInput(run=run),
@@ -175,7 +147,7 @@ class AgentTaskWorkflow:
                 start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 retry_policy=BOOKKEEPING_RETRY,
             )
-            self.checkpoint, self.steps_done = begun.checkpoint, begun.step
+            self.state.checkpoint, self.state.steps_done = begun.checkpoint, begun.step
         await self._set_status(TaskStatus.running, spec_json=run.spec.model_dump_json())
         if self.own_loop is not None:
             return await self._serve_own_loop(self.own_loop)
@@ -187,7 +159,7 @@ class AgentTaskWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 await self._flush_pending()
                 workflow.continue_as_new(self._continuation())
-            step = self.steps_done + 1
+            step = self.state.steps_done + 1
             try:
                 reply = await self._generate(step)
             except ActivityError as err:
@@ -203,18 +175,18 @@ class AgentTaskWorkflow:
         if reply is None:
             return None  # stopped waiting for a GPU: cancelled, or the deadline passed
         if reply.checkpoint is not None:
-            self.checkpoint, self.pending = reply.checkpoint, None
+            self.state.checkpoint, self.state.pending = reply.checkpoint, None
         if isinstance(reply, StepCut):  # the task's cancellation cut the generation: what it wrote was served
-            self.budget.charge(reply.lost_tokens, reply.cost_usd, lost=reply.lost_tokens)
+            self.state.budget.charge(reply.lost_tokens, reply.cost_usd, lost=reply.lost_tokens)
             return None
         if isinstance(reply, Shortfall):
-            self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            self.state.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
             missing = _missing(reply)
             return None if await self._await_budget(missing) else (TaskStatus.out_of_budget, f"needed {missing}")
         try:
-            self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            self.state.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
         except BudgetViolation as violation:
-            self.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            self.state.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
             return TaskStatus.failed, f"step {step}: {violation}"
         return await self._answered(step, reply)
 
@@ -224,18 +196,18 @@ class AgentTaskWorkflow:
         if reply.finish_reason == "length" and reply.budget_limited and not reply.tool_calls:
             # The answer was cut because the budget shrank max_tokens: keep it as the partial
             # result and wait for more budget rather than calling a truncated reply done.
-            self.result = reply.message.content or self.result
+            self.state.result = reply.message.content or self.state.result
             self._step_done(step, new_messages)
             if not await self._await_budget(self._shortfall_after_cut(reply)):
                 return TaskStatus.out_of_budget, "the answer was cut short by the budget"
             return None
         if not reply.tool_calls:
-            self.result = reply.message.content or ""
+            self.state.result = reply.message.content or ""
             return self._final(step, new_messages)
         new_messages += await asyncio.gather(
             *(self._run_tool(step, call, i) for i, call in enumerate(reply.tool_calls))
         )
-        self.result = reply.message.content or self.result
+        self.state.result = reply.message.content or self.state.result
         self._step_done(step, new_messages)
         return None
 
@@ -243,12 +215,12 @@ class AgentTaskWorkflow:
         """A final answer ends the task, once it matches the agent's output schema; an answer that does not asks
         for a repair step (MAX_OUTPUT_REPAIRS at most, each paid from the budget), then fails the task."""
         schema = self.agent.output_schema
-        problem = None if schema is None else answer_problem(self.result or "", schema)
-        self.repairing = problem is not None
+        problem = None if schema is None else answer_problem(self.state.result or "", schema)
+        self.state.repairing = problem is not None
         if schema is not None and problem is None:
-            self.result = answer_json(self.result or "")
-        if problem is not None and schema is not None and self.output_repairs < MAX_OUTPUT_REPAIRS:
-            self.output_repairs += 1
+            self.state.result = answer_json(self.state.result or "")
+        if problem is not None and schema is not None and self.state.output_repairs < MAX_OUTPUT_REPAIRS:
+            self.state.output_repairs += 1
             new_messages.append(Message(role="user", content=repair_request(problem, schema)))
             self._step_done(step, new_messages)
             return None
@@ -263,9 +235,9 @@ class AgentTaskWorkflow:
     def _reason_to_stop(self) -> tuple[TaskStatus, str | None] | None:
         if self.sub_agents.violation is not None:
             return TaskStatus.failed, f"budget violation: {self.sub_agents.violation}"
-        if self.cancel_reason is not None:
-            return TaskStatus.cancelled, self.cancel_reason
-        if self.steps_done >= self.agent.max_steps:
+        if self.state.cancel_reason is not None:
+            return TaskStatus.cancelled, self.state.cancel_reason
+        if self.state.steps_done >= self.agent.max_steps:
             return TaskStatus.max_steps, f"reached max_steps={self.agent.max_steps}"
         deadline = self.run_input.spec.budget.deadline
         if deadline is not None and self.clock.now() >= deadline:
@@ -283,7 +255,7 @@ class AgentTaskWorkflow:
 
     async def _generate(self, step: int, loop_call: LoopCall | None = None) -> LlmStepResult | StepCut | None:
         """The step's model call: Berth's own, or the one an own loop sent (its tools, settings, instructions)."""
-        assert self.checkpoint is not None
+        assert self.state.checkpoint is not None
         spec = self.run_input.spec
         max_tokens = self.agent.max_tokens_per_step
         if loop_call is not None:
@@ -291,17 +263,17 @@ class AgentTaskWorkflow:
             max_tokens = min(max_tokens, loop_call.max_tokens or max_tokens)
         else:
             # A repair step only answers: its tools would give the model something else to do than fix its answer.
-            tools = [] if self.repairing else [t.to_openai() for t in tools_offered(self.agent)]
+            tools = [] if self.state.repairing else [t.to_openai() for t in tools_offered(self.agent)]
             settings = self._call_settings(tools)
         inp = LlmStepInput(
             task_id=self.run_input.task_id,
             step=step,
-            checkpoint=self.checkpoint,
-            pending=self.pending,
+            checkpoint=self.state.checkpoint,
+            pending=self.state.pending,
             model=self.agent.model,
             max_tokens=max_tokens,
-            token_allowance=self.budget.token_allowance,
-            usd_allowance=self.budget.usd_allowance,
+            token_allowance=self.state.budget.token_allowance,
+            usd_allowance=self.state.budget.usd_allowance,
             tenant=spec.tenant,
             tools=tools,
             settings=settings,
@@ -311,7 +283,7 @@ class AgentTaskWorkflow:
             task_id=self.run_input.task_id,
             step=step,
             model=self.agent.model,
-            tokens=max(1, min(max_tokens, self.budget.token_allowance)),
+            tokens=max(1, min(max_tokens, self.state.budget.token_allowance)),
             tenant=spec.tenant,
             priority=spec.priority,
             service_class=spec.service_class,
@@ -322,10 +294,10 @@ class AgentTaskWorkflow:
     # ----- an own loop (the author's, calling the model through Berth) -------------------
     async def _serve_own_loop(self, loop: OwnLoop) -> TaskState:
         """Answer the loop's calls (updates) until it finishes, falls silent, runs out of budget or is stopped."""
-        loop.last_call_at = self.clock.time()
+        self.state.loop_last_call_at = self.clock.time()
         while True:
             due = loop.approval_due_at(self.agent.ask_human_timeout_s)
-            if due is not None and self.clock.time() >= due and self.cancel_reason is None:
+            if due is not None and self.clock.time() >= due and self.state.cancel_reason is None:
                 reason = f"no decision arrived within {self.agent.ask_human_timeout_s:g} s"
                 await self._decide(loop, ApprovalDecision(approve=False, reason=reason))
             ending = self._own_loop_ending(loop)
@@ -338,26 +310,26 @@ class AgentTaskWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 await self._flush_pending()
                 workflow.continue_as_new(self._continuation())
-            seen = self.loop_wakeups
+            seen = self.state.loop_wakeups
             try:
                 await workflow.wait_condition(
-                    lambda: self.loop_wakeups != seen or self.cancel_reason is not None,  # noqa: B023  (awaited here)
+                    lambda: self.state.loop_wakeups != seen or self.state.cancel_reason is not None,  # noqa: B023  (awaited here)
                     timeout=self._until_deadline(self._own_loop_wait(loop)),
                 )
             except TimeoutError:
                 self.clock.mark()  # the timer fired: a moment history fixes (a wakeup may follow a local activity)
 
     def _own_loop_ending(self, loop: OwnLoop) -> tuple[TaskStatus, str | None] | None:
-        if loop.finished is not None:
-            output, error = loop.finished
+        if self.state.loop_finished is not None:
+            output, error = self.state.loop_finished
             if error is not None:
                 return TaskStatus.failed, f"the task's own loop failed: {error}"
-            self.result = output if output is not None else self.result
+            self.state.result = output if output is not None else self.state.result
             return TaskStatus.completed, None
-        if self.loop_over is not None:
-            return self.loop_over
-        if self.cancel_reason is not None:
-            return TaskStatus.cancelled, self.cancel_reason
+        if self.state.loop_over is not None:
+            return self.state.loop_over
+        if self.state.cancel_reason is not None:
+            return TaskStatus.cancelled, self.state.cancel_reason
         deadline = self.run_input.spec.budget.deadline
         if deadline is not None and self.clock.now() >= deadline:
             return TaskStatus.out_of_budget, "deadline passed"
@@ -365,13 +337,13 @@ class AgentTaskWorkflow:
             return None  # a call is being answered, or a person asked: the loop is not silent
         now = self.clock.time()
         if (
-            self.short_since is not None
-            and not self.budget_raised
-            and now - self.short_since >= self.run_input.budget_grace_s
+            self.state.short_since is not None
+            and not self.state.budget_raised
+            and now - self.state.short_since >= self.run_input.budget_grace_s
         ):
-            return TaskStatus.out_of_budget, self.waiting_for
-        assert loop.last_call_at is not None
-        if now - loop.last_call_at >= self.agent.loop_idle_s:
+            return TaskStatus.out_of_budget, self.state.waiting_for
+        assert self.state.loop_last_call_at is not None
+        if now - self.state.loop_last_call_at >= self.agent.loop_idle_s:
             return TaskStatus.failed, (
                 f"the task's own loop made no call for {self.agent.loop_idle_s:g} s"
                 " (its process stopped?); run it again with the same task id to resume"
@@ -380,14 +352,14 @@ class AgentTaskWorkflow:
 
     def _own_loop_wait(self, loop: OwnLoop) -> float:
         """Until the loop's silence (or the budget's grace) would end the task."""
-        assert loop.last_call_at is not None
+        assert self.state.loop_last_call_at is not None
         now = workflow.time()
-        wait = loop.last_call_at + self.agent.loop_idle_s - now
+        wait = self.state.loop_last_call_at + self.agent.loop_idle_s - now
         due = loop.approval_due_at(self.agent.ask_human_timeout_s)
         if due is not None:  # a person is asked: the loop waits for them, not silent (its timer starts again after)
             wait = due - now
-        if self.short_since is not None and not self.budget_raised:
-            wait = min(wait, self.short_since + self.run_input.budget_grace_s - now)
+        if self.state.short_since is not None and not self.state.budget_raised:
+            wait = min(wait, self.state.short_since + self.run_input.budget_grace_s - now)
         return max(wait, 0.001)
 
     @workflow.update(name=LOOP_CALL_UPDATE)
@@ -405,8 +377,8 @@ class AgentTaskWorkflow:
             try:
                 return await self._loop_step(loop, call)
             finally:
-                loop.last_call_at = self.clock.time()
-                self.loop_wakeups += 1
+                self.state.loop_last_call_at = self.clock.time()
+                self.state.loop_wakeups += 1
 
     @loop_call.validator
     def _check_loop_call(self, call: LoopCall) -> None:
@@ -417,46 +389,48 @@ class AgentTaskWorkflow:
             raise ApplicationError("task: it is ending; it takes no more model calls", non_retryable=True)
         if loop.awaiting_approval:
             raise ApplicationError(
-                f"task: its loop's tool calls wait for approval ({self.waiting_for}); it takes no new model call"
+                f"task: its loop's tool calls wait for approval ({self.state.waiting_for}); it takes no new model call"
                 " until a person approved or rejected them",
                 type="AwaitsApproval",
                 non_retryable=True,
             )
-        if self.steps_done >= self.agent.max_steps:
-            self.loop_over = TaskStatus.max_steps, f"reached max_steps={self.agent.max_steps}"
+        if self.state.steps_done >= self.agent.max_steps:
+            self.state.loop_over = TaskStatus.max_steps, f"reached max_steps={self.agent.max_steps}"
             raise ApplicationError(
                 f"max_steps: the task made its {self.agent.max_steps} model calls", type="MaxSteps", non_retryable=True
             )
-        step = self.steps_done + 1
+        step = self.state.steps_done + 1
         loop.absorb(call.new_messages)
         if call.new_messages:  # what the loop added (its tool results, its own turns) goes with the step's input
-            if self.pending is not None:
-                self.pending.new_messages.extend(call.new_messages)
+            if self.state.pending is not None:
+                self.state.pending.new_messages.extend(call.new_messages)
             else:
-                self.pending = PendingStep(
-                    step=self.steps_done, new_messages=list(call.new_messages), state=self._state()
+                self.state.pending = PendingStep(
+                    step=self.state.steps_done, new_messages=list(call.new_messages), state=self._state()
                 )
         try:
             reply = await self._generate(step, call)
         except (ActivityError, Unplaceable) as exc:
             message = f"step {step}: model call failed: {_cause(exc) if isinstance(exc, ActivityError) else exc}"
-            self.loop_over = TaskStatus.failed, message
+            self.state.loop_over = TaskStatus.failed, message
             raise ApplicationError(message, type="ModelCallFailed", non_retryable=True) from None
         if reply is None:
             raise ApplicationError(
                 "task: it stopped waiting for a GPU (cancelled, or its deadline passed)", non_retryable=True
             )
         if reply.checkpoint is not None:
-            self.checkpoint, self.pending = reply.checkpoint, None
+            self.state.checkpoint, self.state.pending = reply.checkpoint, None
         if isinstance(reply, StepCut):
-            self.budget.charge(reply.lost_tokens, reply.cost_usd, lost=reply.lost_tokens)
+            self.state.budget.charge(reply.lost_tokens, reply.cost_usd, lost=reply.lost_tokens)
             raise ApplicationError("task: it was cancelled during the call", non_retryable=True)
         if isinstance(reply, Shortfall):
-            self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
-            if self.short_since is None or self.budget_raised:  # a loop asking again does not extend the grace
-                self.short_since = self.clock.time()
-            self.budget_raised = False
-            self.waiting_for = f"budget: {_missing(reply)}"
+            self.state.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            if (
+                self.state.short_since is None or self.state.budget_raised
+            ):  # a loop asking again does not extend the grace
+                self.state.short_since = self.clock.time()
+            self.state.budget_raised = False
+            self.state.waiting_for = f"budget: {_missing(reply)}"
             await self._set_status(TaskStatus.awaiting_budget)
             raise ApplicationError(
                 f"budget: the task needs {_missing(reply)} (raise its budget, then call again)",
@@ -464,10 +438,10 @@ class AgentTaskWorkflow:
                 non_retryable=True,
             )
         try:
-            self.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            self.state.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
         except BudgetViolation as violation:
-            self.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
-            self.loop_over = TaskStatus.failed, f"step {step}: {violation}"
+            self.state.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
+            self.state.loop_over = TaskStatus.failed, f"step {step}: {violation}"
             raise ApplicationError(f"budget: {violation}", type="BudgetViolation", non_retryable=True) from None
         answer = LoopReply(
             step=step,
@@ -478,10 +452,10 @@ class AgentTaskWorkflow:
             served_by=reply.served_by,
         )
         loop.take(call, answer)
-        self.result = reply.message.content or self.result
+        self.state.result = reply.message.content or self.state.result
         self._step_done(step, [reply.message])
-        if self.short_since is not None:
-            self.short_since, self.waiting_for = None, None
+        if self.state.short_since is not None:
+            self.state.short_since, self.state.waiting_for = None, None
             await self._set_status(TaskStatus.running)
         return answer
 
@@ -498,9 +472,9 @@ class AgentTaskWorkflow:
     @workflow.update(name=LOOP_FINISH_UPDATE)
     def loop_finish(self, finish: LoopFinish) -> None:
         assert self.own_loop is not None
-        if self.own_loop.finished is None:
-            self.own_loop.finished = finish.output, finish.error
-            self.loop_wakeups += 1
+        if self.state.loop_finished is None:
+            self.state.loop_finished = finish.output, finish.error
+            self.state.loop_wakeups += 1
 
     @loop_finish.validator
     def _check_loop_finish(self, finish: LoopFinish) -> None:
@@ -514,12 +488,12 @@ class AgentTaskWorkflow:
         assert loop is not None  # the validator refused the request otherwise
         self.clock.mark()  # the update's arrival: a moment history fixes
         if loop.ask_approval(request, self.clock.time()):
-            self.question = approval_question(request.calls)
-            self.waiting_for = "input: approval of " + ", ".join(c.tool for c in request.calls)
-            self.status = TaskStatus.awaiting_input
+            self.state.question = approval_question(request.calls)
+            self.state.waiting_for = "input: approval of " + ", ".join(c.tool for c in request.calls)
+            self.state.status = TaskStatus.awaiting_input
             calls = [c.model_dump() for c in request.calls]
             await self._record_event("approval_asked", {"calls": calls, "trace_id": request.trace_id})
-            self.loop_wakeups += 1
+            self.state.loop_wakeups += 1
         assert loop.progress.approvals is not None
         return loop.progress.approvals
 
@@ -546,11 +520,11 @@ class AgentTaskWorkflow:
     async def _decide(self, loop: OwnLoop, decision: ApprovalDecision) -> None:
         decided = loop.decide(decision)
         if not loop.awaiting_approval:
-            self.question, self.waiting_for = None, None
-            loop.last_call_at = self.clock.time()  # the loop's silence counts from the decision
-            if self.cancel_reason is None:
-                self.status = TaskStatus.running
-            self.loop_wakeups += 1
+            self.state.question, self.state.waiting_for = None, None
+            self.state.loop_last_call_at = self.clock.time()  # the loop's silence counts from the decision
+            if self.state.cancel_reason is None:
+                self.state.status = TaskStatus.running
+            self.state.loop_wakeups += 1
         details = {"call_ids": decided, "approved": decision.approve, "reason": decision.reason}
         await self._record_event("approval_decided", details)
 
@@ -576,9 +550,9 @@ class AgentTaskWorkflow:
                 f"task_id: task {self.run_input.task_id}'s agent {self.agent.name} runs Berth's"
                 " loop; only a task whose agent has loop='own' takes calls from its own loop"
             )
-        if self.status.is_final or self.finishing:
+        if self.state.status.is_final or self.state.finishing:
             raise ApplicationError(
-                f"task is {self.status.value if self.status.is_final else 'finishing'};"
+                f"task is {self.state.status.value if self.state.status.is_final else 'finishing'};"
                 " it takes nothing more from its loop"
             )
 
@@ -588,13 +562,13 @@ class AgentTaskWorkflow:
         prompt = prompt_reserve(
             reply.prompt_tokens + reply.kept_tokens + reply.completion_tokens + MESSAGE_OVERHEAD_TOKENS
         )
-        allowance = self.budget.token_allowance
+        allowance = self.state.budget.token_allowance
         least = max(1, tokens_short(prompt, MIN_ANSWER_TOKENS, allowance))
         full = max(least, tokens_short(prompt, self.agent.max_tokens_per_step, allowance))
         return f"{least} more tokens for the next step (up to {full} for a full {self.agent.max_tokens_per_step}-token answer)"
 
     async def _set_waiting_for_gpu(self, reason: str | None, trouble: GpuTrouble | None) -> None:
-        self.waiting_for, self.gpu_trouble = reason, trouble
+        self.state.waiting_for, self.state.gpu_trouble = reason, trouble
         await self._set_status(TaskStatus.waiting_for_gpu if reason is not None else TaskStatus.running)
 
     async def _record_event(self, kind: str, details: dict) -> None:
@@ -617,34 +591,34 @@ class AgentTaskWorkflow:
         return max(wait, timedelta(milliseconds=1))
 
     def _step_done(self, step: int, new_messages: list[Message]) -> None:
-        self.steps_done = step
-        self.pending = PendingStep(step=step, new_messages=new_messages, state=self._state())
+        self.state.steps_done = step
+        self.state.pending = PendingStep(step=step, new_messages=new_messages, state=self._state())
 
     async def _flush_pending(self) -> None:
         """Write the last step's checkpoint when no LLM call is coming to carry it."""
-        if self.pending is None or self.checkpoint is None:
+        if self.state.pending is None or self.state.checkpoint is None:
             return
-        self.checkpoint = await workflow.execute_local_activity(
+        self.state.checkpoint = await workflow.execute_local_activity(
             CHECKPOINT_ACTIVITY,
-            CheckpointInput(task_id=self.run_input.task_id, parent=self.checkpoint, pending=self.pending),
+            CheckpointInput(task_id=self.run_input.task_id, parent=self.state.checkpoint, pending=self.state.pending),
             result_type=CheckpointRef,
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,
         )
-        self.pending = None
+        self.state.pending = None
 
     async def _await_budget(self, missing: str) -> bool:
         """Wait (durably) for raise_budget; False when the grace period (or the deadline) ends first."""
-        self.budget_raised = False
-        self.waiting_for = f"budget: {missing}"
+        self.state.budget_raised = False
+        self.state.waiting_for = f"budget: {missing}"
         await self._set_status(TaskStatus.awaiting_budget)
         if not await self.clock.wait(
-            lambda: self.budget_raised or self.cancel_reason is not None,
+            lambda: self.state.budget_raised or self.state.cancel_reason is not None,
             timeout=self._until_deadline(self.run_input.budget_grace_s),
         ):
             return False
-        self.waiting_for = None
-        if self.cancel_reason is None:
+        self.state.waiting_for = None
+        if self.state.cancel_reason is None:
             await self._set_status(TaskStatus.running)
         return True
 
@@ -682,13 +656,13 @@ class AgentTaskWorkflow:
         # A cancelled task stops waiting for its tools: their worker may not even be running.
         if self._checks_tool_workers():
             await self._say_if_no_tool_worker(handle, call.name)
-        await self.clock.wait(lambda: handle.done() or self.cancel_reason is not None)
+        await self.clock.wait(lambda: handle.done() or self.state.cancel_reason is not None)
         if not handle.done():
             handle.cancel()
         try:
             result: ToolCallResult = await handle
         except ActivityError as err:
-            if self.cancel_reason is not None:
+            if self.state.cancel_reason is not None:
                 return f"tool error: {call.name} was not waited for: the task was cancelled"
             return f"tool error: {call.name} failed after {spec.max_attempts} attempt(s): {_cause(err)}"
         return result.content
@@ -704,7 +678,7 @@ class AgentTaskWorkflow:
         and UI say it waits for a tool worker (until the call ends, by a worker that came or by its timeout)."""
 
         def finished() -> bool:
-            return handle.done() or self.cancel_reason is not None
+            return handle.done() or self.state.cancel_reason is not None
 
         if await self.clock.wait(finished, timeout=TOOL_WORKER_NOTICE):
             return
@@ -718,12 +692,12 @@ class AgentTaskWorkflow:
         ):
             return  # a worker serves it: the tool is just slow
         waiting = f"a tool worker on {queue}: start one with serve() for agent {self.agent.name}"
-        self.waiting_for = waiting
+        self.state.waiting_for = waiting
         await self._record_event("waiting_for_tool_worker", {"task_queue": queue, "tool": tool})
         await workflow.wait_condition(finished)
-        if self.waiting_for == waiting:
-            self.waiting_for = None
-            if self.cancel_reason is None:
+        if self.state.waiting_for == waiting:
+            self.state.waiting_for = None
+            if self.state.cancel_reason is None:
                 await self._set_status(TaskStatus.running)
 
     async def _ask_human(self, call: ToolCall) -> str:
@@ -731,16 +705,16 @@ class AgentTaskWorkflow:
             args = AskHumanArgs.model_validate_json(call.arguments or "{}")
         except ValidationError as exc:
             return f"tool error: bad arguments for ask_human: {_first_error(exc)}"
-        self.answer_text, self.question = None, args.question
-        self.waiting_for = "input: a human answer"
+        self.state.answer_text, self.state.question = None, args.question
+        self.state.waiting_for = "input: a human answer"
         await self._set_status(TaskStatus.awaiting_input)
         if not await self.clock.wait(
-            lambda: self.answer_text is not None or self.cancel_reason is not None,
+            lambda: self.state.answer_text is not None or self.state.cancel_reason is not None,
             timeout=self._until_deadline(self.agent.ask_human_timeout_s),
         ):
-            self.answer_text = None
-        answer, self.question, self.waiting_for = self.answer_text, None, None
-        if self.cancel_reason is None:
+            self.state.answer_text = None
+        answer, self.state.question, self.state.waiting_for = self.state.answer_text, None, None
+        if self.state.cancel_reason is None:
             await self._set_status(TaskStatus.running)
         if answer is None:
             return "tool error: no human answer arrived in time"
@@ -753,9 +727,9 @@ class AgentTaskWorkflow:
 
     @workflow.update(name=RAISE_BUDGET_UPDATE)
     def raise_budget(self, req: RaiseBudget) -> Spend:
-        self.budget.raise_limit(req.tokens, req.usd)
-        self.budget_raised = True
-        return self.budget.spend()
+        self.state.budget.raise_limit(req.tokens, req.usd)
+        self.state.budget_raised = True
+        return self.state.budget.spend()
 
     @raise_budget.validator
     def _check_raise(self, req: RaiseBudget) -> None:
@@ -765,11 +739,11 @@ class AgentTaskWorkflow:
                 f" {self.run_input.parent_task_id}; its budget grows only out of its parent's"
                 " remainder, through the parent"
             )
-        if self.status.is_final:
-            raise ApplicationError(f"task is {self.status.value}; its budget can no longer change")
+        if self.state.status.is_final:
+            raise ApplicationError(f"task is {self.state.status.value}; its budget can no longer change")
         if req.tokens <= 0 and req.usd <= 0:
             raise ApplicationError("tokens: raise by at least one token (or usd by more than 0)")
-        if req.usd > 0 and self.budget.usd_limit is None:
+        if req.usd > 0 and self.state.budget.usd_limit is None:
             raise ApplicationError("usd: this task has no dollar limit to raise")
 
     @workflow.update(name=RAISE_CHILD_BUDGET_UPDATE)
@@ -779,8 +753,8 @@ class AgentTaskWorkflow:
 
     @raise_child_budget.validator
     def _check_raise_child(self, req: RaiseChildBudget) -> None:
-        if self.status.is_final:
-            raise ApplicationError(f"task is {self.status.value}; its sub-agents' budgets can no longer change")
+        if self.state.status.is_final:
+            raise ApplicationError(f"task is {self.state.status.value}; its sub-agents' budgets can no longer change")
         if req.tokens <= 0 and req.usd <= 0:
             raise ApplicationError("tokens: raise by at least one token (or usd by more than 0)")
         self.sub_agents.check_raise(req)
@@ -788,17 +762,17 @@ class AgentTaskWorkflow:
     @workflow.signal(name=GRANT_BUDGET_SIGNAL)
     def grant_budget(self, req: RaiseBudget) -> None:
         """Budget the parent carved for this sub-agent out of its own remainder (only the parent sends it)."""
-        self.budget.raise_limit(req.tokens, req.usd)
-        self.budget_raised = True
+        self.state.budget.raise_limit(req.tokens, req.usd)
+        self.state.budget_raised = True
 
     @workflow.update(name=ANSWER_UPDATE)
     def answer(self, req: HumanAnswer) -> None:
-        self.answer_text = req.text
+        self.state.answer_text = req.text
 
     @answer.validator
     def _check_answer(self, req: HumanAnswer) -> None:
-        if self.status != TaskStatus.awaiting_input:
-            raise ApplicationError(f"task is {self.status.value}, not awaiting_input; nothing to answer")
+        if self.state.status != TaskStatus.awaiting_input:
+            raise ApplicationError(f"task is {self.state.status.value}, not awaiting_input; nothing to answer")
         if self.own_loop is not None and self.own_loop.awaiting_approval:
             raise ApplicationError(
                 "task: its loop waits for tool calls to be approved or rejected, not for an answer"
@@ -813,14 +787,14 @@ class AgentTaskWorkflow:
 
     @spawn.validator
     def _check_spawn(self, req: SpawnAgentArgs) -> None:
-        if self.status.is_final or self.cancel_reason is not None or self.finishing:
-            now = self.status.value if self.status.is_final or not self.finishing else "finishing"
+        if self.state.status.is_final or self.state.cancel_reason is not None or self.state.finishing:
+            now = self.state.status.value if self.state.status.is_final or not self.state.finishing else "finishing"
             raise ApplicationError(f"task is {now}; it can no longer start sub-agents")
         # A client (a task token, the SDK) asking for more than remains is refused with the numbers,
         # rather than given less than it asked for without knowing (as the model's own spawn tool is).
-        remaining = self.budget.token_allowance
+        remaining = self.state.budget.token_allowance
         if req.tokens is not None and req.tokens > remaining:
-            spend = self.budget.spend()
+            spend = self.state.budget.spend()
             raise ApplicationError(
                 f"budget.tokens: asked for {req.tokens} tokens, but only {remaining} remain of task"
                 f" {self.run_input.task_id}'s budget ({spend.token_limit} limit, {spend.tokens_used} used,"
@@ -841,44 +815,18 @@ class AgentTaskWorkflow:
     async def cancel(self, req: CancelRequest) -> None:
         """Stop: a running generation is cut, tool waits end, and running sub-agents are cancelled at once (the
         tree stops together, instead of the parent waiting for its children's answers first)."""
-        if self.cancel_reason is not None:
+        if self.state.cancel_reason is not None:
             return
-        self.cancel_reason = req.reason or "cancelled"
+        self.state.cancel_reason = req.reason or "cancelled"
         if self.sub_agents.running:
             await self.sub_agents.cancel_all(f"parent {self.run_input.task_id} was cancelled")
 
     # ----- state ----------------------------------------------------------------------------
     def _state(self) -> TaskState:
-        run = self.run_input
-        return TaskState(
-            task_id=run.task_id,
-            agent=self.agent.name,
-            agent_version=self.agent.version,
-            model=self.agent.model,
-            tenant=run.spec.tenant,
-            status=self.status,
-            step=self.steps_done,
-            max_steps=self.agent.max_steps,
-            spend=self.budget.spend(),
-            checkpoint_seq=self.checkpoint.seq if self.checkpoint else None,
-            interruptions=self.fleet.interruptions,
-            result=self.result,
-            error=self.error,
-            waiting_for=self.waiting_for,
-            gpu_trouble=self.gpu_trouble,
-            question=self.question,
-            approvals=self.own_loop.progress.approvals.waiting
-            if self.own_loop is not None and self.own_loop.progress.approvals is not None
-            else [],
-            parent_task_id=run.parent_task_id,
-            children=list(self.children),
-            objectives=run.objectives,
-            started_at=run.submitted_at,
-            updated_at=workflow.now(),
-        )
+        return task_state.snapshot(self.run_input, self.state, self.fleet.interruptions, workflow.now())
 
     async def _set_status(self, status: TaskStatus, spec_json: str | None = None) -> None:
-        self.status = status
+        self.state.status = status
         await workflow.execute_local_activity(
             RECORD_STATE_ACTIVITY,
             RecordStateInput(state=self._state(), spec_json=spec_json),
@@ -887,8 +835,10 @@ class AgentTaskWorkflow:
         )
 
     async def _finish(self, status: TaskStatus, error: str | None = None) -> TaskState:
-        self.finishing = True  # no new sub-agent from here: one started after the wait below would outlive the task
-        self.waiting_for, self.gpu_trouble = None, None
+        self.state.finishing = (
+            True  # no new sub-agent from here: one started after the wait below would outlive the task
+        )
+        self.state.waiting_for, self.state.gpu_trouble = None, None
         await self._flush_pending()
         # A spawn still starting its child has carved the child's budget but not listed it as running yet: let it
         # finish, so that the child is cancelled or waited for below and its carve settled, never left reserved.
@@ -897,38 +847,19 @@ class AgentTaskWorkflow:
             # Sub-agents started from outside still run on this task's budget: settle them first.
             if status == TaskStatus.cancelled:
                 await self.sub_agents.cancel_all(f"parent {self.run_input.task_id} was cancelled")
-            self.waiting_for = "sub-agents to finish"
+            self.state.waiting_for = "sub-agents to finish"
             await self.sub_agents.wait_all()
-            self.waiting_for = None
+            self.state.waiting_for = None
         if status != TaskStatus.completed:
-            self.error = error
+            self.state.error = error
         await self._set_status(status)
         return self._state()
 
     def _continuation(self) -> TaskRun:
         """The input of the next run: the same task, resumed from its last checkpoint."""
-        b = self.budget
-        return self.run_input.model_copy(
-            update={
-                "resume_from": self.checkpoint,
-                "fork_of": None,
-                "workflow_version": CURRENT_WORKFLOW_VERSION,  # the next run follows this build's rules
-                "carried": CarriedProgress(
-                    tokens_used=b.tokens_used,
-                    usd_used=b.usd_used,
-                    steps_done=self.steps_done,
-                    interruptions=self.fleet.interruptions,
-                    children=self.children,
-                    token_limit=b.token_limit,
-                    usd_limit=b.usd_limit,
-                    tokens_lost=b.tokens_lost,
-                    placements_of_next_step=(
-                        self.fleet.placements_used if self.fleet.placements_step == self.steps_done + 1 else 0
-                    ),
-                    own_loop=self.own_loop.progress if self.own_loop is not None else None,
-                ),
-            }
-        )
+        fleet = self.fleet
+        placements = fleet.placements_used if fleet.placements_step == self.state.steps_done + 1 else 0
+        return task_state.continuation(self.run_input, self.state, fleet.interruptions, placements)
 
 
 def _missing(reply: Shortfall) -> str:

@@ -15,18 +15,14 @@ with workflow.unsafe.imports_passed_through():
     from sdk import Message
     from sdk.wire.loop_approvals import ApprovalDecision, ApprovalRequest, Decided, LoopApprovals
     from sdk.wire.own_loop import LoopCall, LoopProgress, LoopReply, LoopToolResult, LoopTranscript
-    from sdk.wire.transcript import EMPTY_CHAIN, chain_of
+    from sdk.wire.transcript import chain_of
 
 
 class OwnLoop:
-    def __init__(self, progress: LoopProgress | None, opening: list[Message]) -> None:
-        """`opening`: the conversation the task starts from (its input), when nothing is carried over."""
-        if progress is None:
-            chain = chain_of(opening)
-            progress = LoopProgress(length=len(opening), chain=chain[-1] if chain else EMPTY_CHAIN)
+    """The loop's record (the task state's `own_loop`), read and kept through the calls that arrive."""
+
+    def __init__(self, progress: LoopProgress) -> None:
         self.progress = progress
-        self.finished: tuple[str | None, str | None] | None = None  # (output, error) once the loop says it is done
-        self.last_call_at: float | None = None  # workflow time of the loop's last call (its silence is bounded)
 
     def transcript(self) -> LoopTranscript:
         return LoopTranscript(length=self.progress.length, chain=self.progress.chain)

@@ -24,6 +24,7 @@ from sdk.wire.contracts import (
     ResolveAgentInput,
     ResolveAgentResult,
 )
+from sdk.wire.task_events import Interruption, recorded_data
 
 from .ports import AgentCatalogue, CheckpointStore, EventLog, StepTransaction, TaskRegistry
 from .spans import annotate_checkpoint, record_interruption
@@ -77,11 +78,16 @@ class TaskBookkeeping:
 
     @activity.defn(name=RECORD_STATE_ACTIVITY)
     def record_state(self, inp: RecordStateInput) -> None:
+        """Store the task's state and the event the workflow sent with it. The workflow's details are a dict (its
+        history holds them so): the event is checked against its kind's model before anything is written, and
+        a detail that does not fit fails the activity, naming the field, rather than reaching the log."""
+        data = event_data(inp)
+        recorded = recorded_data(inp.event, data)
         self.tasks.save_state(inp.state, spec_json=inp.spec_json)
-        self.events.append(inp.state.task_id, inp.event, {**_state_event(inp.state), **(inp.details or {})})
-        record_state_change(inp.state, inp.event, inp.details)
-        if inp.event == "interruption" and inp.details:
-            record_interruption(inp.details)
+        self.events.append(inp.state.task_id, inp.event, data)  # as sent: the stored JSON keeps its shape
+        record_state_change(inp.state, recorded)
+        if isinstance(recorded, Interruption):
+            record_interruption(recorded)
 
     @activity.defn(name=RESOLVE_AGENT_ACTIVITY)
     def resolve_agent(self, inp: ResolveAgentInput) -> ResolveAgentResult:
@@ -89,6 +95,11 @@ class TaskBookkeeping:
         if agent is None:
             return ResolveAgentResult(error=f"no agent named {inp.name!r} is registered")
         return ResolveAgentResult(agent=agent)
+
+
+def event_data(inp: RecordStateInput) -> dict:
+    """The data of the event `record_state` stores: the task's state, and the workflow's details over it."""
+    return {**_state_event(inp.state), **(inp.details or {})}
 
 
 def _state_event(state: TaskState) -> dict:

@@ -12,9 +12,11 @@ from opentelemetry.util.types import AttributeValue
 
 from sdk.wire.contracts import CheckpointRef
 from sdk.wire.lease import LeaseGrant, LeaseRequest, Placed, StepPlacement, Wait
+from sdk.wire.task_events import Interruption
 
 INTERRUPTION_EVENT = "berth.interruption"
-INTERRUPTION_KEYS = ("step", "kind", "node_id", "replica_id", "tokens_kept", "tokens_lost", "resumed_on", "resume_s")
+# The fields of an Interruption its span event carries.
+INTERRUPTION_KEYS = {"step", "kind", "node_id", "replica_id", "tokens_kept", "tokens_lost", "resumed_on", "resume_s"}
 
 
 def _annotate(attributes: dict[str, AttributeValue]) -> None:
@@ -104,12 +106,16 @@ def record_cut(kind: str, placement: StepPlacement | None, generated_tokens: int
     )
 
 
-def record_interruption(details: dict) -> None:
+def record_interruption(cut: Interruption) -> None:
     """The workflow's record of an interruption once its step is placed again (workflows/fleet_step.py):
     by what, where, the tokens kept and lost and the node it resumed on, as an event in the task's trace."""
     span = trace.get_current_span()
     if span.is_recording():
         span.add_event(
             INTERRUPTION_EVENT,
-            {f"berth.{key}": details[key] for key in INTERRUPTION_KEYS if details.get(key) is not None},
+            {
+                f"berth.{key}": value
+                for key, value in cut.model_dump(include=INTERRUPTION_KEYS).items()
+                if value is not None
+            },
         )

@@ -8,8 +8,10 @@ event twice; a metric is a rate to watch, the event log is the record. Labels ne
 from __future__ import annotations
 
 from opentelemetry import metrics
+from pydantic import BaseModel
 
 from sdk import TaskState, TaskStatus
+from sdk.wire.task_events import Interruption
 
 from .step_metrics import LATENCY_BUCKETS_S
 
@@ -33,12 +35,12 @@ _resume = _meter.create_histogram(
 )
 
 
-def record_state_change(state: TaskState, event: str, details: dict | None) -> None:
-    """Count a budget exhaustion or an interruption ("interruption" events carry kind, node_id, resume_s)."""
+def record_state_change(state: TaskState, event: BaseModel) -> None:
+    """Count a budget exhaustion or an interruption (`event`: the data of the event recorded with the state)."""
     if state.status in BUDGET_EXHAUSTED:
         _budget_exhausted.add(1, {"tenant": state.tenant, "model": state.model, "status": state.status.value})
-    if event == "interruption" and details is not None:
-        labels = {"model": state.model, "kind": str(details.get("kind", "")), "node": str(details.get("node_id", ""))}
+    if isinstance(event, Interruption):
+        labels = {"model": state.model, "kind": event.kind, "node": event.node_id or ""}
         _preemptions.add(1, labels)
-        if (resume_s := details.get("resume_s")) is not None:
-            _resume.record(float(resume_s), labels)
+        if event.resume_s is not None:
+            _resume.record(event.resume_s, labels)

@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
 
 from .._messages import Message
 from .._spec import CheckpointRef
-from .lease import LocalityTier, StepPlacement
+from .lease import StepPlacement
 from .limits import MAX_INPUT_CHARS, MAX_MODEL_TOOLS, MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
+from .task_events import ModelCall
 
 _STRICT = ConfigDict(extra="forbid")
 LEASE_ID = Field(min_length=1, max_length=64, description="the lease the node holds for the step")
@@ -118,39 +119,5 @@ class BookInterruptedRequest(BaseModel):
     entries: list[DeadAttemptBody] = Field(min_length=1, max_length=256)
 
 
-class LlmCallEvent(BaseModel):
-    """The "llm_call" event of a booked call: what the task's event stream, the UI and the model figures read.
-
-    Built by the books from the ledger entry and the placement (on the fleet from the lease), never from a
-    node's free-form dict, so every event has this shape and every number in it is bounded.
-    """
-
-    step: int
-    attempt: int
-    model: str
-    tenant: str
-    prompt_tokens: int
-    completion_tokens: int
-    lost_tokens: int
-    kept_tokens: int
-    continued_tokens: int = 0
-    cost_usd: float
-    ttft_s: float
-    duration_s: float
-    tokens_per_s: float | None
-    served_by: str
-    finish_reason: str | None
-    tool_calls: list[str]
-    # Where it ran (None off the fleet).
-    node_id: str | None = None
-    replica_id: str | None = None
-    gpu_indexes: list[int] | None = None
-    gpu_type: str | None = None
-    tier: LocalityTier | None = None
-    decided_by: str | None = None
-    queue_wait_s: float | None = None
-    load_s: float | None = None
-
-    def data(self) -> dict:
-        """The event's data: every key, always (None where it does not apply), so readers meet one shape."""
-        return self.model_dump(mode="json")
+# The "llm_call" event the books write for a booked call: its model is the task event union's (task_events.py).
+LlmCallEvent = ModelCall

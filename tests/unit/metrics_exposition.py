@@ -25,6 +25,7 @@ from orchestrator.telemetry import fleet_gauges, task_gauges
 from orchestrator.telemetry.metrics_setup import metrics_text
 from sdk import Spend, TaskState, TaskStatus
 from sdk.wire.lease import LeaseRequest, Wait
+from sdk.wire.task_events import Interruption
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE_DIRS = ("orchestrator", "activities", "sdk", "workflows")
@@ -71,9 +72,7 @@ def _record_one_of_each() -> None:
         max_steps=2,
         spend=Spend(token_limit=10, tokens_used=10),
     )
-    task_metrics.record_state_change(
-        out_of_budget, "interruption", {"kind": "spot_reclaim", "node_id": "n1", "resume_s": 4.0}
-    )
+    task_metrics.record_state_change(out_of_budget, Interruption(kind="spot_reclaim", node_id="n1", resume_s=4.0))
     pool_metrics.record_decision(
         LeaseRequest(task_id="t-exposition", step=1, model=MODEL, tokens=10),
         Wait(reason="full", wait_reason="no_capacity", queue_position=1),

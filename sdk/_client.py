@@ -5,7 +5,7 @@
         task = await client.submit(agent, "summarise the report", budget=Budget(tokens=20_000))
         print(await task.result())
 
-`Client` is async-first. `SyncClient` (in `_sync.py`) mirrors it method by method for scripts.
+`Client` is async-first. `SyncClient` (in `_sync.py`) is this client run to completion, for scripts.
 Every refusal from the server arrives as a typed exception from `sdk._errors` carrying the
 server's message and the offending field.
 """

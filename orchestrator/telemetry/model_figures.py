@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sdk import TaskEvent
+from sdk.wire.task_events import ModelCallEvent
 
 # A step that had to put weights on a GPU first (the pool started a replica for it): from the node's
 # disk, a datacenter peer, or the origin. The pool's berth_cold_starts counter counts those leases.
@@ -29,22 +29,21 @@ class ModelFigures:
     tokens_per_s_p50: float | None
 
 
-def is_cold_start(call: TaskEvent) -> bool:
-    return call.kind == "llm_call" and call.data.get("tier") in COLD_TIERS
+def is_cold_start(call: ModelCallEvent) -> bool:
+    return call.data.tier in COLD_TIERS
 
 
-def model_figures(events: Iterable[TaskEvent]) -> dict[str, ModelFigures]:
-    """Per model, the figures of the given booked calls (other events are skipped)."""
-    calls: dict[str, list[TaskEvent]] = defaultdict(list)
-    for event in events:
-        if event.kind == "llm_call":
-            calls[str(event.data.get("model", ""))].append(event)
-    return {model: _figures(mine) for model, mine in calls.items()}
+def model_figures(calls: Iterable[ModelCallEvent]) -> dict[str, ModelFigures]:
+    """Per model, the figures of the given booked calls."""
+    by_model: dict[str, list[ModelCallEvent]] = defaultdict(list)
+    for call in calls:
+        by_model[call.data.model].append(call)
+    return {model: _figures(mine) for model, mine in by_model.items()}
 
 
-def _figures(calls: list[TaskEvent]) -> ModelFigures:
-    ttfts = sorted(float(c.data["ttft_s"]) for c in calls if c.data.get("ttft_s") is not None)
-    speeds = sorted(float(c.data["tokens_per_s"]) for c in calls if c.data.get("tokens_per_s") is not None)
+def _figures(calls: list[ModelCallEvent]) -> ModelFigures:
+    ttfts = sorted(c.data.ttft_s for c in calls if c.data.ttft_s is not None)
+    speeds = sorted(c.data.tokens_per_s for c in calls if c.data.tokens_per_s is not None)
     return ModelFigures(
         calls=len(calls),
         cold_starts=sum(1 for c in calls if is_cold_start(c)),

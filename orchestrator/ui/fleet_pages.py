@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
 from sdk import CatalogueModel
+from sdk.wire.task_events import ModelCallEvent, events_of
 
 from ..api.services import Services, services
 from .charts import Series, Window, sparkline, time_chart
@@ -95,8 +96,8 @@ async def _overview(request: Request, svc: Services, viewer: Viewer) -> dict[str
     window = Window.last(CHART_WINDOW)
     figures = await svc.db(overview, svc.store, viewer.principal.tenant, window.end)
     history = _history(request)
-    calls = await svc.db(svc.store.events.recent, ("llm_call",), window.start, viewer.principal.tenant)
-    ttft = ttft_history(calls, window)
+    calls = await svc.db(svc.store.events.recent, (ModelCallEvent.KIND,), window.start, viewer.principal.tenant)
+    ttft = ttft_history(events_of(ModelCallEvent, calls), window)
     return {
         "figures": figures,
         "window": window,
@@ -156,8 +157,8 @@ async def _models(
     models = await svc.db(svc.store.models.list)
     replicas = await svc.db(svc.store.fleet.replicas)
     window = Window.last(CHART_WINDOW)
-    calls = await svc.db(svc.store.events.recent, ("llm_call",), window.start)
-    ttft = ttft_history(calls, window)
+    calls = await svc.db(svc.store.events.recent, (ModelCallEvent.KIND,), window.start)
+    ttft = ttft_history(events_of(ModelCallEvent, calls), window)
     return {
         "models": models,
         "replicas": replicas,

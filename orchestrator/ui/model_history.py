@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import timedelta
 
-from sdk import TaskEvent
+from sdk.wire.task_events import ModelCallEvent
 
 from ..telemetry.model_figures import percentile
 from .charts import Series, Window
@@ -18,14 +18,14 @@ from .charts import Series, Window
 SLICE = timedelta(minutes=5)
 
 
-def ttft_history(events: Iterable[TaskEvent], window: Window, slice_: timedelta = SLICE) -> dict[str, list[Series]]:
+def ttft_history(calls: Iterable[ModelCallEvent], window: Window, slice_: timedelta = SLICE) -> dict[str, list[Series]]:
     """Per model, its p50 and p95 time to first token (s) in each slice of `window` that had calls."""
     slices: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for event in events:
-        ttft = event.data.get("ttft_s")
-        if event.kind != "llm_call" or ttft is None or not window.start <= event.at <= window.end:
+    for call in calls:
+        ttft = call.data.ttft_s
+        if ttft is None or not window.start <= call.at <= window.end:
             continue
-        slices[str(event.data.get("model", ""))][int((event.at - window.start) / slice_)].append(float(ttft))
+        slices[call.data.model][int((call.at - window.start) / slice_)].append(ttft)
     history: dict[str, list[Series]] = {}
     for model, by_slice in slices.items():
         p50, p95 = [], []

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from sdk import TaskState, TaskStatus
 from sdk.wire.fleet import UNADMITTED
+from sdk.wire.task_events import InterruptionEvent, ModelCallEvent, events_of
 
 from ..store import Store
 from ..telemetry.fleet_gauges import fleet_reading
@@ -46,8 +47,8 @@ class Overview:
 def overview(store: Store, tenant: str | None, now: datetime | None = None) -> Overview:
     now = now or datetime.now(UTC)
     per_minute = store.ledger.tokens_per_minute(now - HOUR, tenant)
-    recent = store.events.recent(("llm_call", "interruption"), now - HOUR, tenant)
-    calls = [e for e in recent if e.kind == "llm_call"]
+    recent = store.events.recent((ModelCallEvent.KIND, InterruptionEvent.KIND), now - HOUR, tenant)
+    calls = events_of(ModelCallEvent, recent)
     fleet = fleet_reading(n for n in store.fleet.list() if n.status != "lost" and n.status not in UNADMITTED)
     replicas: Counter[str] = Counter()
     for (_model, state, _node, _datacenter), count in fleet.replicas.items():
@@ -57,13 +58,13 @@ def overview(store: Store, tenant: str | None, now: datetime | None = None) -> O
         tokens_per_minute=Series("tokens/min", [(at, float(n)) for at, n in per_minute]),
         tokens_per_minute_recent=recent_rate(per_minute, now),
         calls_1h=len(calls),
-        usd_1h=sum(float(e.data.get("cost_usd") or 0.0) for e in calls),
+        usd_1h=sum(c.data.cost_usd for c in calls),
         gpus_busy=sum(1 for g in fleet.gpus if g.held),
         gpus_idle=sum(1 for g in fleet.gpus if not g.held),
         warm_replicas=replicas["warm"],
         loading_replicas=replicas["loading"],
-        cold_starts_1h=sum(1 for e in recent if is_cold_start(e)),
-        preemptions_1h=sum(1 for e in recent if e.kind == "interruption"),
+        cold_starts_1h=sum(1 for c in calls if is_cold_start(c)),
+        preemptions_1h=len(events_of(InterruptionEvent, recent)),
         waiting_for_gpu=_waiting_for_gpu(store, tenant),
     )
 
@@ -78,7 +79,7 @@ def recent_rate(per_minute: list[tuple[datetime, int]], now: datetime) -> float:
 def models_last_hour(store: Store, now: datetime | None = None) -> dict[str, ModelFigures]:
     """Each model's calls, cold starts, TTFT and speed over the last hour, across the fleet (no task in them)."""
     since = (now or datetime.now(UTC)) - HOUR
-    return model_figures(store.events.recent(("llm_call",), since))
+    return model_figures(events_of(ModelCallEvent, store.events.recent((ModelCallEvent.KIND,), since)))
 
 
 def _waiting_for_gpu(store: Store, tenant: str | None) -> list[TaskState]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sdk import Message, TaskEvent, TaskSpec, TaskState
+from sdk import Message, TaskSpec, TaskState
+from sdk.wire.task_events import InterruptionEvent, ModelCallEvent, events_of
 
 from ..store import CheckpointCorrupt, CheckpointNotFound, CheckpointSummary, LedgerTotals, Store
 from .timeline import Timeline, step_timeline
@@ -46,9 +47,9 @@ class TaskDetail:
     spec: TaskSpec | None
     totals: LedgerTotals
     children: list[TaskState]
-    steps: list[TaskEvent]
+    steps: list[ModelCallEvent]
     tool_calls: list[ToolCallView]
-    interruptions: list[TaskEvent]
+    interruptions: list[InterruptionEvent]
     checkpoints: list[CheckpointSummary]
     timeline: Timeline
     tree: list[TreeNode] = field(default_factory=list)
@@ -80,8 +81,8 @@ class TaskDetail:
 def task_detail(store: Store, state: TaskState, spec_json: str | None) -> TaskDetail:
     """Everything the page shows of `state`'s task (the caller has already been checked against its tenant)."""
     task_id = state.task_id
-    steps = store.events.of_kind(task_id, "llm_call", limit=STEPS_SHOWN)
-    interruptions = store.events.of_kind(task_id, "interruption")
+    steps = events_of(ModelCallEvent, store.events.of_kind(task_id, ModelCallEvent.KIND, limit=STEPS_SHOWN))
+    interruptions = events_of(InterruptionEvent, store.events.of_kind(task_id, InterruptionEvent.KIND))
     until = state.updated_at if state.status.is_final and state.updated_at else datetime.now(UTC)
     tree, cut = sub_agent_tree(store, state)
     detail = TaskDetail(

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from markupsafe import Markup, escape
 
-from sdk import TaskEvent
+from sdk.wire.task_events import InterruptionEvent, ModelCallEvent
 
 from .charts import value_text
 
@@ -72,12 +72,15 @@ class Timeline:
 
 
 def step_timeline(
-    calls: Sequence[TaskEvent], interruptions: Sequence[TaskEvent], started_at: datetime | None, until: datetime
+    calls: Sequence[ModelCallEvent],
+    interruptions: Sequence[InterruptionEvent],
+    started_at: datetime | None,
+    until: datetime,
 ) -> Timeline:
     """The waterfall of the task's booked calls; `until` ends the last step's tools (the task's end, or now)."""
-    last_call: dict[int, TaskEvent] = {}
+    last_call: dict[int, ModelCallEvent] = {}
     for call in calls:
-        last_call[int(call.data.get("step", 0))] = call  # a step's booked call; a later attempt replaces it
+        last_call[call.data.step] = call  # a step's booked call; a later attempt replaces it
     steps = sorted(last_call)
     drawn = steps[-STEPS_DRAWN:]
     rows: list[StepRow] = []
@@ -85,18 +88,18 @@ def step_timeline(
     for step in drawn:
         call = last_call[step]
         phases = _phases(step, call)
-        if call.data.get("tool_calls"):
+        if call.data.tool_calls:
             later = [begins[s] for s in steps if s > step]
             tools_end = min(later) if later else until
             if tools_end > call.at:
-                names = ", ".join(call.data["tool_calls"])
+                names = ", ".join(call.data.tool_calls)
                 phases.append(
                     Phase(
                         step, "tools", call.at, tools_end, f"step {step} · tools {names}: {_span(tools_end - call.at)}"
                     )
                 )
-        cuts = [_cut(e) for e in interruptions if int(e.data.get("step", -1)) == step]
-        rows.append(StepRow(step, str(call.data.get("node_id") or call.data.get("served_by") or ""), phases, cuts))
+        cuts = [_cut(e) for e in interruptions if e.data.step == step]
+        rows.append(StepRow(step, call.data.node_id or call.data.served_by, phases, cuts))
     moments = [p.start for r in rows for p in r.phases] + [c.at for r in rows for c in r.cuts]
     start = min(moments + ([started_at] if started_at else []), default=until)
     end = max([p.end for r in rows for p in r.phases] + [c.at for r in rows for c in r.cuts], default=until)
@@ -143,20 +146,20 @@ def timeline_svg(timeline: Timeline) -> Markup:
     )
 
 
-def _phases(step: int, call: TaskEvent) -> list[Phase]:
+def _phases(step: int, call: ModelCallEvent) -> list[Phase]:
     data = call.data
     end = call.at
-    duration = float(data.get("duration_s") or 0.0)
-    ttft = min(duration, float(data.get("ttft_s") or 0.0))
-    load = float(data.get("load_s") or 0.0)
-    queue = float(data.get("queue_wait_s") or 0.0)
+    duration = data.duration_s
+    ttft = min(duration, data.ttft_s or 0.0)
+    load = data.load_s or 0.0
+    queue = data.queue_wait_s or 0.0
     call_start = end - timedelta(seconds=duration)
     first_token = call_start + timedelta(seconds=ttft)
     load_start = call_start - timedelta(seconds=load)
     queue_start = load_start - timedelta(seconds=queue)
-    where = f" on {data.get('node_id')}" if data.get("node_id") else ""
-    tier = f" ({data['tier']})" if data.get("tier") else ""
-    tokens = int(data.get("completion_tokens") or 0)
+    where = f" on {data.node_id}" if data.node_id else ""
+    tier = f" ({data.tier})" if data.tier else ""
+    tokens = data.completion_tokens
     phases = [
         Phase(step, "queue", queue_start, load_start, f"step {step} · queue wait {_seconds(queue)}"),
         Phase(step, "load", load_start, call_start, f"step {step} · load{where}{tier} {_seconds(load)}"),
@@ -172,24 +175,23 @@ def _phases(step: int, call: TaskEvent) -> list[Phase]:
     return [p for p in phases if p.end > p.start] or [phases[-1]]
 
 
-def _cut(event: TaskEvent) -> Cut:
-    data = event.data
+def _cut(event: InterruptionEvent) -> Cut:
+    cut = event.data
     resumed = (
-        f"resumed on {data['resumed_on']}"
-        + (f" ({data['resumed_tier']})" if data.get("resumed_tier") else "")
-        + (f" after {_seconds(float(data['resume_s']))}" if data.get("resume_s") is not None else "")
-        if data.get("resumed_on")
+        f"resumed on {cut.resumed_on}"
+        + (f" ({cut.resumed_tier})" if cut.resumed_tier else "")
+        + (f" after {_seconds(cut.resume_s)}" if cut.resume_s is not None else "")
+        if cut.resumed_on
         else "not resumed yet"
     )
     tip = (
-        f"step {data.get('step')} · {data.get('node_id')} lost ({data.get('kind')}): "
-        f"{int(data.get('tokens_kept') or 0):,} tokens kept, {int(data.get('tokens_lost') or 0):,} lost; {resumed}"
+        f"step {cut.step} · {cut.node_id} lost ({cut.kind}): "
+        f"{cut.tokens_kept:,} tokens kept, {cut.tokens_lost:,} lost; {resumed}"
     )
-    try:  # when the node was lost; the event itself is written once the step has its new place
-        at = datetime.fromisoformat(data["at"]) if data.get("at") else event.at
-    except (TypeError, ValueError):
-        at = event.at
-    return Cut(int(data.get("step", 0)), at if at.tzinfo else event.at, tip)
+    # When the node was lost (the event itself is written once the step has its new place); a time without a
+    # zone cannot be placed on the chart's clock.
+    at = cut.at if cut.at is not None and cut.at.tzinfo else event.at
+    return Cut(cut.step, at, tip)
 
 
 def _ticks(seconds: float, plot: float, height: int) -> str:

@@ -18,9 +18,9 @@ sent from the row, not from the model (which would add the defaults).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
@@ -338,6 +338,7 @@ SnapshotEvent = (
     | ApprovalDecidedEvent
 )
 _EVENTS: TypeAdapter[TypedTaskEvent] = TypeAdapter(TypedTaskEvent)
+_E = TypeVar("_E", bound=_Stored)
 
 
 class MalformedEvent(ValueError):
@@ -367,6 +368,11 @@ def parse_event(raw: TaskEvent | Mapping[str, Any] | str | bytes) -> TypedTaskEv
         return UnknownEvent.model_validate(
             {**envelope, "data": data if isinstance(data, dict) else {}, "problem": _first_problem(e)}
         )
+
+
+def events_of(cls: type[_E], events: Iterable[TaskEvent]) -> list[_E]:
+    """The events of one class among `events` (a read of the log by its kind), parsed."""
+    return [e for e in map(parse_event, events) if isinstance(e, cls)]
 
 
 def recorded_data(kind: str, data: Mapping[str, Any]) -> BaseModel:

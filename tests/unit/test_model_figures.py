@@ -9,12 +9,13 @@ from hypothesis import strategies as st
 
 from orchestrator.telemetry.model_figures import model_figures, percentile
 from sdk import TaskEvent
+from sdk.wire.task_events import ModelCallEvent, events_of
 
 AT = datetime(2026, 11, 30, tzinfo=UTC)
 
 
 def call(model: str, ttft_s: float, tier: str = "warm", tokens_per_s: float | None = 40.0) -> TaskEvent:
-    return TaskEvent(
+    return TaskEvent(  # as the log reads it: the figures take what parses into a model call
         seq=0,
         task_id="t",
         kind="llm_call",
@@ -32,7 +33,7 @@ def test_figures_are_per_model_with_cold_starts_counted_by_the_tier_the_weights_
         call("small", 0.05, "datacenter", None),
         TaskEvent(seq=0, task_id="t", kind="interruption", at=AT, data={}),
     ]
-    figures = model_figures(events)
+    figures = model_figures(events_of(ModelCallEvent, events))
     assert set(figures) == {"big", "small"}
     big, small = figures["big"], figures["small"]
     assert (big.calls, big.cold_starts, big.ttft_p50_s, big.ttft_p95_s, big.tokens_per_s_p50) == (4, 2, 0.5, 30.0, 40.0)

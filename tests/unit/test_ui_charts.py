@@ -11,6 +11,7 @@ from orchestrator.ui.model_history import ttft_history
 from orchestrator.ui.overview import recent_rate
 from orchestrator.ui.timeline import step_timeline, timeline_svg
 from sdk import TaskEvent
+from sdk.wire.task_events import InterruptionEvent, ModelCall, ModelCallEvent, parse_event
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 HOUR = Window(T0, T0 + timedelta(hours=1))
@@ -82,13 +83,9 @@ def test_the_tokens_a_minute_card_averages_recent_minutes_so_a_finished_task_doe
     assert recent_rate(minutes[:3], now) == 0.0
 
 
-def _call(step: int, end_s: float, **data: object) -> TaskEvent:
-    return TaskEvent(
-        seq=step,
-        task_id="t",
-        kind="llm_call",
-        at=T0 + timedelta(seconds=end_s),
-        data={"step": step, "node_id": "gpu-a", **data},
+def _call(step: int, end_s: float, **data: object) -> ModelCallEvent:
+    return ModelCallEvent(
+        seq=step, task_id="t", at=T0 + timedelta(seconds=end_s), data=ModelCall(step=step, node_id="gpu-a", **data)
     )
 
 
@@ -106,23 +103,26 @@ def test_the_waterfall_lays_each_steps_phases_back_from_its_settle_and_marks_whe
         ),
         _call(2, 20, queue_wait_s=0.5, ttft_s=0.2, duration_s=2.0, completion_tokens=80, tool_calls=[]),
     ]
-    cut = TaskEvent(
-        seq=9,
-        task_id="t",
-        kind="interruption",
-        at=T0 + timedelta(seconds=19),
-        data={
-            "step": 2,
-            "node_id": "gpu-a",
-            "kind": "preemption",
-            "tokens_kept": 40,
-            "tokens_lost": 2,
-            "resumed_on": "gpu-b",
-            "resumed_tier": "warm",
-            "resume_s": 1.5,
-            "at": (T0 + timedelta(seconds=16)).isoformat(),
-        },
+    cut = parse_event(
+        TaskEvent(
+            seq=9,
+            task_id="t",
+            kind="interruption",
+            at=T0 + timedelta(seconds=19),
+            data={
+                "step": 2,
+                "node_id": "gpu-a",
+                "kind": "preemption",
+                "tokens_kept": 40,
+                "tokens_lost": 2,
+                "resumed_on": "gpu-b",
+                "resumed_tier": "warm",
+                "resume_s": 1.5,
+                "at": (T0 + timedelta(seconds=16)).isoformat(),
+            },
+        )
     )
+    assert isinstance(cut, InterruptionEvent)
     timeline = step_timeline(calls, [cut], T0 + timedelta(seconds=1), T0 + timedelta(seconds=30))
     first, second = timeline.rows
     kinds = [

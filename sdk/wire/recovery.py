@@ -8,7 +8,7 @@ very same ones: a rule tuned in the simulator behaves the same in production.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 # lost: the node stopped heartbeating or never picked the call up, and the control plane has evidence it is
@@ -69,3 +69,54 @@ def avoid_after(rules: Iterable[RecoveryRule], cut: Cut) -> Avoid:
     for rule in rules:
         avoid = avoid | RECOVERY_RULES[rule](cut)
     return avoid
+
+
+# ----- suspect nodes: what a timeout on a node means once the evidence about the node is in -----------------------
+# A timeout is a suspicion, not a verdict: a call not picked up in time, or a generation whose heartbeats went quiet,
+# may be a node that is gone or one that is merely busy. The pool's evidence about the node (alive, gone, unknown)
+# decides; these rules say how, and the workflow (workflows/fleet_recovery.py) and the simulator
+# (orchestrator/simulator/engine.py) both ask them.
+
+# Times a quiet generation on a live node is continued there (each one attempt of the placement's stride) before the
+# step counts it `stalled` and places it elsewhere: an engine that is wedged, not merely slow. Each continuation waits
+# one heartbeat timeout more: with the default 5 s, a wedged engine keeps its step 3 × 5 = 15 s past its first silence.
+QUIET_CONTINUES = 3
+# Pickups a node whose liveness nothing proves (`unknown`) gets before it is taken for gone: the first may be a node
+# whose own heartbeat is merely late; after the second it has not polled its queue for 2 × 0.8 × 5 s = 8 s (a pickup
+# waits 0.8 of the default 5 s heartbeat timeout), which a busy node's agent does not do.
+UNPROVEN_PICKUPS = 2
+
+Liveness = Literal["alive", "gone", "unknown"]  # the pool's evidence about a node (orchestrator/pool/liveness.py)
+# heartbeat: the call's heartbeats stopped; pickup: no node picked the call up in time.
+NodeTimeout = Literal["heartbeat", "pickup"]
+# gone: the step leaves the node (an interruption of kind `lost`); wait_for_pickup: the node is busy, the call is
+# waited for again; continue_quiet: the quiet generation goes on there, on its lease; stalled: it is given up as
+# `stalled` on a live node (the recovery rules above then say where it goes).
+SuspectVerdict = Literal["gone", "wait_for_pickup", "continue_quiet", "stalled"]
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """What one call on a suspect node has had so far: pickups waited for while nothing proved the node alive, and
+    quiet generations continued on its lease. A call that cannot be continued in place (a replica's load) says so."""
+
+    unproven: int = 0
+    quiet: int = 0
+    continuable: bool = True
+
+    def verdict(self, timeout: NodeTimeout, liveness: Liveness) -> SuspectVerdict:
+        """What the timeout means on a node the evidence says is `liveness`."""
+        unproven_too_often = self.unproven + 1 >= UNPROVEN_PICKUPS
+        if liveness == "gone" or (liveness == "unknown" and (timeout == "heartbeat" or unproven_too_often)):
+            return "gone"
+        if timeout == "heartbeat":
+            return "continue_quiet" if self.continuable and self.quiet < QUIET_CONTINUES else "stalled"
+        return "wait_for_pickup"
+
+    def after(self, verdict: SuspectVerdict, liveness: Liveness) -> Suspect:
+        """The call's counts once `verdict` is acted on: an unproven pickup waited for, a quiet generation continued."""
+        if verdict == "wait_for_pickup" and liveness == "unknown":
+            return replace(self, unproven=self.unproven + 1)
+        if verdict == "continue_quiet":
+            return replace(self, quiet=self.quiet + 1)
+        return self

@@ -128,10 +128,14 @@ class TaskState(BaseModel):
 
 
 class TaskEvent(BaseModel):
-    """One entry of a task's event stream (steps, usage, state changes), in order by `seq`."""
+    """One entry of a task's event stream (steps, usage, state changes), in order by `seq`, as the log stores it.
+
+    `data` is the kind's fields as written; `sdk.wire.task_events.parse_event` reads it as the kind's model (a
+    kind it does not know, as an `UnknownEvent`). `TaskHandle.stream()` yields the typed classes of the main kinds.
+    """
 
     seq: int
     task_id: str
-    kind: str  # "state" | "step" | "llm_call" | "tool_call" | "checkpoint" | "child"
+    kind: str  # "state", "step", "llm_call", "interruption", ...: the kinds of sdk/wire/task_events.py
     at: datetime
     data: dict = Field(default_factory=dict)

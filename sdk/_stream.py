@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ._state import TaskEvent, TaskStatus
+from .wire.task_events import InterruptionEvent, ModelCallEvent, StateChangeEvent, StepRecordedEvent, parse_event
 
 
 class TokenDelta(BaseModel):
@@ -96,29 +97,21 @@ class Interrupted(StreamEvent):
 
 
 def typed(event: TaskEvent) -> StreamEvent:
-    """The stored event as its class (a kind without one stays a plain StreamEvent)."""
+    """The stored event as its class, read through the task events' models (sdk/wire/task_events.py); a kind
+    without a class here, or a row its model refuses, stays a plain StreamEvent. `data` is the row's, as stored."""
     base = {"task_id": event.task_id, "seq": event.seq, "at": event.at, "kind": event.kind, "data": event.data}
-    data = event.data
-    if event.kind == "state" and "status" in data:
-        status = TaskStatus(data["status"])
-        fields = {**base, "status": status, "step": data.get("step", 0), "waiting_for": data.get("waiting_for")}
-        if status.is_final:
-            return Ended(**fields, result=data.get("result"), error=data.get("error"))
-        return (BudgetWaiting if status == TaskStatus.awaiting_budget else StateChanged)(**fields)
-    if event.kind == "step":
-        return StepFinished(
-            **base,
-            step=data.get("step", 0),
-            tokens_used=data.get("tokens_used", 0),
-            tool_calls=list(data.get("tool_calls") or []),
-        )
-    if event.kind == "llm_call":
-        return ModelCalled(
-            **base,
-            step=data.get("step", 0),
-            prompt_tokens=data.get("prompt_tokens", 0),
-            completion_tokens=data.get("completion_tokens", 0),
-        )
-    if event.kind == "interruption":
-        return Interrupted(**base)
+    match parse_event(event):
+        case StateChangeEvent(data=change) if change.status is not None:
+            fields = {**base, "status": change.status, "step": change.step or 0, "waiting_for": change.waiting_for}
+            if change.status.is_final:
+                return Ended(**fields, result=change.result, error=change.error)
+            return (BudgetWaiting if change.status == TaskStatus.awaiting_budget else StateChanged)(**fields)
+        case StepRecordedEvent(data=step):
+            return StepFinished(**base, step=step.step, tokens_used=step.tokens_used or 0, tool_calls=step.tool_calls)
+        case ModelCallEvent(data=call):
+            return ModelCalled(
+                **base, step=call.step, prompt_tokens=call.prompt_tokens, completion_tokens=call.completion_tokens
+            )
+        case InterruptionEvent():
+            return Interrupted(**base)
     return StreamEvent(**base)

@@ -60,6 +60,7 @@ from ._errors import BerthError
 from ._spec import AgentSpec
 from ._state import ToolCallToApprove
 from .wire.loop_approvals import MAX_RUN_STATE_CHARS, ApprovalRequest, LoopApprovals
+from .wire.task_events import ApprovalDecidedEvent, parse_event
 
 # A model call waits as a step does: for a GPU, perhaps for its model to load, then for the generation.
 MODEL_CALL_TIMEOUT_S = 31 * 60.0
@@ -354,7 +355,7 @@ async def _next_decision(task: TaskHandle, after: int, patience_s: float) -> int
         async with asyncio.timeout(patience_s), contextlib.aclosing(task.events(after=after)) as events:
             async for event in events:
                 after = event.seq
-                if event.kind == "approval_decided":
+                if isinstance(parse_event(event), ApprovalDecidedEvent):
                     break
     return after
 

@@ -50,14 +50,12 @@ with workflow.unsafe.imports_passed_through():
         RaiseBudget,
         RaiseChildBudget,
         RecordStateInput,
-        Reply,
-        Shortfall,
         SpawnedChild,
         ToolCallInput,
         ToolCallResult,
     )
     from sdk.wire.lease import LeaseRequest
-    from sdk.wire.limits import MAX_TOOL_RESULT_CHARS, MIN_ANSWER_TOKENS
+    from sdk.wire.limits import MAX_TOOL_RESULT_CHARS
     from sdk.wire.loop_approvals import (
         LOOP_APPROVALS_QUERY,
         LOOP_ASK_APPROVAL_UPDATE,
@@ -65,9 +63,7 @@ with workflow.unsafe.imports_passed_through():
         ApprovalDecision,
         ApprovalRequest,
         LoopApprovals,
-        approval_question,
     )
-    from sdk.wire.output import MAX_OUTPUT_REPAIRS, answer_json, answer_problem, repair_request, response_format
     from sdk.wire.own_loop import (
         LOOP_ASKED_QUERY,
         LOOP_CALL_UPDATE,
@@ -81,18 +77,19 @@ with workflow.unsafe.imports_passed_through():
         LoopToolResult,
         LoopTranscript,
     )
-    from sdk.wire.reserve import prompt_reserve, tokens_short
     from sdk.wire.task_run import TaskRun
     from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
-    from . import task_state
-    from .budget import BudgetViolation
+    from . import own_loop_rules, step_outcomes, task_checks, task_state
     from .code_versions import EVENT_CLOCK, legacy_patched
     from .event_clock import EventClock
     from .fleet_step import FleetStep, StepCut, Unplaceable
+    from .loop_record import LoopRecord
     from .options import BOOKKEEPING_RETRY, BOOKKEEPING_TIMEOUT
-    from .own_loop import OwnLoop
+    from .own_loop_rules import Refused
+    from .step_outcomes import End, RunTools, WaitForBudget
     from .sub_agents import SubAgents
+    from .task_state import Ending
 
 # A tool worker may be restarting: wait this long for one before the call is reported as failed.
 TOOL_WORKER_WAIT = timedelta(minutes=10)
@@ -102,8 +99,6 @@ CHECKS_TOOL_WORKERS = "checks-tool-workers"  # the patch that added the check, i
 # Each call is an activity (3 history events at least): 64 calls a step keep a step's history in the hundreds of
 # events, far from Temporal's 51,200-event limit, and no model needs more at once.
 MAX_TOOL_CALLS_PER_STEP = 64
-# What a message adds to a prompt beyond its content in OpenAI's count (its role and separators: 3, and 1 to spare).
-MESSAGE_OVERHEAD_TOKENS = 4
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -133,7 +128,7 @@ class AgentTaskWorkflow:
             workflow_version=run.workflow_version,
         )
         # An agent whose loop is the author's own: its model calls arrive as updates, one at a time.
-        self.own_loop = OwnLoop(self.state.own_loop) if self.state.own_loop is not None else None
+        self.own_loop = LoopRecord(self.state.own_loop) if self.state.own_loop is not None else None
         self.loop_lock = asyncio.Lock()
 
     # ----- the step loop -------------------------------------------------------------------
@@ -170,88 +165,27 @@ class AgentTaskWorkflow:
             if ending is not None:
                 return await self._finish(*ending)
 
-    async def _take(self, step: int, reply: LlmStepResult | StepCut | None) -> tuple[TaskStatus, str | None] | None:
+    async def _take(self, step: int, reply: LlmStepResult | StepCut | None) -> Ending | None:
         """Charge the step's call and act on it: wait for budget, run its tools, or end the task (returned)."""
-        if reply is None:
-            return None  # stopped waiting for a GPU: cancelled, or the deadline passed
-        if reply.checkpoint is not None:
-            self.state.checkpoint, self.state.pending = reply.checkpoint, None
-        if isinstance(reply, StepCut):  # the task's cancellation cut the generation: what it wrote was served
-            self.state.budget.charge(reply.lost_tokens, reply.cost_usd, lost=reply.lost_tokens)
-            return None
-        if isinstance(reply, Shortfall):
-            self.state.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
-            missing = _missing(reply)
-            return None if await self._await_budget(missing) else (TaskStatus.out_of_budget, f"needed {missing}")
-        try:
-            self.state.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
-        except BudgetViolation as violation:
-            self.state.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
-            return TaskStatus.failed, f"step {step}: {violation}"
-        return await self._answered(step, reply)
-
-    async def _answered(self, step: int, reply: Reply) -> tuple[TaskStatus, str | None] | None:
-        """A charged reply: a partial answer cut by the budget waits for more, a final one ends, tools run."""
-        new_messages = [reply.message]
-        if reply.finish_reason == "length" and reply.budget_limited and not reply.tool_calls:
-            # The answer was cut because the budget shrank max_tokens: keep it as the partial
-            # result and wait for more budget rather than calling a truncated reply done.
-            self.state.result = reply.message.content or self.state.result
-            self._step_done(step, new_messages)
-            if not await self._await_budget(self._shortfall_after_cut(reply)):
-                return TaskStatus.out_of_budget, "the answer was cut short by the budget"
-            return None
-        if not reply.tool_calls:
-            self.state.result = reply.message.content or ""
-            return self._final(step, new_messages)
-        new_messages += await asyncio.gather(
-            *(self._run_tool(step, call, i) for i, call in enumerate(reply.tool_calls))
-        )
-        self.state.result = reply.message.content or self.state.result
-        self._step_done(step, new_messages)
-        return None
-
-    def _final(self, step: int, new_messages: list[Message]) -> tuple[TaskStatus, str | None] | None:
-        """A final answer ends the task, once it matches the agent's output schema; an answer that does not asks
-        for a repair step (MAX_OUTPUT_REPAIRS at most, each paid from the budget), then fails the task."""
-        schema = self.agent.output_schema
-        problem = None if schema is None else answer_problem(self.state.result or "", schema)
-        self.state.repairing = problem is not None
-        if schema is not None and problem is None:
-            self.state.result = answer_json(self.state.result or "")
-        if problem is not None and schema is not None and self.state.output_repairs < MAX_OUTPUT_REPAIRS:
-            self.state.output_repairs += 1
-            new_messages.append(Message(role="user", content=repair_request(problem, schema)))
-            self._step_done(step, new_messages)
-            return None
-        self._step_done(step, new_messages)
-        if problem is not None:
-            return TaskStatus.failed, (
-                f"the answer does not match the agent's output type after"
-                f" {MAX_OUTPUT_REPAIRS} repair step(s): {problem}"
+        outcome = step_outcomes.settle(self.state, self.agent, step, reply)
+        if isinstance(outcome, RunTools):
+            new_messages = [outcome.reply.message]
+            new_messages += await asyncio.gather(
+                *(self._run_tool(step, call, i) for i, call in enumerate(outcome.reply.tool_calls))
             )
-        return TaskStatus.completed, None
-
-    def _reason_to_stop(self) -> tuple[TaskStatus, str | None] | None:
-        if self.sub_agents.violation is not None:
-            return TaskStatus.failed, f"budget violation: {self.sub_agents.violation}"
-        if self.state.cancel_reason is not None:
-            return TaskStatus.cancelled, self.state.cancel_reason
-        if self.state.steps_done >= self.agent.max_steps:
-            return TaskStatus.max_steps, f"reached max_steps={self.agent.max_steps}"
-        deadline = self.run_input.spec.budget.deadline
-        if deadline is not None and self.clock.now() >= deadline:
-            return TaskStatus.out_of_budget, "deadline passed"
+            self.state.result = outcome.reply.message.content or self.state.result
+            self._step_done(step, new_messages)
+            return None
+        if outcome.done is not None:
+            self._step_done(step, outcome.done)
+        if isinstance(outcome, WaitForBudget):
+            return None if await self._await_budget(outcome.missing) else outcome.otherwise
+        if isinstance(outcome, End):
+            return outcome.ending
         return None
 
-    def _call_settings(self, tools: list[dict]) -> dict:
-        """The agent's model settings, and its output schema as a response format where the route takes one and
-        the call can only answer (no tools offered: an agent without tools, or a repair step)."""
-        settings = self.agent.settings.chosen() if self.agent.settings else {}
-        schema = self.agent.output_schema
-        if schema is not None and self.run_input.output_format_native and not tools:
-            settings["response_format"] = response_format(schema)
-        return settings
+    def _reason_to_stop(self) -> Ending | None:
+        return step_outcomes.reason_to_stop(self.state, self.run_input, self.sub_agents.violation, self.clock.now())
 
     async def _generate(self, step: int, loop_call: LoopCall | None = None) -> LlmStepResult | StepCut | None:
         """The step's model call: Berth's own, or the one an own loop sent (its tools, settings, instructions)."""
@@ -264,7 +198,7 @@ class AgentTaskWorkflow:
         else:
             # A repair step only answers: its tools would give the model something else to do than fix its answer.
             tools = [] if self.state.repairing else [t.to_openai() for t in tools_offered(self.agent)]
-            settings = self._call_settings(tools)
+            settings = step_outcomes.call_settings(self.run_input, tools)
         inp = LlmStepInput(
             task_id=self.run_input.task_id,
             step=step,
@@ -292,7 +226,7 @@ class AgentTaskWorkflow:
         return await self.fleet.generate(inp, lease)
 
     # ----- an own loop (the author's, calling the model through Berth) -------------------
-    async def _serve_own_loop(self, loop: OwnLoop) -> TaskState:
+    async def _serve_own_loop(self, loop: LoopRecord) -> TaskState:
         """Answer the loop's calls (updates) until it finishes, falls silent, runs out of budget or is stopped."""
         self.state.loop_last_call_at = self.clock.time()
         while True:
@@ -319,48 +253,12 @@ class AgentTaskWorkflow:
             except TimeoutError:
                 self.clock.mark()  # the timer fired: a moment history fixes (a wakeup may follow a local activity)
 
-    def _own_loop_ending(self, loop: OwnLoop) -> tuple[TaskStatus, str | None] | None:
-        if self.state.loop_finished is not None:
-            output, error = self.state.loop_finished
-            if error is not None:
-                return TaskStatus.failed, f"the task's own loop failed: {error}"
-            self.state.result = output if output is not None else self.state.result
-            return TaskStatus.completed, None
-        if self.state.loop_over is not None:
-            return self.state.loop_over
-        if self.state.cancel_reason is not None:
-            return TaskStatus.cancelled, self.state.cancel_reason
-        deadline = self.run_input.spec.budget.deadline
-        if deadline is not None and self.clock.now() >= deadline:
-            return TaskStatus.out_of_budget, "deadline passed"
-        if self.loop_lock.locked() or loop.awaiting_approval:
-            return None  # a call is being answered, or a person asked: the loop is not silent
-        now = self.clock.time()
-        if (
-            self.state.short_since is not None
-            and not self.state.budget_raised
-            and now - self.state.short_since >= self.run_input.budget_grace_s
-        ):
-            return TaskStatus.out_of_budget, self.state.waiting_for
-        assert self.state.loop_last_call_at is not None
-        if now - self.state.loop_last_call_at >= self.agent.loop_idle_s:
-            return TaskStatus.failed, (
-                f"the task's own loop made no call for {self.agent.loop_idle_s:g} s"
-                " (its process stopped?); run it again with the same task id to resume"
-            )
-        return None
+    def _own_loop_ending(self, loop: LoopRecord) -> Ending | None:
+        return own_loop_rules.ending(self.state, self.run_input, self.clock.now(), busy=self.loop_lock.locked())
 
-    def _own_loop_wait(self, loop: OwnLoop) -> float:
+    def _own_loop_wait(self, loop: LoopRecord) -> float:
         """Until the loop's silence (or the budget's grace) would end the task."""
-        assert self.state.loop_last_call_at is not None
-        now = workflow.time()
-        wait = self.state.loop_last_call_at + self.agent.loop_idle_s - now
-        due = loop.approval_due_at(self.agent.ask_human_timeout_s)
-        if due is not None:  # a person is asked: the loop waits for them, not silent (its timer starts again after)
-            wait = due - now
-        if self.state.short_since is not None and not self.state.budget_raised:
-            wait = min(wait, self.state.short_since + self.run_input.budget_grace_s - now)
-        return max(wait, 0.001)
+        return own_loop_rules.wait_s(self.state, self.run_input, workflow.time())
 
     @workflow.update(name=LOOP_CALL_UPDATE)
     async def loop_call(self, call: LoopCall) -> LoopReply:
@@ -384,21 +282,10 @@ class AgentTaskWorkflow:
     def _check_loop_call(self, call: LoopCall) -> None:
         self._check_own_loop_open()
 
-    async def _loop_step(self, loop: OwnLoop, call: LoopCall) -> LoopReply:
-        if self._own_loop_ending(loop) is not None:
-            raise ApplicationError("task: it is ending; it takes no more model calls", non_retryable=True)
-        if loop.awaiting_approval:
-            raise ApplicationError(
-                f"task: its loop's tool calls wait for approval ({self.state.waiting_for}); it takes no new model call"
-                " until a person approved or rejected them",
-                type="AwaitsApproval",
-                non_retryable=True,
-            )
-        if self.state.steps_done >= self.agent.max_steps:
-            self.state.loop_over = TaskStatus.max_steps, f"reached max_steps={self.agent.max_steps}"
-            raise ApplicationError(
-                f"max_steps: the task made its {self.agent.max_steps} model calls", type="MaxSteps", non_retryable=True
-            )
+    async def _loop_step(self, loop: LoopRecord, call: LoopCall) -> LoopReply:
+        refused = own_loop_rules.refusal_before_call(self.state, self.run_input, self.clock.now())
+        if refused is not None:
+            raise refused
         step = self.state.steps_done + 1
         loop.absorb(call.new_messages)
         if call.new_messages:  # what the loop added (its tool results, its own turns) goes with the step's input
@@ -414,46 +301,14 @@ class AgentTaskWorkflow:
             message = f"step {step}: model call failed: {_cause(exc) if isinstance(exc, ActivityError) else exc}"
             self.state.loop_over = TaskStatus.failed, message
             raise ApplicationError(message, type="ModelCallFailed", non_retryable=True) from None
-        if reply is None:
-            raise ApplicationError(
-                "task: it stopped waiting for a GPU (cancelled, or its deadline passed)", non_retryable=True
-            )
-        if reply.checkpoint is not None:
-            self.state.checkpoint, self.state.pending = reply.checkpoint, None
-        if isinstance(reply, StepCut):
-            self.state.budget.charge(reply.lost_tokens, reply.cost_usd, lost=reply.lost_tokens)
-            raise ApplicationError("task: it was cancelled during the call", non_retryable=True)
-        if isinstance(reply, Shortfall):
-            self.state.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
-            if (
-                self.state.short_since is None or self.state.budget_raised
-            ):  # a loop asking again does not extend the grace
-                self.state.short_since = self.clock.time()
-            self.state.budget_raised = False
-            self.state.waiting_for = f"budget: {_missing(reply)}"
-            await self._set_status(TaskStatus.awaiting_budget)
-            raise ApplicationError(
-                f"budget: the task needs {_missing(reply)} (raise its budget, then call again)",
-                type="OutOfBudget",
-                non_retryable=True,
-            )
-        try:
-            self.state.budget.charge(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
-        except BudgetViolation as violation:
-            self.state.budget.book_overrun(reply.tokens_charged, reply.cost_usd, lost=reply.lost_tokens)
-            self.state.loop_over = TaskStatus.failed, f"step {step}: {violation}"
-            raise ApplicationError(f"budget: {violation}", type="BudgetViolation", non_retryable=True) from None
-        answer = LoopReply(
-            step=step,
-            message=reply.message,
-            finish_reason=reply.finish_reason,
-            prompt_tokens=reply.prompt_tokens,
-            completion_tokens=reply.completion_tokens,
-            served_by=reply.served_by,
-        )
+        answer = own_loop_rules.charge_call(self.state, step, reply, self.clock.time())
+        if isinstance(answer, Refused):
+            if answer.status is not None:
+                await self._set_status(answer.status)
+            raise answer.error
         loop.take(call, answer)
-        self.state.result = reply.message.content or self.state.result
-        self._step_done(step, [reply.message])
+        self.state.result = answer.message.content or self.state.result
+        self._step_done(step, [answer.message])
         if self.state.short_since is not None:
             self.state.short_since, self.state.waiting_for = None, None
             await self._set_status(TaskStatus.running)
@@ -488,9 +343,7 @@ class AgentTaskWorkflow:
         assert loop is not None  # the validator refused the request otherwise
         self.clock.mark()  # the update's arrival: a moment history fixes
         if loop.ask_approval(request, self.clock.time()):
-            self.state.question = approval_question(request.calls)
-            self.state.waiting_for = "input: approval of " + ", ".join(c.tool for c in request.calls)
-            self.state.status = TaskStatus.awaiting_input
+            own_loop_rules.approval_asked(self.state, request.calls)
             calls = [c.model_dump() for c in request.calls]
             await self._record_event("approval_asked", {"calls": calls, "trace_id": request.trace_id})
             self.state.loop_wakeups += 1
@@ -517,14 +370,10 @@ class AgentTaskWorkflow:
         assert self.own_loop is not None
         self.own_loop.check_decision(decision)
 
-    async def _decide(self, loop: OwnLoop, decision: ApprovalDecision) -> None:
+    async def _decide(self, loop: LoopRecord, decision: ApprovalDecision) -> None:
         decided = loop.decide(decision)
         if not loop.awaiting_approval:
-            self.state.question, self.state.waiting_for = None, None
-            self.state.loop_last_call_at = self.clock.time()  # the loop's silence counts from the decision
-            if self.state.cancel_reason is None:
-                self.state.status = TaskStatus.running
-            self.state.loop_wakeups += 1
+            own_loop_rules.approvals_settled(self.state, self.clock.time())  # the loop's silence counts from here
         details = {"call_ids": decided, "approved": decision.approve, "reason": decision.reason}
         await self._record_event("approval_decided", details)
 
@@ -545,27 +394,7 @@ class AgentTaskWorkflow:
         return self.own_loop.tool_result(call_id) if self.own_loop is not None else None
 
     def _check_own_loop_open(self) -> None:
-        if self.own_loop is None:
-            raise ApplicationError(
-                f"task_id: task {self.run_input.task_id}'s agent {self.agent.name} runs Berth's"
-                " loop; only a task whose agent has loop='own' takes calls from its own loop"
-            )
-        if self.state.status.is_final or self.state.finishing:
-            raise ApplicationError(
-                f"task is {self.state.status.value if self.state.status.is_final else 'finishing'};"
-                " it takes nothing more from its loop"
-            )
-
-    def _shortfall_after_cut(self, reply: Reply) -> str:
-        """What the next step is short of, as the step would reserve it: its prompt (this conversation, the cut
-        answer included) with the template margin, and at least a minimum answer (at most a full one)."""
-        prompt = prompt_reserve(
-            reply.prompt_tokens + reply.kept_tokens + reply.completion_tokens + MESSAGE_OVERHEAD_TOKENS
-        )
-        allowance = self.state.budget.token_allowance
-        least = max(1, tokens_short(prompt, MIN_ANSWER_TOKENS, allowance))
-        full = max(least, tokens_short(prompt, self.agent.max_tokens_per_step, allowance))
-        return f"{least} more tokens for the next step (up to {full} for a full {self.agent.max_tokens_per_step}-token answer)"
+        task_checks.check_own_loop_open(self.run_input, self.state)
 
     async def _set_waiting_for_gpu(self, reason: str | None, trouble: GpuTrouble | None) -> None:
         self.state.waiting_for, self.state.gpu_trouble = reason, trouble
@@ -733,18 +562,7 @@ class AgentTaskWorkflow:
 
     @raise_budget.validator
     def _check_raise(self, req: RaiseBudget) -> None:
-        if self.run_input.parent_task_id is not None:
-            raise ApplicationError(
-                f"task_id: {self.run_input.task_id} is a sub-agent of"
-                f" {self.run_input.parent_task_id}; its budget grows only out of its parent's"
-                " remainder, through the parent"
-            )
-        if self.state.status.is_final:
-            raise ApplicationError(f"task is {self.state.status.value}; its budget can no longer change")
-        if req.tokens <= 0 and req.usd <= 0:
-            raise ApplicationError("tokens: raise by at least one token (or usd by more than 0)")
-        if req.usd > 0 and self.state.budget.usd_limit is None:
-            raise ApplicationError("usd: this task has no dollar limit to raise")
+        task_checks.check_raise(self.run_input, self.state, req)
 
     @workflow.update(name=RAISE_CHILD_BUDGET_UPDATE)
     async def raise_child_budget(self, req: RaiseChildBudget) -> SpawnedChild:
@@ -753,10 +571,7 @@ class AgentTaskWorkflow:
 
     @raise_child_budget.validator
     def _check_raise_child(self, req: RaiseChildBudget) -> None:
-        if self.state.status.is_final:
-            raise ApplicationError(f"task is {self.state.status.value}; its sub-agents' budgets can no longer change")
-        if req.tokens <= 0 and req.usd <= 0:
-            raise ApplicationError("tokens: raise by at least one token (or usd by more than 0)")
+        task_checks.check_raise_child(self.state, req)
         self.sub_agents.check_raise(req)
 
     @workflow.signal(name=GRANT_BUDGET_SIGNAL)
@@ -771,14 +586,7 @@ class AgentTaskWorkflow:
 
     @answer.validator
     def _check_answer(self, req: HumanAnswer) -> None:
-        if self.state.status != TaskStatus.awaiting_input:
-            raise ApplicationError(f"task is {self.state.status.value}, not awaiting_input; nothing to answer")
-        if self.own_loop is not None and self.own_loop.awaiting_approval:
-            raise ApplicationError(
-                "task: its loop waits for tool calls to be approved or rejected, not for an answer"
-                " (approve or reject them: `berth approve`, `berth reject`)",
-                type="AwaitsApproval",
-            )
+        task_checks.check_answer(self.state, req)
 
     @workflow.update(name=SPAWN_UPDATE)
     async def spawn(self, req: SpawnAgentArgs) -> SpawnedChild:
@@ -787,19 +595,7 @@ class AgentTaskWorkflow:
 
     @spawn.validator
     def _check_spawn(self, req: SpawnAgentArgs) -> None:
-        if self.state.status.is_final or self.state.cancel_reason is not None or self.state.finishing:
-            now = self.state.status.value if self.state.status.is_final or not self.state.finishing else "finishing"
-            raise ApplicationError(f"task is {now}; it can no longer start sub-agents")
-        # A client (a task token, the SDK) asking for more than remains is refused with the numbers,
-        # rather than given less than it asked for without knowing (as the model's own spawn tool is).
-        remaining = self.state.budget.token_allowance
-        if req.tokens is not None and req.tokens > remaining:
-            spend = self.state.budget.spend()
-            raise ApplicationError(
-                f"budget.tokens: asked for {req.tokens} tokens, but only {remaining} remain of task"
-                f" {self.run_input.task_id}'s budget ({spend.token_limit} limit, {spend.tokens_used} used,"
-                f" {spend.reserved_for_children} reserved for sub-agents)"
-            )
+        task_checks.check_spawn(self.run_input, self.state, req)
 
     @workflow.signal(name=SIMULATE_PREEMPTION_SIGNAL)
     def simulate_preemption(self) -> None:
@@ -860,12 +656,6 @@ class AgentTaskWorkflow:
         fleet = self.fleet
         placements = fleet.placements_used if fleet.placements_step == self.state.steps_done + 1 else 0
         return task_state.continuation(self.run_input, self.state, fleet.interruptions, placements)
-
-
-def _missing(reply: Shortfall) -> str:
-    if reply.shortfall_usd is not None:
-        return f"${reply.shortfall_usd:.6f} more for the next step"
-    return f"{reply.shortfall_tokens} more tokens for the next step"
 
 
 def _cause(err: BaseException) -> str:

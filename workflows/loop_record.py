@@ -1,4 +1,4 @@
-"""The workflow's side of a task whose loop is the author's own: which calls it answered, and what is owed.
+"""The record a task keeps of its author's own loop: which calls it answered, and what is owed.
 
 Each model call of the loop arrives with the messages it adds to the conversation the workflow holds; a call
 that does not extend it exactly (a stale prefix, a rewritten history) is refused rather than guessed at. A call
@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from sdk.wire.transcript import chain_of
 
 
-class OwnLoop:
+class LoopRecord:
     """The loop's record (the task state's `own_loop`), read and kept through the calls that arrive."""
 
     def __init__(self, progress: LoopProgress) -> None:
@@ -80,8 +80,7 @@ class OwnLoop:
     # ----- tool calls that wait for a person (docs/own-loop.md, "Approvals") -----------------
     @property
     def awaiting_approval(self) -> bool:
-        a = self.progress.approvals
-        return a is not None and bool(a.waiting)
+        return awaiting_approval(self.progress)
 
     def ask_approval(self, request: ApprovalRequest, now: float) -> bool:
         """Hold the calls the loop stopped at, and its state; False when these very calls are held already (the
@@ -125,3 +124,9 @@ class OwnLoop:
         """When the waiting calls are rejected for want of a decision (None while none waits)."""
         a = self.progress.approvals
         return a.asked_at + timeout_s if a is not None and a.waiting else None
+
+
+def awaiting_approval(progress: LoopProgress | None) -> bool:
+    """Tool calls of the loop wait for a person's word (None: the task runs Berth's loop)."""
+    a = progress.approvals if progress is not None else None
+    return a is not None and bool(a.waiting)

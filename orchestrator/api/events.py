@@ -29,6 +29,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from sdk import TaskStatus, Writing
 from sdk.wire.events import END_EVENT, REVOKED_EVENT
 from sdk.wire.limits import MAX_STORED_INT
+from sdk.wire.task_events import StepRecordedEvent, parse_event
 
 from .auth import Caller
 from .errors import ERROR_RESPONSES
@@ -114,9 +115,11 @@ async def _tail(
         for event in events:
             after = event.seq
             if live is not None:
-                settled = await live.settle(event.data.get("step", 0)) if event.kind == "step" else live.ready()
+                typed = parse_event(event)
+                settled = await live.settle(typed.data.step) if isinstance(typed, StepRecordedEvent) else live.ready()
                 for message in settled:
                     yield message
+            # The row as stored, not the typed event (which would add its defaults): the stream's JSON is the log's.
             yield ServerSentEvent(data=event.model_dump_json(), event=event.kind, id=str(event.seq))
         if len(events) == READ_BATCH:
             continue

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 from opentelemetry import context, propagate
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sdk.wire import task_events
 
 from .auth import TaskWriter
 from .errors import ERROR_RESPONSES
@@ -22,15 +24,13 @@ from .tasks import require_running
 
 router = APIRouter(prefix="/v1/tasks", tags=["own loop"], responses=ERROR_RESPONSES)
 
-LOOP_TRACE_EVENT = "loop_trace"
+LOOP_TRACE_EVENT = task_events.LoopTraceEvent.KIND
 
 
-class LoopTrace(BaseModel):
+class LoopTrace(task_events.LoopTrace):
+    """The request: the `loop_trace` event's own fields, and nothing else."""
+
     model_config = ConfigDict(extra="forbid")
-
-    trace_id: str = Field(min_length=1, max_length=256, description="the loop's trace (Agents SDK: trace_<32 hex>)")
-    workflow_name: str | None = Field(default=None, max_length=256)
-    group_id: str | None = Field(default=None, max_length=256)
 
 
 @router.post("/{task_id}/loop-trace", status_code=status.HTTP_204_NO_CONTENT)

@@ -12,6 +12,7 @@ from sdk.wire.builtins import SpawnAgentArgs
 from sdk.wire.contracts import CancelRequest, HumanAnswer, RaiseBudget, RaiseChildBudget, SpawnedChild
 from sdk.wire.identity import CreatedKey, Role
 from sdk.wire.limits import MAX_PAGE, MAX_REASON_CHARS, MAX_STORED_INT
+from sdk.wire.task_events import InterruptionEvent
 
 from ..store import TaskRecord
 from .admission import SubmitRequest, admit
@@ -125,7 +126,7 @@ async def get_task(task_id: str, svc: Svc, caller: Caller) -> TaskState:
 async def list_interruptions(task_id: str, svc: Svc, caller: Caller) -> list[TaskEvent]:
     """Each time a node was lost or preempted under the task: where, what it cost, where the step resumed."""
     await svc.task_record(task_id, caller)
-    return await svc.db(svc.store.events.of_kind, task_id, "interruption")
+    return await svc.db(svc.store.events.of_kind, task_id, InterruptionEvent.KIND)
 
 
 @router.post("/{task_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=TaskState)

@@ -38,6 +38,14 @@ from sdk import (
     Unauthorized,
 )
 from sdk.wire.objective_layers import describe
+from sdk.wire.task_events import (
+    InterruptionEvent,
+    ModelCallEvent,
+    StepRecordedEvent,
+    TaskSnapshot,
+    events_of,
+    parse_event,
+)
 
 from ..config import BerthConfig
 from ..money import usd_text
@@ -250,15 +258,15 @@ def task_panel(
         rows.append(("children", ", ".join(state.children)))
     if checkpoints is not None:
         rows.append(("checkpoints", str(checkpoints)))
-    for event in interruptions or []:
-        d = event.data
+    for event in events_of(InterruptionEvent, interruptions or []):
+        cut = event.data
         rows.append(
             (
                 "interrupted",
-                f"step {d.get('step')} on {d.get('node_id')} ({d.get('kind')}):"
-                f" {d.get('tokens_kept', 0)} tokens kept, {d.get('tokens_lost', 0)} tokens lost;"
-                f" resumed on {d.get('resumed_on')}"
-                f" after {d.get('resume_s', 0):.1f}s",
+                f"step {cut.step} on {cut.node_id} ({cut.kind}):"
+                f" {cut.tokens_kept} tokens kept, {cut.tokens_lost} tokens lost;"
+                f" resumed on {cut.resumed_on}"
+                f" after {cut.resume_s or 0:.1f}s",
             )
         )
     if ledger is not None:
@@ -325,6 +333,7 @@ def checkpoints_table(checkpoints: list[CheckpointSummary]) -> Table:
 
 
 def event_line(event: TaskEvent) -> str:
+    """Any event as its row holds it, a kind without a model too: every field it stored, bar the result."""
     details = " ".join(f"{k}={v}" for k, v in event.data.items() if v is not None and k != "result")
     return f"{event.seq:>6}  {event.at.strftime('%H:%M:%S')}  {event.kind:<10} {details}"
 
@@ -363,15 +372,33 @@ class TaskProgress:
             self._live.__exit__(None, None, None)
 
     def update(self, event: TaskEvent) -> None:
-        data = event.data
-        self.status = str(data.get("status", self.status))
-        self.step = int(data.get("step", self.step) or 0)
-        self.tokens_used = int(data.get("tokens_used", self.tokens_used) or 0)
-        self.token_limit = int(data.get("token_limit", self.token_limit) or self.token_limit)
+        """Take the step, the spend and the status from the events that say them: a step's, a model call's,
+        and every event the workflow writes with the task's state."""
+        typed = parse_event(event)
+        if isinstance(typed, StepRecordedEvent):
+            self._take(None, typed.data.step, typed.data.tokens_used, typed.data.token_limit)
+        elif isinstance(typed, ModelCallEvent):
+            self._take(None, typed.data.step, None, None)
+        elif isinstance(typed.data, TaskSnapshot):
+            snapshot = typed.data
+            self._take(snapshot.status, snapshot.step, snapshot.tokens_used, snapshot.token_limit)
         if self._live is not None:
             self._live.update(self._render())
         else:
             self._print()
+
+    def _take(
+        self, status: TaskStatus | None, step: int | None, tokens_used: int | None, token_limit: int | None
+    ) -> None:
+        """What an event said; what it left out (None) stays as it was."""
+        if status is not None:
+            self.status = status.value
+        if step is not None:
+            self.step = step
+        if tokens_used is not None:
+            self.tokens_used = tokens_used
+        if token_limit:
+            self.token_limit = token_limit
 
     def _line(self) -> str:
         return (

@@ -13,6 +13,7 @@ from typing import Any
 from sdk import CheckpointRef
 from sdk.wire.contracts import PendingStep
 from sdk.wire.step_books import LlmCallEvent
+from sdk.wire.task_events import ModelCallEvent, StepRecorded, StepRecordedEvent
 
 from .ports import (
     SETTLED,
@@ -76,7 +77,7 @@ class StoreStepBooks:
         entry = settled_entry(step, call)
         if not self.ledger.record(entry):
             return Settled(recorded=False, cost_usd=call.cost_usd)
-        self.events.append(step.task_id, "llm_call", llm_call_event(step, call).data())
+        self.events.append(step.task_id, ModelCallEvent.KIND, llm_call_event(step, call).data())
         record_settled_call(entry, step.tenant)
         return Settled(recorded=True, cost_usd=call.cost_usd)
 
@@ -163,16 +164,13 @@ def record_step(records: StepRecords, task_id: str, parent: CheckpointRef, pendi
     records.tasks.save_state(pending.state.model_copy(update={"checkpoint_seq": ref.seq}))
     if already is not None:
         return ref  # it replaced what a failed workflow task wrote for this step: announced by that one already
-    records.events.append(
-        task_id,
-        "step",
-        {
-            "step": pending.step,
-            "checkpoint_seq": ref.seq,
-            "tokens_used": spend.tokens_used,
-            "token_limit": spend.token_limit,
-            "usd_used": spend.usd_used,
-            "tool_calls": [c.name for m in pending.new_messages for c in (m.tool_calls or [])],
-        },
+    step = StepRecorded(
+        step=pending.step,
+        checkpoint_seq=ref.seq,
+        tokens_used=spend.tokens_used,
+        token_limit=spend.token_limit,
+        usd_used=spend.usd_used,
+        tool_calls=[c.name for m in pending.new_messages for c in (m.tool_calls or [])],
     )
+    records.events.append(task_id, StepRecordedEvent.KIND, step.model_dump(mode="json"))
     return ref

@@ -34,6 +34,13 @@ from temporalio.client import Client, RPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
 from sdk import TaskState
+from sdk.wire.task_events import (
+    StateChange,
+    StateChangeEvent,
+    WorkflowTaskFailingEvent,
+    WorkflowTaskRecovered,
+    WorkflowTaskRecoveredEvent,
+)
 
 from ..store import Store
 from .metrics import record_ended, record_failures
@@ -49,8 +56,8 @@ ROUNDS_PER_TERM = 3
 CONCURRENCY = 8
 RPC_TIMEOUT = timedelta(seconds=5)
 # The events it writes into a task's log, beside the workflow's own.
-FAILING_EVENT = "workflow_task_failing"
-RECOVERED_EVENT = "workflow_task_recovered"
+FAILING_EVENT = WorkflowTaskFailingEvent.KIND
+RECOVERED_EVENT = WorkflowTaskRecoveredEvent.KIND
 
 TemporalClient = Callable[[], Awaitable[Client]]
 
@@ -159,12 +166,13 @@ class Reconciler:
                 case Unstick(was=was):
                     if not books.tasks.mark_stuck(task_id, None):
                         return False
-                    books.events.append(task_id, RECOVERED_EVENT, {"failures": was.failures, "since": was.since})
+                    recovered = WorkflowTaskRecovered(failures=was.failures, since=was.since)
+                    books.events.append(task_id, RECOVERED_EVENT, recovered.model_dump(mode="json"))
                     log.info("task %s is no longer stuck (its workflow task failed %d times)", task_id, was.failures)
                 case End(state=final, how=how):
                     if not books.tasks.end_unsettled(final):
                         return False
-                    books.events.append(task_id, "state", _ended_event(final, how))
+                    books.events.append(task_id, StateChangeEvent.KIND, _ended_event(final, how))
                     log.warning("task %s's workflow ended in Temporal (%s): %s", task_id, how, final.error)
                 case _:
                     return False
@@ -178,13 +186,14 @@ class Reconciler:
 
 def _ended_event(state: TaskState, how: str) -> dict:
     """The `state` event of the end, as the workflow's own final one reads (so streams and followers end on it)."""
-    return {
-        "status": state.status.value,
-        "step": state.step,
-        "tokens_used": state.spend.tokens_used,
-        "token_limit": state.spend.token_limit,
-        "waiting_for": None,
-        "result": state.result,
-        "error": state.error,
-        "ended_in_temporal": how,
-    }
+    ended = StateChange(
+        status=state.status,
+        step=state.step,
+        tokens_used=state.spend.tokens_used,
+        token_limit=state.spend.token_limit,
+        waiting_for=None,
+        result=state.result,
+        error=state.error,
+        ended_in_temporal=how,
+    )
+    return ended.model_dump(mode="json", exclude_unset=True)  # the fields given: the stored row keeps its shape

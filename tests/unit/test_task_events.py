@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from activities.bookkeeping import TaskBookkeeping, event_data
+from orchestrator.reconcile.reconciler import _ended_event
 from orchestrator.store import Store
 from sdk import Spend, TaskEvent, TaskState, TaskStatus
 from sdk.wire.contracts import RecordStateInput
@@ -194,3 +195,21 @@ def test_record_state_refuses_a_malformed_event_before_it_writes_anything(store:
     assert row.data == event_data(
         RecordStateInput(state=task, event="interruption", details=WORKFLOW_DETAILS["interruption"])
     )
+
+
+def test_the_control_planes_own_writers_store_the_rows_they_always_did_and_parse_back() -> None:
+    """The reconciler's end of a task: the eight fields a final state event always had, typed on reading."""
+    final = state(TaskStatus.failed, error="terminated in Temporal")
+    row = _ended_event(final, "terminated")
+    assert row == {
+        "status": "failed",
+        "step": 3,
+        "tokens_used": 900,
+        "token_limit": 5000,
+        "waiting_for": None,
+        "result": None,
+        "error": "terminated in Temporal",
+        "ended_in_temporal": "terminated",
+    }
+    ended = parse_event(stored("state", row))
+    assert isinstance(ended, StateChangeEvent) and ended.data.ended_in_temporal == "terminated"

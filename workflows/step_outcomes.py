@@ -158,3 +158,10 @@ def call_settings(run: TaskRun, tools: list[dict]) -> dict:
     if agent.output_schema is not None and run.output_format_native and not tools:
         settings["response_format"] = response_format(agent.output_schema)
     return settings
+
+
+def cause_of(err: BaseException) -> str:
+    """The root of a failure, as a step's error names it (an activity's error wraps its cause)."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return str(err) or type(err).__name__

@@ -4,9 +4,9 @@ same reply again instead of a new generation.
 A client that dies between the engine finishing a reply and recording it would otherwise
 retry and pay for the same step twice; with the key, the retry receives the finished reply
 (same id, same usage) and the engine counts it once. Berth's LLM step sends one key per
-task step. A reply is replayed only for the same conversation (model, messages, tools) and
-only if it fits the retry's max_tokens, which may be smaller: replaying a longer reply would
-spend more than the retry's budget allows.
+task step. A reply is replayed only for the same conversation (model, messages, tools; what else
+counts is the OpenAI face's `_same_request`) and only if it fits the retry's max_tokens, which may be
+smaller: replaying a longer reply would spend more than the retry's budget allows.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ the node never read that chunk, and the books still balance under the system tes
 This is the race `test_stack.py::test_whole_stack_restarted_mid_task_resumes_it` once lost on a busy machine
 (12 engine requests, 11 calls, 299 tokens generated, 298 booked): the step's reply was a 10-token tool call
 whose last piece is one token; the engine had sent that piece and journaled the request completed (it tallies
-before its last write, app.py `_stream`) when the stopping node cut the generation with 9 tokens read. After the
+before its last write, openai_face.py `_stream`) when the stopping node cut the generation with 9 tokens read. After the
 restart the step started over on a fresh engine (which cannot replay a reply the old one finished), booking the
 9 as lost and its new reply as settled: every token that reached Berth is booked, the engine counts one more.
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.engines.simulated.replay import FinishedReplies, fingerprint
+from orchestrator.engines.replay import FinishedReplies, fingerprint
 
 
 def test_replay_needs_the_same_conversation_and_room_for_the_reply() -> None:

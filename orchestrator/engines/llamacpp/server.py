@@ -14,7 +14,8 @@ from pathlib import Path
 from orchestrator.engines.serving import AppThread, listening_socket
 from orchestrator.engines.usage import UsageTally
 
-from .app import TimingsLog, create_app
+from ..openai_face import TimingsLog
+from .app import create_app
 from .model import LlamaModel, ModelLoadError
 
 LOG_PREFIX = "berth llama.cpp engine"

@@ -1,83 +1,60 @@
-"""The simulated engine's HTTP face: the slice of vLLM's OpenAI-compatible API that Berth uses.
+"""The simulated engine: vLLM's behaviour on the slice of its OpenAI-compatible API that Berth uses.
 
 Agents reach this server only through litellm's `hosted_vllm/` route, exactly as they
 reach vLLM, so everything litellm relies on is real: SSE framing, streamed tool-call
 deltas, the trailing usage chunk, OpenAI-style errors, and time spent waiting for the
 first token and for each token after it (`asyncio.sleep`, so requests overlap freely).
-Prompt tokens are counted with `activities.tokens`, the counter Berth reserves budget
-with, so a step's reservation and the engine's usage agree exactly. Like vLLM, it continues
-a final assistant message given with `continue_final_message` (how Berth resumes a
-generation a preemption cut off without paying for its tokens twice).
+The HTTP side is the one every Berth-served engine shares (`openai_face.py`); this module
+is the model behind it. Prompt tokens are counted with `activities.tokens`, the counter
+Berth reserves budget with, so a step's reservation and the engine's usage agree exactly.
+Like vLLM, it continues a final assistant message given with `continue_final_message` (how
+Berth resumes a generation a preemption cut off without paying for its tokens twice).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi import FastAPI
+from pydantic import Field
 
 from activities import tokens
 from sdk.wire.output import REPAIR_SCHEMA_MARK
 
-from ..serving import ReportingStream
+from ..chat_engine import ChatRequest, ChatTool, Delta, Ending, Prompt, Refusal, ToolFunction
+from ..openai_face import ChatFace
 from .models import DEFAULT_MODELS, SimulatedModel
 from .policy import PlannedCall, Reply, reply
-from .replay import IDEMPOTENCY_HEADER, FinishedReplies, fingerprint
 from .structured import instance
 from .usage import UsageTally
 
-TASK_HEADER = "X-Berth-Task"
 CHUNK_TOKENS = 4  # tokens per streamed chunk: smooth enough for a UI, a quarter of the wake-ups
 BIG_BODY_BYTES = 64_000  # above this, counting the prompt (~ms per 10 k tokens) moves off the event loop
 
 
-class _Function(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str = Field(min_length=1)
+class _Function(ToolFunction):
     parameters: dict[str, Any] | None = None
 
 
-class _Tool(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: Literal["function"] = "function"
+class _Tool(ChatTool):
     function: _Function
 
 
-class _Message(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+class SimulatedChatRequest(ChatRequest):
+    """What the simulated engine reads besides every engine's fields (it accepts temperature, top_p and seed, but
+    its replies are deterministic anyway)."""
 
-
-class ChatRequest(BaseModel):
-    """The fields of POST /v1/chat/completions the engine reads; any other field is ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-    model: str = Field(min_length=1)
-    messages: list[_Message] = Field(min_length=1)
     tools: list[_Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None  # false: at most one tool call a reply
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    stream: bool = False
-    stream_options: dict[str, Any] | None = None
-    temperature: float | None = Field(default=None, ge=0, le=2)  # accepted; replies are deterministic anyway
-    top_p: float | None = Field(default=None, gt=0, le=1)  # the same
-    seed: int | None = Field(default=None, ge=0, lt=2**32)  # the same
     stop: str | list[str] | None = Field(default=None, max_length=4)  # applied: the text ends before the first
     response_format: dict[str, Any] | None = None  # a json_schema one is applied (structured.py)
-    continue_final_message: bool = False  # vLLM's: go on writing the last (assistant) message
-    add_generation_prompt: bool = True
 
 
 @dataclass
@@ -85,26 +62,98 @@ class _Generation:
     """A reply cut to max_tokens and split into streamable deltas, each with its token count."""
 
     deltas: list[tuple[dict[str, Any], int]]
-    message: dict[str, Any]
     finish_reason: str
     completion_tokens: int
 
 
-@dataclass
-class _StreamProgress:
-    sent_tokens: int = 0
-    completed: bool = False
+@dataclass(frozen=True)
+class _Conversation:
+    """The request as the policy reads it: its raw messages and the tools offered."""
+
+    messages: list[dict[str, Any]]
+    tool_defs: list[dict[str, Any]] | None
 
 
-@dataclass
-class _Call:
-    """One accepted request: what the tallies and the chunks need to know about it."""
+class _PacedReply:
+    """A reply decided at once and handed out at the model's pace: its TTFT, then tokens_per_s."""
 
-    id: str
-    model: SimulatedModel
-    task: str | None
-    prompt_tokens: int
-    created: int = field(default_factory=lambda: int(time.time()))
+    def __init__(self, model: SimulatedModel, generation: _Generation, latency_scale: float) -> None:
+        self._model, self._generation, self._scale = model, generation, latency_scale
+
+    async def prefilled(self) -> None:
+        if self._model.ttft_s * self._scale > 0:
+            await asyncio.sleep(self._model.ttft_s * self._scale)
+
+    async def deltas(self) -> AsyncIterator[Delta]:
+        for delta, n_tokens in self._generation.deltas:
+            if self._scale > 0:
+                await asyncio.sleep(n_tokens / self._model.tokens_per_s * self._scale)
+            yield Delta(delta, n_tokens)
+
+    async def whole(self) -> list[Delta]:
+        delay = (self._model.ttft_s + self._generation.completion_tokens / self._model.tokens_per_s) * self._scale
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return [Delta(delta, n_tokens) for delta, n_tokens in self._generation.deltas]
+
+    async def ending(self) -> Ending:
+        return Ending(self._generation.finish_reason, self._generation.completion_tokens)
+
+    def abandon(self, sent_tokens: int, record: Callable[[int], None]) -> None:
+        record(sent_tokens)  # nothing runs on: the tokens the client was sent are what it cost
+
+
+class SimulatedEngine:
+    """The face's engine: deterministic replies from the policy (`policy.py`), at each model's pace."""
+
+    request_type = SimulatedChatRequest
+    usage_unasked = True  # every stream ends with the usage chunk, asked for or not
+
+    def __init__(self, models: dict[str, SimulatedModel], latency_scale: float) -> None:
+        self.models = models
+        self.latency_scale = latency_scale
+
+    def context_window(self, model: str) -> int:
+        served = self.models.get(model)
+        if served is None:
+            raise Refusal(f"The model `{model}` does not exist.", "model", status=404, kind="NotFoundError")
+        return served.context_window
+
+    async def read_prompt(
+        self, chat: SimulatedChatRequest, body: dict[str, Any], body_bytes: int
+    ) -> Prompt[_Conversation]:
+        last = chat.messages[-1]
+        if chat.continue_final_message and (last.role != "assistant" or not isinstance(last.content, str)):
+            raise Refusal(
+                "continue_final_message: the last message must be the assistant's, with text content",
+                "continue_final_message",
+            )
+        conversation = _Conversation(body["messages"], body.get("tools") or None)
+        try:
+            if body_bytes > BIG_BODY_BYTES:
+                count = await asyncio.to_thread(
+                    tokens.count_prompt_tokens, conversation.messages, conversation.tool_defs
+                )
+            else:
+                count = tokens.count_prompt_tokens(conversation.messages, conversation.tool_defs)
+        except Exception as exc:  # litellm's counter raises assorted types on shapes it cannot read
+            raise Refusal(f"messages: cannot count the prompt's tokens ({exc})", "messages") from exc
+        return Prompt(count, conversation)
+
+    def generate(self, chat: SimulatedChatRequest, prompt: Prompt[_Conversation], max_tokens: int) -> _PacedReply:
+        messages, tool_defs = prompt.read.messages, prompt.read.tool_defs
+        model = self.models[chat.model]
+        if chat.continue_final_message:
+            answer = reply(model.name, messages[:-1], _tools_for(chat.tool_choice, tool_defs))
+            prefix = str(messages[-1]["content"])
+            generation = _render(Reply(content=_continuation(answer, prefix)), max_tokens, _stops(chat.stop))
+        else:
+            answer = _as_chosen(reply(model.name, messages, _tools_for(chat.tool_choice, tool_defs)), chat, tool_defs)
+            schema = _json_schema(chat.response_format) or _schema_asked_for(messages)
+            if schema is not None and not answer.tool_calls:
+                answer = Reply(content=json.dumps(instance(schema, answer.content or "")))
+            generation = _render(answer, max_tokens, _stops(chat.stop))
+        return _PacedReply(model, generation, self.latency_scale)
 
 
 def warm_up_tokenizer() -> None:
@@ -121,7 +170,6 @@ def create_app(
         raise ValueError(f"latency_scale: must be >= 0, got {latency_scale}")
     served = {m.name: m for m in models}
     usage = tally or UsageTally()
-    finished: FinishedReplies[tuple[_Call, _Generation]] = FinishedReplies()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -163,147 +211,8 @@ def create_app(
         usage.reset()
         return usage.snapshot()
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        raw = await request.body()
-        try:
-            body = json.loads(raw)
-            if not isinstance(body, dict):
-                return _error(400, "body: expected a JSON object", "BadRequestError", "body")
-            chat = ChatRequest.model_validate(body)
-        except ValueError as exc:  # json.JSONDecodeError and pydantic.ValidationError are both ValueErrors
-            return _error(400, *_describe_invalid(exc))
-        model = served.get(chat.model)
-        if model is None:
-            return _error(404, f"The model `{chat.model}` does not exist.", "NotFoundError", "model")
-        messages, tool_defs = body["messages"], body.get("tools") or None
-        prefix: str | None = None
-        if chat.continue_final_message:
-            if problem := _unusable_prefix(chat):
-                return _error(400, problem, "BadRequestError", "continue_final_message")
-            prefix = str(messages[-1]["content"])
-        try:
-            if len(raw) > BIG_BODY_BYTES:
-                prompt_tokens = await asyncio.to_thread(tokens.count_prompt_tokens, messages, tool_defs)
-            else:
-                prompt_tokens = tokens.count_prompt_tokens(messages, tool_defs)
-        except Exception as exc:  # litellm's counter raises assorted types on shapes it cannot read
-            return _error(400, f"messages: cannot count the prompt's tokens ({exc})", "BadRequestError", "messages")
-        max_tokens = chat.max_completion_tokens or chat.max_tokens or max(model.context_window - prompt_tokens, 0)
-        if prompt_tokens + max_tokens > model.context_window or max_tokens < 1:
-            return _error(
-                400,
-                (
-                    f"This model's maximum context length is {model.context_window} tokens. However, you requested "
-                    f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
-                    "completion). Please reduce the length of the messages or completion."
-                ),
-                "BadRequestError",
-                "messages",
-            )
-        key = request.headers.get(IDEMPOTENCY_HEADER)
-        same_request = fingerprint(model.name, messages, tool_defs) if key else ""
-        earlier = finished.get(key, same_request, max_tokens)
-        if earlier is not None:  # the same step again: hand back the finished reply, generate nothing
-            call, generation = earlier
-            if chat.stream:
-                return ReportingStream(_stream(call, generation, 0.0, _StreamProgress(), lambda: None), lambda: None)
-            return _completion(call, generation)
-        call = _Call(f"chatcmpl-{uuid.uuid4().hex}", model, request.headers.get(TASK_HEADER), prompt_tokens)
-        if prefix is None:
-            answer = _as_chosen(reply(model.name, messages, _tools_for(chat.tool_choice, tool_defs)), chat, tool_defs)
-            schema = _json_schema(chat.response_format) or _schema_asked_for(messages)
-            if schema is not None and not answer.tool_calls:
-                answer = Reply(content=json.dumps(instance(schema, answer.content or "")))
-            generation = _render(answer, max_tokens, _stops(chat.stop))
-        else:
-            answer = reply(model.name, messages[:-1], _tools_for(chat.tool_choice, tool_defs))
-            generation = _render(Reply(content=_continuation(answer, prefix)), max_tokens, _stops(chat.stop))
-
-        def done() -> None:
-            usage.completed(model.name, call.task, prompt_tokens, generation.completion_tokens)
-            finished.remember(key, same_request, generation.completion_tokens, (call, generation))
-
-        if chat.stream:
-            progress = _StreamProgress()
-            return ReportingStream(
-                _stream(call, generation, latency_scale, progress, done),
-                on_close=lambda: (
-                    None
-                    if progress.completed
-                    else usage.aborted(model.name, call.task, prompt_tokens, progress.sent_tokens)
-                ),
-            )
-        delay = (model.ttft_s + generation.completion_tokens / model.tokens_per_s) * latency_scale
-        if delay > 0 and await _client_left(request, delay):
-            usage.aborted(model.name, call.task, prompt_tokens, 0)
-            return Response(status_code=499)
-        done()
-        return _completion(call, generation)
-
+    ChatFace(SimulatedEngine(served, latency_scale), usage).mount(app)
     return app
-
-
-def _completion(call: _Call, generation: _Generation) -> JSONResponse:
-    return JSONResponse(
-        {
-            "id": call.id,
-            "object": "chat.completion",
-            "created": call.created,
-            "model": call.model.name,
-            "choices": [
-                {"index": 0, "message": generation.message, "logprobs": None, "finish_reason": generation.finish_reason}
-            ],
-            "usage": _usage(call, generation),
-        }
-    )
-
-
-async def _stream(
-    call: _Call,
-    generation: _Generation,
-    latency_scale: float,
-    progress: _StreamProgress,
-    on_complete: Callable[[], None],
-) -> AsyncGenerator[str, None]:
-    """SSE events at the model's pace: role after TTFT, then deltas, then finish, usage and [DONE]."""
-    model = call.model
-    if model.ttft_s * latency_scale > 0:
-        await asyncio.sleep(model.ttft_s * latency_scale)
-    yield _event(call, {"role": "assistant", "content": ""})
-    for delta, n_tokens in generation.deltas:
-        if latency_scale > 0:
-            await asyncio.sleep(n_tokens / model.tokens_per_s * latency_scale)
-        yield _event(call, delta)
-        progress.sent_tokens += n_tokens  # counted once the chunk is handed to the transport
-    # Tally before the last write: a client that reads [DONE] and asks /sim/usage at once must
-    # already find this request there.
-    on_complete()
-    progress.completed = True
-    yield (
-        _event(call, {}, generation.finish_reason)
-        + _sse(
-            {
-                "id": call.id,
-                "object": "chat.completion.chunk",
-                "created": call.created,
-                "model": model.name,
-                "choices": [],
-                "usage": _usage(call, generation),
-            }
-        )
-        + "data: [DONE]\n\n"
-    )
-
-
-def _unusable_prefix(chat: ChatRequest) -> str | None:
-    """Why the request's last message cannot be continued (vLLM's rules), or None."""
-    if chat.add_generation_prompt:
-        return "continue_final_message: cannot be true together with add_generation_prompt"
-    last = chat.messages[-1]
-    if last.role != "assistant" or not isinstance(last.content, str):
-        return "continue_final_message: the last message must be the assistant's, with text content"
-    return None
 
 
 def _continuation(answer: Reply, prefix: str) -> str:
@@ -357,21 +266,14 @@ def _render(answer: Reply, max_tokens: int, stops: tuple[str, ...] = ()) -> _Gen
                 ({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, n)
                 for piece, n in _pieces(tokens.encode(c.arguments))
             )
-        message = {"role": "assistant", "content": None, "tool_calls": [_openai_call(c) for c in calls]}
-        return _Generation(deltas, message, "tool_calls", call_tokens)
+        return _Generation(deltas, "tool_calls", call_tokens)
     text = (answer.content if not calls else "\n".join(_as_text(c) for c in calls)) or ""
     if hits := [i for i in (text.find(s) for s in stops) if i >= 0]:
         text = text[: min(hits)]
     ids = tokens.encode(text)
     finish = "length" if len(ids) > max_tokens else "stop"
     pieces = _pieces(ids[:max_tokens])
-    content = "".join(piece for piece, _ in pieces)
-    return _Generation(
-        [({"content": p}, n) for p, n in pieces],
-        {"role": "assistant", "content": content},
-        finish,
-        min(len(ids), max_tokens),
-    )
+    return _Generation([({"content": p}, n) for p, n in pieces], finish, min(len(ids), max_tokens))
 
 
 def _pieces(ids: list[int]) -> list[tuple[str, int]]:
@@ -405,7 +307,7 @@ def _tools_for(tool_choice: Any, tool_defs: list[dict[str, Any]] | None) -> list
     return tool_defs
 
 
-def _as_chosen(answer: Reply, chat: ChatRequest, tool_defs: list[dict[str, Any]] | None) -> Reply:
+def _as_chosen(answer: Reply, chat: SimulatedChatRequest, tool_defs: list[dict[str, Any]] | None) -> Reply:
     """The reply as the call's tool_choice allows it, as a served model's constrained decoding would make it: a
     forced choice ("required", or a named function) calls a tool even where the policy would answer, with
     arguments built from that answer to the tool's schema; `parallel_tool_calls: false` keeps the first call."""
@@ -421,62 +323,6 @@ def _as_chosen(answer: Reply, chat: ChatRequest, tool_defs: list[dict[str, Any]]
     return Reply(tool_calls=(PlannedCall(id=f"call_{digest}", name=function["name"], arguments=arguments),))
 
 
-async def _client_left(request: Request, seconds: float) -> bool:
-    """Wait `seconds`; True if the client hung up meanwhile (its request is then aborted)."""
-
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watcher = asyncio.ensure_future(disconnected())
-    try:
-        done, _ = await asyncio.wait({watcher}, timeout=seconds)
-        return bool(done)
-    finally:
-        watcher.cancel()
-
-
-def _usage(call: _Call, generation: _Generation) -> dict[str, int]:
-    return {
-        "prompt_tokens": call.prompt_tokens,
-        "completion_tokens": generation.completion_tokens,
-        "total_tokens": call.prompt_tokens + generation.completion_tokens,
-    }
-
-
-def _event(call: _Call, delta: dict[str, Any], finish_reason: str | None = None) -> str:
-    return _sse(
-        {
-            "id": call.id,
-            "object": "chat.completion.chunk",
-            "created": call.created,
-            "model": call.model.name,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-        }
-    )
-
-
-def _sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
-
-
-def _openai_call(call: PlannedCall) -> dict[str, Any]:
-    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-
-
 def _as_text(call: PlannedCall) -> str:
     """How a Hermes-style model writes a tool call before the server parses it."""
     return f'<tool_call>\n{{"name": "{call.name}", "arguments": {call.arguments}}}\n</tool_call>'
-
-
-def _describe_invalid(exc: ValueError) -> tuple[str, str, str]:
-    """(message naming the field, error type, the field) for a body that cannot be read."""
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        return f"{where}: {first['msg']}", "BadRequestError", where
-    return f"body: not valid JSON ({exc})", "BadRequestError", "body"
-
-
-def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}}, status)

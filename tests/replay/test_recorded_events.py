@@ -33,7 +33,7 @@ from sdk.wire.task_events import DATA_OF, recorded_data
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORDED = sorted(HISTORIES.rglob("*.history.json"))
-# The kinds workflows/ write through record_state (agent_task.py's and fleet_step.py's `_record_event` calls).
+# The kinds workflows/ writes through record_state (its `record_event(kind, details)` calls).
 WORKFLOW_KINDS = {
     "state",
     "interruption",

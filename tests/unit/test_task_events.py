@@ -54,10 +54,11 @@ def state(status: TaskStatus = TaskStatus.running, **fields: object) -> TaskStat
     )
 
 
-# What workflows/ hands record_state for each kind it writes, keys as its writers spell them.
+# What workflows/ hands record_state for each kind it writes, keys as its writers spell them (an approval's
+# calls are each ToolCallToApprove.model_dump()).
 WORKFLOW_DETAILS: dict[str, dict | None] = {
     "state": None,
-    "interruption": {  # fleet_step._record
+    "interruption": {
         "step": 3,
         "node_id": "gpu-1",
         "replica_id": "r-1",
@@ -71,7 +72,7 @@ WORKFLOW_DETAILS: dict[str, dict | None] = {
         "resumed_tier": "disk",
         "resume_s": 3.25,
     },
-    "generation_quiet": {  # fleet_step._continue_quiet
+    "generation_quiet": {
         "step": 3,
         "node_id": "gpu-1",
         "replica_id": "r-1",
@@ -80,14 +81,14 @@ WORKFLOW_DETAILS: dict[str, dict | None] = {
         "tokens_carried": 52,
         "at": AT.isoformat(),
     },
-    "replica_loading": {"node_id": "gpu-1", "replica_id": "r-1", "model": "m", "tier": "origin"},  # fleet_step._load
+    "replica_loading": {"node_id": "gpu-1", "replica_id": "r-1", "model": "m", "tier": "origin"},
     "replica_loaded": {"node_id": "gpu-1", "replica_id": "r-1", "seconds": 41.5},
-    "waiting_for_tool_worker": {"task_queue": "tools-writer", "tool": "search"},  # agent_task
-    "approval_asked": {  # agent_task.loop_ask_approval: c.model_dump() of each call
+    "waiting_for_tool_worker": {"task_queue": "tools-writer", "tool": "search"},
+    "approval_asked": {
         "calls": [{"call_id": "c-1", "tool": "delete_file", "arguments": '{"path": "/tmp/x"}'}],
         "trace_id": "trace_0123",
     },
-    "approval_decided": {"call_ids": ["c-1"], "approved": False, "reason": "not that file"},  # agent_task._decide
+    "approval_decided": {"call_ids": ["c-1"], "approved": False, "reason": "not that file"},
 }
 
 

@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from ..simulator.compare import run_policies, spot_nodes
+    from ..simulator.compare import node_names, run_policies, spot_nodes
     from ..simulator.fleet_file import load_fleet_file
     from ..simulator.policies import POLICY_NAMES
     from ..simulator.report import draw_charts, goals, objectives_table, summarize, table, warm_pool_table, write_json
@@ -89,7 +89,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             source = f"trace {args.trace}"
         else:
             spec = load_workload_spec(args.workload) if args.workload else scenario(args.scenario)
-            workload = generate(spec, args.seed, spot)
+            workload = generate(spec, args.seed, spot, nodes=node_names(fleet))
             source = f"workload {args.workload}" if args.workload else f"scenario {args.scenario}"
         names = list(POLICY_NAMES) if args.compare else (args.policy or ["berth"])
         results = run_policies(

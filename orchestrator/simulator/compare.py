@@ -20,6 +20,10 @@ def spot_nodes(fleet: FleetFile) -> list[str]:
     return [node.id for node, _ in fleet.expand() if node.capacity == "spot"]
 
 
+def node_names(fleet: FleetFile) -> list[str]:
+    return [node.id for node, _ in fleet.expand()]
+
+
 def peak_replicas(result: SimResult) -> dict[str, int]:
     """Each model's most replicas at any scaler tick of a run."""
     peaks: dict[str, int] = {}

@@ -9,7 +9,9 @@ the rate its replica's batch allows (`sequence_rate`: a lone sequence decodes se
 each of a full batch's, and every call on a replica speeds up or slows down as the batch changes); a
 waiting step asks again whenever something frees up and at every scaler tick; a spot node's notice
 cuts its generations, which continue elsewhere keeping what they wrote (without notice, the tokens
-written since the last heartbeat are lost), as Berth's workflow does. A session announces its next
+written since the last heartbeat are lost), as Berth's workflow does. A node whose engines go quiet while it
+stays alive (a stall) holds its generations: each is continued there or given up as `stalled` by the very
+suspect-node rules the workflow asks (`Suspect` in sdk/wire/recovery.py). A session announces its next
 step when a call ends in tool calls, a sub-agent or a turn's answer (interactive and batch work only),
 as the live workflow does on its lease's release; the policy's scaler may act on it.
 """
@@ -24,8 +26,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
-from sdk.wire.recovery import Cut, avoid_after
+from sdk.wire.recovery import Cut, Liveness, Suspect, avoid_after
 
 from ..pool.admission import defers_to_a_busy_replica, load_in_flight, may_go
 from ..pool.decision import Decision, PlacementRequest
@@ -39,13 +42,16 @@ from .fleet_file import FleetFile
 from .floor import floor_gpu_hours
 from .plan import CallPlan, SessionPlan, Workload
 from .policies import Policy
-from .results import CallRecord, PreemptionRecord, ReplicaRecord, SessionRecord, SimResult
+from .results import CallRecord, PreemptionRecord, ReplicaRecord, SessionRecord, SimResult, StallRecord
 
 
 @dataclass(frozen=True)
 class SimSettings:
     tick_s: float = 2.0  # the scaler's period (orchestrator/pool/autoscaler.py TICK_S)
     heartbeat_s: float = 0.5  # a generating step reports its tokens this often: what a kill without notice loses
+    # A generation silent this long makes the workflow ask the pool about its node (workflows/fleet_calls.py
+    # GENERATE_HEARTBEAT, a task's `heartbeat_timeout_s`): a stalled engine is noticed this long after it went quiet.
+    heartbeat_timeout_s: float = 5.0
     spot_return_s: float = 600.0  # a reclaimed spot node comes back, with an empty disk, this much later
     # A lone sequence decodes this many times faster than each sequence of a full batch: decode is
     # memory-bound, so a step's time is mostly reading the weights once, whatever the batch (vLLM serving
@@ -84,6 +90,8 @@ class _Call:
     waiting_since: float | None = None  # when it joined the wait queue (its place in line)
     # When it began waiting for a slot with no load of its model in flight: the wait more capacity would cut.
     slot_wait_since: float | None = None
+    suspect: Suspect = field(default_factory=Suspect)  # what its lease's node was given while suspect (a stall)
+    watch: int = 0  # bumped at each look for its silence, so only the latest look acts
 
     @property
     def key(self) -> str:
@@ -150,6 +158,7 @@ class Simulation:
         self.traffic = policy.foresight.traffic if policy.foresight is not None else None
         self._open_sessions = 0
         self._arrivals_left = len(workload.sessions)
+        self._stalled: dict[str, tuple[float, StallRecord]] = {}  # node → when its engines beat again, and its stall
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -162,6 +171,11 @@ class Simulation:
                 raise ValueError(f"workload.preemptions: no node {node_id!r} in the fleet")
             for at, notice in preemptions:
                 self._at(at, self._notice, node_id, notice)
+        for node_id, stalls in sorted(self.workload.stalls.items()):
+            if node_id not in self.fleet.nodes:
+                raise ValueError(f"workload.stalls: no node {node_id!r} in the fleet")
+            for at, seconds in stalls:
+                self._at(at, self._stall, node_id, seconds)
         self._at(0.0, self._tick)
         while self._heap:
             at, _, fn, args = heapq.heappop(self._heap)
@@ -263,6 +277,7 @@ class Simulation:
         self._waiting.get(call.plan.model, {}).pop(call.key, None)
         call.waiting_since = call.slot_wait_since = None
         call.booking = booking
+        call.suspect = Suspect()  # the suspect-node rules count per lease, as the workflow's generate phase does
         if call.record.granted_s is None:
             call.record.granted_s = self.now
         replica = self.fleet.replicas[booking.replica_id]
@@ -307,6 +322,8 @@ class Simulation:
         self._rebatch(replica.id)
         if rep.serving == 1:
             self._rebatch_neighbours(replica.id)  # they share its GPUs with one more busy replica now
+        if replica.node_id in self._stalled:
+            self._watch(call)  # served by a wedged engine: it is silent from the start
 
     def _rebatch(self, replica_id: str) -> None:
         """The replica's batch changed: every call on it is brought up to date at its old rate, and finishes
@@ -318,12 +335,15 @@ class Simulation:
         rate = sequence_rate(
             replica.tokens_per_s, replica.concurrency, len(serving), self.settings.single_stream_gain
         ) / self._contention(replica_id)
+        if replica.node_id in self._stalled:
+            rate = 0.0  # a wedged engine writes nothing until its stall ends
         for call_id in sorted(serving):
             call = self._calls[call_id]
             self._advance(call)
             call.rate = rate
             call.generation += 1
-            self._at(max(self.now, call.first_token_s) + call.remaining / rate, self._finish, call, call.generation)
+            if rate > 0:
+                self._at(max(self.now, call.first_token_s) + call.remaining / rate, self._finish, call, call.generation)
 
     def _contention(self, replica_id: str) -> int:
         """How many replicas share the busiest of its GPUs while generating, itself counted: decode reads each
@@ -645,6 +665,77 @@ class Simulation:
             call.avoid_spot_zones |= avoid.spot_zones
             call.session.previous_replica = None
             self._try(call)
+
+    # --- stalls: engines that go quiet on a live node ----------------------------------------------
+
+    def _stall(self, node_id: str, seconds: float) -> None:
+        """The node's engines go quiet for `seconds` (wedged, not dead): its generations stop writing and beating
+        while its agent still answers, so the pool's evidence says the node is alive."""
+        if not self.fleet.nodes[node_id].healthy:
+            return  # reclaimed: nothing runs there to stall
+        record = StallRecord(node_id, self.now, seconds)
+        self.result.stalls.append(record)
+        until = max(self.now + seconds, self._stalled[node_id][0] if node_id in self._stalled else 0.0)
+        self._stalled[node_id] = (until, record)
+        for replica_id in self._replicas_on(node_id):
+            self._rebatch(replica_id)
+            for call_id in sorted(self._serving.get(replica_id, set())):
+                record.calls_quiet += 1
+                self._watch(self._calls[call_id])
+        self._at(until, self._stall_over, node_id)
+
+    def _stall_over(self, node_id: str) -> None:
+        if node_id not in self._stalled or self._stalled[node_id][0] > self.now:
+            return  # a later stall goes on
+        del self._stalled[node_id]
+        for replica_id in self._replicas_on(node_id):
+            self._rebatch(replica_id)  # its generations write again, from where their text stood
+
+    def _replicas_on(self, node_id: str) -> list[str]:
+        return sorted(r.id for r in self.fleet.replicas.values() if r.node_id == node_id)
+
+    def _watch(self, call: _Call) -> None:
+        """The workflow looks at a silent generation one heartbeat timeout after its last beat."""
+        call.watch += 1
+        self._at(self.now + self.settings.heartbeat_timeout_s, self._silent, call, call.watch)
+
+    def _silent(self, call: _Call, watch: int) -> None:
+        """A generation silent for a heartbeat timeout: the suspect-node rules weigh it against the evidence
+        about its node, as the workflow does (workflows/fleet_recovery.py `weigh`)."""
+        if watch != call.watch or call.booking is None:
+            return  # looked at again since, or no longer on a lease
+        replica = self.fleet.replicas[call.booking.replica_id]
+        if replica.node_id not in self._stalled or id(call) not in self._serving.get(replica.id, set()):
+            return  # it beat again in time, or it is not generating
+        _, record = self._stalled[replica.node_id]
+        liveness: Liveness = "alive" if self.fleet.nodes[replica.node_id].healthy else "gone"
+        verdict = call.suspect.verdict("heartbeat", liveness)
+        call.suspect = call.suspect.after(verdict, liveness)
+        if verdict == "continue_quiet":
+            record.continued += 1
+            call.record.quiet_continues += 1
+            self._watch(call)  # continued on its lease: quiet again while the engine stays wedged
+            return
+        record.calls_moved += 1
+        self._leave_quiet_node(call, replica.node_id, "stalled" if verdict == "stalled" else "lost")
+
+    def _leave_quiet_node(self, call: _Call, node_id: str, kind: Literal["stalled", "lost"]) -> None:
+        """A quiet generation given up on its node: placed again where the recovery rules allow, keeping all it
+        wrote (its heartbeats carried that text; the wedged engine wrote nothing since)."""
+        self._advance(call)
+        total = math.ceil(call.remaining + call.written)
+        written = min(int(call.written), total - 1)
+        call.generation += 1
+        self._release(call)
+        call.prompt += written
+        call.remaining = total - written
+        call.written = 0.0
+        call.record.interruptions += 1
+        node = self.fleet.nodes[node_id]
+        avoid = avoid_after(call.session.plan.recovery, Cut(kind, node_id, node.zone, node.capacity))
+        call.exclude_nodes |= avoid.nodes
+        call.avoid_spot_zones |= avoid.spot_zones
+        self._try(call)
 
 
 def _priority(call: _Call) -> int:

@@ -49,6 +49,8 @@ class Workload:
     duration_s: float  # the horizon: arrivals happen before it; the run goes on until every session ends
     # Spot preemptions: (virtual time, notice seconds) per spot node name, the same for every policy.
     preemptions: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # Engine stalls: (virtual time, seconds its engines stay quiet) per node name; the node itself stays alive.
+    stalls: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
     @property
     def models(self) -> list[str]:

@@ -25,6 +25,7 @@ class CallRecord:
     waited_for_load: bool = False  # its replica was still loading when it got the lease
     cold_start: bool = False  # the replica that served it became ready after the call was issued
     interruptions: int = 0
+    quiet_continues: int = 0  # times its generation went quiet on a live node and was continued there
     service_class: str = "interactive"  # its task's class: which latency objectives it is judged by
 
     @property
@@ -92,6 +93,18 @@ class PreemptionRecord:
 
 
 @dataclass
+class StallRecord:
+    """A node whose engines went quiet for a while, and what the suspect-node rules made of its generations."""
+
+    node_id: str
+    at_s: float
+    seconds: float
+    calls_quiet: int = 0  # generating when it began
+    continued: int = 0  # quiet generations continued on their lease
+    calls_moved: int = 0  # given up as stalled and placed again
+
+
+@dataclass
 class SimResult:
     policy: str
     seed: int
@@ -101,6 +114,7 @@ class SimResult:
     replicas: list[ReplicaRecord] = field(default_factory=list)
     sessions: list[SessionRecord] = field(default_factory=list)
     preemptions: list[PreemptionRecord] = field(default_factory=list)
+    stalls: list[StallRecord] = field(default_factory=list)
     # (virtual second, model → replicas loading or warm) at every scaler tick
     replica_samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     decision_seconds: float = 0.0  # wall time spent in placement and scaling decisions

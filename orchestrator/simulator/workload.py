@@ -74,6 +74,10 @@ class WorkloadSpec(BaseModel):
     )
     spot_preemptions_per_node_hour: float = Field(default=0.0, ge=0)
     preemption_notice_s: float = Field(default=30.0, ge=0, description="0 = no notice")
+    engine_stalls_per_node_hour: float = Field(
+        default=0.0, ge=0, description="a node's engines go quiet while the node stays alive (any node)"
+    )
+    engine_stall_s: float = Field(default=30.0, gt=0, description="how long a stall lasts")
 
     @field_validator("models")
     @classmethod
@@ -96,8 +100,9 @@ def load_workload_spec(path: Path) -> WorkloadSpec:
         raise field_errors("workload", e) from None
 
 
-def generate(spec: WorkloadSpec, seed: int, spot_nodes: Sequence[str] = ()) -> Workload:
-    """One workload per (spec, seed): the same sessions and preemptions for every policy compared."""
+def generate(spec: WorkloadSpec, seed: int, spot_nodes: Sequence[str] = (), nodes: Sequence[str] = ()) -> Workload:
+    """One workload per (spec, seed): the same sessions, preemptions (of `spot_nodes`) and engine stalls (of
+    `nodes`) for every policy compared."""
     root = random.Random(seed)
     # Separate streams, so that changing one knob (say the model shares) leaves the arrival times and
     # the preemptions where they were, and two runs differ only in what was changed.
@@ -108,13 +113,23 @@ def generate(spec: WorkloadSpec, seed: int, spot_nodes: Sequence[str] = ()) -> W
     preemptions = preemption_schedule(
         spot_nodes, spec.spot_preemptions_per_node_hour, spec.preemption_notice_s, spec.duration_s, preemptions_rng
     )
-    return Workload(sessions=sessions, duration_s=spec.duration_s, preemptions=preemptions)
+    # Drawn after the other streams, from a stream of its own: a workload without stalls is what it always was.
+    stalls_rng = random.Random(root.getrandbits(64))
+    stalls = {
+        node: times
+        for node, times in preemption_schedule(
+            nodes, spec.engine_stalls_per_node_hour, spec.engine_stall_s, spec.duration_s, stalls_rng
+        ).items()
+        if times
+    }
+    return Workload(sessions=sessions, duration_s=spec.duration_s, preemptions=preemptions, stalls=stalls)
 
 
 def preemption_schedule(
     spot_nodes: Sequence[str], per_node_hour: float, notice_s: float, duration_s: float, rng: random.Random
 ) -> dict[str, tuple[tuple[float, float], ...]]:
-    """Poisson preemption times in [0, duration_s) per spot node, each with `notice_s` of warning.
+    """Poisson preemption times in [0, duration_s) per spot node, each with `notice_s` of warning (engine stalls
+    are drawn the same way, each lasting `notice_s`).
 
     Nodes are visited in sorted order so the schedule depends on the set of nodes, not on how a
     caller listed them. Every spot node gets an entry, empty when it is never preempted.

@@ -149,19 +149,19 @@ async def _demo(
             interrupted = await interruption_rows(client, states)
             if interrupted:
                 console.print(interruptions_table(interrupted, prefix=prefix))
-            moved = next((d for task_id, d in rows if task_id == spot_task and d.get("node_id") != preempted), None)
+            moved = next((d for task_id, d in rows if task_id == spot_task and d.node_id != preempted), None)
             cut = next((d for task_id, d in interrupted if task_id == spot_task), None)
             if moved is not None:
                 what = (
-                    f"cut step {cut['step']}'s generation after {cut['tokens_kept']} tokens, which it kept"
-                    f" ({cut['tokens_lost']} lost), and the step ran again {cut['resume_s']:.1f} s later"
+                    f"cut step {cut.step}'s generation after {cut.tokens_kept} tokens, which it kept"
+                    f" ({cut.tokens_lost} lost), and the step ran again {cut.resume_s or 0:.1f} s later"
                     if cut is not None
                     else "came between two steps, so nothing was cut"
                 )
                 console.print(
                     f"The spot node {preempted} was reclaimed with {PREEMPT_NOTICE_S:g} s notice; the"
-                    f" preemption {what}. The batch task resumed at step {moved['step']} on"
-                    f" {moved['node_id']} from its checkpoint."
+                    f" preemption {what}. The batch task resumed at step {moved.step} on"
+                    f" {moved.node_id} from its checkpoint."
                 )
     if states:
         console.print(

@@ -6,7 +6,7 @@ treats them apart:
   up (schedule-to-start timeout), was told to stop (preemption notice), or no longer has the
   replica — says nothing about the task: the step is placed again, counted against
   `max_interruptions`, never against the retry budget. A timeout is only a suspicion: whether
-  the node is gone is decided by evidence about the node (fleet_step.py asks the pool);
+  the node is gone is decided by evidence about the node (fleet_recovery.py weighs what the pool says);
 - a **failure** — the engine or the call itself erred — is retried a few times and then fails
   the task; a request the engine rejects is not retried at all.
 """

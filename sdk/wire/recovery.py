@@ -1,8 +1,11 @@
-"""What an interrupted step stays away from when it is placed again: the recovery rules a task names.
+"""What an interrupted step stays away from when it is placed again (the recovery rules a task names), and what a
+timeout on a node means once the evidence about the node is in (the suspect-node rules).
 
-The rules are data (a task names them in its spec, `TaskSpec.recovery`) and each is a pure function of the
-interruption, so the workflow that places real steps and the simulator that replays a fleet's day apply the
-very same ones: a rule tuned in the simulator behaves the same in production.
+The recovery rules are data (a task names them in its spec, `TaskSpec.recovery`) and each is a pure function of the
+interruption; the suspect-node rules (`Suspect`) are a pure function of the timeout, the evidence and what the call
+has had so far. The workflow that places real steps (workflows/fleet_recovery.py) and the simulator that replays a
+fleet's day (orchestrator/simulator/engine.py) apply the very same ones: a rule tuned in the simulator behaves the
+same in production. Nothing here does I/O or imports Temporal.
 """
 
 from __future__ import annotations

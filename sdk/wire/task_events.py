@@ -326,17 +326,6 @@ TypedTaskEvent = Annotated[
     | Annotated[UnknownEvent, Tag(_UNKNOWN)],
     Discriminator(_kind_tag),
 ]
-# Every kind that carries the task's state (the workflow's events, through record_state).
-SnapshotEvent = (
-    StateChangeEvent
-    | InterruptionEvent
-    | GenerationQuietEvent
-    | ReplicaLoadingEvent
-    | ReplicaLoadedEvent
-    | WaitingForToolWorkerEvent
-    | ApprovalAskedEvent
-    | ApprovalDecidedEvent
-)
 _EVENTS: TypeAdapter[TypedTaskEvent] = TypeAdapter(TypedTaskEvent)
 _E = TypeVar("_E", bound=_Stored)
 

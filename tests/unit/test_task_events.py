@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
+from typing import get_args
 
 import pytest
 
@@ -26,6 +27,7 @@ from sdk.wire.task_events import (
     ModelCallEvent,
     StateChangeEvent,
     StepRecordedEvent,
+    TypedTaskEvent,
     UnknownEvent,
     WorkflowTaskFailingEvent,
     parse_event,
@@ -115,6 +117,12 @@ def test_the_union_has_one_class_per_kind_and_knows_every_kind_written() -> None
         "workflow_task_recovered",
         "loop_trace",
     } == set(DATA_OF)
+
+
+def test_each_member_of_the_union_is_tagged_with_its_own_kind() -> None:
+    union, _discriminator = get_args(TypedTaskEvent)
+    tagged = {get_args(member)[0]: get_args(member)[1].tag for member in get_args(union)}
+    assert {cls: tag for cls, tag in tagged.items() if cls is not UnknownEvent} == {e: e.KIND for e in KNOWN_EVENTS}
 
 
 def test_fields_read_as_attributes_with_their_types() -> None:

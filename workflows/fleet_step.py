@@ -84,7 +84,6 @@ with workflow.unsafe.imports_passed_through():
         weigh,
     )
     from .fleet_round import (
-        EXCLUDE_NODE_FOR,
         FleetMemory,
         GiveUp,
         Round,
@@ -97,14 +96,12 @@ with workflow.unsafe.imports_passed_through():
         loading_record,
         on_grant,
         placement_of,
-        release_of,
-        settled,
-        still_excluded,
     )
+    from .fleet_settle import release_of, settled
     from .interruptions import Interruption, progress_of
 
-# What the agent task and the tests import from here, where they always have.
-__all__ = ["EXCLUDE_NODE_FOR", "GENERATE_HEARTBEAT", "FleetStep", "StepCut", "Unplaceable", "still_excluded"]
+# What the agent task and the benchmarks import from here, where they always have.
+__all__ = ["GENERATE_HEARTBEAT", "FleetStep", "StepCut", "Unplaceable"]
 
 # A node's worker polls its queue all the time: a call not picked up in this share of the heartbeat timeout
 # makes the step ask for evidence about the node (kept under it, so a dead node is found as fast as mid-stream).

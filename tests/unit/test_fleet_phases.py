@@ -41,9 +41,8 @@ from workflows.fleet_round import (
     asking,
     on_grant,
     placement_of,
-    release_of,
-    settled,
 )
+from workflows.fleet_settle import release_of, settled
 from workflows.interruptions import Interruption
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from sdk._spec import TaskSpec
 from sdk.wire.recovery import DEFAULT_RECOVERY, Avoid, Cut, avoid_after
-from workflows.fleet_step import EXCLUDE_NODE_FOR, still_excluded
+from workflows.fleet_round import EXCLUDE_NODE_FOR, still_excluded
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -16,7 +16,8 @@ A timeout is a suspicion, not a verdict. A call not picked up in time, or a gene
 went quiet, may be a node that is gone or one that is merely busy; the pool is asked for evidence about
 the node itself (liveness.py) before the step is given up on it. A busy node keeps the step: a call it
 has not picked up is waited for, and says so; a generation that went quiet on a live node resumes
-there. Where an interrupted step goes next is the task's recovery rules' choice (sdk/wire/recovery.py).
+there. How long a busy node keeps the step is the suspect-node rules' call; where an interrupted step goes
+next, the task's recovery rules': sdk/wire/recovery.py holds both, and `berth simulate` replays the same code.
 
 While the pool cannot place the step it waits in the pool's queue: the task shows
 `waiting_for_gpu` with the reason and its place, and asks again with a growing pause. The task's
@@ -115,7 +116,8 @@ Settled = Reply | Shortfall | StepCut | Interrupted | Failed
 
 class FleetStep:
     """Runs one task's model calls on the fleet; remembers the replica that served the last step. Each phase's
-    decision is a pure function (fleet_round.py, fleet_recovery.py); this class issues the commands it decides on."""
+    decision is a pure function (fleet_round.py, fleet_recovery.py, fleet_settle.py) of the step's state (FleetMemory,
+    Round) and the phase's outcome; this class issues the commands the decisions call for, in the order they did."""
 
     def __init__(
         self,

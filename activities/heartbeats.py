@@ -13,7 +13,7 @@ import asyncio
 
 from temporalio import activity
 
-from .attempts import Attempts
+from sdk.wire.attempts import Attempts
 
 HEARTBEAT_EVERY_S = 0.5
 ALIVE_EVERY_S = 2.0

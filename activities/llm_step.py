@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from sdk.wire.attempts import Attempts, BookedAttempt, DeadAttempt
 from sdk.wire.contracts import (
     GENERATE_ACTIVITY,
     GENERATION_CUT,
@@ -37,9 +38,9 @@ from sdk.wire.contracts import (
 )
 from sdk.wire.limits import MIN_ANSWER_TOKENS
 from sdk.wire.prefix import continuable
+from sdk.wire.prices import Prices, call_cost, generated_cost
 from sdk.wire.writing import Ending
 
-from .attempts import Attempts, BookedAttempt, DeadAttempt
 from .heartbeats import beat, keep_beating
 from .model_stream import ModelCallError, StreamRequest, open_stream
 from .ports import (
@@ -53,7 +54,6 @@ from .ports import (
     StepBooks,
     StepRef,
 )
-from .prices import Prices, call_cost, generated_cost
 from .reply import ReplyAssembly, delta_text
 from .spans import annotate_checkpoint, annotate_generation, record_cut
 from .step_plan import PlannedCall, plan_call

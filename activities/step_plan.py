@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdk import CheckpointRef
+from sdk.wire.attempts import Attempts
 from sdk.wire.contracts import LlmStepInput
 from sdk.wire.limits import MIN_ANSWER_TOKENS
+from sdk.wire.prices import Prices, generated_cost
 from sdk.wire.reserve import answer_grant
 
-from .attempts import Attempts
 from .ports import ModelRoute, StepBooks, StepRef
-from .prices import Prices, generated_cost
 from .tokens import count_prompt, sendable_tools
 
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from activities.pool_lease import booked_round
 from activities.ports import KEPT, LOST, SETTLED, LedgerEntry
-from activities.prices import Prices, call_cost, generated_cost
 from activities.tokens import PromptCount
 from sdk.wire.lease import BookedRound, StepLimits
+from sdk.wire.prices import Prices, call_cost, generated_cost
 from sdk.wire.reserve import answer_grant
 from sdk.wire.step_books import DeadAttemptBody, SettleStepRequest
 

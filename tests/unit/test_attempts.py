@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from activities.attempts import Attempts
+from sdk.wire.attempts import Attempts
 from sdk.wire.contracts import GenerationProgress, UnresolvedAttempt
 from sdk.wire.limits import MAX_PREFIX_CHARS
 from sdk.wire.prefix import carried_prefix, continuable

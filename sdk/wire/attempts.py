@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sdk.wire.contracts import GenerationProgress, UnresolvedAttempt
-from sdk.wire.limits import MAX_PREFIX_CHARS
-from sdk.wire.prefix import Prefix, carried_prefix
+from .contracts import GenerationProgress, UnresolvedAttempt
+from .limits import MAX_PREFIX_CHARS
+from .prefix import Prefix, carried_prefix
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from typing import Any
 
 import httpx
 
-from .ports import ModelRoute
+from sdk.wire.step_call import ModelRoute
+
 from .tokens import _litellm
 
 __all__ = [

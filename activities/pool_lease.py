@@ -9,7 +9,7 @@ not what a node's reply says, at no extra round trip.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from temporalio import activity
 
@@ -28,8 +28,9 @@ from sdk.wire.lease import (
     NodeLiveness,
     ReleaseLease,
 )
+from sdk.wire.ledger import LOST, LedgerEntry, booked_round
 
-from .ports import KEPT, LOST, LeasePool, LedgerEntry, TokenLedger
+from .ports import LeasePool, TokenLedger
 from .spans import annotate_acquire
 
 
@@ -95,17 +96,3 @@ class PoolLeases:
             )
         )
         return BookedRound(lost_tokens=cut.tokens, cost_usd=cost)
-
-
-def booked_round(entries: Iterable[LedgerEntry]) -> BookedRound:
-    """What some ledger entries (a round of a step) add up to: lost and kept rows count completion tokens only."""
-    entries = tuple(entries)
-    settled = [e for e in entries if e.kind not in (LOST, KEPT)]
-    return BookedRound(
-        settled_calls=len(settled),
-        prompt_tokens=sum(e.prompt_tokens for e in settled),
-        completion_tokens=sum(e.completion_tokens for e in settled),
-        lost_tokens=sum(e.completion_tokens for e in entries if e.kind == LOST),
-        kept_tokens=sum(e.completion_tokens for e in entries if e.kind == KEPT),
-        cost_usd=sum(e.cost_usd for e in entries),
-    )

@@ -12,24 +12,12 @@ from typing import Any
 
 from sdk import CheckpointRef
 from sdk.wire.contracts import PendingStep
+from sdk.wire.ledger import SETTLED, DeadTokens, LedgerEntry
 from sdk.wire.step_books import LlmCallEvent
+from sdk.wire.step_call import CallReport, PreparedStep, Settled, StepRef
 from sdk.wire.task_events import ModelCallEvent, StepRecorded, StepRecordedEvent
 
-from .ports import (
-    SETTLED,
-    CallReport,
-    CheckpointStore,
-    DeadTokens,
-    EventLog,
-    LedgerEntry,
-    PreparedStep,
-    Settled,
-    StepRecords,
-    StepRef,
-    StepTransaction,
-    TaskRegistry,
-    TokenLedger,
-)
+from .ports import CheckpointStore, EventLog, StepRecords, StepTransaction, TaskRegistry, TokenLedger
 from .step_metrics import record_settled_call
 
 

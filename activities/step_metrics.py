@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from opentelemetry import metrics
 
-from .ports import LedgerEntry
+from sdk.wire.ledger import LedgerEntry
 
 # Seconds from tens of milliseconds (a warm small model) to minutes (a long answer of a 70B model).
 LATENCY_BUCKETS_S = [0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300]

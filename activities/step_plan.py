@@ -17,8 +17,9 @@ from sdk.wire.contracts import LlmStepInput
 from sdk.wire.limits import MIN_ANSWER_TOKENS
 from sdk.wire.prices import Prices, generated_cost
 from sdk.wire.reserve import answer_grant
+from sdk.wire.step_call import ModelRoute, StepRef
 
-from .ports import ModelRoute, StepBooks, StepRef
+from .ports import StepBooks
 from .tokens import count_prompt, sendable_tools
 
 

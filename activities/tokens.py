@@ -17,10 +17,9 @@ import logging
 import os
 import pickle
 import threading
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from sdk.wire.reserve import prompt_reserve
+from sdk.wire.prompt_count import PromptCount, PromptTokenizer
 
 COUNTING_MODEL = "gpt-4o"
 
@@ -44,24 +43,6 @@ def _litellm() -> Any:
             logging.getLogger("LiteLLM").setLevel(logging.ERROR)
             litellm._berth_quiet = True
     return litellm
-
-
-@dataclass(frozen=True)
-class PromptCount:
-    """A prompt's tokens, and whether they are the engine's own count (the model's tokenizer and template)."""
-
-    tokens: int
-    exact: bool
-
-    def reserved(self, continued_tokens: int = 0) -> int:
-        """What a call with this prompt sets aside for it: the count and the margin for what is not exact."""
-        return prompt_reserve(self.tokens, exact=self.exact, continued_tokens=continued_tokens)
-
-
-class PromptTokenizer(Protocol):
-    """A model's own prompt counting, as its engine renders and tokenizes a chat request."""
-
-    def count_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> PromptCount: ...
 
 
 def count_prompt(

@@ -43,7 +43,6 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 import activities.llm_step as llm_step  # noqa: E402
 from activities.model_stream import StreamRequest, open_stream  # noqa: E402
-from activities.ports import ModelRoute  # noqa: E402
 from activities.writing_board import BOARD, Generation  # noqa: E402
 from orchestrator.api import TemporalGateway  # noqa: E402
 from orchestrator.api.writing_sources import SourcePiece, from_node  # noqa: E402
@@ -59,6 +58,7 @@ from orchestrator.store.peers import WritingSource  # noqa: E402
 from orchestrator.worker import build_worker  # noqa: E402
 from sdk import Agent, Budget, Client, TokenDelta  # noqa: E402
 from sdk.wire.identity import Role  # noqa: E402
+from sdk.wire.step_call import ModelRoute  # noqa: E402
 from sdk.wire.writing import writing_key  # noqa: E402
 
 from ._results import write_results  # noqa: E402

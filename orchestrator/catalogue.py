@@ -14,10 +14,10 @@ import time
 from typing import Protocol
 
 from activities.model_stream import hosted_settings
-from activities.ports import ModelRoute
 from sdk import ModelSettings
 from sdk.wire.catalogue import CatalogueModel, EngineKind, ModelEntry, WeightsFile, WeightsSource
 from sdk.wire.lease import StepPlacement
+from sdk.wire.step_call import ModelRoute
 
 from .config import BerthConfig
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from activities.pool_lease import booked_round
-from activities.ports import KEPT, LOST, SETTLED, LedgerEntry
-from activities.tokens import PromptCount
 from sdk.wire.lease import BookedRound, StepLimits
+from sdk.wire.ledger import KEPT, LOST, SETTLED, LedgerEntry, booked_round
 from sdk.wire.prices import Prices, call_cost, generated_cost
+from sdk.wire.prompt_count import PromptCount
 from sdk.wire.reserve import answer_grant
 from sdk.wire.step_books import DeadAttemptBody, SettleStepRequest
 

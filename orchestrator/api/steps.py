@@ -20,13 +20,13 @@ from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Header
 
-from activities.ports import KEPT, LOST, SETTLED, CallReport, DeadTokens, StepRef
 from activities.step_books import StoreStepBooks
 from activities.tokens import count_prompt, sendable_tools
 from sdk import Message, NotFound, Unauthorized
 from sdk.wire.builtins import tools_offered
 from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.lease import call_extras_digest
+from sdk.wire.ledger import KEPT, LOST, SETTLED, DeadTokens
 from sdk.wire.prices import Prices, generated_cost
 from sdk.wire.step_books import (
     BookedRequest,
@@ -37,6 +37,7 @@ from sdk.wire.step_books import (
     SettleStepRequest,
     SettleStepResult,
 )
+from sdk.wire.step_call import CallReport, StepRef
 
 from ..store import LeaseRecord, Store
 from ..store.checkpoints import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound

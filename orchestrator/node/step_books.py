@@ -20,10 +20,10 @@ from typing import Any
 
 import httpx
 
-from activities.ports import CallReport, DeadTokens, LedgerEntry, PreparedStep, Settled, StepRef
 from sdk import CheckpointRef
 from sdk.wire.contracts import PendingStep
 from sdk.wire.fleet import NODE_SECRET_HEADER
+from sdk.wire.ledger import DeadTokens, LedgerEntry
 from sdk.wire.step_books import (
     BookedRequest,
     BookInterruptedRequest,
@@ -34,6 +34,7 @@ from sdk.wire.step_books import (
     SettleStepRequest,
     SettleStepResult,
 )
+from sdk.wire.step_call import CallReport, PreparedStep, Settled, StepRef
 
 from .control_plane import ControlPlaneError, _message
 

@@ -34,9 +34,9 @@ from sqlalchemy import Connection, Engine, bindparam, func
 from sqlalchemy.engine import Row
 from sqlmodel import Session, col, select
 
-from activities.ports import CheckpointContent
 from sdk import Message, NotFound
 from sdk.wire.contracts import CheckpointRef
+from sdk.wire.step_call import CheckpointContent
 
 from .connections import connected, inserts_skipping_taken
 from .tables import CheckpointRow, table_of

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, bindparam, func
 from sqlalchemy.engine import Row
 from sqlmodel import Session, col, select
 
-from activities.ports import KEPT, LOST, LedgerEntry
+from sdk.wire.ledger import KEPT, LOST, LedgerEntry
 
 from .connections import connected, inserts_skipping_taken
 from .tables import LedgerRow, TaskRow, table_of, utcnow

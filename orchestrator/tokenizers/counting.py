@@ -18,8 +18,9 @@ import re
 import threading
 from typing import Any
 
-from activities.tokens import PromptCount, count_prompt_tokens
+from activities.tokens import count_prompt_tokens
 from orchestrator.engines.llamacpp.chat import ChatTemplate, ChatTemplateError
+from sdk.wire.prompt_count import PromptCount
 
 from .vocab import TokenizerUnreadable, Vocabulary
 

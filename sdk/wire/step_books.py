@@ -85,7 +85,7 @@ class BookedRequest(BaseModel):
 
 
 class LedgerEntryBody(BaseModel):
-    """One LLM call's cost (activities/ports.py `LedgerEntry`), keyed (task, step, attempt)."""
+    """One LLM call's cost (ledger.py `LedgerEntry`), keyed (task, step, attempt)."""
 
     task_id: str
     step: StoredInt

@@ -9,9 +9,9 @@ import httpx
 from api_helpers import error_of, put_task, unique, write_checkpoints
 from temporalio.client import Client as TemporalClient
 
-from activities.ports import LedgerEntry
 from orchestrator.store import Store
 from sdk import AgentSpec, TaskStatus
+from sdk.wire.ledger import LedgerEntry
 from sdk.wire.task_run import TaskRun
 
 

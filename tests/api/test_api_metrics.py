@@ -9,11 +9,11 @@ import pytest
 from api_helpers import unique
 from prometheus_client.parser import text_string_to_metric_families
 
-from activities.ports import CallReport, StepRef
 from activities.step_books import StoreStepBooks
 from orchestrator.api import TemporalGateway
 from orchestrator.store import Store
 from sdk.wire.identity import Role
+from sdk.wire.step_call import CallReport, StepRef
 
 
 @pytest.fixture

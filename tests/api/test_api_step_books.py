@@ -17,13 +17,14 @@ import httpx
 import pytest
 import uvicorn
 
-from activities.ports import CallReport, DeadTokens, StepRef
 from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
 from orchestrator.node.step_books import RemoteStepBooks, StepBooksRefused
 from orchestrator.store import LeaseRecord, SqlEventLog, Store
 from sdk import CheckpointRef, Message, Spend, TaskState, TaskStatus
 from sdk.wire.lease import StepLimits, StepPlacement, call_extras_digest
+from sdk.wire.ledger import DeadTokens
+from sdk.wire.step_call import CallReport, StepRef
 from tests.conftest import free_port
 
 JOIN_TOKEN = "join-me-books"

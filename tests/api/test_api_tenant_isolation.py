@@ -17,11 +17,11 @@ import httpx
 import pytest
 from api_helpers import error_of, tenant_task
 
-from activities.ports import LedgerEntry
 from orchestrator.store import Store
 from sdk import AgentSpec, TaskStatus
 from sdk.wire.fleet import GpuDescription, NodeSpec
 from sdk.wire.identity import Role, TenantSpec
+from sdk.wire.ledger import LedgerEntry
 
 TENANTS = ("acme", "globex")
 MODEL = "llama-3.1-8b"

@@ -14,7 +14,6 @@ import pytest
 from api_helpers import put_task, unique, write_checkpoints
 from ui_helpers import SignIn, csrf_of, flash_of
 
-from activities.ports import CallReport, StepRef
 from activities.step_books import StoreStepBooks
 from orchestrator.store import Store
 from orchestrator.ui.login import ADDRESS_FAILED_LOGIN_BURST
@@ -22,6 +21,7 @@ from sdk import AgentSpec, TaskSpec
 from sdk.wire.catalogue import KeepAliveView, ModelForesight, PrewarmView
 from sdk.wire.identity import Role, TenantSpec
 from sdk.wire.lease import StepPlacement
+from sdk.wire.step_call import CallReport, StepRef
 
 
 async def test_pages_need_a_session_and_send_you_back_after_signing_in(app, store: Store, browsers) -> None:

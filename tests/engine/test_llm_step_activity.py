@@ -133,7 +133,7 @@ async def test_a_retry_after_a_booked_reply_books_nothing_twice(step, engine: En
 
 
 async def test_a_booked_reply_the_engine_cannot_replay_is_charged_not_hidden(step) -> None:
-    from activities.ports import LedgerEntry
+    from sdk.wire.ledger import LedgerEntry
 
     acts, store, inp = step
     inp = inp.model_copy(update={"task_id": "t-gone"})

@@ -20,11 +20,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from activities.ports import LedgerEntry
 from activities.step_metrics import record_settled_call
 from orchestrator.config import BerthConfig
 from orchestrator.worker import WORKER_METRICS_PORT_ENV, run_worker
 from sdk.wire.identity import Role
+from sdk.wire.ledger import LedgerEntry
 from tests.security.parties import error_of
 
 ROOT = Path(__file__).resolve().parents[2]

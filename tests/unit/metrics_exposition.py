@@ -17,7 +17,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from activities import step_metrics, task_metrics
-from activities.ports import LedgerEntry
 from orchestrator.node import metrics as node_metrics
 from orchestrator.pool import metrics as pool_metrics
 from orchestrator.reconcile import metrics as reconcile_metrics
@@ -25,6 +24,7 @@ from orchestrator.telemetry import fleet_gauges, task_gauges
 from orchestrator.telemetry.metrics_setup import metrics_text
 from sdk import Spend, TaskState, TaskStatus
 from sdk.wire.lease import LeaseRequest, Wait
+from sdk.wire.ledger import LedgerEntry
 from sdk.wire.task_events import Interruption
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,12 +19,13 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from activities.tokens import PromptCount, count_prompt, count_prompt_tokens  # noqa: E402
+from activities.tokens import count_prompt, count_prompt_tokens  # noqa: E402
 from orchestrator.tokenizers import ModelTokenizers, TokenizerFiles, TokenizerUnreadable  # noqa: E402
 from orchestrator.tokenizers.gguf import GgufTruncated, GgufUnreadable, read_metadata  # noqa: E402
 from orchestrator.tokenizers.vocab import from_gguf_metadata  # noqa: E402
 from sdk.wire.catalogue import ModelEntry  # noqa: E402
 from sdk.wire.limits import reservation_margin  # noqa: E402
+from sdk.wire.prompt_count import PromptCount  # noqa: E402
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"

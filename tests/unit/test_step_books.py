@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from activities.ports import CallReport, DeadTokens, LedgerEntry, StepRef
 from activities.step_books import CheckpointOfAnotherTask, StoreStepBooks
 from orchestrator.store import Store
 from orchestrator.store.checkpoints import CheckpointConflict
 from sdk import Message, Spend, TaskState, TaskStatus, ToolCall
 from sdk.wire.contracts import PendingStep
+from sdk.wire.ledger import DeadTokens, LedgerEntry
+from sdk.wire.step_call import CallReport, StepRef
 
 STEP = StepRef("t1", 1, "llama-3.2-1b", "default")
 

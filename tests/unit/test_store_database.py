@@ -33,8 +33,8 @@ def test_an_in_memory_database_is_shared_by_the_stores_of_one_engine() -> None:
 
 def test_a_database_from_an_earlier_version_gains_new_columns(tmp_path) -> None:
 
-    from activities.ports import LedgerEntry
     from orchestrator.store import Store
+    from sdk.wire.ledger import LedgerEntry
 
     db = _old_ledger(tmp_path / "old.db", rows=1)
 

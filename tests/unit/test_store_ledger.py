@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from activities.ports import LedgerEntry
 from orchestrator.store import LedgerTotals, Store
+from sdk.wire.ledger import LedgerEntry
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from activities.ports import LedgerEntry
 from orchestrator.store import Store
 from orchestrator.store.checkpoints import CheckpointNotFound
 from sdk import Message
+from sdk.wire.ledger import LedgerEntry
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 

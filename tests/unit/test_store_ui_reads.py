@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from activities.ports import SETTLED, LedgerEntry
 from orchestrator.store import Store
 from orchestrator.store.sessions import SESSION_LIFETIME
 from sdk import Spend, TaskState, TaskStatus
 from sdk.wire.identity import Role
+from sdk.wire.ledger import SETTLED, LedgerEntry
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 

@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from sdk import Message
     from sdk.wire.loop_approvals import ApprovalDecision, ApprovalRequest, Decided, LoopApprovals
     from sdk.wire.own_loop import LoopCall, LoopProgress, LoopReply, LoopToolResult, LoopTranscript
-    from sdk.wire.transcript import chain_of
+    from sdk.wire.transcript import EMPTY_CHAIN, chain_of
 
 
 class LoopRecord:
@@ -130,3 +130,9 @@ def awaiting_approval(progress: LoopProgress | None) -> bool:
     """Tool calls of the loop wait for a person's word (None: the task runs Berth's loop)."""
     a = progress.approvals if progress is not None else None
     return a is not None and bool(a.waiting)
+
+
+def opening(messages: list[Message]) -> LoopProgress:
+    """The record of a loop that made no call yet: its conversation is the task's opening `messages`."""
+    chain = chain_of(messages)
+    return LoopProgress(length=len(messages), chain=chain[-1] if chain else EMPTY_CHAIN)

@@ -17,8 +17,8 @@ from sdk import CheckpointRef, GpuTrouble, Message, TaskState, TaskStatus
 from sdk.wire.contracts import PendingStep
 from sdk.wire.own_loop import LoopProgress
 from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, CarriedProgress, TaskRun
-from sdk.wire.transcript import EMPTY_CHAIN, chain_of
 
+from . import loop_record
 from .budget import TokenBudget
 
 # How a task ends: its final status, and the error (or reason) that goes with it.
@@ -62,8 +62,7 @@ def begin(run: TaskRun) -> TaskRunState:
     if run.agent.loop == "own":
         own_loop = carried.own_loop if carried else None
         if own_loop is None:  # the conversation starts from the task's input
-            chain = chain_of([Message(role="user", content=run.spec.input)])
-            own_loop = LoopProgress(length=1, chain=chain[-1] if chain else EMPTY_CHAIN)
+            own_loop = loop_record.opening([Message(role="user", content=run.spec.input)])
     return TaskRunState(
         budget=TokenBudget(
             token_limit=carried.token_limit if carried else run.spec.budget.tokens,

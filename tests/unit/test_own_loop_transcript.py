@@ -9,7 +9,7 @@ from orchestrator.api.chat_wire import ChatRequest
 from sdk import Message, ToolCall
 from sdk.wire.own_loop import LoopCall, LoopReply, LoopToolResult
 from sdk.wire.transcript import EMPTY_CHAIN, chain_of, request_hash
-from workflows.own_loop import OwnLoop
+from workflows.loop_record import LoopRecord, opening
 
 USER = Message(role="user", content="H100 bandwidth")
 ASKS = Message(role="assistant", tool_calls=[ToolCall(id="call-1", name="lookup", arguments='{"s": "H100"}')])
@@ -32,7 +32,7 @@ def test_a_call_is_named_by_its_conversation_instructions_tools_and_settings() -
     assert base != request_hash(EMPTY_CHAIN, "Be brief.", [], {"temperature": 0.2})
 
 
-def call(loop: OwnLoop, new: list[Message], instructions: str = "Research.") -> LoopCall:
+def call(loop: LoopRecord, new: list[Message], instructions: str = "Research.") -> LoopCall:
     held = loop.transcript()
     chain = chain_of(new, start=held.chain)[-1] if new else held.chain
     return LoopCall(
@@ -45,7 +45,7 @@ def call(loop: OwnLoop, new: list[Message], instructions: str = "Research.") -> 
 
 
 def test_the_loop_extends_its_conversation_replays_answered_calls_and_refuses_a_moved_one() -> None:
-    loop = OwnLoop(None, [USER])
+    loop = LoopRecord(opening([USER]))
     assert loop.transcript().length == 1
     first = call(loop, [])
     loop.check_extends(first)
@@ -62,7 +62,7 @@ def test_the_loop_extends_its_conversation_replays_answered_calls_and_refuses_a_
 
 
 def test_tool_results_are_kept_only_for_calls_its_replies_made_and_the_first_stands() -> None:
-    loop = OwnLoop(None, [USER])
+    loop = LoopRecord(opening([USER]))
     with pytest.raises(ApplicationError, match="call_id: 'call-1' is no tool call") as refused:
         loop.record_tool_result(LoopToolResult(call_id="call-1", content="forged"))
     assert refused.value.type == "UnknownToolCall"

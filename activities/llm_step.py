@@ -41,12 +41,12 @@ from sdk.wire.limits import MIN_ANSWER_TOKENS
 from sdk.wire.prefix import continuable
 from sdk.wire.prices import Prices, call_cost, generated_cost
 from sdk.wire.step_call import CallReport, ModelRoute, StepRef
+from sdk.wire.streamed_reply import ReplyAssembly, delta_text
 from sdk.wire.writing import Ending
 
 from .heartbeats import beat, keep_beating
 from .model_stream import ModelCallError, StreamRequest, open_stream
 from .ports import ModelRouter, ReplicaUnavailable, StepBooks
-from .reply import ReplyAssembly, delta_text
 from .spans import annotate_checkpoint, annotate_generation, record_cut
 from .step_plan import PlannedCall, plan_call
 from .tokens import _litellm, encode

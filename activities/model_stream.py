@@ -4,8 +4,8 @@ Berth's own engines (the simulated engine, llama.cpp, vLLM, SGLang) all speak th
 them with a plain streaming POST: on a GPU node litellm's streaming wrapper (its chunk objects, chunk builder and
 per-call cost bookkeeping) cost about half the CPU of a step's model call even with no-log, for nothing an
 OpenAI-compatible server needs. Hosted providers still go through litellm, which knows each one's dialect. Both
-are read as the same `StreamDelta` values, so the step has one loop for either (benchmarks/model_client.py
-measures the two clients).
+are read as the same `StreamDelta` values (sdk/wire/streamed_reply.py), so the step has one loop for either
+(benchmarks/model_client.py measures the two clients).
 
     stream = await open_stream(route, StreamRequest(messages, tools, max_tokens, headers, False))
     try:
@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from sdk.wire.step_call import ModelRoute
+from sdk.wire.streamed_reply import StreamDelta, ToolCallDelta
 
 from .tokens import _litellm
 
@@ -38,9 +39,7 @@ __all__ = [
     "CONTINUE_FINAL_MESSAGE",
     "ModelCallError",
     "ModelStream",
-    "StreamDelta",
     "StreamRequest",
-    "ToolCallDelta",
     "open_stream",
 ]
 
@@ -54,28 +53,6 @@ KEEPALIVE_S = 2.0
 # ERROR_MESSAGE_CHARS so a refusal quoting the whole prompt does not fill the step's failure.
 ERROR_BODY_BYTES = 8192
 ERROR_MESSAGE_CHARS = 500
-
-
-@dataclass(frozen=True)
-class ToolCallDelta:
-    """A piece of a streamed tool call: the first piece of call `index` names it, later ones add arguments."""
-
-    index: int
-    id: str | None
-    name: str | None
-    arguments: str | None
-
-
-@dataclass(frozen=True)
-class StreamDelta:
-    """One streamed chunk of a reply. `usage` (prompt_tokens, completion_tokens) is set only on the chunk that
-    carries the request's usage, the last one."""
-
-    response_id: str | None
-    text: str
-    tool_calls: tuple[ToolCallDelta, ...]
-    finish_reason: str | None
-    usage: tuple[int, int] | None
 
 
 @dataclass(frozen=True)

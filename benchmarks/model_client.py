@@ -32,10 +32,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import httpx  # noqa: E402
 
-from activities.model_stream import ModelCallError, StreamDelta, StreamRequest, open_stream  # noqa: E402
+from activities.model_stream import ModelCallError, StreamRequest, open_stream  # noqa: E402
 from activities.tokens import count_prompt_tokens, sendable_tools  # noqa: E402
 from orchestrator.demo.sample_agents import research  # noqa: E402
 from sdk.wire.step_call import ModelRoute  # noqa: E402
+from sdk.wire.streamed_reply import StreamDelta  # noqa: E402
 
 from ._results import write_results  # noqa: E402
 from .step_overhead import _free_port, _wait  # noqa: E402

@@ -24,8 +24,7 @@ from temporalio.testing import ActivityEnvironment
 
 import activities.llm_step as llm_step
 from activities.llm_step import LlmStepActivities
-from activities.model_stream import ModelStream, StreamDelta
-from activities.reply import delta_text
+from activities.model_stream import ModelStream
 from activities.step_books import StoreStepBooks
 from activities.tokens import encode
 from orchestrator.catalogue import ModelCatalogue
@@ -36,6 +35,7 @@ from orchestrator.node.generation import NodeGeneration
 from orchestrator.store import Store
 from sdk import Message
 from sdk.wire.contracts import NODE_STOPPING, LlmStepInput
+from sdk.wire.streamed_reply import StreamDelta, delta_text
 from tests.system.books import check_nothing_hidden
 
 TASK = "t-last-chunk"

@@ -1,17 +1,38 @@
-"""A streamed reply, put together: the assistant message, why it stopped, and the engine's usage.
+"""A streamed reply, piece by piece and put together: the assistant message, why it stopped, and the engine's usage.
 
-Built from engine-neutral deltas (model_stream.py) rather than with litellm's chunk builder, which recounts
-tokens with a tokenizer it may try to download for self-hosted model names; the ledger books the engine's own
-usage instead.
+The deltas are engine-neutral: the step's stream client (activities/step/model_stream.py) reads Berth's own
+engines and hosted providers alike into them. The reply is built from them here rather than with litellm's chunk
+builder, which recounts tokens with a tokenizer it may try to download for self-hosted model names; the ledger
+books the engine's own usage instead. Plain data and rules, no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sdk import Message, ToolCall
+from .._messages import Message, ToolCall
 
-from .model_stream import StreamDelta
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call: the first piece of call `index` names it, later ones add arguments."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str | None
+
+
+@dataclass(frozen=True)
+class StreamDelta:
+    """One streamed chunk of a reply. `usage` (prompt_tokens, completion_tokens) is set only on the chunk that
+    carries the request's usage, the last one."""
+
+    response_id: str | None
+    text: str
+    tool_calls: tuple[ToolCallDelta, ...]
+    finish_reason: str | None
+    usage: tuple[int, int] | None
 
 
 @dataclass

@@ -99,7 +99,7 @@ class LlmStepActivities:
             step = _Step(inp, ref, attempt, route, _prices(route))
             await self._take_over_prefix(step, progress)
             call = await asyncio.to_thread(plan_call, self.books, inp, ref, route, progress, step.prices)
-            if not call.affordable:
+            if not call.answer.affordable:
                 return await self._shortfall(step, progress, call)
             streamed = await self._stream(step, call, progress)
             return await self._settle(step, call, streamed, progress)
@@ -151,7 +151,7 @@ class LlmStepActivities:
                 StreamRequest(
                     messages=call.messages,
                     tools=call.tools,
-                    max_tokens=call.max_tokens,
+                    max_tokens=call.answer.max_tokens,
                     headers={
                         "X-Berth-Task": step.inp.task_id,
                         IDEMPOTENCY_HEADER: f"{step.inp.task_id}/{step.inp.step}",
@@ -245,7 +245,7 @@ class LlmStepActivities:
             attempt=step.attempt,
             served_by=route.served_by,
             checkpoint=call.checkpoint,
-            budget_limited=call.budget_limited,
+            budget_limited=call.answer.budget_limited,
             placement=inp.placement,
         )
 
@@ -255,8 +255,8 @@ class LlmStepActivities:
         if dead := progress.resolve(None):
             await asyncio.to_thread(self._book_dead, step, dead)
         return Shortfall(
-            shortfall_tokens=MIN_ANSWER_TOKENS - call.max_tokens,
-            shortfall_usd=call.shortfall_usd,
+            shortfall_tokens=MIN_ANSWER_TOKENS - call.answer.max_tokens,
+            shortfall_usd=call.answer.shortfall_usd,
             lost_tokens=progress.lost_before + progress.unreported_tokens,
             kept_tokens=progress.kept_before,
             cost_usd=_dead_cost(step, progress),

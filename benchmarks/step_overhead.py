@@ -35,7 +35,7 @@ import httpx  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
-from temporalio.worker import Worker  # noqa: E402
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
 from orchestrator.config import BerthConfig  # noqa: E402
 from orchestrator.store import Store  # noqa: E402
@@ -102,8 +102,13 @@ async def main() -> dict:
             await stack.enter_async_context(build_worker(client, store, config, task_queue="bench-control"))
             await stack.enter_async_context(tool_worker(client, AGENT))
             await stack.enter_async_context(
+                # Run as Berth's worker runs its workflows (outside the sandbox), so the ratio is Berth's work alone.
                 Worker(
-                    client, task_queue="bench-bare", workflows=[BareLoopWorkflow, BareStepWorkflow], activities=[echo]
+                    client,
+                    task_queue="bench-bare",
+                    workflows=[BareLoopWorkflow, BareStepWorkflow],
+                    activities=[echo],
+                    workflow_runner=UnsandboxedWorkflowRunner(),
                 )
             )
             await stack.enter_async_context(Worker(client, task_queue=BARE_TOOL_QUEUE, activities=[echo]))

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.bookkeeping import TaskBookkeeping
 from activities.heartbeats import HEARTBEAT_EVERY_S
@@ -70,6 +70,11 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[AgentTaskWorkflow, ReplicaLoadWorkflow, ReplicaUnloadWorkflow, PrewarmWorkflow],
+        # Live, workflow code runs outside Temporal's sandbox; the judge (orchestrator/replay/judge.py) replays
+        # every history a test makes inside it, where any call the sandbox forbids fails the replay. The sandbox
+        # re-ran every workflows/ module for each task the worker took up and wrapped every activation: a quarter
+        # of this process's CPU under the load burst (docs/performance.md, "One step core").
+        workflow_runner=UnsandboxedWorkflowRunner(),
         activities=[
             llm.generate,
             books.begin_task,

@@ -26,10 +26,10 @@ from sdk.wire.contracts import (
 )
 from sdk.wire.task_events import Interruption, recorded_data
 
-from .ports import AgentCatalogue, CheckpointStore, EventLog, StepTransaction, TaskRegistry
-from .spans import annotate_checkpoint, record_interruption
-from .step_books import record_step
-from .task_metrics import record_state_change
+from .step.ports import AgentCatalogue, CheckpointStore, EventLog, StepTransaction, TaskRegistry
+from .step.spans import annotate_checkpoint, record_interruption
+from .step.store_books import record_step
+from .step.task_metrics import record_state_change
 
 
 class TaskBookkeeping:

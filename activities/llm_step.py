@@ -44,13 +44,13 @@ from sdk.wire.step_call import CallReport, ModelRoute, StepRef
 from sdk.wire.streamed_reply import ReplyAssembly, delta_text
 from sdk.wire.writing import Ending
 
-from .heartbeats import beat, keep_beating
-from .model_stream import ModelCallError, StreamRequest, open_stream
-from .ports import ModelRouter, ReplicaUnavailable, StepBooks
-from .spans import annotate_checkpoint, annotate_generation, record_cut
-from .step_plan import PlannedCall, plan_call
-from .tokens import _litellm, encode
-from .writing_board import BOARD, WritingBoard
+from .step.call_plan import PlannedCall, plan_call
+from .step.heartbeats import beat, keep_beating
+from .step.model_stream import ModelCallError, StreamRequest, open_stream
+from .step.ports import ModelRouter, ReplicaUnavailable, StepBooks
+from .step.spans import annotate_checkpoint, annotate_generation, record_cut
+from .step.tokens import _litellm, encode
+from .step.writing_board import BOARD, WritingBoard
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"  # one key per task step: a retry gets a finished reply back
 

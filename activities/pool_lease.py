@@ -30,8 +30,8 @@ from sdk.wire.lease import (
 )
 from sdk.wire.ledger import LOST, LedgerEntry, booked_round
 
-from .ports import LeasePool, TokenLedger
-from .spans import annotate_acquire
+from .step.ports import LeasePool, TokenLedger
+from .step.spans import annotate_acquire
 
 
 class PoolLeases:

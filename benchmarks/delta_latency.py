@@ -42,8 +42,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 import activities.llm_step as llm_step  # noqa: E402
-from activities.model_stream import StreamRequest, open_stream  # noqa: E402
-from activities.writing_board import BOARD, Generation  # noqa: E402
+from activities.step.model_stream import StreamRequest, open_stream  # noqa: E402
+from activities.step.writing_board import BOARD, Generation  # noqa: E402
 from orchestrator.api import TemporalGateway  # noqa: E402
 from orchestrator.api.writing_sources import SourcePiece, from_node  # noqa: E402
 from orchestrator.catalogue import ModelCatalogue  # noqa: E402

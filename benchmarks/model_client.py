@@ -32,8 +32,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import httpx  # noqa: E402
 
-from activities.model_stream import ModelCallError, StreamRequest, open_stream  # noqa: E402
-from activities.tokens import count_prompt_tokens, sendable_tools  # noqa: E402
+from activities.step.model_stream import ModelCallError, StreamRequest, open_stream  # noqa: E402
+from activities.step.tokens import count_prompt_tokens, sendable_tools  # noqa: E402
 from orchestrator.demo.sample_agents import research  # noqa: E402
 from sdk.wire.step_call import ModelRoute  # noqa: E402
 from sdk.wire.streamed_reply import StreamDelta  # noqa: E402

@@ -38,7 +38,7 @@ import httpx  # noqa: E402
 from temporalio.testing import ActivityEnvironment  # noqa: E402
 
 from activities.llm_step import LlmStepActivities  # noqa: E402
-from activities.step_books import StoreStepBooks  # noqa: E402
+from activities.step.store_books import StoreStepBooks  # noqa: E402
 from orchestrator.catalogue import ModelCatalogue  # noqa: E402
 from orchestrator.config import BerthConfig  # noqa: E402
 from orchestrator.engines.llamacpp import packaged_file  # noqa: E402

@@ -31,7 +31,7 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from activities.tokens import _litellm, count_prompt_tokens  # noqa: E402
+from activities.step.tokens import _litellm, count_prompt_tokens  # noqa: E402
 from orchestrator.catalogue import SEED_MODELS  # noqa: E402
 from orchestrator.tokenizers import ModelTokenizers, TokenizerFiles  # noqa: E402
 from sdk.wire.limits import reservation_margin  # noqa: E402

@@ -40,7 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import httpx  # noqa: E402
 
-from activities.heartbeats import HEARTBEAT_EVERY_S  # noqa: E402
+from activities.step.heartbeats import HEARTBEAT_EVERY_S  # noqa: E402
 from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus  # noqa: E402
 from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 

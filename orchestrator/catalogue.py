@@ -13,7 +13,7 @@ import os
 import time
 from typing import Protocol
 
-from activities.model_stream import hosted_settings
+from activities.step.model_stream import hosted_settings
 from sdk import ModelSettings
 from sdk.wire.catalogue import CatalogueModel, EngineKind, ModelEntry, WeightsFile, WeightsSource
 from sdk.wire.lease import StepPlacement

@@ -20,11 +20,11 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.bookkeeping import TaskBookkeeping
-from activities.heartbeats import HEARTBEAT_EVERY_S
 from activities.llm_step import LlmStepActivities
 from activities.pool_lease import PoolLeases
-from activities.ports import LeasePool
-from activities.step_books import StoreStepBooks
+from activities.step.heartbeats import HEARTBEAT_EVERY_S
+from activities.step.ports import LeasePool
+from activities.step.store_books import StoreStepBooks
 from activities.tool_workers import ToolWorkers
 from sdk.wire.contracts import CONTROL_TASK_QUEUE
 from workflows.agent_task import AgentTaskWorkflow

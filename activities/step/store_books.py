@@ -17,8 +17,8 @@ from sdk.wire.step_books import LlmCallEvent
 from sdk.wire.step_call import CallReport, PreparedStep, Settled, StepRef
 from sdk.wire.task_events import ModelCallEvent, StepRecorded, StepRecordedEvent
 
+from .call_metrics import record_settled_call
 from .ports import CheckpointStore, EventLog, StepRecords, StepTransaction, TaskRegistry, TokenLedger
-from .step_metrics import record_settled_call
 
 
 class CheckpointOfAnotherTask(ValueError):

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from sdk import TaskState, TaskStatus
 from sdk.wire.task_events import Interruption
 
-from .step_metrics import LATENCY_BUCKETS_S
+from .call_metrics import LATENCY_BUCKETS_S
 
 # A budget runs out when the task waits for a raise (awaiting_budget) or ends without one (out_of_budget).
 BUDGET_EXHAUSTED = frozenset({TaskStatus.awaiting_budget, TaskStatus.out_of_budget})

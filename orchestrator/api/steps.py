@@ -20,8 +20,8 @@ from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Header
 
-from activities.step_books import StoreStepBooks
-from activities.tokens import count_prompt, sendable_tools
+from activities.step.store_books import StoreStepBooks
+from activities.step.tokens import count_prompt, sendable_tools
 from sdk import Message, NotFound, Unauthorized
 from sdk.wire.builtins import tools_offered
 from sdk.wire.fleet import NODE_SECRET_HEADER

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import ValidationError
 
-from activities.writing_board import BOARD, Generation
+from activities.step.writing_board import BOARD, Generation
 from sdk.wire.writing import WRITING_KEEPALIVE_S, WRITING_PATH, WRITING_TICKET_HEADER, WritingLine, mint_writing_ticket
 
 from ..store.peers import WritingSource

@@ -14,7 +14,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.spans import annotate_load
+from activities.step.spans import annotate_load
 from orchestrator.node.replicas import Replica, ReplicaLoadError, ReplicaManager
 from orchestrator.node.weights_cache import WeightsCacheError
 from sdk.wire.node_io import (

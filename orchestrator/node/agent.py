@@ -37,9 +37,9 @@ import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.heartbeats import HEARTBEAT_EVERY_S
 from activities.llm_step import LlmStepActivities
-from activities.writing_board import BOARD
+from activities.step.heartbeats import HEARTBEAT_EVERY_S
+from activities.step.writing_board import BOARD
 from sdk.wire.fleet import (
     CachedModelWeights,
     Capacity,

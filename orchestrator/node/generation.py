@@ -17,8 +17,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.llm_step import LlmStepActivities
-from activities.ports import ReplicaUnavailable
-from activities.tokens import warm_up_counting
+from activities.step.ports import ReplicaUnavailable
+from activities.step.tokens import warm_up_counting
 from sdk.wire.contracts import GENERATE_ACTIVITY, LlmStepInput, LlmStepResult
 from sdk.wire.lease import StepPlacement
 from sdk.wire.step_call import ModelRoute

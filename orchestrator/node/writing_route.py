@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from activities.writing_board import Generation, WritingBoard
+from activities.step.writing_board import Generation, WritingBoard
 from sdk.wire.limits import MAX_STORED_INT
 from sdk.wire.writing import (
     WRITING_KEEPALIVE_S,

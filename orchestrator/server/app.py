@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
-from activities.tokens import warm_up_counting
+from activities.step.tokens import warm_up_counting
 
 from .. import ui
 from ..api import (

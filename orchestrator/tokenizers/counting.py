@@ -18,7 +18,7 @@ import re
 import threading
 from typing import Any
 
-from activities.tokens import count_prompt_tokens
+from activities.step.tokens import count_prompt_tokens
 from orchestrator.engines.llamacpp.chat import ChatTemplate, ChatTemplateError
 from sdk.wire.prompt_count import PromptCount
 

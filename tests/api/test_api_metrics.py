@@ -9,7 +9,7 @@ import pytest
 from api_helpers import unique
 from prometheus_client.parser import text_string_to_metric_families
 
-from activities.step_books import StoreStepBooks
+from activities.step.store_books import StoreStepBooks
 from orchestrator.api import TemporalGateway
 from orchestrator.store import Store
 from sdk.wire.identity import Role

@@ -19,7 +19,7 @@ import uvicorn
 from api_helpers import unique
 from temporalio.client import Client as TemporalClient
 
-from activities.writing_board import BOARD
+from activities.step.writing_board import BOARD
 from orchestrator.api import TemporalGateway
 from orchestrator.config import BerthConfig
 from orchestrator.engines.serving import listening_socket

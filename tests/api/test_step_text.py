@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from api_helpers import put_task
 from starlette.concurrency import run_in_threadpool
 
-from activities.writing_board import BOARD
+from activities.step.writing_board import BOARD
 from orchestrator.api.step_deltas import Delta, Reset, step_text
 from orchestrator.store import Store
 from sdk import AgentSpec

@@ -14,7 +14,7 @@ import pytest
 from api_helpers import put_task, unique, write_checkpoints
 from ui_helpers import SignIn, csrf_of, flash_of
 
-from activities.step_books import StoreStepBooks
+from activities.step.store_books import StoreStepBooks
 from orchestrator.store import Store
 from orchestrator.ui.login import ADDRESS_FAILED_LOGIN_BURST
 from sdk import AgentSpec, TaskSpec

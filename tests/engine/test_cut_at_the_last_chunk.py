@@ -24,9 +24,9 @@ from temporalio.testing import ActivityEnvironment
 
 import activities.llm_step as llm_step
 from activities.llm_step import LlmStepActivities
-from activities.model_stream import ModelStream
-from activities.step_books import StoreStepBooks
-from activities.tokens import encode
+from activities.step.model_stream import ModelStream
+from activities.step.store_books import StoreStepBooks
+from activities.step.tokens import encode
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
 from orchestrator.engines.simulated import EngineThread

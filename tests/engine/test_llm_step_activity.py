@@ -11,7 +11,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.llm_step import LlmStepActivities
-from activities.step_books import StoreStepBooks
+from activities.step.store_books import StoreStepBooks
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
 from orchestrator.engines.simulated import EngineThread
@@ -224,7 +224,7 @@ def _long_step(store: Store, task_id: str, inp: LlmStepInput, **update: object) 
 
 def _cut_after(text: str, chars: int, generated_beyond: int, **details: object) -> dict:
     """The last heartbeat of a generation cut after writing text[:chars] (and `generated_beyond` more tokens)."""
-    from activities.tokens import encode
+    from activities.step.tokens import encode
 
     prefix = text[:chars]
     written = len(encode(prefix))

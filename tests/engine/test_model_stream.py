@@ -15,8 +15,8 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from activities.model_stream import ModelCallError, StreamRequest, open_stream  # noqa: E402
-from activities.tokens import count_prompt_tokens  # noqa: E402
+from activities.step.model_stream import ModelCallError, StreamRequest, open_stream  # noqa: E402
+from activities.step.tokens import count_prompt_tokens  # noqa: E402
 from orchestrator.engines.simulated import EngineThread  # noqa: E402
 from sdk.wire.step_call import ModelRoute  # noqa: E402
 from sdk.wire.streamed_reply import StreamDelta, ToolCallDelta  # noqa: E402

@@ -18,7 +18,7 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from activities.tokens import count_prompt_tokens, encode  # noqa: E402
+from activities.step.tokens import count_prompt_tokens, encode  # noqa: E402
 from orchestrator.engines.simulated import EngineThread  # noqa: E402
 
 MODEL = "llama-3.1-8b"

@@ -31,7 +31,7 @@ from temporalio.client import Client as TemporalClient
 from temporalio.worker import Worker
 
 from activities.llm_step import LlmStepActivities
-from activities.step_books import StoreStepBooks
+from activities.step.store_books import StoreStepBooks
 from orchestrator.api import TemporalGateway
 from orchestrator.api.principal import in_tree
 from orchestrator.catalogue import ModelCatalogue

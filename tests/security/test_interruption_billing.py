@@ -16,7 +16,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.tokens import encode
+from activities.step.tokens import encode
 from sdk import Agent, TaskStatus
 from tests.security.parties import Live
 from tests.workflow.fleet_fakes import UNSEEN_TOKENS, PreemptedNode, TwoNodePool, fleet_bench

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from activities.step_metrics import record_settled_call
+from activities.step.call_metrics import record_settled_call
 from orchestrator.config import BerthConfig
 from orchestrator.worker import WORKER_METRICS_PORT_ENV, run_worker
 from sdk.wire.identity import Role

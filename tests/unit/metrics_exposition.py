@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from activities import step_metrics, task_metrics
+from activities.step import call_metrics, task_metrics
 from orchestrator.node import metrics as node_metrics
 from orchestrator.pool import metrics as pool_metrics
 from orchestrator.reconcile import metrics as reconcile_metrics
@@ -46,7 +46,7 @@ def declared_instruments() -> set[str]:
 
 
 def _record_one_of_each() -> None:
-    step_metrics.record_settled_call(
+    call_metrics.record_settled_call(
         LedgerEntry(
             task_id="t-exposition",
             step=1,

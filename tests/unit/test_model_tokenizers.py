@@ -19,7 +19,7 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from activities.tokens import count_prompt, count_prompt_tokens  # noqa: E402
+from activities.step.tokens import count_prompt, count_prompt_tokens  # noqa: E402
 from orchestrator.tokenizers import ModelTokenizers, TokenizerFiles, TokenizerUnreadable  # noqa: E402
 from orchestrator.tokenizers.gguf import GgufTruncated, GgufUnreadable, read_metadata  # noqa: E402
 from orchestrator.tokenizers.vocab import from_gguf_metadata  # noqa: E402

@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from activities import tokens  # noqa: E402
+from activities.step import tokens  # noqa: E402
 
 
 def litellm_count(messages, tools):

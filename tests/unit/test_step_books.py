@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from activities.step_books import CheckpointOfAnotherTask, StoreStepBooks
+from activities.step.store_books import CheckpointOfAnotherTask, StoreStepBooks
 from orchestrator.store import Store
 from orchestrator.store.checkpoints import CheckpointConflict
 from sdk import Message, Spend, TaskState, TaskStatus, ToolCall

@@ -96,7 +96,7 @@ def _pending(step: int, text: str):
 def test_a_step_is_recorded_in_one_transaction_checkpoint_state_and_event_or_none(store: Store) -> None:
     """A step's checkpoint, the task's state and the step event commit together; a failure after the checkpoint
     leaves no checkpoint, and the store never serves the one that was rolled back (from its cache either)."""
-    from activities.step_books import record_step
+    from activities.step.store_books import record_step
 
     root = store.checkpoints.write_root("t", [Message(role="user", content="Count to two.")], {})
     with pytest.raises(Refused):

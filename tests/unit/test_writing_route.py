@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from activities.writing_board import Generation, WritingBoard
+from activities.step.writing_board import Generation, WritingBoard
 from orchestrator.api.writing_sources import SourceEnd, SourceItem, SourcePiece, SourceStart, from_node
 from orchestrator.node.peer_server import PeerServer
 from orchestrator.node.peer_tickets import PeerTickets

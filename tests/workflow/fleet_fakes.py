@@ -26,8 +26,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from activities.llm_step import LlmStepActivities
-from activities.step_books import StoreStepBooks
-from activities.tokens import encode
+from activities.step.store_books import StoreStepBooks
+from activities.step.tokens import encode
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
 from orchestrator.node.generation import warm_up

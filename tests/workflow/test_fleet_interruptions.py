@@ -13,7 +13,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.tokens import encode
+from activities.step.tokens import encode
 from sdk import TaskStatus
 from tests.workflow.fleet_fakes import (
     UNSEEN_TOKENS,

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from temporalio.worker import Worker
 
 from activities.llm_step import LlmStepActivities
-from activities.step_books import StoreStepBooks
+from activities.step.store_books import StoreStepBooks
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
 from orchestrator.node.generation import warm_up

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from fastapi import FastAPI
 from pydantic import Field
 
-from activities import tokens
+from activities.step import tokens
 from sdk.wire.output import REPAIR_SCHEMA_MARK
 
 from ..chat_engine import ChatRequest, ChatTool, Delta, Ending, Prompt, Refusal, ToolFunction

@@ -1,6 +1,6 @@
 """What a streamed model call costs this process's CPU: the plain OpenAI-compatible client against litellm.
 
-Both clients (`activities.model_stream.open_stream` on one route with `openai_compatible` set and on the same
+Both clients (`activities.step.model_stream.open_stream` on one route with `openai_compatible` set and on the same
 route without it) read the same step-sized reply from a simulated engine at latency 0, run as its own process:
 the research sample agent's answer step (its instructions and two tool schemas, the four tool calls and results
 before it) with a 64-token answer, read to its usage and closed, as the LLM step reads it. Calls go in rounds of

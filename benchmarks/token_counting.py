@@ -6,7 +6,7 @@ CPU) answers 200 varied chat requests with one token each, sent as the LLM step 
 `hosted_vllm/` route); its `usage.prompt_tokens` is the truth. Each request is also counted by:
 - **own**: `orchestrator.tokenizers` (the GGUF's vocabulary through `tokenizers`, its chat template rendered as
   the engine renders it): what reservations now use for the model;
-- **gpt-4o**: `activities.tokens.count_prompt_tokens` (litellm, tiktoken o200k), with and without the
+- **gpt-4o**: `activities.step.tokens.count_prompt_tokens` (litellm, tiktoken o200k), with and without the
   reservation margin (2% + 8) it was reserved with.
 Then the cost of counting: loading the tokenizer (from the origin, then from the data dir's copy), and counting
 a 2,000-token conversation, fresh and as a grown conversation is (all but its newest message counted before).

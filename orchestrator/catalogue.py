@@ -138,7 +138,7 @@ class CatalogueStore(Protocol):
 
 
 class ModelCatalogue:
-    """Resolves model names to litellm routes; implements activities.ports.ModelRouter."""
+    """Resolves model names to litellm routes; implements activities.step.ports.ModelRouter."""
 
     def __init__(self, config: BerthConfig, store: CatalogueStore | None = None) -> None:
         self._config = config

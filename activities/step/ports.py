@@ -84,7 +84,7 @@ class ModelRouter(Protocol):
 class StepBooks(Protocol):
     """The LLM step's bookkeeping, in calls coarse enough to cross a network.
 
-    On the control plane these are store calls (activities/step_books.py); on a GPU node,
+    On the control plane these are store calls (activities/step/store_books.py); on a GPU node,
     which has no database, they are HTTP calls to the control plane, so each method is one
     round trip and a normal step costs two (prepare, settle). There every call names the node's
     lease, and the control plane bounds what it books by that lease (orchestrator/api/steps.py).

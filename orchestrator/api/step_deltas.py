@@ -36,7 +36,7 @@ from .writing_sources import (
 __all__ = ["Change", "Delta", "Reset", "step_text", "stored_text", "text_so_far"]
 
 # With no source to read (the step between attempts, its lease being placed, an attempt whose process serves
-# no writing route) the step is looked for again this often: half a heartbeat (activities/heartbeats.py).
+# no writing route) the step is looked for again this often: half a heartbeat (activities/step/heartbeats.py).
 LOOK_AGAIN_S = 0.25
 
 

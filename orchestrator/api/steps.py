@@ -1,7 +1,7 @@
 """Node-agent routes: the bookkeeping of LLM steps that run on a GPU node.
 
 A node has no database, so the LLM step activity running there does its bookkeeping
-(activities/ports.py `StepBooks`) through these routes: `prepare` before the model call and
+(activities/step/ports.py `StepBooks`) through these routes: `prepare` before the model call and
 `settle` after it, two round trips per step; `booked` and `interrupted` serve retried and resumed
 attempts only. A node may lie, so each route acts only on the lease the node holds right now:
 - the node presents its node secret, and names a lease the store says it holds;

@@ -40,7 +40,7 @@ def warm_up() -> None:
 
 
 class ReplicaRouter:
-    """Routes a leased step to its replica on this node (activities.ports.ModelRouter)."""
+    """Routes a leased step to its replica on this node (activities.step.ports.ModelRouter)."""
 
     def __init__(self, node_id: str, replicas: ReplicaManager, tokenizers: ModelTokenizers | None = None) -> None:
         self.node_id = node_id

@@ -60,7 +60,7 @@ class StepBooksRefused(ControlPlaneError):
 
 
 class RemoteStepBooks:
-    """Implements activities.ports.StepBooks over `POST /v1/nodes/{node_id}/steps/...`.
+    """Implements activities.step.ports.StepBooks over `POST /v1/nodes/{node_id}/steps/...`.
 
     `node_secret` is called for every request, so a node that re-registers (and gets its
     secret back) is picked up without rebuilding the books; None sends no secret (refused).

@@ -36,7 +36,7 @@ _VERSIONS_KEPT = 1024
 
 
 class SqlAgentRegistry:
-    """Agents on the control-plane database (activities.ports.AgentCatalogue and the API)."""
+    """Agents on the control-plane database (activities.step.ports.AgentCatalogue and the API)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine

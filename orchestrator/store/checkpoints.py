@@ -214,7 +214,7 @@ _AT_SEQ = sa.select(
     _CHECKPOINTS.c.message_count,
 ).where(_CHECKPOINTS.c.task_id == bindparam("task_id"), _CHECKPOINTS.c.seq == bindparam("seq"))
 # A write skips a taken (task, seq) instead of failing, so that it can be one statement of a larger transaction
-# (a step's checkpoint, state and event land together, activities/step_books.py) that a rollback would end.
+# (a step's checkpoint, state and event land together, activities/step/store_books.py) that a rollback would end.
 _INSERT = inserts_skipping_taken(_CHECKPOINTS, ["task_id", "seq"], _CHECKPOINTS.c.id)
 _CHAIN = (
     sa.select(_CHECKPOINTS)
@@ -252,7 +252,7 @@ def _replace_unacknowledged(connection: Connection, stale_id: int, row: Checkpoi
 
 
 class SqlCheckpointStore:
-    """activities.ports.CheckpointStore on the control-plane database."""
+    """activities.step.ports.CheckpointStore on the control-plane database."""
 
     def __init__(self, engine: Engine, *, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
         self._engine = engine

@@ -36,7 +36,7 @@ _PG_APPEND_LOCK = text("SELECT pg_advisory_xact_lock(:lock_class, hashtext(:task
 
 
 class SqlEventLog:
-    """activities.ports.EventLog on the control-plane database."""
+    """activities.step.ports.EventLog on the control-plane database."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine

@@ -60,7 +60,7 @@ _ROUND = (
 
 
 class SqlTokenLedger:
-    """activities.ports.TokenLedger on the control-plane database."""
+    """activities.step.ports.TokenLedger on the control-plane database."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine

@@ -121,7 +121,7 @@ def _state_of(state_json: str, stuck_json: str | None) -> TaskState:
 
 
 class SqlTaskRegistry:
-    """Tasks on the control-plane database (activities.ports.TaskRegistry and the API's reads)."""
+    """Tasks on the control-plane database (activities.step.ports.TaskRegistry and the API's reads)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine

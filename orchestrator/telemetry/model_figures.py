@@ -1,6 +1,6 @@
 """Each model's recent service as its users felt it: calls, cold starts, time to first token, generation speed.
 
-Read from the booked calls' "llm_call" events, written at the same settle (activities/step_books.py)
+Read from the booked calls' "llm_call" events, written at the same settle (activities/step/store_books.py)
 that records the berth_step_ttft_seconds and berth_generation_tokens_per_second histograms and from
 the same ledger entry, so the admin UI's Models page and a dashboard count the same calls. The page
 shows exact percentiles of the last hour; Prometheus estimates them from the histogram's buckets.

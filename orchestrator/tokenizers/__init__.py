@@ -2,7 +2,7 @@
 
     tokenizers = tokenizers_under(data_dir)           # one per process and data dir
     tokenizer = tokenizers.for_entry(entry)     # None: counted by litellm (hosted, simulated models)
-    count_prompt(messages, tools, tokenizer)    # activities.tokens: PromptCount(tokens, exact)
+    count_prompt(messages, tools, tokenizer)    # activities.step.tokens: PromptCount(tokens, exact)
 
 Modules: `gguf` reads a GGUF file's metadata from a stream; `vocab` builds the `tokenizers.Tokenizer`
 from it (or from a tokenizer.json); `counting` renders the chat template and counts; `files` reads the

@@ -28,7 +28,7 @@ _PIECES_MAX = 50_000  # remembered piece counts per model; a piece is a message'
 
 
 class ModelTokenizer:
-    """One model's tokenizer and chat template; implements activities.ports.PromptTokenizer."""
+    """One model's tokenizer and chat template; implements sdk.wire.prompt_count.PromptTokenizer."""
 
     def __init__(self, vocabulary: Vocabulary, file: str) -> None:
         if not vocabulary.chat_template:

@@ -75,7 +75,7 @@ class GenerationProgress(BaseModel):
     """What a generation has done so far, as its heartbeats carry it (and an interruption's failure after them).
 
     Temporal retries a dead attempt with its input unchanged, so these heartbeats are all one attempt knows of the
-    ones before it (activities/attempts.py). A node sends them, so every number is bounded and the workflow books
+    ones before it (attempts.py). A node sends them, so every number is bounded and the workflow books
     from them only within the lease's limits.
     """
 

@@ -1,6 +1,6 @@
 """What a GPU node's LLM step sends the control plane to do its bookkeeping, and what comes back.
 
-A node agent has no database, so the step's bookkeeping (activities/ports.py `StepBooks`)
+A node agent has no database, so the step's bookkeeping (activities/step/ports.py `StepBooks`)
 crosses HTTP: `prepare` returns the conversation to send and the answer tokens granted, `settle`
 books the call; `booked` and `interrupted` serve retries and resumed attempts only. Each is one
 POST under `/v1/nodes/{node_id}/steps/`, authenticated by the node's secret and naming the lease

@@ -1,4 +1,4 @@
-"""activities/model_stream.py over real loopback servers: the simulated engine (a process, as Berth runs it), a
+"""activities/step/model_stream.py over real loopback servers: the simulated engine (a process, as Berth runs it), a
 slow one in this process (to leave a reply midway), and a hand-written HTTP/1.1 server that decides every byte
 (frames split across reads, keep-alive comments, error statuses) and sees the client come and go."""
 

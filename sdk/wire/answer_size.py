@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .attempts import Attempts
 from .limits import MIN_ANSWER_TOKENS
 from .prices import Prices, generated_cost
-from .reserve import answer_grant
+from .reserve import TokenAllowance, answer_grant
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class AnswerSize:
 
 def size_answer(
     room: int,
-    token_allowance: int,
+    token_allowance: TokenAllowance,
     usd_allowance: float | None,
     prompt_reserve: int,
     progress: Attempts,

@@ -24,6 +24,7 @@ from .limits import (
     StoredInt,
     numbers_not_booleans,
 )
+from .reserve import TokenAllowance
 from .task_run import TaskRun
 
 TOOL_ACTIVITY = "berth.run_tool"
@@ -109,7 +110,7 @@ class LlmStepInput(BaseModel):
     pending: PendingStep | None = None
     model: str
     max_tokens: int
-    token_allowance: int = Field(description="tokens this call may use at most, prompt included")
+    token_allowance: TokenAllowance
     usd_allowance: float | None = None
     tools: list[dict] = Field(default_factory=list, description="OpenAI tool schemas offered to the model")
     settings: dict[str, Any] = Field(default_factory=dict, description="the set ModelSettings, as the call sends them")

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, FiniteFloat, model_validator
 
 from .limits import MAX_STORED_INT, MAX_TOKENS_PER_STEP, StoredInt
 from .node_io import LoadReplica
+from .reserve import TokenAllowance
 from .transcript import digest
 
 ServiceClass = Literal["interactive", "batch", "low_priority"]
@@ -45,7 +46,7 @@ class StepLimits(BaseModel):
     # Set by the workflow, never by a client: a budget raised again and again may pass what one submit may ask for,
     # so only the store's bound applies (a validation error here would stall the workflow).
     max_tokens: int = Field(ge=1, le=MAX_TOKENS_PER_STEP, description="the step's answer limit")
-    token_allowance: int = Field(ge=0, le=MAX_STORED_INT, description="tokens the round may book at most")
+    token_allowance: TokenAllowance  # what the round (this placement's call and its dead attempts) may book
     usd_allowance: FiniteFloat | None = Field(default=None, ge=0, description="dollars, likewise")
     first_attempt: int = Field(default=1, ge=1, le=MAX_STORED_INT, description="this placement's attempt numbers")
     last_attempt: int = Field(default=MAX_STORED_INT, ge=1, le=MAX_STORED_INT)
@@ -76,7 +77,11 @@ class LeaseRequest(BaseModel):
     task_id: str
     step: int = Field(ge=1)
     model: str
-    tokens: int = Field(ge=1, description="completion tokens this step may generate: its load on the replica")
+    tokens: int = Field(
+        ge=1,
+        description="answer (completion) tokens this step may generate: its load on the replica, which placement"
+        " weighs. Not its token allowance (`limits.token_allowance`, prompt included), which bounds what it books",
+    )
     prompt_tokens: int = Field(
         default=0,
         ge=0,

@@ -17,10 +17,6 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     import jsonschema  # noqa: F401  (passed through once: an output schema's checks import it lazily)
 
-    # Also in the sandbox's module table, where pydantic looks a module up to complete a model whose annotations name
-    # a class defined after it (ReleaseLease's StepRound) when the model is first sent: the phases' modules import
-    # it, but only what this module imports is listed there.
-    import sdk.wire.lease  # noqa: F401
     from sdk import Spend, TaskState
     from sdk.wire.builtins import SpawnAgentArgs
     from sdk.wire.contracts import (

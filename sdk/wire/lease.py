@@ -171,14 +171,6 @@ class NextStep(BaseModel):
     spawns: int = Field(default=0, ge=0, le=1000, description="sub-agents it starts (kind spawn)")
 
 
-class ReleaseLease(BaseModel):
-    lease_id: str
-    replica_warm: bool = Field(default=False, description="the step was served: the replica is warm now")
-    replica_gone: bool = Field(default=False, description="the node no longer has the replica: stop placing on it")
-    booked_round: StepRound | None = Field(default=None, description="answer with what the ledger booked for it")
-    next_step: NextStep | None = Field(default=None, description="announces the task's next step on this model")
-
-
 class StepRound(BaseModel):
     """A round of a step: its attempts from `first_attempt` on (a step asked again after waiting for budget starts
     a new round)."""
@@ -186,6 +178,14 @@ class StepRound(BaseModel):
     task_id: str
     step: int = Field(ge=1)
     first_attempt: int = Field(ge=1)
+
+
+class ReleaseLease(BaseModel):
+    lease_id: str
+    replica_warm: bool = Field(default=False, description="the step was served: the replica is warm now")
+    replica_gone: bool = Field(default=False, description="the node no longer has the replica: stop placing on it")
+    booked_round: StepRound | None = Field(default=None, description="answer with what the ledger booked for it")
+    next_step: NextStep | None = Field(default=None, description="announces the task's next step on this model")
 
 
 class BookedRound(BaseModel):

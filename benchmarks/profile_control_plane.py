@@ -13,7 +13,7 @@ time, not with steps (node heartbeats every 2 s, the autoscaler's ticks): the sa
 idle stack for IDLE_S, and each role's idle rate times the burst's wall time is given apart, with the CPU
 per step net of it. On a shared machine a slower burst pays more of that background per step.
 
-With --profile, `py-spy record --nonblocking` samples the server, the worker and the first node over the
+With --profile, `py-spy record --nonblocking --gil` samples the server, the worker and the first node over the
 same span (raw stacks, under <tmp>/profiles); the figures keep each one's top functions by samples spent
 in them (self) and, for Berth's own code, with what they call (inclusive). py-spy's sampling runs in its
 own processes, which are not counted; on two cores it still takes CPU the stack would otherwise have.
@@ -177,6 +177,7 @@ class PySpy:
                 executable,
                 "record",
                 "--nonblocking",
+                "--gil",  # only the thread holding the GIL: Python's own work, not threads waiting for it
                 "--rate",
                 str(PYSPY_RATE_HZ),
                 "--format",

@@ -139,7 +139,7 @@ def _twin_of(method: Callable[..., Any], twin: Callable[..., T], returns: Any) -
     """`twin` named and documented as `method`: help() and IDEs read the async method's arguments and docstring,
     and the result the blocking one gives."""
     functools.update_wrapper(twin, method)
-    twin.__signature__ = inspect.signature(method).replace(return_annotation=returns)  # type: ignore[attr-defined]
+    twin.__signature__ = inspect.signature(method).replace(return_annotation=returns)  # type: ignore[attr-defined]  # inspect reads it; Callable does not declare it
     return twin
 
 

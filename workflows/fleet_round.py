@@ -124,7 +124,7 @@ def asking(rnd: Round, index: int, memory: FleetMemory, now: datetime) -> LeaseR
             "prompt_tokens": memory.context_tokens,
             "limits": StepLimits(
                 max_tokens=inp.max_tokens,
-                token_allowance=max(0, inp.token_allowance),
+                token_allowance=inp.token_allowance,  # a TokenAllowance: never below 0
                 usd_allowance=None if inp.usd_allowance is None else max(0.0, inp.usd_allowance),
                 first_attempt=index * ATTEMPT_STRIDE + 1,
                 last_attempt=(index + 1) * ATTEMPT_STRIDE,

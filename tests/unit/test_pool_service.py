@@ -412,7 +412,7 @@ def test_a_replica_reported_gone_is_served_again_once_a_heartbeat_15s_later_stil
 
 
 def test_a_step_excluded_from_every_node_waits_saying_so(store: Store, pool: PoolService) -> None:
-    """Exclusions are the workflow's to lift (workflows/fleet_step.py `still_excluded`): the pool honours them."""
+    """Exclusions are the workflow's to lift (workflows/fleet_round.py `still_excluded`): the pool honours them."""
     join(store, "gpu-a")
     join(store, "gpu-b")
     assert pool.acquire(req("t1", exclude_nodes=["gpu-a"])).node_id == "gpu-b"

@@ -5,7 +5,7 @@ reach vLLM, so everything litellm relies on is real: SSE framing, streamed tool-
 deltas, the trailing usage chunk, OpenAI-style errors, and time spent waiting for the
 first token and for each token after it (`asyncio.sleep`, so requests overlap freely).
 The HTTP side is the one every Berth-served engine shares (`openai_face.py`); this module
-is the model behind it. Prompt tokens are counted with `activities.tokens`, the counter
+is the model behind it. Prompt tokens are counted with `activities.step.tokens`, the counter
 Berth reserves budget with, so a step's reservation and the engine's usage agree exactly.
 Like vLLM, it continues a final assistant message given with `continue_final_message` (how
 Berth resumes a generation a preemption cut off without paying for its tokens twice).

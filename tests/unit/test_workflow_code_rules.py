@@ -42,3 +42,19 @@ def test_every_task_run_the_workflows_start_names_its_version() -> None:
                 if "workflow_version" not in {k.arg for k in node.keywords}:
                     unnamed.append(f"workflows/{path.name}:{node.lineno}")
     assert unnamed == []
+
+
+# A class a newcomer can read in a sitting: what a phase decides lives in functions of (state, outcome) beside it
+# (step_outcomes, own_loop_rules, fleet_round, fleet_recovery, fleet_settle), which unit tests call directly.
+MAX_CLASS_LINES = 300
+
+
+def test_no_workflow_class_outgrows_a_sitting() -> None:
+    oversized = [
+        f"workflows/{path.name}: {node.name} is {node.end_lineno - node.lineno + 1} lines"
+        for path in sorted(WORKFLOWS.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.end_lineno is not None
+        if node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES
+    ]
+    assert oversized == []

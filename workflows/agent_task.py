@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         LoopToolResult,
         LoopTranscript,
     )
+    from sdk.wire.task_events import KIND_OF, WorkflowEventData
     from sdk.wire.task_run import TaskRun
 
     from . import task_checks
@@ -87,11 +88,13 @@ class AgentTaskWorkflow:
             return await self.own_loop.serve()
         return await BerthLoop(self.task).run()
 
-    async def _record_event(self, kind: str, details: dict) -> None:
-        """The task's one event writer: an event in its log, beside its state (one local activity)."""
+    async def _record_event(self, data: WorkflowEventData) -> None:
+        """The task's one event writer: an event in its log, beside its state (one local activity). The fields
+        given are stored, under the kind of their model (sdk/wire/task_events.py)."""
+        details = data.model_dump(mode="json", exclude_unset=True)
         await workflow.execute_local_activity(
             RECORD_STATE_ACTIVITY,
-            RecordStateInput(state=self.task.snapshot(), event=kind, details=details),
+            RecordStateInput(state=self.task.snapshot(), event=KIND_OF[type(data)], details=details),
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             retry_policy=BOOKKEEPING_RETRY,
         )

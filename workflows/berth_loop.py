@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from sdk.wire.builtins import AskHumanArgs, tools_offered
     from sdk.wire.contracts import TOOL_ACTIVITY, TOOL_WORKERS_ACTIVITY, LlmStepResult, ToolCallInput, ToolCallResult
     from sdk.wire.limits import MAX_TOOL_RESULT_CHARS
+    from sdk.wire.task_events import WaitingForToolWorker
     from sdk.wire.tool_names import ASK_HUMAN_TOOL, SPAWN_AGENT_TOOL
 
     from . import step_outcomes
@@ -177,7 +178,7 @@ class BerthLoop:
             return  # a worker serves it: the tool is just slow
         waiting = f"a tool worker on {queue}: start one with serve() for agent {self.agent.name}"
         state.waiting_for = waiting
-        await self.task.record_event("waiting_for_tool_worker", {"task_queue": queue, "tool": tool})
+        await self.task.record_event(WaitingForToolWorker(task_queue=queue, tool=tool))
         await workflow.wait_condition(finished)
         if state.waiting_for == waiting:
             state.waiting_for = None

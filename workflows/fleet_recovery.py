@@ -22,6 +22,8 @@ with workflow.unsafe.imports_passed_through():
     from sdk.wire.lease import NodeLiveness, Placed
     from sdk.wire.prefix import carried_prefix, continuable
     from sdk.wire.recovery import QUIET_CONTINUES, Cut, NodeTimeout, RecoveryRule, Suspect, avoid_after
+    from sdk.wire.task_events import GenerationQuiet
+    from sdk.wire.task_events import Interruption as InterruptionRecord
 
     from .fleet_outcomes import Failed, Generation, Interrupted, Pending, Unplaceable
     from .fleet_round import GiveUp, Round
@@ -97,18 +99,20 @@ def quiet_notice(inp: LlmStepInput, grant: Placed, lost: Interruption, quiet: in
     )
 
 
-def quiet_record(continued: LlmStepInput, grant: Placed, lost: Interruption, quiet: int, now: datetime) -> dict:
-    """The `generation_quiet` event's details: a continuation is said and recorded, not hidden."""
+def quiet_record(
+    continued: LlmStepInput, grant: Placed, lost: Interruption, quiet: int, now: datetime
+) -> GenerationQuiet:
+    """The `generation_quiet` event: a continuation is said and recorded, not hidden."""
     progress = continued.inherited_progress
-    return {
-        "step": continued.step,
-        "node_id": grant.node_id,
-        "replica_id": grant.replica_id,
-        "detail": lost.detail,
-        "continued": quiet,
-        "tokens_carried": progress.generated if progress is not None else 0,
-        "at": now.isoformat(),
-    }
+    return GenerationQuiet(
+        step=continued.step,
+        node_id=grant.node_id,
+        replica_id=grant.replica_id,
+        detail=lost.detail,
+        continued=quiet,
+        tokens_carried=progress.generated if progress is not None else 0,
+        at=now,
+    )
 
 
 # ----- placed again, or given up ------------------------------------------------------------------------------------
@@ -193,20 +197,20 @@ def after_load_failure(rnd: Round, grant: Placed, failed: Failed, now: datetime)
     )
 
 
-def interruption_record(pending: Pending, step: int, resumed: Placed, now: datetime) -> dict:
-    """The `interruption` event's details, once the step has a new place: where it was, what it lost, where it
-    resumed, and how long that took."""
-    return {
-        "step": step,
-        "node_id": pending.grant.node_id,
-        "replica_id": pending.grant.replica_id,
-        "kind": pending.interruption.kind,
-        "detail": pending.interruption.detail,
-        "at": pending.at.isoformat(),
-        "tokens_kept": pending.tokens_kept,
-        "tokens_lost": pending.tokens_lost,
-        "resumed_on": resumed.node_id,
-        "resumed_replica": resumed.replica_id,
-        "resumed_tier": resumed.tier,
-        "resume_s": round((now - pending.at).total_seconds(), 3),
-    }
+def interruption_record(pending: Pending, step: int, resumed: Placed, now: datetime) -> InterruptionRecord:
+    """The `interruption` event, once the step has a new place: where it was, what it lost, where it resumed, and
+    how long that took."""
+    return InterruptionRecord(
+        step=step,
+        node_id=pending.grant.node_id,
+        replica_id=pending.grant.replica_id,
+        kind=pending.interruption.kind,
+        detail=pending.interruption.detail,
+        at=pending.at,
+        tokens_kept=pending.tokens_kept,
+        tokens_lost=pending.tokens_lost,
+        resumed_on=resumed.node_id,
+        resumed_replica=resumed.replica_id,
+        resumed_tier=resumed.tier,
+        resume_s=round((now - pending.at).total_seconds(), 3),
+    )

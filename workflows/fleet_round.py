@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         StepPlacement,
         call_extras_digest,
     )
+    from sdk.wire.task_events import ReplicaLoaded, ReplicaLoading
 
     from .fleet_outcomes import Pending, Unplaceable
 
@@ -192,12 +193,12 @@ def loading_notice(grant: Placed, model: str) -> str:
     return f"a cold start: {model} loading on {grant.node_id} ({_WEIGHTS_FROM.get(grant.tier, grant.tier)})"
 
 
-def loading_record(grant: Placed, model: str) -> dict:
-    return {"node_id": grant.node_id, "replica_id": grant.replica_id, "model": model, "tier": grant.tier}
+def loading_record(grant: Placed, model: str) -> ReplicaLoading:
+    return ReplicaLoading(node_id=grant.node_id, replica_id=grant.replica_id, model=model, tier=grant.tier)
 
 
-def loaded_record(grant: Placed, seconds: float) -> dict:
-    return {"node_id": grant.node_id, "replica_id": grant.replica_id, "seconds": round(seconds, 2)}
+def loaded_record(grant: Placed, seconds: float) -> ReplicaLoaded:
+    return ReplicaLoaded(node_id=grant.node_id, replica_id=grant.replica_id, seconds=round(seconds, 2))
 
 
 def placement_of(rnd: Round, grant: Placed, load_s: float, now: datetime) -> StepPlacement:

@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from sdk.wire.contracts import LlmStepInput, LlmStepResult, Reply, Shortfall
     from sdk.wire.lease import Direct, LeaseGrant, LeaseRequest, Placed, StepPlacement
     from sdk.wire.recovery import DEFAULT_RECOVERY, RecoveryRule, Suspect
+    from sdk.wire.task_events import EventWriter
 
     from .code_versions import EVENT_CLOCK, LEGACY, legacy_patched
     from .event_clock import EventClock
@@ -124,7 +125,7 @@ class FleetStep:
         set_waiting: Callable[[str | None, GpuTrouble | None], Awaitable[None]],
         stop_waiting: Callable[[], bool],
         cancelled: Callable[[], bool],
-        record_event: Callable[[str, dict], Awaitable[None]],
+        record_event: EventWriter,
         clock: EventClock,
         max_interruptions: int,
         heartbeat_timeout: timedelta = GENERATE_HEARTBEAT,
@@ -138,7 +139,7 @@ class FleetStep:
         self._said: tuple[str, GpuTrouble] | None = None
         self._stop_waiting = stop_waiting
         self._cancelled = cancelled
-        self._record_event = record_event  # (kind, details): an event in the task's log, beside its state
+        self._record_event = record_event  # an event in the task's log, beside its state
         self.clock = clock  # the task's: what decisions read as now (code_versions.py, rule 3)
         self.workflow_version = workflow_version
         self.max_interruptions = max_interruptions
@@ -262,7 +263,7 @@ class FleetStep:
             return 0.0, rnd
         reports = self._legacy_or_current(REPORTS_LOADS)
         if reports:
-            await self._record_event("replica_loading", loading_record(grant, grant.load.model.name))
+            await self._record_event(loading_record(grant, grant.load.model.name))
             await self._set_waiting(loading_notice(grant, grant.load.model.name), None)
         try:
             loaded, rnd = await self._load_until_ready(rnd, grant)
@@ -270,7 +271,7 @@ class FleetStep:
             if reports:
                 await self._set_waiting(None, None)
         if reports and isinstance(loaded, float):
-            await self._record_event("replica_loaded", loaded_record(grant, loaded))
+            await self._record_event(loaded_record(grant, loaded))
         return loaded, rnd
 
     async def _load_until_ready(
@@ -332,7 +333,7 @@ class FleetStep:
         without giving up the replica, its warm prefix or the step's place. It is said and recorded, not hidden."""
         continued = continued_quietly(inp, lost)
         await self._say(quiet_notice(inp, grant, lost, quiet), "capacity")
-        await self._record_event("generation_quiet", quiet_record(continued, grant, lost, quiet, self.clock.now()))
+        await self._record_event(quiet_record(continued, grant, lost, quiet, self.clock.now()))
         self.memory = replace(self.memory, inherited=continued.inherited_progress)
         return continued
 
@@ -395,7 +396,7 @@ class FleetStep:
 
     async def _record(self, pending: Pending, step: int, resumed: Placed) -> None:
         """Record an interruption once the step has a new place: where it was, what it lost, where it resumed."""
-        await self._record_event("interruption", interruption_record(pending, step, resumed, self.clock.now()))
+        await self._record_event(interruption_record(pending, step, resumed, self.clock.now()))
 
     async def _say(self, why: str | None, trouble: GpuTrouble | None) -> None:
         """Show why the step is not running (None: it runs again), writing the task state only on a change."""

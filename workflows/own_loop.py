@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from sdk.wire.contracts import PendingStep
     from sdk.wire.loop_approvals import ApprovalDecision, ApprovalRequest, LoopApprovals
     from sdk.wire.own_loop import LoopCall, LoopFinish, LoopReply, LoopToolResult
+    from sdk.wire.task_events import ApprovalAsked, ApprovalDecided
 
     from . import own_loop_rules
     from .fleet_step import Unplaceable
@@ -134,8 +135,7 @@ class OwnLoop:
         self.clock.mark()  # the update's arrival: a moment history fixes
         if self.record.ask_approval(request, self.clock.time()):
             own_loop_rules.approval_asked(self.state, request.calls)
-            calls = [c.model_dump() for c in request.calls]
-            await self.task.record_event("approval_asked", {"calls": calls, "trace_id": request.trace_id})
+            await self.task.record_event(ApprovalAsked(calls=request.calls, trace_id=request.trace_id))
             self.state.loop_wakeups += 1
         assert self.record.progress.approvals is not None
         return self.record.progress.approvals
@@ -151,5 +151,6 @@ class OwnLoop:
         decided = self.record.decide(decision)
         if not self.record.awaiting_approval:
             own_loop_rules.approvals_settled(self.state, self.clock.time())  # the loop's silence counts from here
-        details = {"call_ids": decided, "approved": decision.approve, "reason": decision.reason}
-        await self.task.record_event("approval_decided", details)
+        await self.task.record_event(
+            ApprovalDecided(call_ids=decided, approved=decision.approve, reason=decision.reason)
+        )

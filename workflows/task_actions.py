@@ -8,7 +8,6 @@ which owns the run's state value (task_state.py), its event-fixed clock, its sub
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import NoReturn
 
@@ -31,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from sdk.wire.lease import LeaseRequest
     from sdk.wire.own_loop import LoopCall
+    from sdk.wire.task_events import EventWriter
     from sdk.wire.task_run import TaskRun
 
     from . import step_outcomes, task_state
@@ -43,8 +43,8 @@ with workflow.unsafe.imports_passed_through():
 
 
 class TaskActions:
-    def __init__(self, run: TaskRun, record_event: Callable[[str, dict], Awaitable[None]]) -> None:
-        """`record_event(kind, details)`: the workflow's one event writer (an event beside the task's state)."""
+    def __init__(self, run: TaskRun, record_event: EventWriter) -> None:
+        """`record_event(data)`: the workflow's one event writer (an event beside the task's state)."""
         self.run = run
         self.agent = run.agent
         # The clock and continue-as-new hint that decisions read (code_versions.py, rule 3); set here, in the

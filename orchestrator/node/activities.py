@@ -22,15 +22,17 @@ from sdk.wire.node_io import (
     PREWARM,
     UNLOAD_REPLICA,
     LoadedTier,
+    LoadProgress,
     LoadReplica,
     Prewarm,
+    PrewarmProgress,
     ReplicaReady,
     UnloadReplica,
 )
 
 
 def _heartbeat(replica: Replica) -> None:
-    activity.heartbeat({"replica_id": replica.replica_id, "state": replica.state})
+    activity.heartbeat(LoadProgress(replica_id=replica.replica_id, state=replica.state))
 
 
 class NodeActivities:
@@ -67,7 +69,10 @@ class NodeActivities:
     async def prewarm(self, req: Prewarm) -> str:
         try:
             return await self.replicas.prewarm(
-                req.model, req.size_bytes, req.tier, on_progress=lambda: activity.heartbeat({"model": req.model.name})
+                req.model,
+                req.size_bytes,
+                req.tier,
+                on_progress=lambda: activity.heartbeat(PrewarmProgress(model=req.model.name)),
             )
         except (WeightsCacheError, ValueError) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc

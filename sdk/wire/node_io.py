@@ -51,6 +51,19 @@ class ReplicaReady(BaseModel):
     tier: LoadedTier
 
 
+class LoadProgress(BaseModel):
+    """A replica load's heartbeat: which replica, and the state it is in (starting, loading, warm)."""
+
+    replica_id: str
+    state: str
+
+
+class PrewarmProgress(BaseModel):
+    """A prewarm's heartbeat: weights of `model` are still arriving on the node's disk."""
+
+    model: str
+
+
 class UnloadReplica(BaseModel):
     """Stop a replica; its weights stay in the node's disk cache."""
 

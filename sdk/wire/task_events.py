@@ -18,7 +18,7 @@ sent from the row, not from the model (which would add the defaults).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
@@ -301,6 +301,20 @@ KNOWN_EVENTS: tuple[type[_Stored], ...] = (
 )
 # kind -> the model of its data
 DATA_OF: dict[str, type[BaseModel]] = {e.KIND: e.model_fields["data"].annotation for e in KNOWN_EVENTS}  # type: ignore[misc]  # every known event's data is a model class
+# a data model -> the kind it is stored under (each model is one kind's)
+KIND_OF: dict[type[BaseModel], str] = {model: kind for kind, model in DATA_OF.items()}
+# What a task's workflow writes into its log (`record_state` adds the task's state to each).
+WorkflowEventData = (
+    Interruption
+    | GenerationQuiet
+    | ReplicaLoading
+    | ReplicaLoaded
+    | WaitingForToolWorker
+    | ApprovalAsked
+    | ApprovalDecided
+)
+# The workflow's one event writer: the event's data, stored under its kind beside the task's state.
+EventWriter = Callable[[WorkflowEventData], Awaitable[None]]
 _UNKNOWN = "unknown"
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import subprocess
 import sys
 import uuid
@@ -25,7 +24,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk import Agent, Budget, TaskSpec, TaskState, TaskStatus, tool
-from sdk.wire.contracts import CancelRequest
+from sdk.wire.contracts import CancelRequest, GenerationProgress
 from sdk.wire.task_run import CURRENT_WORKFLOW_VERSION, TaskRun
 from tests.conftest import ROOT, free_port, wait_http
 
@@ -100,7 +99,7 @@ async def _generated(handle: WorkflowHandle) -> int:
     described = await handle.describe()
     for pending in described.raw_description.pending_activities:
         if pending.activity_type.name == "berth.generate" and pending.heartbeat_details.payloads:
-            return int(json.loads(pending.heartbeat_details.payloads[0].data).get("generated", 0))
+            return GenerationProgress.model_validate_json(pending.heartbeat_details.payloads[0].data).generated
     return 0
 
 

@@ -109,6 +109,12 @@ class KeyRateLimit:
                 return None
             return (1 - bucket.tokens) / self.per_s if self.per_s > 0 else 60.0
 
+    def give_back(self, key_id: str) -> None:
+        """Return one `take` that turned out not to count (a sign-in that succeeded, when only failures do)."""
+        with self._lock:
+            bucket = self._refilled(key_id)
+            bucket.tokens = min(float(self.burst), bucket.tokens + 1)
+
     def exhausted(self, key_id: str) -> bool:
         """Whether the next `take` would be refused, without taking anything."""
         with self._lock:

@@ -4,7 +4,9 @@ Failed sign-ins are rate limited twice over: per client address (someone trying 
 per client address and key id (someone trying many secrets of one key). Never per key id alone: then
 anyone who knows a key id (it is in the audit log, in every refusal) could lock its holder out from
 everywhere with ten wrong secrets. Only failures count, so a person signing in and out all day is
-never slowed down.
+never slowed down. Each attempt takes its place in both limits *before* its key is checked, and a sign-in
+that succeeds gives it back: a check first and a count after the (awaited) key lookup let a burst of 40
+concurrent attempts all pass a limit of 30 before the first failure was counted.
 """
 
 from __future__ import annotations
@@ -52,16 +54,21 @@ class FailedSignIns:
         self._by_address = KeyRateLimit(FAILED_LOGINS_PER_S, ADDRESS_FAILED_LOGIN_BURST)
         self._by_key = KeyRateLimit(FAILED_LOGINS_PER_S, FAILED_LOGIN_BURST)
 
-    def locked(self, address: str, key_id: str) -> bool:
-        """Whether a sign-in from `address` with key `key_id` ("" for a malformed key) must wait."""
-        if self._by_address.exhausted(address):
-            return True
-        return bool(key_id) and self._by_key.exhausted(f"{address}|{key_id}")
+    def attempt(self, address: str, key_id: str) -> bool:
+        """Take a sign-in attempt from `address` with key `key_id` ("" for a malformed key) as a failure until it
+        succeeds; False (nothing taken) when it must wait. No await between the check and the take: atomic."""
+        if self._by_address.take(address) is not None:
+            return False
+        if key_id and self._by_key.take(f"{address}|{key_id}") is not None:
+            self._by_address.give_back(address)
+            return False
+        return True
 
-    def failed(self, address: str, key_id: str) -> None:
-        self._by_address.take(address)
+    def succeeded(self, address: str, key_id: str) -> None:
+        """The attempt was no failure (the key was right, or none was typed): give its places back."""
+        self._by_address.give_back(address)
         if key_id:
-            self._by_key.take(f"{address}|{key_id}")
+            self._by_key.give_back(f"{address}|{key_id}")
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -80,7 +87,7 @@ async def login(request: Request, svc: Svc) -> Response:
     failures: FailedSignIns = request.app.state.failed_logins
     address = request.client.host if request.client else "unknown"
     key_id = (split_key(key) or ("", ""))[0]
-    if failures.locked(address, key_id):
+    if not failures.attempt(address, key_id):
         return _login_page(
             request,
             next_path,
@@ -88,13 +95,14 @@ async def login(request: Request, svc: Svc) -> Response:
             flash=Flash("error", "too many failed sign-ins: wait a minute before trying again"),
         )
     if not key:
+        failures.succeeded(address, key_id)
         return _login_page(request, next_path, status=422, flash=Flash("error", "api_key: enter an API key"))
     try:
         holder = await svc.db(svc.store.keys.authenticate, key)
-    except Unauthorized as exc:
-        failures.failed(address, key_id)
+    except Unauthorized as exc:  # the attempt stays taken: a failure
         request.scope[PRINCIPAL_SCOPE_KEY] = None
         return _login_page(request, next_path, status=401, flash=Flash("error", f"api_key: {exc.message}"))
+    failures.succeeded(address, key_id)
     if holder.task_id is not None:
         return _login_page(
             request,

@@ -252,6 +252,12 @@ class Client:
         """Let a node that joined with the cluster token (and waits, `pending`) into the fleet."""
         return NodeView.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "approve")))
 
+    async def set_node_trust(self, node_id: str, dedicated: str | None) -> NodeView:
+        """Dedicate a node to one tenant (None: to none), replacing what was set before: only an operator's word on
+        this is read, never a label the node registers itself."""
+        body = {"dedicated": dedicated}
+        return NodeView.model_validate(await self._request("PUT", _path("v1", "nodes", node_id, "trust"), json=body))
+
     async def revoke_node(self, node_id: str) -> NodeRevocation:
         """Kill a node's credential now; the steps it runs move elsewhere. It must be admitted again to return."""
         return NodeRevocation.model_validate(await self._request("POST", _path("v1", "nodes", node_id, "revoke")))

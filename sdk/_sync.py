@@ -191,6 +191,7 @@ class SyncClient(_Blocking):
     undrain = blocking(Client.undrain)
     admit_node = blocking(Client.admit_node)
     approve_node = blocking(Client.approve_node)
+    set_node_trust = blocking(Client.set_node_trust)
     revoke_node = blocking(Client.revoke_node)
     remove_node = blocking(Client.remove_node)
     replicas = blocking(Client.replicas)

@@ -35,6 +35,7 @@ from sdk.wire.fleet import (
     NodeRegistration,
     NodeRevocation,
     NodeStatus,
+    NodeTrust,
     NodeView,
     PreemptRequest,
     ReplicaView,
@@ -145,6 +146,13 @@ async def admit(
 async def approve(node_id: str, svc: Svc, caller: Operator) -> NodeView:
     """Let a node that joined with the cluster token (`pending`) into the fleet: placement may use it now."""
     return seen_by(caller, await _call(svc, svc.store.node_admission.approve, node_id))
+
+
+@router.put("/v1/nodes/{node_id}/trust", response_model=NodeView)
+async def set_trust(node_id: str, trust: NodeTrust, svc: Svc, _caller: Operator) -> NodeView:
+    """Set the node's trust labels (`dedicated`: the one tenant placed on it), replacing those set before: the only
+    ones placement's trust boundaries read. A label the node registers itself is its own word and is not read."""
+    return await _call(svc, svc.store.fleet.set_trust, node_id, trust.labels())
 
 
 @router.post("/v1/nodes/{node_id}/revoke", response_model=NodeRevocation)

@@ -51,6 +51,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         sub, "admit", "mint a per-node join token: the node joins with it once, admitted at once", cmd_admit
     ).add_argument("--ttl", default="1h", help="how long the token may wait to be used: 10m, 1h, 7d (default 1h)")
     node_command(sub, "approve", "let a node that joined with the cluster token (pending) into the fleet", cmd_approve)
+    trust = node_command(
+        sub, "trust", "dedicate a node to one tenant, or to none: the only word on this placement reads", cmd_trust
+    ).add_mutually_exclusive_group(required=True)
+    trust.add_argument("--dedicated", metavar="TENANT", help="only this tenant's steps are placed on the node")
+    trust.add_argument("--shared", action="store_true", help="the node serves every tenant (no dedication)")
     node_command(
         sub,
         "revoke",
@@ -124,6 +129,16 @@ def cmd_approve(args: argparse.Namespace) -> int:
     async def command(client: Client) -> int:
         node = await client.approve_node(args.node_id)
         print(f"{node.node_id} is approved: it is {node.status}")
+        return EXIT_OK
+
+    return run_with_client(args, command)
+
+
+def cmd_trust(args: argparse.Namespace) -> int:
+    async def command(client: Client) -> int:
+        node = await client.set_node_trust(args.node_id, None if args.shared else args.dedicated)
+        owner = node.labels.get("dedicated")
+        print(f"{node.node_id} is dedicated to {owner}" if owner else f"{node.node_id} serves every tenant")
         return EXIT_OK
 
     return run_with_client(args, command)

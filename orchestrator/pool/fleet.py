@@ -74,6 +74,8 @@ class Node:
 
     @property
     def dedicated_to(self) -> str | None:
+        """The tenant an operator dedicated the node to: the store's view carries a trust label only as an operator
+        set it (store/fleet.py `labels_of`), never as the node registered it."""
         return self.labels.get("dedicated")
 
     @property
@@ -214,10 +216,7 @@ class FleetState:
         for d in node.devices:
             self.type_speed[d.type_name] = max(self.type_speed.get(d.type_name, 0.0), d.speed)
         self.fastest_disk_gib_per_s = max(self.fastest_disk_gib_per_s, node.disk_gib_per_s)
-        if node.dedicated_to:
-            lst = self.dedicated_nodes.setdefault(node.dedicated_to, [])
-            lst.append(node.id)
-            lst.sort()
+        self._index_dedication(node)
         self._reindex(node)
 
     def remove_node(self, node_id: str) -> None:
@@ -235,12 +234,28 @@ class FleetState:
         self.shapes[shape] -= 1
         if self.shapes[shape] <= 0:
             del self.shapes[shape]
+        self._unindex_dedication(node)
+        del self.nodes[node_id]
+
+    def set_labels(self, node_id: str, labels: dict[str, str]) -> None:
+        """An operator changed the node's labels, and with them whom it is dedicated to: from the next decision on,
+        only that tenant's steps go there (what runs there already finishes)."""
+        node = self.nodes[node_id]
+        self._unindex_dedication(node)
+        node.labels = dict(labels)
+        self._index_dedication(node)
+        self._reindex(node)
+
+    def _index_dedication(self, node: Node) -> None:
+        if node.dedicated_to:
+            insort(self.dedicated_nodes.setdefault(node.dedicated_to, []), node.id)
+
+    def _unindex_dedication(self, node: Node) -> None:
         if node.dedicated_to:
             owned = self.dedicated_nodes[node.dedicated_to]
-            owned.remove(node_id)
+            owned.remove(node.id)
             if not owned:
                 del self.dedicated_nodes[node.dedicated_to]
-        del self.nodes[node_id]
 
     def add_model(self, model: ModelSpec) -> None:
         self.models[model.name] = model

@@ -33,7 +33,10 @@ def _fits(fleet: FleetState, request: PlacementRequest, need_gib: float, degree:
 def never_possible(fleet: FleetState, request: PlacementRequest, model: ModelSpec, trust: Trust) -> str | None:
     """A reason no node in this fleet could ever serve the request, or None when some could."""
     if trust == "dedicated" and not fleet.dedicated_nodes.get(request.tenant or ""):
-        return f"tenant {request.tenant} is dedicated and no node is labelled dedicated={request.tenant}"
+        return (
+            f"tenant {request.tenant} is dedicated and no node is dedicated to it by an operator"
+            f' (PUT /v1/nodes/NODE_ID/trust {{"dedicated": "{request.tenant}"}})'
+        )
     devices = [d for shape in fleet.shapes for d in shape]
     if request.gpu_types is not None:
         devices = [d for d in devices if d[0] in request.gpu_types]

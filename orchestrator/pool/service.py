@@ -502,6 +502,8 @@ class PoolService:
                 continue
             placed_at = self._unreported.get(replica.id)
             if view.status != "lost" and placed_at is not None and now - placed_at < UNREPORTED_LOAD_GRACE_S:
+        if node.labels != view.labels:  # an operator set its trust labels (the node's own are not in the view)
+            fleet.set_labels(node.id, view.labels)
                 continue  # its load has not reached the node yet
             self._forget_replica(replica.id)
         for report in reported.values():

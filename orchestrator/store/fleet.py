@@ -32,6 +32,7 @@ from sqlmodel import Session, col, select
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
 from sdk.wire.fleet import (
+    TRUST_LABELS,
     CachedModelWeights,
     GpuView,
     NodeHeartbeat,
@@ -243,6 +244,25 @@ class SqlFleet:
         return self._set_draining(node_id, True)
 
     def undrain(self, node_id: str) -> NodeView:
+    def set_trust(self, node_id: str, labels: dict[str, str]) -> NodeView:
+        """An operator's trust labels for the node (`TRUST_LABELS` only), replacing those set before.
+
+        Placement reads a node's trust boundary from these alone: the labels a node registers itself are its own
+        word, and a node admitted for one purpose must not make itself a tenant's by naming it."""
+        unknown = sorted(set(labels) - TRUST_LABELS)
+        if unknown:
+            raise InvalidSpec(
+                f"{unknown[0]!r} is not a trust label ({', '.join(sorted(TRUST_LABELS))})", field="labels"
+            )
+        with Session(self._engine) as session:
+            row = session.get(NodeRow, node_id)
+            if row is None:
+                raise NodeNotFound(node_id)
+            row.trust_labels_json = json.dumps(dict(sorted(labels.items())))
+            session.add(row)
+            session.commit()
+            return node_view(session, row)
+
         return self._set_draining(node_id, False)
 
     def authenticate(self, node_id: str, node_secret: str | None) -> None:
@@ -391,7 +411,8 @@ def node_view(session: Session, row: NodeRow) -> NodeView:
         select(ReplicaRow).where(ReplicaRow.node_id == row.node_id).order_by(col(ReplicaRow.model), col(ReplicaRow.id))
     ).all()
     return NodeView(
-        **spec.model_dump(exclude={"gpus"}),
+        **spec.model_dump(exclude={"gpus", "labels"}),
+        labels=labels_of(spec, row),
         gpus=[
             GpuView.model_validate(
                 {
@@ -427,6 +448,12 @@ def _replica_view(row: ReplicaRow, spec: NodeSpec) -> ReplicaView:
         model=row.model,
         gpu_indexes=json.loads(row.gpu_indexes_json),
         state=row.state,
+def labels_of(spec: NodeSpec, row: NodeRow) -> dict[str, str]:
+    """The node's labels as the fleet reads them: its own, but a trust label only as an operator set it."""
+    own = {key: value for key, value in spec.labels.items() if key not in TRUST_LABELS}
+    return {**own, **json.loads(row.trust_labels_json or "{}")}
+
+
         outstanding_tokens=row.outstanding_tokens,
         active_leases=row.active_leases,
         updated_at=row.updated_at,

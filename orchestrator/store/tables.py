@@ -225,6 +225,9 @@ class NodeRow(SQLModel, table=True):
     # "admitted" (a per-node token, or an operator's approval), "pending" (joined with the cluster token,
     # waiting for approval) or "revoked". Rows from before admission existed were all in the fleet.
     admission: str = Field(default="admitted", sa_column_kwargs={"server_default": "admitted"})
+    # The trust labels an operator set (sdk.wire.fleet.TRUST_LABELS, e.g. {"dedicated": "acme"}), as JSON: the only
+    # ones placement reads. The node's own spec may name some too; those are never believed.
+    trust_labels_json: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})
     draining: bool = False  # an operator's drain
     leaving: bool = False  # the node said it is shutting down; cleared when it registers again
     preempt_by: datetime | None = Field(default=None, sa_type=UtcDateTime)  # a preemption notice's deadline

@@ -29,6 +29,10 @@ NODE_SECRET_HEADER = "X-Berth-Node-Secret"
 # A peer server's host as a node names it: a DNS name or an IPv4/IPv6 literal, no scheme, port or path.
 PEER_HOST_PATTERN = r"^[A-Za-z0-9.:-]{1,253}$"
 UNKNOWN_GPU_TYPE = "unknown"  # what discovery reports for a device not in the GPU type catalogue
+# Labels that draw a tenant's or a trust boundary (`dedicated=<tenant>`: the pool places only that tenant's steps
+# there). Only an operator sets them (the node's record, `trust_labels`): a node that names one itself is not
+# believed, or any admitted machine could make itself a tenant's and be sent that tenant's conversations.
+TRUST_LABELS: frozenset[str] = frozenset({"dedicated", "isolated"})
 
 Capacity = Literal["spot", "on-demand"]
 ReplicaState = Literal["loading", "warm", "draining"]
@@ -89,7 +93,9 @@ class NodeSpec(BaseModel):
     capacity: Capacity = "on-demand"
     usd_per_hour: float = Field(default=0.0, ge=0, le=10_000, description="the whole node's price")
     labels: dict[Annotated[str, Field(min_length=1, max_length=63)], Annotated[str, Field(max_length=255)]] = Field(
-        default_factory=dict, max_length=32, description='e.g. {"dedicated": "tenant-a"}'
+        default_factory=dict,
+        max_length=32,
+        description='e.g. {"rack": "r7"}; a trust label (dedicated, isolated) here is ignored: only an operator sets one',
     )
     # Gigabytes (not gigabits) per second: the pool's disk tier divides weight bytes by it.
     disk_bandwidth_gbps: float = Field(default=2.0, gt=0, le=1000, description="local disk read, GB/s")
@@ -222,7 +228,10 @@ class NodeView(BaseModel):
     zone: str
     capacity: Capacity
     usd_per_hour: float
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="the node's own labels, and its trust labels (dedicated) only as an operator set them",
+    )
     disk_bandwidth_gbps: float
     weights_cache_capacity_bytes: int = 0
     engines: list[str] = Field(default_factory=list, description="the engines it runs; empty: not stated, any")
@@ -254,6 +263,20 @@ class NodeRegistered(BaseModel):
 
     node: NodeView
     node_secret: str
+
+
+class NodeTrust(BaseModel):
+    """An operator's word on a node's trust labels, replacing what was set before: what placement's trust
+    boundaries read of the node (a label the node registers itself is never read for them)."""
+
+    model_config = _STRICT
+
+    dedicated: str | None = Field(
+        default=None, pattern=NAME_PATTERN, description="the tenant the node serves alone; none: every tenant"
+    )
+
+    def labels(self) -> dict[str, str]:
+        return {"dedicated": self.dedicated} if self.dedicated else {}
 
 
 class AdmitRequest(BaseModel):

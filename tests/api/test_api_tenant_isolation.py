@@ -113,6 +113,7 @@ def _tenancy(store: Store, name: str, node: str) -> Tenancy:
         ),
         "secret",
     )
+    store.fleet.set_trust(node, {"dedicated": name})  # an operator's word: a node's own label is not believed
     key = store.keys.create(Role.agent, name, name=f"{name}-tools").key
     return Tenancy(name=name, key=key, tasks=tasks, agent=agent.name, node=node)
 

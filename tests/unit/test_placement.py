@@ -371,7 +371,7 @@ def test_never_for_missing_type_unknown_model_and_unlabelled_dedicated() -> None
     f = fleet(node("a"), tenants=(Tenant("bank", "dedicated"),))
     assert "no GPU of type B200" in (place(f, req(gpu_types=frozenset({"B200"}))).reason or "")
     assert place(f, req("nope")).outcome == "never"
-    assert "no node is labelled dedicated=bank" in (place(f, req(tenant="bank")).reason or "")
+    assert "no node is dedicated to it by an operator" in (place(f, req(tenant="bank")).reason or "")
 
 
 def test_busy_is_wait_not_never() -> None:

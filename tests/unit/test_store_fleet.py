@@ -64,8 +64,10 @@ def test_a_registered_node_is_healthy_and_keeps_its_spec(store: Store) -> None:
     view = store.fleet.register(spec(), SECRET)
     assert view.status == "healthy" and view.last_heartbeat_at is None
     assert [g.type_name for g in view.gpus] == ["H100-80GB", "H100-80GB"]
-    assert view.labels == {"dedicated": "tenant-a"} and view.capacity == "spot"
+    # Its own trust label is its word alone (issue 34): only an operator's dedicates it.
+    assert view.labels == {} and view.capacity == "spot"
     assert store.fleet.get("gpu-1") == view
+    assert store.fleet.set_trust("gpu-1", {"dedicated": "tenant-b"}).labels == {"dedicated": "tenant-b"}
     assert [n.node_id for n in store.fleet.list()] == ["gpu-1"]
 
 

@@ -12,7 +12,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from sdk.wire.resources import ErrorBody
 
@@ -102,15 +104,20 @@ def error_response(
     )
 
 
+BODY_FIELD = "body"  # the field a refusal names when the request body as a whole is at fault
+
+
 def field_of(loc: tuple[Any, ...] | list[Any]) -> str | None:
-    """`("body", "budget", "tokens")` -> "budget.tokens"; where the input came from is dropped."""
+    """`("body", "budget", "tokens")` -> "budget.tokens"; where the input came from is dropped. A fault of the
+    body as a whole (not JSON, not an object, missing) names `body`: every refusal of input names its field."""
     parts = list(loc)
+    whole_body = bool(parts) and parts[0] == "body"
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
-    # A JSON syntax error is located by character offset, which names no field.
+    # A JSON syntax error is located by character offset, which names no field inside the body.
     if parts and isinstance(parts[-1], int) and len(parts) == 1:
-        return None
-    return ".".join(str(p) for p in parts) or None
+        return BODY_FIELD if whole_body else None
+    return ".".join(str(p) for p in parts) or (BODY_FIELD if whole_body else None)
 
 
 def validation_refusal(exc: RequestValidationError) -> ApiError:
@@ -122,11 +129,22 @@ def validation_refusal(exc: RequestValidationError) -> ApiError:
     first = errors[0]
     field = field_of(first.get("loc", ()))
     message = str(first.get("msg", "invalid value"))
-    if first.get("type") == "missing" and field is None:
-        message = "a JSON request body is required"
+    if first.get("type") == "missing" and field in (None, BODY_FIELD):
+        field, message = BODY_FIELD, "a JSON request body is required"
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
     return invalid(field, message)
+
+
+def allowed_methods(request: Request) -> str | None:
+    """What a 405's `Allow` must say (RFC 9110 15.5.6): the methods of every route of the request's path. The router
+    names only the first route it matched, so `GET /v1/tasks` hid `POST /v1/tasks` from an OPTIONS. Included
+    routers are walked through (FastAPI keeps them whole in `app.routes`)."""
+    methods: set[str] = set()
+    for route in iter_route_contexts(request.app.routes):
+        if route.methods and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route.methods
+    return ", ".join(sorted(methods)) or None
 
 
 def install(app: FastAPI) -> None:
@@ -140,12 +158,16 @@ def install(app: FastAPI) -> None:
         return error_response(refusal.status, refusal.message, field=refusal.field)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
             # FastAPI answers a body that is not even UTF-8 with a bare 400; it is as unreadable as JSON that
             # does not parse, which is a 422, so a client meets one status for both.
-            return error_response(422, f"the request body is not valid JSON: {exc.__cause__}")
-        return error_response(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+            return error_response(422, f"the request body is not valid JSON: {exc.__cause__}", field=BODY_FIELD)
+        headers = dict(getattr(exc, "headers", None) or {})
+        allow = allowed_methods(request) if exc.status_code == 405 else None
+        if allow:
+            headers["Allow"] = allow
+        return error_response(exc.status_code, str(exc.detail), headers=headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

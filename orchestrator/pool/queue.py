@@ -22,7 +22,9 @@ class Waiter:
     priority: int
     since: float
     seen: float
-    may_scale_up: bool  # low_priority waiters never start a replica, so they are no demand for one
+    # Whether a replica the scaler starts could serve it: low_priority waiters never start one, and an isolated or
+    # dedicated tenant's cannot use one placed for no tenant, so neither is demand for one.
+    may_scale_up: bool
 
     @property
     def order(self) -> tuple[int, float, str]:
@@ -41,6 +43,7 @@ class WaitQueue:
             waiter = Waiter(key, model, priority, now, now, may_scale_up)
             self._waiters[key] = waiter
         waiter.seen = now
+        waiter.may_scale_up = may_scale_up  # the tenant's trust may have changed while it waited
         return waiter
 
     def leave(self, key: str) -> Waiter | None:

@@ -130,13 +130,16 @@ def plan_scaling(
             key=lambda r: r.id,
         )
         waiting = demand.get(model, ModelDemand()).waiting
+        # The waiting steps are those a replica placed for no tenant serves (the caller counts no other): an
+        # isolated or dedicated tenant's replica takes none of them, so it neither absorbs them nor frees a slot.
+        open_to_all = [r for r in replicas if r.boundary is None]
         spec = fleet.models.get(model)
         absorbed = (
             foresight is not None
             and spec is not None
-            and _waiters_absorbed(fleet, foresight, spec, replicas, waiting, now)
+            and _waiters_absorbed(fleet, foresight, spec, open_to_all, waiting, now)
         )
-        desired, why = _desired(policy, replicas, waiting, spec, absorbed)
+        desired, why = _desired(policy, replicas, waiting, spec, absorbed, open_to_all)
         holding = True  # the model's objectives hold: its idle replicas may go
         if foresight is not None and spec is not None and policy.scaler == "queue_delay":
             wanted, said, holding = _for_attainment(foresight, fleet, spec, replicas, now)
@@ -281,11 +284,18 @@ def _typical_load_s(fleet: FleetState, spec: ModelSpec, config: PlacementConfig)
 
 
 def _desired(
-    policy: ScalingPolicy, replicas: list[Replica], waiting: int, spec: ModelSpec | None, absorbed: bool = False
+    policy: ScalingPolicy,
+    replicas: list[Replica],
+    waiting: int,
+    spec: ModelSpec | None,
+    absorbed: bool = False,
+    open_to_all: list[Replica] | None = None,
 ) -> tuple[int, str]:
     """How many replicas the model should have now, and the rule that asks for the most; `absorbed`: the
-    replicas it has will take the waiting steps before a new one could load (`_waiters_absorbed`)."""
+    replicas it has will take the waiting steps before a new one could load (`_waiters_absorbed`);
+    `open_to_all`: those of them any waiting step may use (all of them when not given)."""
     count = len(replicas)
+    usable = replicas if open_to_all is None else open_to_all
     concurrency = max(spec.concurrency if spec else 1, 1)
     # Enough new replicas to give every waiting acquire a slot (each serves `concurrency` leases at once).
     for_waiters = count + math.ceil(waiting / concurrency)
@@ -301,8 +311,8 @@ def _desired(
         # A replica with a free slot takes the next lease at once, into its running batch, however
         # many tokens it has still to write: counting those as delay loaded replicas for agent steps'
         # long prompts while slots stood free (measured by `berth simulate`).
-        elif replicas and all(r.queue_s > policy.target and not r.has_slot for r in replicas):
-            shortest = min(r.queue_s for r in replicas)
+        elif usable and all(r.queue_s > policy.target and not r.has_slot for r in usable):
+            shortest = min(r.queue_s for r in usable)
             needs.append((count + 1, f"queue {shortest:.1f}s over the {policy.target:g}s target on every replica"))
     else:  # request_count
         leases = sum(r.active_leases for r in replicas)
@@ -314,7 +324,7 @@ def _desired(
                     f"{leases / count:.1f} leases per replica over the target {policy.target:g}",
                 )
             )
-        if waiting > 0 and not any(r.has_slot for r in replicas):
+        if waiting > 0 and not any(r.has_slot for r in usable):
             needs.append((for_waiters, f"{waiting} acquire(s) waiting and every replica full"))
         # Otherwise it still counts as a floor for scale-down: never unload below what the leases need.
         elif replicas:

@@ -192,7 +192,7 @@ class PoolService:
             self.fleet.add_model(model_spec(entry))
             self._intents.arrived(req.task_id, now, req.task_id.rpartition(SUB_AGENT_MARK)[0] or None)
             if not self.fleet.nodes:
-                self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
+                self._wait(req, now)
                 return Wait(wait_reason="no_capacity", queue_position=1, reason="no GPU node has joined the fleet yet")
             ahead = self.queue.ahead_of(req.task_id, req.model, req.priority, now)
             request = _placement_request(
@@ -210,7 +210,7 @@ class PoolService:
                 self.queue.leave(req.task_id)
                 return Never(reason=decision.reason or f"no node of this fleet can serve {req.model}")
             if decision.outcome == "never":  # machines still joining may hold it: wait for them
-                self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
+                self._wait(req, now)
                 return Wait(
                     wait_reason="no_capacity",
                     queue_position=self.queue.ahead_of(req.task_id, req.model, req.priority, now) + 1,
@@ -226,7 +226,7 @@ class PoolService:
                 except StaleDecision as exc:  # another control-plane replica took the GPUs: place again
                     log.info("placement went stale: %s", exc)
                     self.sync(force=True)
-            self.queue.refresh(req.task_id, req.model, req.priority, req.service_class != "low_priority", now)
+            self._wait(req, now)
             if req.task_id not in self._slot_waits and not load_in_flight(self.fleet, req.model):
                 self._slot_waits[req.task_id] = now
             position = self.queue.ahead_of(req.task_id, req.model, req.priority, now) + 1
@@ -252,6 +252,15 @@ class PoolService:
         """End a lease; idempotent. `replica_warm` says the step was served, so the replica serves."""
         with self._lock:
             self._unclaimed.pop(req.lease_id, None)
+    def _wait(self, req: LeaseRequest, now: float) -> None:
+        """Hold the step's place in the queue. It is demand for the scaler only when a replica the scaler starts
+        could serve it: those are placed for no tenant, so never for a `low_priority` step (it starts none), nor
+        for an isolated or dedicated tenant's (its own acquire starts its replicas where it may run). Before,
+        one waiting step of a dedicated tenant had the scaler load replicas up to max_replicas on nodes that
+        tenant could never use."""
+        scaler_serves = req.service_class != "low_priority" and self.fleet.trust_of(req.tenant) == "shared"
+        self.queue.refresh(req.task_id, req.model, req.priority, scaler_serves, now)
+
             lease = self._leases.pop(req.lease_id, None)
             if lease is not None:
                 self._by_step.pop((lease.record.task_id, lease.record.step), None)

@@ -8,6 +8,13 @@ Temporal round trip. The fleet it places on is rebuilt from what node agents rep
 - replicas it placed that no node reports yet (their load is still being scheduled);
 - the wait queue and each replica's idle clock (the scaler reads both).
 
+A node's report is believed only as far as the pool can check it. A replica it reports is served from
+only when a pool started it: its GPU reservation (store/reservations.py) is that pool's record of the
+load, kept until the replica is known gone, so a replica is adopted again after a control-plane
+restart. A replica with no record is the node's word alone ("claimed, unproven"): its memory counts,
+since a node knows what is on its own GPUs, but no lease goes to it. Before, a node whose heartbeat
+claimed four warm replicas at $0.01/h took 30 of 36 steps of two tenants and read their conversations.
+
 Locking: acquire and release run in the activity thread pool, the scaler on the event
 loop's executor; one lock guards the fleet, and decisions take well under a millisecond.
 """
@@ -18,13 +25,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from sdk.wire.catalogue import ModelEntry, ModelForesight, ScalingPolicy
-from sdk.wire.fleet import UNADMITTED, NodeView
+from sdk.wire.fleet import UNADMITTED, NodeView, ReplicaView
 from sdk.wire.lease import (
     Direct,
     LeaseGrant,
@@ -77,6 +84,9 @@ GONE_MEMORY_S = 600.0
 # also when its node was merely too busy to pick the call up in time (a burst on a small machine);
 # ignoring that replica for GONE_MEMORY_S hid a healthy replica and placed new ones past max_replicas.
 GONE_CONFIRM_S = 15.0
+# The fleet holds a replica a node claims without a record under this prefix and its node's id, never under the
+# id the node gave: a node naming an id the pool is about to give a replica of its own must not take that id.
+CLAIM_PREFIX = "claim:"
 
 
 class CatalogueReader(Protocol):
@@ -242,6 +252,15 @@ class PoolService:
                 reason=decision.reason or f"no replica of {req.model} is free",
             )
 
+    def _wait(self, req: LeaseRequest, now: float) -> None:
+        """Hold the step's place in the queue. It is demand for the scaler only when a replica the scaler starts
+        could serve it: those are placed for no tenant, so never for a `low_priority` step (it starts none), nor
+        for an isolated or dedicated tenant's (its own acquire starts its replicas where it may run). Before,
+        one waiting step of a dedicated tenant had the scaler load replicas up to max_replicas on nodes that
+        tenant could never use."""
+        scaler_serves = req.service_class != "low_priority" and self.fleet.trust_of(req.tenant) == "shared"
+        self.queue.refresh(req.task_id, req.model, req.priority, scaler_serves, now)
+
     def _place(self, request: PlacementRequest) -> Decision:
         """Where a step goes now: Berth's placement, or the baseline's Service routing when one is set."""
         if self.baseline is not None:
@@ -252,15 +271,6 @@ class PoolService:
         """End a lease; idempotent. `replica_warm` says the step was served, so the replica serves."""
         with self._lock:
             self._unclaimed.pop(req.lease_id, None)
-    def _wait(self, req: LeaseRequest, now: float) -> None:
-        """Hold the step's place in the queue. It is demand for the scaler only when a replica the scaler starts
-        could serve it: those are placed for no tenant, so never for a `low_priority` step (it starts none), nor
-        for an isolated or dedicated tenant's (its own acquire starts its replicas where it may run). Before,
-        one waiting step of a dedicated tenant had the scaler load replicas up to max_replicas on nodes that
-        tenant could never use."""
-        scaler_serves = req.service_class != "low_priority" and self.fleet.trust_of(req.tenant) == "shared"
-        self.queue.refresh(req.task_id, req.model, req.priority, scaler_serves, now)
-
             lease = self._leases.pop(req.lease_id, None)
             if lease is not None:
                 self._by_step.pop((lease.record.task_id, lease.record.step), None)
@@ -277,12 +287,17 @@ class PoolService:
                 replica = self.fleet.replicas.get(lease.booking.replica_id)
                 if req.replica_gone:
                     self._gone[lease.booking.replica_id] = (self.clock(), datetime.now(UTC))
-                    if replica is not None:
-                        self._forget_replica(replica.id)
+                    if replica is not None:  # kept on record: a node that still lists it later serves it again
+                        self._forget_replica(replica.id, keep_record=True)
                 elif replica is not None and replica.active_leases == 0:
                     self.idle_since[replica.id] = self.clock()
         self.store.leases.release(req.lease_id)
-        if lease is not None and lease.booking.created_replica and lease.booking.replica_id not in self.fleet.replicas:
+        if (
+            lease is not None
+            and lease.booking.created_replica
+            and lease.booking.replica_id not in self.fleet.replicas
+            and lease.booking.replica_id not in self._gone
+        ):
             # Started for this step alone and given up before it loaded: no other pool leases a replica that
             # no node reports, so nothing else holds it.
             self.store.reservations.release(lease.booking.replica_id)
@@ -415,15 +430,18 @@ class PoolService:
             # A claim a peer copy found false is not believed for the dispute's hold (store/peers.py), whatever
             # the node's heartbeats say: neither its disk tier nor its datacenter's counts on it.
             self._disputed = self.store.peers.disputed()
+            records = {r.replica_id: r for r in self.store.reservations.list()}
             for view in views:
-                self._sync_node(view, now)
+                self._sync_node(view, now, records)
             self.fleet.bandwidth.observe(
                 self.store.peers.samples_after(self.fleet.bandwidth.last_id), self.fleet, self.config
             )
             for replica_id, (at, _) in list(self._gone.items()):
                 if now - at > GONE_MEMORY_S:
                     del self._gone[replica_id]
-            self._sync_other_pools(now)
+                    if replica_id not in self.fleet.replicas:  # never listed again: its record goes too
+                        self.store.reservations.release(replica_id)
+            self._sync_other_pools(now, records.values())
             if not self._restored:
                 self._restored = True
                 self._unclaimed = {
@@ -434,11 +452,12 @@ class PoolService:
             if self._unclaimed:
                 self._claim_restored_leases(now)
 
-    def _sync_other_pools(self, now: float) -> None:
+    def _sync_other_pools(self, now: float, records: Iterable[Reservation]) -> None:
         """What the pools of other control-plane replicas did since the last sync: the replicas they started
-        that no node reports yet (so this pool does not place on their GPUs), and their leases' load."""
+        that no node reports yet (so this pool does not place on their GPUs), and their leases' load.
+        `records`: every pool's reservations, as this sync read them."""
         started_at = datetime.now(UTC)
-        for r in self.store.reservations.list():
+        for r in records:
             if (
                 r.pool_id == self.pool_id
                 or r.replica_id in self.fleet.replicas
@@ -478,11 +497,13 @@ class PoolService:
                 self.idle_since.setdefault(replica_id, now)
         self._foreign = {rid: load for rid, load in foreign.items() if rid in self.fleet.replicas}
 
-    def _sync_node(self, view: NodeView, now: float) -> None:
+    def _sync_node(self, view: NodeView, now: float, records: dict[str, Reservation]) -> None:
         fleet = self.fleet
         if view.node_id not in fleet.nodes:
             fleet.add_node(node_from_view(view))
         node = fleet.nodes[view.node_id]
+        if node.labels != view.labels:  # an operator set its trust labels (the node's own are not in the view)
+            fleet.set_labels(node.id, view.labels)
         healthy = view.status in ("healthy", "draining")
         if node.healthy != healthy:
             fleet.set_health(node.id, healthy)
@@ -495,7 +516,11 @@ class PoolService:
         for model in cached:
             fleet.cache_weights(node.id, model)
         reported = {r.replica_id: r for r in view.replicas}
+        claims: dict[str, Replica] = {}
         for replica in [r for r in fleet.replicas.values() if r.node_id == node.id]:
+            if replica.id.startswith(CLAIM_PREFIX):
+                claims[replica.id] = replica
+                continue
             report = reported.pop(replica.id, None)
             if report is not None:
                 self._unreported.pop(replica.id, None)
@@ -511,36 +536,103 @@ class PoolService:
                 continue
             placed_at = self._unreported.get(replica.id)
             if view.status != "lost" and placed_at is not None and now - placed_at < UNREPORTED_LOAD_GRACE_S:
-        if node.labels != view.labels:  # an operator set its trust labels (the node's own are not in the view)
-            fleet.set_labels(node.id, view.labels)
                 continue  # its load has not reached the node yet
-            self._forget_replica(replica.id)
-        for report in reported.values():
-            if report.replica_id in self._gone:
-                if not _listed_since(view, self._gone[report.replica_id][1]):
-                    continue
-                del self._gone[report.replica_id]
-                log.info(
-                    "node %s still runs replica %s, listed %.0fs or more after it was reported gone: serving it again",
-                    node.id,
-                    report.replica_id,
-                    GONE_CONFIRM_S,
-                )
-            if report.model not in fleet.models:
-                continue  # a model taken out of the catalogue: it serves nothing new and will be reaped
-            try:
-                fleet.add_replica(
-                    report.model, node.id, tuple(report.gpu_indexes), state=report.state, replica_id=report.replica_id
-                )
-            except (StaleDecision, ValueError, KeyError) as exc:
-                log.warning(
-                    "node %s reports replica %s that does not fit the fleet: %s", node.id, report.replica_id, exc
-                )
-                continue
-            self.idle_since.setdefault(report.replica_id, now)
+            # A lost node that comes back lists what it still runs: the record stays, so that is served again.
+            self._forget_replica(replica.id, keep_record=view.status == "lost")
+        news = [r for r in reported.values() if self._listed_again(view, r.replica_id)]
+        self._take_reports(view, news, claims, records, now)
         if view.status == "lost":
             for record in self.store.leases.release_node(node.id):
                 self._drop_lease(record.lease_id)
+
+    def _listed_again(self, view: NodeView, replica_id: str) -> bool:
+        """Whether a replica the node lists is news to the pool: not one reported gone, unless the node still lists
+        it well after (then it runs it)."""
+        if replica_id not in self._gone:
+            return True
+        if not _listed_since(view, self._gone[replica_id][1]):
+            return False
+        del self._gone[replica_id]
+        log.info(
+            "node %s still runs replica %s, listed %.0fs or more after it was reported gone: serving it again",
+            view.node_id,
+            replica_id,
+            GONE_CONFIRM_S,
+        )
+        return True
+
+    def _take_reports(
+        self,
+        view: NodeView,
+        reports: list[ReplicaView],
+        claims: dict[str, Replica],
+        records: dict[str, Reservation],
+        now: float,
+    ) -> None:
+        """Replicas a node lists that the fleet does not hold yet: served from when a pool's record proves them,
+        else held as its claims (`claims`: those held since the last sync, by claim id)."""
+        fleet, node_id = self.fleet, view.node_id
+        proven: list[tuple[ReplicaView, Reservation]] = []
+        unproven: dict[str, ReplicaView] = {}
+        for report in reports:
+            if report.model not in fleet.models:
+                continue  # a model taken out of the catalogue: it serves nothing new and will be reaped
+            record = records.get(report.replica_id)
+            if record is not None and _recorded(record, node_id, report):
+                proven.append((report, record))
+            else:
+                unproven[f"{CLAIM_PREFIX}{node_id}/{report.replica_id}"] = report
+        for claim_id, held in claims.items():  # claims gone, changed or proven now free their memory first
+            still = unproven.get(claim_id)
+            if still is None or held.model != still.model or sorted(held.devices) != sorted(still.gpu_indexes):
+                fleet.unload(claim_id)
+            else:
+                del unproven[claim_id]  # held as it was
+        for report, record in proven:
+            try:
+                fleet.add_replica(
+                    report.model,
+                    node_id,
+                    tuple(report.gpu_indexes),
+                    state=report.state,
+                    tenant=record.owner,  # an isolated tenant's replica serves it alone, after a restart too
+                    replica_id=report.replica_id,
+                )
+            except (StaleDecision, ValueError, KeyError) as exc:
+                log.warning(
+                    "node %s reports replica %s that does not fit the fleet: %s", node_id, report.replica_id, exc
+                )
+                continue
+            self.idle_since.setdefault(report.replica_id, now)
+        for claim_id, report in unproven.items():
+            # The node's word alone: its GPUs' memory is held (a node knows what runs on them), as a draining
+            # replica, which no lease, cap or scaling decision counts.
+            if claim_id not in claims:
+                log.warning(
+                    "node %s claims replica %s of %s on GPUs %s that no pool started: claimed, unproven; its memory"
+                    " is held and it gets no lease",
+                    node_id,
+                    report.replica_id,
+                    report.model,
+                    report.gpu_indexes,
+                )
+            try:
+                fleet.add_replica(
+                    report.model, node_id, tuple(report.gpu_indexes), state="draining", replica_id=claim_id
+                )
+            except (StaleDecision, ValueError, KeyError) as exc:
+                log.warning(
+                    "node %s claims replica %s that does not fit the fleet: %s", node_id, report.replica_id, exc
+                )
+
+    def claimed(self) -> list[tuple[str, str]]:
+        """(node, replica id) of every replica a node reports that no pool started: shown, never leased."""
+        with self._lock:
+            return sorted(
+                (r.node_id, r.id.removeprefix(f"{CLAIM_PREFIX}{r.node_id}/"))
+                for r in self.fleet.replicas.values()
+                if r.id.startswith(CLAIM_PREFIX)
+            )
 
     def _forget_node(self, node_id: str) -> None:
         """A node revoked or removed is no part of the fleet any more (one pending approval never was): as for a
@@ -555,9 +647,12 @@ class PoolService:
         self.fleet.remove_node(node_id)
         log.warning("node %s left the fleet (revoked or removed): its leases are released", node_id)
 
-    def _forget_replica(self, replica_id: str) -> None:
+    def _forget_replica(self, replica_id: str, *, keep_record: bool = False) -> None:
+        """Drop a replica from the fleet; its record (the reservation) goes too unless it may still run
+        (`keep_record`: its node went silent, or a step saw it fail), so the node may list it back."""
         self.fleet.unload(replica_id)
-        self.store.reservations.release(replica_id)
+        if not keep_record:
+            self.store.reservations.release(replica_id)
         self._foreign.pop(replica_id, None)
         self._others_loading.discard(replica_id)
         self._unreported.pop(replica_id, None)
@@ -685,6 +780,15 @@ def _listed_since(view: NodeView, gone_at: datetime) -> bool:
         return False
     beat = beat if beat.tzinfo else beat.replace(tzinfo=UTC)
     return beat - gone_at >= timedelta(seconds=GONE_CONFIRM_S)
+
+
+def _recorded(record: Reservation, node_id: str, report: ReplicaView) -> bool:
+    """Whether a pool's record of a load is the replica the node reports: same node, model and GPUs."""
+    return (
+        record.node_id == node_id
+        and record.model == report.model
+        and sorted(record.gpu_indexes) == sorted(report.gpu_indexes)
+    )
 
 
 def _placement_request(req: LeaseRequest, max_replicas: int, traffic_prompt_tokens: int = 0) -> PlacementRequest:

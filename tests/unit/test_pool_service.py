@@ -12,7 +12,7 @@ from orchestrator.config import BerthConfig
 from orchestrator.pool.feasibility import never_reason
 from orchestrator.pool.scaler import ScaleDown, ScaleUp
 from orchestrator.pool.service import GONE_CONFIRM_S, UNREPORTED_LOAD_GRACE_S, PoolService
-from orchestrator.store import Store
+from orchestrator.store import Reservation, Store
 from sdk import ModelEntry, ScalingPolicy
 from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 from sdk.wire.lease import LeaseRequest, NextStep, ReleaseLease
@@ -39,7 +39,10 @@ def join(
     capacity: str = "on-demand",
     cached: tuple[str, ...] = (),
     replicas: list[dict] | None = None,
+    started: bool = True,
 ) -> None:
+    """Register a node and send its first heartbeat; the replicas it lists are ones a pool started on it
+    (`started`: their loads are on record) unless told otherwise."""
     memory = {"H100-80GB": 81559, "L4-24GB": 23034, "A100-40GB": 40960}[gpus]
     store.fleet.register(
         NodeSpec.model_validate(
@@ -55,6 +58,8 @@ def join(
         ),
         SECRET,
     )
+    if started:
+        record_started(store, node_id, replicas or [])
     store.fleet.heartbeat(
         NodeHeartbeat.model_validate(
             {
@@ -65,6 +70,20 @@ def join(
         ),
         SECRET,
     )
+
+
+def record_started(store: Store, node_id: str, replicas: list[dict], pool_id: str = "") -> None:
+    """A pool's record of each replica's load (its GPU reservation), as the pool that started it keeps one: a
+    replica a node reports is served from only with one. Ids already on record are left as they are."""
+    known = {r.replica_id for r in store.reservations.list()}
+    for r in replicas:
+        if r["replica_id"] in known:
+            continue
+        model = store.models.get(r["model"])
+        gib = model.entry.weights_gib + model.entry.kv_headroom_gib if model is not None else 0.0
+        devices = tuple(r["gpu_indexes"])
+        wanted = Reservation(r["replica_id"], node_id, r["model"], devices, gib / len(devices), None, pool_id)
+        assert store.reservations.reserve(wanted, dict.fromkeys(devices, 1e6), lambda _: 0.0, UNREPORTED_LOAD_GRACE_S)
 
 
 def req(task: str, step: int = 1, model: str = "llama-3.1-8b", **fields: object) -> LeaseRequest:

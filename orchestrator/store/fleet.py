@@ -239,11 +239,6 @@ class SqlFleet:
             session.commit()
             return node_view(session, row)
 
-    def drain(self, node_id: str) -> NodeView:
-        """Stop placing new work on the node; what runs there finishes (the node drains its replicas)."""
-        return self._set_draining(node_id, True)
-
-    def undrain(self, node_id: str) -> NodeView:
     def set_trust(self, node_id: str, labels: dict[str, str]) -> NodeView:
         """An operator's trust labels for the node (`TRUST_LABELS` only), replacing those set before.
 
@@ -263,6 +258,11 @@ class SqlFleet:
             session.commit()
             return node_view(session, row)
 
+    def drain(self, node_id: str) -> NodeView:
+        """Stop placing new work on the node; what runs there finishes (the node drains its replicas)."""
+        return self._set_draining(node_id, True)
+
+    def undrain(self, node_id: str) -> NodeView:
         return self._set_draining(node_id, False)
 
     def authenticate(self, node_id: str, node_secret: str | None) -> None:
@@ -435,6 +435,12 @@ def node_view(session: Session, row: NodeRow) -> NodeView:
     )
 
 
+def labels_of(spec: NodeSpec, row: NodeRow) -> dict[str, str]:
+    """The node's labels as the fleet reads them: its own, but a trust label only as an operator set it."""
+    own = {key: value for key, value in spec.labels.items() if key not in TRUST_LABELS}
+    return {**own, **json.loads(row.trust_labels_json or "{}")}
+
+
 def _spec(row: NodeRow) -> NodeSpec:
     return NodeSpec.model_validate_json(row.spec_json)
 
@@ -448,12 +454,6 @@ def _replica_view(row: ReplicaRow, spec: NodeSpec) -> ReplicaView:
         model=row.model,
         gpu_indexes=json.loads(row.gpu_indexes_json),
         state=row.state,
-def labels_of(spec: NodeSpec, row: NodeRow) -> dict[str, str]:
-    """The node's labels as the fleet reads them: its own, but a trust label only as an operator set it."""
-    own = {key: value for key, value in spec.labels.items() if key not in TRUST_LABELS}
-    return {**own, **json.loads(row.trust_labels_json or "{}")}
-
-
         outstanding_tokens=row.outstanding_tokens,
         active_leases=row.active_leases,
         updated_at=row.updated_at,

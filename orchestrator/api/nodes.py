@@ -42,6 +42,7 @@ from sdk.wire.fleet import (
 )
 
 from ..node.gpu_types import GPU_TYPES, known_types
+from ..store.fleet import NodeRevoked
 from .auth import Caller, Operator
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
 from .node_revocation import revoke_node
@@ -232,6 +233,8 @@ async def _call_async(call: Awaitable[T]) -> T:
     except Conflict as exc:
         raise conflict(exc.message, field=exc.field) from None
     except Unauthorized as exc:
-        raise ApiError(exc.status_code or 401, exc.message, field=exc.field) from None
+        # Only the revoked node's own agent is told so (fleet.py), by a code it can stop on without reading words.
+        code = "revoked" if isinstance(exc, NodeRevoked) else None
+        raise ApiError(exc.status_code or 401, exc.message, field=exc.field, code=code) from None
     except InvalidSpec as exc:
         raise invalid(exc.field, exc.message) from None

@@ -3,9 +3,10 @@
 Why the errors are split as they are: a refused join token will never start working, so the
 agent stops with one clear line; a control plane that is not up yet (both started by the same
 `berth up`, or a rolling restart) will, so connection errors are retried for a while; a
-heartbeat for a node the control plane does not know (it lost its database) means the node
-must join again, under the same id and secret; and a heartbeat whose secret is refused means the
-node was revoked, which no retry undoes: the agent stops, with one clear line.
+heartbeat whose secret is refused (the control plane lost its database, or dropped the node: it
+answers both like a wrong secret, so strangers cannot map node ids) means the node must join
+again, under the same id and secret; and a heartbeat refused as revoked (told only to the node
+that held the secret) is what no retry undoes: the agent stops, with one clear line.
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ class CredentialRefused(ControlPlaneError):
 
 class ControlPlaneUnreachable(ControlPlaneError):
     """No answer from the control plane within the wait allowed."""
+
+
+def _code(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    return error.get("code") if isinstance(error, dict) else None
 
 
 def _message(response: httpx.Response) -> str:
@@ -109,8 +119,8 @@ class ControlPlane:
             raise ControlPlaneError(f"registration of node {registration.node_id!r} refused: {_message(response)}")
 
     async def heartbeat(self, beat: NodeHeartbeat, node_secret: str) -> NodeView:
-        """Send one heartbeat; `NodeUnknown` when the control plane no longer knows the node, `CredentialRefused`
-        when it refuses the node's secret.
+        """Send one heartbeat; `NodeUnknown` when the control plane does not take the node's secret (it forgot the
+        node, or never knew it: the node joins again), `CredentialRefused` when it says the node was revoked.
 
         Connection errors propagate: the agent's loop logs them and tries at the next beat.
         """
@@ -121,7 +131,7 @@ class ControlPlane:
         )
         if response.status_code == 200:
             return NodeView.model_validate(response.json())
-        if response.status_code == 404:
+        if response.status_code == 404 or (response.status_code == 401 and _code(response) != "revoked"):
             raise NodeUnknown(f"the control plane does not know node {beat.node_id!r}: {_message(response)}")
         if response.status_code == 401:
             raise CredentialRefused(

@@ -94,6 +94,11 @@ class NodeNotApproved(Unauthorized):
         )
 
 
+# A revoked node's secret hash is kept behind this mark: no secret hashes to the marked value, so it proves nothing,
+# but the node that held the secret can be told it was revoked while any other caller hears only "wrong secret".
+REVOKED_MARK = "revoked:"
+
+
 def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -331,23 +336,31 @@ _Credentials = TypeVar("_Credentials", NodeRow, Row)
 
 
 def _check_credentials(node_id: str, row: _Credentials | None, node_secret: str | None) -> _Credentials:
-    """Refuse an id never registered (NodeNotFound), a revoked node (NodeRevoked) and a missing or wrong secret
-    (NodeSecretRefused); the row, once it passed."""
-    if row is None:
-        raise NodeNotFound(node_id)
-    if row.admission == "revoked":
+    """The row, once `node_secret` proved it; else NodeSecretRefused (401), the same for an id never registered
+    as for a known one, so a caller without the node's secret cannot map which ids exist. Only the holder of a
+    revoked node's former secret is told it was revoked (NodeRevoked), so its agent stops instead of rejoining."""
+    if row is not None and proves(row, node_secret):
+        return row
+    if row is not None and held_before_revocation(row, node_secret):
         raise NodeRevoked(node_id)
-    if not proves(row, node_secret):
-        raise NodeSecretRefused(node_id)
-    return row
+    raise NodeSecretRefused(node_id)
 
 
 def proves(row: NodeRow | Row, node_secret: str | None) -> bool:
-    """Does `node_secret` prove the caller is the node of `row`? Never for a revoked one (its hash is "")."""
+    """Does `node_secret` prove the caller is the node of `row`? Never for a revoked one (its hash is marked)."""
     return (
         bool(node_secret)
         and bool(row.secret_sha256)
         and hmac.compare_digest(row.secret_sha256, secret_hash(node_secret or ""))
+    )
+
+
+def held_before_revocation(row: NodeRow | Row, node_secret: str | None) -> bool:
+    """Was `node_secret` the secret of the node `row`, revoked since? (Its hash is kept behind REVOKED_MARK.)"""
+    return (
+        bool(node_secret)
+        and row.secret_sha256.startswith(REVOKED_MARK)
+        and hmac.compare_digest(row.secret_sha256, REVOKED_MARK + secret_hash(node_secret or ""))
     )
 
 

@@ -31,7 +31,16 @@ from sqlmodel import Session, col, select
 from sdk import Conflict, Unauthorized
 from sdk.wire.fleet import NodeAdmission, NodeSpec, NodeView
 
-from .fleet import NodeConflict, NodeNotFound, new_node_row, node_view, proves, restatus, write_spec
+from .fleet import (
+    REVOKED_MARK,
+    NodeConflict,
+    NodeNotFound,
+    new_node_row,
+    node_view,
+    proves,
+    restatus,
+    write_spec,
+)
 from .tables import (
     GpuReservationRow,
     LeaseRow,
@@ -185,7 +194,7 @@ class SqlNodeAdmission:
         are dropped as a lost node's are, and placement never uses it. The pool releases its leases."""
         with Session(self._engine) as session:
             row = _existing(session, node_id)
-            row.admission, row.secret_sha256 = "revoked", ""
+            row.admission, row.secret_sha256 = "revoked", REVOKED_MARK + row.secret_sha256.removeprefix(REVOKED_MARK)
             _void_tokens(session, node_id)
             session.exec(delete(ReplicaRow).where(col(ReplicaRow.node_id) == node_id))
             restatus(row, _gpus(session, node_id))

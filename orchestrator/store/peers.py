@@ -93,7 +93,7 @@ class SqlPeers:
         """Where to follow node `node_id`'s generations; None for a node without a peer server, or revoked."""
         with Session(self._engine) as session:
             row = session.get(NodeRow, node_id)
-            if row is None or row.peer_port is None or not row.secret_sha256:
+            if row is None or row.peer_port is None or row.admission == "revoked" or not row.secret_sha256:
                 return None
             return WritingSource(node_id, _peer_url(row), row.secret_sha256)
 

@@ -234,9 +234,9 @@ def test_a_wrong_secret_is_refused_and_writes_nothing(app, node_secret: str, lea
 
 def test_an_unknown_node_is_refused_and_writes_nothing(app, node_secret: str, leased: None, store: Store) -> None:
     with RemoteStepBooks("http://berth", "ghost", lambda: node_secret, transport=SyncAsgi(app)) as ghost:
-        with pytest.raises(StepBooksRefused, match="node 'ghost' is not registered") as refused:
-            ghost.settle(STEP, call())
-        assert refused.value.status == 404 and not refused.value.permanent
+        with pytest.raises(StepBooksRefused, match="secret of 'ghost' is missing or wrong") as refused:
+            ghost.settle(STEP, call())  # as for a known node: a stranger cannot map node ids
+        assert refused.value.status == 401 and not refused.value.permanent
     assert store.events.read("t1") == [] and store.ledger.entries("t1") == []
 
 

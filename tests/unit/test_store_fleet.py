@@ -125,7 +125,7 @@ def test_an_unhealthy_gpu_makes_the_node_unhealthy(store: Store) -> None:
 
 
 def test_heartbeats_of_unknown_nodes_wrong_secrets_and_unknown_gpus_are_refused(store: Store) -> None:
-    with pytest.raises(NodeNotFound):
+    with pytest.raises(NodeSecretRefused):  # an unknown id is refused as a wrong secret: ids stay unmapped
         store.fleet.heartbeat(beat("ghost"), SECRET)
     store.fleet.register(spec(), SECRET)
     with pytest.raises(NodeSecretRefused):

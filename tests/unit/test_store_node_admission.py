@@ -19,6 +19,7 @@ from orchestrator.store import (
     NodeNotApproved,
     NodeNotFound,
     NodeRevoked,
+    NodeSecretRefused,
     Store,
 )
 from orchestrator.store.node_admission import TOKEN_PREFIX
@@ -117,10 +118,14 @@ def test_revocation_kills_the_secret_and_the_tokens_and_removal_forgets_the_node
     )
     revoked = store.node_admission.revoke("gpu-1")
     assert revoked.status == "revoked" and revoked.replicas == []
-    for presented in (joined.node_secret, None, "guess"):
-        with pytest.raises(NodeRevoked):
+    with pytest.raises(NodeRevoked):  # its own former secret is told so...
+        store.fleet.authenticate("gpu-1", joined.node_secret)
+    with pytest.raises(NodeRevoked):
+        store.fleet.heartbeat(beat(), joined.node_secret)
+    for presented in (None, "guess"):  # ...anyone else hears what an unknown id hears
+        with pytest.raises(NodeSecretRefused):
             store.fleet.authenticate("gpu-1", presented)
-        with pytest.raises(NodeRevoked):
+        with pytest.raises(NodeSecretRefused):
             store.fleet.heartbeat(beat(), presented)
     assert store.fleet.mark_lost_after(0, now=utcnow() + timedelta(hours=1)) == []  # revoked is not lost
     with pytest.raises(Conflict, match="revoked"):

@@ -34,7 +34,7 @@ from orchestrator.api import TemporalGateway
 from orchestrator.api import steps as routes
 from orchestrator.config import BerthConfig
 from orchestrator.server import create_app
-from orchestrator.store import LeaseRecord, Store
+from orchestrator.store import CallReservation, LeaseRecord, Store
 from sdk import AgentSpec, Message, Spend, TaskState, TaskStatus, ToolSpec
 from sdk.wire.lease import StepLimits, StepPlacement
 from sdk.wire.step_books import BookInterruptedRequest, DeadAttemptBody, PrepareStepRequest, SettleStepRequest
@@ -132,6 +132,8 @@ def leased_tasks(store: Store, count: int) -> list[tuple[str, object]]:
                 limits=StepLimits(max_tokens=500, token_allowance=4000, first_attempt=1, last_attempt=100),
             )
         )
+        # Attempt 1 started and died (the timed calls are attempt 2's: it books attempt 1's tokens as lost).
+        store.leases.reserve_call(f"lease-{i}", CallReservation(prompt_tokens=20, max_tokens=500), 1)
         tasks.append((f"lease-{i}", root))
     return tasks
 
@@ -148,7 +150,12 @@ def calls(svc: object, secret: str, lease_id: str, root: object) -> list[tuple[s
         queue_wait_s=0.2,
     )
     return [
-        ("prepare", lambda: routes.prepare(NODE, PrepareStepRequest(lease_id=lease_id, checkpoint=root), svc, secret)),
+        (
+            "prepare",
+            lambda: routes.prepare(
+                NODE, PrepareStepRequest(lease_id=lease_id, attempt=2, checkpoint=root), svc, secret
+            ),
+        ),
         (
             "interrupted",
             lambda: routes.book_interrupted(

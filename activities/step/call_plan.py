@@ -38,7 +38,7 @@ def plan_call(
 ) -> PlannedCall:
     """Read the conversation (through the books: a node gets only the task's current checkpoint), count its prompt
     and size the answer: the step's room, less what the allowance must keep for the prompt and for dead attempts."""
-    prepared = books.prepare(step, inp.checkpoint, inp.pending, inp.instructions, inp.tools)
+    prepared = books.prepare(step, inp.checkpoint, inp.pending, inp.instructions, inp.tools, attempt=progress.attempt)
     messages = [m.to_openai() for m in prepared.messages]
     if inp.instructions:
         messages.insert(0, {"role": "system", "content": inp.instructions})

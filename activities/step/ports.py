@@ -97,10 +97,14 @@ class StepBooks(Protocol):
         pending: PendingStep | None,
         instructions: str | None = None,
         tools: list[dict[str, Any]] | None = None,
+        *,
+        attempt: int = 1,
     ) -> PreparedStep:
         """Write `pending` (checkpoint, task state, step event) when given, then read the conversation.
         A node never writes: its step's predecessor was written beside the store before the lease. The call's
-        own `instructions` and `tools` go with a node's prepare, so the prompt reserved is the one it sends."""
+        own `instructions` and `tools` go with a node's prepare, so the prompt reserved is the one it sends; so
+        does the `attempt` it prepares, which the control plane records: it books only for attempts it saw
+        start."""
         ...
 
     def settle(self, step: StepRef, call: CallReport) -> Settled:

@@ -49,8 +49,11 @@ class StoreStepBooks:
         pending: PendingStep | None,
         instructions: str | None = None,
         tools: list[dict[str, Any]] | None = None,
+        *,
+        attempt: int = 1,
     ) -> PreparedStep:
-        """The control queue's step counts its own prompt (`plan_call`): no reservation, so no extras to count."""
+        """The control queue's step counts its own prompt (`plan_call`): no reservation, so no extras to count and no
+        attempt to record."""
         if pending is not None:
             with self._steps_in() as records:
                 checkpoint = record_step(records, step.task_id, checkpoint, pending)

@@ -1,19 +1,25 @@
 """What a GPU node may book under the lease it holds: the checks and the arithmetic, with no I/O.
 
 A node is trusted to run a step's model call, not with money: everything it books is bounded by
-what the step's workflow set on the lease (`StepLimits`) and by what the control plane reserved
-once it had counted the step's prompt itself (`CallReservation`). So whatever a node says:
-- its answer is at most the tokens granted, its prompt at most what was reserved for it;
+what the step's workflow set on the lease (`StepLimits`) and by what the control plane saw happen
+under it: the attempts it saw prepared, each with what it reserved once it had counted the prompt
+itself (`CallReservation`). So whatever a node says:
+- it books only for attempts that started: a call settles, and a dead attempt's tokens are lost or
+  kept, only under an attempt a node prepared (of its own placement for a call, of its round for a
+  dead attempt: the placement that takes a step over books what the cut one wrote);
+- an attempt wrote at most its grant: its answer, and what it wrote before dying, together;
+  its prompt is at most what was reserved for it;
 - everything a round of the step books (the call, and the tokens of attempts that died before it)
   stays within the allowance the workflow gave the round, so the task's `used <= limit` holds;
-- it books only under attempt numbers of its own placement (its round's, for dead attempts);
 - the price is the catalogue's, computed here.
+What is left to a node's word is how much of each started attempt's grant it wrote: the control
+plane cannot see its engine stream.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from sdk.wire.lease import BookedRound, StepLimits
 from sdk.wire.ledger import KEPT, LOST, SETTLED, LedgerEntry, booked_round
@@ -39,9 +45,11 @@ class BookingRefused(Exception):
 
 @dataclass(frozen=True)
 class Round:
-    """What a round of a step has booked so far."""
+    """What a round of a step has booked so far, and the attempts of it the control plane saw prepared, with what
+    it reserved for each."""
 
     entries: list[LedgerEntry]
+    prepared: Mapping[int, CallReservation] = field(default_factory=dict)
 
     @property
     def totals(self) -> BookedRound:
@@ -49,6 +57,10 @@ class Round:
 
     def has(self, attempt: int, kind: str) -> bool:
         return any(e.attempt == attempt and e.kind == kind for e in self.entries)
+
+    def written(self, attempt: int) -> int:
+        """Answer tokens booked for one attempt: its settled answer, and what it wrote before dying (lost, kept)."""
+        return sum(e.completion_tokens for e in self.entries if e.attempt == attempt)
 
 
 def reserve_call(
@@ -68,22 +80,16 @@ def reserve_call(
     return CallReservation(prompt_tokens=prompt, max_tokens=max(0, max_tokens))
 
 
-def check_settle(
-    limits: StepLimits,
-    reservation: CallReservation | None,
-    booked: Round,
-    req: SettleStepRequest,
-    prices: Prices | None,
-) -> float:
+def check_settle(limits: StepLimits, booked: Round, req: SettleStepRequest, prices: Prices | None) -> float:
     """The call's price when the lease allows booking it; BookingRefused naming the field otherwise."""
-    if reservation is None:
-        raise BookingRefused("lease_id", "nothing was reserved for this lease's call: prepare it first")
     _check_attempt(req.attempt, limits.first_attempt, limits.last_attempt, "attempt")
-    if req.completion_tokens > reservation.max_tokens:
-        raise BookingRefused(
-            "completion_tokens",
-            f"{req.completion_tokens} answer tokens, but the lease granted {reservation.max_tokens}",
-        )
+    reservation = booked.prepared.get(req.attempt)
+    if reservation is None:
+        raise BookingRefused("attempt", f"nothing was reserved for attempt {req.attempt}'s call: prepare it first")
+    before = booked.written(req.attempt)  # booked as written by this attempt before: not by an honest node
+    if req.completion_tokens + before > reservation.max_tokens:
+        told = f"{req.completion_tokens} answer tokens, but attempt {req.attempt} was granted {reservation.max_tokens}"
+        raise BookingRefused("completion_tokens", told + (f", {before} of them booked already" if before else ""))
     if req.prompt_tokens + req.completion_tokens > reservation.tokens:
         raise BookingRefused(
             "prompt_tokens",
@@ -108,19 +114,28 @@ def check_settle(
 def check_dead(
     limits: StepLimits, booked: Round, entries: Iterable[DeadAttemptBody], prices: Prices | None
 ) -> list[DeadAttemptBody]:
-    """The dead attempts' entries not booked yet, when the lease allows booking them all."""
+    """The dead attempts' entries not booked yet, when the lease allows booking them all: each names an attempt of the
+    round that was prepared, and what each attempt wrote (lost, kept, and any answer it settled) fits its grant."""
     new: list[DeadAttemptBody] = []
     for i, entry in enumerate(entries):
         _check_attempt(entry.attempt, limits.round_first_attempt, limits.last_attempt, f"entries.{i}.attempt")
-        if entry.tokens > limits.max_tokens:
+        reservation = booked.prepared.get(entry.attempt)
+        if reservation is None:
             raise BookingRefused(
-                f"entries.{i}.tokens",
-                f"attempt {entry.attempt} cannot have generated {entry.tokens}"
-                f" tokens: the step's answers are at most {limits.max_tokens}",
+                f"entries.{i}.attempt",
+                f"attempt {entry.attempt} never started: no call was prepared for it in this step's round",
             )
         kind = LOST if entry.kind == "lost" else KEPT
-        if not booked.has(entry.attempt, kind) and all((e.attempt, e.kind) != (entry.attempt, entry.kind) for e in new):
-            new.append(entry)
+        if booked.has(entry.attempt, kind) or any((e.attempt, e.kind) == (entry.attempt, entry.kind) for e in new):
+            continue  # booked already: a retried booking
+        written = booked.written(entry.attempt) + sum(e.tokens for e in new if e.attempt == entry.attempt)
+        if written + entry.tokens > reservation.max_tokens:
+            raise BookingRefused(
+                f"entries.{i}.tokens",
+                f"attempt {entry.attempt} cannot have written {written + entry.tokens} tokens:"
+                f" it was granted {reservation.max_tokens}",
+            )
+        new.append(entry)
     tokens = sum(e.tokens for e in new)
     _check_within(limits, booked.totals, tokens, generated_cost(prices, tokens))
     return new

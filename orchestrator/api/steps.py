@@ -6,9 +6,11 @@ A node has no database, so the LLM step activity running there does its bookkeep
 attempts only. A node may lie, so each route acts only on the lease the node holds right now:
 - the node presents its node secret, and names a lease the store says it holds;
 - `prepare` returns only the task's current checkpoint (its id and hash checked against the store),
-  counts its prompt here and grants the answer tokens the lease's limits leave;
-- `settle` and `interrupted` book under the lease's task and step, within what was reserved and
-  allowed (orchestrator/api/lease_books.py), priced from the catalogue, with an event built here;
+  counts its prompt here, grants the answer tokens the lease's limits leave, and records the attempt
+  it prepares with that reservation: the evidence that attempt started;
+- `settle` and `interrupted` book under the lease's task and step, only for attempts prepared, within
+  what was reserved and allowed (orchestrator/api/lease_books.py), priced from the catalogue, with an
+  event built here;
 - a node writes no task state: a step's predecessor is written beside the store before the lease.
 """
 
@@ -26,7 +28,7 @@ from sdk import Message, NotFound, Unauthorized
 from sdk.wire.builtins import tools_offered
 from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.lease import call_extras_digest
-from sdk.wire.ledger import KEPT, LOST, SETTLED, DeadTokens
+from sdk.wire.ledger import KEPT, LOST, SETTLED, DeadTokens, LedgerEntry, booked_round
 from sdk.wire.prices import Prices, generated_cost
 from sdk.wire.step_books import (
     BookedRequest,
@@ -70,10 +72,17 @@ async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: 
                 409, f"checkpoint {req.checkpoint.id} is not task {lease.task_id!r}'s current one", field="checkpoint"
             )
         assert lease.limits is not None
+        if not lease.limits.first_attempt <= req.attempt <= lease.limits.last_attempt:
+            raise invalid(
+                "attempt",
+                f"attempt {req.attempt} is not one this lease runs"
+                f" (attempts {lease.limits.first_attempt} to {lease.limits.last_attempt})",
+            )
         messages, tools = _prompt_of(store, lease, current.messages, req)
         counted = count_prompt(messages, tools, _tokenizer(svc, lease.model))
-        reservation = reserve_call(lease.limits, _round(store, lease).totals, counted, _prices(svc, lease.model))
-        if store.leases.reserve_call(lease.lease_id, reservation) is None:
+        booked = booked_round(_entries(store, lease))  # its totals: a reservation needs no attempt's record
+        reservation = reserve_call(lease.limits, booked, counted, _prices(svc, lease.model))
+        if store.leases.reserve_call(lease.lease_id, reservation, req.attempt) is None:
             raise NoLease(node_id)
         return PreparedStepBody(checkpoint=current.ref, messages=current.messages, max_tokens=reservation.max_tokens)
 
@@ -93,7 +102,7 @@ async def settle(node_id: str, req: SettleStepRequest, svc: Svc, node_secret: No
                 recorded=False,
                 cost_usd=next(e.cost_usd for e in booked.entries if (e.attempt, e.kind) == (req.attempt, SETTLED)),
             )
-        cost = check_settle(lease.limits, lease.reservation, booked, req, prices)
+        cost = check_settle(lease.limits, booked, req, prices)
         totals = booked.totals
         placement = None
         if req.placement is not None:  # its timings are the node's word; where it ran is the lease's
@@ -130,7 +139,8 @@ async def booked(node_id: str, req: BookedRequest, svc: Svc, node_secret: NodeSe
 
     def run(lease: LeaseRecord, store: Store) -> list[LedgerEntryBody]:
         return [
-            LedgerEntryBody(**dataclasses.asdict(e)) for e in booked_settled(_round(store, lease), req.before_attempt)
+            LedgerEntryBody(**dataclasses.asdict(e))
+            for e in booked_settled(Round(_entries(store, lease)), req.before_attempt)
         ]
 
     return await _call(svc, node_id, node_secret, req.lease_id, run)
@@ -173,7 +183,15 @@ def _step_of(lease: LeaseRecord) -> StepRef:
 
 def _round(store: Store, lease: LeaseRecord) -> Round:
     assert lease.limits is not None
-    return Round(store.ledger.round_entries(lease.task_id, lease.step, lease.limits.round_first_attempt))
+    return Round(
+        _entries(store, lease),
+        store.leases.prepared_attempts(lease.task_id, lease.step, lease.limits.round_first_attempt),
+    )
+
+
+def _entries(store: Store, lease: LeaseRecord) -> list[LedgerEntry]:
+    assert lease.limits is not None
+    return store.ledger.round_entries(lease.task_id, lease.step, lease.limits.round_first_attempt)
 
 
 def _prices(svc: Services, model: str) -> Prices | None:

@@ -98,6 +98,8 @@ class RemoteStepBooks:
         pending: PendingStep | None,
         instructions: str | None = None,
         tools: list[dict[str, Any]] | None = None,
+        *,
+        attempt: int = 1,
     ) -> PreparedStep:
         if pending is not None:
             raise ValueError(
@@ -108,7 +110,11 @@ class RemoteStepBooks:
             self._post(
                 "prepare",
                 PrepareStepRequest(
-                    lease_id=_lease(step), checkpoint=checkpoint, instructions=instructions, tools=tools or []
+                    lease_id=_lease(step),
+                    attempt=attempt,
+                    checkpoint=checkpoint,
+                    instructions=instructions,
+                    tools=tools or [],
                 ),
                 f"preparing step {step.step} of task {step.task_id!r}",
             )

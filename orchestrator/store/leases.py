@@ -6,6 +6,8 @@ lease is deleted when its step releases it, or with its node when the node is lo
 A lease is also what a GPU node's bookkeeping is checked against: it names the one step the node
 may read and book right now, the limits the step's workflow set (`StepLimits`), and, once the
 control plane has counted the step's prompt, what it reserved for the call (`CallReservation`).
+Each attempt a node prepares is kept too, with its reservation (`step_attempts`), beyond the lease:
+what a step's round may book for an attempt is bounded by whether it started and what it was granted.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from sqlmodel import Session, col, select
 from sdk.wire.lease import StepLimits
 
 from .connections import connected
-from .tables import LeaseRow, table_of
+from .tables import LeaseRow, StepAttemptRow, table_of, utcnow
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class LeaseRecord:
 
 
 _LEASES = table_of(LeaseRow)
+_ATTEMPTS = table_of(StepAttemptRow)
 # A node's prepare and settle read the lease they name and prepare writes its reservation: built once.
 _GET = sa.select(_LEASES).where(_LEASES.c.lease_id == bindparam("lease_id"))
 _RESERVE = (
@@ -64,6 +67,18 @@ _RESERVE = (
     .where(_LEASES.c.lease_id == bindparam("lease"))
     .values(reservation_json=bindparam("reservation_json"))
     .returning(*_LEASES.columns)
+)
+_KEY = ("task_id", "step", "attempt")
+_RECORD_ATTEMPT = sa.insert(_ATTEMPTS)
+_FORGET_ATTEMPT = delete(_ATTEMPTS).where(*(_ATTEMPTS.c[k] == bindparam(k) for k in _KEY))
+_PREPARED = (
+    sa.select(_ATTEMPTS.c.attempt, _ATTEMPTS.c.prompt_tokens, _ATTEMPTS.c.max_tokens)
+    .where(
+        _ATTEMPTS.c.task_id == bindparam("task_id"),
+        _ATTEMPTS.c.step == bindparam("step"),
+        _ATTEMPTS.c.attempt >= bindparam("from_attempt"),
+    )
+    .order_by(_ATTEMPTS.c.attempt)
 )
 
 
@@ -90,16 +105,38 @@ class SqlLeases:
             row = connection.execute(_GET, {"lease_id": lease_id}).first()
         return _record(row) if row is not None else None
 
-    def reserve_call(self, lease_id: str, reservation: CallReservation) -> LeaseRecord | None:
-        """Keep what was reserved for the lease's call (a prepare retried later replaces it); None when the lease
-        is gone (released meanwhile)."""
+    def reserve_call(self, lease_id: str, reservation: CallReservation, attempt: int) -> LeaseRecord | None:
+        """Keep what was reserved for the lease's call, as its latest and as `attempt`'s (a prepare of that attempt
+        retried later replaces it); None, keeping nothing, when the lease is gone (released meanwhile)."""
         with connected(self._engine) as connection:
             # One conditional UPDATE: a lease released meanwhile (its node lost, its step released) matches
             # nothing, where a read-then-write would fail on the vanished row.
             row = connection.execute(
                 _RESERVE, {"lease": lease_id, "reservation_json": json.dumps(dataclasses.asdict(reservation))}
             ).first()
-        return _record(row) if row is not None else None
+            if row is None:
+                return None
+            # Delete, then insert: one statement pair both dialects run alike, inside the caller's transaction.
+            key = {"task_id": row.task_id, "step": row.step, "attempt": attempt}
+            connection.execute(_FORGET_ATTEMPT, key)
+            connection.execute(
+                _RECORD_ATTEMPT,
+                {
+                    **key,
+                    "lease_id": lease_id,
+                    "prompt_tokens": reservation.prompt_tokens,
+                    "max_tokens": reservation.max_tokens,
+                    "prepared_at": utcnow(),
+                },
+            )
+        return _record(row)
+
+    def prepared_attempts(self, task_id: str, step: int, from_attempt: int) -> dict[int, CallReservation]:
+        """The attempts of a step, from `from_attempt` on (a round), that a node prepared under any lease, with what
+        was reserved for each: whether a lease's attempt started, and the most it could have written."""
+        with connected(self._engine) as connection:
+            rows = connection.execute(_PREPARED, {"task_id": task_id, "step": step, "from_attempt": from_attempt}).all()
+        return {r.attempt: CallReservation(prompt_tokens=r.prompt_tokens, max_tokens=r.max_tokens) for r in rows}
 
     def for_step(self, task_id: str, step: int) -> LeaseRecord | None:
         with Session(self._engine) as session:

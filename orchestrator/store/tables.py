@@ -388,6 +388,23 @@ class LeaseRow(SQLModel, table=True):
     reservation_json: str | None = Field(default=None, sa_type=Text)
 
 
+class StepAttemptRow(SQLModel, table=True):
+    """An attempt of a leased step that a node prepared, and what the control plane reserved for it: the evidence a
+    node's later bookings of that attempt are checked against (it started, and could have written at most its
+    grant). Kept after the lease is released, for the placement that takes the step over books its dead attempts.
+    """
+
+    __tablename__ = "step_attempts"
+
+    task_id: str = Field(primary_key=True)
+    step: int = Field(primary_key=True, sa_type=Int64)
+    attempt: int = Field(primary_key=True, sa_type=Int64)
+    lease_id: str
+    prompt_tokens: int = Field(sa_type=Int64)
+    max_tokens: int = Field(sa_type=Int64)
+    prepared_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+
+
 class GpuReservationRow(SQLModel, table=True):
     """GPU memory a pool took for a replica it started, checked against every pool's under the node's lock.
 

@@ -35,6 +35,12 @@ class PrepareStepRequest(BaseModel):
     model_config = _STRICT
 
     lease_id: str = LEASE_ID
+    attempt: int = Field(
+        ge=1,
+        le=MAX_STORED_INT,
+        description="the attempt about to call the model: the control plane records it with what it reserved, and"
+        " books under this step's round only for attempts it saw prepared",
+    )
     checkpoint: CheckpointRef = Field(description="the task's current checkpoint, as the step's input names it")
     instructions: str | None = Field(
         default=None,

@@ -183,10 +183,12 @@ def test_settle_books_once_at_the_catalogues_price_and_announces_where_it_ran(
 
 
 def test_booked_and_book_interrupted_serve_a_retried_attempt(books: RemoteStepBooks, store: Store) -> None:
-    books.prepare(STEP, root(store), None)
+    start = root(store)
+    books.prepare(STEP, start, None)
     books.settle(STEP, call(attempt=1))
     assert [e.attempt for e in books.booked(STEP, before_attempt=2)] == [1]
     assert books.booked(STEP, before_attempt=1) == []
+    books.prepare(STEP, start, None, attempt=3)  # attempt 3 started, wrote 40 tokens and died unheard
     lost = [DeadTokens(3, "lost", 40, 0.0)]
     books.book_interrupted(STEP, lost)
     books.book_interrupted(STEP, lost)

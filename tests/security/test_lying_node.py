@@ -122,8 +122,8 @@ def post(node: httpx.Client, route: str, body: dict) -> httpx.Response:
     return node.post(f"/v1/nodes/{NODE}/steps/{route}", json=body)
 
 
-def prepared(node: httpx.Client, world: dict) -> dict:
-    answer = post(node, "prepare", {"lease_id": "lease-a", "checkpoint": world["t-a"].model_dump()})
+def prepared(node: httpx.Client, world: dict, attempt: int = 101) -> dict:
+    answer = post(node, "prepare", {"lease_id": "lease-a", "attempt": attempt, "checkpoint": world["t-a"].model_dump()})
     assert answer.status_code == 200, answer.text
     return answer.json()
 
@@ -152,19 +152,22 @@ def nothing_booked(store: Store) -> bool:
 
 
 def test_a_node_reads_only_the_current_checkpoint_of_the_task_it_leases_now(node, world, store: Store) -> None:
-    stolen = post(node, "prepare", {"lease_id": "lease-a", "checkpoint": world["t-b"].model_dump()})
+    stolen = post(node, "prepare", {"lease_id": "lease-a", "attempt": 101, "checkpoint": world["t-b"].model_dump()})
     assert stolen.status_code == 409 and error_of(stolen)["field"] == "checkpoint"
     assert "merger" not in stolen.text
     forged = world["t-a"].model_copy(update={"hash": "0" * 16})
-    assert post(node, "prepare", {"lease_id": "lease-a", "checkpoint": forged.model_dump()}).status_code == 409
+    assert (
+        post(node, "prepare", {"lease_id": "lease-a", "attempt": 101, "checkpoint": forged.model_dump()}).status_code
+        == 409
+    )
     # Another node's lease, a made-up one: as if the node held none.
     for lease_id in ("lease-b", "lease-nope"):
-        refused = post(node, "prepare", {"lease_id": lease_id, "checkpoint": world["t-b"].model_dump()})
+        refused = post(node, "prepare", {"lease_id": lease_id, "attempt": 101, "checkpoint": world["t-b"].model_dump()})
         assert refused.status_code == 403 and error_of(refused)["field"] == "lease_id", refused.text
         assert "merger" not in refused.text
     # Its own task's conversation, once the step moved on, is not "current" any more either.
     store.checkpoints.append("t-a", world["t-a"], 1, [Message(role="assistant", content="done")], {}, {})
-    stale = post(node, "prepare", {"lease_id": "lease-a", "checkpoint": world["t-a"].model_dump()})
+    stale = post(node, "prepare", {"lease_id": "lease-a", "attempt": 101, "checkpoint": world["t-a"].model_dump()})
     assert stale.status_code == 409
     assert store.leases.get("lease-a").reservation is None  # type: ignore[union-attr]
 
@@ -187,6 +190,7 @@ def test_a_node_can_never_write_a_tasks_state_result_or_spend(node, world, store
         "prepare",
         {
             "lease_id": "lease-a",
+            "attempt": 101,
             "checkpoint": world["t-a"].model_dump(),
             "pending": {"step": 1, "new_messages": [], "state": forged.model_dump(mode="json")},
         },
@@ -232,8 +236,20 @@ def test_settle_is_bounded_by_the_lease_and_priced_here(node, world, store: Stor
 
 def test_a_settle_before_the_call_was_prepared_is_refused(node, world, store: Store) -> None:
     refused = post(node, "settle", settle())
-    assert refused.status_code == 422 and error_of(refused)["field"] == "lease_id"
+    assert refused.status_code == 422 and error_of(refused)["field"] == "attempt"
+    prepared(node, world, 101)
+    another = post(node, "settle", settle(attempt=102))  # an attempt of its own, but not the one it prepared
+    assert another.status_code == 422 and error_of(another)["field"] == "attempt", another.text
     assert nothing_booked(store)
+
+
+def test_a_node_prepares_only_attempts_of_its_own_placement(node, world, store: Store) -> None:
+    for attempt in (100, 201):
+        refused = post(
+            node, "prepare", {"lease_id": "lease-a", "attempt": attempt, "checkpoint": world["t-a"].model_dump()}
+        )
+        assert refused.status_code == 422 and error_of(refused)["field"] == "attempt", refused.text
+    assert store.leases.prepared_attempts("t-a", 1, 1) == {}
 
 
 def test_an_honest_size_settle_is_booked_once_at_the_catalogues_price_under_the_lease(
@@ -267,41 +283,59 @@ def test_an_honest_size_settle_is_booked_once_at_the_catalogues_price_under_the_
 @pytest.mark.parametrize(
     "entries, field",
     [
-        ([{"attempt": 1, "kind": "lost", "tokens": 10**9}], "entries.0.tokens"),
-        ([{"attempt": 1, "kind": "lost", "tokens": MAX_TOKENS + 1}], "entries.0.tokens"),
-        ([{"attempt": 1, "kind": "lost", "tokens": 0}], "entries.0.tokens"),
+        ([{"attempt": 101, "kind": "lost", "tokens": 10**9}], "entries.0.tokens"),
+        ([{"attempt": 101, "kind": "lost", "tokens": MAX_TOKENS + 1}], "entries.0.tokens"),
+        ([{"attempt": 101, "kind": "lost", "tokens": 0}], "entries.0.tokens"),
         ([{"attempt": 201, "kind": "kept", "tokens": 10}], "entries.0.attempt"),
-        ([{"attempt": 1, "kind": "settled", "tokens": 10}], "entries.0.kind"),
+        ([{"attempt": 101, "kind": "settled", "tokens": 10}], "entries.0.kind"),
+        # An attempt of the round that never started: nothing was prepared for it.
+        ([{"attempt": 1, "kind": "lost", "tokens": 10}], "entries.0.attempt"),
+        (
+            [{"attempt": 101, "kind": "lost", "tokens": 5}, {"attempt": 106, "kind": "lost", "tokens": 5}],
+            "entries.1.attempt",
+        ),
+        # Lost and kept of one attempt are what it wrote: together at most its grant.
+        (
+            [{"attempt": 101, "kind": "lost", "tokens": MAX_TOKENS}, {"attempt": 101, "kind": "kept", "tokens": 1}],
+            "entries.1.tokens",
+        ),
         # Each within an answer's size, together beyond what the step may book in all.
-        ([{"attempt": a, "kind": "lost", "tokens": MAX_TOKENS} for a in range(1, 6)], "tokens"),
+        ([{"attempt": a, "kind": "lost", "tokens": MAX_TOKENS} for a in range(101, 106)], "tokens"),
     ],
 )
 def test_dead_attempts_tokens_are_bounded_by_the_lease(node, world, store: Store, entries: list, field: str) -> None:
+    for attempt in range(101, 106):  # five attempts started, each granted a whole answer
+        assert prepared(node, world, attempt)["max_tokens"] == MAX_TOKENS
     refused = post(node, "interrupted", {"lease_id": "lease-a", "entries": entries})
     assert refused.status_code == 422 and error_of(refused)["field"] == field, refused.text
     assert nothing_booked(store)
 
 
 def test_whatever_a_node_books_the_step_stays_within_its_allowance(node, world, store: Store) -> None:
-    """Up to the limit and no further: lost tokens first, then the call, each at its bound."""
+    """Up to the limit and no further: lost tokens of three attempts it started first, then the call, each at its
+    bound."""
+    for attempt in (101, 102, 103):
+        prepared(node, world, attempt)
+    lost = [MAX_TOKENS, MAX_TOKENS, MAX_TOKENS - 1]
     assert (
         post(
             node,
             "interrupted",
             {
                 "lease_id": "lease-a",
-                "entries": [{"attempt": a, "kind": "lost", "tokens": MAX_TOKENS} for a in (1, 2, 3)],
+                "entries": [{"attempt": a, "kind": "lost", "tokens": t} for a, t in zip((101, 102, 103), lost)],
             },
         ).status_code
         == 204
     )
-    body = prepared(node, world)
+    body = prepared(node, world, 104)
     reservation = store.leases.get("lease-a").reservation  # type: ignore[union-attr]
-    assert body["max_tokens"] == ALLOWANCE - 3 * MAX_TOKENS - reservation.prompt_tokens  # type: ignore[union-attr]
+    assert body["max_tokens"] == ALLOWANCE - sum(lost) - reservation.prompt_tokens  # type: ignore[union-attr]
     too_much = post(
         node,
         "settle",
         settle(
+            attempt=104,
             prompt_tokens=reservation.prompt_tokens,  # type: ignore[union-attr]
             completion_tokens=body["max_tokens"] + 1,
         ),
@@ -312,6 +346,7 @@ def test_whatever_a_node_books_the_step_stays_within_its_allowance(node, world, 
             node,
             "settle",
             settle(
+                attempt=104,
                 prompt_tokens=reservation.prompt_tokens,  # type: ignore[union-attr]
                 completion_tokens=body["max_tokens"],
             ),
@@ -319,7 +354,10 @@ def test_whatever_a_node_books_the_step_stays_within_its_allowance(node, world, 
         == 200
     )
     assert store.ledger.totals("t-a").tokens == ALLOWANCE
-    more = post(node, "interrupted", {"lease_id": "lease-a", "entries": [{"attempt": 4, "kind": "lost", "tokens": 1}]})
+    # Attempt 103 could have written one more token (kept), but the step has nothing left to book it with.
+    more = post(
+        node, "interrupted", {"lease_id": "lease-a", "entries": [{"attempt": 103, "kind": "kept", "tokens": 1}]}
+    )
     assert more.status_code == 422 and error_of(more)["field"] == "tokens"
     assert store.ledger.totals("t-a").tokens == ALLOWANCE
 
@@ -371,6 +409,6 @@ def test_a_pending_node_reads_and_books_nothing(app, store: Store, world) -> Non
         refused = http.post(
             "/v1/nodes/gpu-rogue/steps/prepare",
             headers={NODE_SECRET_HEADER: joined.json()["node_secret"]},
-            json={"lease_id": "lease-r", "checkpoint": world["t-b"].model_dump()},
+            json={"lease_id": "lease-r", "attempt": 1, "checkpoint": world["t-b"].model_dump()},
         )
     assert refused.status_code == 403 and "merger" not in refused.text

@@ -244,7 +244,8 @@ async def test_a_dedicated_node_names_its_tenant_only_to_that_tenant_and_to_unco
     """The fleet is every tenant's to read, but its dedicated label told any tenant's key the others' names."""
     for name in ("acme", "globex"):
         store.tenants.create(TenantSpec(name=name))
-    await join(api, labels={"dedicated": "acme", "rack": "r7"})
+    await join(api, labels={"dedicated": "globex", "rack": "r7"})  # its own word: neither shown nor read
+    store.fleet.set_trust("gpu-1", {"dedicated": "acme"})  # the operator's
     assert (await api.get("/v1/nodes/gpu-1")).json()["labels"]["dedicated"] == "acme"
     async with client_as(Role.agent, "acme") as own, client_as(Role.operator, "globex") as other:
         assert (await own.get("/v1/nodes/gpu-1")).json()["labels"] == {"dedicated": "acme", "rack": "r7"}

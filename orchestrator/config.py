@@ -42,6 +42,22 @@ class BerthConfig(BaseModel):
     api_url: str | None = Field(default=None, description="where clients and tool workers reach the API")
     budget_grace_s: float = Field(default=3600.0, gt=0, description="how long a task waits in awaiting_budget")
     join_token: str | None = Field(default=None, description="the secret a GPU node presents to join the fleet")
+    # A leaked cluster token must not fill the approval list for good: its nodes wait in a bounded list, and a
+    # place frees when an operator approves or removes one, or when one waits past pending_node_ttl_s.
+    pending_nodes_max: int = Field(
+        default=64,
+        ge=1,
+        le=10_000,
+        description="nodes that joined with the cluster join token and may wait for approval at once; past it a"
+        " join is refused (429, naming when the next place frees) and a per-node token still admits at once",
+    )
+    pending_node_ttl_s: float = Field(
+        default=3600.0,
+        ge=60,
+        le=7 * 86_400,
+        description="a node waiting for approval longer than this (from its first join) is dropped, freeing its"
+        " place; its agent joins again at the back of the list if the token still works",
+    )
     admin_key: SecretStr | None = Field(
         default=None,
         description="a whole admin API key, berth_<12 hex>_<secret>, that `berth server` makes sure"

@@ -21,7 +21,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sdk import Unauthorized
 
 from .errors import ApiError
-from .principal import ADMINS, OPERATORS, TASK_WRITERS, Principal, Role
+from .principal import ADMINS, FLEET_READERS, OPERATORS, TASK_WRITERS, Principal, Role
 from .services import Services, services
 
 PRINCIPAL_SCOPE_KEY = "berth.principal"
@@ -146,4 +146,8 @@ Caller = Annotated[Principal, Depends(authenticate)]
 TaskWriter = Annotated[Principal, Depends(allow(TASK_WRITERS, "act on tasks"))]
 AgentRegistrar = Annotated[Principal, Depends(allow(TASK_WRITERS, "register agents"))]
 Operator = Annotated[Principal, Depends(allow(OPERATORS, "act on the fleet or the model catalogue", fleet_wide=True))]
+# Reading the fleet is for keys of no tenant that run it or watch it (admins, operators, viewers: the admin UI's
+# Fleet page and /metrics are theirs already): node ids, their GPUs, prices, datacenters and the nodes waiting
+# to join (a leaked cluster token's among them) are every tenant's infrastructure, no one tenant's to map.
+FleetReader = Annotated[Principal, Depends(allow(FLEET_READERS, "see the fleet's nodes and replicas", fleet_wide=True))]
 Admin = Annotated[Principal, Depends(allow(ADMINS, "manage tenants, API keys or the audit log"))]

@@ -2,7 +2,8 @@
 
 The two kinds live on two routers: `node_router` for the node agents (join, heartbeat), which
 carry no API key, and `router` for people and their tools, behind an API key like every
-other user route (reading needs any role; the rest needs operator or admin, not confined to a tenant).
+other user route: reading as much as the rest needs operator or admin, not confined to a tenant (the fleet
+serves every tenant; a tenant's key learns nothing of other tenants' nodes, nor of nodes waiting to join).
 
 Two secrets guard the writes from nodes. A join token lets a machine join at all: a per-node
 token (`berth nodes admit`: one node id, once, expiring) admits it at once; the cluster's token
@@ -43,10 +44,10 @@ from sdk.wire.fleet import (
 
 from ..node.gpu_types import GPU_TYPES, known_types
 from ..store.fleet import NodeRevoked
-from .auth import Caller, Operator
+from ..store.pending_nodes import PendingListFull, PendingRoom
+from .auth import FleetReader, Operator
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
 from .node_revocation import revoke_node
-from .principal import Principal
 from .services import Services, Svc
 
 node_router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
@@ -54,9 +55,6 @@ router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
 NodeSecret = Annotated[str | None, Header(alias=NODE_SECRET_HEADER)]
 NodeId = Annotated[str, Path(pattern=NODE_ID_PATTERN)]
 T = TypeVar("T")
-
-DEDICATED_LABEL = "dedicated"  # the pool places only that tenant's steps on such a node (pool/filters.py)
-ANOTHER_TENANT = "(another tenant)"  # no tenant can be called this (NAME_PATTERN)
 
 
 @node_router.post(
@@ -66,6 +64,7 @@ ANOTHER_TENANT = "(another tenant)"  # no tenant can be called this (NAME_PATTER
     responses={
         200: {"model": NodeRegistered, "description": "the node was already registered"},
         401: {"description": "the join token is wrong, used or expired"},
+        429: {"description": "pending_nodes_max nodes already wait for approval; Retry-After: when a place frees"},
     },
 )
 async def register(
@@ -73,12 +72,18 @@ async def register(
 ) -> NodeRegistered:
     """Join the fleet (201: admitted with a per-node token, `pending` with the cluster token), or re-register a
     node that presents its node secret (200). The node secret is always the control plane's: one sent with a
-    first registration is ignored."""
+    first registration is ignored. 429 when the list of nodes waiting for approval is full (store/pending_nodes.py)."""
     _check_gpu_types(reg)
     cluster = _is_cluster_token(svc, reg.join_token)
     try:
         joined = await _call(
-            svc, svc.store.node_admission.join, reg.spec(), node_secret, reg.join_token, cluster_token=cluster
+            svc,
+            svc.store.node_admission.join,
+            reg.spec(),
+            node_secret,
+            reg.join_token,
+            cluster_token=cluster,
+            waiting=_pending_room(svc),
         )
     except ApiError as exc:
         if exc.field == "join_token" and exc.status == 401 and not svc.config.join_token:
@@ -114,20 +119,22 @@ async def heartbeat(
 @router.get("/v1/nodes", response_model=list[NodeView])
 async def list_nodes(
     svc: Svc,
-    caller: Caller,
+    _caller: FleetReader,
     status: Annotated[NodeStatus | None, Query()] = None,
     datacenter: Annotated[str | None, Query(max_length=63)] = None,
 ) -> list[NodeView]:
-    """Every node (the fleet serves every tenant); one dedicated to another tenant does not say which."""
-    return [seen_by(caller, node) for node in await svc.db(svc.store.fleet.list, status, datacenter)]
+    """Every node, nodes waiting for approval included (those that waited past pending_node_ttl_s are dropped
+    first). Only for fleet roles: the fleet serves every tenant, and a rogue node's id is nobody else's business."""
+    await svc.db(svc.store.node_admission.drop_stale, svc.config.pending_node_ttl_s)
+    return await svc.db(svc.store.fleet.list, status, datacenter)
 
 
 @router.get("/v1/nodes/{node_id}", response_model=NodeView)
-async def get_node(node_id: str, svc: Svc, caller: Caller) -> NodeView:
+async def get_node(node_id: str, svc: Svc, _caller: FleetReader) -> NodeView:
     node = await svc.db(svc.store.fleet.get, node_id)
     if node is None:
         raise not_found(f"node {node_id!r} is not registered", field="node_id")
-    return seen_by(caller, node)
+    return node
 
 
 @router.post(
@@ -144,9 +151,9 @@ async def admit(
 
 
 @router.post("/v1/nodes/{node_id}/approve", response_model=NodeView)
-async def approve(node_id: str, svc: Svc, caller: Operator) -> NodeView:
+async def approve(node_id: str, svc: Svc, _caller: Operator) -> NodeView:
     """Let a node that joined with the cluster token (`pending`) into the fleet: placement may use it now."""
-    return seen_by(caller, await _call(svc, svc.store.node_admission.approve, node_id))
+    return await _call(svc, svc.store.node_admission.approve, node_id)
 
 
 @router.put("/v1/nodes/{node_id}/trust", response_model=NodeView)
@@ -171,37 +178,34 @@ async def remove(node_id: str, svc: Svc, _caller: Operator) -> NodeRevocation:
 
 
 @router.post("/v1/nodes/{node_id}/drain", response_model=NodeView)
-async def drain(node_id: str, svc: Svc, caller: Operator) -> NodeView:
+async def drain(node_id: str, svc: Svc, _caller: Operator) -> NodeView:
     """No new placements on the node; its replicas finish what they serve."""
-    return seen_by(caller, await _call(svc, svc.store.fleet.drain, node_id))
+    return await _call(svc, svc.store.fleet.drain, node_id)
 
 
 @router.post("/v1/nodes/{node_id}/undrain", response_model=NodeView)
-async def undrain(node_id: str, svc: Svc, caller: Operator) -> NodeView:
-    return seen_by(caller, await _call(svc, svc.store.fleet.undrain, node_id))
+async def undrain(node_id: str, svc: Svc, _caller: Operator) -> NodeView:
+    return await _call(svc, svc.store.fleet.undrain, node_id)
 
 
 @router.post("/v1/nodes/{node_id}/preempt", response_model=NodeView)
 async def preempt(
-    node_id: str, svc: Svc, caller: Operator, req: Annotated[PreemptRequest | None, Body()] = None
+    node_id: str, svc: Svc, _caller: Operator, req: Annotated[PreemptRequest | None, Body()] = None
 ) -> NodeView:
     """A preemption notice: no new placements; the node finishes what it can and leaves within `notice_s`.
     Its tasks resume on other nodes from their last checkpoints."""
-    return seen_by(caller, await _call(svc, svc.store.fleet.preempt, node_id, (req or PreemptRequest()).notice_s))
+    return await _call(svc, svc.store.fleet.preempt, node_id, (req or PreemptRequest()).notice_s)
 
 
 @router.get("/v1/replicas", response_model=list[ReplicaView])
-async def list_replicas(svc: Svc, model: Annotated[str | None, Query(max_length=128)] = None) -> list[ReplicaView]:
+async def list_replicas(
+    svc: Svc, _caller: FleetReader, model: Annotated[str | None, Query(max_length=128)] = None
+) -> list[ReplicaView]:
     return await svc.db(svc.store.fleet.replicas, model)
 
 
-def seen_by(caller: Principal, node: NodeView) -> NodeView:
-    """The node as `caller` may see it: a key confined to one tenant must not learn other tenants' names (nor
-    that they exist) from the label that dedicates a node to one; it learns only that the node is not for it."""
-    owner = node.labels.get(DEDICATED_LABEL)
-    if owner is None or caller.sees(owner):
-        return node
-    return node.model_copy(update={"labels": {**node.labels, DEDICATED_LABEL: ANOTHER_TENANT}})
+def _pending_room(svc: Services) -> PendingRoom:
+    return PendingRoom(max_nodes=svc.config.pending_nodes_max, ttl_s=svc.config.pending_node_ttl_s)
 
 
 def _is_cluster_token(svc: Services, presented: str) -> bool:
@@ -230,6 +234,8 @@ async def _call_async(call: Awaitable[T]) -> T:
         return await call
     except NotFound as exc:
         raise not_found(exc.message, field=exc.field) from None
+    except PendingListFull as exc:
+        raise ApiError(429, exc.message, field=exc.field, headers={"Retry-After": str(exc.retry_after_s)}) from None
     except Conflict as exc:
         raise conflict(exc.message, field=exc.field) from None
     except Unauthorized as exc:

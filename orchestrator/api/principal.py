@@ -11,6 +11,7 @@ from sdk.wire.limits import SUB_AGENT_MARK
 # write before any route runs, in auth.authenticate).
 TASK_WRITERS = frozenset({Role.admin, Role.operator, Role.agent})
 OPERATORS = frozenset({Role.admin, Role.operator})
+FLEET_READERS = frozenset({Role.admin, Role.operator, Role.viewer})  # and of no tenant: auth.FleetReader
 ADMINS = frozenset({Role.admin})
 
 

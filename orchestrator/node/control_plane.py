@@ -2,11 +2,13 @@
 
 Why the errors are split as they are: a refused join token will never start working, so the
 agent stops with one clear line; a control plane that is not up yet (both started by the same
-`berth up`, or a rolling restart) will, so connection errors are retried for a while; a
-heartbeat whose secret is refused (the control plane lost its database, or dropped the node: it
-answers both like a wrong secret, so strangers cannot map node ids) means the node must join
-again, under the same id and secret; and a heartbeat refused as revoked (told only to the node
-that held the secret) is what no retry undoes: the agent stops, with one clear line.
+`berth up`, or a rolling restart) will, so connection errors are retried for a while; a join
+refused because the list of nodes waiting for approval is full (429) waits for the place the
+answer names; a heartbeat whose secret is refused (the control plane lost its database, or
+dropped the node after it waited too long for approval: it answers both like a wrong secret, so
+strangers cannot map node ids) means the node must join again, under the same id and secret; and
+a heartbeat refused as revoked (told only to the node that held the secret) is what no retry
+undoes: the agent stops, with one clear line.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ class ControlPlaneUnreachable(ControlPlaneError):
     """No answer from the control plane within the wait allowed."""
 
 
+# How long a join refused for a full approval list waits at most before it asks again: the answer's
+# Retry-After says when the oldest waiting node is dropped, but an operator may approve or remove one sooner.
+_FULL_LIST_RETRY_MAX_S = 60.0
+
+
 def _code(response: httpx.Response) -> str | None:
     try:
         body = response.json()
@@ -49,6 +56,13 @@ def _code(response: httpx.Response) -> str | None:
         return None
     error = body.get("error") if isinstance(body, dict) else None
     return error.get("code") if isinstance(error, dict) else None
+
+
+def _retry_after_s(response: httpx.Response) -> float:
+    try:
+        return min(max(float(response.headers.get("retry-after", "")), 1.0), _FULL_LIST_RETRY_MAX_S)
+    except ValueError:
+        return _FULL_LIST_RETRY_MAX_S
 
 
 def _message(response: httpx.Response) -> str:
@@ -86,7 +100,8 @@ class ControlPlane:
         wait_s: float = 60.0,
         retry_every_s: float = 1.0,
     ) -> NodeRegistered:
-        """Join (or rejoin with `node_secret`), retrying connection errors for up to `wait_s`."""
+        """Join (or rejoin with `node_secret`), retrying connection errors for up to `wait_s`, and a full list of
+        nodes waiting for approval until a place frees (the node is let in as soon as one does)."""
         headers = {NODE_SECRET_HEADER: node_secret} if node_secret else {}
         deadline = time.monotonic() + wait_s
         while True:
@@ -108,6 +123,10 @@ class ControlPlane:
                 raise JoinRefused(
                     f"the control plane refused to let node {registration.node_id!r} join: {_message(response)}"
                 )
+            if response.status_code == 429:
+                log.warning("node %r cannot join yet: %s", registration.node_id, _message(response))
+                await asyncio.sleep(_retry_after_s(response))
+                continue
             if response.status_code == 409:
                 raise JoinRefused(
                     f"node id {registration.node_id!r} is taken: {_message(response)}; "

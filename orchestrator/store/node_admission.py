@@ -41,6 +41,7 @@ from .fleet import (
     restatus,
     write_spec,
 )
+from .pending_nodes import DEFAULT_ROOM, PendingRoom, check_room, drop_stale
 from .tables import (
     GpuReservationRow,
     LeaseRow,
@@ -54,9 +55,6 @@ from .tables import (
 
 TOKEN_PREFIX = "berth-join_"  # tells a per-node token from the cluster token, in a log line or a secret scanner
 _TOKEN_BYTES = 32  # 256 bits, as urlsafe base64: far beyond guessing, so a plain sha256 is as strong
-# Nodes that may wait for approval at once: more than an operator reviews in one sitting, few enough that a
-# leaked cluster token cannot fill the store with rogue nodes. Past it, a node needs a per-node token.
-MAX_PENDING_NODES = 256
 
 
 def _digest(token: str) -> str:
@@ -134,6 +132,7 @@ class SqlNodeAdmission:
         join_token: str,
         *,
         cluster_token: bool,
+        waiting: PendingRoom = DEFAULT_ROOM,
         now: datetime | None = None,
     ) -> Joined:
         """Let a registering node in, or refuse it (changing nothing), naming the field to blame.
@@ -141,10 +140,12 @@ class SqlNodeAdmission:
         `cluster_token`: the caller found `join_token` to be the cluster's. A node that proves its id with its
         secret re-registers (a valid per-node token then approves a pending one). Otherwise a per-node token
         admits the node, replacing a pending registration of its id (the operator's word outranks a stranger's
-        claim); the cluster token makes it pending; an id held by another node is refused (409).
+        claim); the cluster token makes it pending, if `waiting` has a place (pending_nodes.py); an id held by
+        another node is refused (409).
         """
         now = now or utcnow()
         with Session(self._engine) as session:
+            drop_stale(session, waiting.ttl_s, now)
             row = session.get(NodeRow, spec.node_id)
             ticket = _ticket(session, join_token, spec.node_id, now)
             if row is not None and row.admission != "revoked" and proves(row, node_secret):
@@ -159,7 +160,7 @@ class SqlNodeAdmission:
             if held:  # another node's id: it re-registers with its secret, no other machine takes it over
                 raise NodeConflict(spec.node_id)
             if admission == "pending":
-                _check_room_to_wait(session)
+                check_room(session, waiting, now)
             secret = secrets.token_urlsafe(_TOKEN_BYTES)
             if row is not None:  # revoked, or a pending claim a per-node token outranks: nothing of it is kept
                 _forget_state(session, spec.node_id)
@@ -170,6 +171,13 @@ class SqlNodeAdmission:
                 _spend(session, ticket, row, now)
             write_spec(session, row, spec, now)
             return self._commit(session, row, secret, created=True)
+
+    def drop_stale(self, ttl_s: float, now: datetime | None = None) -> list[str]:
+        """Drop the nodes that waited for approval longer than `ttl_s` (pending_nodes.py); their ids."""
+        with Session(self._engine) as session:
+            dropped = drop_stale(session, ttl_s, now or utcnow())
+            session.commit()
+            return dropped
 
     def approve(self, node_id: str) -> NodeView:
         """Let a pending node into the fleet (idempotent for one admitted already); a revoked node must join anew."""
@@ -263,17 +271,6 @@ def _void_tokens(session: Session, node_id: str, keep: str | None = None) -> Non
     if keep is not None:
         query = query.where(col(NodeJoinTokenRow.token_sha256) != keep)
     session.exec(query)
-
-
-def _check_room_to_wait(session: Session) -> None:
-    waiting = session.exec(select(func.count()).select_from(NodeRow).where(NodeRow.admission == "pending")).one()
-    if waiting >= MAX_PENDING_NODES:
-        raise Conflict(
-            f"{waiting} nodes already wait for approval (at most {MAX_PENDING_NODES}): approve or remove"
-            " some, or admit this one with a per-node token (berth nodes admit NODE_ID)",
-            field="join_token",
-            status_code=409,
-        )
 
 
 def _existing(session: Session, node_id: str) -> NodeRow:

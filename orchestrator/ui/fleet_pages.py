@@ -7,6 +7,7 @@ spans the same last hour (CHART_WINDOW), whatever its data covers.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -16,6 +17,8 @@ from fastapi.responses import HTMLResponse
 from sdk import CatalogueModel
 from sdk.wire.task_events import ModelCallEvent, events_of
 
+from ..api.auth import refusal_of
+from ..api.principal import FLEET_READERS
 from ..api.services import Services, services
 from .charts import Series, Window, sparkline, time_chart
 from .fleet_history import FleetHistory, node_gpus
@@ -63,7 +66,9 @@ async def panel(request: Request, page: str, svc: Svc, viewer: Signed) -> HTMLRe
             heading="Not found",
             message=f"page: {page!r} is not one of {', '.join(PAGES)}",
         )
-    context = {"overview": _overview, "fleet": _fleet, "models": _models}[page]
+    panels: dict[str, Callable[[Request, Services, Viewer], Awaitable[dict[str, Any]]]]
+    panels = {"overview": _overview, "fleet": _fleet, "models": _models}
+    context = panels[page]
     return render(request, PAGES[page][1], viewer, **await context(request, svc, viewer))
 
 
@@ -116,7 +121,11 @@ async def _overview(request: Request, svc: Services, viewer: Viewer) -> dict[str
     }
 
 
-async def _fleet(request: Request, svc: Services, _viewer: Viewer) -> dict[str, Any]:
+async def _fleet(request: Request, svc: Services, viewer: Viewer) -> dict[str, Any]:
+    refusal = refusal_of(viewer.principal, FLEET_READERS, "see the fleet's nodes and replicas", fleet_wide=True)
+    if refusal is not None:  # the same rule as GET /v1/nodes (api/auth.py FleetReader)
+        raise refusal
+    await svc.db(svc.store.node_admission.drop_stale, svc.config.pending_node_ttl_s)
     nodes = await svc.db(svc.store.fleet.list)
     replicas = [r for n in nodes for r in n.replicas]
     served = await svc.db(svc.store.ledger.last_served, [f"{r.node_id}/{r.replica_id}" for r in replicas])

@@ -55,9 +55,9 @@ READ_ROUTES = {
     "/v1/tenants/{name}": ADMIN,
     "/v1/keys": ADMIN,
     "/v1/audit": ADMIN,
-    "/v1/nodes": FLEET,
-    "/v1/nodes/{node_id}": FLEET,
-    "/v1/replicas": FLEET,
+    "/v1/nodes": ADMIN,  # the fleet's nodes and replicas: for keys of no tenant only (issue 34)
+    "/v1/nodes/{node_id}": ADMIN,
+    "/v1/replicas": ADMIN,
     "/v1/models": FLEET,
     "/v1/models/{name}": FLEET,
     "/v1/models/{name}/policy": FLEET,

@@ -141,9 +141,15 @@ class Attempts:
         """Settle the dead attempts once this attempt's reply id is known (None: no reply will come).
 
         Returns the ones whose tokens are lost; a dead attempt with the same reply id is the
-        engine's replay of that very reply, so its tokens reach this attempt instead.
+        engine's replay of that very reply, so its tokens reach this attempt instead, and one that
+        booked its reply before it died is not lost either: its tokens are in that booked reply.
         """
-        lost = [u for u in self.unresolved if response_id is None or u.response_id != response_id]
+        settled = {b.attempt for b in self.booked}
+        lost = [
+            u
+            for u in self.unresolved
+            if (response_id is None or u.response_id != response_id) and u.attempt not in settled
+        ]
         self.lost_before += sum(u.generated for u in lost)
         self.unresolved = []
         self.replayed = response_id is not None and any(b.response_id == response_id for b in self.booked)

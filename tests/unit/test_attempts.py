@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sdk.wire.attempts import Attempts
+from sdk.wire.attempts import Attempts, BookedAttempt
 from sdk.wire.contracts import GenerationProgress, UnresolvedAttempt
 from sdk.wire.limits import MAX_PREFIX_CHARS
 from sdk.wire.prefix import carried_prefix, continuable
@@ -87,3 +87,27 @@ def test_a_heartbeat_is_read_as_progress_only_when_it_is_progress() -> None:
     assert GenerationProgress.from_details([progress]) == progress
     for junk in (None, [], (), "text", [{"attempt": "many"}], [42]):
         assert GenerationProgress.from_details(junk) is None
+
+
+def test_an_attempt_that_booked_its_reply_before_it_died_is_not_also_lost() -> None:
+    """Attempt 1 settled (its 40 + 60 tokens booked) and died before Temporal heard; the retry's engine did not
+    replay that reply. Its 60 streamed tokens are the booked reply's, reported for the workflow to charge, not
+    lost as well: counted twice, they could pass the attempt's grant and the control plane refuses them."""
+    last = GenerationProgress(attempt=1, generated=60, response_id="r1")
+    retry = Attempts.resume(2, last)
+    retry.booked = [BookedAttempt(attempt=1, tokens=100, usd=0.0, response_id="r1")]
+
+    lost = retry.resolve("r2")
+
+    assert lost == []
+    assert retry.lost_before == 0
+    assert retry.unreported_tokens == 100  # the booked reply: real spend the workflow never saw
+
+
+def test_a_dead_attempt_that_booked_nothing_is_lost_when_the_retry_gets_another_reply() -> None:
+    retry = Attempts.resume(2, GenerationProgress(attempt=1, generated=60, response_id="r1"))
+
+    lost = retry.resolve("r2")
+
+    assert [u.attempt for u in lost] == [1]
+    assert retry.lost_before == 60

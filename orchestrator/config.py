@@ -58,6 +58,23 @@ class BerthConfig(BaseModel):
         description="a node waiting for approval longer than this (from its first join) is dropped, freeing its"
         " place; its agent joins again at the back of the list if the token still works",
     )
+    # A weights source that trickles must not hold a load for its 30-minute timeout (issue 34): the node abandons
+    # a transfer slower than this floor over this window, reports a peer as stalled, and goes on from the next
+    # source. Bounded so that no setting makes the floor meaningless: at least 5 s (a few reads), at most 10 min
+    # (a third of the load timeout); a floor of 1 KiB/s to 1 GiB/s (the slowest and the fastest links planned for).
+    weights_floor_mib_s: float = Field(
+        default=1.0,
+        ge=1 / 1024,
+        le=1024,
+        description="MiB/s a node's weights transfer (from a peer or the origin) must keep over"
+        " weights_floor_window_s; slower, it is abandoned, a peer reported stalled, and the next source tried",
+    )
+    weights_floor_window_s: float = Field(
+        default=30.0,
+        ge=5,
+        le=600,
+        description="seconds over which a weights transfer's rate is measured against weights_floor_mib_s",
+    )
     admin_key: SecretStr | None = Field(
         default=None,
         description="a whole admin API key, berth_<12 hex>_<secret>, that `berth server` makes sure"

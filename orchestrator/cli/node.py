@@ -108,11 +108,12 @@ async def _run(args: argparse.Namespace) -> int:
     from ..node.peer_fetch import fill_from_peers
     from ..node.replicas import ReplicaManager
     from ..node.transfers import TransferLog
-    from ..node.weights_fill import FillReport
+    from ..node.weights_fill import FillReport, fill_from_origin
     from ..telemetry import install_metrics
     from ..telemetry.tracing import configure_tracing
     from ..temporal import connect_temporal
     from ..weights.files import Revision
+    from ..weights.floor import MIB, TransferFloor
     from ..weights_transfer import DATACENTER_BYTES_PER_S, ORIGIN_BYTES_PER_S
 
     configure_tracing("berth-node")
@@ -172,6 +173,7 @@ async def _run(args: argparse.Namespace) -> int:
         raise NodeSetupError(f"peer-limit-mb-s: must be > 0 (and at most 10^6), got {args.peer_limit_mb_s}")
     transfers = TransferLog()
     agent: NodeAgent | None = None
+    floor = TransferFloor(config.weights_floor_mib_s * MIB, config.weights_floor_window_s)
 
     async def from_peers(
         cache: WeightsCache,
@@ -181,14 +183,19 @@ async def _run(args: argparse.Namespace) -> int:
         on_bytes: Callable[[int], None] | None = None,
     ) -> FillReport:
         assert agent is not None, "a load runs only once the agent serves"
-        return await fill_from_peers(cache, revision, agent.peer_tickets, stop=stop, on_bytes=on_bytes)
+        return await fill_from_peers(cache, revision, agent.peer_tickets, stop=stop, on_bytes=on_bytes, floor=floor)
+
+    async def from_origin(
+        cache: WeightsCache, revision: Revision, *, stop: threading.Event, on_bytes: Callable[[int], None] | None = None
+    ) -> FillReport:
+        return await fill_from_origin(cache, revision, stop=stop, on_bytes=on_bytes, floor=floor)
 
     replicas = ReplicaManager(
         cache,
         engines,
         gpu_indexes={g.index for g in discovery.discover()},
         fetch_delay_s=lambda tier, size: size / rates[tier] * args.load_time_scale,
-        sources={"datacenter": from_peers},
+        sources={"datacenter": from_peers, "origin": from_origin},
         on_fill=transfers.record,
     )
     try:

@@ -6,7 +6,8 @@ One copy, in order (`fill_from_peers`):
 2. fill the cache from that peer through `PeerFetcher`, one more `WeightsFetcher` of the fetch layer: the fill
    (`weights_fill`) writes `partial/<sha256>`, hashes as the bytes arrive, resumes a cut transfer with
    `Range: bytes=N-`, and never admits a file whose bytes do not hash to the catalogue's sha256;
-3. a peer whose file failed the hash (`corrupt`), or which does not hold or cannot serve what it reports
+3. a peer whose file failed the hash (`corrupt`), which sent slower than the transfer floor over its window
+   (`stalled`, with the bytes and seconds measured), or which does not hold or cannot serve what it reports
    (`unservable`), is reported to the control plane and the copy is tried from another peer (the ticket
    request names the ones tried); what the fill verified so far stays, so the next peer sends only the rest;
    with no peer left, `NoPeer` says to fetch from origin;
@@ -31,6 +32,7 @@ from sdk.wire.peers import PEER_FILES_PATH, PEER_TICKET_HEADER, PeerTicket, Tran
 from ..weights.fetchers import SourceTier, Transfer, WeightsFetchError, http_transfer
 from ..weights.fetchers.http import TIMEOUT
 from ..weights.files import Revision, RevisionFile, WeightsIntegrityError
+from ..weights.floor import TransferFloor, TransferStalled
 from .peer_tickets import NoPeer, PeerTickets
 from .weights_cache import WeightsCache
 from .weights_fill import FillReport, fill_revision
@@ -93,6 +95,8 @@ class PeerFetcher:
         """What a failed fill says about the peer's claim: None when the ticket, not the peer, was at fault."""
         if isinstance(exc, WeightsIntegrityError):
             return "corrupt"
+        if isinstance(exc, TransferStalled):
+            return "stalled"
         if self.last_status in _TICKET_REFUSED or "HTTP 503" in str(exc):
             return None
         return "unservable"  # a 404 for a file it reports, or a port it names where nothing serves
@@ -106,6 +110,7 @@ async def fill_from_peers(
     stop: threading.Event | None = None,
     on_bytes: Callable[[int], None] | None = None,
     max_peers: int = MAX_PEERS,
+    floor: TransferFloor | None = None,
 ) -> FillReport:
     """Fill `revision` into `cache` from datacenter peers (see the module docstring); `NoPeer` when none gave a
     verified copy. The room must be reserved (`cache.ensure_revision`); on `NoPeer` it stays reserved for the
@@ -119,7 +124,9 @@ async def fill_from_peers(
             raise NoPeer("; ".join([*failures, str(exc)])) from None
         fetcher = PeerFetcher(ticket)
         try:
-            report = await asyncio.to_thread(fill_revision, cache, revision, fetcher, stop=stop, on_bytes=on_bytes)
+            report = await asyncio.to_thread(
+                fill_revision, cache, revision, fetcher, stop=stop, on_bytes=on_bytes, floor=floor
+            )
         except (WeightsIntegrityError, WeightsFetchError) as exc:
             outcome = fetcher.outcome_of(exc)
             log.warning(
@@ -130,7 +137,7 @@ async def fill_from_peers(
                 exc,
             )
             if outcome is not None:
-                await tickets.report(TransferReport(ticket=ticket.ticket, outcome=outcome, reason=str(exc)[:500]))
+                await tickets.report(_failure_report(ticket, outcome, exc))
             tried.append(ticket.source_node)
             failures.append(f"{ticket.source_node}: {exc}")
             continue
@@ -146,3 +153,16 @@ async def fill_from_peers(
         )
         return report
     raise NoPeer(f"{len(tried)} peer(s) failed to copy {revision.model}: " + "; ".join(failures))
+
+
+def _failure_report(ticket: PeerTicket, outcome: TransferOutcome, exc: Exception) -> TransferReport:
+    """A failed copy's report; a stall carries its measurement (bytes received over the floor's window)."""
+    if isinstance(exc, TransferStalled):
+        return TransferReport(
+            ticket=ticket.ticket,
+            outcome=outcome,
+            bytes=exc.bytes_in_window,
+            seconds=exc.window_s,
+            reason=str(exc)[:500],
+        )
+    return TransferReport(ticket=ticket.ticket, outcome=outcome, reason=str(exc)[:500])

@@ -26,6 +26,7 @@ from typing import Protocol
 
 from ..weights.fetchers import LocalSource, SourceTier, TransferCut, WeightsFetcher, WeightsFetchError, origin_fetcher
 from ..weights.files import CHUNK_BYTES, Revision, RevisionFile, WeightsIntegrityError, sha256_of
+from ..weights.floor import RateWatch, TransferFloor
 from .weights_cache import WeightsCache
 
 log = logging.getLogger("berth.node.weights")
@@ -68,17 +69,19 @@ def fill_revision(
     on_bytes: Callable[[int], None] | None = None,
     parallel: int = PARALLEL_FILES,
     backoff_s: float = BACKOFF_S,
+    floor: TransferFloor | None = None,
 ) -> FillReport:
     """Fetch `revision`'s missing files from `fetcher` into `cache` and commit the entry.
 
     The room must be reserved (`cache.ensure_revision`); on failure the caller releases it.
-    `on_bytes` is called with each chunk's length, from the fetch threads.
+    `on_bytes` is called with each chunk's length, from the fetch threads. A file transfer slower than `floor`
+    over its window raises `TransferStalled` (the other files stop), so the caller can go to another source.
     """
     stop = stop or threading.Event()
     moved = _Counter(on_bytes)
     missing = cache.missing_files(revision)
     began = time.monotonic()
-    one = _FileFill(cache, revision, fetcher, stop, moved, backoff_s)
+    one = _FileFill(cache, revision, fetcher, stop, moved, backoff_s, floor or TransferFloor())
     if len(missing) <= 1 or parallel <= 1:
         for f in missing:
             one.fetch(f)
@@ -127,6 +130,7 @@ class _FileFill:
     stop: threading.Event
     moved: _Counter
     backoff_s: float
+    floor: TransferFloor
 
     def fetch(self, file: RevisionFile) -> None:
         """One file into the cache's blobs: transferred, verified, and transferred again once if refused."""
@@ -167,6 +171,9 @@ class _FileFill:
             have = 0
         digest = _hashed(partial) if have else hashlib.sha256()  # a resumed transfer hashes its prefix first
         fruitless = 0
+        # Per file, across its resumes, from after the prefix's hashing (local work, not the source's slowness).
+        # A silent read ends within `fetchers.http.READ_S` as a cut, so the floor is judged then too.
+        watch = RateWatch(self.floor, time.monotonic())
         while have < file.size_bytes:
             if self.stop.is_set():
                 raise FetchCancelled(f"fetch of {file.path} stopped at {have} of {file.size_bytes} bytes")
@@ -196,6 +203,8 @@ class _FileFill:
                             digest.update(chunk)
                             have += len(chunk)
                             self.moved.add(len(chunk))
+                            watch.add(len(chunk), time.monotonic())
+                            watch.check(time.monotonic(), source)
                 if have < file.size_bytes and have == before:
                     partial.unlink(missing_ok=True)
                     raise WeightsIntegrityError(
@@ -203,6 +212,7 @@ class _FileFill:
                         f"the catalogue says {file.size_bytes}"
                     )
             except TransferCut as exc:
+                watch.check(time.monotonic(), source)
                 fruitless = 0 if have > before else fruitless + 1
                 if fruitless >= RESUMES_WITHOUT_PROGRESS:
                     raise WeightsFetchError(f"{exc} (tried {fruitless} times without progress)") from None
@@ -237,9 +247,14 @@ class RevisionSource(Protocol):
 
 
 async def fill_from_origin(
-    cache: WeightsCache, revision: Revision, *, stop: threading.Event, on_bytes: Callable[[int], None] | None = None
+    cache: WeightsCache,
+    revision: Revision,
+    *,
+    stop: threading.Event,
+    on_bytes: Callable[[int], None] | None = None,
+    floor: TransferFloor | None = None,
 ) -> FillReport:
     """Fill `revision` from the origin its catalogue entry names, in a thread."""
     return await asyncio.to_thread(
-        fill_revision, cache, revision, origin_fetcher(revision), stop=stop, on_bytes=on_bytes
+        fill_revision, cache, revision, origin_fetcher(revision), stop=stop, on_bytes=on_bytes, floor=floor
     )

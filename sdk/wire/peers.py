@@ -6,7 +6,7 @@ B's datacenter that reports the model in its heartbeats, and to the digests of t
 presents it to A's peer server (`PEER_TICKET_HEADER`); A asks the control plane (as A) whether it may
 serve that file to that ticket (`TicketCheck`) before sending a byte. B checks every file's sha256 as
 it arrives and tells the control plane how the copy went (`TransferReport`): a verified copy is a
-measured sample of A's serving rate, a corrupt or unservable one is evidence against A's claim.
+measured sample of A's serving rate, a corrupt, stalled or unservable one is evidence against A's claim.
 
 `TransferSample` is what a node measured of its own disk and origin reads; it rides on heartbeats. A
 peer sample rides only on a report, bound to a ticket the control plane issued, so no node can make up
@@ -48,7 +48,7 @@ def plausible_transfer(size: int, seconds: float) -> bool:
     return size > 0 and seconds >= MIN_TRANSFER_S and size / seconds <= MAX_BYTES_PER_S
 
 
-TransferOutcome = Literal["verified", "corrupt", "unservable"]
+TransferOutcome = Literal["verified", "corrupt", "stalled", "unservable"]
 SampleTier = Literal["disk", "origin"]
 
 _STRICT = ConfigDict(extra="forbid")
@@ -104,8 +104,19 @@ class TransferReport(BaseModel):
 
     ticket: str = Field(pattern=TICKET_PATTERN)
     outcome: TransferOutcome
-    bytes: int = Field(default=0, ge=0, le=MAX_STORED_INT, description="bytes received and verified")
-    seconds: float = Field(default=0.0, ge=0, le=MAX_TRANSFER_S, allow_inf_nan=False)
+    bytes: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_STORED_INT,
+        description="bytes received and verified; for a stalled copy, bytes received in the last `seconds`",
+    )
+    seconds: float = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_TRANSFER_S,
+        allow_inf_nan=False,
+        description="the copy's duration; for a stalled copy, the floor's window the rate was measured over",
+    )
     sha256: str | None = Field(default=None, pattern=SHA256, description="the file that failed, if one did")
     reason: str | None = Field(default=None, max_length=MAX_REASON_CHARS)
 

@@ -32,9 +32,10 @@ from orchestrator.node.weights_fill import fill_revision
 from orchestrator.server import create_app
 from orchestrator.store import Store
 from orchestrator.store.peers import DISPUTE_HOLD_S
-from orchestrator.store.tables import utcnow
+from orchestrator.store.tables import PeerDisputeRow, utcnow
 from orchestrator.weights.fetchers import origin_fetcher
 from orchestrator.weights.files import Revision
+from orchestrator.weights.floor import TransferFloor
 from sdk.wire.catalogue import ModelEntry, WeightsFile, WeightsSource
 from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 from sdk.wire.peers import PEER_FILES_PATH, PEER_TICKET_HEADER, PeerTicketRequest
@@ -438,3 +439,109 @@ async def test_an_evicted_entry_is_reloaded_from_a_peer(fleet: Fleet, tiny: Revi
 
     assert report.tier == "datacenter" and b.cache.has_revision(tiny.digest)
     assert not b.cache.has_revision(big_rev.digest) and b.cache.used_bytes() <= 5 * MIB
+
+
+class TricklingProxy:
+    """A TCP proxy to a peer server that passes its answers on a few bytes at a time: a peer that stalls a load while
+    never staying silent long enough for a read to time out (issue 34: 1 KiB every 50 s, a load held 481 s+)."""
+
+    def __init__(self, target_port: int, piece: int, every_s: float) -> None:
+        self.target_port, self.piece, self.every_s = target_port, piece, every_s
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def upstream() -> None:
+            while data := await reader.read(65536):
+                up_writer.write(data)
+                await up_writer.drain()
+
+        up = asyncio.create_task(upstream())
+        try:
+            while data := await up_reader.read(self.piece):
+                writer.write(data)
+                await writer.drain()
+                await asyncio.sleep(self.every_s)
+        except ConnectionError:
+            pass  # the fetching node gave up on us
+        finally:
+            up.cancel()
+            up_writer.close()
+            writer.close()
+
+
+async def test_a_peer_that_trickles_is_abandoned_within_the_floors_window_reported_and_the_copy_taken_elsewhere(
+    fleet: Fleet, tiny: Revision
+) -> None:
+    a, c = await fleet.node("node-a"), await fleet.node("node-c")
+    b = await fleet.node("node-b", serve=False)
+    for node in (a, c):
+        from_origin(node, tiny)
+    assert a.server is not None
+    proxy = TricklingProxy(a.server.port, piece=1024, every_s=0.25)  # 4 KiB/s, a read never waits
+    await proxy.start()
+    a.port = proxy.port
+    fleet.heartbeat(a)
+    fleet.heartbeat(c)
+    _record_fast(fleet, source="node-a")  # node-a is asked first
+    floor = TransferFloor(bytes_per_s=MIB, window_s=2.0)
+
+    b.cache.ensure_revision(tiny, "datacenter")
+    began = time.monotonic()
+    try:
+        # Without a floor the copy would take ~13 min at 4 KiB/s; 60 s is the test's own patience.
+        report = await asyncio.wait_for(fill_from_peers(b.cache, tiny, b.tickets, floor=floor), timeout=60)
+    finally:
+        await proxy.stop()
+    took = time.monotonic() - began
+
+    assert report.tier == "datacenter" and blob_bytes(b, tiny) == blob_bytes(c, tiny)  # node-c's, verified
+    assert took < 2.0 + 10.0, took  # the window, plus at most one read (fetchers.http.READ_S)
+    assert "tiny" not in fleet.claims(a)  # reported: held back as a source of tiny
+    [dispute] = _disputes(fleet)
+    assert (dispute.node_id, dispute.reported_by, dispute.outcome) == ("node-a", "node-b", "stalled")
+    assert dispute.reason is not None and "below the floor" in dispute.reason
+    [sample] = fleet.store.peers.samples_after(0)[-1:]
+    assert sample.source_node == "node-c"
+
+
+async def test_a_lone_stalling_peer_sends_the_load_to_origin_after_its_window(fleet: Fleet, tiny: Revision) -> None:
+    a, b = await fleet.node("node-a"), await fleet.node("node-b", serve=False)
+    from_origin(a, tiny)
+    assert a.server is not None
+    proxy = TricklingProxy(a.server.port, piece=1024, every_s=0.25)
+    await proxy.start()
+    a.port = proxy.port
+    fleet.heartbeat(a)
+
+    b.cache.ensure_revision(tiny, "datacenter")
+    began = time.monotonic()
+    try:
+        with pytest.raises(NoPeer, match="stalled"):
+            await asyncio.wait_for(
+                fill_from_peers(b.cache, tiny, b.tickets, floor=TransferFloor(bytes_per_s=MIB, window_s=2.0)),
+                timeout=60,
+            )
+    finally:
+        await proxy.stop()
+    assert time.monotonic() - began < 12.0
+    # what ReplicaManager does next: the origin, into the room the peers' attempt reserved
+    report = await asyncio.to_thread(fill_revision, b.cache, tiny, origin_fetcher(tiny))
+    assert report.tier == "origin" and b.cache.has_revision(tiny.digest)
+
+
+def _disputes(fleet: Fleet) -> list[PeerDisputeRow]:
+    from sqlmodel import Session, select
+
+    with Session(fleet.store.engine) as session:
+        return list(session.exec(select(PeerDisputeRow)).all())

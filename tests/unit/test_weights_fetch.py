@@ -7,7 +7,10 @@ through HF_ENDPOINT and BERTH_S3_ENDPOINT.
 
 from __future__ import annotations
 
+import hashlib
 import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,7 @@ from orchestrator.weights.fetchers import (
 )
 from orchestrator.weights.fetchers.hf import parse_hf_origin
 from orchestrator.weights.files import Revision, WeightsIntegrityError
+from orchestrator.weights.floor import RateWatch, TransferFloor, TransferStalled
 from tests.unit.weights_helpers import loopback_origin, make_revision
 
 MB = 1 << 20
@@ -196,3 +200,48 @@ def test_s3_with_credentials_reads_through_boto3_with_a_range(tmp_path: Path, mo
         report = _fill(_cache(tmp_path), rev, S3Fetcher())
     assert origin.headers[0]["authorization"].startswith("AWS4-HMAC-SHA256")  # signed, by boto3
     assert origin.ranges[-1] == "bytes=200000-" and (report.path / "w").read_bytes() == data
+
+
+def test_an_origin_that_trickles_is_abandoned_after_the_floors_window_with_its_rate(tmp_path: Path) -> None:
+    data = generated_bytes(2 * MB)
+    rev = make_revision(tmp_path / "src", {"w": data})
+    cache = _cache(tmp_path)
+    stop = threading.Event()
+    patience = threading.Timer(60, stop.set)  # without a floor the fill would take ~17 min: stop it, and fail
+    with loopback_origin(tmp_path / "src") as origin:
+        origin.trickle["w"] = (1024, 0.5)  # 2 KiB/s: every read gets a byte long before it times out
+        began = time.monotonic()
+        patience.start()
+        try:
+            with pytest.raises(TransferStalled) as stalled:
+                _fill(cache, _http(rev, origin.url), HttpFetcher(), stop=stop, floor=TransferFloor(MB, 2.0))
+        finally:
+            patience.cancel()
+    assert time.monotonic() - began < 2.0 + 10.0  # the window, plus at most one read
+    assert 0 < stalled.value.bytes_per_s < MB and stalled.value.window_s == 2.0
+    assert "below the floor" in str(stalled.value) and origin.url in str(stalled.value)
+
+
+def test_the_floor_is_judged_over_a_sliding_window_once_a_whole_window_has_run() -> None:
+    floor = TransferFloor(bytes_per_s=1000, window_s=10)
+    watch = RateWatch(floor, now=0)
+    watch.add(100, now=1)
+    watch.check(now=9.9, named="src")  # not a whole window yet: a slow start is no stall
+    watch.add(20_000, now=9.95)
+    watch.check(now=15, named="src")  # 20,100 bytes in the last 10 s: above the floor
+    watch.add(500, now=18)
+    with pytest.raises(TransferStalled) as stalled:
+        watch.check(now=20, named="src")  # the burst left the window: 500 bytes in 10 s
+    assert stalled.value.bytes_in_window == 500 and stalled.value.bytes_per_s == 50
+
+
+def test_a_fast_fill_is_unaffected_by_the_floor(tmp_path: Path) -> None:
+    data = generated_bytes(2 * MB)
+    rev = make_revision(tmp_path / "src", {"w": data})
+    with loopback_origin(tmp_path / "src") as origin:
+        report = _fill(_cache(tmp_path), _http(rev, origin.url), HttpFetcher(), floor=TransferFloor(MB, 5.0))
+    assert (report.path / "w").read_bytes() == data
+
+
+def generated_bytes(size: int) -> bytes:
+    return hashlib.sha256(str(size).encode()).digest() * (size // 32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,13 +36,14 @@ class Origin:
     corrupt: dict[str, int] = field(default_factory=dict)  # path -> times left to flip a byte
     ignore_ranges: bool = False
     status: dict[str, int] = field(default_factory=dict)  # path -> status to answer
+    trickle: dict[str, tuple[int, float]] = field(default_factory=dict)  # path -> (bytes, seconds): a piece each time
     url: str = ""
 
 
 @contextmanager
 def loopback_origin(root: Path, prefix: str = "") -> Iterator[Origin]:
     """An HTTP server for the files under `root` on 127.0.0.1 with Range support, that can cut a transfer
-    mid-file (closing the connection after some bytes), corrupt one, ignore ranges or answer a status."""
+    mid-file (closing the connection after some bytes), trickle one, corrupt one, ignore ranges or answer a status."""
     origin = Origin(root)
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -88,6 +90,16 @@ def loopback_origin(root: Path, prefix: str = "") -> Iterator[Origin]:
             body = data[start:]
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            if path in origin.trickle:
+                piece, every_s = origin.trickle[path]
+                try:
+                    for at in range(0, len(body), piece):
+                        self.wfile.write(body[at : at + piece])
+                        self.wfile.flush()
+                        time.sleep(every_s)
+                except OSError:
+                    pass  # the client gave up
+                return
             cut = origin.cut_after.pop(path, None)
             if cut is not None:
                 self.wfile.write(body[:cut])

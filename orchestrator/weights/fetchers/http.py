@@ -17,9 +17,12 @@ import httpx
 from ..files import Revision, RevisionFile
 from ._protocol import SourceTier, Transfer, TransferCut, WeightsFetchError, origin_url
 
-# Connecting takes milliseconds when the origin is up; a read that waits a minute is a stalled
-# stream, resumed on a fresh connection rather than waited out.
-TIMEOUT = httpx.Timeout(connect=10.0, read=60.0, write=60.0, pool=10.0)
+# Connecting takes milliseconds when the origin is up. A read that waits 10 s ends as a cut and resumes with
+# Range on a fresh connection (it costs a request, no bytes): so the fill judges the transfer floor
+# (`weights.floor`, 30 s by default) at least every 10 s even when no byte comes, and a source that trickles is
+# abandoned within its window plus one read.
+READ_S = 10.0
+TIMEOUT = httpx.Timeout(connect=10.0, read=READ_S, write=60.0, pool=10.0)
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-\d+/(\d+|\*)")
 _UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
 

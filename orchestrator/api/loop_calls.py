@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from sdk.wire.limits import MAX_TOKENS_PER_STEP
 from sdk.wire.own_loop import LoopCall, LoopReply, call_shape
 from sdk.wire.transcript import EMPTY_CHAIN, chain_of, request_hash
 
 from ..catalogue import forces_tool_calls
+from ..store import TaskRecord
 from .chat_wire import ChatRequest
 from .errors import ApiError, conflict, field_of, invalid, unavailable
 from .live_reply import LiveReply
+from .loop_limits import check_context_window, check_payload
 from .principal import Principal
 from .services import Services
 from .tasks import require_running
@@ -76,8 +79,12 @@ async def answer_call(svc: Services, task_id: str, caller: Principal, body: Chat
     instructions, conversation = body.split()
     if not conversation:
         raise invalid("messages", "a call needs at least one message after its system messages")
+    tools = body.tool_schemas()
     limit = body.answer_limit()
-    reply = await _answer(svc, task_id, instructions, conversation, body.tool_schemas(), settings, limit)
+    if entry is not None and entry.provider == "self-hosted":  # a hosted provider's window is its own, not the entry's
+        answer = await _answer_tokens(svc, record, limit, body)
+        await check_context_window(svc, entry, instructions, conversation, tools, answer)
+    reply = await _answer(svc, task_id, instructions, conversation, tools, settings, limit)
     if reply.replayed and limit is not None and reply.completion_tokens > limit:
         field = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         raise conflict(
@@ -87,6 +94,18 @@ async def answer_call(svc: Services, task_id: str, caller: Principal, body: Chat
             field=field,
         )
     return model, reply
+
+
+async def _answer_tokens(
+    svc: Services, record: TaskRecord, limit: int | None, body: ChatRequest
+) -> tuple[int, str | None]:
+    """The most answer tokens the call's step may ask the engine for (workflows/task_actions.py `generate`), and
+    the call's field that asked for them (None when the agent's `max_tokens_per_step` did)."""
+    agent = await svc.db(svc.store.agents.get, record.state.agent, record.state.agent_version)
+    most = agent.max_tokens_per_step if agent is not None else MAX_TOKENS_PER_STEP
+    if limit is None or limit >= most:
+        return most, None
+    return limit, "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
 
 
 async def _answer(
@@ -128,6 +147,7 @@ async def _answer(
                 settings=settings,
                 max_tokens=answer_limit,
             )
+            check_payload(call)
             return await svc.temporal.loop_call(task_id, call)
         except UpdateRejected as exc:
             if exc.kind == "TranscriptMoved" and attempt == 0:

@@ -94,3 +94,18 @@ async def test_a_prompt_that_leaves_no_room_for_the_answer_asked_is_refused_nami
     task = stack.client.task(task_id)
     assert (await task.status()).status == TaskStatus.running and (await task.ledger()).totals.calls == 2
     await task.cancel()
+
+
+async def test_a_conversation_grows_past_the_payload_limit_a_call_at_a_time(stack: Stack) -> None:
+    """The task holds its conversation in the checkpoint store: only what a call adds travels through Temporal."""
+    task_id = await own_task(stack, "llama-3.2-1b")
+    conversation = await first_reply(stack, task_id)
+    url = f"/v1/tasks/{task_id}/chat/completions"
+    for _ in range(4):  # 4 × 0.74 MiB: 2.9 MiB in all, ~48k tokens
+        conversation += [{"role": "user", "content": SPARSE} for _ in range(4)]
+        answered = await http(stack).post(url, json={"messages": conversation})
+        assert answered.status_code == 200, answered.text
+        conversation.append({"role": "assistant", "content": answered.json()["choices"][0]["message"]["content"]})
+    task = stack.client.task(task_id)
+    assert (await task.status()).status == TaskStatus.running and (await task.ledger()).totals.calls == 5
+    await task.cancel()

@@ -442,6 +442,7 @@ class PoolService:
                     if replica_id not in self.fleet.replicas:  # never listed again: its record goes too
                         self.store.reservations.release(replica_id)
             self._sync_other_pools(now, records.values())
+            self._drop_released_elsewhere(now)
             if not self._restored:
                 self._restored = True
                 self._unclaimed = {
@@ -451,6 +452,19 @@ class PoolService:
                 }
             if self._unclaimed:
                 self._claim_restored_leases(now)
+
+    def _drop_released_elsewhere(self, now: float) -> None:
+        """Leases this pool granted whose rows someone else deleted: the reconciler, for a task whose workflow
+        ended in Temporal without releasing them (terminated, timed out, failed). Their load goes, so their
+        replica serves others and may go idle, rather than being held until the pool restarts."""
+        held = self.store.leases.ids_of_pool(self.pool_id)
+        for lease_id in [lease_id for lease_id in self._leases if lease_id not in held]:
+            replica_id = self._leases[lease_id].booking.replica_id
+            self._drop_lease(lease_id)
+            log.warning("lease %s was released outside the pool (its task ended): its load is dropped", lease_id)
+            replica = self.fleet.replicas.get(replica_id)
+            if replica is not None and replica.active_leases == 0:
+                self.idle_since[replica_id] = now
 
     def _sync_other_pools(self, now: float, records: Iterable[Reservation]) -> None:
         """What the pools of other control-plane replicas did since the last sync: the replicas they started

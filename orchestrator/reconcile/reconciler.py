@@ -174,6 +174,11 @@ class Reconciler:
                         return False
                     books.events.append(task_id, StateChangeEvent.KIND, _ended_event(final, how))
                     log.warning("task %s's workflow ended in Temporal (%s): %s", task_id, how, final.error)
+                    # Its workflow will never release what its step held: the pool drops them at its next sync.
+                    for lease in books.leases.release_task(task_id):
+                        log.warning(
+                            "task %s ended holding lease %s on %s: released", task_id, lease.lease_id, lease.node_id
+                        )
                 case _:
                     return False
         # Counted once written: a verdict another writer overtook counts nothing.

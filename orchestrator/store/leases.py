@@ -153,6 +153,15 @@ class SqlLeases:
         """Delete every lease on a node (it was lost); the records this call deleted."""
         return self._delete(col(LeaseRow.node_id) == node_id)
 
+    def release_task(self, task_id: str) -> builtins.list[LeaseRecord]:
+        """Delete every lease a task holds (it ended without its workflow releasing them); the records deleted."""
+        return self._delete(col(LeaseRow.task_id) == task_id)
+
+    def ids_of_pool(self, pool_id: str) -> set[str]:
+        """The leases `pool_id` granted that are still held (released ones are deleted, by whoever released them)."""
+        with Session(self._engine) as session:
+            return set(session.exec(select(LeaseRow.lease_id).where(LeaseRow.pool_id == pool_id)))
+
     def _delete(self, where: ColumnElement[bool]) -> builtins.list[LeaseRecord]:
         with Session(self._engine) as session:
             rows = session.execute(delete(LeaseRow).where(where).returning(*_LEASES.columns)).all()

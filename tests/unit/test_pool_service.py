@@ -511,3 +511,26 @@ def test_low_priority_steps_announce_nothing_and_an_announced_step_keeps_its_rep
     clock.now += 600  # the announcement expired: the task is gone
     [down] = [a for a in pool.plan_scaling() if isinstance(a, ScaleDown)]
     assert down.replica_id == "r-1"
+
+
+def test_a_lease_released_outside_the_pool_drops_its_load(store: Store, pool: PoolService, clock: Clock) -> None:
+    """The reconciler releases the leases of a task whose workflow ended in Temporal without releasing them (issue
+    34, item 7): the pool's next sync drops their load, so their replica serves others and its idle clock starts."""
+    join(
+        store,
+        "gpu-b",
+        replicas=[{"replica_id": "r-warm", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}],
+    )
+    ended, running = pool.acquire(req("t-ended")), pool.acquire(req("t-running"))
+    assert pool.fleet.replicas["r-warm"].active_leases == 2
+
+    assert [lease.lease_id for lease in store.leases.release_task("t-ended")] == [ended.lease_id]
+    clock.now += 5
+    pool.sync(force=True)
+
+    assert pool.fleet.replicas["r-warm"].active_leases == 1 and "r-warm" not in pool.idle_since
+    assert pool.acquire(req("t-ended")).lease_id != ended.lease_id  # the step asked again is placed anew
+    pool.release(ReleaseLease(lease_id=running.lease_id, replica_warm=True))
+    store.leases.release_task("t-ended")
+    pool.sync(force=True)
+    assert pool.fleet.replicas["r-warm"].active_leases == 0 and pool.idle_since["r-warm"] == clock.now

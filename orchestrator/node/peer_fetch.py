@@ -156,7 +156,8 @@ async def fill_from_peers(
 
 
 def _failure_report(ticket: PeerTicket, outcome: TransferOutcome, exc: Exception) -> TransferReport:
-    """A failed copy's report; a stall carries its measurement (bytes received over the floor's window)."""
+    """A failed copy's report with its evidence: a stall's measurement (bytes received over the floor's window),
+    a corrupt copy's file."""
     if isinstance(exc, TransferStalled):
         return TransferReport(
             ticket=ticket.ticket,
@@ -165,4 +166,5 @@ def _failure_report(ticket: PeerTicket, outcome: TransferOutcome, exc: Exception
             seconds=exc.window_s,
             reason=str(exc)[:500],
         )
-    return TransferReport(ticket=ticket.ticket, outcome=outcome, reason=str(exc)[:500])
+    sha256 = exc.sha256 if isinstance(exc, WeightsIntegrityError) else None  # the file whose bytes were refused
+    return TransferReport(ticket=ticket.ticket, outcome=outcome, sha256=sha256, reason=str(exc)[:500])

@@ -134,6 +134,13 @@ class _FileFill:
 
     def fetch(self, file: RevisionFile) -> None:
         """One file into the cache's blobs: transferred, verified, and transferred again once if refused."""
+        try:
+            self._fetch(file)
+        except WeightsIntegrityError as exc:
+            exc.sha256 = file.sha256
+            raise
+
+    def _fetch(self, file: RevisionFile) -> None:
         source = self.fetcher.url_of(self.revision, file)
         for attempt in (1, 2):
             partial = self.cache.partial_path(file)

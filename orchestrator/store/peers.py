@@ -6,11 +6,13 @@ The protocol is in sdk/wire/peers.py; this is what the control plane keeps of it
 - A serves a file only after the control plane says, to A authenticated as A, that this ticket is A's to
   serve, for that file, not expired, not closed (its copy was reported), and that A's claim of the model is
   still believed;
-- B's report closes the ticket. A verified copy is a sample of A's rate into B. A corrupt or unservable one
-  drops A's claim of the model from its reported cache at once (until A's next heartbeat reports it again)
-  and holds A back as a peer source of that model for `DISPUTE_HOLD_S`, heartbeats or not: tickets are not
-  minted from it and the pool counts it neither on its disk nor for its datacenter (pool/service.py). A lying B can do
-  no more than that to A, and only once per ticket it really held.
+- B's report closes the ticket. A verified copy is a sample of A's rate into B. A corrupt, stalled or
+  unservable one counts only on evidence the control plane saw under the ticket (peer_evidence.py), and makes
+  A suspect (tried after every peer nobody reported); reports of two different nodes hold A back as a peer
+  source of that model for `DISPUTE_HOLD_S`, heartbeats or not: A's claim is dropped from its reported cache at
+  once (until its next heartbeat), tickets are not minted from it, and the pool counts it neither on its disk nor
+  for its datacenter (pool/service.py). A lying B alone cannot take A out of service, and loses the right to
+  report after reports that do not count or that others' verified copies from A refute.
 """
 
 from __future__ import annotations
@@ -38,11 +40,10 @@ from sdk.wire.peers import (
 
 from ..weights_transfer import DATACENTER_BYTES_PER_S, learned_bytes_per_s
 from .fleet import NodeNotApproved, SqlFleet
+from .peer_evidence import DISPUTE_HOLD_S, REPORT_STRIKES, served, standing, strikes, unevidenced
 from .tables import NodeRow, NodeWeightsRow, PeerDisputeRow, PeerTicketRow, TransferSampleRow, utcnow
 
-# A disputed claim is not used for peer copies for 10 minutes: two heartbeats cannot restore it, a node that
-# re-fetched its copy is a source again soon after, and 10 min is a few copies' worth of time at most.
-DISPUTE_HOLD_S = 600.0
+__all__ = ["DISPUTE_HOLD_S", "SqlPeers"]
 # Tickets, disputes and samples older than a day are swept at the next mint or report: a ticket lives an hour
 # at most, and the pool's estimate has long absorbed a day-old sample (pools replay what is left after a restart).
 RETAIN_S = 86_400.0
@@ -172,8 +173,9 @@ class SqlPeers:
                 raise InvalidSpec("not a file of the ticket's model", field="sha256")
             row.closed_at, row.outcome = now, rep.outcome
             session.add(row)
-            sampled = disputed = False
+            sampled = disputed = held = False
             if rep.outcome == "verified":
+                row.evidenced = bool(served(row))  # only a copy the source was asked for refutes a report
                 sampled = plausible_transfer(rep.bytes, rep.seconds)
                 if sampled:
                     session.add(
@@ -187,25 +189,39 @@ class SqlPeers:
                         )
                     )
             else:
-                disputed = True
-                session.exec(
-                    delete(NodeWeightsRow).where(
-                        col(NodeWeightsRow.node_id) == row.source_node, col(NodeWeightsRow.model) == row.model
+                # A reporter's strikes are counted before this report: its first uncounted report is one strike.
+                why_not = unevidenced(rep, row)
+                if why_not is None and strikes(session, dest_node, now) >= REPORT_STRIKES:
+                    why_not = "this node's recent reports did not count or were refuted: it may not report for now"
+                row.evidenced = disputed = why_not is None
+                if disputed:
+                    session.add(
+                        PeerDisputeRow(
+                            node_id=row.source_node,
+                            model=row.model,
+                            reported_by=dest_node,
+                            outcome=rep.outcome,
+                            reason=rep.reason,
+                            at=now,
+                        )
                     )
-                )
-                session.add(
-                    PeerDisputeRow(
-                        node_id=row.source_node,
-                        model=row.model,
-                        reported_by=dest_node,
-                        outcome=rep.outcome,
-                        reason=rep.reason,
-                        at=now,
+                    session.flush()
+                    _, held = standing(session, row.source_node, row.model, now)
+                if held:
+                    session.exec(
+                        delete(NodeWeightsRow).where(
+                            col(NodeWeightsRow.node_id) == row.source_node, col(NodeWeightsRow.model) == row.model
+                        )
                     )
-                )
+                session.add(row)
             _sweep(session, now)
             session.commit()
-            return ReportAnswer(recorded_sample=sampled, disputed=disputed)
+            return ReportAnswer(
+                recorded_sample=sampled,
+                disputed=disputed,
+                held_back=held,
+                not_counted=None if rep.outcome == "verified" or disputed else why_not,
+            )
 
     # -- node A: may it serve this file to this ticket? -------------------------------------------
 
@@ -231,8 +247,13 @@ class SqlPeers:
             dest = session.get(NodeRow, row.dest_node)
             if dest is None or dest.admission != "admitted":
                 raise PeerTicketRefused(f"node {row.dest_node!r}, the ticket's holder, is no longer admitted")
-            if not _claims(session, source_node, row.model) or _disputed_since(session, source_node, row.model, now):
+            if not _claims(session, source_node, row.model) or standing(session, source_node, row.model, now)[1]:
                 raise PeerTicketRefused(f"the control plane no longer believes this node holds {row.model!r}")
+            asked = served(row)
+            if chk.sha256 not in asked:  # the evidence a later report of this copy is judged by
+                row.served_json = json.dumps(sorted(asked | {chk.sha256}))
+                session.add(row)
+                session.commit()
             return TicketGrant(dest_node=row.dest_node, model=row.model, file=file, expires_at=row.expires_at)
 
     # -- what the pool reads (heartbeats write their own samples: fleet.py) -----------------------------------------------
@@ -249,19 +270,21 @@ class SqlPeers:
             return [MeasuredTransfer(r.id or 0, r.node_id, r.tier, r.source_node, r.bytes, r.seconds) for r in rows]
 
     def disputed(self, now: datetime | None = None) -> set[tuple[str, str]]:
-        """(node, model) pairs held back as peer sources now."""
-        cutoff = (now or utcnow()) - timedelta(seconds=DISPUTE_HOLD_S)
+        """(node, model) pairs held back as peer sources now (reported by enough nodes, none refuted)."""
+        now = now or utcnow()
+        cutoff = now - timedelta(seconds=DISPUTE_HOLD_S)
         with Session(self._engine) as session:
             rows = session.exec(
                 select(PeerDisputeRow.node_id, PeerDisputeRow.model).where(col(PeerDisputeRow.at) > cutoff)
             ).all()
-            return {(node, model) for node, model in rows}
+            return {(node, model) for node, model in set(rows) if standing(session, node, model, now)[1]}
 
     # -- internals --------------------------------------------------------------------------------
 
     def _best_source(self, session: Session, dest: NodeRow, req: PeerTicketRequest, now: datetime) -> NodeRow | None:
-        """The admitted, live peer of `dest`'s datacenter that reports the model, is not held back by a dispute
-        and serves fastest by its measured copies (unmeasured: the configured datacenter rate); ties by id."""
+        """The admitted, live peer of `dest`'s datacenter that reports the model and is not held back by a dispute:
+        the least reported, then the fastest by its measured copies (unmeasured: the configured datacenter rate);
+        ties by id."""
         rows = session.exec(
             select(NodeRow)
             .join(NodeWeightsRow, col(NodeWeightsRow.node_id) == col(NodeRow.node_id))
@@ -275,16 +298,15 @@ class SqlPeers:
             )
         ).all()
         excluded = set(req.exclude_nodes)
+        reported = {r.node_id: standing(session, r.node_id, req.model, now) for r in rows}
         candidates = [
             r
             for r in rows
-            if r.node_id not in excluded
-            and r.status in ("healthy", "draining")
-            and not _disputed_since(session, r.node_id, req.model, now)
+            if r.node_id not in excluded and r.status in ("healthy", "draining") and not reported[r.node_id][1]
         ]
         if not candidates:
             return None
-        return min(candidates, key=lambda r: (-_source_rate(session, r.node_id), r.node_id))
+        return min(candidates, key=lambda r: (reported[r.node_id][0], -_source_rate(session, r.node_id), r.node_id))
 
 
 def _admitted(session: Session, node_id: str, node_secret: str | None) -> NodeRow:
@@ -302,18 +324,6 @@ def _claims(session: Session, node_id: str, model: str) -> bool:
     return (
         session.exec(
             select(NodeWeightsRow.id).where(NodeWeightsRow.node_id == node_id, NodeWeightsRow.model == model)
-        ).first()
-        is not None
-    )
-
-
-def _disputed_since(session: Session, node_id: str, model: str, now: datetime) -> bool:
-    cutoff = now - timedelta(seconds=DISPUTE_HOLD_S)
-    return (
-        session.exec(
-            select(PeerDisputeRow.id).where(
-                PeerDisputeRow.node_id == node_id, PeerDisputeRow.model == model, col(PeerDisputeRow.at) > cutoff
-            )
         ).first()
         is not None
     )

@@ -324,6 +324,10 @@ class PeerTicketRow(SQLModel, table=True):
     expires_at: datetime = Field(sa_type=UtcDateTime)
     closed_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
     outcome: str | None = None
+    # The evidence a report is judged by (store/peer_evidence.py): the files the source asked, under this ticket,
+    # to serve (a JSON list of sha256s), and whether the report showed what the control plane saw.
+    served_json: str | None = Field(default=None, sa_type=Text)
+    evidenced: bool | None = None
 
 
 class PeerDisputeRow(SQLModel, table=True):

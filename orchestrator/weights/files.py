@@ -35,7 +35,10 @@ class WeightsCacheError(RuntimeError):
 
 
 class WeightsIntegrityError(WeightsCacheError):
-    """A file's bytes are not what the catalogue says: its size or its sha256 differ."""
+    """A file's bytes are not what the catalogue says: its size or its sha256 differ. `sha256` names the file
+    (the catalogue's digest), once the fill knows which it was: a report of a corrupt copy names it."""
+
+    sha256: str | None = None
 
 
 @dataclass(frozen=True)

@@ -140,4 +140,10 @@ class ReportAnswer(BaseModel):
     the source's claim of the model."""
 
     recorded_sample: bool
-    disputed: bool
+    disputed: bool = Field(
+        description="the report counted against the source: it showed evidence the control plane saw"
+    )
+    held_back: bool = Field(
+        default=False, description="enough nodes' reports now hold the source back: no tickets from it for a while"
+    )
+    not_counted: str | None = Field(default=None, description="why a failure report counted for nothing")

@@ -22,7 +22,11 @@ router = APIRouter(tags=["fleet"], responses=ERROR_RESPONSES)
     "/v1/nodes/{node_id}/peer-tickets",
     status_code=status.HTTP_201_CREATED,
     response_model=PeerTicket,
-    responses={404: {"description": "no peer of the node's datacenter serves the model"}},
+    responses={
+        403: {"description": "the node does not run the model's engine"},
+        404: {"description": "no peer of the node's datacenter serves the model"},
+        429: {"description": "the node was minted its limit of tickets in the last minute"},
+    },
 )
 async def mint_ticket(node_id: NodeId, req: PeerTicketRequest, svc: Svc, node_secret: NodeSecret = None) -> PeerTicket:
     """A ticket for `node_id` to copy `req.model`'s weights from the fastest peer of its datacenter that holds them

@@ -23,7 +23,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine, delete, func
 from sqlmodel import Session, col, select
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
@@ -44,6 +44,10 @@ from .peer_evidence import DISPUTE_HOLD_S, REPORT_STRIKES, served, standing, str
 from .tables import NodeRow, NodeWeightsRow, PeerDisputeRow, PeerTicketRow, TransferSampleRow, utcnow
 
 __all__ = ["DISPUTE_HOLD_S", "SqlPeers"]
+# Tickets one node may be minted per minute: a load asks for at most 3 (peer_fetch.MAX_PEERS, one per peer tried),
+# and a node loads at most one replica per GPU at once (8), so 8 × 3 = 24 a minute is a busy node's most; 200
+# tickets in 1.3 s (issue 34) is no load. Past it a mint is refused (429) until the minute has turned over.
+TICKETS_PER_MINUTE = 30
 # Tickets, disputes and samples older than a day are swept at the next mint or report: a ticket lives an hour
 # at most, and the pool's estimate has long absorbed a day-old sample (pools replay what is left after a restart).
 RETAIN_S = 86_400.0
@@ -110,13 +114,36 @@ class SqlPeers:
     ) -> PeerTicket:
         """A ticket for `dest_node` to copy `req.model` from the best peer of its datacenter.
 
-        Refuses: the model without real weights (field model), no peer to copy from (404, field model).
+        Refuses: the model without real weights (field model), a model whose engine the node does not run (403,
+        field model: it would never load it), more than `TICKETS_PER_MINUTE` (429), no peer to copy from (404).
         """
         now = now or utcnow()
         with Session(self._engine) as session:
             dest = _admitted(session, dest_node, node_secret)
             if entry is None or entry.weights is None:
                 raise InvalidSpec(f"model {req.model!r} has no real weights in the catalogue to copy", field="model")
+            engines = json.loads(dest.spec_json).get("engines") or []
+            if engines and entry.engine not in engines:
+                raise PeerTicketRefused(
+                    f"node {dest_node!r} runs {', '.join(engines)}, not {entry.engine}, the engine of {req.model!r}:"
+                    " it never loads that model, so it copies none of its weights",
+                    field="model",
+                )
+            minted = session.exec(
+                select(func.count())
+                .select_from(PeerTicketRow)
+                .where(
+                    PeerTicketRow.dest_node == dest_node,
+                    col(PeerTicketRow.created_at) > now - timedelta(seconds=60),
+                )
+            ).one()
+            if minted >= TICKETS_PER_MINUTE:
+                raise Conflict(
+                    f"node {dest_node!r} was minted {minted} peer tickets in the last minute, its limit"
+                    f" ({TICKETS_PER_MINUTE}); a load needs at most 3: ask again within a minute",
+                    field="model",
+                    status_code=429,
+                )
             source = self._best_source(session, dest, req, now)
             if source is None:
                 raise NotFound(

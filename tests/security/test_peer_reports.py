@@ -4,7 +4,8 @@ Played against the control plane's store, as the routes call it (`tests/api/test
 over real HTTP): one `corrupt` report with no bytes fetched took the only honest holder of a model out of peer
 service for 10 minutes, repeatable without limit. Now a report counts only on what the control plane saw under its
 ticket, one reporter alone never holds a source back, and a reporter whose reports do not count or are refuted
-loses the right to report.
+loses the right to report. Tickets, which reports ride on, go only to nodes that run the model's engine, a few a
+minute.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import pytest
 
 from orchestrator.store import Store
 from orchestrator.store.peer_evidence import REPORT_STRIKES
+from orchestrator.store.peers import TICKETS_PER_MINUTE, PeerTicketRefused
+from sdk import Conflict
 from sdk.wire.catalogue import ModelEntry, WeightsFile, WeightsSource
 from sdk.wire.fleet import NodeHeartbeat, NodeSpec
 from sdk.wire.peers import PeerTicket, PeerTicketRequest, TicketCheck, TransferReport
@@ -131,3 +134,27 @@ def test_two_nodes_that_fetched_bad_bytes_hold_the_source_back(store: Store) -> 
     assert answer.held_back and ("holder", "tiny") in store.peers.disputed()
     view = store.fleet.get("holder")
     assert view is not None and "tiny" not in [w.model for w in view.cached_weights]
+
+
+def test_a_node_gets_no_ticket_for_a_model_whose_engine_it_does_not_run(store: Store) -> None:
+    store.fleet.register(
+        NodeSpec(node_id="vllm-only", datacenter="dc-1", zone="dc-1-a", capacity="on-demand", engines=["vllm"]),
+        secret("vllm-only"),
+    )
+    store.fleet.register(
+        NodeSpec(node_id="cpu-node", datacenter="dc-1", zone="dc-1-a", capacity="on-demand", engines=["llama.cpp"]),
+        secret("cpu-node"),
+    )
+    assert ticket(store, "vllm-only").source_node == "holder"  # tiny is a vllm model
+    with pytest.raises(PeerTicketRefused, match="engine") as refused:
+        ticket(store, "cpu-node")  # today: a ticket all the same
+    assert refused.value.field == "model"
+
+
+def test_tickets_are_rate_limited_per_node(store: Store) -> None:
+    for _ in range(TICKETS_PER_MINUTE):
+        ticket(store, "liar")
+    with pytest.raises(Conflict, match="last minute") as limited:
+        ticket(store, "liar")  # today: 200 in 1.3 s
+    assert limited.value.status_code == 429
+    assert ticket(store, "honest-1").source_node == "holder"  # another node's own limit

@@ -74,14 +74,17 @@ def fill_revision(
     """Fetch `revision`'s missing files from `fetcher` into `cache` and commit the entry.
 
     The room must be reserved (`cache.ensure_revision`); on failure the caller releases it.
-    `on_bytes` is called with each chunk's length, from the fetch threads. A file transfer slower than `floor`
-    over its window raises `TransferStalled` (the other files stop), so the caller can go to another source.
+    `on_bytes` is called with each chunk's length, from the fetch threads. A fill whose files together arrive
+    slower than `floor` over its window raises `TransferStalled` (every file stops), so the caller can go to
+    another source. Together: parallel streams share one link, and a slow honest link split four ways must not
+    read as four stalls.
     """
     stop = stop or threading.Event()
     moved = _Counter(on_bytes)
     missing = cache.missing_files(revision)
     began = time.monotonic()
-    one = _FileFill(cache, revision, fetcher, stop, moved, backoff_s, floor or TransferFloor())
+    watch = RateWatch(floor or TransferFloor(), time.monotonic())
+    one = _FileFill(cache, revision, fetcher, stop, moved, backoff_s, watch)
     if len(missing) <= 1 or parallel <= 1:
         for f in missing:
             one.fetch(f)
@@ -130,7 +133,7 @@ class _FileFill:
     stop: threading.Event
     moved: _Counter
     backoff_s: float
-    floor: TransferFloor
+    watch: RateWatch  # the fill's, shared by its files' threads
 
     def fetch(self, file: RevisionFile) -> None:
         """One file into the cache's blobs: transferred, verified, and transferred again once if refused."""
@@ -178,9 +181,10 @@ class _FileFill:
             have = 0
         digest = _hashed(partial) if have else hashlib.sha256()  # a resumed transfer hashes its prefix first
         fruitless = 0
-        # Per file, across its resumes, from after the prefix's hashing (local work, not the source's slowness).
+        watch = self.watch
+        if have:  # hashing the prefix was local work, not the source's slowness: the window starts again
+            watch.restart(time.monotonic())
         # A silent read ends within `fetchers.http.READ_S` as a cut, so the floor is judged then too.
-        watch = RateWatch(self.floor, time.monotonic())
         while have < file.size_bytes:
             if self.stop.is_set():
                 raise FetchCancelled(f"fetch of {file.path} stopped at {have} of {file.size_bytes} bytes")

@@ -1,8 +1,8 @@
 """The transfer floor: a source that sends slower than a floor, measured over a sliding window, is abandoned.
 
 A read timeout alone cannot catch a source that trickles: 1 KiB every 50 s never waits the 60 s a read allows,
-and stretched a load past its 30-minute timeout (issue 34). The fill keeps, per file transfer, the bytes that
-arrived over the last `window_s` seconds; once the transfer has run a whole window, fewer than
+and stretched a load past its 30-minute timeout (issue 34). The fill keeps the bytes that arrived, from all its
+files' streams together, over the last `window_s` seconds; once it has run a whole window, fewer than
 `bytes_per_s × window_s` in the last one is a stall (`TransferStalled`), carrying the rate it measured, which
 the fill's caller reports against the source and goes on from the next one.
 
@@ -11,6 +11,7 @@ Pure: the clock is passed in, so the rule is tested without waiting.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass
 
@@ -48,29 +49,39 @@ class TransferStalled(WeightsFetchError):
 
 
 class RateWatch:
-    """The bytes one transfer received over its last window; `check` raises `TransferStalled` below the floor."""
+    """The bytes a fill received over its last window, from all its threads; `check` raises `TransferStalled`
+    below the floor."""
 
     def __init__(self, floor: TransferFloor, now: float) -> None:
         self.floor = floor
         self.began = now
         self._arrivals: deque[tuple[float, int]] = deque()
         self._in_window = 0
+        self._lock = threading.Lock()
 
     def add(self, n: int, now: float) -> None:
-        self._arrivals.append((now, n))
-        self._in_window += n
-        self._forget(now)
+        with self._lock:
+            self._arrivals.append((now, n))
+            self._in_window += n
+            self._forget(now)
+
+    def restart(self, now: float) -> None:
+        """Judge only from `now` on (a whole window later): time spent on local work is not the source's."""
+        with self._lock:
+            self.began = max(self.began, now)
 
     def check(self, now: float, named: str) -> None:
         """Raise `TransferStalled` if a whole window has run and it held fewer bytes than the floor asks."""
-        self._forget(now)
-        window = self.floor.window_s
-        if now - self.began < window or self._in_window >= self.floor.bytes_per_s * window:
-            return
+        with self._lock:
+            self._forget(now)
+            window = self.floor.window_s
+            if now - self.began < window or self._in_window >= self.floor.bytes_per_s * window:
+                return
+            got = self._in_window
         raise TransferStalled(
-            f"{named}: stalled: {self._in_window} bytes in the last {window:g} s"
-            f" ({self._in_window / window:.0f} B/s), below the floor of {self.floor.bytes_per_s:.0f} B/s",
-            bytes_in_window=self._in_window,
+            f"{named}: stalled: {got} bytes in the last {window:g} s"
+            f" ({got / window:.0f} B/s), below the floor of {self.floor.bytes_per_s:.0f} B/s",
+            bytes_in_window=got,
             window_s=window,
             floor=self.floor,
         )

@@ -245,3 +245,15 @@ def test_a_fast_fill_is_unaffected_by_the_floor(tmp_path: Path) -> None:
 
 def generated_bytes(size: int) -> bytes:
     return hashlib.sha256(str(size).encode()).digest() * (size // 32)
+
+
+def test_the_floor_is_the_fills_together_so_a_link_shared_by_parallel_files_is_no_stall(tmp_path: Path) -> None:
+    files = {"a": generated_bytes(3 * MB), "b": generated_bytes(3 * MB + 32)}
+    rev = make_revision(tmp_path / "src", files)
+    floor = TransferFloor(bytes_per_s=0.75 * MB, window_s=2.0)
+    with loopback_origin(tmp_path / "src") as origin:
+        for path in files:
+            origin.trickle[path] = (64 * 1024, 0.1)  # 640 KiB/s each: under the floor alone, 1.25 MiB/s together
+        report = _fill(_cache(tmp_path), _http(rev, origin.url), HttpFetcher(), parallel=2, floor=floor)
+    assert report.seconds > floor.window_s  # judged, and kept
+    assert all((report.path / path).read_bytes() == data for path, data in files.items())

@@ -64,6 +64,8 @@ async def prewarm(
         client = await svc.temporal.client()
         for node_id, source in targets:
             workflow_id = f"prewarm-{name}-{node_id}-{uuid.uuid4().hex[:8]}"
+            if source == "datacenter":  # the node may copy from its peers only what it was asked to load
+                await svc.db(svc.store.peers.order_weights, node_id, entry.name)
             order = PrewarmOnNode(
                 node_id=node_id, request=Prewarm(model=entry, size_bytes=weights_bytes(entry), tier=source)
             )

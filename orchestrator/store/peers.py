@@ -41,13 +41,25 @@ from sdk.wire.peers import (
 from ..weights_transfer import DATACENTER_BYTES_PER_S, learned_bytes_per_s
 from .fleet import NodeNotApproved, SqlFleet
 from .peer_evidence import DISPUTE_HOLD_S, REPORT_STRIKES, served, standing, strikes, unevidenced
-from .tables import NodeRow, NodeWeightsRow, PeerDisputeRow, PeerTicketRow, TransferSampleRow, utcnow
+from .tables import (
+    GpuReservationRow,
+    NodeRow,
+    NodeWeightsRow,
+    PeerDisputeRow,
+    PeerTicketRow,
+    TransferSampleRow,
+    WeightsOrderRow,
+    utcnow,
+)
 
 __all__ = ["DISPUTE_HOLD_S", "SqlPeers"]
 # Tickets one node may be minted per minute: a load asks for at most 3 (peer_fetch.MAX_PEERS, one per peer tried),
 # and a node loads at most one replica per GPU at once (8), so 8 × 3 = 24 a minute is a busy node's most; 200
 # tickets in 1.3 s (issue 34) is no load. Past it a mint is refused (429) until the minute has turned over.
 TICKETS_PER_MINUTE = 30
+# An operator's pre-warm may copy for an hour, as long as a ticket lives at most (sdk/wire/peers.py): a 140 GiB
+# model at a congested 250 MiB/s is ~10 min.
+WEIGHTS_ORDER_S = 3600.0
 # Tickets, disputes and samples older than a day are swept at the next mint or report: a ticket lives an hour
 # at most, and the pool's estimate has long absorbed a day-old sample (pools replay what is left after a restart).
 RETAIN_S = 86_400.0
@@ -114,8 +126,9 @@ class SqlPeers:
     ) -> PeerTicket:
         """A ticket for `dest_node` to copy `req.model` from the best peer of its datacenter.
 
-        Refuses: the model without real weights (field model), a model whose engine the node does not run (403,
-        field model: it would never load it), more than `TICKETS_PER_MINUTE` (429), no peer to copy from (404).
+        Refuses: the model without real weights (field model), a model whose engine the node does not run or that
+        no load placed on it (403, field model: it would never load it), more than `TICKETS_PER_MINUTE` (429), no
+        peer to copy from (404).
         """
         now = now or utcnow()
         with Session(self._engine) as session:
@@ -127,6 +140,12 @@ class SqlPeers:
                 raise PeerTicketRefused(
                     f"node {dest_node!r} runs {', '.join(engines)}, not {entry.engine}, the engine of {req.model!r}:"
                     " it never loads that model, so it copies none of its weights",
+                    field="model",
+                )
+            if not _placed(session, dest_node, req.model, now):
+                raise PeerTicketRefused(
+                    f"no load of {req.model!r} is placed on node {dest_node!r} (no replica of it started there, no"
+                    " pre-warm ordered): a node copies only the weights it was asked to load",
                     field="model",
                 )
             minted = session.exec(
@@ -250,6 +269,14 @@ class SqlPeers:
                 not_counted=None if rep.outcome == "verified" or disputed else why_not,
             )
 
+    def order_weights(self, node_id: str, model: str, now: datetime | None = None) -> None:
+        """Record an operator's pre-warm of `model` onto `node_id`: it may be minted tickets for an hour."""
+        now = now or utcnow()
+        with Session(self._engine) as session:
+            session.add(WeightsOrderRow(node_id=node_id, model=model, until=now + timedelta(seconds=WEIGHTS_ORDER_S)))
+            session.exec(delete(WeightsOrderRow).where(col(WeightsOrderRow.until) < now))
+            session.commit()
+
     # -- node A: may it serve this file to this ticket? -------------------------------------------
 
     def check(
@@ -341,6 +368,21 @@ def _admitted(session: Session, node_id: str, node_secret: str | None) -> NodeRo
     if row.admission == "pending":
         raise NodeNotApproved(node_id)
     return row
+
+
+def _placed(session: Session, node_id: str, model: str, now: datetime) -> bool:
+    """A load of `model` is placed on the node: a pool's replica reservation there, or an operator's pre-warm."""
+    reserved = session.exec(
+        select(GpuReservationRow.replica_id).where(
+            GpuReservationRow.node_id == node_id, GpuReservationRow.model == model
+        )
+    ).first()
+    ordered = session.exec(
+        select(WeightsOrderRow.id).where(
+            WeightsOrderRow.node_id == node_id, WeightsOrderRow.model == model, col(WeightsOrderRow.until) > now
+        )
+    ).first()
+    return reserved is not None or ordered is not None
 
 
 def _files(row: PeerTicketRow) -> list[WeightsFile]:

@@ -330,6 +330,19 @@ class PeerTicketRow(SQLModel, table=True):
     evidenced: bool | None = None
 
 
+class WeightsOrderRow(SQLModel, table=True):
+    """An operator's pre-warm of `model` onto `node_id` (POST /v1/models/{name}/prewarm): a load the control plane
+    placed without a replica, so the node may be minted peer tickets for that model `until` then."""
+
+    __tablename__ = "weights_orders"
+    __table_args__ = (Index("ix_weights_orders_node_model", "node_id", "model"),)
+
+    id: int | None = Field(default=None, primary_key=True, sa_type=Int64)
+    node_id: str
+    model: str
+    until: datetime = Field(sa_type=UtcDateTime)
+
+
 class PeerDisputeRow(SQLModel, table=True):
     """A copy from `node_id` of `model` that failed its hash (or could not be served), as `reported_by` said."""
 

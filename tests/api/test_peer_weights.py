@@ -93,6 +93,8 @@ class Fleet:
         self.store.fleet.register(
             NodeSpec(node_id=node_id, datacenter=datacenter, zone=f"{datacenter}-a", capacity="on-demand"), secret
         )
+        for model in ("tiny", "big"):  # a load of each is placed on it: it may ask for tickets (store/peers.py)
+            self.store.peers.order_weights(node_id, model)
         cache = WeightsCache(self.tmp / node_id, capacity)
         node = Node(node_id, secret, cache, PeerTickets(self.api_url, node_id, lambda: secret))
         if serve:

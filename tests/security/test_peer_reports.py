@@ -4,8 +4,8 @@ Played against the control plane's store, as the routes call it (`tests/api/test
 over real HTTP): one `corrupt` report with no bytes fetched took the only honest holder of a model out of peer
 service for 10 minutes, repeatable without limit. Now a report counts only on what the control plane saw under its
 ticket, one reporter alone never holds a source back, and a reporter whose reports do not count or are refuted
-loses the right to report. Tickets, which reports ride on, go only to nodes that run the model's engine, a few a
-minute.
+loses the right to report. Tickets, which reports ride on, go only to nodes a load of the model was placed on (a
+pool's replica reservation, an operator's pre-warm) and that run its engine, a few a minute.
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlmodel import Session
 
 from orchestrator.store import Store
 from orchestrator.store.peer_evidence import REPORT_STRIKES
 from orchestrator.store.peers import TICKETS_PER_MINUTE, PeerTicketRefused
+from orchestrator.store.tables import GpuReservationRow
 from sdk import Conflict
 from sdk.wire.catalogue import ModelEntry, WeightsFile, WeightsSource
 from sdk.wire.fleet import NodeHeartbeat, NodeSpec
@@ -49,6 +51,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
         store.fleet.register(
             NodeSpec(node_id=node, datacenter="dc-1", zone="dc-1-a", capacity="on-demand"), secret(node)
         )
+        place(store, node)
     store.fleet.heartbeat(
         NodeHeartbeat(
             node_id="holder", peer_port=7070, peer_host="127.0.0.1", cached_weights=[{"model": "tiny", "size_bytes": 1}]
@@ -57,6 +60,22 @@ def store(tmp_path: Path) -> Iterator[Store]:
     )
     yield store
     store.close()
+
+
+def place(store: Store, node: str) -> None:
+    """A load of tiny placed on `node` by a pool: its GPU reservation, as the pool writes it before the load."""
+    with Session(store.engine) as session:
+        session.add(
+            GpuReservationRow(
+                replica_id=f"tiny-on-{node}",
+                node_id=node,
+                model="tiny",
+                gpu_indexes_json="[0]",
+                per_device_gib=1.0,
+                pool_id="pool-1",
+            )
+        )
+        session.commit()
 
 
 def ticket(store: Store, node: str) -> PeerTicket:
@@ -145,6 +164,8 @@ def test_a_node_gets_no_ticket_for_a_model_whose_engine_it_does_not_run(store: S
         NodeSpec(node_id="cpu-node", datacenter="dc-1", zone="dc-1-a", capacity="on-demand", engines=["llama.cpp"]),
         secret("cpu-node"),
     )
+    for node in ("vllm-only", "cpu-node"):
+        place(store, node)
     assert ticket(store, "vllm-only").source_node == "holder"  # tiny is a vllm model
     with pytest.raises(PeerTicketRefused, match="engine") as refused:
         ticket(store, "cpu-node")  # today: a ticket all the same
@@ -158,3 +179,14 @@ def test_tickets_are_rate_limited_per_node(store: Store) -> None:
         ticket(store, "liar")  # today: 200 in 1.3 s
     assert limited.value.status_code == 429
     assert ticket(store, "honest-1").source_node == "holder"  # another node's own limit
+
+
+def test_a_node_gets_no_ticket_for_a_model_no_load_placed_on_it(store: Store) -> None:
+    store.fleet.register(
+        NodeSpec(node_id="idle", datacenter="dc-1", zone="dc-1-a", capacity="on-demand"), secret("idle")
+    )
+    with pytest.raises(PeerTicketRefused, match="no load of 'tiny' is placed") as refused:
+        ticket(store, "idle")  # today: a ticket, and a report to file with it
+    assert refused.value.field == "model"
+    store.peers.order_weights("idle", "tiny")  # an operator's pre-warm places it
+    assert ticket(store, "idle").source_node == "holder"

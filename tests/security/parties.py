@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +13,7 @@ from temporalio.client import Client as TemporalClient
 
 from orchestrator.store import Store
 from sdk import Agent, TaskState, TaskStatus
+from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.identity import Role
 
 JOIN_TOKEN = "join-security-6b1f"
@@ -78,3 +79,23 @@ class Live:
                     return state
             assert loop.time() < deadline, f"{task_id} is not {[s.value for s in statuses]}: {answer.text}"
             await asyncio.sleep(0.2)
+
+
+@contextmanager
+def admitted_node(app, store: Store, node_id: str) -> Iterator[httpx.Client]:
+    """A node admitted with a per-node token and joined with one H100, speaking HTTP to `app` with its own secret."""
+    token = store.node_admission.mint(node_id, 600).join_token
+    with httpx.Client(transport=SyncAsgi(app), base_url="http://berth") as http:
+        joined = http.post(
+            "/v1/nodes/register",
+            json={
+                "node_id": node_id,
+                "join_token": token,
+                "datacenter": "dc1",
+                "zone": "z1",
+                "gpus": [{"index": 0, "uuid": "GPU-0", "type_name": "H100-80GB", "memory_total_mib": 81559}],
+            },
+        )
+        assert joined.status_code == 201, joined.text
+        http.headers[NODE_SECRET_HEADER] = joined.json()["node_secret"]
+        yield http

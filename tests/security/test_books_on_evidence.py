@@ -24,10 +24,9 @@ from hypothesis import strategies as st
 
 from orchestrator.store import CallReservation, LeaseRecord, Store
 from sdk import CheckpointRef, Message, Spend, TaskSpec, TaskState, TaskStatus
-from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.lease import StepLimits
 from sdk.wire.ledger import SETTLED
-from tests.security.parties import SyncAsgi, error_of
+from tests.security.parties import admitted_node, error_of
 
 NODE = "gpu-claims"
 BUDGET, MAX_TOKENS = 20_000, 8_000
@@ -87,20 +86,7 @@ def leased_task(
 @pytest.fixture
 def node(app, store: Store) -> Iterator[httpx.Client]:
     """An admitted node speaking HTTP with its own secret."""
-    token = store.node_admission.mint(NODE, 600).join_token
-    with httpx.Client(transport=SyncAsgi(app), base_url="http://berth") as http:
-        joined = http.post(
-            "/v1/nodes/register",
-            json={
-                "node_id": NODE,
-                "join_token": token,
-                "datacenter": "dc1",
-                "zone": "z1",
-                "gpus": [{"index": 0, "uuid": "GPU-0", "type_name": "H100-80GB", "memory_total_mib": 81559}],
-            },
-        )
-        assert joined.status_code == 201, joined.text
-        http.headers[NODE_SECRET_HEADER] = joined.json()["node_secret"]
+    with admitted_node(app, store, NODE) as http:
         yield http
 
 

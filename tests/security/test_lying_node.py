@@ -21,7 +21,7 @@ from sdk import AgentSpec, CheckpointRef, Message, Spend, TaskSpec, TaskState, T
 from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.identity import Role, TenantSpec
 from sdk.wire.lease import StepLimits
-from tests.security.parties import SyncAsgi, error_of
+from tests.security.parties import SyncAsgi, admitted_node, error_of
 
 NODE = "gpu-liar"
 MAX_TOKENS, ALLOWANCE = 300, 1200
@@ -101,20 +101,7 @@ def world(store: Store, agent: AgentSpec) -> dict[str, CheckpointRef]:
 @pytest.fixture
 def node(app, store: Store, world: dict) -> Iterator[httpx.Client]:
     """The lying node, admitted and joined, speaking HTTP with its own secret."""
-    token = store.node_admission.mint(NODE, 600).join_token
-    with httpx.Client(transport=SyncAsgi(app), base_url="http://berth") as http:
-        joined = http.post(
-            "/v1/nodes/register",
-            json={
-                "node_id": NODE,
-                "join_token": token,
-                "datacenter": "dc1",
-                "zone": "z1",
-                "gpus": [{"index": 0, "uuid": "GPU-0", "type_name": "H100-80GB", "memory_total_mib": 81559}],
-            },
-        )
-        assert joined.status_code == 201, joined.text
-        http.headers[NODE_SECRET_HEADER] = joined.json()["node_secret"]
+    with admitted_node(app, store, NODE) as http:
         yield http
 
 

@@ -7,6 +7,9 @@ itself (`CallReservation`). So whatever a node says:
 - it books only for attempts that started: a call settles, and a dead attempt's tokens are lost or
   kept, only under an attempt a node prepared (of its own placement for a call, of its round for a
   dead attempt: the placement that takes a step over books what the cut one wrote);
+- it prepares only the attempts the workflow can start on one placement: its first, then each quiet
+  continuation (at most `QUIET_CONTINUES`), and a continuation only once the attempt before it had
+  time to go quiet, so a node cannot mint attempts, each with a grant to claim, as fast as it asks;
 - an attempt wrote at most its grant: its answer, and what it wrote before dying, together;
   its prompt is at most what was reserved for it;
 - everything a round of the step books (the call, and the tokens of attempts that died before it)
@@ -20,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from sdk.wire.lease import BookedRound, StepLimits
 from sdk.wire.ledger import KEPT, LOST, SETTLED, LedgerEntry, booked_round
 from sdk.wire.prices import Prices, call_cost, generated_cost
 from sdk.wire.prompt_count import PromptCount
+from sdk.wire.recovery import QUIET_CONTINUES
 from sdk.wire.reserve import answer_grant
 from sdk.wire.step_books import DeadAttemptBody, SettleStepRequest
 
@@ -61,6 +66,35 @@ class Round:
     def written(self, attempt: int) -> int:
         """Answer tokens booked for one attempt: its settled answer, and what it wrote before dying (lost, kept)."""
         return sum(e.completion_tokens for e in self.entries if e.attempt == attempt)
+
+
+def check_prepare(
+    limits: StepLimits, attempt: int, prepared_at: Mapping[int, datetime], now: datetime, quiet: timedelta
+) -> None:
+    """BookingRefused naming `attempt` unless the workflow can have started this attempt on the lease's placement.
+
+    A placement runs its first attempt, and the workflow starts the next only when the one before went quiet for a
+    heartbeat timeout (`quiet`, counted by Temporal from that attempt's start, which its prepare follows by a
+    moment: half of it is asked here, so a busy control plane's clock never refuses an honest continuation), at
+    most `QUIET_CONTINUES` times. `prepared_at`: the attempts this lease's node prepared, and when.
+    """
+    last = min(limits.last_attempt, limits.first_attempt + QUIET_CONTINUES)
+    _check_attempt(attempt, limits.first_attempt, last, "attempt")
+    if attempt == limits.first_attempt or attempt in prepared_at:  # the first, or a prepare retried
+        return
+    before = prepared_at.get(attempt - 1)
+    if before is None:
+        raise BookingRefused(
+            "attempt",
+            f"attempt {attempt} continues attempt {attempt - 1} of this placement, which was never prepared",
+        )
+    waited = now - before
+    if waited < quiet / 2:
+        raise BookingRefused(
+            "attempt",
+            f"attempt {attempt} continues attempt {attempt - 1} once it went quiet for"
+            f" {quiet.total_seconds():g} s, but attempt {attempt - 1} was prepared {waited.total_seconds():.1f} s ago",
+        )
 
 
 def reserve_call(

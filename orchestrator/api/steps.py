@@ -7,7 +7,8 @@ attempts only. A node may lie, so each route acts only on the lease the node hol
 - the node presents its node secret, and names a lease the store says it holds;
 - `prepare` returns only the task's current checkpoint (its id and hash checked against the store),
   counts its prompt here, grants the answer tokens the lease's limits leave, and records the attempt
-  it prepares with that reservation: the evidence that attempt started;
+  it prepares with that reservation: the evidence that attempt started (only one its workflow can have
+  started: the placement's first, or a continuation of one gone quiet);
 - `settle` and `interrupted` book under the lease's task and step, only for attempts prepared, within
   what was reserved and allowed (orchestrator/api/lease_books.py), priced from the catalogue, with an
   event built here;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Header
@@ -43,9 +45,18 @@ from sdk.wire.step_call import CallReport, StepRef
 
 from ..store import LeaseRecord, Store
 from ..store.checkpoints import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
+from ..store.tables import utcnow
 from ..tokenizers import ModelTokenizer, TokenizerUnreadable, tokenizers_under
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
-from .lease_books import BookingRefused, Round, booked_settled, check_dead, check_settle, reserve_call
+from .lease_books import (
+    BookingRefused,
+    Round,
+    booked_settled,
+    check_dead,
+    check_prepare,
+    check_settle,
+    reserve_call,
+)
 from .services import Services, Svc
 
 router = APIRouter(
@@ -64,6 +75,7 @@ T = TypeVar("T")
 @router.post("/prepare", response_model=PreparedStepBody)
 async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: NodeSecret = None) -> PreparedStepBody:
     """Node agents only: the conversation of the leased step's task and the answer tokens granted."""
+    quiet = timedelta(seconds=svc.config.heartbeat_timeout_s)
 
     def run(lease: LeaseRecord, store: Store) -> PreparedStepBody:
         current = store.checkpoints.read_latest(lease.task_id)
@@ -72,12 +84,7 @@ async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: 
                 409, f"checkpoint {req.checkpoint.id} is not task {lease.task_id!r}'s current one", field="checkpoint"
             )
         assert lease.limits is not None
-        if not lease.limits.first_attempt <= req.attempt <= lease.limits.last_attempt:
-            raise invalid(
-                "attempt",
-                f"attempt {req.attempt} is not one this lease runs"
-                f" (attempts {lease.limits.first_attempt} to {lease.limits.last_attempt})",
-            )
+        check_prepare(lease.limits, req.attempt, store.leases.prepared_under(lease.lease_id), utcnow(), quiet)
         messages, tools = _prompt_of(store, lease, current.messages, req)
         counted = count_prompt(messages, tools, _tokenizer(svc, lease.model))
         booked = booked_round(_entries(store, lease))  # its totals: a reservation needs no attempt's record

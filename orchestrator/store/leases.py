@@ -16,6 +16,7 @@ import builtins
 import dataclasses
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy import ColumnElement, Engine, bindparam, delete, func, update
@@ -80,6 +81,9 @@ _PREPARED = (
     )
     .order_by(_ATTEMPTS.c.attempt)
 )
+_PREPARED_UNDER = sa.select(_ATTEMPTS.c.attempt, _ATTEMPTS.c.prepared_at).where(
+    _ATTEMPTS.c.lease_id == bindparam("lease_id")
+)
 
 
 class SqlLeases:
@@ -137,6 +141,13 @@ class SqlLeases:
         with connected(self._engine) as connection:
             rows = connection.execute(_PREPARED, {"task_id": task_id, "step": step, "from_attempt": from_attempt}).all()
         return {r.attempt: CallReservation(prompt_tokens=r.prompt_tokens, max_tokens=r.max_tokens) for r in rows}
+
+    def prepared_under(self, lease_id: str) -> dict[int, datetime]:
+        """The attempts a lease's node prepared, with when each was last prepared: the evidence that the one
+        before an attempt went quiet long enough for the workflow to have started it."""
+        with connected(self._engine) as connection:
+            rows = connection.execute(_PREPARED_UNDER, {"lease_id": lease_id}).all()
+        return {r.attempt: r.prepared_at for r in rows}
 
     def for_step(self, task_id: str, step: int) -> LeaseRecord | None:
         with Session(self._engine) as session:

@@ -26,6 +26,7 @@ from sdk.wire.lease import StepLimits, StepPlacement, call_extras_digest
 from sdk.wire.ledger import DeadTokens
 from sdk.wire.step_call import CallReport, StepRef
 from tests.conftest import free_port
+from tests.security.parties import backdate_prepares
 
 JOIN_TOKEN = "join-me-books"
 
@@ -188,14 +189,15 @@ def test_booked_and_book_interrupted_serve_a_retried_attempt(books: RemoteStepBo
     books.settle(STEP, call(attempt=1))
     assert [e.attempt for e in books.booked(STEP, before_attempt=2)] == [1]
     assert books.booked(STEP, before_attempt=1) == []
-    books.prepare(STEP, start, None, attempt=3)  # attempt 3 started, wrote 40 tokens and died unheard
-    lost = [DeadTokens(3, "lost", 40, 0.0)]
+    backdate_prepares(store, "lease-1", 5.0)  # attempt 1 went quiet: the workflow starts attempt 2
+    books.prepare(STEP, start, None, attempt=2)  # attempt 2 started, wrote 40 tokens and died unheard
+    lost = [DeadTokens(2, "lost", 40, 0.0)]
     books.book_interrupted(STEP, lost)
     books.book_interrupted(STEP, lost)
     books.book_interrupted(STEP, [])
     totals = store.ledger.totals("t1")
     assert totals.lost_tokens == 40 and totals.cost_usd == pytest.approx(30 * PROMPT_USD + 52 * COMPLETION_USD)
-    assert [e.attempt for e in books.booked(STEP, before_attempt=4)] == [1]
+    assert [e.attempt for e in books.booked(STEP, before_attempt=3)] == [1]
 
 
 def test_a_settle_books_its_call_and_announces_it_together_or_not_at_all(

@@ -6,12 +6,15 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 from temporalio.client import Client as TemporalClient
 
 from orchestrator.store import Store
+from orchestrator.store.tables import StepAttemptRow, table_of
 from sdk import Agent, TaskState, TaskStatus
 from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.identity import Role
@@ -32,6 +35,21 @@ class SyncAsgi(httpx.BaseTransport):
             return httpx.Response(response.status_code, headers=response.headers, content=await response.aread())
 
         return asyncio.run(run())
+
+
+def backdate_prepares(store: Store, lease_id: str, seconds: float) -> None:
+    """Move the recorded prepares of a lease's attempts `seconds` into the past: what a node that waited sees."""
+    attempts = table_of(StepAttemptRow)
+    with store.engine.begin() as connection:
+        rows = connection.execute(sa.select(attempts).where(attempts.c.lease_id == lease_id)).all()
+        for row in rows:
+            connection.execute(
+                sa.update(attempts)
+                .where(
+                    attempts.c.task_id == row.task_id, attempts.c.step == row.step, attempts.c.attempt == row.attempt
+                )
+                .values(prepared_at=row.prepared_at - timedelta(seconds=seconds))
+            )
 
 
 def error_of(response: httpx.Response) -> dict:

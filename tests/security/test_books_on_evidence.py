@@ -26,7 +26,8 @@ from orchestrator.store import CallReservation, LeaseRecord, Store
 from sdk import CheckpointRef, Message, Spend, TaskSpec, TaskState, TaskStatus
 from sdk.wire.lease import StepLimits
 from sdk.wire.ledger import SETTLED
-from tests.security.parties import admitted_node, error_of
+from sdk.wire.recovery import QUIET_CONTINUES
+from tests.security.parties import admitted_node, backdate_prepares, error_of
 
 NODE = "gpu-claims"
 BUDGET, MAX_TOKENS = 20_000, 8_000
@@ -154,6 +155,32 @@ def test_the_placement_that_takes_a_step_over_books_what_the_cut_one_started(nod
     assert prepare(node, task_id, ref, 101).status_code == 200
     totals = store.ledger.totals(task_id)
     assert (totals.kept_tokens, totals.lost_tokens) == (150, 40)
+
+
+def test_a_lease_prepares_only_the_attempts_its_workflow_can_start(node, store: Store) -> None:
+    """A node cannot mint attempts to claim: a placement runs its first attempt, and the workflow starts the next
+    only once the one before went quiet for a heartbeat timeout, at most QUIET_CONTINUES times. Before, a node could
+    prepare attempts 1 to 100 of its lease at once, each with a grant it could then claim was written and lost."""
+    task_id, ref = leased_task(store)
+    granted = prepare(node, task_id, ref, 1).json()["max_tokens"]
+    at_once = prepare(node, task_id, ref, 2)
+    assert at_once.status_code == 422 and error_of(at_once)["field"] == "attempt", at_once.text
+    assert "prepared 0." in error_of(at_once)["message"]
+    skipped = prepare(node, task_id, ref, 3)
+    assert skipped.status_code == 422 and "never prepared" in error_of(skipped)["message"]
+    # What a node that claims all it can books at once: one attempt's grant, where it booked 19,999 before.
+    assert post(node, "interrupted", lost(task_id, (1, granted))).status_code == 204
+    assert post(node, "interrupted", lost(task_id, (2, granted))).status_code == 422
+    assert store.ledger.totals(task_id).tokens == granted == MAX_TOKENS
+
+    for attempt in range(2, 2 + QUIET_CONTINUES):  # each continuation after its predecessor went quiet
+        backdate_prepares(store, task_id, 5.0)
+        assert prepare(node, task_id, ref, attempt).status_code == 200, attempt
+        assert prepare(node, task_id, ref, attempt).status_code == 200  # a prepare retried
+    backdate_prepares(store, task_id, 5.0)
+    beyond = prepare(node, task_id, ref, 2 + QUIET_CONTINUES)
+    assert beyond.status_code == 422 and error_of(beyond)["field"] == "attempt"
+    assert f"attempts 1 to {1 + QUIET_CONTINUES}" in error_of(beyond)["message"]
 
 
 # ----- the property: a lease books at most what its attempts could have produced -------------------------------

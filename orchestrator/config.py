@@ -18,6 +18,11 @@ ENV_PREFIX = "BERTH_"
 PlacementPolicyName = Literal["berth", "k8s-spread"]
 
 
+class TemporalSettingsRefused(ValueError):
+    """A BERTH_TEMPORAL_* setting that cannot be used (orchestrator/temporal.py reads them); the message names the
+    variable. Here, not there, so that the CLI can report it without importing Temporal's SDK for every command."""
+
+
 class BerthConfig(BaseModel):
     data_dir: Path = Field(default=Path(".berth"), description="SQLite files, Temporal's database, logs")
     host: str = "127.0.0.1"
@@ -30,6 +35,32 @@ class BerthConfig(BaseModel):
     engine_port: int = Field(default=8090, ge=0, le=65535)
     temporal_address: str | None = Field(default=None, description="host:port of an existing Temporal frontend")
     temporal_namespace: str = "default"
+    # How Berth proves itself to a Temporal frontend that asks (mTLS, or an API key as Temporal Cloud takes):
+    # a frontend that anyone reaching it may use lets them signal, terminate or read any task, past Berth's keys.
+    # orchestrator/temporal.py reads the files and refuses, naming the variable, a setting it cannot use.
+    temporal_tls: bool | None = Field(
+        default=None,
+        description="connect to Temporal over TLS; unset: TLS whenever a TLS file, a server name or an API key is given",
+    )
+    temporal_tls_cert: Path | None = Field(
+        default=None, description="PEM client certificate for mutual TLS with Temporal (with temporal_tls_key)"
+    )
+    temporal_tls_key: Path | None = Field(
+        default=None, description="PEM private key of temporal_tls_cert, unencrypted (with temporal_tls_cert)"
+    )
+    temporal_tls_ca: Path | None = Field(
+        default=None,
+        description="PEM CA certificates Temporal's server certificate is checked against (else the system's)",
+    )
+    temporal_tls_server_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="the name Temporal's server certificate is checked against, and the TLS server name sent,"
+        " when it is not the host of temporal_address",
+    )
+    temporal_api_key: SecretStr | None = Field(
+        default=None, description="an API key sent to Temporal with every call (Temporal Cloud's, for one)"
+    )
     temporal_ui_url: str | None = Field(
         default=None,
         max_length=500,

@@ -125,9 +125,13 @@ class TemporalGateway:
         task_queue: str = CONTROL_TASK_QUEUE,
         query_timeout_s: float = QUERY_TIMEOUT_S,
         update_timeout_s: float = UPDATE_TIMEOUT_S,
+        credentials: dict[str, Any] | None = None,
     ) -> None:
         self.address = address
         self.namespace = namespace
+        # `tls` and `api_key` of Client.connect (orchestrator.temporal.temporal_connect_options): read and checked
+        # before the gateway is made, so a bad setting stops the server at start rather than at its first call.
+        self._credentials = dict(credentials or {})
         self.task_queue = task_queue
         self.query_timeout = timedelta(seconds=query_timeout_s)
         self.update_timeout = timedelta(seconds=update_timeout_s)
@@ -135,9 +139,11 @@ class TemporalGateway:
         self._lock: asyncio.Lock | None = None
 
     @classmethod
-    async def connect(cls, address: str, namespace: str = "default") -> TemporalGateway:
+    async def connect(
+        cls, address: str, namespace: str = "default", *, credentials: dict[str, Any] | None = None
+    ) -> TemporalGateway:
         """A gateway that has tried to connect once; it never raises, a later call retries."""
-        gateway = cls(address, namespace)
+        gateway = cls(address, namespace, credentials=credentials)
         try:
             await gateway.client()
         except TemporalUnavailable as exc:
@@ -163,6 +169,7 @@ class TemporalGateway:
                             namespace=self.namespace,
                             data_converter=pydantic_data_converter,
                             interceptors=[tracing_interceptor()],
+                            **self._credentials,
                         ),
                         CONNECT_TIMEOUT_S,
                     )

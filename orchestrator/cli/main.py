@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ..config import BerthConfig
+from ..config import BerthConfig, TemporalSettingsRefused
 
 
 def _config(args: argparse.Namespace) -> BerthConfig:
@@ -150,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the output
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except TemporalSettingsRefused as exc:  # every process that connects to Temporal reads these before it does
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from sdk import Agent, BerthError, InvalidSpec, McpUnreachable, serve
 
 from ..config import BerthConfig
 from ..telemetry.tracing import configure_tracing
+from ..temporal import TemporalSettingsRefused, temporal_connect_options
 from .output import fail
 
 
@@ -44,14 +45,23 @@ def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
     except AgentRefError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        credentials = temporal_connect_options(config)
+    except TemporalSettingsRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     configure_tracing("berth-tools")
 
     def start() -> Awaitable[None]:
+        # Berth's own settings when given; otherwise serve() reads Temporal's (TEMPORAL_API_KEY, TEMPORAL_TLS_*).
         return serve(
             *agents,
             temporal_address=config.resolved_temporal_address,
             namespace=config.temporal_namespace,
             api_url=config.resolved_api_url,
+            temporal_api_key=credentials.get("api_key"),
+            # False only when BERTH_TEMPORAL_TLS says so: unset, serve() may still take TLS from TEMPORAL_TLS_*.
+            tls=None if config.temporal_tls is None and credentials["tls"] is False else credentials["tls"],
         )
 
     try:

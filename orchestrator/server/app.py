@@ -55,6 +55,7 @@ from ..store import Store
 from ..telemetry import install_metrics
 from ..telemetry.fleet_gauges import fleet_reading, watch_fleet
 from ..telemetry.task_gauges import task_reading, watch_tasks
+from ..temporal import temporal_connect_options
 from ..tokenizers import tokenizers_under
 
 log = logging.getLogger("berth.server")
@@ -161,9 +162,10 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
 
 def build_app(config: BerthConfig) -> FastAPI:
     """The app as `berth server` runs it: the store at the configured URL, Temporal at its address."""
+    credentials = temporal_connect_options(config)  # before anything starts: a bad setting stops the server here
     install_metrics("berth-api")
     store = Store.open(config.resolved_database_url)
-    temporal = TemporalGateway(config.resolved_temporal_address, config.temporal_namespace)
+    temporal = TemporalGateway(config.resolved_temporal_address, config.temporal_namespace, credentials=credentials)
     return create_app(config, store, temporal)
 
 

@@ -29,7 +29,7 @@ from sdk.wire.task_events import Interruption, recorded_data
 from .step.ports import AgentCatalogue, CheckpointStore, EventLog, StepTransaction, TaskRegistry
 from .step.spans import annotate_checkpoint, record_interruption
 from .step.store_books import record_step
-from .step.task_metrics import record_state_change
+from .step.task_metrics import record_state_change, record_task_ended
 
 
 class TaskBookkeeping:
@@ -83,9 +83,11 @@ class TaskBookkeeping:
         a detail that does not fit fails the activity, naming the field, rather than reaching the log."""
         data = event_data(inp)
         recorded = recorded_data(inp.event, data)
-        self.tasks.save_state(inp.state, spec_json=inp.spec_json)
+        ended = self.tasks.save_state(inp.state, spec_json=inp.spec_json)
         self.events.append(inp.state.task_id, inp.event, data)  # as sent: the stored JSON keeps its shape
         record_state_change(inp.state, recorded)
+        if ended:  # this write ended the task: a retry of it, or a replay's, finds it final and counts nothing
+            record_task_ended(inp.state)
         if isinstance(recorded, Interruption):
             record_interruption(recorded)
 

@@ -45,7 +45,7 @@ class TokenLedger(Protocol):
 
 
 class TaskRegistry(Protocol):
-    def save_state(self, state: TaskState, spec_json: str | None = None) -> None: ...
+    def save_state(self, state: TaskState, spec_json: str | None = None) -> bool: ...  # True: this write ended it
 
 
 class EventLog(Protocol):

@@ -19,6 +19,8 @@ from sdk.wire.task_events import ModelCallEvent, StepRecorded, StepRecordedEvent
 
 from .call_metrics import record_settled_call
 from .ports import CheckpointStore, EventLog, StepRecords, StepTransaction, TaskRegistry, TokenLedger
+from .task_metrics import record_task_ended
+from .tool_metrics import record_tool_calls
 
 
 class CheckpointOfAnotherTask(ValueError):
@@ -152,9 +154,12 @@ def record_step(records: StepRecords, task_id: str, parent: CheckpointRef, pendi
         # An earlier attempt wrote it (its reply was lost with its node, and the step was placed again):
         # the step is recorded and announced once.
         return ref
-    records.tasks.save_state(pending.state.model_copy(update={"checkpoint_seq": ref.seq}))
+    state = pending.state.model_copy(update={"checkpoint_seq": ref.seq})
+    if records.tasks.save_state(state):
+        record_task_ended(state)
     if already is not None:
         return ref  # it replaced what a failed workflow task wrote for this step: announced by that one already
+    record_tool_calls(state, pending.new_messages)
     step = StepRecorded(
         step=pending.step,
         checkpoint_seq=ref.seq,

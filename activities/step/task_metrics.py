@@ -1,8 +1,14 @@
-"""What a task's recorded state changes add to the metrics: budget exhaustion and preemptions.
+"""What a task's recorded state changes add to the metrics: its end by outcome, budget exhaustion, preemptions.
 
 Recorded by the `record_state` activity, never by the workflow: workflow code is replayed, and a metric
 recorded there would count again on every replay. A local activity retried after a lost reply may count an
 event twice; a metric is a rate to watch, the event log is the record. Labels never name the task.
+
+A task's end is the exception, counted exactly once: by whoever's write moved its row from unfinished to final
+(the store answers that in the same UPDATE, so a retried activity, a restarted worker or a second control-plane
+replica writing the same end is told it did not end it). The orchestrator worker counts the ends its workflows
+record, the control plane's reconciler those of workflows that ended in Temporal without recording one; each
+end is counted in one process only, so a sum over every instance is the fleet's count.
 """
 
 from __future__ import annotations
@@ -24,6 +30,12 @@ _budget_exhausted = _meter.create_counter(
     unit="{event}",
     description="tasks whose budget ran out, by status (awaiting_budget: waits for a raise; out_of_budget: ended)",
 )
+_ended = _meter.create_counter(
+    "berth_tasks_ended",
+    unit="{task}",
+    description="tasks that reached a final status, by outcome (completed, failed, cancelled, out_of_budget,"
+    " max_steps), tenant, agent and model; each counted once, where its end is written to the store",
+)
 _preemptions = _meter.create_counter(
     "berth_preemptions", unit="{interruption}", description="steps cut off by an interruption of their node, by kind"
 )
@@ -44,3 +56,10 @@ def record_state_change(state: TaskState, event: BaseModel) -> None:
         _preemptions.add(1, labels)
         if event.resume_s is not None:
             _resume.record(event.resume_s, labels)
+
+
+def record_task_ended(state: TaskState) -> None:
+    """Count a task's end; call it only where the store said this write ended it (`save_state`'s answer)."""
+    if state.status.is_final:
+        labels = {"outcome": state.status.value, "tenant": state.tenant, "agent": state.agent, "model": state.model}
+        _ended.add(1, labels)

@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio.client import Client, RPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
+from activities.step.task_metrics import record_task_ended
 from sdk import TaskState
 from sdk.wire.task_events import (
     StateChange,
@@ -186,6 +187,7 @@ class Reconciler:
             record_failures(action.stuck.cause or "unknown", action.failures_seen)
         elif isinstance(action, End):
             record_ended(action.how)
+            record_task_ended(action.state)  # end_unsettled wrote it over an unfinished row: this is its one end
         return True
 
 

@@ -154,8 +154,10 @@ class SqlTaskRegistry:
             session.commit()
             return bool(result.rowcount)
 
-    def save_state(self, state: TaskState, spec_json: str | None = None) -> None:
-        """Upsert a task's latest state; a late non-final state never replaces a final one.
+    def save_state(self, state: TaskState, spec_json: str | None = None) -> bool:
+        """Upsert a task's latest state; a late non-final state never replaces a final one. True when this write
+        ended the task: it moved the row from unfinished to final (or made it final), so the caller counts the
+        end (berth_tasks_ended_total) once, however many retries or writers write the same end.
 
         An update, and only for a task without a row an insert that skips a row made meanwhile (then the update
         again): no statement fails, so this can be one of a larger transaction (a step's record)."""
@@ -163,13 +165,15 @@ class SqlTaskRegistry:
         if spec_json is not None:
             values["spec_json"] = spec_json
         with connected(self._engine) as connection:
-            if self._update(connection, state, values):
-                return
+            if (ended := self._update(connection, state, values)) is not None:
+                return ended
             inserted = connection.execute(
                 _INSERT[connection.dialect.name], {"task_id": state.task_id, "created_at": utcnow(), **values}
             ).first()
-            if inserted is None:  # the row exists after all (created concurrently, or final and so not updated)
-                self._update(connection, state, values)
+            if inserted is not None:
+                return state.status.is_final
+            # the row exists after all (created concurrently, or final and so not updated)
+            return bool(self._update(connection, state, values))
 
     def end_unsettled(self, state: TaskState) -> bool:
         """Write a final `state` over a task that is not final yet (the reconciler, for a workflow that ended in
@@ -231,9 +235,18 @@ class SqlTaskRegistry:
             return {status: count for status, count in session.exec(statement).all()}
 
     @staticmethod
-    def _update(connection: Connection, state: TaskState, values: dict[str, Any]) -> bool:
-        statement = _UPDATE if state.status.is_final else _UPDATE_UNLESS_FINAL
-        return bool(connection.execute(statement.values(**values), {"of_task": state.task_id}).rowcount)
+    def _update(connection: Connection, state: TaskState, values: dict[str, Any]) -> bool | None:
+        """Update the row: None when there is none to update, else whether this update ended the task.
+
+        A final state goes first over an unfinished row only, in the UPDATE's WHERE clause: of two writers of the
+        same end, one updates the row and the other finds it final already (the database orders them), and only
+        the first is told it ended the task. Then, as ever, a final state replaces a final one."""
+        of_task = {"of_task": state.task_id}
+        if connection.execute(_UPDATE_UNLESS_FINAL.values(**values), of_task).rowcount:
+            return state.status.is_final
+        if state.status.is_final and connection.execute(_UPDATE.values(**values), of_task).rowcount:
+            return False
+        return None
 
     def get(self, task_id: str) -> TaskRecord | None:
         with connected(self._engine) as connection:

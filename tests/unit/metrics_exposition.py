@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from activities.step import call_metrics, task_metrics
+from activities.step import call_metrics, task_metrics, tool_metrics
 from orchestrator.node import metrics as node_metrics
 from orchestrator.pool import metrics as pool_metrics
 from orchestrator.reconcile import metrics as reconcile_metrics
 from orchestrator.telemetry import fleet_gauges, task_gauges
 from orchestrator.telemetry.metrics_setup import metrics_text
-from sdk import Spend, TaskState, TaskStatus
+from sdk import Message, Spend, TaskState, TaskStatus
 from sdk.wire.lease import LeaseRequest, Wait
 from sdk.wire.ledger import LedgerEntry
 from sdk.wire.task_events import Interruption
@@ -73,6 +73,10 @@ def _record_one_of_each() -> None:
         spend=Spend(token_limit=10, tokens_used=10),
     )
     task_metrics.record_state_change(out_of_budget, Interruption(kind="spot_reclaim", node_id="n1", resume_s=4.0))
+    task_metrics.record_task_ended(out_of_budget)
+    tool_metrics.record_tool_calls(
+        out_of_budget, [Message(role="tool", tool_call_id="c1", name="lookup", content="tool error: lookup failed")]
+    )
     pool_metrics.record_decision(
         LeaseRequest(task_id="t-exposition", step=1, model=MODEL, tokens=10),
         Wait(reason="full", wait_reason="no_capacity", queue_position=1),

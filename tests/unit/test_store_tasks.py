@@ -84,6 +84,23 @@ def test_a_final_state_is_never_replaced_by_a_late_non_final_one(store: Store, d
     assert store.tasks.get("t2").state.status is TaskStatus.cancelled
 
 
+def test_save_state_says_which_write_ended_the_task(store: Store, db_url: str) -> None:
+    """The answer berth_tasks_ended_total counts by: True only for the write that made the row final, so a
+    retried write of the end, or another writer's (a second store on the same database), counts nothing."""
+    store.tasks.create("t-end", SPEC, _state("t-end"))
+    assert store.tasks.save_state(_state("t-end", TaskStatus.running)) is False
+    assert store.tasks.save_state(_state("t-end", TaskStatus.completed, step=3)) is True
+    assert store.tasks.save_state(_state("t-end", TaskStatus.completed, step=3)) is False  # a retry
+    other = Store.open(db_url)
+    try:
+        assert other.tasks.save_state(_state("t-end", TaskStatus.failed)) is False
+        assert other.tasks.save_state(_state("t-end", TaskStatus.running)) is False
+    finally:
+        other.close()
+    assert store.tasks.save_state(_state("t-new", TaskStatus.cancelled)) is True  # a row made final at once
+    assert store.tasks.save_state(_state("t-queued")) is False
+
+
 def test_list_filters_and_pages_newest_first(store: Store) -> None:
     specs = [
         ("a", "acme", "writer", None, TaskStatus.running),

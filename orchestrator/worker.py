@@ -38,6 +38,7 @@ from .pool.service import PoolService
 from .pool.weights import tuned
 from .store import Store
 from .telemetry import install_metrics, serve_metrics
+from .telemetry.temporal_metrics import TemporalMetrics
 from .telemetry.tracing import configure_tracing
 from .temporal import connect_temporal
 
@@ -112,9 +113,13 @@ async def run_worker(config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) 
 
     probes = serve_metrics(int(os.environ.get(WORKER_METRICS_PORT_ENV) or 0), live=polling, host=config.host)
     scaling = None
+    # Temporal's own worker metrics (workflow task failures above all) on the same /metrics: temporal_metrics.py.
+    temporal_metrics = TemporalMetrics(namespace=config.temporal_namespace, task_queue=task_queue)
+    draining = asyncio.ensure_future(temporal_metrics.drain_forever())
     try:
         store = Store.open(config.resolved_database_url)
-        client = await connect_temporal(config)
+        with temporal_metrics.as_default():  # the client, and so the worker built on it, on this runtime
+            client = await connect_temporal(config)
         pool = None
         if config.fleet:
             pool = PoolService(
@@ -142,6 +147,7 @@ async def run_worker(config: BerthConfig, task_queue: str = CONTROL_TASK_QUEUE) 
     finally:
         if scaling is not None:
             scaling.cancel()
+        draining.cancel()
         if probes is not None:
             probes.close()
 

@@ -23,7 +23,7 @@ from ..api.auth import refusal_of
 from ..api.principal import ADMINS, OPERATORS, TASK_WRITERS
 from ..money import usd_text
 from .session_auth import CSRF_FIELD, Viewer
-from .timeline import timeline_svg
+from .timeline import PHASE_WORDS, timeline_svg
 
 FLASH_COOKIE = "berth_flash"
 _TEMPLATES = Path(__file__).parent / "templates"
@@ -85,6 +85,7 @@ def _environment() -> Environment:
         timeline_svg=timeline_svg,
         objectives=describe,
     )
+    env.globals["phase_words"] = PHASE_WORDS
     return env
 
 

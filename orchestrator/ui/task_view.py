@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sdk import Message, TaskSpec, TaskState
-from sdk.wire.task_events import InterruptionEvent, ModelCallEvent, events_of
+from sdk.wire.task_events import InterruptionEvent, ModelCallEvent, TypedTaskEvent, events_of, parse_event
 
 from ..store import CheckpointCorrupt, CheckpointNotFound, CheckpointSummary, LedgerTotals, Store
 from .timeline import Timeline, step_timeline
@@ -23,6 +23,9 @@ TOOL_TEXT_SHOWN = 2000
 # A sub-agent tree is read task by task: deep or wide ones are cut here, and the page says so.
 TREE_DEPTH, TREE_SHOWN = 4, 100
 RESULT_SUMMARY = 240
+# The timeline reads the task's events (every kind says something about where its time went); a task with more
+# than this many shows its first ones' steps (the table has the rest).
+TIMELINE_EVENTS = 20_000
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,9 @@ def task_detail(store: Store, state: TaskState, spec_json: str | None) -> TaskDe
         tool_calls=[],
         interruptions=interruptions,
         checkpoints=store.checkpoints.list(task_id),
-        timeline=step_timeline(steps, interruptions, state.started_at, until),
+        timeline=step_timeline(
+            timeline_events(store, task_id), state.started_at, until, live=not state.status.is_final
+        ),
         tree=tree,
         tree_cut=cut,
         last_seq=store.events.last_seq(task_id),
@@ -103,6 +108,19 @@ def task_detail(store: Store, state: TaskState, spec_json: str | None) -> TaskDe
     if note:
         detail.notes.append(note)
     return detail
+
+
+def timeline_events(store: Store, task_id: str) -> list[TypedTaskEvent]:
+    """The task's events, typed, oldest first (at most TIMELINE_EVENTS), for its timeline."""
+    events: list[TypedTaskEvent] = []
+    after = 0
+    while len(events) < TIMELINE_EVENTS:
+        page = store.events.read(task_id, after, limit=TIMELINE_EVENTS - len(events))
+        if not page:
+            break
+        events.extend(map(parse_event, page))
+        after = page[-1].seq
+    return events
 
 
 def sub_agent_tree(store: Store, state: TaskState) -> tuple[list[TreeNode], bool]:

@@ -101,14 +101,14 @@ def test_the_waterfall_lays_each_steps_phases_back_from_its_settle_and_marks_whe
             completion_tokens=200,
             tool_calls=["search"],
         ),
-        _call(2, 20, queue_wait_s=0.5, ttft_s=0.2, duration_s=2.0, completion_tokens=80, tool_calls=[]),
+        _call(2, 20, queue_wait_s=3.0, ttft_s=0.2, duration_s=2.0, completion_tokens=80, tool_calls=[]),
     ]
     cut = parse_event(
         TaskEvent(
             seq=9,
             task_id="t",
             kind="interruption",
-            at=T0 + timedelta(seconds=19),
+            at=T0 + timedelta(seconds=17.5),
             data={
                 "step": 2,
                 "node_id": "gpu-a",
@@ -123,7 +123,7 @@ def test_the_waterfall_lays_each_steps_phases_back_from_its_settle_and_marks_whe
         )
     )
     assert isinstance(cut, InterruptionEvent)
-    timeline = step_timeline(calls, [cut], T0 + timedelta(seconds=1), T0 + timedelta(seconds=30))
+    timeline = step_timeline([*calls, cut], T0 + timedelta(seconds=1), T0 + timedelta(seconds=30))
     first, second = timeline.rows
     kinds = [
         (p.kind, round((p.start - T0).total_seconds(), 3), round((p.end - T0).total_seconds(), 3)) for p in first.phases
@@ -133,15 +133,16 @@ def test_the_waterfall_lays_each_steps_phases_back_from_its_settle_and_marks_whe
         ("load", 3.0, 6.0),
         ("ttft", 6.0, 6.5),
         ("generation", 6.5, 10.0),
-        ("tools", 10.0, 17.5),
+        ("tools", 10.0, 15.0),
     ]  # the tools run until step 2's queue wait begins
-    assert [p.kind for p in second.phases] == ["queue", "ttft", "generation"]  # no load: a warm replica
+    # No load (a warm replica); its first placement's generation was cut, then it was placed again.
+    assert [p.kind for p in second.phases] == ["preempted", "resuming", "queue", "ttft", "generation"]
     assert [(c.step, (c.at - T0).total_seconds()) for c in second.cuts] == [(2, 16.0)]
     assert "resumed on gpu-b (warm) after 1.5 s" in second.cuts[0].tip
     assert timeline.start == T0 + timedelta(seconds=1)
     svg = str(timeline_svg(timeline))
     assert 'data-steps="2"' in svg and svg.count('class="cut hit"') == 1
-    assert "step 1 · tools search: 7.5 s" in svg and ">+5.0 s<" in svg
+    assert "step 1 · tools search: 5.0 s" in svg and ">+5 s<" in svg
 
 
 def test_the_ttft_history_gives_p50_and_p95_per_slice_and_leaves_quiet_slices_out() -> None:

@@ -11,7 +11,10 @@ def _join_token_refs(values: dict) -> dict[str, dict[str, str]]:
     pods = dict(pod_specs(render_chart({**FULL_VALUES, **values, "node": node})))
     return {
         name: next(
-            e["valueFrom"]["secretKeyRef"] for c in pods[name]["containers"] for e in c["env"] if e["name"] == "BERTH_JOIN_TOKEN"
+            e["valueFrom"]["secretKeyRef"]
+            for c in pods[name]["containers"]
+            for e in c["env"]
+            if e["name"] == "BERTH_JOIN_TOKEN"
         )
         for name in ("berth-server", "berth-node")
     }

@@ -42,6 +42,7 @@ from .ledger import LedgerTotals, SqlTokenLedger
 from .listeners import SqlHeartbeatListeners
 from .models import SqlModelCatalogue
 from .node_admission import Joined, JoinTokenRefused, SqlNodeAdmission
+from .node_pools import PoolFull, PoolTokenRefused, SqlNodePools
 from .peers import SqlPeers
 from .reservations import Reservation, SqlReservations
 from .sessions import NewSession, SqlUiSessions, UiSession
@@ -63,6 +64,7 @@ class Store:
     fleet: SqlFleet
     peers: SqlPeers
     node_admission: SqlNodeAdmission
+    node_pools: SqlNodePools
     leases: SqlLeases
     reservations: SqlReservations
     leadership: SqlLeadership
@@ -90,6 +92,7 @@ class Store:
             fleet=SqlFleet(engine),
             peers=SqlPeers(engine),
             node_admission=SqlNodeAdmission(engine),
+            node_pools=SqlNodePools(engine),
             leases=SqlLeases(engine),
             reservations=SqlReservations(engine),
             leadership=SqlLeadership(engine),
@@ -137,6 +140,8 @@ __all__ = [
     "NewSession",
     "Joined",
     "JoinTokenRefused",
+    "PoolFull",
+    "PoolTokenRefused",
     "NodeConflict",
     "NodeNotApproved",
     "NodeNotFound",
@@ -154,6 +159,7 @@ __all__ = [
     "SqlEventLog",
     "SqlModelCatalogue",
     "SqlNodeAdmission",
+    "SqlNodePools",
     "SqlReservations",
     "SqlTaskRegistry",
     "SqlTenants",

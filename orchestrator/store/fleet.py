@@ -32,6 +32,8 @@ from sqlmodel import Session, col, select
 
 from sdk import Conflict, InvalidSpec, NotFound, Unauthorized
 from sdk.wire.fleet import (
+    OPERATOR_LABELS,
+    POOL_LABEL,
     TRUST_LABELS,
     CachedModelWeights,
     GpuView,
@@ -445,13 +447,16 @@ def node_view(session: Session, row: NodeRow) -> NodeView:
         registered_at=row.registered_at,
         last_heartbeat_at=row.last_heartbeat_at,
         preempt_by=row.preempt_by,
+        pool=row.pool,
     )
 
 
 def labels_of(spec: NodeSpec, row: NodeRow) -> dict[str, str]:
-    """The node's labels as the fleet reads them: its own, but a trust label only as an operator set it."""
-    own = {key: value for key, value in spec.labels.items() if key not in TRUST_LABELS}
-    return {**own, **json.loads(row.trust_labels_json or "{}")}
+    """The node's labels as the fleet reads them: its own, but a trust label and its pool only as an operator set them
+    (`PUT /v1/nodes/{id}/trust`, the pool token it joined with)."""
+    own = {key: value for key, value in spec.labels.items() if key not in OPERATOR_LABELS}
+    pool = {POOL_LABEL: row.pool} if row.pool else {}
+    return {**own, **pool, **json.loads(row.trust_labels_json or "{}")}
 
 
 def _spec(row: NodeRow) -> NodeSpec:

@@ -1,11 +1,14 @@
 """Who is in the fleet: per-node join tokens, joining, approval, revocation and removal.
 
-One leaked secret must not be a key to the fleet, so a node gets in one of two ways:
+One leaked secret must not be a key to the fleet, so a node gets in one of three ways:
 - with a **per-node join token** an operator minted for its id (`berth nodes admit`): bound to that id,
   usable once, expiring; only its sha256 is kept (as for API keys, keys.py), so a copy of the database
   admits nobody. The node is admitted at once;
 - with the **cluster join token** (config `join_token`): the node is `pending` until an operator approves
-  it. It heartbeats, so its GPUs are seen, but it is given no work and books no step (fleet.py).
+  it. It heartbeats, so its GPUs are seen, but it is given no work and books no step (fleet.py);
+- with a **pool token** (`berth nodes pool-token create`, node_pools.py): any id not held, admitted at once into
+  the token's pool with its trust labels, while the token has a place left and is neither expired nor revoked.
+  It never takes an admitted or a revoked node's id: revoking a node must not be undone by a token it holds.
 
 Either way the control plane mints the node's secret at its first registration; a secret the node offers
 then is ignored. A node that holds a credential proves itself with it: re-registering under its id needs
@@ -41,6 +44,7 @@ from .fleet import (
     restatus,
     write_spec,
 )
+from .node_pools import give_back_place, is_pool_token, pool_ticket, take_place
 from .pending_nodes import DEFAULT_ROOM, PendingRoom, check_room, drop_stale
 from .tables import (
     GpuReservationRow,
@@ -140,8 +144,8 @@ class SqlNodeAdmission:
         `cluster_token`: the caller found `join_token` to be the cluster's. A node that proves its id with its
         secret re-registers (a valid per-node token then approves a pending one). Otherwise a per-node token
         admits the node, replacing a pending registration of its id (the operator's word outranks a stranger's
-        claim); the cluster token makes it pending, if `waiting` has a place (pending_nodes.py); an id held by
-        another node is refused (409).
+        claim); the cluster token makes it pending, if `waiting` has a place (pending_nodes.py); a pool token
+        admits it into its pool (`_join_pool`); an id held by another node is refused (409).
         """
         now = now or utcnow()
         with Session(self._engine) as session:
@@ -153,6 +157,8 @@ class SqlNodeAdmission:
                     _spend(session, ticket, row, now)
                 write_spec(session, row, spec, now)
                 return self._commit(session, row, node_secret or "", created=False)
+            if is_pool_token(join_token) and not cluster_token:
+                return self._join_pool(session, spec, row, join_token, now)
             if isinstance(ticket, str) and not cluster_token:
                 raise JoinTokenRefused(ticket)
             admission = "admitted" if isinstance(ticket, NodeJoinTokenRow) else "pending"
@@ -163,14 +169,37 @@ class SqlNodeAdmission:
                 check_room(session, waiting, now)
             secret = secrets.token_urlsafe(_TOKEN_BYTES)
             if row is not None:  # revoked, or a pending claim a per-node token outranks: nothing of it is kept
-                _forget_state(session, spec.node_id)
-                session.delete(row)
-                session.flush()
+                _replace(session, row)
             row = new_node_row(spec, secret, admission, now)
             if isinstance(ticket, NodeJoinTokenRow):
                 _spend(session, ticket, row, now)
             write_spec(session, row, spec, now)
             return self._commit(session, row, secret, created=True)
+
+    def _join_pool(self, session: Session, spec: NodeSpec, row: NodeRow | None, token: str, now: datetime) -> Joined:
+        """Admit a node with a pool token: in the token's pool, with its trust labels (never the node's own word),
+        if its id is free or only claimed by a pending node (the operator's token outranks a stranger's claim).
+
+        An admitted node's id is refused as any held id is; so is a revoked node's, which with a per-node token
+        would be let in anew: a pool token is no one node's, and a revoked node still holds it."""
+        pool = pool_ticket(session, token, now)
+        if row is not None and row.admission == "revoked":
+            raise Conflict(
+                f"node {spec.node_id!r} was revoked: a pool token does not bring it back. An operator admits it"
+                f" (berth nodes admit {spec.node_id}) or removes it (berth nodes remove {spec.node_id}) first",
+                field="node_id",
+                status_code=409,
+            )
+        if row is not None and row.admission == "admitted":
+            raise NodeConflict(spec.node_id)
+        take_place(session, pool, now)
+        if row is not None:
+            _replace(session, row)
+        secret = secrets.token_urlsafe(_TOKEN_BYTES)
+        row = new_node_row(spec, secret, "admitted", now)
+        row.pool, row.pool_token_id, row.trust_labels_json = pool.pool, pool.token_id, pool.trust_labels_json
+        write_spec(session, row, spec, now)
+        return self._commit(session, row, secret, created=True)
 
     def drop_stale(self, ttl_s: float, now: datetime | None = None) -> list[str]:
         """Drop the nodes that waited for approval longer than `ttl_s` (pending_nodes.py); their ids."""
@@ -216,6 +245,7 @@ class SqlNodeAdmission:
         with Session(self._engine) as session:
             row = _existing(session, node_id)
             _forget_state(session, node_id)
+            give_back_place(session, row)
             for table in (GpuReservationRow, LeaseRow, NodeJoinTokenRow):
                 session.exec(delete(table).where(col(table.node_id) == node_id))
             session.delete(row)
@@ -282,6 +312,14 @@ def _existing(session: Session, node_id: str) -> NodeRow:
 
 def _gpus(session: Session, node_id: str) -> list[NodeGpuRow]:
     return list(session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == node_id)).all())
+
+
+def _replace(session: Session, row: NodeRow) -> None:
+    """Clear a node whose id a new admission takes: nothing of it is kept, and a pool token's place is freed."""
+    _forget_state(session, row.node_id)
+    give_back_place(session, row)
+    session.delete(row)
+    session.flush()
 
 
 def _forget_state(session: Session, node_id: str) -> None:

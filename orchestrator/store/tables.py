@@ -228,6 +228,10 @@ class NodeRow(SQLModel, table=True):
     # The trust labels an operator set (sdk.wire.fleet.TRUST_LABELS, e.g. {"dedicated": "acme"}), as JSON: the only
     # ones placement reads. The node's own spec may name some too; those are never believed.
     trust_labels_json: str = Field(default="{}", sa_column_kwargs={"server_default": "{}"})
+    # The node pool it joined through a pool token (node_pools.py): the token's word, an operator's, never the
+    # node's own labels; and that token, whose place the node holds until it is removed.
+    pool: str | None = None
+    pool_token_id: str | None = None
     draining: bool = False  # an operator's drain
     leaving: bool = False  # the node said it is shutting down; cleared when it registers again
     preempt_by: datetime | None = Field(default=None, sa_type=UtcDateTime)  # a preemption notice's deadline
@@ -255,6 +259,30 @@ class NodeJoinTokenRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
     expires_at: datetime = Field(sa_type=UtcDateTime)
     used_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+
+
+class NodePoolTokenRow(SQLModel, table=True):
+    """A pool token: the sha256 of its secret (never the secret), the pool its nodes join, how many of them the
+    fleet may hold at once (`nodes` counts the places taken), until when, and whether it was revoked.
+
+    `nodes` is raised by one conditional UPDATE per join (node_pools.py), so concurrent joins never pass
+    `max_nodes`; a removed node gives its place back. A revoked or expired token stays, so a join with it is
+    refused as revoked or expired, not as unknown, and its nodes still name it.
+    """
+
+    __tablename__ = "node_pool_tokens"
+    __table_args__ = (UniqueConstraint("token_sha256", name="uq_node_pool_tokens_sha256"),)
+
+    token_id: str = Field(primary_key=True)
+    token_sha256: str
+    pool: str
+    max_nodes: int = Field(sa_type=Int64)
+    nodes: int = Field(default=0, sa_type=Int64)
+    trust_labels_json: str = "{}"
+    created_by: str | None = None  # the API key that minted it
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    expires_at: datetime = Field(sa_type=UtcDateTime)
+    revoked_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
 
 
 class NodeGpuRow(SQLModel, table=True):

@@ -33,6 +33,10 @@ UNKNOWN_GPU_TYPE = "unknown"  # what discovery reports for a device not in the G
 # there). Only an operator sets them (the node's record, `trust_labels`): a node that names one itself is not
 # believed, or any admitted machine could make itself a tenant's and be sent that tenant's conversations.
 TRUST_LABELS: frozenset[str] = frozenset({"dedicated", "isolated"})
+# The node pool a node joined through a pool token (sdk/wire/node_pools.py): an operator's fact like the trust labels,
+# shown among its labels only as the token said it. A node's own `pool` label is not shown or read.
+POOL_LABEL = "pool"
+OPERATOR_LABELS: frozenset[str] = TRUST_LABELS | {POOL_LABEL}
 
 Capacity = Literal["spot", "on-demand"]
 ReplicaState = Literal["loading", "warm", "draining"]
@@ -95,7 +99,8 @@ class NodeSpec(BaseModel):
     labels: dict[Annotated[str, Field(min_length=1, max_length=63)], Annotated[str, Field(max_length=255)]] = Field(
         default_factory=dict,
         max_length=32,
-        description='e.g. {"rack": "r7"}; a trust label (dedicated, isolated) here is ignored: only an operator sets one',
+        description='e.g. {"rack": "r7"}; a trust label (dedicated, isolated) or pool here is ignored: only an'
+        " operator sets those",
     )
     # Gigabytes (not gigabits) per second: the pool's disk tier divides weight bytes by it.
     disk_bandwidth_gbps: float = Field(default=2.0, gt=0, le=1000, description="local disk read, GB/s")
@@ -230,8 +235,9 @@ class NodeView(BaseModel):
     usd_per_hour: float
     labels: dict[str, str] = Field(
         default_factory=dict,
-        description="the node's own labels, and its trust labels (dedicated) only as an operator set them",
+        description="the node's own labels, and its trust labels (dedicated) and pool only as an operator set them",
     )
+    pool: str | None = Field(default=None, description="the node pool it joined through a pool token; none: not one")
     disk_bandwidth_gbps: float
     weights_cache_capacity_bytes: int = 0
     engines: list[str] = Field(default_factory=list, description="the engines it runs; empty: not stated, any")

@@ -7,6 +7,8 @@ node must mean the same.
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -20,12 +22,15 @@ from orchestrator.store import (
     NodeNotFound,
     NodeRevoked,
     NodeSecretRefused,
+    PoolFull,
+    PoolTokenRefused,
     Store,
 )
 from orchestrator.store.node_admission import TOKEN_PREFIX
 from orchestrator.store.tables import NodeJoinTokenRow, utcnow
 from sdk import Conflict
-from sdk.wire.fleet import NodeHeartbeat, NodeSpec
+from sdk.wire.fleet import NodeHeartbeat, NodeSpec, NodeTrust
+from sdk.wire.node_pools import PoolTokenRequest
 
 pytestmark = pytest.mark.postgresql  # the store's SQL must mean the same on SQLite and PostgreSQL
 
@@ -149,3 +154,42 @@ def test_a_revoked_node_comes_back_only_as_a_new_admission(store: Store) -> None
         store.node_admission.join(spec(), joined.node_secret, "not-a-token", cluster_token=False)
     back = store.node_admission.join(spec(), joined.node_secret, "cluster", cluster_token=True)
     assert back.created and back.node.status == "pending" and back.node_secret != joined.node_secret
+
+
+def test_a_pool_tokens_cap_holds_when_joins_race_and_a_removed_node_frees_its_place(store: Store) -> None:
+    """The cap is one conditional UPDATE in the join's transaction: racing threads on SQLite (one writer at a
+    time) and PostgreSQL (the UPDATE waits on the token row's lock, then reads the count again) get exactly it."""
+    token = store.node_pools.create("gpu-a", PoolTokenRequest(max_nodes=3, trust=NodeTrust(dedicated="acme")))
+    racers = 12
+    start = threading.Barrier(racers)
+    outcomes: list[str] = []
+
+    def join(i: int) -> None:
+        start.wait()
+        try:
+            joined = store.node_admission.join(spec(f"race-{i}"), None, token.join_token, cluster_token=False)
+            outcomes.append(f"in:{joined.node.pool}:{joined.node.labels.get('dedicated')}")
+        except PoolFull as exc:
+            outcomes.append(f"full:{exc.status_code}")
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert Counter(outcomes) == {"in:gpu-a:acme": 3, "full:429": racers - 3}
+    [listed] = store.node_pools.list()
+    assert listed.nodes == 3 and listed.max_nodes == 3 and listed.labels == {"dedicated": "acme"}
+
+    member = next(n.node_id for n in store.fleet.list() if n.pool == "gpu-a")
+    store.node_admission.revoke(member)  # a revoked node keeps its place...
+    with pytest.raises(PoolFull):
+        store.node_admission.join(spec("late"), None, token.join_token, cluster_token=False)
+    with pytest.raises(Conflict, match="revoked"):  # ...and its id is not the token's to hand out again
+        store.node_admission.join(spec(member), None, token.join_token, cluster_token=False)
+    store.node_admission.remove(member)  # removing it frees the place
+    assert store.node_admission.join(spec("late"), None, token.join_token, cluster_token=False).node.pool == "gpu-a"
+    store.node_pools.revoke(token.token_id)
+    with pytest.raises(PoolTokenRefused, match="revoked"):
+        store.node_admission.join(spec("later"), None, token.join_token, cluster_token=False)
+    assert store.node_pools.list()[0].nodes == 3

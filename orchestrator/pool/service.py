@@ -165,9 +165,10 @@ class PoolService:
     # --- leases ----------------------------------------------------------------------------
 
     def _queue_depth(self) -> dict[str, tuple[int, float]]:
-        """Steps waiting per model and the longest wait, for the queue gauges (read from a scrape's thread)."""
+        """Steps waiting per model and the longest wait, for the queue gauges (read from a scrape's thread); every
+        model the pool knows, at 0 when none waits, so the gauges do not vanish between waits."""
         with self._lock:
-            return self.queue.depth(self.clock())
+            return {**dict.fromkeys(self.fleet.models, (0, 0.0)), **self.queue.depth(self.clock())}
 
     def _slo_attainment(self) -> dict[tuple[str, str], tuple[float, float]]:
         """Per model and service class with judged grants in the traffic book's window: the share predicted to meet

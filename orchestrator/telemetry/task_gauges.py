@@ -13,11 +13,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import get_args
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from sdk import TaskState
+from sdk import GpuTrouble, TaskState
 from sdk.wire.fleet import NodeView
 
 # A task that has used this share of its token limit is "near its budget".
@@ -43,10 +44,20 @@ def task_reading(
     now: datetime | None = None,
     *,
     stuck: Mapping[str, int] | None = None,
+    tenants: Iterable[str] = (),
+    models: Iterable[str] = (),
 ) -> TaskReading:
-    """`stuck`: tasks stuck now by tenant (the store's `count_stuck`)."""
+    """`stuck`: tasks stuck now by tenant (the store's `count_stuck`). `tenants` and `models` (self-hosted): those
+    the store knows, each reported at 0 where none of its tasks is counted. A gauge that vanished at zero would read
+    as "no data" on a dashboard and could not tell an `absent()` alert that the figure is 0 from a scrape that
+    does not reach the control plane."""
     now = now or datetime.now(UTC)
-    reading = TaskReading(stuck=Counter(stuck or {}))
+    tenants = list(tenants)
+    reading = TaskReading(
+        gpu_trouble=Counter(dict.fromkeys(((m, t) for m in models for t in get_args(GpuTrouble)), 0)),
+        near_budget=Counter(dict.fromkeys(tenants, 0)),
+        stuck=Counter({**dict.fromkeys(tenants, 0), **(stuck or {})}),
+    )
     for node in nodes:
         if node.status not in ("lost", "revoked"):  # a pending node heartbeats: its silence is news too
             seen = node.last_heartbeat_at or node.registered_at

@@ -60,7 +60,9 @@ def test_a_waiting_step_then_a_cold_start_show_in_the_pool_metrics(
     assert waited.count == 1 and waited.sum == 7.5
     [cold] = placed["berth_cold_starts"]
     assert cold.value == 1 and cold.attributes["tier"] == "origin"
-    assert placed.get("berth_gpu_queue_depth", []) == []  # no one waits: no series
+    # No one waits: the model's series stay, at 0 (a gauge that vanished would read as "no data").
+    assert [p.value for p in placed["berth_gpu_queue_depth"]] == [0]
+    assert [p.value for p in placed["berth_gpu_queue_longest_wait_seconds"]] == [0.0]
 
 
 def test_each_judged_grant_counts_and_the_attainment_gauges_read_the_pools_traffic_book(

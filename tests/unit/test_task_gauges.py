@@ -57,3 +57,25 @@ def test_the_alert_gauges_read_what_the_store_knows() -> None:
     assert reading.heartbeat_age_s == {("gpu-a", "east"): 3.0, ("gpu-b", "east"): 600.0}  # a lost node is no alert
     assert reading.gpu_trouble == {("m-1", "crash_loop"): 2, ("m-1", "capacity"): 1}
     assert reading.near_budget == {"acme": 1, "globex": 1}
+
+
+def test_every_known_tenant_and_model_is_reported_at_zero_rather_than_vanishing() -> None:
+    reading = task_reading(
+        [],
+        [_task("w1", "acme", TaskStatus.waiting_for_gpu, 0, "crash_loop")],
+        [],
+        now=NOW,
+        stuck={"globex": 2},
+        tenants=["default", "acme", "globex"],
+        models=["m-1", "m-2"],
+    )
+    assert dict(reading.stuck) == {"default": 0, "acme": 0, "globex": 2}
+    assert dict(reading.near_budget) == {"default": 0, "acme": 0, "globex": 0}
+    assert dict(reading.gpu_trouble) == {
+        ("m-1", "capacity"): 0,
+        ("m-1", "preemption"): 0,
+        ("m-1", "crash_loop"): 1,
+        ("m-2", "capacity"): 0,
+        ("m-2", "preemption"): 0,
+        ("m-2", "crash_loop"): 0,
+    }

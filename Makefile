@@ -70,11 +70,14 @@ engine-in-background: $(STAMP)
 
 # The browser tests drive Debian's chromium; the store and pool suites also run on a PostgreSQL server the
 # tests start themselves (tests/postgres.py) from Debian's binaries, under /usr/lib/postgresql/<version>/bin,
-# off PATH. Whatever is missing is installed with one apt-get update.
+# off PATH; tests/deploy checks the alert rules with promtool, from Debian's prometheus package (on a machine run by
+# systemd the package also starts a Prometheus on :9090, which no test uses). Whatever is missing is installed with
+# one apt-get update.
 system-packages:
 	@missing=""; \
 	[ -x $(CHROMIUM) ] || missing="$$missing chromium"; \
 	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	[ -z "$$missing" ] || { echo "installing Debian's$$missing for the tests"; \
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; }

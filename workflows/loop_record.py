@@ -50,14 +50,29 @@ class LoopRecord:
         if messages:
             p.chain = chain_of(messages, start=p.chain)[-1]
             p.length += len(messages)
+        for m in messages:
+            if m.role == "tool" and p.tool_results.get(m.tool_call_id or "") is not None:
+                p.results_absorbed.append(m.tool_call_id or "")
 
     def take(self, call: LoopCall, reply: LoopReply) -> None:
         """A generated reply: the conversation grows by it, and it is kept for the call's replays."""
-        self.absorb([reply.message])
+        at = self.progress.length
+        self.absorb([reply.answer])
         self.progress.replies[call.request_hash] = reply.model_copy(
-            update={"asked_on": call.conversation, "asked_shape": call.shape}
+            update={"asked_on": call.conversation, "asked_shape": call.shape, "message_index": at}
         )
-        self.progress.call_ids.extend(c.id for c in reply.message.tool_calls or ())
+        self.progress.call_ids.extend(c.id for c in reply.answer.tool_calls or ())
+
+    def forget_written(self) -> None:
+        """The conversation so far is written to the checkpoint store (a step's predecessor): drop the replies'
+        messages and the tool results it holds, which the API reads there from now on."""
+        p = self.progress
+        for key, reply in p.replies.items():
+            if reply.message is not None and reply.message_index is not None and reply.message_index < p.length:
+                p.replies[key] = reply.model_copy(update={"message": None})
+        for call_id in p.results_absorbed:
+            p.tool_results[call_id] = None
+        p.results_absorbed.clear()
 
     def asked_on(self, conversation: str) -> list[dict[str, str]]:
         """The shapes of the calls answered on this very conversation (a call sent again with other settings
@@ -75,6 +90,7 @@ class LoopRecord:
         self.progress.tool_results.setdefault(result.call_id, result.content)
 
     def tool_result(self, call_id: str) -> str | None:
+        """The result reported for the call, unless the stored conversation holds it (the API looks there)."""
         return self.progress.tool_results.get(call_id)
 
     # ----- tool calls that wait for a person (docs/own-loop.md, "Approvals") -----------------

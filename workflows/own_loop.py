@@ -108,13 +108,15 @@ class OwnLoop:
             state.loop_over = TaskStatus.failed, message
             raise ApplicationError(message, type="ModelCallFailed", non_retryable=True) from None
         answer = own_loop_rules.charge_call(state, step, reply, self.clock.time())
+        if state.pending is None:  # the step wrote its predecessor: the conversation so far is in the store
+            self.record.forget_written()
         if isinstance(answer, Refused):
             if answer.status is not None:
                 await task.set_status(answer.status)
             raise answer.error
         self.record.take(call, answer)
-        state.result = answer.message.content or state.result
-        task.step_done(step, [answer.message])
+        state.result = answer.answer.content or state.result
+        task.step_done(step, [answer.answer])
         if state.short_since is not None:
             state.short_since, state.waiting_for = None, None
             await task.set_status(TaskStatus.running)

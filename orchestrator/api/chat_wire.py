@@ -224,17 +224,17 @@ class ChatRequest(_Open):
 
 
 def _finish_reason(reply: LoopReply) -> str:
-    if reply.message.tool_calls:
+    if reply.answer.tool_calls:
         return "tool_calls"
     return reply.finish_reason if reply.finish_reason in ("stop", "length", "content_filter") else "stop"
 
 
 def _wire_message(reply: LoopReply) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": "assistant", "content": reply.message.content}
-    if reply.message.tool_calls:
+    out: dict[str, Any] = {"role": "assistant", "content": reply.answer.content}
+    if reply.answer.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in reply.message.tool_calls
+            for c in reply.answer.tool_calls
         ]
     return out
 
@@ -287,7 +287,7 @@ def closing_chunks(
     usage when asked for. `opened`: a text piece already named the role."""
     chunks = []
     role = {} if opened else {"role": "assistant"}
-    if reply.message.tool_calls:
+    if reply.answer.tool_calls:
         calls = [{"index": i, **call} for i, call in enumerate(_wire_message(reply)["tool_calls"])]
         chunks.append(
             _chunk(

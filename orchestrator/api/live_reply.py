@@ -71,7 +71,7 @@ class LiveReply:
                     piece_waiting.cancel()
                     await self._close_follow()
             self.model, self.reply = self._answer.result()
-            text = self.reply.message.content or ""
+            text = self.reply.answer.content or ""
             if not text.startswith(self.sent):
                 raise TextDeparted
             if rest := text[len(self.sent) :]:

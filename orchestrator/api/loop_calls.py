@@ -17,6 +17,7 @@ from .chat_wire import ChatRequest
 from .errors import ApiError, conflict, field_of, invalid, unavailable
 from .live_reply import LiveReply
 from .loop_limits import check_context_window, check_payload
+from .loop_store import whole_reply
 from .principal import Principal
 from .services import Services
 from .tasks import require_running
@@ -148,7 +149,7 @@ async def _answer(
                 max_tokens=answer_limit,
             )
             check_payload(call)
-            return await svc.temporal.loop_call(task_id, call)
+            return await whole_reply(svc, task_id, await svc.temporal.loop_call(task_id, call))
         except UpdateRejected as exc:
             if exc.kind == "TranscriptMoved" and attempt == 0:
                 continue

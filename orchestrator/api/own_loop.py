@@ -25,6 +25,7 @@ from .chat_wire import ChatRequest, closing_chunks, completion, text_chunk
 from .errors import ERROR_RESPONSES, ApiError, invalid, not_found
 from .live_reply import LiveReply, TextDeparted, stream_error
 from .loop_calls import answer_call, followed_call, refusal, unreachable
+from .loop_store import stored_tool_result
 from .services import Svc
 from .tasks import current_state, require_running
 from .temporal_gateway import TemporalUnavailable, UpdateRejected, WorkflowGone
@@ -146,6 +147,8 @@ async def get_tool_result(task_id: str, call_id: str, svc: Svc, caller: TaskWrit
         raise refusal(exc) from None
     except (TemporalUnavailable, WorkflowGone) as exc:
         raise unreachable(exc) from None
+    if content is None:
+        content = await stored_tool_result(svc, task_id, call_id)
     if content is None:
         raise not_found(f"task {task_id} has no result of tool call {call_id!r}", field="call_id")
     return ToolResultView(call_id=call_id, content=content)

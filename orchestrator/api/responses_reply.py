@@ -29,9 +29,9 @@ def _message_item(task_id: str, step: int, text: str) -> dict[str, Any]:
 
 def _output(task_id: str, step: int, reply: LoopReply) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
-    if reply.message.content:
-        items.append(_message_item(task_id, step, reply.message.content))
-    for call in reply.message.tool_calls or ():
+    if reply.answer.content:
+        items.append(_message_item(task_id, step, reply.answer.content))
+    for call in reply.answer.tool_calls or ():
         items.append(
             {
                 "type": "function_call",
@@ -59,7 +59,7 @@ def _usage(reply: LoopReply) -> dict[str, Any]:
 
 def response(task_id: str, model: str, step: int, request: ResponsesRequest, reply: LoopReply | None) -> dict[str, Any]:
     """The `response` object of the call run as `step`: in progress (no reply yet: a stream's opening) or done."""
-    cut = reply is not None and reply.finish_reason == "length" and not reply.message.tool_calls
+    cut = reply is not None and reply.finish_reason == "length" and not reply.answer.tool_calls
     status = "in_progress" if reply is None else "incomplete" if cut else "completed"
     body: dict[str, Any] = {
         "id": f"resp_{task_id}_{step}",

@@ -80,7 +80,11 @@ class LoopReply(BaseModel):
     """The model's answer to one call, as the loop gets it (again, unchanged, when its call is replayed)."""
 
     step: int
-    message: Message
+    message: Message | None = Field(
+        description="the model's message; None in a replay once the task's stored conversation holds it, at"
+        " `message_index` (the API reads it there: the workflow keeps no reply its checkpoint store has)"
+    )
+    message_index: int | None = Field(default=None, ge=0, description="where the message is in the conversation")
     finish_reason: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -88,6 +92,13 @@ class LoopReply(BaseModel):
     replayed: bool = False
     asked_on: str | None = Field(default=None, description="the conversation of the call it answered (its chain)")
     asked_shape: dict[str, str] = Field(default_factory=dict, description="that call's shape (`call_shape`)")
+
+    @property
+    def answer(self) -> Message:
+        """The message, once it is whole (a reply the API answers with always is)."""
+        if self.message is None:
+            raise ValueError(f"the reply of step {self.step} is in the task's stored conversation, not here")
+        return self.message
 
 
 class LoopToolResult(BaseModel):
@@ -105,11 +116,21 @@ class LoopFinish(BaseModel):
 
 
 class LoopProgress(BaseModel):
-    """What the workflow knows of its loop, carried over continue-as-new."""
+    """What the workflow knows of its loop, carried over continue-as-new.
+
+    It keeps only what the checkpoint store does not hold yet: a reply's message and a tool's result leave it once
+    the conversation written there contains them (None marks them), so a long loop's state stays small enough for
+    Temporal's payloads however many calls it makes.
+    """
 
     length: int = 0
     chain: str = ""
     replies: dict[str, LoopReply] = Field(default_factory=dict)
-    tool_results: dict[str, str] = Field(default_factory=dict)
+    tool_results: dict[str, str | None] = Field(
+        default_factory=dict, description="by call id; None once the stored conversation holds the tool's message"
+    )
+    results_absorbed: list[str] = Field(
+        default_factory=list, description="call ids whose results joined the conversation, not yet known written"
+    )
     call_ids: list[str] = Field(default_factory=list)
     approvals: LoopApprovals | None = None  # the tool calls the loop last stopped at for a person's word

@@ -73,6 +73,35 @@ def test_tool_results_are_kept_only_for_calls_its_replies_made_and_the_first_sta
     assert loop.tool_result("call-1") == "notes" and loop.tool_result("call-2") is None
 
 
+def test_the_loop_keeps_only_what_its_checkpoint_store_does_not_hold_yet() -> None:
+    """A long loop's replies and tool results leave the workflow's state once its conversation is written, so the
+    state carried over continue-as-new (a Temporal payload, 2 MiB at most) stays one call's size. Before, 60 calls
+    of 30 KB answers and 30 KB tool results carried all 3.6 MB."""
+    loop = LoopRecord(opening([USER]))
+    long = "x" * 30_000
+    new: list[Message] = []
+    for n in range(1, 61):
+        asked = call(loop, new)
+        loop.absorb(asked.new_messages)
+        loop.forget_written()  # the step wrote its predecessor: everything absorbed so far is in the store
+        asks = Message(role="assistant", content=long, tool_calls=[ToolCall(id=f"call-{n}", name="lookup")])
+        loop.take(asked, LoopReply(step=n, message=asks))
+        loop.record_tool_result(LoopToolResult(call_id=f"call-{n}", content=long))
+        new = [Message(role="tool", tool_call_id=f"call-{n}", content=long)]
+    progress = loop.progress
+    assert len(progress.model_dump_json()) < 200_000, len(progress.model_dump_json())
+    assert progress.length == 1 + 60 + 59  # the input, 60 replies, the tool results sent with the next 59 calls
+    # The last reply and the last tool result are not written yet: kept whole. The others point into the store.
+    kept = [r for r in progress.replies.values() if r.message is not None]
+    assert [r.step for r in kept] == [60]
+    first = next(r for r in progress.replies.values() if r.step == 1)
+    assert first.message is None and first.message_index == 1
+    assert loop.tool_result("call-60") == long and loop.tool_result("call-1") is None
+    # A result reported again once the store holds it changes nothing: the first report stands.
+    loop.record_tool_result(LoopToolResult(call_id="call-1", content="other"))
+    assert loop.tool_result("call-1") is None
+
+
 def test_a_chat_request_splits_its_instructions_from_the_conversation() -> None:
     request = ChatRequest.model_validate(
         {

@@ -55,6 +55,7 @@ from .wire.identity import (
 )
 from .wire.lease import ServiceClass
 from .wire.loop_approvals import ApprovalRequest, LoopApprovals
+from .wire.node_pools import DEFAULT_POOL_MAX_NODES, DEFAULT_POOL_TOKEN_TTL_S, PoolToken, PoolTokenView
 from .wire.objectives import LatencyObjectives
 from .wire.output import answer_json
 from .wire.resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
@@ -265,6 +266,32 @@ class Client:
     async def remove_node(self, node_id: str) -> NodeRevocation:
         """Revoke a node and forget it, so its id may be admitted anew."""
         return NodeRevocation.model_validate(await self._request("DELETE", _path("v1", "nodes", node_id)))
+
+    async def create_pool_token(
+        self,
+        pool: str,
+        max_nodes: int = DEFAULT_POOL_MAX_NODES,
+        ttl_s: int = DEFAULT_POOL_TOKEN_TTL_S,
+        dedicated: str | None = None,
+    ) -> PoolToken:
+        """A pool token: the nodes that join with it are admitted at once into `pool` (at most `max_nodes` in the
+        fleet at once, within `ttl_s`), dedicated to a tenant if one is named. Its secret is shown only here."""
+        body = {"max_nodes": max_nodes, "ttl_s": ttl_s, "trust": {"dedicated": dedicated}}  # bounded by the server
+        return PoolToken.model_validate(
+            await self._request("POST", _path("v1", "node-pools", pool, "tokens"), json=body)
+        )
+
+    async def pool_tokens(self, pool: str | None = None) -> list[PoolTokenView]:
+        params = {"pool": pool} if pool is not None else None
+        return [
+            PoolTokenView.model_validate(t) for t in await self._request("GET", "/v1/node-pools/tokens", params=params)
+        ]
+
+    async def revoke_pool_token(self, token_id: str) -> PoolTokenView:
+        """No node joins with the token any more; the nodes that joined stay, each revocable alone."""
+        return PoolTokenView.model_validate(
+            await self._request("POST", _path("v1", "node-pools", "tokens", token_id, "revoke"))
+        )
 
     async def replicas(self, model: str | None = None) -> list[ReplicaView]:
         params = {"model": model} if model is not None else None

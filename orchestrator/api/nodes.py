@@ -6,9 +6,11 @@ other user route: reading as much as the rest needs operator or admin, not confi
 serves every tenant; a tenant's key learns nothing of other tenants' nodes, nor of nodes waiting to join).
 
 Two secrets guard the writes from nodes. A join token lets a machine join at all: a per-node
-token (`berth nodes admit`: one node id, once, expiring) admits it at once; the cluster's token
-(config `join_token`) leaves it pending until an operator approves it, so one leaked cluster
-token gets a rogue machine no work and no tenant's data (store/node_admission.py). The answer
+token (`berth nodes admit`: one node id, once, expiring) admits it at once; a pool token
+(`berth nodes pool-token create`, node_pools.py: a node pool's, capped, expiring) admits the
+pool's nodes at once; the cluster's token (config `join_token`) leaves it pending until an
+operator approves it, so one leaked cluster token gets a rogue machine no work and no tenant's
+data (store/node_admission.py). The answer
 to a first registration carries a node secret the control plane mints, which every heartbeat
 (and any re-registration of the same id) must present in the `X-Berth-Node-Secret` header. So
 a join token cannot be used to impersonate a node that already joined, a second machine started
@@ -44,6 +46,7 @@ from sdk.wire.fleet import (
 
 from ..node.gpu_types import GPU_TYPES, known_types
 from ..store.fleet import NodeRevoked
+from ..store.node_pools import PoolFull
 from ..store.pending_nodes import PendingListFull, PendingRoom
 from .auth import FleetReader, Operator
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
@@ -63,16 +66,21 @@ T = TypeVar("T")
     response_model=NodeRegistered,
     responses={
         200: {"model": NodeRegistered, "description": "the node was already registered"},
-        401: {"description": "the join token is wrong, used or expired"},
-        429: {"description": "pending_nodes_max nodes already wait for approval; Retry-After: when a place frees"},
+        401: {"description": "the join token is wrong, used, expired or revoked"},
+        409: {"description": "the node id is held by another node (or, for a pool token, by a revoked one)"},
+        429: {
+            "description": "pending_nodes_max nodes already wait for approval, or a pool token's max_nodes are in"
+            " the fleet; Retry-After: when to ask again"
+        },
     },
 )
 async def register(
     reg: NodeRegistration, response: Response, svc: Svc, node_secret: NodeSecret = None
 ) -> NodeRegistered:
-    """Join the fleet (201: admitted with a per-node token, `pending` with the cluster token), or re-register a
-    node that presents its node secret (200). The node secret is always the control plane's: one sent with a
-    first registration is ignored. 429 when the list of nodes waiting for approval is full (store/pending_nodes.py)."""
+    """Join the fleet (201: admitted with a per-node or a pool token, `pending` with the cluster token), or
+    re-register a node that presents its node secret (200). The node secret is always the control plane's: one
+    sent with a first registration is ignored. 429 when the list of nodes waiting for approval is full
+    (store/pending_nodes.py), or a pool token's nodes hold every place it has (store/node_pools.py)."""
     _check_gpu_types(reg)
     cluster = _is_cluster_token(svc, reg.join_token)
     try:
@@ -90,7 +98,7 @@ async def register(
             raise ApiError(
                 401,
                 f"{exc.message}; this control plane has no cluster join token (BERTH_JOIN_TOKEN),"
-                " so only per-node tokens let nodes in",
+                " so only per-node and pool tokens let nodes in",
                 field="join_token",
             ) from None
         raise
@@ -234,7 +242,7 @@ async def _call_async(call: Awaitable[T]) -> T:
         return await call
     except NotFound as exc:
         raise not_found(exc.message, field=exc.field) from None
-    except PendingListFull as exc:
+    except (PendingListFull, PoolFull) as exc:
         raise ApiError(429, exc.message, field=exc.field, headers={"Retry-After": str(exc.retry_after_s)}) from None
     except Conflict as exc:
         raise conflict(exc.message, field=exc.field) from None

@@ -47,8 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-gib", type=float, default=DEFAULT_CACHE_GIB, help="weights cache size in GiB")
     p.add_argument(
         "--join-token",
-        help="a per-node token from `berth nodes admit`, or the cluster join token"
-        " (the node then waits for approval) (env BERTH_JOIN_TOKEN)",
+        help="a per-node token from `berth nodes admit`, a pool token from `berth nodes pool-token create`,"
+        " or the cluster join token (the node then waits for approval) (env BERTH_JOIN_TOKEN)",
     )
     p.add_argument("--api", help="the control plane's URL (env BERTH_API_URL, default http://127.0.0.1:8080)")
     p.add_argument("--data-dir", help="state directory (env BERTH_DATA_DIR, default ./.berth)")

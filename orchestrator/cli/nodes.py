@@ -18,7 +18,7 @@ from rich.text import Text
 
 from sdk import Client, NodeView
 
-from . import output
+from . import node_pools, output
 from .output import EXIT_OK, add_api_flag, fail, run_with_client
 
 _STATUS_STYLE = {
@@ -67,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     node_command(
         sub, "preempt", "take a node away as a spot reclaim would: its tasks resume elsewhere", cmd_preempt
     ).add_argument("--notice", default="30s", help="the warning it gets: 30s, 2m or seconds (default 30s)")
+    node_pools.register(sub, parse_duration)
 
 
 def node_command(

@@ -32,6 +32,7 @@ from ..api import (
     loop_trace,
     metrics,
     models,
+    node_pools,
     nodes,
     own_loop,
     own_loop_responses,
@@ -132,6 +133,7 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
         checkpoints,
         events,
         nodes,
+        node_pools,
         tenants,
         keys,
         audit,
@@ -145,6 +147,8 @@ def create_app(config: BerthConfig, store: Store, temporal: TemporalGateway) -> 
             store.tasks.list(status="waiting_for_gpu", limit=ALERT_SCAN),
             store.tasks.list(status="running", limit=ALERT_SCAN),
             stuck=store.tasks.count_stuck(),
+            tenants=[t.name for t in store.tenants.list()],
+            models=[m.entry.name for m in store.models.list() if m.entry.provider == "self-hosted"],
         )
     )
     # Tasks stuck or ended in Temporal are shown as such (orchestrator/reconcile/reconciler.py says why here).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -12,9 +13,14 @@ from collections.abc import Awaitable, Callable
 from sdk import Agent, BerthError, InvalidSpec, McpUnreachable, serve
 
 from ..config import BerthConfig
+from ..telemetry import serve_metrics
 from ..telemetry.tracing import configure_tracing
 from ..temporal import TemporalSettingsRefused, temporal_connect_options
 from .output import fail
+
+# The orchestrator worker's variable (orchestrator/worker.py, which this process does not load): one name for a
+# worker's probe port, whichever worker it is.
+WORKER_METRICS_PORT_ENV = "BERTH_WORKER_METRICS_PORT"
 
 
 class AgentRefError(ValueError):
@@ -51,6 +57,14 @@ def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     configure_tracing("berth-tools")
+    # The probes a container platform needs (the orchestrator worker's variable and its port's paths): /healthz
+    # while the process answers, /readyz once its agents are registered and their tools served.
+    registered = asyncio.Event()
+    probes = serve_metrics(
+        int(os.environ.get(WORKER_METRICS_PORT_ENV) or 0),
+        ready=lambda: None if registered.is_set() else "registering its agents and connecting to Temporal",
+        host=config.host,
+    )
 
     def start() -> Awaitable[None]:
         # Berth's own settings when given; otherwise serve() reads Temporal's (TEMPORAL_API_KEY, TEMPORAL_TLS_*).
@@ -62,6 +76,7 @@ def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
             temporal_api_key=credentials.get("api_key"),
             # False only when BERTH_TEMPORAL_TLS says so: unset, serve() may still take TLS from TEMPORAL_TLS_*.
             tls=None if config.temporal_tls is None and credentials["tls"] is False else credentials["tls"],
+            ready=registered,
         )
 
     try:
@@ -70,6 +85,9 @@ def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
         pass
     except (InvalidSpec, McpUnreachable) as exc:
         return fail(exc.message, exc.field)
+    finally:
+        if probes is not None:
+            probes.close()
     return 0
 
 

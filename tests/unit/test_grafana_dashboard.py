@@ -16,12 +16,17 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from prometheus_client.parser import text_string_to_metric_families
 
+from orchestrator.telemetry.metrics_setup import metrics_text
 from tests.unit.metrics_exposition import declared_instruments, exposition
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "berth-dashboard.json"
 DATASOURCE = "${datasource}"
 METRIC = re.compile(r"\bberth_[a-z0-9_]+\b")
+TEMPORAL_METRIC = re.compile(r"\btemporal_[a-z0-9_]+\b")
+# The dashboard's filters: a query of a metric that carries one of these labels narrows by its variable.
+FILTERS = ("model", "tenant", "node")
 # Sample names a rate() or increase() may read: counters and histograms' parts, never a gauge.
 MONOTONIC = ("_total", "_bucket", "_sum", "_count")
 RANGES = {"$__rate_interval", "$__range"}
@@ -85,7 +90,9 @@ def test_every_query_reads_metrics_berth_exposes(
     exposed = {name for samples in exposition(monkeypatch).values() for name in samples}
     for title, expr in queries():
         read = set(METRIC.findall(expr))
-        assert read and read <= exposed, (title, read - exposed)
+        assert read <= exposed, (title, read - exposed)
+        # Temporal's worker metrics are the worker's alone: tests/system/test_metrics_scrape.py finds them there.
+        assert read or TEMPORAL_METRIC.search(expr), (title, expr)
         for opener, closer in ("()", "[]", "{}"):
             assert expr.count(opener) == expr.count(closer), (title, expr)
         for name in re.findall(r"\b(?:rate|irate|increase)\(\s*(berth_[a-z0-9_]+)", expr):
@@ -108,3 +115,30 @@ def test_every_metric_berth_declares_is_on_the_dashboard(
         family for family, samples in families.items() if family not in NOT_ON_THE_DASHBOARD and not samples & shown
     }
     assert not missing, f"not on the dashboard (add a panel, or a reason to NOT_ON_THE_DASHBOARD): {sorted(missing)}"
+
+
+def test_the_model_tenant_and_node_filters_are_multi_value_variables() -> None:
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    for name in FILTERS:
+        variable = variables[name]
+        assert variable["type"] == "query" and variable["datasource"]["uid"] == DATASOURCE, name
+        assert variable["query"]["query"] == f"label_values({name})", name
+        # "All" must match a series without the label too (.* matches the empty value), or a panel of a metric
+        # that lacks it would go blank.
+        assert variable["multi"] and variable["includeAll"] and variable["allValue"] == ".*", name
+
+
+def test_every_query_narrows_by_each_filter_its_metrics_carry(
+    metrics_reader: InMemoryMetricReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exposition(monkeypatch)
+    labels: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(metrics_text().decode()):
+        for sample in family.samples:
+            labels.setdefault(sample.name, set()).update(sample.labels)
+    for title, expr in queries():
+        for selector in re.finditer(r"\b(berth_[a-z0-9_]+)(\{[^}]*\})?", expr):
+            name, matchers = selector.group(1), selector.group(2) or ""
+            for label in FILTERS:
+                if label in labels[name]:
+                    assert f'{label}=~"${label}"' in matchers, (title, name, label)

@@ -1,7 +1,7 @@
 """The control-plane store: tasks, agents, checkpoints, the token ledger, task events,
-the model catalogue, the GPU fleet and who is admitted to it, the pool's leases and GPU
-reservations, which control-plane replica leads a job, and who may call the API (tenants,
-API keys, the audit log).
+the model catalogue, the GPU fleet, its samples over time (the console's charts) and who is
+admitted to it, the pool's leases and GPU reservations, which control-plane replica leads a
+job, and who may call the API (tenants, API keys, the audit log).
 
 One SQL database behind small classes, each over the same engine. SQLite by default
 (one file that the API server and the worker share), any SQLAlchemy URL at scale:
@@ -35,6 +35,7 @@ from .connections import on_connection
 from .database import open_database
 from .events import SqlEventLog
 from .fleet import NodeConflict, NodeNotApproved, NodeNotFound, NodeRevoked, NodeSecretRefused, SqlFleet
+from .fleet_samples import SqlFleetSamples
 from .keys import KeyConflict, KeyHolder, SqlApiKeys
 from .leadership import SqlLeadership
 from .leases import CallReservation, LeaseRecord, SqlLeases
@@ -62,6 +63,7 @@ class Store:
     events: SqlEventLog
     models: SqlModelCatalogue
     fleet: SqlFleet
+    fleet_samples: SqlFleetSamples
     peers: SqlPeers
     node_admission: SqlNodeAdmission
     node_pools: SqlNodePools
@@ -90,6 +92,7 @@ class Store:
             events=SqlEventLog(engine),
             models=SqlModelCatalogue(engine),
             fleet=SqlFleet(engine),
+            fleet_samples=SqlFleetSamples(engine),
             peers=SqlPeers(engine),
             node_admission=SqlNodeAdmission(engine),
             node_pools=SqlNodePools(engine),

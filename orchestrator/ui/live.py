@@ -1,7 +1,7 @@
 """Live pages: one server-sent stream tells an open Overview, Fleet or Models page when to fetch its panel again.
 
 The stream sends a `pulse` every PULSE_EVERY_S carrying a version of what those pages show (the fleet's
-nodes, GPUs and replicas, the models' policies and plans, the newest event, the replica-history samples, and a clock that ticks every
+nodes, GPUs and replicas, the models' policies and plans, the newest event, the newest fleet sample in the store, and a clock that ticks every
 REFRESH_AT_LEAST_S so that "idle 40 s" and "3 s ago" move on); the page's script fetches its panel
 when the version changes, and says how long ago it last heard from the server, so a page that has lost
 the stream says so instead of showing stale figures as if they were live. A revoked key ends the stream
@@ -51,21 +51,22 @@ async def pulses(svc: Services, key_id: str, history: FleetHistory | None) -> As
                 yield ServerSentEvent(data=json.dumps({"error": "the API key was revoked"}), event=REVOKED_EVENT)
                 return
             key_checked = time.monotonic()
-        version = await _shared_version(svc, len(history.samples) if history else 0)
+        version = await _shared_version(svc, history)
         yield ServerSentEvent(data=json.dumps({"version": version}), event=PULSE_EVENT)
         await asyncio.sleep(PULSE_EVERY_S)
 
 
 # The digest every open live page of this process was last sent, and when: N operators' pages read the fleet once
 # per pulse between them, not N times.
-_last_version: tuple[float, int, int, str] | None = None  # (when, which store, samples, digest)
+_last_version: tuple[float, int, int, str] | None = None  # (when, which store, newest sample, digest)
 
 
-async def _shared_version(svc: Services, samples: int) -> str:
+async def _shared_version(svc: Services, history: FleetHistory | None) -> str:
     global _last_version
     now, store = time.monotonic(), id(svc.store)
     last = _last_version
-    if last is None or now - last[0] >= PULSE_EVERY_S / 2 or last[1:3] != (store, samples):
+    if last is None or now - last[0] >= PULSE_EVERY_S / 2 or last[1] != store:
+        samples = await svc.db(history.latest) if history is not None else 0
         last = _last_version = (now, store, samples, await svc.db(fleet_version, svc.store, samples))
     return last[3]
 

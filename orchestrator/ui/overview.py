@@ -44,9 +44,10 @@ class Overview:
     waiting_for_gpu: list[TaskState] = field(default_factory=list)
 
 
-def overview(store: Store, tenant: str | None, now: datetime | None = None) -> Overview:
+def overview(store: Store, tenant: str | None, now: datetime | None = None, since: datetime | None = None) -> Overview:
+    """The cards (the last hour's figures) and the tokens a minute from `since` (the chart's window; the hour)."""
     now = now or datetime.now(UTC)
-    per_minute = store.ledger.tokens_per_minute(now - HOUR, tenant)
+    per_minute = store.ledger.tokens_per_minute(min(since or now - HOUR, now - HOUR), tenant)
     recent = store.events.recent((ModelCallEvent.KIND, InterruptionEvent.KIND), now - HOUR, tenant)
     calls = events_of(ModelCallEvent, recent)
     fleet = fleet_reading(n for n in store.fleet.list() if n.status != "lost" and n.status not in UNADMITTED)
@@ -78,7 +79,11 @@ def recent_rate(per_minute: list[tuple[datetime, int]], now: datetime) -> float:
 
 def models_last_hour(store: Store, now: datetime | None = None) -> dict[str, ModelFigures]:
     """Each model's calls, cold starts, TTFT and speed over the last hour, across the fleet (no task in them)."""
-    since = (now or datetime.now(UTC)) - HOUR
+    return models_in_window(store, (now or datetime.now(UTC)) - HOUR)
+
+
+def models_in_window(store: Store, since: datetime) -> dict[str, ModelFigures]:
+    """Each model's calls, cold starts, TTFT and speed since `since` (a page's window), across the fleet."""
     return model_figures(events_of(ModelCallEvent, store.events.recent((ModelCallEvent.KIND,), since)))
 
 

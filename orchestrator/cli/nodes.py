@@ -193,6 +193,7 @@ def node_panel(node: NodeView, now: datetime | None = None) -> Group:
         ("node", node.node_id),
         ("place", f"{node.datacenter}/{node.zone}, {node.capacity}, ${node.usd_per_hour:.2f}/h"),
         ("status", Text(node.status, style=_STATUS_STYLE.get(node.status, ""))),
+        ("pool", node.pool or "none (admitted one by one)"),
         ("heartbeat", age_text(node.last_heartbeat_at, now)),
         ("engines", ", ".join(node.engines) or "any"),
         (

@@ -60,7 +60,7 @@ from .generation import NodeGeneration, ReplicaRouter, warm_up
 from .metrics import serve_node_metrics
 from .peer_server import CacheBlobs, PeerServer
 from .peer_tickets import PeerTickets
-from .replicas import ReplicaManager
+from .replicas import ReplicaManager, busy_shares
 from .step_books import RemoteStepBooks
 from .transfers import TransferLog
 from .writing_route import writing_route
@@ -157,6 +157,9 @@ class NodeAgent:
         self._status: NodeStatus | None = None  # as the control plane last said
         self.refused: CredentialRefused | None = None  # the control plane refused the secret: the node stops
         self._probes_started = False
+        # What the simulated GPUs' utilization is read against: each replica's busy seconds at the last heartbeat.
+        self._busy_seen: dict[str, float] = {}
+        self._busy_read_at: float | None = None
 
     @property
     def secret_path(self) -> Path:
@@ -424,9 +427,15 @@ class NodeAgent:
             f.write(secret)
 
     def _simulate_gpu_use(self) -> None:
-        """Simulated GPUs show the memory their replicas hold, as NVML would for real ones."""
+        """Simulated GPUs show the memory their replicas hold, as NVML would for real ones, and as their utilization
+        the share of the time since the last heartbeat during which a generation ran on them (they reported 0 while
+        generating, so the console's chart of a busy simulated fleet read 0% throughout)."""
         if not isinstance(self.discovery, SimulatedDiscovery):
             return
+        now = time.monotonic()
+        elapsed = now - self._busy_read_at if self._busy_read_at is not None else 0.0
+        shares, self._busy_seen = busy_shares(self.replicas.replicas(), self._busy_seen, elapsed, now)
+        self._busy_read_at = now
         used: dict[int, int] = {g.index: 0 for g in self._gpus}
         for replica in self.replicas.replicas():
             if replica.state == "warm":
@@ -435,6 +444,6 @@ class NodeAgent:
                     used[index] = used.get(index, 0) + round(per_gpu)
         for index, mib in used.items():
             try:
-                self.discovery.set_load(index, 0.0, mib)
+                self.discovery.set_load(index, shares.get(index, 0.0), mib)
             except ValueError:
                 pass  # a replica on a GPU index the node does not have was refused at load already

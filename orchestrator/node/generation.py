@@ -12,6 +12,7 @@ on another node straight away, instead of racing the notice here.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -78,7 +79,7 @@ class NodeGeneration:
     async def generate(self, inp: LlmStepInput) -> LlmStepResult:
         replica = self.replicas.get(inp.placement.replica_id) if inp.placement is not None else None
         if replica is not None:
-            replica.active_leases += 1
+            replica.generation_started(time.monotonic())
             replica.outstanding_tokens += inp.max_tokens
         stop_at_shutdown = asyncio.create_task(_cut_at_worker_shutdown(asyncio.current_task()))
         try:
@@ -90,7 +91,7 @@ class NodeGeneration:
         finally:
             stop_at_shutdown.cancel()
             if replica is not None:
-                replica.active_leases -= 1
+                replica.generation_ended(time.monotonic())
                 replica.outstanding_tokens -= inp.max_tokens
 
 

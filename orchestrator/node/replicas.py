@@ -68,6 +68,23 @@ class Replica:
     error: str | None = None
     fill: FillReport | None = None  # what was fetched for this load, measured; None for a disk or simulated load
     pinned: bool = False  # holds a pin on its weights in the cache
+    busy_s: float = 0.0  # seconds during which at least one generation ran on it, summed
+    busy_since: float | None = None  # the monotonic time its current run of generations began
+
+    def generation_started(self, now: float) -> None:
+        if self.active_leases == 0:
+            self.busy_since = now
+        self.active_leases += 1
+
+    def generation_ended(self, now: float) -> None:
+        self.active_leases -= 1
+        if self.active_leases <= 0 and self.busy_since is not None:
+            self.busy_s += max(0.0, now - self.busy_since)
+            self.busy_since = None
+
+    def busy_seconds(self, now: float) -> float:
+        """Seconds it has spent generating, the generations running now counted up to `now`."""
+        return self.busy_s + (max(0.0, now - self.busy_since) if self.busy_since is not None else 0.0)
 
     def report(self) -> ReplicaReport:
         return ReplicaReport(
@@ -81,6 +98,23 @@ class Replica:
 
 
 EngineFactory = Callable[[ModelEntry], ReplicaEngine]
+
+
+def busy_shares(
+    replicas: list[Replica], seen: Mapping[str, float], elapsed_s: float, now: float
+) -> tuple[dict[int, float], dict[str, float]]:
+    """Each GPU's share (0..1) of the last `elapsed_s` during which a generation ran on a replica there, and each
+    replica's busy seconds now (the `seen` of the next reading). What a simulated GPU reports as its utilization:
+    NVML's is likewise the share of a recent period during which a kernel ran. A replica not seen before counts
+    from 0 (it began within the period); over several replicas on one GPU the shares add up, to at most 1."""
+    shares: dict[int, float] = {}
+    busy = {r.replica_id: r.busy_seconds(now) for r in replicas}
+    for replica in replicas:
+        ran = busy[replica.replica_id] - seen.get(replica.replica_id, 0.0)
+        share = min(1.0, max(0.0, ran / elapsed_s)) if elapsed_s > 0 else 0.0
+        for index in replica.gpu_indexes:
+            shares[index] = min(1.0, shares.get(index, 0.0) + share)
+    return shares, busy
 
 
 class ReplicaManager:

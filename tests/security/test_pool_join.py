@@ -10,6 +10,7 @@ a node may not claim, and keys that may not mint one. No Temporal here: no task 
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import threading
 from collections import Counter
@@ -23,9 +24,14 @@ from sqlalchemy import update
 from sqlmodel import Session, col
 
 from orchestrator.api import TemporalGateway
+from orchestrator.catalogue import ModelCatalogue
+from orchestrator.config import BerthConfig
+from orchestrator.pool.service import PoolService
 from orchestrator.store import Store
 from orchestrator.store.tables import NodePoolTokenRow, utcnow
 from sdk.wire.identity import Role
+from sdk.wire.lease import LeaseRequest, Placed, Wait
+from tests.security import test_node_admission as admission
 from tests.security.parties import JOIN_TOKEN, error_of
 
 SECRET_HEADER = "X-Berth-Node-Secret"
@@ -244,3 +250,31 @@ async def test_a_pool_token_joins_through_the_node_agents_own_flag(app, api: htt
     async with ControlPlane("http://berth", transport=httpx.ASGITransport(app)) as plane:
         joined = await plane.register(NodeRegistration.model_validate(registration("agent-1", token["join_token"])))
     assert joined.node.status == "healthy" and joined.node.pool == POOL
+
+
+async def test_an_autoscaled_pools_nodes_take_steps_as_they_join_with_no_person(
+    api: httpx.AsyncClient, store: Store
+) -> None:
+    """The goal: a wave of new GPU nodes (as Karpenter brings them) is placed on as it joins. With the cluster token
+    the same machines wait, and the pool's own placement code places nothing on them until a person approves each."""
+    pool = PoolService(store, ModelCatalogue(BerthConfig(), store.models), sync_every_s=0.0)
+    step = functools.partial(LeaseRequest, step=1, model=admission.MODEL, tokens=500)
+
+    for node_id in ("waiting-0", "waiting-1"):
+        joined = await api.post("/v1/nodes/register", json=admission.registration(node_id))
+        secret = {SECRET_HEADER: joined.json()["node_secret"]}
+        await api.post(f"/v1/nodes/{node_id}/heartbeat", json=heartbeat(node_id), headers=secret)
+    assert isinstance(pool.acquire(step(task_id="t-0")), Wait)
+
+    token = await pool_token(api, max_nodes=8)
+    wave = [f"karpenter-{i}" for i in range(4)]
+    joins = await asyncio.gather(
+        *(api.post("/v1/nodes/register", json=admission.registration(n, token["join_token"])) for n in wave)
+    )
+    for node_id, joined in zip(wave, joins, strict=True):
+        assert joined.status_code == 201 and joined.json()["node"]["status"] == "healthy", joined.text
+        secret = {SECRET_HEADER: joined.json()["node_secret"]}
+        await api.post(f"/v1/nodes/{node_id}/heartbeat", json=heartbeat(node_id), headers=secret)
+    grants = [pool.acquire(step(task_id=f"t-{i}")) for i in range(4)]
+    assert all(isinstance(g, Placed) and g.node_id in wave for g in grants), grants
+    assert not [e for e in store.audit.list(limit=100) if e.path.endswith("/approve")]  # no person was asked

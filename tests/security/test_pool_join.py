@@ -26,9 +26,12 @@ from sqlmodel import Session, col
 from orchestrator.api import TemporalGateway
 from orchestrator.catalogue import ModelCatalogue
 from orchestrator.config import BerthConfig
+from orchestrator.node import control_plane
+from orchestrator.node.control_plane import ControlPlane
 from orchestrator.pool.service import PoolService
 from orchestrator.store import Store
 from orchestrator.store.tables import NodePoolTokenRow, utcnow
+from sdk.wire.fleet import NodeRegistration
 from sdk.wire.identity import Role
 from sdk.wire.lease import LeaseRequest, Placed, Wait
 from tests.security import test_node_admission as admission
@@ -241,15 +244,26 @@ async def test_no_tenants_key_mints_lists_or_revokes_pool_tokens(api: httpx.Asyn
     assert (await tokens(api))[token["token_id"]]["revoked_at"] is None
 
 
-async def test_a_pool_token_joins_through_the_node_agents_own_flag(app, api: httpx.AsyncClient) -> None:
-    """`berth node --join-token` (BERTH_JOIN_TOKEN) is how the chart's DaemonSet hands the agent the pool token."""
-    from orchestrator.node.control_plane import ControlPlane
-    from sdk.wire.fleet import NodeRegistration
-
-    token = await pool_token(api)
+async def test_the_node_agent_joins_with_a_pool_token_and_waits_for_a_place_in_a_full_pool(
+    app, api: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`berth node --join-token` (BERTH_JOIN_TOKEN) is how the chart's DaemonSet hands the agent the pool token; a
+    node of a full pool waits (as for a full pending list) and joins once an operator removes one of the pool's."""
+    monkeypatch.setattr(control_plane, "_FULL_LIST_RETRY_MAX_S", 0.05)
+    token = await pool_token(api, max_nodes=1)
     async with ControlPlane("http://berth", transport=httpx.ASGITransport(app)) as plane:
-        joined = await plane.register(NodeRegistration.model_validate(registration("agent-1", token["join_token"])))
-    assert joined.node.status == "healthy" and joined.node.pool == POOL
+        first = await plane.register(NodeRegistration.model_validate(registration("agent-1", token["join_token"])))
+        assert first.node.status == "healthy" and first.node.pool == POOL
+        joining = asyncio.create_task(
+            plane.register(NodeRegistration.model_validate(registration("agent-2", token["join_token"])))
+        )
+        await asyncio.sleep(0.3)
+        assert not joining.done()  # waiting for a place, not given up
+        assert (
+            await api.delete("/v1/nodes/agent-1")
+        ).status_code == 200  # the autoscaler took it; an operator removes it
+        second = await asyncio.wait_for(joining, 5)
+    assert second.node.node_id == "agent-2" and second.node.status == "healthy"
 
 
 async def test_an_autoscaled_pools_nodes_take_steps_as_they_join_with_no_person(

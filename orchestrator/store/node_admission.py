@@ -44,7 +44,7 @@ from .fleet import (
     restatus,
     write_spec,
 )
-from .node_pools import give_back_place, is_pool_token, pool_ticket, take_place
+from .node_pools import give_back_place, gone_cutoff, is_pool_token, pool_ticket, release_place, take_place
 from .pending_nodes import DEFAULT_ROOM, PendingRoom, check_room, drop_stale
 from .tables import (
     GpuReservationRow,
@@ -192,6 +192,8 @@ class SqlNodeAdmission:
             )
         if row is not None and row.admission == "admitted":
             raise NodeConflict(spec.node_id)
+        if pool.nodes >= pool.max_nodes:
+            _drop_gone(session, pool.token_id, now)
         take_place(session, pool, now)
         if row is not None:
             _replace(session, row)
@@ -312,6 +314,26 @@ def _existing(session: Session, node_id: str) -> NodeRow:
 
 def _gpus(session: Session, node_id: str) -> list[NodeGpuRow]:
     return list(session.exec(select(NodeGpuRow).where(NodeGpuRow.node_id == node_id)).all())
+
+
+def _drop_gone(session: Session, token_id: str, now: datetime) -> None:
+    """Forget the token's nodes lost since before `gone_cutoff` (the autoscaler took them away), freeing their
+    places. Each is deleted by a conditional DELETE, and its place given back only if this transaction deleted
+    it, so joins racing for a full pool free each place once. A revoked node is never dropped: it keeps its place."""
+    gone_when = (
+        col(NodeRow.pool_token_id) == token_id,
+        col(NodeRow.admission) == "admitted",
+        col(NodeRow.lost).is_(True),
+        col(NodeRow.seen_at) <= gone_cutoff(now),
+    )
+    for node_id in session.exec(select(NodeRow.node_id).where(*gone_when)).all():
+        if session.exec(delete(NodeRow).where(col(NodeRow.node_id) == node_id, *gone_when)).rowcount != 1:
+            continue  # another join dropped it first
+        _forget_state(session, node_id)
+        for table in (GpuReservationRow, LeaseRow, NodeJoinTokenRow):
+            session.exec(delete(table).where(col(table.node_id) == node_id))
+        release_place(session, token_id)
+    session.flush()
 
 
 def _replace(session: Session, row: NodeRow) -> None:

@@ -9,7 +9,10 @@ bounded here, in the database every control plane shares:
   reads the committed count again) no more than the cap get in, and a join refused for any reason after it
   (its id is taken) rolls its place back with it;
 - a revoked node keeps its place (revoking must not make room for the next join of a leaked copy); removing it
-  (`berth nodes remove`) gives the place back.
+  (`berth nodes remove`) gives the place back. So does a node the autoscaler took away: once it has been lost
+  (silent while a control plane listened) for `POOL_NODE_GONE_S`, a join that finds the token full drops it
+  (node_admission.py), so a pool that shrinks and grows again needs no person either. Its holder gains nothing
+  by it: its nodes are still at most `max_nodes` at once.
 """
 
 from __future__ import annotations
@@ -30,8 +33,13 @@ from .tables import NodePoolTokenRow, NodeRow, utcnow
 
 POOL_TOKEN_PREFIX = "berth-pool_"  # tells a pool token from the others, in a log line or a secret scanner
 _TOKEN_BYTES = 32  # 256 bits, as urlsafe base64: far beyond guessing, so a plain sha256 is as strong
-# A full pool frees a place only when an operator removes one of its nodes: a joining agent asks again this often.
+# A full pool frees a place when an operator removes one of its nodes, or one has been gone an hour: a joining
+# agent asks again this often.
 POOL_FULL_RETRY_S = 60
+# A pool node lost this long is gone for good, its place free for the next join: an hour (3,600 s) outlasts a
+# network partition, a control-plane restart or a node reboot (minutes), and is a fraction of an autoscaler's
+# cycle (Karpenter consolidates after minutes; a day-long pool sees a handful of such cycles).
+POOL_NODE_GONE_S = 3600
 
 
 def is_pool_token(token: str) -> bool:
@@ -61,7 +69,8 @@ class PoolFull(Conflict):
         super().__init__(
             f"pool token {token.token_id} of pool {token.pool!r} has {token.nodes} nodes in the fleet, its cap"
             f" (max_nodes {token.max_nodes}); a place frees when an operator removes one of them"
-            f" (berth nodes remove NODE_ID), or mint a token with more (berth nodes pool-token create)",
+            f" (berth nodes remove NODE_ID) or one has been lost for {POOL_NODE_GONE_S} s, or mint a token with"
+            " more (berth nodes pool-token create)",
             field="join_token",
             status_code=429,
         )
@@ -156,13 +165,21 @@ def take_place(session: Session, ticket: NodePoolTokenRow, now: datetime) -> Non
 
 def give_back_place(session: Session, node: NodeRow) -> None:
     """A node of a pool token leaves the fleet's records (removed, or replaced by a new admission of its id)."""
-    if node.pool_token_id is None:
-        return
+    if node.pool_token_id is not None:
+        release_place(session, node.pool_token_id)
+
+
+def release_place(session: Session, token_id: str) -> None:
     session.exec(
         update(NodePoolTokenRow)
-        .where(col(NodePoolTokenRow.token_id) == node.pool_token_id, col(NodePoolTokenRow.nodes) > 0)
+        .where(col(NodePoolTokenRow.token_id) == token_id, col(NodePoolTokenRow.nodes) > 0)
         .values(nodes=col(NodePoolTokenRow.nodes) - 1)
     )
+
+
+def gone_cutoff(now: datetime) -> datetime:
+    """A pool node lost and silent since before this is gone (POOL_NODE_GONE_S)."""
+    return now - timedelta(seconds=POOL_NODE_GONE_S)
 
 
 def _view(row: NodePoolTokenRow) -> PoolTokenView:

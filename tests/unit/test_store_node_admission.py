@@ -12,7 +12,8 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from sqlmodel import Session, select
+from sqlalchemy import update
+from sqlmodel import Session, col, select
 
 from orchestrator.store import (
     JoinTokenRefused,
@@ -27,7 +28,8 @@ from orchestrator.store import (
     Store,
 )
 from orchestrator.store.node_admission import TOKEN_PREFIX
-from orchestrator.store.tables import NodeJoinTokenRow, utcnow
+from orchestrator.store.node_pools import POOL_NODE_GONE_S
+from orchestrator.store.tables import NodeJoinTokenRow, NodeRow, utcnow
 from sdk import Conflict
 from sdk.wire.fleet import NodeHeartbeat, NodeSpec, NodeTrust
 from sdk.wire.node_pools import PoolTokenRequest
@@ -193,3 +195,60 @@ def test_a_pool_tokens_cap_holds_when_joins_race_and_a_removed_node_frees_its_pl
     with pytest.raises(PoolTokenRefused, match="revoked"):
         store.node_admission.join(spec("later"), None, token.join_token, cluster_token=False)
     assert store.node_pools.list()[0].nodes == 3
+
+
+def test_a_pool_node_lost_for_an_hour_gives_its_place_to_the_next_join(store: Store) -> None:
+    """An autoscaler that shrinks a pool and grows it again needs no person to clear the nodes it took away."""
+    token = store.node_pools.create("gpu-a", PoolTokenRequest(max_nodes=2))
+    for node_id in ("old-1", "old-2"):
+        store.node_admission.join(spec(node_id), None, token.join_token, cluster_token=False)
+    store.node_admission.revoke("old-2")
+
+    def silent(node_id: str, seconds: float) -> None:
+        with Session(store.engine) as session:
+            session.exec(
+                update(NodeRow)
+                .where(col(NodeRow.node_id) == node_id)
+                .values(lost=True, status="lost", seen_at=utcnow() - timedelta(seconds=seconds))
+            )
+            session.commit()
+
+    silent("old-1", POOL_NODE_GONE_S - 60)  # lost a while: it may come back, and keeps its place
+    with pytest.raises(PoolFull):
+        store.node_admission.join(spec("new-1"), None, token.join_token, cluster_token=False)
+    silent("old-1", POOL_NODE_GONE_S + 1)  # gone: the next join takes its place
+    assert store.node_admission.join(spec("new-1"), None, token.join_token, cluster_token=False).node.pool == "gpu-a"
+    assert store.fleet.get("old-1") is None and store.fleet.get("old-2") is not None  # revoked: kept, with its place
+    assert store.node_pools.list()[0].nodes == 2
+    with pytest.raises(PoolFull):
+        store.node_admission.join(spec("new-2"), None, token.join_token, cluster_token=False)
+
+
+def test_joins_racing_for_a_gone_nodes_place_free_it_once(store: Store) -> None:
+    token = store.node_pools.create("gpu-a", PoolTokenRequest(max_nodes=1))
+    store.node_admission.join(spec("old"), None, token.join_token, cluster_token=False)
+    with Session(store.engine) as session:
+        session.exec(
+            update(NodeRow).values(lost=True, status="lost", seen_at=utcnow() - timedelta(seconds=POOL_NODE_GONE_S + 1))
+        )
+        session.commit()
+    racers = 8
+    start = threading.Barrier(racers)
+    outcomes: list[str] = []
+
+    def join(i: int) -> None:
+        start.wait()
+        try:
+            store.node_admission.join(spec(f"new-{i}"), None, token.join_token, cluster_token=False)
+            outcomes.append("in")
+        except PoolFull:
+            outcomes.append("full")
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert Counter(outcomes) == {"in": 1, "full": racers - 1}
+    [kept] = store.fleet.list()
+    assert kept.node_id.startswith("new-") and store.node_pools.list()[0].nodes == 1

@@ -10,6 +10,7 @@ import time
 
 import pytest
 from api_helpers import Stack, unique
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from temporalio.client import Client as TemporalClient
 
 from orchestrator.reconcile import Reconciler
@@ -26,7 +27,7 @@ async def _until_status(task: TaskHandle, status: TaskStatus) -> None:
 
 
 async def test_a_task_and_its_sub_agent_terminated_in_temporal_end_failed_saying_so(
-    stack: Stack, temporal_client: TemporalClient
+    stack: Stack, temporal_client: TemporalClient, metrics_reader: InMemoryMetricReader
 ) -> None:
     lead = Agent(unique("lead"), "llama-3.2-1b", "Ask first.", allow_ask_human=True)
     helper = Agent(unique("helper"), "llama-3.2-1b", "Ask first.", allow_ask_human=True)
@@ -60,3 +61,14 @@ async def test_a_task_and_its_sub_agent_terminated_in_temporal_end_failed_saying
     # Each ends once: another round finds nothing left to do.
     again = await reconciler.sweep()
     assert task.task_id not in again.compared and again.ended == []
+    # And counts once, by the reconciler's write of its end (berth_tasks_ended_total; the agents are this test's own).
+    ended = {
+        p.attributes["agent"]: (p.attributes["outcome"], p.value)
+        for rm in metrics_reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "berth_tasks_ended"
+        for p in m.data.data_points
+        if p.attributes["agent"] in (lead.name, helper.name)
+    }
+    assert ended == {lead.name: ("failed", 1), helper.name: ("failed", 1)}

@@ -266,8 +266,8 @@ class SqlNodeAdmission:
 def _ticket(session: Session, token: str, node_id: str, now: datetime) -> NodeJoinTokenRow | str:
     """The unspent per-node token `token` is for `node_id`, or why it is not one (the refusal's wording)."""
     wrong = (
-        "the join token is wrong: use a per-node token from `berth nodes admit NODE_ID`, or the cluster's"
-        " token (the control plane's <data_dir>/join-token)"
+        "the join token is wrong: use a per-node token from `berth nodes admit NODE_ID`, a pool token from"
+        " `berth nodes pool-token create`, or the cluster's token (the control plane's <data_dir>/join-token)"
     )
     if not token.startswith(TOKEN_PREFIX):
         return wrong

@@ -259,9 +259,8 @@ async def test_the_node_agent_joins_with_a_pool_token_and_waits_for_a_place_in_a
         )
         await asyncio.sleep(0.3)
         assert not joining.done()  # waiting for a place, not given up
-        assert (
-            await api.delete("/v1/nodes/agent-1")
-        ).status_code == 200  # the autoscaler took it; an operator removes it
+        # The autoscaler took the first machine away, and an operator removes it.
+        assert (await api.delete("/v1/nodes/agent-1")).status_code == 200
         second = await asyncio.wait_for(joining, 5)
     assert second.node.node_id == "agent-2" and second.node.status == "healthy"
 

@@ -36,9 +36,9 @@ _TOKEN_BYTES = 32  # 256 bits, as urlsafe base64: far beyond guessing, so a plai
 # A full pool frees a place when an operator removes one of its nodes, or one has been gone an hour: a joining
 # agent asks again this often.
 POOL_FULL_RETRY_S = 60
-# A pool node lost this long is gone for good, its place free for the next join: an hour (3,600 s) outlasts a
-# network partition, a control-plane restart or a node reboot (minutes), and is a fraction of an autoscaler's
-# cycle (Karpenter consolidates after minutes; a day-long pool sees a handful of such cycles).
+# A pool node lost this long is gone for good, its place free for the next join: an hour (3,600 s) outlasts what
+# brings a node back under its id (a network partition, a control-plane restart, a reboot: minutes). A pool that
+# loses more than max_nodes machines an hour waits for `berth nodes remove`, or a token with more places.
 POOL_NODE_GONE_S = 3600
 
 

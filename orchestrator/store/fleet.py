@@ -47,7 +47,16 @@ from sdk.wire.peers import plausible_transfer
 
 from .connections import connected
 from .listeners import silence_cutoff
-from .tables import NodeGpuRow, NodeRow, NodeWeightsRow, ReplicaRow, TransferSampleRow, table_of, utcnow
+from .tables import (
+    GpuReservationRow,
+    NodeGpuRow,
+    NodeRow,
+    NodeWeightsRow,
+    ReplicaRow,
+    TransferSampleRow,
+    table_of,
+    utcnow,
+)
 
 
 class NodeNotFound(NotFound):
@@ -304,12 +313,21 @@ class SqlFleet:
 
     def replicas(self, model: str | None = None) -> builtins.list[ReplicaView]:
         """Every replica on the fleet (of one model when given), by node then model."""
-        query = select(ReplicaRow, NodeRow).where(ReplicaRow.node_id == NodeRow.node_id)
+        started = (
+            (col(GpuReservationRow.replica_id) == col(ReplicaRow.replica_id))
+            & (col(GpuReservationRow.node_id) == col(ReplicaRow.node_id))
+            & (col(GpuReservationRow.model) == col(ReplicaRow.model))
+        )
+        query = (
+            select(ReplicaRow, NodeRow, GpuReservationRow.replica_id)
+            .where(ReplicaRow.node_id == NodeRow.node_id)
+            .outerjoin(GpuReservationRow, started)
+        )
         if model is not None:
             query = query.where(ReplicaRow.model == model)
         query = query.order_by(col(ReplicaRow.node_id), col(ReplicaRow.model), col(ReplicaRow.id))
         with Session(self._engine) as session:
-            return [_replica_view(r, _spec(n)) for r, n in session.exec(query).all()]
+            return [_replica_view(r, _spec(n), proven=p is not None) for r, n, p in session.exec(query).all()]
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -425,6 +443,10 @@ def node_view(session: Session, row: NodeRow) -> NodeView:
     replicas = session.exec(
         select(ReplicaRow).where(ReplicaRow.node_id == row.node_id).order_by(col(ReplicaRow.model), col(ReplicaRow.id))
     ).all()
+    started = {
+        (r.replica_id, r.model)
+        for r in session.exec(select(GpuReservationRow).where(GpuReservationRow.node_id == row.node_id)).all()
+    }
     return NodeView(
         **spec.model_dump(exclude={"gpus", "labels"}),
         labels=labels_of(spec, row),
@@ -442,7 +464,7 @@ def node_view(session: Session, row: NodeRow) -> NodeView:
             for g in gpus
         ],
         cached_weights=[CachedModelWeights(model=w.model, size_bytes=w.size_bytes) for w in weights],
-        replicas=[_replica_view(r, spec) for r in replicas],
+        replicas=[_replica_view(r, spec, proven=(r.replica_id, r.model) in started) for r in replicas],
         status=row.status,  # a NodeStatus: written only by node_status (and validated here)
         registered_at=row.registered_at,
         last_heartbeat_at=row.last_heartbeat_at,
@@ -463,7 +485,7 @@ def _spec(row: NodeRow) -> NodeSpec:
     return NodeSpec.model_validate_json(row.spec_json)
 
 
-def _replica_view(row: ReplicaRow, spec: NodeSpec) -> ReplicaView:
+def _replica_view(row: ReplicaRow, spec: NodeSpec, proven: bool) -> ReplicaView:
     return ReplicaView(
         replica_id=row.replica_id,
         node_id=row.node_id,
@@ -475,6 +497,7 @@ def _replica_view(row: ReplicaRow, spec: NodeSpec) -> ReplicaView:
         outstanding_tokens=row.outstanding_tokens,
         active_leases=row.active_leases,
         updated_at=row.updated_at,
+        proven=proven,
     )
 
 

@@ -223,6 +223,11 @@ class ReplicaView(BaseModel):
     outstanding_tokens: int = 0
     active_leases: int = 0
     updated_at: datetime | None = None
+    proven: bool = Field(
+        default=False,
+        description="a pool started it (its GPU reservation is the record): only such a replica is leased; any other"
+        " is the node's claim, its memory counted but never served from",
+    )
 
 
 class NodeView(BaseModel):

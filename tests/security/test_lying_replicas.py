@@ -126,6 +126,10 @@ def test_a_replica_the_pool_started_is_served_again_after_a_control_plane_restar
     again = restarted.acquire(step("acme:t1", 2, "acme"))
     assert (again.replica_id, again.tier, again.load) == (grant.replica_id, "warm", None)
     assert restarted.claimed() == [("gpu-a", "r-invented")]
+    # What /v1/replicas and the node's view say: the pool's replica proven, the claim not.
+    shown = {r.replica_id: r.proven for r in store.fleet.replicas(MODEL)}
+    assert shown == {grant.replica_id: True, "r-invented": False}
+    assert {r.replica_id: r.proven for r in store.fleet.get("gpu-a").replicas} == shown
 
 
 def test_a_replica_claimed_on_another_node_than_its_record_is_not_believed(store: Store) -> None:

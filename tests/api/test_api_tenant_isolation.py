@@ -58,6 +58,7 @@ READ_ROUTES = {
     "/v1/nodes": ADMIN,  # the fleet's nodes and replicas: for keys of no tenant only (issue 34)
     "/v1/nodes/{node_id}": ADMIN,
     "/v1/replicas": ADMIN,
+    "/v1/node-pools/tokens": ADMIN,  # pool tokens, without their secrets: operators and admins of no tenant
     "/v1/models": FLEET,
     "/v1/models/{name}": FLEET,
     "/v1/models/{name}/policy": FLEET,

@@ -147,6 +147,16 @@ def step_timeline(
     interruptions = [e for e in log if isinstance(e, InterruptionEvent)]
 
     begins: dict[int, datetime] = {step: _call_parts(call)[0] for step, call in calls.items()}
+    # A step whose call was asked for again (after a wait for budget, a round starts over) began before its booked
+    # call's queue wait did: when the previous step's step event was written (the next step's first ask), or, for
+    # the first step drawn, at the task's first event.
+    for step in sorted(calls):
+        if step - 1 in calls:
+            asked = recorded.get(step - 1)
+            if asked is not None and asked >= calls[step - 1].at:
+                begins[step] = min(begins[step], asked)
+        elif step == min(calls) and log:
+            begins[step] = min(begins[step], log[0].at)
     last = max(calls, default=0)
     open_step: int | None = None
     if live:
@@ -171,7 +181,7 @@ def step_timeline(
             where = _latest_place(log, step, begins[step])
         else:
             call = calls[step]
-            phases = _booked_step(step, call, own, next_begin, bool(cuts))
+            phases = _booked_step(step, call, own, begins[step], next_begin, bool(cuts))
             where = call.data.node_id or call.data.served_by
         rows.append(StepRow(step, where, phases, [_cut(e) for e in cuts]))
     moments = [p.start for r in rows for p in r.phases] + [c.at for r in rows for c in r.cuts]
@@ -274,8 +284,10 @@ def _call_parts(call: ModelCallEvent) -> tuple[datetime, datetime, datetime, dat
     return load_start - timedelta(seconds=data.queue_wait_s or 0.0), load_start, call_start, first_token
 
 
-def _booked_step(step: int, call: ModelCallEvent, spans: list[_Span], next_begin: datetime, cut: bool) -> list[Phase]:
-    begin, load_start, call_start, first_token = _call_parts(call)
+def _booked_step(
+    step: int, call: ModelCallEvent, spans: list[_Span], begin: datetime, next_begin: datetime, cut: bool
+) -> list[Phase]:
+    _, load_start, call_start, first_token = _call_parts(call)
     data = call.data
     where = f" on {data.node_id}" if data.node_id else ""
     tier = f" ({data.tier})" if data.tier else ""

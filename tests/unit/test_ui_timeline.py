@@ -87,7 +87,8 @@ def test_a_wait_for_budget_is_drawn_as_one_and_not_as_tools() -> None:
         .call(40, 2, 5, queue=0.2)
     )
     timeline = step_timeline(log.events, _at(0), _at(41))
-    assert _phases(timeline, 1)[-3:] == [("tools", 10, 12), ("budget", 12, 30), ("tools", 30, 34.8)]
+    assert _phases(timeline, 1)[-3:] == [("tools", 10, 12), ("budget", 12, 30), ("tools", 30, 31)]
+    assert _phases(timeline, 2)[0] == ("queue", 31, 35)  # from its first ask (the step event of step 1)
     tips = [p.tip for p in timeline.rows[0].phases]
     assert "step 1 · waiting for budget (budget: 300 tokens short): 18.0 s" in tips
 
@@ -95,7 +96,7 @@ def test_a_wait_for_budget_is_drawn_as_one_and_not_as_tools() -> None:
 def test_a_wait_for_a_gpu_inside_the_queue_wait_is_drawn_as_one() -> None:
     log = (
         Log()
-        .state(0, "running")
+        .state(30, "running")
         .state(31, "waiting_for_gpu", "gpu: no free GPU (place 1 in the queue for m)")
         .state(88, "running")
         .call(100, 1, 10, queue=60)
@@ -126,7 +127,7 @@ def test_a_live_task_waiting_for_a_gpu_after_its_tools_is_not_drawn_as_tools() -
 def test_a_generation_cut_by_a_lost_node_is_drawn_as_cut_then_placed_again_not_as_queue_wait() -> None:
     log = (
         Log()
-        .state(0, "running")
+        .state(40, "running")
         .add(
             "interruption",
             89,
@@ -156,6 +157,32 @@ def test_a_generation_cut_by_a_lost_node_is_drawn_as_cut_then_placed_again_not_a
         row.phases[0].tip == "step 1 · generation cut (node lost) on gpu-a (simulated): 40 tokens kept, 2 lost: 30.0 s"
     )
     assert "resumed after a cut" in row.phases[-1].tip
+
+
+def test_a_step_asked_for_again_after_a_wait_for_budget_keeps_its_load_and_its_wait_in_its_row() -> None:
+    # As a parked task's log reads: its first step's replica loaded, then the task waited for budget, and the call
+    # was asked for again (its queue wait measured from then).
+    log = (
+        Log()
+        .state(0, "running")
+        .add("replica_loading", 0.1, status="running", node_id="gpu-a", model="m", tier="disk")
+        .state(0.2, "waiting_for_gpu", "a cold start: m loading on gpu-a")
+        .state(8, "running")
+        .add("replica_loaded", 8.01, status="running", node_id="gpu-a", seconds=7.9)
+        .state(8.1, "awaiting_budget", "budget: 56 more tokens for the next step")
+        .state(12, "running")
+        .call(13, 1, 0.9, queue=0.0)
+    )
+    timeline = step_timeline(log.events, _at(0), _at(13))
+    assert _phases(timeline, 1) == [
+        ("queue", 0, 0.1),
+        ("load", 0.1, 8),
+        ("queue", 8, 8.1),
+        ("budget", 8.1, 12),
+        ("queue", 12, 12.1),
+        ("ttft", 12.1, 12.6),
+        ("generation", 12.6, 13),
+    ]
 
 
 def test_waits_for_a_tool_worker_and_for_a_person_are_drawn_as_such() -> None:

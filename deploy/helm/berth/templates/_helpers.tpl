@@ -71,10 +71,11 @@ securityContext:
   mountPath: /tmp
 {{- end -}}
 
+{{/* Pass (dict "ctx" $ "size" …) for a size other than tmpSizeLimit. */}}
 {{- define "berth.tmpVolume" -}}
 - name: tmp
   emptyDir:
-    sizeLimit: {{ .Values.tmpSizeLimit }}
+    sizeLimit: {{ .size | default .ctx.Values.tmpSizeLimit }}
 {{- end -}}
 
 {{- define "berth.databaseSecret" -}}

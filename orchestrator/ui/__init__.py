@@ -43,9 +43,9 @@ def install(app: FastAPI, store: Store) -> FleetHistory:
     """Add the UI to `app`; the returned sampler is run by the app's lifespan for the replicas chart."""
     app.mount(STATIC_PREFIX, StaticFiles(directory=Path(__file__).parent / "static"), name="ui-static")
     app.include_router(login.router)
+    app.include_router(task_list.router)  # before fleet_pages: its /panels/tasks, not their /panels/{page}
     app.include_router(fleet_pages.router)
     app.include_router(live.router)
-    app.include_router(task_list.router)
     app.include_router(pages.router)
     app.include_router(admin_pages.router)
     app.include_router(actions.router)

@@ -1,5 +1,8 @@
 """The Tasks page (GET /tasks): every task the viewer may see, filtered, sorted, with sub-agents under their parent.
 
+The list follows the tasks live: the page subscribes to the pulse (live.py), which moves on with every task event,
+and fetches its list again (/panels/tasks, with the page's filters, sort and page), as the fleet pages do.
+
 A key confined to a tenant lists that tenant's tasks only, whatever the tenant filter says.
 
 Newest first by creation (the default) and by last update are sorted by the database, on an index, exactly. The
@@ -21,6 +24,7 @@ from fastapi.responses import HTMLResponse
 
 from sdk import TaskState, TaskStatus
 
+from ..api.errors import ApiError
 from ..api.services import Services, services
 from ..store.tasks import TaskOrder
 from .rendering import Flash, render
@@ -297,6 +301,9 @@ async def listing(
     return Listing(tree(shown, now), len(ordered) > offset + TASKS_PER_PAGE, len(window) > SORT_WINDOW)
 
 
+TaskFilter = Annotated[str, Query(max_length=200)]
+
+
 @router.get("/tasks", response_class=HTMLResponse)
 async def tasks_page(
     request: Request,
@@ -305,8 +312,8 @@ async def tasks_page(
     status: Annotated[str, Query(max_length=32)] = "",
     tenant: Annotated[str, Query(max_length=64)] = "",
     agent: Annotated[str, Query(max_length=128)] = "",
-    model: Annotated[str, Query(max_length=200)] = "",
-    q: Annotated[str, Query(max_length=200)] = "",
+    model: TaskFilter = "",
+    q: TaskFilter = "",
     within: Annotated[str, Query(max_length=16)] = "",
     since: Annotated[str, Query(max_length=64)] = "",
     until: Annotated[str, Query(max_length=64)] = "",
@@ -314,7 +321,41 @@ async def tasks_page(
     dir: Annotated[str, Query(max_length=8)] = DEFAULT_DIR,  # noqa: A002  (the query parameter's name)
     page: Annotated[int, Query(ge=1, le=10_000)] = 1,
 ) -> HTMLResponse:
-    filters = {
+    filters = _filters(status, tenant, agent, model, q, within, since, until, sort, dir)
+    status_code, flash, context = await _listing_context(request, svc, viewer, filters, page)
+    return render(request, "tasks.html", viewer, status=status_code, flash=flash, **context)
+
+
+@router.get("/panels/tasks", response_class=HTMLResponse)
+async def tasks_panel(
+    request: Request,
+    svc: Svc,
+    viewer: Signed,
+    status: Annotated[str, Query(max_length=32)] = "",
+    tenant: Annotated[str, Query(max_length=64)] = "",
+    agent: Annotated[str, Query(max_length=128)] = "",
+    model: TaskFilter = "",
+    q: TaskFilter = "",
+    within: Annotated[str, Query(max_length=16)] = "",
+    since: Annotated[str, Query(max_length=64)] = "",
+    until: Annotated[str, Query(max_length=64)] = "",
+    sort: Annotated[str, Query(max_length=32)] = DEFAULT_SORT,
+    dir: Annotated[str, Query(max_length=8)] = DEFAULT_DIR,  # noqa: A002  (the query parameter's name)
+    page: Annotated[int, Query(ge=1, le=10_000)] = 1,
+) -> HTMLResponse:
+    """The list alone, with the page's filters, sort and page: what live.js swaps in as tasks change (the pulse
+    moves on with every task event). Refused filters are refused here too, naming them."""
+    filters = _filters(status, tenant, agent, model, q, within, since, until, sort, dir)
+    status_code, flash, context = await _listing_context(request, svc, viewer, filters, page)
+    if flash is not None:
+        raise ApiError(status_code, flash.text, field=next(iter(context["invalid"]), None))
+    return render(request, "tasks_live.html", viewer, **context)
+
+
+def _filters(
+    status: str, tenant: str, agent: str, model: str, q: str, within: str, since: str, until: str, sort: str, dir: str
+) -> dict[str, str]:
+    return {
         "status": status,
         "tenant": tenant,
         "agent": agent,
@@ -326,10 +367,16 @@ async def tasks_page(
         "sort": sort,
         "dir": dir,
     }
+
+
+async def _listing_context(
+    request: Request, svc: Services, viewer: Viewer, filters: dict[str, str], page: int
+) -> tuple[int, Flash | None, dict[str, Any]]:
+    """(status, the refusal's flash, the template's variables) of the list for these filters."""
     statuses = [s.value for s in TaskStatus]
     now = datetime.now(UTC)
     refusals = sort_refusals(filters, statuses)
-    after, before, time_refusals = time_bounds(within, since, until, now)
+    after, before, time_refusals = time_bounds(filters["within"], filters["since"], filters["until"], now)
     refusals |= time_refusals
     context: dict[str, Any] = dict(  # the template's own variables, as render takes them
         filters=filters,
@@ -339,30 +386,18 @@ async def tasks_page(
         invalid=set(refusals),
         window=SORT_WINDOW,
         time_format=TIME_FORMAT,
+        query=request.url.query,
     )
     if refusals:
-        return render(
-            request,
-            "tasks.html",
-            viewer,
-            status=422,
-            rows=[],
-            more=False,
-            window_full=False,
-            page=1,
-            flash=Flash("error", "; ".join(refusals.values())),
-            **context,
-        )
+        context.update(rows=[], more=False, window_full=False, page=1)
+        return 422, Flash("error", "; ".join(refusals.values())), context
     found = await listing(svc, viewer.principal.tenant, filters, after, before, page, now)
-    return render(
-        request,
-        "tasks.html",
-        viewer,
+    context.update(
         rows=found.rows,
         more=found.more,
         window_full=found.window_full,
         page=page,
         previous_href=tasks_href(filters, page=page - 1 if page > 2 else ""),
         next_href=tasks_href(filters, page=page + 1),
-        **context,
     )
+    return 200, None, context

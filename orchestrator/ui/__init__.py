@@ -1,8 +1,8 @@
 """The admin web UI, served by the control-plane app at `/`: server-rendered pages over the same store,
 tenant rules and route code as /v1, signed in with an API key into an HttpOnly session cookie.
 
-`install` adds its routes, its static files (one CSS, one JS file: nothing from a CDN), and the
-refusal pages that UI requests get instead of the API's JSON errors.
+`install` adds its routes, its static files (one CSS, a few scripts: nothing from a CDN; the API's /docs too), and
+the refusal pages that UI requests get instead of the API's JSON errors.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from fastapi.staticfiles import StaticFiles
 
 from ..api.errors import ApiError, error_response, validation_refusal
 from ..store import Store
-from . import actions, admin_pages, fleet_pages, live, login, pages, task_list
+from . import actions, admin_pages, api_docs, fleet_pages, live, login, pages, task_list
 from .fleet_history import FleetHistory
 from .rendering import redirect, render
 from .session_auth import CsrfRefused, SignInRequired, login_url, signed_in
@@ -42,6 +42,7 @@ def is_ui_path(path: str) -> bool:
 def install(app: FastAPI, store: Store) -> FleetHistory:
     """Add the UI to `app`; the returned sampler is run by the app's lifespan for the replicas chart."""
     app.mount(STATIC_PREFIX, StaticFiles(directory=Path(__file__).parent / "static"), name="ui-static")
+    api_docs.install(app)  # /docs from the package, not a CDN
     app.include_router(login.router)
     app.include_router(task_list.router)  # before fleet_pages: its /panels/tasks, not their /panels/{page}
     app.include_router(fleet_pages.router)

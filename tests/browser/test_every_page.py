@@ -1,6 +1,7 @@
-"""Every page of the UI, as an admin sees it after a task has run, on a desktop screen and on a phone: it renders,
-keeps to its Content-Security-Policy (a violation is a console error), is never wider than the screen (wide
-tables scroll in their own box), and leaves a screenshot of each size under tests/browser/artifacts/."""
+"""Every page of the UI, as an admin sees it after a task has run and while another waits live, on a desktop screen
+and on a phone: it renders, keeps to its Content-Security-Policy (a violation is a console error), is never wider
+than the screen (wide tables scroll in their own box), and leaves a screenshot of each size under
+tests/browser/artifacts/."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from playwright.sync_api import ConsoleMessage, expect
 
 from sdk import Budget
-from tests.browser.through_api import admin_client
+from tests.browser.through_api import admin_client, park_for_budget
 from tests.browser.ui import Ui
 from tests.system.conftest import Stack
 
@@ -20,6 +21,8 @@ PAGES = {
     "/tasks": "table#tasks tr[data-task-id='default:ui-pages-task']",
     "/tasks/default:ui-pages-task": "table#steps tr.step",
     "/tasks/default:ui-pages-task/checkpoints/1": "#checkpoint .message",
+    # A live task (waiting for its budget): its page has the forms and the live parts a finished one has not.
+    "/tasks/default:ui-pages-live": "#timeline-box svg#timeline",
     "/fleet": "section.datacenter tr.node",
     "/models": "#models-summary tr[data-model='llama-3.2-1b']",
     "/tenants": "table#keys tr[data-key-id]",
@@ -33,6 +36,7 @@ def test_every_page_renders_within_its_content_security_policy(ui: Ui, stack: St
     admin_client(stack).submit(
         "research", "L4 memory bandwidth", budget=Budget(20_000), task_id="default:ui-pages-task"
     ).result(timeout=120)
+    live = park_for_budget(stack, "default:ui-pages-live", "L4 memory bandwidth")
     problems: list[str] = []
     ui.page.on("console", lambda m: problems.append(m.text) if _is_problem(m) else None)
     ui.page.on("pageerror", lambda e: problems.append(str(e)))
@@ -45,6 +49,7 @@ def test_every_page_renders_within_its_content_security_policy(ui: Ui, stack: St
             expect(ui.page.locator(proof).first).to_be_visible()
             overflow = ui.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
             assert overflow <= 0, f"{path} is {overflow} px wider than a {width} px screen: {_too_wide(ui)}"
+    live.cancel()
     assert problems == []
 
 

@@ -29,6 +29,7 @@ from orchestrator.store import (
 )
 from orchestrator.store.node_admission import TOKEN_PREFIX
 from orchestrator.store.node_pools import POOL_NODE_GONE_S
+from orchestrator.store.pending_nodes import PendingListFull, PendingRoom
 from orchestrator.store.tables import NodeJoinTokenRow, NodeRow, utcnow
 from sdk import Conflict
 from sdk.wire.fleet import NodeHeartbeat, NodeSpec, NodeTrust
@@ -195,6 +196,31 @@ def test_a_pool_tokens_cap_holds_when_joins_race_and_a_removed_node_frees_its_pl
     with pytest.raises(PoolTokenRefused, match="revoked"):
         store.node_admission.join(spec("later"), None, token.join_token, cluster_token=False)
     assert store.node_pools.list()[0].nodes == 3
+
+
+def test_the_pending_lists_cap_holds_when_cluster_token_joins_race(store: Store) -> None:
+    """A leaked cluster token's burst: joins that would leave a node pending take turns from the count of the list to
+    their commit, so racing threads on SQLite and PostgreSQL fill exactly its places, never more."""
+    room = PendingRoom(max_nodes=4, ttl_s=3600)
+    racers = 16
+    start = threading.Barrier(racers)
+    outcomes: list[str] = []
+
+    def join(i: int) -> None:
+        start.wait()
+        try:
+            store.node_admission.join(spec(f"rogue-{i}"), None, "cluster", cluster_token=True, waiting=room)
+            outcomes.append("pending")
+        except PendingListFull:
+            outcomes.append("full")
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert Counter(outcomes) == {"pending": 4, "full": racers - 4}
+    assert len([n for n in store.fleet.list() if n.status == "pending"]) == 4
 
 
 def test_a_pool_node_lost_for_an_hour_gives_its_place_to_the_next_join(store: Store) -> None:

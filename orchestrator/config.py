@@ -13,9 +13,26 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
+from sdk import SecretSettingRefused
+from sdk.wire.secret_settings import FILE_SUFFIX, secret_setting
+
 ENV_PREFIX = "BERTH_"
+# The settings that are secrets. Each may instead be read from a file that BERTH_<NAME>_FILE names (a Secret mounted
+# as files, as the Helm chart does): sdk/wire/secret_settings.py reads them, and refuses both forms at once.
+SECRET_SETTINGS = ("admin_key", "database_url", "join_token", "temporal_api_key")
 # The pool's placement policies by name (orchestrator/pool/placement_policy.py builds each).
 PlacementPolicyName = Literal["berth", "k8s-spread"]
+
+
+__all__ = [
+    "ENV_PREFIX",
+    "FILE_SUFFIX",
+    "SECRET_SETTINGS",
+    "BerthConfig",
+    "PlacementPolicyName",
+    "SecretSettingRefused",
+    "TemporalSettingsRefused",
+]
 
 
 class TemporalSettingsRefused(ValueError):
@@ -247,13 +264,19 @@ class BerthConfig(BaseModel):
 
     @classmethod
     def load(cls, **overrides: object) -> BerthConfig:
-        """Defaults < environment < explicit overrides (flags); `None` overrides are ignored."""
+        """Defaults < environment < explicit overrides (flags); `None` overrides are ignored. A secret setting
+        (SECRET_SETTINGS) comes from its variable or the file its `_FILE` variable names; one that cannot be
+        used raises SecretSettingRefused, naming the variable."""
+        given = {k: v for k, v in overrides.items() if v is not None}
         values: dict[str, object] = {}
         for name in cls.model_fields:
-            env = os.environ.get(ENV_PREFIX + name.upper())
+            variable = ENV_PREFIX + name.upper()
+            if name in given:
+                continue  # a flag wins: the environment's value, or its file, is not read
+            env = secret_setting(variable) if name in SECRET_SETTINGS else os.environ.get(variable)
             if env is not None and env != "":
                 values[name] = env
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        values.update(given)
         return cls.model_validate(values)
 
     def to_env(self) -> dict[str, str]:

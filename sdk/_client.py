@@ -59,6 +59,7 @@ from .wire.node_pools import DEFAULT_POOL_MAX_NODES, DEFAULT_POOL_TOKEN_TTL_S, P
 from .wire.objectives import LatencyObjectives
 from .wire.output import answer_json
 from .wire.resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
+from .wire.secret_settings import secret_setting
 
 # An idle connection is dropped before the server's keep-alive (uvicorn's 5 s) closes it: at httpx's default, also
 # 5 s, a request sent as the server closed the connection failed with "server disconnected" and never ran.
@@ -141,8 +142,10 @@ class Client:
 
     Args:
         url: the API's base URL (`berth server` listens on http://127.0.0.1:8080 by default).
-        api_key: sent as `Authorization: Bearer <key>`; BERTH_API_KEY from the environment when not given
-            (so a tool worker or script started with the key in its environment needs no code for it).
+        api_key: sent as `Authorization: Bearer <key>`; when not given, BERTH_API_KEY from the environment, or the
+            content of the file BERTH_API_KEY_FILE names (so a tool worker or script started with the key in its
+            environment, or a Secret mounted as a file, needs no code for it). Both at once, or a file that cannot
+            be read or is empty, raise SecretSettingRefused.
         timeout: seconds for each request (event streams wait longer between messages).
         transport: an httpx transport to use instead of the network, e.g.
             `httpx.ASGITransport(app)` to talk to an app in the same process.
@@ -157,7 +160,7 @@ class Client:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = {"user-agent": "berth-sdk"}
-        api_key = api_key or os.environ.get(API_KEY_ENV) or None
+        api_key = api_key or secret_setting(API_KEY_ENV)
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         # Unset: BERTH_API_URL, as the CLI reads it, else `berth up`'s local API.

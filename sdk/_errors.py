@@ -71,3 +71,8 @@ class McpUnreachable(BerthError):
 
 class McpToolError(BerthError):
     """An MCP server answered a tool call with an error (`isError`, or a protocol error)."""
+
+
+class SecretSettingRefused(BerthError, ValueError):
+    """A secret setting that cannot be used: given both as its variable and as the file its `_FILE` variable
+    names, or a file that cannot be read or is empty; `field` names the variable to fix."""

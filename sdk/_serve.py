@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 from datetime import timedelta
 from typing import Any
@@ -35,6 +34,7 @@ from ._temporal_connection import temporal_connection
 from ._tool import ToolArgumentError, ToolCallContext
 from .wire.contracts import TOOL_ACTIVITY, ToolCallInput, ToolCallResult
 from .wire.limits import MAX_TOOL_RESULT_CHARS
+from .wire.secret_settings import secret_setting
 
 log = logging.getLogger("berth.tools")
 # A stopping tool worker waits this long for the tool calls it runs to finish and be recorded before it cancels
@@ -94,7 +94,7 @@ async def serve(
     ready: asyncio.Event | None = None,
 ) -> None:
     """Reach the agents' MCP servers, register the agents (with those servers' tools) through Berth's API with
-    `api_key` (else BERTH_API_KEY), then run their tools until cancelled. An MCP server that cannot be reached
+    `api_key` (else BERTH_API_KEY, or the file BERTH_API_KEY_FILE names), then run their tools until cancelled. An MCP server that cannot be reached
     stops this before anything is registered.
 
     Temporal is reached as its own CLI reaches it: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, the
@@ -102,10 +102,9 @@ async def serve(
     (`_temporal_connection.py`); with none of them, `berth up`'s dev server on 127.0.0.1:7233."""
     if not agents:
         raise ValueError("serve() needs at least one Agent")
+    api_key = api_key or secret_setting(API_KEY_ENV)
     api = Client(api_url, api_key=api_key)
-    berth = BerthAccess(
-        api.url, lambda task_id: api.task(task_id).token(), own_key=api_key or os.environ.get(API_KEY_ENV)
-    )
+    berth = BerthAccess(api.url, lambda task_id: api.task(task_id).token(), own_key=api_key)
     names = [agent.name for agent in agents] if register else []
     registering.begin(names)  # a submit in this process that races the registration waits for it
     async with contextlib.AsyncExitStack() as stack:

@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ..config import BerthConfig, TemporalSettingsRefused
+from ..config import BerthConfig, SecretSettingRefused, TemporalSettingsRefused
 
 
 def _config(args: argparse.Namespace) -> BerthConfig:
@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except TemporalSettingsRefused as exc:  # every process that connects to Temporal reads these before it does
+    # Every process reads its settings, and its secrets' files, before it starts anything: one line, exit 2.
+    except (TemporalSettingsRefused, SecretSettingRefused) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

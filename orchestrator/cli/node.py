@@ -48,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--join-token",
         help="a per-node token from `berth nodes admit`, a pool token from `berth nodes pool-token create`,"
-        " or the cluster join token (the node then waits for approval) (env BERTH_JOIN_TOKEN)",
+        " or the cluster join token (the node then waits for approval) (env BERTH_JOIN_TOKEN, or a file that"
+        " BERTH_JOIN_TOKEN_FILE names)",
     )
     p.add_argument("--api", help="the control plane's URL (env BERTH_API_URL, default http://127.0.0.1:8080)")
     p.add_argument("--data-dir", help="state directory (env BERTH_DATA_DIR, default ./.berth)")
@@ -120,7 +121,7 @@ async def _run(args: argparse.Namespace) -> int:
     config = BerthConfig.load(data_dir=args.data_dir, join_token=args.join_token, api_url=args.api, host=args.host)
     if not config.join_token:
         raise NodeSetupError(
-            "join-token: give --join-token or set BERTH_JOIN_TOKEN "
+            "join-token: give --join-token or set BERTH_JOIN_TOKEN (or BERTH_JOIN_TOKEN_FILE) "
             "(`berth nodes admit NODE_ID`, or the control plane's <data_dir>/join-token)"
         )
     if args.heartbeat_s <= 0:

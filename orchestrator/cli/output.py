@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
@@ -32,12 +31,15 @@ from sdk import (
     InvalidSpec,
     Ledger,
     NotFound,
+    SecretSettingRefused,
     TaskEvent,
     TaskState,
     TaskStatus,
     Unauthorized,
 )
+from sdk.wire.identity import API_KEY_ENV
 from sdk.wire.objective_layers import describe
+from sdk.wire.secret_settings import secret_setting
 from sdk.wire.task_events import (
     InterruptionEvent,
     ModelCallEvent,
@@ -126,7 +128,8 @@ def add_api_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--api-key",
         metavar="KEY",
-        help="API key (env BERTH_API_KEY, else <data_dir>/admin-key when `berth up` made one)",
+        help="API key (env BERTH_API_KEY, or a file BERTH_API_KEY_FILE names, else <data_dir>/admin-key when"
+        " `berth up` made one)",
     )
 
 
@@ -135,8 +138,9 @@ def api_url(args: argparse.Namespace) -> str:
 
 
 def api_key(args: argparse.Namespace) -> str | None:
-    """--api-key, else BERTH_API_KEY, else the admin key `berth up` left in the data dir (the local stack's)."""
-    given = getattr(args, "api_key", None) or os.environ.get("BERTH_API_KEY")
+    """--api-key, else BERTH_API_KEY (or the file BERTH_API_KEY_FILE names), else the admin key `berth up` left in
+    the data dir (the local stack's)."""
+    given = getattr(args, "api_key", None) or secret_setting(API_KEY_ENV)
     if given:
         return given
     path = BerthConfig.load().admin_key_path
@@ -171,7 +175,7 @@ def run_with_client(args: argparse.Namespace, command: Callable[[Client], Awaita
         return asyncio.run(main())
     except ApiUnreachable as exc:
         return fail(exc.message, code=EXIT_FAILED)
-    except (InvalidSpec, NotFound, Conflict, Unauthorized) as exc:
+    except (InvalidSpec, NotFound, Conflict, Unauthorized, SecretSettingRefused) as exc:
         return fail(exc.message, exc.field)
     except BerthError as exc:
         return fail(exc.message, exc.field, code=EXIT_FAILED)

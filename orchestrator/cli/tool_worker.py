@@ -10,7 +10,9 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 
-from sdk import Agent, BerthError, InvalidSpec, McpUnreachable, serve
+from sdk import Agent, BerthError, InvalidSpec, McpUnreachable, SecretSettingRefused, serve
+from sdk.wire.identity import API_KEY_ENV
+from sdk.wire.secret_settings import secret_setting
 
 from ..config import BerthConfig
 from ..telemetry import serve_metrics
@@ -53,7 +55,9 @@ def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
         return 2
     try:
         credentials = temporal_connect_options(config)
-    except TemporalSettingsRefused as exc:
+        # Read here, not at its first use: a key that cannot be read stops the worker before it serves probes.
+        api_key = secret_setting(API_KEY_ENV)
+    except (TemporalSettingsRefused, SecretSettingRefused) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     configure_tracing("berth-tools")
@@ -73,6 +77,7 @@ def run_tool_worker(config: BerthConfig, refs: list[str]) -> int:
             temporal_address=config.resolved_temporal_address,
             namespace=config.temporal_namespace,
             api_url=config.resolved_api_url,
+            api_key=api_key,
             temporal_api_key=credentials.get("api_key"),
             # False only when BERTH_TEMPORAL_TLS says so: unset, serve() may still take TLS from TEMPORAL_TLS_*.
             tls=None if config.temporal_tls is None and credentials["tls"] is False else credentials["tls"],

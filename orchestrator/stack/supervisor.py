@@ -15,9 +15,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sdk.wire.secret_settings import FILE_SUFFIX
 
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 # A child that ran this long was healthy, not crash-looping: its next restart is the first again.
@@ -120,7 +122,7 @@ class Supervisor:
 
     def _launch(self, child: _Child) -> None:
         log = open(self._log_path(child.spec), "ab")
-        env = {**os.environ, **child.spec.env, "PYTHONUNBUFFERED": "1"}
+        env = {**child_environment(os.environ, child.spec.env), "PYTHONUNBUFFERED": "1"}
         # Own process group: Ctrl-C in the terminal reaches the supervisor only, which then
         # stops children in order instead of all of them dying at once.
         child.process = subprocess.Popen(
@@ -149,3 +151,11 @@ def _stop_batches(children: list[_Child]) -> list[list[_Child]]:
 
 def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
+
+
+def child_environment(inherited: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment with the child's own variables over it. A variable given to the child replaces
+    the `_FILE` form of it this process inherited (BERTH_JOIN_TOKEN over BERTH_JOIN_TOKEN_FILE): the child would
+    refuse to start with both set."""
+    kept = {k: v for k, v in inherited.items() if not (k.endswith(FILE_SUFFIX) and k[: -len(FILE_SUFFIX)] in given)}
+    return {**kept, **given}

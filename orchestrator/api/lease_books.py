@@ -15,8 +15,11 @@ itself (`CallReservation`). So whatever a node says:
 - everything a round of the step books (the call, and the tokens of attempts that died before it)
   stays within the allowance the workflow gave the round, so the task's `used <= limit` holds;
 - the price is the catalogue's, computed here.
-What is left to a node's word is how much of each started attempt's grant it wrote: the control
-plane cannot see its engine stream.
+- a dead attempt's tokens (lost or kept) are booked only as far as the step's cut generations were seen
+  to write them: their heartbeats as Temporal recorded them, which the workflow writes down (its
+  `interruption` and `generation_quiet` events) before the next attempt starts (`CutEvidence`).
+What is left to a node's word is how much of each started attempt's grant it wrote when it settles:
+the control plane cannot see its engine stream.
 """
 
 from __future__ import annotations
@@ -37,6 +40,18 @@ from ..store import CallReservation
 
 # Float sums of prices drift by a few ulps; a booking this far past a dollar allowance is still within it.
 USD_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class CutEvidence:
+    """What a step's cut generations were seen to write, and what the step booked of that so far (all its rounds).
+
+    `seen`: the tokens each cut generation's last heartbeat carried, as the workflow recorded them when it moved the
+    step on (a quiet continuation, a placement elsewhere). A node that never heartbeat a token, or a lease whose step
+    was never cut, has nothing to book as dead, whatever it says."""
+
+    seen: int
+    booked: int
 
 
 class BookingRefused(Exception):
@@ -146,11 +161,13 @@ def check_settle(limits: StepLimits, booked: Round, req: SettleStepRequest, pric
 
 
 def check_dead(
-    limits: StepLimits, booked: Round, entries: Iterable[DeadAttemptBody], prices: Prices | None
+    limits: StepLimits, booked: Round, entries: Iterable[DeadAttemptBody], prices: Prices | None, cut: CutEvidence
 ) -> list[DeadAttemptBody]:
     """The dead attempts' entries not booked yet, when the lease allows booking them all: each names an attempt of the
-    round that was prepared, and what each attempt wrote (lost, kept, and any answer it settled) fits its grant."""
+    round that was prepared, what each attempt wrote (lost, kept, and any answer it settled) fits its grant, and the
+    step's dead tokens stay within what its cut generations were seen to write."""
     new: list[DeadAttemptBody] = []
+    dead = cut.booked
     for i, entry in enumerate(entries):
         _check_attempt(entry.attempt, limits.round_first_attempt, limits.last_attempt, f"entries.{i}.attempt")
         reservation = booked.prepared.get(entry.attempt)
@@ -169,6 +186,14 @@ def check_dead(
                 f"attempt {entry.attempt} cannot have written {written + entry.tokens} tokens:"
                 f" it was granted {reservation.max_tokens}",
             )
+        if dead + entry.tokens > cut.seen:
+            raise BookingRefused(
+                f"entries.{i}.tokens",
+                f"the step's cut generations were seen to write {cut.seen} tokens before they were cut (their"
+                f" heartbeats, as the workflow recorded them); {dead} are booked already, so {entry.tokens} more"
+                " cannot be",
+            )
+        dead += entry.tokens
         new.append(entry)
     tokens = sum(e.tokens for e in new)
     _check_within(limits, booked.totals, tokens, generated_cost(prices, tokens))

@@ -42,6 +42,7 @@ from sdk.wire.step_books import (
     SettleStepResult,
 )
 from sdk.wire.step_call import CallReport, StepRef
+from sdk.wire.task_events import KIND_OF, GenerationQuiet, Interruption, parse_event
 
 from ..store import LeaseRecord, Store
 from ..store.checkpoints import CheckpointConflict, CheckpointCorrupt, CheckpointNotFound
@@ -50,6 +51,7 @@ from ..tokenizers import ModelTokenizer, TokenizerUnreadable, tokenizers_under
 from .errors import ERROR_RESPONSES, ApiError, conflict, invalid, not_found
 from .lease_books import (
     BookingRefused,
+    CutEvidence,
     Round,
     booked_settled,
     check_dead,
@@ -160,7 +162,7 @@ async def book_interrupted(node_id: str, req: BookInterruptedRequest, svc: Svc, 
     def run(lease: LeaseRecord, store: Store) -> None:
         assert lease.limits is not None
         prices = _prices(svc, lease.model)
-        new = check_dead(lease.limits, _round(store, lease), req.entries, prices)
+        new = check_dead(lease.limits, _round(store, lease), req.entries, prices, _cut_evidence(store, lease))
         _books(store).book_interrupted(
             _step_of(lease),
             [
@@ -194,6 +196,23 @@ def _round(store: Store, lease: LeaseRecord) -> Round:
         _entries(store, lease),
         store.leases.prepared_attempts(lease.task_id, lease.step, lease.limits.round_first_attempt),
     )
+
+
+def _cut_evidence(store: Store, lease: LeaseRecord) -> CutEvidence:
+    """What the lease's step was seen to lose to cuts (the workflow's events of them), and what it booked as dead."""
+    seen = 0
+    for event in store.events.of_kind(lease.task_id, KIND_OF[Interruption]):
+        data = parse_event(event).data
+        if isinstance(data, Interruption) and data.step == lease.step:
+            seen += data.tokens_kept + data.tokens_lost
+    for event in store.events.of_kind(lease.task_id, KIND_OF[GenerationQuiet]):
+        data = parse_event(event).data
+        if isinstance(data, GenerationQuiet) and data.step == lease.step:
+            seen += data.tokens_carried
+    dead = sum(
+        e.completion_tokens for e in store.ledger.round_entries(lease.task_id, lease.step, 1) if e.kind in (LOST, KEPT)
+    )
+    return CutEvidence(seen=seen, booked=dead)
 
 
 def _entries(store: Store, lease: LeaseRecord) -> list[LedgerEntry]:

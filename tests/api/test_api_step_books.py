@@ -26,7 +26,7 @@ from sdk.wire.lease import StepLimits, StepPlacement, call_extras_digest
 from sdk.wire.ledger import DeadTokens
 from sdk.wire.step_call import CallReport, StepRef
 from tests.conftest import free_port
-from tests.security.parties import backdate_prepares
+from tests.security.parties import backdate_prepares, cut_seen
 
 JOIN_TOKEN = "join-me-books"
 
@@ -192,6 +192,7 @@ def test_booked_and_book_interrupted_serve_a_retried_attempt(books: RemoteStepBo
     backdate_prepares(store, "lease-1", 5.0)  # attempt 1 went quiet: the workflow starts attempt 2
     books.prepare(STEP, start, None, attempt=2)  # attempt 2 started, wrote 40 tokens and died unheard
     lost = [DeadTokens(2, "lost", 40, 0.0)]
+    cut_seen(store, "t1", 1, 40)  # the workflow saw attempt 2 cut after 40 tokens
     books.book_interrupted(STEP, lost)
     books.book_interrupted(STEP, lost)
     books.book_interrupted(STEP, [])

@@ -18,6 +18,7 @@ from orchestrator.store.tables import StepAttemptRow, table_of
 from sdk import Agent, TaskState, TaskStatus
 from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.identity import Role
+from sdk.wire.task_events import KIND_OF, Interruption
 
 JOIN_TOKEN = "join-security-6b1f"
 
@@ -50,6 +51,13 @@ def backdate_prepares(store: Store, lease_id: str, seconds: float) -> None:
                 )
                 .values(prepared_at=row.prepared_at - timedelta(seconds=seconds))
             )
+
+
+def cut_seen(store: Store, task_id: str, step: int, tokens: int) -> None:
+    """What the workflow writes when it moves a cut step on: the tokens the cut generation's heartbeats carried
+    (an `interruption` event), the evidence a node's booking of dead tokens is held to."""
+    cut = Interruption(step=step, kind="lost", tokens_lost=tokens)
+    store.events.append(task_id, KIND_OF[Interruption], cut.model_dump(mode="json"))
 
 
 def error_of(response: httpx.Response) -> dict:

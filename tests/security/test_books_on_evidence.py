@@ -27,7 +27,7 @@ from sdk import CheckpointRef, Message, Spend, TaskSpec, TaskState, TaskStatus
 from sdk.wire.lease import StepLimits
 from sdk.wire.ledger import SETTLED
 from sdk.wire.recovery import QUIET_CONTINUES
-from tests.security.parties import admitted_node, backdate_prepares, error_of
+from tests.security.parties import admitted_node, backdate_prepares, cut_seen, error_of
 
 NODE = "gpu-claims"
 BUDGET, MAX_TOKENS = 20_000, 8_000
@@ -119,6 +119,7 @@ def test_a_fresh_lease_books_nothing_for_attempts_that_never_started(node, store
 def test_a_started_attempt_books_at_most_its_grant_and_no_other_attempt(node, store: Store) -> None:
     """One prepare is evidence of one attempt: what it could have written (its grant), never a second attempt's."""
     task_id, ref = leased_task(store)
+    cut_seen(store, task_id, 1, 10 * BUDGET)  # ample evidence of cut generations: the grant is the rule here
     granted = prepare(node, task_id, ref, 1).json()["max_tokens"]
     assert granted == MAX_TOKENS
     more = post(node, "interrupted", lost(task_id, (1, granted + 1)))
@@ -145,6 +146,7 @@ def test_the_placement_that_takes_a_step_over_books_what_the_cut_one_started(nod
     node the step moved to (attempts 101 on) books what attempt 1 wrote, kept and lost, within its grant."""
     cut = CallReservation(prompt_tokens=20, max_tokens=600)
     task_id, ref = leased_task(store, first_attempt=101, earlier={1: cut})
+    cut_seen(store, task_id, 1, 190)  # the workflow's record of the cut: 150 carried on, 40 not
     assert store.leases.get(f"{task_id}-gone") is None
     kept = {"lease_id": task_id, "entries": [{"attempt": 1, "kind": "kept", "tokens": 150}]}
     assert post(node, "interrupted", kept).status_code == 204
@@ -155,6 +157,30 @@ def test_the_placement_that_takes_a_step_over_books_what_the_cut_one_started(nod
     assert prepare(node, task_id, ref, 101).status_code == 200
     totals = store.ledger.totals(task_id)
     assert (totals.kept_tokens, totals.lost_tokens) == (150, 40)
+
+
+def test_dead_tokens_are_booked_only_as_far_as_the_steps_cuts_were_seen(node, store: Store) -> None:
+    """The finding, as it stood after prepares were bounded: a started attempt claimed dead with its whole grant
+    (8,000 tokens) though nothing was generated. Now a step's dead tokens are at most what its cut generations'
+    heartbeats carried, as the workflow recorded them when it moved the step on: nothing, for a step never cut."""
+    task_id, ref = leased_task(store)
+    granted = prepare(node, task_id, ref, 1).json()["max_tokens"]
+    unseen = post(node, "interrupted", lost(task_id, (1, granted)))
+    assert unseen.status_code == 422 and error_of(unseen)["field"] == "entries.0.tokens", unseen.text
+    assert "seen to write 0 tokens" in error_of(unseen)["message"]
+    assert post(node, "interrupted", lost(task_id, (1, 1))).status_code == 422
+    assert store.ledger.entries(task_id) == []
+
+    cut_seen(store, task_id, 1, 300)  # the workflow saw a generation cut after 300 tokens
+    cut_seen(store, task_id, 2, 5_000)  # another step's cut is no evidence for this one
+    assert post(node, "interrupted", lost(task_id, (1, 301))).status_code == 422
+    kept = {"lease_id": task_id, "entries": [{"attempt": 1, "kind": "kept", "tokens": 200}]}
+    assert post(node, "interrupted", kept).status_code == 204
+    beyond = post(node, "interrupted", lost(task_id, (1, 101)))
+    assert beyond.status_code == 422 and "200 are booked already" in error_of(beyond)["message"]
+    assert post(node, "interrupted", lost(task_id, (1, 100))).status_code == 204
+    totals = store.ledger.totals(task_id)
+    assert (totals.kept_tokens, totals.lost_tokens) == (200, 100)
 
 
 def test_a_lease_prepares_only_the_attempts_its_workflow_can_start(node, store: Store) -> None:
@@ -168,7 +194,8 @@ def test_a_lease_prepares_only_the_attempts_its_workflow_can_start(node, store: 
     assert "prepared 0." in error_of(at_once)["message"]
     skipped = prepare(node, task_id, ref, 3)
     assert skipped.status_code == 422 and "never prepared" in error_of(skipped)["message"]
-    # What a node that claims all it can books at once: one attempt's grant, where it booked 19,999 before.
+    # With a cut seen (else it books nothing dead): one attempt's grant at once, where it booked 19,999 before.
+    cut_seen(store, task_id, 1, BUDGET)
     assert post(node, "interrupted", lost(task_id, (1, granted))).status_code == 204
     assert post(node, "interrupted", lost(task_id, (2, granted))).status_code == 422
     assert store.ledger.totals(task_id).tokens == granted == MAX_TOKENS
@@ -206,11 +233,13 @@ EARLIER = st.dictionaries(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(earlier=EARLIER, actions=ACTIONS)
+@given(earlier=EARLIER, actions=ACTIONS, seen=st.sampled_from([0, 50, 5_000, 10 * BUDGET]))
 def test_a_lease_books_at_most_what_its_attempts_could_have_produced(
-    node, store: Store, earlier: dict[int, CallReservation], actions: list[tuple]
+    node, store: Store, earlier: dict[int, CallReservation], actions: list[tuple], seen: int
 ) -> None:
     task_id, ref = leased_task(store, first_attempt=101, earlier=earlier)
+    if seen:
+        cut_seen(store, task_id, 1, seen)  # what the workflow recorded of the step's cuts
     # What the node was given, as it saw it: each attempt's largest grant (an earlier placement's, or a prepare's;
     # a prepare of the same attempt again grants no more, as the round has booked more meanwhile).
     grants = {a: (r.prompt_tokens, r.max_tokens) for a, r in earlier.items()}
@@ -242,5 +271,6 @@ def test_a_lease_books_at_most_what_its_attempts_could_have_produced(
             assert entry.prompt_tokens + entry.completion_tokens <= prompt + granted
     for attempt, tokens in written.items():
         assert tokens <= grants[attempt][1], (attempt, tokens, grants[attempt])
-    total = store.ledger.totals(task_id).tokens
-    assert total <= sum(p + g for p, g in grants.values()) and total <= BUDGET
+    totals = store.ledger.totals(task_id)
+    assert totals.tokens <= sum(p + g for p, g in grants.values()) and totals.tokens <= BUDGET
+    assert totals.lost_tokens + totals.kept_tokens <= seen

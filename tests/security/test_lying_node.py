@@ -21,7 +21,7 @@ from sdk import AgentSpec, CheckpointRef, Message, Spend, TaskSpec, TaskState, T
 from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.identity import Role, TenantSpec
 from sdk.wire.lease import StepLimits
-from tests.security.parties import SyncAsgi, admitted_node, backdate_prepares, error_of
+from tests.security.parties import SyncAsgi, admitted_node, backdate_prepares, cut_seen, error_of
 
 NODE = "gpu-liar"
 MAX_TOKENS, ALLOWANCE = 300, 1200
@@ -316,6 +316,7 @@ def test_an_honest_size_settle_is_booked_once_at_the_catalogues_price_under_the_
     ],
 )
 def test_dead_attempts_tokens_are_bounded_by_the_lease(node, world, store: Store, entries: list, field: str) -> None:
+    cut_seen(store, "t-a", 1, 10 * ALLOWANCE)  # ample evidence of cuts: the lease's own bounds are the rules here
     earlier_placement(store, (2, 3), MAX_TOKENS)
     for attempt in (101, 102, 103):  # three attempts started here (the later two continuing a quiet one)
         backdate_prepares(store, "lease-a", 5.0)
@@ -328,6 +329,7 @@ def test_dead_attempts_tokens_are_bounded_by_the_lease(node, world, store: Store
 def test_whatever_a_node_books_the_step_stays_within_its_allowance(node, world, store: Store) -> None:
     """Up to the limit and no further: lost tokens of three attempts it started first, then the call, each at its
     bound."""
+    cut_seen(store, "t-a", 1, 10 * ALLOWANCE)
     for attempt in (101, 102, 103):
         backdate_prepares(store, "lease-a", 5.0)
         prepared(node, world, attempt)

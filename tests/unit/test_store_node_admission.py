@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -159,28 +160,37 @@ def test_a_revoked_node_comes_back_only_as_a_new_admission(store: Store) -> None
     assert back.created and back.node.status == "pending" and back.node_secret != joined.node_secret
 
 
+def race(racers: int, join: Callable[[int], str]) -> Counter[str]:
+    """`racers` threads released at once, each joining as `join(i)` does; how many ended each way it says."""
+    start = threading.Barrier(racers)
+    outcomes: list[str] = []
+
+    def run(i: int) -> None:
+        start.wait()
+        outcomes.append(join(i))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return Counter(outcomes)
+
+
 def test_a_pool_tokens_cap_holds_when_joins_race_and_a_removed_node_frees_its_place(store: Store) -> None:
     """The cap is one conditional UPDATE in the join's transaction: racing threads on SQLite (one writer at a
     time) and PostgreSQL (the UPDATE waits on the token row's lock, then reads the count again) get exactly it."""
     token = store.node_pools.create("gpu-a", PoolTokenRequest(max_nodes=3, trust=NodeTrust(dedicated="acme")))
     racers = 12
-    start = threading.Barrier(racers)
-    outcomes: list[str] = []
 
-    def join(i: int) -> None:
-        start.wait()
+    def join(i: int) -> str:
         try:
             joined = store.node_admission.join(spec(f"race-{i}"), None, token.join_token, cluster_token=False)
-            outcomes.append(f"in:{joined.node.pool}:{joined.node.labels.get('dedicated')}")
+            return f"in:{joined.node.pool}:{joined.node.labels.get('dedicated')}"
         except PoolFull as exc:
-            outcomes.append(f"full:{exc.status_code}")
+            return f"full:{exc.status_code}"
 
-    threads = [threading.Thread(target=join, args=(i,)) for i in range(racers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert Counter(outcomes) == {"in:gpu-a:acme": 3, "full:429": racers - 3}
+    assert race(racers, join) == {"in:gpu-a:acme": 3, "full:429": racers - 3}
     [listed] = store.node_pools.list()
     assert listed.nodes == 3 and listed.max_nodes == 3 and listed.labels == {"dedicated": "acme"}
 
@@ -203,23 +213,15 @@ def test_the_pending_lists_cap_holds_when_cluster_token_joins_race(store: Store)
     their commit, so racing threads on SQLite and PostgreSQL fill exactly its places, never more."""
     room = PendingRoom(max_nodes=4, ttl_s=3600)
     racers = 16
-    start = threading.Barrier(racers)
-    outcomes: list[str] = []
 
-    def join(i: int) -> None:
-        start.wait()
+    def join(i: int) -> str:
         try:
             store.node_admission.join(spec(f"rogue-{i}"), None, "cluster", cluster_token=True, waiting=room)
-            outcomes.append("pending")
+            return "pending"
         except PendingListFull:
-            outcomes.append("full")
+            return "full"
 
-    threads = [threading.Thread(target=join, args=(i,)) for i in range(racers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert Counter(outcomes) == {"pending": 4, "full": racers - 4}
+    assert race(racers, join) == {"pending": 4, "full": racers - 4}
     assert len([n for n in store.fleet.list() if n.status == "pending"]) == 4
 
 
@@ -259,22 +261,14 @@ def test_joins_racing_for_a_gone_nodes_place_free_it_once(store: Store) -> None:
         )
         session.commit()
     racers = 8
-    start = threading.Barrier(racers)
-    outcomes: list[str] = []
 
-    def join(i: int) -> None:
-        start.wait()
+    def join(i: int) -> str:
         try:
             store.node_admission.join(spec(f"new-{i}"), None, token.join_token, cluster_token=False)
-            outcomes.append("in")
+            return "in"
         except PoolFull:
-            outcomes.append("full")
+            return "full"
 
-    threads = [threading.Thread(target=join, args=(i,)) for i in range(racers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert Counter(outcomes) == {"in": 1, "full": racers - 1}
+    assert race(racers, join) == {"in": 1, "full": racers - 1}
     [kept] = store.fleet.list()
     assert kept.node_id.startswith("new-") and store.node_pools.list()[0].nodes == 1

@@ -5,7 +5,6 @@ read over a window the page chooses (15 min to 24 h, a name not offered refused 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -22,13 +21,11 @@ def _sample(at: datetime, busy: float = 73.0, warm: int = 2) -> FleetSample:
     return FleetSample(at, {"warm": warm, "loading": 1}, {"gpu-a": NodeGpus(40.5, 80.0, busy)})
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/berth.db"
+pytestmark = pytest.mark.postgresql  # the bucket's insert-or-skip is dialect SQL: both databases run it
 
 
-def test_two_replicas_sampling_the_same_bucket_keep_one_sample_and_read_the_same(db: str) -> None:
-    a, b = Store.open(db), Store.open(db)
+def test_two_replicas_sampling_the_same_bucket_keep_one_sample_and_read_the_same(db_url: str) -> None:
+    a, b = Store.open(db_url), Store.open(db_url)
     first, second = FleetHistory(a), FleetHistory(b)
     bucket_start = datetime.fromtimestamp(NOW.timestamp() // SAMPLE_EVERY_S * SAMPLE_EVERY_S, UTC)
     assert first.samples.record(_sample(bucket_start + timedelta(seconds=1), busy=73.0))
@@ -44,8 +41,8 @@ def test_two_replicas_sampling_the_same_bucket_keep_one_sample_and_read_the_same
     b.close()
 
 
-def test_the_samples_survive_a_restart_and_are_kept_a_day(db: str) -> None:
-    store = Store.open(db)
+def test_the_samples_survive_a_restart_and_are_kept_a_day(db_url: str) -> None:
+    store = Store.open(db_url)
     history = FleetHistory(store)
     assert history.sample()  # from the fleet tables (none here): a sample all the same
     store.fleet_samples.record(_sample(NOW - KEPT_FOR - timedelta(minutes=5)))
@@ -53,7 +50,7 @@ def test_the_samples_survive_a_restart_and_are_kept_a_day(db: str) -> None:
     store.fleet_samples.record(_sample(NOW - timedelta(minutes=1), warm=5))  # its writer drops what is past a day
     store.close()
 
-    restarted = Store.open(db)
+    restarted = Store.open(db_url)
     charts = FleetHistory(restarted).charts(chart_window("24h", NOW))
     warm = charts.replicas()[0]
     assert [v for _, v in warm.points][-2:] == [4.0, 5.0]

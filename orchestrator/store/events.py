@@ -93,15 +93,16 @@ class SqlEventLog:
     def recent(
         self, kinds: Collection[str], since: datetime, tenant: str | None = None, limit: int = RECENT_CAP
     ) -> list[TaskEvent]:
-        """Events of `kinds` (of every task, or of one tenant's) at or after `since`, oldest first."""
+        """Events of `kinds` (of every task, or of one tenant's) at or after `since`, oldest first: the newest `limit`
+        of them when there are more (a chart of a busy day misses its first hours, never its last minutes)."""
         statement = select(EventRow).where(col(EventRow.kind).in_(list(kinds)), col(EventRow.at) >= since)
         if tenant is not None:
             statement = statement.join(TaskRow, col(TaskRow.task_id) == col(EventRow.task_id)).where(
                 TaskRow.tenant == tenant
             )
         with Session(self._engine) as session:
-            rows = session.exec(statement.order_by(col(EventRow.seq)).limit(limit)).all()
-        return [_event(r) for r in rows]
+            rows = session.exec(statement.order_by(col(EventRow.seq).desc()).limit(limit)).all()
+        return [_event(r) for r in reversed(rows)]
 
 
 def _event(row: EventRow) -> TaskEvent:

@@ -105,4 +105,11 @@ def test_recent_events_and_the_last_seq(store: Store) -> None:
     assert [e.kind for e in store.events.recent(("llm_call", "interruption"), since)] == ["llm_call", "interruption"]
     assert [e.task_id for e in store.events.recent(("llm_call", "interruption"), since, "acme")] == ["t-acme"]
     assert store.events.recent(("llm_call",), datetime.now(UTC) + timedelta(minutes=1)) == []
+    # Past its limit it keeps the newest, still oldest first: a busy day's chart misses its start, not its end.
+    store.events.append("t-default", "llm_call", {"tier": "warm"})
+    assert [e.data["tier"] for e in store.events.recent(("llm_call",), since, limit=1)] == ["warm"]
+    assert [e.kind for e in store.events.recent(("llm_call", "interruption"), since, limit=2)] == [
+        "interruption",
+        "llm_call",
+    ]
     assert store.events.last_seq("t-acme") == last and store.events.last_seq("none") == 0

@@ -200,7 +200,11 @@ def test_temporals_credentials_are_mounted_read_only_in_every_pod_that_connects(
         ):
             assert env[variable]["value"] == f"{mount['mountPath']}/{file}" and file in files, (name, variable)
         assert env["BERTH_TEMPORAL_TLS_SERVER_NAME"]["value"] == "berth.a1b2c.tmprl.cloud"
-        assert env["BERTH_TEMPORAL_API_KEY"]["valueFrom"]["secretKeyRef"] == {
-            "name": "berth-temporal-key",
-            "key": "api-key",
-        }
+        # The API key is a file of the pod's secrets volume, as every other secret is.
+        (secrets,) = [v for v in spec["volumes"] if v["name"] == "secrets"]
+        (secrets_mount,) = [m for m in container["volumeMounts"] if m["name"] == "secrets"]
+        assert secrets_mount["readOnly"] is True
+        assert env["BERTH_TEMPORAL_API_KEY_FILE"]["value"] == f"{secrets_mount['mountPath']}/temporal-api-key"
+        assert {"name": "berth-temporal-key", "items": [{"key": "api-key", "path": "temporal-api-key"}]} in [
+            source["secret"] for source in secrets["projected"]["sources"]
+        ], name

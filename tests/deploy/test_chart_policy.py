@@ -3,8 +3,9 @@ Kubernetes checks (pinned in tests/deploy/checkov.lock; `make test` installs it 
 engine renders from the chart with a minimal install's values and a production install's.
 
 checkov's open-source checks carry no severity (those come from Prisma Cloud's service), so every failed check
-counts: none may fail but the ones in ACCEPTED, each with the reason it is left. Without checkov this fails, never
-skips: a policy check that quietly does not run is no check.
+counts: none may fail, on a production install's values or on a minimal one's with images by digest. The one finding
+left is a minimal install's images by tag, which the operator closes by giving digests. Without checkov this fails,
+never skips: a policy check that quietly does not run is no check.
 """
 
 from __future__ import annotations
@@ -24,13 +25,6 @@ CHECKOV_VERSION = next(
     for line in (Path(__file__).parent / "checkov.lock").read_text().splitlines()
     if line.startswith("checkov==")
 )
-
-# Findings left on purpose, with why. Each is checked to still be the only thing failing, so a new finding fails.
-ACCEPTED = {
-    # Berth reads its secrets (the database URL, the join token, the admin key, API keys) from environment variables,
-    # by secretKeyRef. Files instead need each process to read a *_FILE variant, the SDK's BERTH_API_KEY too: to do.
-    "CKV_K8S_35": "Prefer using secrets as files over secrets as environment variables",
-}
 
 
 def checkov_failures(values: dict[str, Any], tmp_path: Path) -> list[tuple[str, str]]:
@@ -67,13 +61,14 @@ def test_checkov_is_the_pinned_version() -> None:
 
 @pytest.mark.parametrize("values", ["minimal-by-digest", "production"])
 def test_the_rendered_chart_fails_no_policy_check(values: str, tmp_path: Path) -> None:
+    # CKV_K8S_35 (secrets as files, not environment variables) included: every secret is a file of a mounted
+    # Secret, named by its BERTH_*_FILE variable.
     failed = checkov_failures(VALUE_SETS[values], tmp_path)
-    unexpected = [(check, resource) for check, resource in failed if check not in ACCEPTED]
-    assert not unexpected, f"checkov {CHECKOV_VERSION} finds {len(unexpected)}: {unexpected}"
+    assert not failed, f"checkov {CHECKOV_VERSION} finds {len(failed)}: {failed}"
 
 
 def test_images_by_tag_are_the_one_more_finding(tmp_path: Path) -> None:
     # The chart cannot know the digest of images the operator builds: by default it names them by tag (and pulls
     # them each start, since a tag can move). image.*.digest pins them, and then this finding goes.
     failed = {check for check, _ in checkov_failures(MINIMAL, tmp_path)}
-    assert failed - set(ACCEPTED) == {"CKV_K8S_43"}
+    assert failed == {"CKV_K8S_43"}

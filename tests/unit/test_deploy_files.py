@@ -15,13 +15,16 @@ import base64
 import contextlib
 import io
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 from urllib.parse import urlsplit
 
 import helm_python as helm
@@ -32,8 +35,9 @@ from sqlalchemy.engine import make_url
 
 from orchestrator.api.admin_key import ADMIN_KEY_ENV, install_admin_key, parse_admin_key
 from orchestrator.cli.main import build_parser
-from orchestrator.config import ENV_PREFIX, BerthConfig
+from orchestrator.config import ENV_PREFIX, FILE_SUFFIX, BerthConfig
 from orchestrator.store import Store
+from sdk import Client
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -72,7 +76,26 @@ def berth_env_vars() -> set[str]:
     return names
 
 
-KNOWN_ENV = berth_env_vars()
+def read_from_a_file(variable: str) -> bool:
+    """Whether Berth takes `variable`'s value from the file `<variable>_FILE` names, tried for real: a BerthConfig
+    setting (what the server, worker and node agent read), or the key the SDK's Client sends (the CLI's and a tool
+    worker's)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "secret"
+        path.write_text("from-the-file\n")
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+        with mock.patch.dict(os.environ, {**environ, variable + FILE_SUFFIX: str(path)}, clear=True):
+            config = BerthConfig.load()
+            settings = [getattr(config, name) for name in BerthConfig.model_fields]
+            if "from-the-file" in [s.get_secret_value() if isinstance(s, SecretStr) else s for s in settings]:
+                return True
+            return Client("http://127.0.0.1:1")._http.headers.get("authorization") == "Bearer from-the-file"
+
+
+BERTH_VARIABLES = berth_env_vars()
+# The secret settings' file forms, each found by giving it a file: BERTH_ADMIN_KEY_FILE and the like.
+FILE_VARIABLES = {name + FILE_SUFFIX for name in BERTH_VARIABLES if read_from_a_file(name)}
+KNOWN_ENV = BERTH_VARIABLES | FILE_VARIABLES
 
 
 def strict_parser() -> argparse.ArgumentParser:
@@ -478,6 +501,61 @@ def test_node_daemonset_runs_on_gpu_nodes_with_a_host_weights_cache(objects: lis
     assert (api.hostname, api.port) == (server["metadata"]["name"], server["spec"]["ports"][0]["port"])
 
 
+def secret_files(pod: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each BERTH_*_FILE variable of the pod's containers, and the (Secret, key) its file is: the file lies in a
+    read-only mount of a projected volume whose source puts that key of that Secret there."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    found: dict[str, tuple[str, str]] = {}
+    for container in pod["containers"]:
+        mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+        for e in container.get("env", []):
+            if not e["name"].endswith(FILE_SUFFIX):
+                continue
+            directory, _, file = e["value"].rpartition("/")
+            mount = mounts[directory]
+            assert mount["readOnly"] is True, (container["name"], mount)
+            sources = volumes[mount["name"]]["projected"]["sources"]
+            (found[e["name"]],) = [
+                (source["secret"]["name"], item["key"])
+                for source in sources
+                for item in source["secret"]["items"]
+                if item["path"] == file
+            ]
+    return found
+
+
+def test_no_secret_reaches_a_process_as_a_variable(objects: list[dict[str, Any]]) -> None:
+    # checkov's CKV_K8S_35: a value in the environment is in `kubectl describe`, in every child and in crash dumps.
+    for name, pod in pod_specs(objects):
+        for container in containers(pod):
+            assert "envFrom" not in container, name
+            for e in container.get("env", []):
+                assert "secretKeyRef" not in e.get("valueFrom", {}), (name, e["name"])
+
+
+def test_every_secret_file_variable_of_the_chart_is_one_the_code_reads(objects: list[dict[str, Any]]) -> None:
+    used = {variable for _, pod in pod_specs(objects) for variable in secret_files(pod)}
+    assert used == {
+        "BERTH_DATABASE_URL_FILE",
+        "BERTH_ADMIN_KEY_FILE",
+        "BERTH_JOIN_TOKEN_FILE",
+        "BERTH_TEMPORAL_API_KEY_FILE",
+        "BERTH_API_KEY_FILE",
+    }
+    assert used <= FILE_VARIABLES, used - FILE_VARIABLES
+
+
+def test_the_secret_files_are_readable_by_the_pods_user_and_by_no_one_else(objects: list[dict[str, Any]]) -> None:
+    # A Secret's files belong to root and the pod's fsGroup: 0440 lets the group (the processes' 10001) read them.
+    for name, pod in pod_specs(objects):
+        (secrets,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
+        assert secrets["projected"]["defaultMode"] == 0o440, name
+        assert all("mode" not in i for s in secrets["projected"]["sources"] for i in s["secret"]["items"]), name
+        group = pod["securityContext"]["fsGroup"]
+        for container in pod["containers"]:
+            assert container["securityContext"]["runAsGroup"] == group == 10001, name
+
+
 def test_secrets_are_referenced_by_the_pods_that_need_them(objects: list[dict[str, Any]]) -> None:
     secrets = {
         o["metadata"]["name"]: {**o.get("data", {}), **o.get("stringData", {})}
@@ -486,14 +564,11 @@ def test_secrets_are_referenced_by_the_pods_that_need_them(objects: list[dict[st
     }
     refs: dict[str, set[tuple[str, str]]] = {}
     for name, pod in pod_specs(objects):
-        for container in pod["containers"]:
-            for e in container.get("env", []):
-                ref = e.get("valueFrom", {}).get("secretKeyRef")
-                if ref and ref["name"] == FULL_VALUES["temporal"]["apiKey"]["existingSecret"]:
-                    continue  # the operator's own Secret: the chart makes none for Temporal's key
-                if ref:
-                    assert ref["key"] in secrets[ref["name"]], (name, e["name"], ref)
-                    refs.setdefault(name, set()).add((e["name"], ref["name"]))
+        for variable, (secret, key) in secret_files(pod).items():
+            if secret == FULL_VALUES["temporal"]["apiKey"]["existingSecret"]:
+                continue  # the operator's own Secret: the chart makes none for Temporal's key
+            assert key in secrets[secret], (name, variable, secret, key)
+            refs.setdefault(name, set()).add((variable.removesuffix(FILE_SUFFIX), secret))
     assert ("BERTH_JOIN_TOKEN", "berth-join-token") in refs["berth-server"]
     assert ("BERTH_JOIN_TOKEN", "berth-join-token") in refs["berth-node"]
     assert [name for name, pod_refs in refs.items() if (ADMIN_KEY_ENV, "berth-admin-key") in pod_refs] == [
@@ -508,6 +583,8 @@ def test_secrets_are_referenced_by_the_pods_that_need_them(objects: list[dict[st
     assert make_url(secrets["berth-database"]["url"]).drivername == "postgresql+psycopg"
     # Every secret is someone's; none is made and left unused.
     assert set(secrets) == {secret for pod_refs in refs.values() for _, secret in pod_refs}
+    # Temporal's API key reaches every process that connects to Temporal.
+    assert all("BERTH_TEMPORAL_API_KEY_FILE" in secret_files(pod) for _, pod in pod_specs(objects))
 
 
 def test_existing_secrets_replace_the_charts_own() -> None:
@@ -518,25 +595,20 @@ def test_existing_secrets_replace_the_charts_own() -> None:
             "adminKey": {"existingSecret": "admin", "existingSecretKey": "k"},
             "apiKey": {"existingSecret": "ak", "existingSecretKey": "key"},
             "toolWorker": {"enabled": True, "agents": "m:a"},
+            "node": {"join": {"poolTokenSecret": "pool", "poolTokenSecretKey": "token"}},
         }
     )
     assert not [o for o in objects if o["kind"] == "Secret"]
     pods = dict(pod_specs(objects))
-    env = {
-        e["name"]: e["valueFrom"]["secretKeyRef"]
-        for c in pods["berth-tool-worker"]["containers"]
-        for e in c["env"]
-        if "valueFrom" in e
+    assert secret_files(pods["berth-tool-worker"]) == {"BERTH_API_KEY_FILE": ("ak", "key")}
+    assert secret_files(pods["berth-server"]) == {
+        "BERTH_DATABASE_URL_FILE": ("pg", "url"),
+        "BERTH_JOIN_TOKEN_FILE": ("jt", "join-token"),
+        "BERTH_ADMIN_KEY_FILE": ("admin", "k"),
     }
-    assert env["BERTH_API_KEY"] == {"name": "ak", "key": "key"}
-    (server,) = pods["berth-server"]["containers"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in server["env"] if "valueFrom" in e}
-    assert {name: ref["name"] for name, ref in refs.items()} == {
-        "BERTH_DATABASE_URL": "pg",
-        "BERTH_JOIN_TOKEN": "jt",
-        ADMIN_KEY_ENV: "admin",
-    }
-    assert refs[ADMIN_KEY_ENV]["key"] == "k"
+    assert secret_files(pods["berth-worker"]) == {"BERTH_DATABASE_URL_FILE": ("pg", "url")}
+    # A pool token: each node is admitted as it joins, and the cluster token is not the node's to hold.
+    assert secret_files(pods["berth-node"]) == {"BERTH_JOIN_TOKEN_FILE": ("pool", "token")}
 
 
 def test_an_admin_key_given_to_the_chart_is_checked_and_kept_as_given() -> None:
@@ -632,7 +704,7 @@ def test_every_process_that_connects_to_temporal_gets_its_credentials(objects: l
             "BERTH_TEMPORAL_TLS_KEY",
             "BERTH_TEMPORAL_TLS_CA",
             "BERTH_TEMPORAL_TLS_SERVER_NAME",
-            "BERTH_TEMPORAL_API_KEY",
+            "BERTH_TEMPORAL_API_KEY_FILE",
         } <= env, name
     services = compose()["services"]
     # compose's own Temporal is on its private network; its credentials are there, commented, for one of your own.

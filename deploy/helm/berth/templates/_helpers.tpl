@@ -105,21 +105,17 @@ securityContext:
 {{- .Values.apiKey.existingSecret | default (printf "%s-api-key" (include "berth.fullname" .)) -}}
 {{- end -}}
 
-{{/* Where the control plane's store and Temporal are: every control-plane process reads these. */}}
+{{/* Where Temporal is, and the data dir: every control-plane process reads these (the store's URL is a secret
+file, berth.secretFiles). */}}
 {{- define "berth.controlPlaneEnv" -}}
-- name: BERTH_DATABASE_URL
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "berth.databaseSecret" . }}
-      key: {{ if .Values.database.existingSecret }}{{ .Values.database.existingSecretKey }}{{ else }}url{{ end }}
 {{ include "berth.temporalEnv" . }}
 - name: BERTH_DATA_DIR
   value: /var/lib/berth
 {{- end -}}
 
 {{/* Where Temporal is and how Berth proves itself to it: every process that connects to Temporal reads these. The
-client certificate, key and CA are files of a Secret mounted read-only (berth.temporalTlsVolume); the API key comes
-from a Secret as a variable. */}}
+client certificate, key and CA are files of a Secret mounted read-only (berth.temporalTlsVolume); the API key is a
+secret file (berth.secretFiles). */}}
 {{- define "berth.temporalEnv" -}}
 - name: BERTH_TEMPORAL_ADDRESS
   value: {{ .Values.temporal.address | quote }}
@@ -145,15 +141,6 @@ from a Secret as a variable. */}}
 {{- with .serverName }}
 - name: BERTH_TEMPORAL_TLS_SERVER_NAME
   value: {{ . | quote }}
-{{- end }}
-{{- end }}
-{{- with .Values.temporal.apiKey }}
-{{- if .existingSecret }}
-- name: BERTH_TEMPORAL_API_KEY
-  valueFrom:
-    secretKeyRef:
-      name: {{ .existingSecret }}
-      key: {{ .existingSecretKey }}
 {{- end }}
 {{- end }}
 {{- end -}}
@@ -192,12 +179,75 @@ from a Secret as a variable. */}}
 {{- end }}
 {{- end -}}
 
-{{- define "berth.joinTokenEnv" -}}
-- name: BERTH_JOIN_TOKEN
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "berth.joinTokenSecret" . }}
-      key: {{ if .Values.joinToken.existingSecret }}{{ .Values.joinToken.existingSecretKey }}{{ else }}join-token{{ end }}
+{{/* The secrets one component reads, pass (dict "ctx" $ "component" "server"): a YAML list of the setting's
+variable, the Secret and key holding it, and the file it is mounted as. Each reaches the process as a file under
+/etc/berth/secrets, named by the setting's BERTH_<NAME>_FILE variable, never as the variable itself: a value in the
+environment is in `kubectl describe`, in every child process (a node's vLLM replicas) and in crash reports. */}}
+{{- define "berth.secretFiles" -}}
+{{- $ := .ctx }}
+{{- $files := list }}
+{{- if has .component (list "server" "worker") }}
+{{- $key := ternary $.Values.database.existingSecretKey "url" (not (empty $.Values.database.existingSecret)) }}
+{{- $files = append $files (dict "variable" "BERTH_DATABASE_URL" "secret" (include "berth.databaseSecret" $) "key" $key "file" "database-url") }}
+{{- end }}
+{{- if eq .component "server" }}
+{{- $key := ternary $.Values.adminKey.existingSecretKey "admin-key" (not (empty $.Values.adminKey.existingSecret)) }}
+{{- $files = append $files (dict "variable" "BERTH_ADMIN_KEY" "secret" (include "berth.adminKeySecret" $) "key" $key "file" "admin-key") }}
+{{- end }}
+{{- if eq .component "node" }}
+{{- with $.Values.node.join }}
+{{- if .poolTokenSecret }}
+{{- /* A pool token (berth nodes pool-token create): each node of the pool is admitted as it joins. */}}
+{{- $files = append $files (dict "variable" "BERTH_JOIN_TOKEN" "secret" .poolTokenSecret "key" .poolTokenSecretKey "file" "join-token") }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if or (eq .component "server") (and (eq .component "node") (not $.Values.node.join.poolTokenSecret)) }}
+{{- /* The cluster token: the server checks it, and a node that joins with it waits, pending, for berth nodes approve. */}}
+{{- $key := ternary $.Values.joinToken.existingSecretKey "join-token" (not (empty $.Values.joinToken.existingSecret)) }}
+{{- $files = append $files (dict "variable" "BERTH_JOIN_TOKEN" "secret" (include "berth.joinTokenSecret" $) "key" $key "file" "join-token") }}
+{{- end }}
+{{- if eq .component "tool-worker" }}
+{{- /* It registers its agents through the API, so it holds a key (an `agent` key of its tenant). */}}
+{{- $key := ternary $.Values.apiKey.existingSecretKey "api-key" (not (empty $.Values.apiKey.existingSecret)) }}
+{{- $files = append $files (dict "variable" "BERTH_API_KEY" "secret" (include "berth.apiKeySecret" $) "key" $key "file" "api-key") }}
+{{- end }}
+{{- with $.Values.temporal.apiKey }}
+{{- if .existingSecret }}
+{{- $files = append $files (dict "variable" "BERTH_TEMPORAL_API_KEY" "secret" .existingSecret "key" .existingSecretKey "file" "temporal-api-key") }}
+{{- end }}
+{{- end }}
+{{- toYaml $files }}
+{{- end -}}
+
+{{/* Each secret file's BERTH_<NAME>_FILE variable; pass what berth.secretFiles takes. */}}
+{{- define "berth.secretFileEnv" -}}
+{{- range include "berth.secretFiles" . | fromYamlArray }}
+- name: {{ .variable }}_FILE
+  value: /etc/berth/secrets/{{ .file }}
+{{- end }}
+{{- end -}}
+
+{{- define "berth.secretsMount" -}}
+- name: secrets
+  mountPath: /etc/berth/secrets
+  readOnly: true
+{{- end -}}
+
+{{/* The component's Secrets as files, in one projected volume: readable by the pod's group only (fsGroup 10001,
+which the processes run as), never written. Pass what berth.secretFiles takes. */}}
+{{- define "berth.secretsVolume" -}}
+- name: secrets
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- range include "berth.secretFiles" . | fromYamlArray }}
+      - secret:
+          name: {{ .secret }}
+          items:
+            - key: {{ .key }}
+              path: {{ .file }}
+      {{- end }}
 {{- end -}}
 
 {{- define "berth.apiUrl" -}}

@@ -59,8 +59,10 @@ class TemporalMetrics:
             # Core's service_name label would say "temporal-core-sdk" on every series: the scrape's job says more.
             telemetry=TelemetryConfig(metrics=self._buffer, metric_prefix=PREFIX, attach_service_name=False)
         )
-        self._instruments: dict[int, Any] = {}  # Core hands the same metric object for every update of it
-        self._attributes: dict[int, dict[str, Any]] = {}
+        # Core hands the same metric and attribute objects for every update of them: cached by identity, each with
+        # the object itself held, so its id cannot be taken by another object once Core lets it go.
+        self._instruments: dict[int, tuple[BufferedMetric, _Recorder]] = {}
+        self._attributes: dict[int, tuple[Mapping[str, Any], dict[str, Any]]] = {}
         for name, description in SEEDED_COUNTERS.items():
             _counter(PREFIX + name, description).add(0, {"namespace": namespace, "task_queue": task_queue})
 
@@ -79,10 +81,10 @@ class TemporalMetrics:
         """Record every update Core buffered since the last drain; how many there were."""
         updates = self._buffer.retrieve_updates()
         for update in updates:
-            attributes = self._attributes.get(id(update.attributes))
-            if attributes is None:
-                attributes = self._attributes[id(update.attributes)] = _plain(update.attributes)
-            self._instrument(update.metric).record(update.value, attributes)
+            cached = self._attributes.get(id(update.attributes))
+            if cached is None:
+                cached = self._attributes[id(update.attributes)] = (update.attributes, _plain(update.attributes))
+            self._instrument(update.metric).record(update.value, cached[1])
         return len(updates)
 
     async def drain_forever(self) -> None:
@@ -94,10 +96,10 @@ class TemporalMetrics:
             self.drain()  # what the last seconds of a stopping worker did
 
     def _instrument(self, metric: BufferedMetric) -> _Recorder:
-        recorder = self._instruments.get(id(metric))
-        if recorder is None:
-            recorder = self._instruments[id(metric)] = _Recorder(metric)
-        return recorder
+        cached = self._instruments.get(id(metric))
+        if cached is None:
+            cached = self._instruments[id(metric)] = (metric, _Recorder(metric))
+        return cached[1]
 
 
 def _plain(attributes: Mapping[str, Any]) -> dict[str, Any]:

@@ -445,6 +445,27 @@ async def test_the_fleet_page_shows_pending_and_revoked_nodes_and_revoking_needs
     assert "its credential is dead" in (await admin.get("/fleet")).text
 
 
+async def test_the_fleet_page_names_a_nodes_pool_and_dedication_and_marks_claimed_replicas(
+    sign_in: SignIn, store: Store
+) -> None:
+    """What an operator set (the pool a token admitted the node into, its dedication) is shown with the node; a
+    replica the node lists that no pool started is marked as the claim it is."""
+    from sdk.wire.fleet import NodeHeartbeat, NodeSpec, NodeTrust
+    from sdk.wire.node_pools import PoolTokenRequest
+
+    token = store.node_pools.create("gpu-h100", PoolTokenRequest(max_nodes=2, trust=NodeTrust(dedicated="acme")))
+    gpus = [{"index": 0, "type_name": "H100-80GB", "memory_total_mib": 81559}]
+    spec = NodeSpec.model_validate({"node_id": "gpu-k", "datacenter": "dc1", "zone": "z1", "gpus": gpus})
+    joined = store.node_admission.join(spec, None, token.join_token, cluster_token=False)
+    claimed = {"replica_id": "r-said", "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}
+    store.fleet.heartbeat(NodeHeartbeat.model_validate({"node_id": "gpu-k", "replicas": [claimed]}), joined.node_secret)
+    page = (await (await sign_in(Role.viewer)).get("/fleet")).text
+    node = re.search(r'<tr class="node" data-node-id="gpu-k">.*?</tr>', page, re.S)
+    assert node and "pool gpu-h100 · dedicated to acme" in node.group(0)
+    replica = re.search(r'<tr data-replica-id="r-said">.*?</tr>', page, re.S)
+    assert replica and "claimed, unproven" in replica.group(0)
+
+
 async def test_prewarm_from_the_models_page_is_an_operators_and_says_why_it_did_nothing(sign_in: SignIn) -> None:
     viewer = await sign_in(Role.viewer)
     page = await viewer.get("/models")

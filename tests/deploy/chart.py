@@ -26,7 +26,7 @@ PRODUCTION: dict[str, Any] = {
     "apiKey": {"existingSecret": "berth-tools"},
     "toolWorker": {"enabled": True, "agents": "orchestrator.demo.sample_agents:ALL"},
     "ingress": {"enabled": True, "className": "nginx"},
-    "metrics": {"serviceMonitor": {"enabled": True}},
+    "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     "node": {"gpusPerNode": 8, "labels": {"tier": "gold"}},
     "networkPolicy": {
         "nodePeersPort": 9401,

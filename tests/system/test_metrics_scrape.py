@@ -28,7 +28,7 @@ from tests.system.conftest import Stack, fleet_stack
 pytestmark = pytest.mark.system
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "berth-dashboard.json"
-RULES = ROOT / "deploy" / "prometheus" / "berth-alerts.yml"
+RULES = ROOT / "deploy" / "helm" / "berth" / "files" / "berth-alerts.yml"
 NODE = {"node_id": "scrape-a", "datacenter": "east", "zone": "east-1a", "capacity": "on-demand", "gpus": "1xH100-80GB"}
 # Written only when something this test does not do happens (a counter or histogram appears with its first record).
 EVENT_ONLY = {

@@ -1,4 +1,4 @@
-"""deploy/prometheus/berth-alerts.yml: well formed, and every metric an alert reads is one Berth exposes."""
+"""deploy/helm/berth/files/berth-alerts.yml: well formed, and every metric an alert reads is one Berth exposes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from tests.unit.metrics_exposition import exposition
 
-RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "berth-alerts.yml"
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "berth" / "files" / "berth-alerts.yml"
 ISSUE_ALERTS = {
     "BerthGpuEccErrors",
     "BerthReplicaCrashLooping",

@@ -45,6 +45,8 @@ CONTROL_PLANE_DOCKERFILE = DEPLOY / "docker" / "control-plane.Dockerfile"
 NODE_DOCKERFILE = DEPLOY / "docker" / "node.Dockerfile"
 COMPOSE = DEPLOY / "docker-compose.yml"
 CHART = DEPLOY / "helm" / "berth"
+# Inside the chart, since Helm reads no file outside it; compose's Prometheus mounts the same file.
+ALERT_RULES = CHART / "files" / "berth-alerts.yml"
 CODE_DIRS = ("orchestrator", "sdk", "activities", "workflows")
 
 # Values that switch on every optional part of the chart, so that all of it is rendered and checked.
@@ -53,7 +55,7 @@ FULL_VALUES: dict[str, Any] = {
     "apiKey": {"value": "berth_0123456789ab_secret"},
     "toolWorker": {"enabled": True, "agents": "orchestrator.demo.sample_agents:ALL"},
     "ingress": {"enabled": True, "className": "nginx"},
-    "metrics": {"serviceMonitor": {"enabled": True}},
+    "metrics": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     "node": {"gpusPerNode": 8, "labels": {"tier": "gold"}, "extraArgs": ["--external-url", "http://127.0.0.1:9000/v1"]},
     "temporal": {
         "tls": {"existingSecret": "temporal-tls", "serverName": "frontend.temporal"},
@@ -316,7 +318,7 @@ def test_compose_ports_agree_with_health_checks_and_prometheus() -> None:
     config_path = next(a.split("=", 1)[1] for a in services["prometheus"]["command"] if a.startswith("--config.file="))
     prometheus = yaml.safe_load(by_target[config_path].read_text())
     for rule_file in prometheus["rule_files"]:
-        assert by_target[rule_file] == DEPLOY / "prometheus" / "berth-alerts.yml"
+        assert by_target[rule_file] == ALERT_RULES  # the chart's copy, the one there is
         assert by_target[rule_file].exists()
     targets = {t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
     assert targets == {f"server:{api_port}", f"worker:{worker_port}", f"node:{node_port}"}
@@ -386,12 +388,13 @@ def test_chart_lints_clean_and_renders_every_part() -> None:
         ("Deployment", "berth-tool-worker"),
         ("Ingress", "berth"),
         ("ServiceMonitor", "berth"),
+        ("PrometheusRule", "berth"),
         ("Secret", "berth-join-token"),
         ("Secret", "berth-database"),
         ("Secret", "berth-api-key"),
     } <= kinds
     defaults = {o["kind"] for o in render_chart({"database": FULL_VALUES["database"]})}
-    assert "ServiceMonitor" not in defaults and "Ingress" not in defaults  # optional, off by default
+    assert not {"ServiceMonitor", "PrometheusRule", "Ingress"} & defaults  # optional, off by default
 
 
 def test_chart_refuses_to_render_without_a_database() -> None:
@@ -477,6 +480,17 @@ def test_the_service_monitor_reads_the_apis_metrics_with_a_key_from_a_secret(obj
     monitor = one(render_chart({**FULL_VALUES, **own}), "ServiceMonitor", "berth")
     (http,) = [e for e in monitor["spec"]["endpoints"] if e["port"] == "http"]
     assert http["authorization"]["credentials"] == {"name": "prometheus-key", "key": "key"}
+
+
+def test_the_prometheus_rule_is_the_alert_rules_file(objects: list[dict[str, Any]]) -> None:
+    rule = one(objects, "PrometheusRule", "berth")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["spec"]["groups"] == yaml.safe_load(ALERT_RULES.read_text())["groups"]
+    # The labels a Prometheus's ruleSelector picks it by.
+    values = {**FULL_VALUES, "metrics": {"prometheusRule": {"enabled": True, "labels": {"release": "kps"}}}}
+    labelled = one(render_chart(values), "PrometheusRule", "berth")
+    assert labelled["metadata"]["labels"]["release"] == "kps"
+    assert labelled["metadata"]["labels"]["app.kubernetes.io/instance"] == "berth"
 
 
 def test_node_daemonset_runs_on_gpu_nodes_with_a_host_weights_cache(objects: list[dict[str, Any]]) -> None:

@@ -1,23 +1,16 @@
 """The chart's node agents join with a pool token when `node.join.poolTokenSecret` names one (issue 35): the
-DaemonSet's BERTH_JOIN_TOKEN then comes from that Secret, and the servers keep the cluster token."""
+DaemonSet's BERTH_JOIN_TOKEN_FILE is then that Secret's, mounted as a file, and the servers keep the cluster token."""
 
 from __future__ import annotations
 
-from tests.unit.test_deploy_files import FULL_VALUES, pod_specs, render_chart
+from tests.unit.test_deploy_files import FULL_VALUES, pod_specs, render_chart, secret_files
 
 
 def _join_token_refs(values: dict) -> dict[str, dict[str, str]]:
     node = {**FULL_VALUES["node"], **values.get("node", {})}
     pods = dict(pod_specs(render_chart({**FULL_VALUES, **values, "node": node})))
-    return {
-        name: next(
-            e["valueFrom"]["secretKeyRef"]
-            for c in pods[name]["containers"]
-            for e in c["env"]
-            if e["name"] == "BERTH_JOIN_TOKEN"
-        )
-        for name in ("berth-server", "berth-node")
-    }
+    refs = {name: secret_files(pods[name])["BERTH_JOIN_TOKEN_FILE"] for name in ("berth-server", "berth-node")}
+    return {name: {"name": secret, "key": key} for name, (secret, key) in refs.items()}
 
 
 def test_the_node_agents_join_with_the_pool_token_secret_when_one_is_named() -> None:

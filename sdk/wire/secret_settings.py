@@ -1,7 +1,7 @@
 """How Berth's processes read a secret setting: from its variable (BERTH_ADMIN_KEY), or from the file its `_FILE`
 variable names (BERTH_ADMIN_KEY_FILE=/etc/berth/secrets/admin-key), as Docker's and Kubernetes' secrets are mounted.
 
-A value in the environment is shown by `kubectl describe`, inherited by every child process and written into crash
+A value in the environment is in /proc/PID/environ, inherited by every child process and written into crash
 reports; a file is read once, by the process that needs it. The file holds the value alone; trailing newlines
 (what `echo` and most editors leave) are not part of it. Both forms at once, a file that cannot be read or an empty
 one are refused, naming the variable, before the process does anything: a secret quietly taken from the wrong

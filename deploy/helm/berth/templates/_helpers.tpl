@@ -182,7 +182,7 @@ secret file (berth.secretFiles). */}}
 {{/* The secrets one component reads, pass (dict "ctx" $ "component" "server"): a YAML list of the setting's
 variable, the Secret and key holding it, and the file it is mounted as. Each reaches the process as a file under
 /etc/berth/secrets, named by the setting's BERTH_<NAME>_FILE variable, never as the variable itself: a value in the
-environment is in `kubectl describe`, in every child process (a node's vLLM replicas) and in crash reports. */}}
+environment is in /proc/PID/environ, in every child process (a node's vLLM replicas) and in crash reports. */}}
 {{- define "berth.secretFiles" -}}
 {{- $ := .ctx }}
 {{- $files := list }}

@@ -114,7 +114,7 @@ def still_excluded(excluded: dict[str, datetime], now: datetime) -> list[str]:
     return [node for node, at in sorted(excluded.items(), key=lambda item: item[1]) if now - at < EXCLUDE_NODE_FOR]
 
 
-def asking(rnd: Round, index: int, memory: FleetMemory, now: datetime) -> LeaseRequest:
+def asking(rnd: Round, index: int, memory: FleetMemory, now: datetime, quiet_after: timedelta) -> LeaseRequest:
     """The lease request of the round's `index`-th placement, made again at each ask: exclusions end while it waits."""
     inp = rnd.inp
     return rnd.request.model_copy(
@@ -131,6 +131,7 @@ def asking(rnd: Round, index: int, memory: FleetMemory, now: datetime) -> LeaseR
                 last_attempt=(index + 1) * ATTEMPT_STRIDE,
                 round_first_attempt=rnd.first_attempt,
                 call_extras=call_extras_digest(inp.instructions, inp.tools),
+                quiet_after_s=quiet_after.total_seconds(),  # the activity's input only: no command changes
             ),
         }
     )

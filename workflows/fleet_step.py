@@ -204,7 +204,7 @@ class FleetStep:
         """A lease; while the pool says wait, the task shows why (under the trouble that brought the step here)."""
         waiting = Waiting()
         while True:
-            request = asking(rnd, index, self.memory, self.clock.now())
+            request = asking(rnd, index, self.memory, self.clock.now(), self.heartbeat_timeout)
             grant, rnd = await self._ask(rnd, request)
             decision = on_grant(grant, waiting, request, self.clock.now())
             if isinstance(decision, GiveUp):

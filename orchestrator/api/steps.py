@@ -77,7 +77,6 @@ T = TypeVar("T")
 @router.post("/prepare", response_model=PreparedStepBody)
 async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: NodeSecret = None) -> PreparedStepBody:
     """Node agents only: the conversation of the leased step's task and the answer tokens granted."""
-    quiet = timedelta(seconds=svc.config.heartbeat_timeout_s)
 
     def run(lease: LeaseRecord, store: Store) -> PreparedStepBody:
         current = store.checkpoints.read_latest(lease.task_id)
@@ -86,6 +85,7 @@ async def prepare(node_id: str, req: PrepareStepRequest, svc: Svc, node_secret: 
                 409, f"checkpoint {req.checkpoint.id} is not task {lease.task_id!r}'s current one", field="checkpoint"
             )
         assert lease.limits is not None
+        quiet = timedelta(seconds=lease.limits.quiet_after_s or svc.config.heartbeat_timeout_s)
         check_prepare(lease.limits, req.attempt, store.leases.prepared_under(lease.lease_id), utcnow(), quiet)
         messages, tools = _prompt_of(store, lease, current.messages, req)
         counted = count_prompt(messages, tools, _tokenizer(svc, lease.model))

@@ -64,6 +64,14 @@ class StepLimits(BaseModel):
         " sends them with its prepare, and the control plane counts them in the prompt only when they hash to this"
         " (None: a lease from before calls carried them, whose prompt is the task's conversation and agent's tools)",
     )
+    quiet_after_s: float | None = Field(
+        default=None,
+        ge=1,
+        le=600,
+        description="the heartbeat timeout after which the workflow continues a quiet generation on this placement:"
+        " the control plane accepts a continuation's prepare no sooner (None: a lease from before it said, judged by"
+        " the control plane's own `heartbeat_timeout_s`)",
+    )
 
 
 def call_extras_digest(instructions: str | None, tools: list[dict[str, Any]]) -> str:

@@ -35,7 +35,11 @@ _TASKS = itertools.count()
 
 
 def leased_task(
-    store: Store, *, first_attempt: int = 1, earlier: dict[int, CallReservation] | None = None
+    store: Store,
+    *,
+    first_attempt: int = 1,
+    earlier: dict[int, CallReservation] | None = None,
+    quiet_after_s: float | None = None,
 ) -> tuple[str, CheckpointRef]:
     """A running task whose step 1 the node leases now, as a placement starting at `first_attempt` of a round from
     attempt 1. `earlier`: attempts an earlier placement of the round prepared, under a lease since released (its
@@ -62,6 +66,7 @@ def leased_task(
             first_attempt=first,
             last_attempt=first + 99,
             round_first_attempt=1,
+            quiet_after_s=quiet_after_s,
         )
         return LeaseRecord(
             lease_id=lease_id,
@@ -208,6 +213,18 @@ def test_a_lease_prepares_only_the_attempts_its_workflow_can_start(node, store: 
     beyond = prepare(node, task_id, ref, 2 + QUIET_CONTINUES)
     assert beyond.status_code == 422 and error_of(beyond)["field"] == "attempt"
     assert f"attempts 1 to {1 + QUIET_CONTINUES}" in error_of(beyond)["message"]
+
+
+def test_a_continuation_waits_for_the_tasks_own_heartbeat_timeout(node, store: Store) -> None:
+    """The workflow puts the task's heartbeat timeout in the lease: a task whose generations may go quiet 20 s gets
+    its continuation's prepare no sooner than 10 s after the one before, whatever the control plane's own setting."""
+    task_id, ref = leased_task(store, quiet_after_s=20.0)
+    assert prepare(node, task_id, ref, 1).status_code == 200
+    backdate_prepares(store, task_id, 6.0)  # enough for the control plane's default 5 s, not for this task's 20 s
+    early = prepare(node, task_id, ref, 2)
+    assert early.status_code == 422 and "went quiet for 20 s" in error_of(early)["message"], early.text
+    backdate_prepares(store, task_id, 5.0)
+    assert prepare(node, task_id, ref, 2).status_code == 200
 
 
 # ----- the property: a lease books at most what its attempts could have produced -------------------------------

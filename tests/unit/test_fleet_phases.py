@@ -153,11 +153,12 @@ def test_a_waiting_step_shows_its_place_when_the_reason_changes_or_a_while_has_p
 def test_each_placement_asks_for_its_own_attempts_without_the_nodes_it_must_avoid() -> None:
     rnd = a_round(excluded={"gpu-a": T0}, avoided_zones=frozenset({"z1"}))
     memory = FleetMemory(gone_nodes=frozenset({"gpu-x"}), previous_replica="r0", context_tokens=70)
-    asked = asking(rnd, 2, memory, T0 + timedelta(seconds=1))
+    asked = asking(rnd, 2, memory, T0 + timedelta(seconds=1), timedelta(seconds=7))
     assert (asked.exclude_nodes, asked.avoid_spot_zones) == (["gpu-x", "gpu-a"], ["z1"])
     assert (asked.previous_replica, asked.prompt_tokens) == ("r0", 70)
     assert asked.limits is not None
     assert (asked.limits.first_attempt, asked.limits.last_attempt) == (2 * ATTEMPT_STRIDE + 1, 3 * ATTEMPT_STRIDE)
+    assert asked.limits.quiet_after_s == 7  # the task's own heartbeat timeout judges its continuations
 
 
 def test_the_memory_carries_placements_across_rounds_and_a_model_off_the_fleet_for_a_while() -> None:

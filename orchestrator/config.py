@@ -14,11 +14,11 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr
 
 from sdk import SecretSettingRefused
-from sdk.wire.secret_settings import FILE_SUFFIX, secret_setting
+from sdk.secret_settings import FILE_SUFFIX, secret_setting
 
 ENV_PREFIX = "BERTH_"
 # The settings that are secrets. Each may instead be read from a file that BERTH_<NAME>_FILE names (a Secret mounted
-# as files, as the Helm chart does): sdk/wire/secret_settings.py reads them, and refuses both forms at once.
+# as files, as the Helm chart does): sdk/secret_settings.py reads them, and refuses both forms at once.
 SECRET_SETTINGS = ("admin_key", "database_url", "join_token", "temporal_api_key")
 # The pool's placement policies by name (orchestrator/pool/placement_policy.py builds each).
 PlacementPolicyName = Literal["berth", "k8s-spread"]

@@ -38,6 +38,7 @@ from ._settings import ModelSettings
 from ._spec import AgentSpec, TaskSpec
 from ._state import Spend, TaskEvent, TaskState, TaskStatus
 from ._stream import StreamEvent, TextReset, TokenDelta, Writing, typed
+from .secret_settings import secret_setting
 from .wire.catalogue import CatalogueModel, ModelEntry, PrewarmRequest, PrewarmStarted, ScalingPolicy
 from .wire.contracts import SpawnedChild
 from .wire.events import END_EVENT, REVOKED_EVENT, TOKEN_DELTA_EVENT, TOKEN_RESET_EVENT, SseParser
@@ -59,7 +60,6 @@ from .wire.node_pools import DEFAULT_POOL_MAX_NODES, DEFAULT_POOL_TOKEN_TTL_S, P
 from .wire.objectives import LatencyObjectives
 from .wire.output import answer_json
 from .wire.resources import CheckpointDetail, CheckpointSummary, ErrorBody, ForkRequest, Ledger
-from .wire.secret_settings import secret_setting
 
 # An idle connection is dropped before the server's keep-alive (uvicorn's 5 s) closes it: at httpx's default, also
 # 5 s, a request sent as the server closed the connection failed with "server disconnected" and never ran.

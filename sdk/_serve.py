@@ -32,9 +32,9 @@ from ._mcp_tools import McpToolbox
 from ._spec import AgentSpec
 from ._temporal_connection import temporal_connection
 from ._tool import ToolArgumentError, ToolCallContext
+from .secret_settings import secret_setting
 from .wire.contracts import TOOL_ACTIVITY, ToolCallInput, ToolCallResult
 from .wire.limits import MAX_TOOL_RESULT_CHARS
-from .wire.secret_settings import secret_setting
 
 log = logging.getLogger("berth.tools")
 # A stopping tool worker waits this long for the tool calls it runs to finish and be recorded before it cancels

@@ -37,9 +37,9 @@ from sdk import (
     TaskStatus,
     Unauthorized,
 )
+from sdk.secret_settings import secret_setting
 from sdk.wire.identity import API_KEY_ENV
 from sdk.wire.objective_layers import describe
-from sdk.wire.secret_settings import secret_setting
 from sdk.wire.task_events import (
     InterruptionEvent,
     ModelCallEvent,

@@ -11,8 +11,8 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from sdk import Agent, BerthError, InvalidSpec, McpUnreachable, SecretSettingRefused, serve
+from sdk.secret_settings import secret_setting
 from sdk.wire.identity import API_KEY_ENV
-from sdk.wire.secret_settings import secret_setting
 
 from ..config import BerthConfig
 from ..telemetry import serve_metrics

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sdk.wire.secret_settings import FILE_SUFFIX
+from sdk.secret_settings import FILE_SUFFIX
 
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 # A child that ran this long was healthy, not crash-looping: its next restart is the first again.

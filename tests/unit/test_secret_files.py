@@ -16,8 +16,8 @@ from orchestrator.cli import tool_worker
 from orchestrator.config import ENV_PREFIX, FILE_SUFFIX, SECRET_SETTINGS, BerthConfig, SecretSettingRefused
 from orchestrator.stack.supervisor import child_environment
 from sdk import Client
+from sdk.secret_settings import secret_setting
 from sdk.wire.identity import API_KEY_ENV
-from sdk.wire.secret_settings import secret_setting
 
 VARIABLES = [ENV_PREFIX + name.upper() for name in SECRET_SETTINGS] + [API_KEY_ENV]
 ADMIN_KEY = "berth_0123456789ab_" + "s" * 43

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from .._errors import SecretSettingRefused
+from ._errors import SecretSettingRefused
 
 FILE_SUFFIX = "_FILE"
 

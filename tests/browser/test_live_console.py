@@ -41,7 +41,8 @@ def test_a_live_task_page_fits_a_phone_and_its_timeline_draws_the_wait_and_the_s
     expect(page.locator("#task-status")).to_have_text("running", timeout=60_000)
     expect(timeline.locator("rect.phase-generating")).to_have_count(1, timeout=60_000)
     tip = timeline.locator("rect.phase-generating").get_attribute("data-tip") or ""
-    assert re.fullmatch(r"step 1 · generating now: for .+ so far", tip), tip
+    # Whichever step is generating when the page is read (the first few are quick on an idle machine).
+    assert re.fullmatch(r"step \d+ · generating now: for .+ so far", tip), tip
     ui.shot("phone-running")
     assert page.evaluate(WIDTH) <= PHONE["width"], f"a running task's page is {page.evaluate(WIDTH)} px wide"
     task.cancel()

@@ -138,6 +138,10 @@ class Workload:
             base_url=stack.api, headers={"authorization": f"Bearer {stack.admin_key()}"}, timeout=20
         )
         self._driver = threading.Thread(target=self._drive, name=f"driver-{prefix}", daemon=True)
+        # The one action with a deadline (a 20 s tool call to cancel while it runs) has a thread of its own: the
+        # driver's pass waits on answers and raises that need the orchestrator worker, and with it killed and two
+        # CPU hogs beside it a pass took longer than the tool call, which then finished uncancelled.
+        self._canceller = threading.Thread(target=self._cancel_dwellers, name=f"canceller-{prefix}", daemon=True)
 
     # ----- the rounds ---------------------------------------------------------------------------
     def submit_round(self) -> None:
@@ -155,6 +159,7 @@ class Workload:
                     loop.start()
         if not self._driver.is_alive():
             self._driver.start()
+            self._canceller.start()
 
     def snapshot(self) -> list[Tracked]:
         with self._lock:
@@ -169,6 +174,7 @@ class Workload:
     def stop(self) -> None:
         self._stop.set()
         self._driver.join(timeout=30)
+        self._canceller.join(timeout=30)
         for loop in self.loops:
             loop.stop.set()
             loop.join(timeout=30)
@@ -207,17 +213,42 @@ class Workload:
             self._take(task, "raise", "POST", f"/v1/tasks/{task.task_id}/raise-budget", {"tokens": BUDGET_RAISE})
         elif task.feature == "cancel-generation" and "cancel" not in task.acted and self._writing(task):
             self._take(task, "cancel", "POST", f"/v1/tasks/{task.task_id}/cancel", {"reason": "chaos: mid-generation"})
-        elif task.feature == "cancel-tool" and "cancel" not in task.acted and self._dwelling(task):
-            self._take(task, "cancel", "POST", f"/v1/tasks/{task.task_id}/cancel", {"reason": "chaos: mid-tool"})
         elif task.feature == "preempt" and "preempt" not in task.acted and self._writing(task):
             node = self._lease_node(task.task_id)
             if node is not None:
                 task.preempted_node = node
                 self._take(task, "preempt", "POST", f"/v1/nodes/{node}/preempt", {"notice_s": 10})
 
-    def _take(self, task: Tracked, action: str, method: str, path: str, body: dict[str, Any]) -> None:
+    def _cancel_dwellers(self) -> None:
+        """Cancel each `cancel-tool` task once the journal shows its tool call running: a cancel is a signal, which
+        Temporal takes whether or not the worker is up, so only the server must answer, not the driver's pass."""
+        with httpx.Client(
+            base_url=self.stack.api, headers={"authorization": f"Bearer {self.stack.admin_key()}"}, timeout=20
+        ) as http:
+            while not self._stop.is_set():
+                for task in self.snapshot():
+                    if task.feature != "cancel-tool" or task.final or "cancel" in task.acted:
+                        continue
+                    if time.monotonic() - task.last_try < RETRY_ACTION_S or not self._dwelling(task):
+                        continue
+                    try:
+                        self._take(
+                            task,
+                            "cancel",
+                            "POST",
+                            f"/v1/tasks/{task.task_id}/cancel",
+                            {"reason": "chaos: mid-tool"},
+                            http,
+                        )
+                    except httpx.HTTPError:
+                        pass  # the server is down for now: asked again after RETRY_ACTION_S
+                self._stop.wait(0.2)
+
+    def _take(
+        self, task: Tracked, action: str, method: str, path: str, body: dict[str, Any], http: httpx.Client | None = None
+    ) -> None:
         task.last_try = time.monotonic()
-        answer = self._http.request(method, path, json=body)
+        answer = (http or self._http).request(method, path, json=body)
         if answer.status_code in (200, 202):
             task.acted[action] = task.acted.get(action, 0) + 1
 

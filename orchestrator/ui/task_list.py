@@ -304,11 +304,15 @@ async def listing(
 TaskFilter = Annotated[str, Query(max_length=200)]
 
 
-@router.get("/tasks", response_class=HTMLResponse)
-async def tasks_page(
-    request: Request,
-    svc: Svc,
-    viewer: Signed,
+@dataclass(frozen=True)
+class ListQuery:
+    """What the Tasks list is asked for: its filters and sort (by the query's names), and its page."""
+
+    filters: dict[str, str]
+    page: int
+
+
+def list_query(
     status: Annotated[str, Query(max_length=32)] = "",
     tenant: Annotated[str, Query(max_length=64)] = "",
     agent: Annotated[str, Query(max_length=128)] = "",
@@ -320,53 +324,30 @@ async def tasks_page(
     sort: Annotated[str, Query(max_length=32)] = DEFAULT_SORT,
     dir: Annotated[str, Query(max_length=8)] = DEFAULT_DIR,  # noqa: A002  (the query parameter's name)
     page: Annotated[int, Query(ge=1, le=10_000)] = 1,
-) -> HTMLResponse:
-    filters = _filters(status, tenant, agent, model, q, within, since, until, sort, dir)
-    status_code, flash, context = await _listing_context(request, svc, viewer, filters, page)
+) -> ListQuery:
+    """The list's query parameters, each bounded: the page and its live panel take the same ones."""
+    filters = {"status": status, "tenant": tenant, "agent": agent, "model": model, "q": q.strip()}
+    filters.update({"within": within, "since": since, "until": until, "sort": sort, "dir": dir})
+    return ListQuery(filters, page)
+
+
+Listed = Annotated[ListQuery, Depends(list_query)]
+
+
+@router.get("/tasks", response_class=HTMLResponse)
+async def tasks_page(request: Request, svc: Svc, viewer: Signed, query: Listed) -> HTMLResponse:
+    status_code, flash, context = await _listing_context(request, svc, viewer, query.filters, query.page)
     return render(request, "tasks.html", viewer, status=status_code, flash=flash, **context)
 
 
 @router.get("/panels/tasks", response_class=HTMLResponse)
-async def tasks_panel(
-    request: Request,
-    svc: Svc,
-    viewer: Signed,
-    status: Annotated[str, Query(max_length=32)] = "",
-    tenant: Annotated[str, Query(max_length=64)] = "",
-    agent: Annotated[str, Query(max_length=128)] = "",
-    model: TaskFilter = "",
-    q: TaskFilter = "",
-    within: Annotated[str, Query(max_length=16)] = "",
-    since: Annotated[str, Query(max_length=64)] = "",
-    until: Annotated[str, Query(max_length=64)] = "",
-    sort: Annotated[str, Query(max_length=32)] = DEFAULT_SORT,
-    dir: Annotated[str, Query(max_length=8)] = DEFAULT_DIR,  # noqa: A002  (the query parameter's name)
-    page: Annotated[int, Query(ge=1, le=10_000)] = 1,
-) -> HTMLResponse:
+async def tasks_panel(request: Request, svc: Svc, viewer: Signed, query: Listed) -> HTMLResponse:
     """The list alone, with the page's filters, sort and page: what live.js swaps in as tasks change (the pulse
     moves on with every task event). Refused filters are refused here too, naming them."""
-    filters = _filters(status, tenant, agent, model, q, within, since, until, sort, dir)
-    status_code, flash, context = await _listing_context(request, svc, viewer, filters, page)
+    status_code, flash, context = await _listing_context(request, svc, viewer, query.filters, query.page)
     if flash is not None:
         raise ApiError(status_code, flash.text, field=next(iter(context["invalid"]), None))
     return render(request, "tasks_live.html", viewer, **context)
-
-
-def _filters(
-    status: str, tenant: str, agent: str, model: str, q: str, within: str, since: str, until: str, sort: str, dir: str
-) -> dict[str, str]:
-    return {
-        "status": status,
-        "tenant": tenant,
-        "agent": agent,
-        "model": model,
-        "q": q.strip(),
-        "within": within,
-        "since": since,
-        "until": until,
-        "sort": sort,
-        "dir": dir,
-    }
 
 
 async def _listing_context(

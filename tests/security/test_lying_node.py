@@ -57,6 +57,23 @@ def agent(store: Store) -> AgentSpec:
     )
 
 
+def step_lease(
+    lease_id: str, task_id: str, tenant: str, node_id: str, replica_id: str, limits: StepLimits
+) -> LeaseRecord:
+    """A lease of the task's step 1 on `node_id`, under the workflow's `limits`."""
+    return LeaseRecord(
+        lease_id=lease_id,
+        task_id=task_id,
+        step=1,
+        model="llama-3.2-1b",
+        node_id=node_id,
+        replica_id=replica_id,
+        tokens=limits.max_tokens,
+        tenant=tenant,
+        limits=limits,
+    )
+
+
 @pytest.fixture
 def world(store: Store, agent: AgentSpec) -> dict[str, CheckpointRef]:
     """Tenant A's task t-a (leased to the liar, step 1) and tenant B's task t-b (leased to an honest node)."""
@@ -69,32 +86,8 @@ def world(store: Store, agent: AgentSpec) -> dict[str, CheckpointRef]:
     limits = StepLimits(
         max_tokens=MAX_TOKENS, token_allowance=ALLOWANCE, first_attempt=101, last_attempt=200, round_first_attempt=1
     )
-    store.leases.add(
-        LeaseRecord(
-            lease_id="lease-a",
-            task_id="t-a",
-            step=1,
-            model="llama-3.2-1b",
-            node_id=NODE,
-            replica_id="r-1",
-            tokens=MAX_TOKENS,
-            tenant="acme",
-            limits=limits,
-        )
-    )
-    store.leases.add(
-        LeaseRecord(
-            lease_id="lease-b",
-            task_id="t-b",
-            step=1,
-            model="llama-3.2-1b",
-            node_id="gpu-honest",
-            replica_id="r-2",
-            tokens=MAX_TOKENS,
-            tenant="globex",
-            limits=limits,
-        )
-    )
+    store.leases.add(step_lease("lease-a", "t-a", "acme", NODE, "r-1", limits))
+    store.leases.add(step_lease("lease-b", "t-b", "globex", "gpu-honest", "r-2", limits))
     return refs
 
 
@@ -121,19 +114,7 @@ def earlier_placement(store: Store, attempts: tuple[int, ...], max_tokens: int) 
     held = store.leases.release("lease-a")
     assert held is not None
     limits = StepLimits(max_tokens=max_tokens, token_allowance=ALLOWANCE, first_attempt=1, last_attempt=100)
-    store.leases.add(
-        LeaseRecord(
-            lease_id="lease-gone",
-            task_id="t-a",
-            step=1,
-            model="llama-3.2-1b",
-            node_id="gpu-gone",
-            replica_id="r-0",
-            tokens=max_tokens,
-            tenant="acme",
-            limits=limits,
-        )
-    )
+    store.leases.add(step_lease("lease-gone", "t-a", "acme", "gpu-gone", "r-0", limits))
     for attempt in attempts:
         store.leases.reserve_call("lease-gone", CallReservation(prompt_tokens=10, max_tokens=max_tokens), attempt)
     store.leases.release("lease-gone")

@@ -138,10 +138,11 @@ class Workload:
             base_url=stack.api, headers={"authorization": f"Bearer {stack.admin_key()}"}, timeout=20
         )
         self._driver = threading.Thread(target=self._drive, name=f"driver-{prefix}", daemon=True)
-        # The one action with a deadline (a 20 s tool call to cancel while it runs) has a thread of its own: the
-        # driver's pass waits on answers and raises that need the orchestrator worker, and with it killed and two
-        # CPU hogs beside it a pass took longer than the tool call, which then finished uncancelled.
-        self._canceller = threading.Thread(target=self._cancel_dwellers, name=f"canceller-{prefix}", daemon=True)
+        # The actions with a deadline (cancel a 20 s tool call while it runs, a generation while it writes, preempt
+        # its node while it writes) have a thread of their own: the driver's pass waits on answers and raises that
+        # need the orchestrator worker, and with it killed beside two CPU hogs a pass outlasted the moment (a tool
+        # call finished uncancelled; a writer finished before its node was preempted).
+        self._in_time = threading.Thread(target=self._act_in_time, name=f"in-time-{prefix}", daemon=True)
 
     # ----- the rounds ---------------------------------------------------------------------------
     def submit_round(self) -> None:
@@ -159,7 +160,7 @@ class Workload:
                     loop.start()
         if not self._driver.is_alive():
             self._driver.start()
-            self._canceller.start()
+            self._in_time.start()
 
     def snapshot(self) -> list[Tracked]:
         with self._lock:
@@ -174,7 +175,7 @@ class Workload:
     def stop(self) -> None:
         self._stop.set()
         self._driver.join(timeout=30)
-        self._canceller.join(timeout=30)
+        self._in_time.join(timeout=30)
         for loop in self.loops:
             loop.stop.set()
             loop.join(timeout=30)
@@ -211,38 +212,36 @@ class Workload:
             self._take(task, "answer", "POST", f"/v1/tasks/{task.task_id}/answer", {"text": HUMAN_ANSWER})
         elif task.feature == "budget" and task.status == TaskStatus.awaiting_budget:
             self._take(task, "raise", "POST", f"/v1/tasks/{task.task_id}/raise-budget", {"tokens": BUDGET_RAISE})
-        elif task.feature == "cancel-generation" and "cancel" not in task.acted and self._writing(task):
-            self._take(task, "cancel", "POST", f"/v1/tasks/{task.task_id}/cancel", {"reason": "chaos: mid-generation"})
-        elif task.feature == "preempt" and "preempt" not in task.acted and self._writing(task):
-            node = self._lease_node(task.task_id)
-            if node is not None:
-                task.preempted_node = node
-                self._take(task, "preempt", "POST", f"/v1/nodes/{node}/preempt", {"notice_s": 10})
 
-    def _cancel_dwellers(self) -> None:
-        """Cancel each `cancel-tool` task once the journal shows its tool call running: a cancel is a signal, which
-        Temporal takes whether or not the worker is up, so only the server must answer, not the driver's pass."""
+    def _act_in_time(self) -> None:
+        """The actions with a deadline, each as soon as its moment shows: cancel a tool call while it runs (the
+        journal shows it), cancel a generation and preempt its node while it writes. None needs the orchestrator
+        worker (a cancel is a signal Temporal takes with it down; a preemption is the store's and the node's), so
+        they wait only for the server, never for the driver's pass of answers and raises."""
         with httpx.Client(
             base_url=self.stack.api, headers={"authorization": f"Bearer {self.stack.admin_key()}"}, timeout=20
         ) as http:
             while not self._stop.is_set():
                 for task in self.snapshot():
-                    if task.feature != "cancel-tool" or task.final or "cancel" in task.acted:
-                        continue
-                    if time.monotonic() - task.last_try < RETRY_ACTION_S or not self._dwelling(task):
+                    if task.final or time.monotonic() - task.last_try < RETRY_ACTION_S:
                         continue
                     try:
-                        self._take(
-                            task,
-                            "cancel",
-                            "POST",
-                            f"/v1/tasks/{task.task_id}/cancel",
-                            {"reason": "chaos: mid-tool"},
-                            http,
-                        )
+                        self._act_now(task, http)
                     except httpx.HTTPError:
                         pass  # the server is down for now: asked again after RETRY_ACTION_S
-                self._stop.wait(0.2)
+                self._stop.wait(0.5)
+
+    def _act_now(self, task: Tracked, http: httpx.Client) -> None:
+        path = f"/v1/tasks/{task.task_id}/cancel"
+        if task.feature == "cancel-tool" and "cancel" not in task.acted and self._dwelling(task):
+            self._take(task, "cancel", "POST", path, {"reason": "chaos: mid-tool"}, http)
+        elif task.feature == "cancel-generation" and "cancel" not in task.acted and self._writing(task, http):
+            self._take(task, "cancel", "POST", path, {"reason": "chaos: mid-generation"}, http)
+        elif task.feature == "preempt" and "preempt" not in task.acted and self._writing(task, http):
+            node = self._lease_node(task.task_id)
+            if node is not None:
+                task.preempted_node = node
+                self._take(task, "preempt", "POST", f"/v1/nodes/{node}/preempt", {"notice_s": 10}, http)
 
     def _take(
         self, task: Tracked, action: str, method: str, path: str, body: dict[str, Any], http: httpx.Client | None = None
@@ -252,9 +251,9 @@ class Workload:
         if answer.status_code in (200, 202):
             task.acted[action] = task.acted.get(action, 0) + 1
 
-    def _writing(self, task: Tracked) -> bool:
+    def _writing(self, task: Tracked, http: httpx.Client) -> bool:
         """Its generation has written text (a report: its searches are done)."""
-        answer = self._http.get(f"/v1/tasks/{task.task_id}/writing")
+        answer = http.get(f"/v1/tasks/{task.task_id}/writing")
         return answer.status_code == 200 and len(answer.json()["text"]) > 0
 
     def _dwelling(self, task: Tracked) -> bool:

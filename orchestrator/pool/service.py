@@ -477,6 +477,7 @@ class PoolService:
                 r.pool_id == self.pool_id
                 or r.replica_id in self.fleet.replicas
                 or r.replica_id in self._gone
+                or r.reported_at is not None  # its node listed it: it holds memory only while still listed
                 or r.node_id not in self.fleet.nodes
                 or r.model not in self.fleet.models
             ):

@@ -195,6 +195,16 @@ class SqlFleet:
                 )
                 for r in hb.replicas
             )
+            if hb.replicas:  # from its first listing on, the node's report says whether a replica holds its GPUs
+                session.execute(
+                    update(GpuReservationRow)
+                    .where(
+                        col(GpuReservationRow.node_id) == hb.node_id,
+                        col(GpuReservationRow.replica_id).in_([r.replica_id for r in hb.replicas]),
+                        col(GpuReservationRow.reported_at).is_(None),
+                    )
+                    .values(reported_at=now)
+                )
             row.peer_host, row.peer_port = (hb.peer_host, hb.peer_port) if hb.peer_port else (None, None)
             if row.admission == "admitted":  # its own disk and origin reads: what the pool learns rates from
                 session.add_all(

@@ -5,8 +5,12 @@ Each pool places on its own in-memory view of the fleet, refreshed every second;
 two pools could choose the same free GPU. Before a pool starts a replica it reserves the memory here,
 in one transaction that first takes the node's row lock (an UPDATE of it: a row lock on PostgreSQL, the
 database's write lock on SQLite) and then counts what is on each GPU: the replicas the node reports,
-and the reservations no report covers yet that are younger than the unreported-load grace. A refused
+and the reservations no report has covered yet that are younger than the unreported-load grace. A refused
 reservation leaves nothing behind; the pool refreshes its view and places again.
+
+A reservation its node once listed (`reported_at`) holds memory only while the node lists it: a replica
+that stopped (its node restarted, or a step saw it fail) has left its GPUs, though its row stays as the
+pool's record of the load, so the node serves it again should it list it again.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class Reservation:
     owner: str | None  # an isolated tenant's replica holds its devices alone
     pool_id: str
     created_at: datetime | None = None
+    reported_at: datetime | None = None  # when its node first listed the replica
 
 
 class SqlReservations:
@@ -77,6 +82,8 @@ class SqlReservations:
                 share = reservation.per_device_gib if reservation else model_gib(row.model) / max(len(devices), 1)
                 _count(used, owners, devices, share, reservation.owner if reservation else None)
             for placed in held.values():
+                if placed.reported_at is not None:
+                    continue  # listed once, no longer: the replica left its GPUs (the row stays as its record)
                 if placed.created_at >= cutoff:  # placed, its load not reported yet
                     _count(used, owners, json.loads(placed.gpu_indexes_json), placed.per_device_gib, placed.owner)
                 else:
@@ -134,4 +141,5 @@ def _reservation(row: GpuReservationRow) -> Reservation:
         row.owner,
         row.pool_id,
         row.created_at,
+        row.reported_at,
     )

@@ -468,6 +468,9 @@ class GpuReservationRow(SQLModel, table=True):
     owner: str | None = None  # the isolated tenant whose replica holds the devices alone
     pool_id: str
     created_at: datetime = Field(default_factory=utcnow, sa_type=UtcDateTime)
+    # When its node first listed the replica: from then on the node's report, not this row, says whether its
+    # memory is taken (a replica the node stops listing has left its GPUs, whatever the load's grace).
+    reported_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
 
 
 class LeadershipRow(SQLModel, table=True):

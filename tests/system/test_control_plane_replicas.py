@@ -110,16 +110,20 @@ class ReservationWatch:
             self.check()
 
     def check(self) -> None:
+        nodes = self.store.fleet.list()
         sizes = {
             (node.node_id, gpu.index): gpu.memory_total_mib / 1024
-            for node in self.store.fleet.list()
+            for node in nodes
             for gpu in node.gpus
             if gpu.memory_total_mib
         }
+        listed = {replica.replica_id for node in nodes for replica in node.replicas}
         used: dict[tuple[str, int], float] = {}
         for r in self.store.reservations.list():
             self.seen.add(r.replica_id)
             self.pools["reserving"].add(r.pool_id)
+            if r.reported_at is not None and r.replica_id not in listed:
+                continue  # its node listed it and no longer does: a record of a stopped replica, holding nothing
             for index in r.gpu_indexes:
                 used[(r.node_id, index)] = used.get((r.node_id, index), 0.0) + r.per_device_gib
         for gpu, gib in used.items():

@@ -307,6 +307,24 @@ def test_a_replica_reported_gone_is_not_placed_on_again_even_from_a_stale_report
     assert again.outcome == "placed" and again.replica_id != "r-old" and again.tier == "origin"
 
 
+def test_a_gpu_whose_new_replica_stopped_takes_the_next_load_at_once(store: Store, pool: PoolService) -> None:
+    """A node restarted within the load's grace (a SIGTERM, a preemption) comes back without the replica it had
+    just loaded: its GPU is free for the step's next load then, not once the grace has passed."""
+    join(store, "small", "A100-40GB")  # one GPU: one 8B replica fits, never two
+    first = pool.acquire(req("t1"))
+    assert first.outcome == "placed" and first.load is not None
+    listed = [{"replica_id": first.replica_id, "model": "llama-3.1-8b", "gpu_indexes": [0], "state": "warm"}]
+    store.fleet.heartbeat(NodeHeartbeat.model_validate({"node_id": "small", "replicas": listed}), SECRET)
+    pool.release(ReleaseLease(lease_id=first.lease_id, replica_gone=True))  # the node stopped under the step
+    store.fleet.heartbeat(NodeHeartbeat.model_validate({"node_id": "small", "replicas": []}), SECRET)
+    pool.sync(force=True)
+    again = pool.acquire(req("t1", step=2))
+    assert (again.outcome, again.node_id) == ("placed", "small"), again.reason
+    assert again.replica_id != first.replica_id and again.load is not None
+    # The stopped load keeps its record (a node that lists it again serves it again); it holds no memory.
+    assert {first.replica_id, again.replica_id} <= {r.replica_id for r in store.reservations.list()}
+
+
 def test_a_report_older_than_the_first_served_step_does_not_make_a_warm_replica_loading_again(
     store: Store, pool: PoolService
 ) -> None:

@@ -25,9 +25,7 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("gpu_reservations") as batch:
-        batch.add_column(
-            sa.Column("reported_at", orchestrator.store.tables.UtcDateTime(timezone=True), nullable=True)
-        )
+        batch.add_column(sa.Column("reported_at", orchestrator.store.tables.UtcDateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:

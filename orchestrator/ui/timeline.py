@@ -10,7 +10,8 @@ Read from the task's typed events (sdk/wire/task_events.py), so every phase is d
   its `replica_loaded`, and an `interruption` (a generation cut when its node was lost, then the time until the
   step was placed again). What no event accounts for stays a queue wait before the call, and the tools after a
   call that asked for them;
-- the step being generated now (a live task's step with no booked call yet) is drawn too, open-ended up to now.
+- the step being generated now (a live task's step with no booked call yet) is drawn too, open-ended up to now;
+  a cut of it is drawn as soon as the workflow says it looks for a new place, before its `interruption` event.
 
 Each phase has its own colour and legend entry (PHASE_WORDS); a wait is never drawn as work. Drawn as SVG on the
 server, with a tooltip per phase, like the other charts.
@@ -177,13 +178,16 @@ def step_timeline(
         cuts = [e for e in interruptions if e.data.step == step]
         own = spans + _cut_spans(cuts, begins[step], spans)
         if step == open_step:
+            pending = _unplaced_cut(log, step, begins[step], cuts)
+            marks = [_cut(e) for e in cuts] + ([_pending_cut(pending, step)] if pending is not None else [])
+            if pending is not None:
+                own += _unplaced_cut_spans(pending, begins[step], cuts, spans, until)
             phases = _open_step(step, begins[step], until, own)
-            where = _latest_place(log, step, begins[step])
-        else:
-            call = calls[step]
-            phases = _booked_step(step, call, own, begins[step], next_begin, bool(cuts))
-            where = call.data.node_id or call.data.served_by
-        rows.append(StepRow(step, where, phases, [_cut(e) for e in cuts]))
+            rows.append(StepRow(step, _latest_place(log, step, begins[step]), phases, marks))
+            continue
+        call = calls[step]
+        phases = _booked_step(step, call, own, begins[step], next_begin, bool(cuts))
+        rows.append(StepRow(step, call.data.node_id or call.data.served_by, phases, [_cut(e) for e in cuts]))
     moments = [p.start for r in rows for p in r.phases] + [c.at for r in rows for c in r.cuts]
     start = min(moments + ([started_at] if started_at else []), default=until)
     end = max([p.end for r in rows for p in r.phases] + [c.at for r in rows for c in r.cuts], default=until)
@@ -268,6 +272,42 @@ def _cut_spans(cuts: Sequence[InterruptionEvent], begin: datetime, spans: Sequen
         out.append(_Span("resuming", at, max(at, e.at), resumed if cut.resumed_on else "not placed yet"))
         placed = max(at, e.at)
     return out
+
+
+@dataclass(frozen=True)
+class _UnplacedCut:
+    """A cut the workflow has said (it looks for a new place), before it writes the `interruption` event."""
+
+    at: datetime
+    said: str  # the wait's own words ("gpu: step 7 resuming: … (gpu-a)")
+
+
+def _unplaced_cut(
+    log: Sequence[TypedTaskEvent], step: int, begin: datetime, cuts: Sequence[InterruptionEvent]
+) -> _UnplacedCut | None:
+    """The step's cut that has no new place yet: the workflow says it at once (a wait whose `gpu_trouble` is
+    "preemption"), but writes its `interruption` event only once the step is placed again."""
+    since = max([begin, *(e.at for e in cuts)])
+    for e in log:
+        if e.at >= since and isinstance(e.data, TaskSnapshot) and e.data.gpu_trouble == "preemption":
+            return _UnplacedCut(e.at, e.data.waiting_for or "")
+    return None
+
+
+def _unplaced_cut_spans(
+    cut: _UnplacedCut, begin: datetime, cuts: Sequence[InterruptionEvent], spans: Sequence[_Span], until: datetime
+) -> list[_Span]:
+    """The generation cut (from the step's last placement to the cut), then the search for a new place, up to now."""
+    placed = max([begin, *(e.at for e in cuts)])
+    before = [s.end for s in spans if s.kind in ("gpu", "load") and placed <= s.end <= cut.at]
+    return [
+        _Span("preempted", max([placed, *before]), cut.at, f"({cut.said})" if cut.said else ""),
+        _Span("resuming", cut.at, until, "(not placed yet)"),
+    ]
+
+
+def _pending_cut(cut: _UnplacedCut, step: int) -> Cut:
+    return Cut(step, cut.at, f"step {step} · generation cut, not resumed yet" + (f" ({cut.said})" if cut.said else ""))
 
 
 # ----- a step's row -----------------------------------------------------------------------------------------------

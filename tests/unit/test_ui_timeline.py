@@ -159,6 +159,49 @@ def test_a_generation_cut_by_a_lost_node_is_drawn_as_cut_then_placed_again_not_a
     assert "resumed after a cut" in row.phases[-1].tip
 
 
+def test_a_generation_cut_and_not_placed_again_yet_is_drawn_as_cut_at_once_not_as_queue_wait() -> None:
+    """The workflow writes a cut's `interruption` event only once the step has its new place; until then its wait,
+    which says the step resumes from a cut, is what marks the cut on a live task's page."""
+    resuming = "gpu: step 2 resuming: the worker shut down mid-generation (gpu-a)"
+    log = (
+        Log()
+        .state(0, "running")
+        .call(10, 1, 4, tool_calls=["search"])
+        .step(12, 1)
+        .add("state", 20, status="waiting_for_gpu", step=1, waiting_for=resuming, gpu_trouble="preemption")
+        .add("state", 21, status="waiting_for_gpu", step=1, waiting_for="gpu: place 1", gpu_trouble="preemption")
+    )
+    timeline = step_timeline(log.events, _at(0), _at(30), live=True)
+    assert _phases(timeline, 2) == [("preempted", 12, 20), ("gpu", 20, 21), ("gpu", 21, 30)]  # each wait its words
+    [row] = [r for r in timeline.rows if r.step == 2]
+    assert [(c.step, c.at) for c in row.cuts] == [(2, _at(20))]
+    assert row.cuts[0].tip == f"step 2 · generation cut, not resumed yet ({resuming})"
+
+    placed = log.state(26, "running").add(
+        "interruption",
+        27,
+        step=2,
+        node_id="gpu-a",
+        kind="notice",
+        at=_at(20).isoformat(),
+        tokens_kept=40,
+        tokens_lost=0,
+        resumed_on="gpu-b",
+        status="running",
+    )
+    timeline = step_timeline(placed.events, _at(0), _at(30), live=True)
+    # Placed again: the event draws the cut once, and the step generates on its new place since.
+    assert _phases(timeline, 2) == [
+        ("preempted", 12, 20),
+        ("gpu", 20, 21),
+        ("gpu", 21, 26),
+        ("resuming", 26, 27),
+        ("generating", 27, 30),
+    ]
+    [row] = [r for r in timeline.rows if r.step == 2]
+    assert [c.at for c in row.cuts] == [_at(20)] and "resumed on gpu-b" in row.cuts[0].tip
+
+
 def test_a_step_asked_for_again_after_a_wait_for_budget_keeps_its_load_and_its_wait_in_its_row() -> None:
     # As a parked task's log reads: its first step's replica loaded, then the task waited for budget, and the call
     # was asked for again (its queue wait measured from then).

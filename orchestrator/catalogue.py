@@ -9,12 +9,12 @@ below and editable through the API and CLI; without a store (tests, tools) the s
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Protocol
 
 from activities.step.model_stream import hosted_settings
 from sdk import ModelSettings
+from sdk.secret_settings import SecretSettingRefused, secret_setting
 from sdk.wire.catalogue import CatalogueModel, EngineKind, ModelEntry, WeightsFile, WeightsSource
 from sdk.wire.lease import StepPlacement
 from sdk.wire.step_call import ModelRoute
@@ -202,9 +202,13 @@ class ModelCatalogue:
             known = ", ".join(sorted(self.names()))
             raise UnknownModel(f"unknown model {model!r}; the catalogue has: {known}")
         if entry.provider == "hosted":
-            key = os.environ.get(entry.api_key_env or "")
+            variable = entry.api_key_env or ""
+            try:  # the key itself, or the file its _FILE variable names (a mounted secret)
+                key = secret_setting(variable)
+            except SecretSettingRefused as exc:
+                raise UnknownModel(f"model {model!r} is hosted and its key cannot be read: {exc}") from None
             if not key:
-                raise UnknownModel(f"model {model!r} is hosted and needs {entry.api_key_env} to be set")
+                raise UnknownModel(f"model {model!r} is hosted and needs {variable} (or {variable}_FILE) to be set")
             return ModelRoute(
                 name=model,
                 litellm_model=entry.litellm_route or model,

@@ -1,7 +1,8 @@
 """Every secret setting may come from a file its `_FILE` variable names (a Kubernetes or Docker secret mounted as a
 file), and each process refuses at start, in one line naming the variable, a secret given twice or a file it
-cannot use: BERTH_ADMIN_KEY, BERTH_DATABASE_URL, BERTH_JOIN_TOKEN, BERTH_TEMPORAL_API_KEY (BerthConfig) and
-BERTH_API_KEY (the SDK's Client, the CLI and the tool worker)."""
+cannot use: BERTH_ADMIN_KEY, BERTH_DATABASE_URL, BERTH_JOIN_TOKEN, BERTH_TEMPORAL_API_KEY (BerthConfig),
+BERTH_API_KEY (the SDK's Client, the CLI and the tool worker) and a hosted model's provider key (its catalogue
+entry's `api_key_env`, read when a call is routed)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from orchestrator.catalogue import ModelCatalogue, UnknownModel
 from orchestrator.cli import main as cli
 from orchestrator.cli import tool_worker
 from orchestrator.config import ENV_PREFIX, FILE_SUFFIX, SECRET_SETTINGS, BerthConfig, SecretSettingRefused
@@ -156,3 +158,24 @@ def test_berth_up_hands_a_child_the_value_in_place_of_the_inherited_file_variabl
     inherited = {"BERTH_JOIN_TOKEN_FILE": "/run/secrets/join-token", "BERTH_ADMIN_KEY_FILE": "/k", "PATH": "/bin"}
     env = child_environment(inherited, {"BERTH_JOIN_TOKEN": "t"})
     assert env == {"BERTH_JOIN_TOKEN": "t", "BERTH_ADMIN_KEY_FILE": "/k", "PATH": "/bin"}
+
+
+def test_a_hosted_models_provider_key_is_read_from_its_file_and_a_bad_one_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catalogue entry's `api_key_env` (OPENAI_API_KEY) takes the same `_FILE` form as Berth's own secrets."""
+    catalogue = ModelCatalogue(BerthConfig(), None)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(secret_file(tmp_path, "sk-from-a-file\n")))
+    assert catalogue.route("openai/gpt-4o-mini").api_key == "sk-from-a-file"
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    with pytest.raises(UnknownModel, match="OPENAI_API_KEY and OPENAI_API_KEY_FILE are both set"):
+        catalogue.route("openai/gpt-4o-mini")
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.setenv("OPENAI_API_KEY_FILE", str(tmp_path / "missing"))
+    with pytest.raises(UnknownModel, match="its key cannot be read: OPENAI_API_KEY_FILE: cannot read .*missing"):
+        catalogue.route("openai/gpt-4o-mini")
+    monkeypatch.delenv("OPENAI_API_KEY_FILE")
+    with pytest.raises(UnknownModel, match=r"needs OPENAI_API_KEY \(or OPENAI_API_KEY_FILE\) to be set"):
+        catalogue.route("openai/gpt-4o-mini")

@@ -48,6 +48,22 @@ class Log:
     def step(self, at_s: float, step: int) -> Log:
         return self.add("step", at_s, step=step)
 
+    def cut(self, at_s: float, step: int, cut_at_s: float, kind: str, tokens_lost: int = 0, **more: Any) -> Log:
+        """The `interruption` event of a cut on gpu-a at `cut_at_s`, written at `at_s` once it resumed on gpu-b."""
+        return self.add(
+            "interruption",
+            at_s,
+            step=step,
+            node_id="gpu-a",
+            kind=kind,
+            at=_at(cut_at_s).isoformat(),
+            tokens_kept=40,
+            tokens_lost=tokens_lost,
+            resumed_on="gpu-b",
+            status="running",
+            **more,
+        )
+
 
 def _phases(timeline: Timeline, step: int) -> list[tuple[str, float, float]]:
     [row] = [r for r in timeline.rows if r.step == step]
@@ -128,19 +144,7 @@ def test_a_generation_cut_by_a_lost_node_is_drawn_as_cut_then_placed_again_not_a
     log = (
         Log()
         .state(40, "running")
-        .add(
-            "interruption",
-            89,
-            step=1,
-            node_id="gpu-a",
-            kind="simulated",
-            at=_at(70).isoformat(),
-            tokens_kept=40,
-            tokens_lost=2,
-            resumed_on="gpu-b",
-            resume_s=19.0,
-            status="running",
-        )
+        .cut(89, step=1, cut_at_s=70, kind="simulated", tokens_lost=2, resume_s=19.0)
         .call(100, 1, 10, queue=50)
     )
     timeline = step_timeline(log.events, _at(0), _at(100))
@@ -177,18 +181,7 @@ def test_a_generation_cut_and_not_placed_again_yet_is_drawn_as_cut_at_once_not_a
     assert [(c.step, c.at) for c in row.cuts] == [(2, _at(20))]
     assert row.cuts[0].tip == f"step 2 · generation cut, not resumed yet ({resuming})"
 
-    placed = log.state(26, "running").add(
-        "interruption",
-        27,
-        step=2,
-        node_id="gpu-a",
-        kind="notice",
-        at=_at(20).isoformat(),
-        tokens_kept=40,
-        tokens_lost=0,
-        resumed_on="gpu-b",
-        status="running",
-    )
+    placed = log.state(26, "running").cut(27, step=2, cut_at_s=20, kind="notice")
     timeline = step_timeline(placed.events, _at(0), _at(30), live=True)
     # Placed again: the event draws the cut once, and the step generates on its new place since.
     assert _phases(timeline, 2) == [

@@ -8,6 +8,10 @@ starts one, so workflows the API starts stay at their first workflow task.
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 
@@ -25,6 +30,8 @@ from orchestrator.store import Store
 from orchestrator.worker import build_worker
 from sdk.wire.identity import Role
 from tests.security.parties import JOIN_TOKEN, Live
+
+SERVER_START_TIMEOUT_S = 120.0  # generous for a loaded 2-core machine
 
 
 @pytest.fixture
@@ -54,6 +61,27 @@ async def gateway(temporal_client: TemporalClient, store: Store) -> AsyncIterato
 @pytest.fixture
 def app(config: BerthConfig, store: Store, gateway: TemporalGateway):
     return create_app(config, store, gateway)
+
+
+@pytest.fixture
+async def api_url(app) -> AsyncIterator[str]:
+    """The app under uvicorn on a free loopback port, in a thread of this process: for parties that must come
+    over real connections (a burst of joins, a `berth` process of its own)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, name="berth-api-on-loopback", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.to_thread(thread.join, 30)
 
 
 @pytest.fixture

@@ -5,17 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
-import threading
-import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
-import uvicorn
 
 from orchestrator.store import Store
 from sdk import AgentSpec
@@ -24,26 +17,6 @@ from sdk.wire.limits import MAX_REASON_CHARS
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT_S = 120.0  # a whole `berth` run: generous for a loaded 2-core machine
-
-
-@pytest.fixture
-async def api_url(app) -> AsyncIterator[str]:
-    """The app under uvicorn on a free loopback port, in a thread of this process."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, name="berth-api-for-cli", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + CLI_TIMEOUT_S
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the API server did not start"
-        await asyncio.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.to_thread(thread.join, 30)
 
 
 async def berth(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -12,14 +12,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
-import threading
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import httpx
 import pytest
-import uvicorn
 from sqlalchemy import update
 from sqlmodel import Session, col
 
@@ -48,24 +45,6 @@ def gateway() -> TemporalGateway:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return TemporalGateway(f"127.0.0.1:{port}")
-
-
-@pytest.fixture
-async def api_url(app) -> AsyncIterator[str]:
-    """The app under uvicorn on a free loopback port: a burst of joins is a burst of real connections."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def registration(node_id: str, join_token: str, **labels: str) -> dict:

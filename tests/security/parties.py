@@ -13,11 +13,12 @@ import httpx
 import sqlalchemy as sa
 from temporalio.client import Client as TemporalClient
 
-from orchestrator.store import Store
+from orchestrator.store import LeaseRecord, Store
 from orchestrator.store.tables import StepAttemptRow, table_of
 from sdk import Agent, TaskState, TaskStatus
 from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.identity import Role
+from sdk.wire.lease import StepLimits
 from sdk.wire.task_events import KIND_OF, Interruption
 
 JOIN_TOKEN = "join-security-6b1f"
@@ -36,6 +37,23 @@ class SyncAsgi(httpx.BaseTransport):
             return httpx.Response(response.status_code, headers=response.headers, content=await response.aread())
 
         return asyncio.run(run())
+
+
+def step_lease(
+    lease_id: str, task_id: str, tenant: str, node_id: str, replica_id: str, limits: StepLimits, step: int = 1
+) -> LeaseRecord:
+    """A lease of the task's `step` on `node_id`, under the workflow's `limits`."""
+    return LeaseRecord(
+        lease_id=lease_id,
+        task_id=task_id,
+        step=step,
+        model="llama-3.2-1b",
+        node_id=node_id,
+        replica_id=replica_id,
+        tokens=limits.max_tokens,
+        tenant=tenant,
+        limits=limits,
+    )
 
 
 def backdate_prepares(store: Store, lease_id: str, seconds: float) -> None:

@@ -27,7 +27,7 @@ from sdk import CheckpointRef, Message, Spend, TaskSpec, TaskState, TaskStatus
 from sdk.wire.lease import StepLimits
 from sdk.wire.ledger import SETTLED
 from sdk.wire.recovery import QUIET_CONTINUES
-from tests.security.parties import admitted_node, backdate_prepares, cut_seen, error_of
+from tests.security.parties import admitted_node, backdate_prepares, cut_seen, error_of, step_lease
 
 NODE = "gpu-claims"
 BUDGET, MAX_TOKENS = 20_000, 8_000
@@ -68,17 +68,7 @@ def leased_task(
             round_first_attempt=1,
             quiet_after_s=quiet_after_s,
         )
-        return LeaseRecord(
-            lease_id=lease_id,
-            task_id=task_id,
-            step=1,
-            model="llama-3.2-1b",
-            node_id=node_id,
-            replica_id="r-1",
-            tokens=MAX_TOKENS,
-            tenant="default",
-            limits=limits,
-        )
+        return step_lease(lease_id, task_id, "default", node_id, "r-1", limits)
 
     if earlier:
         store.leases.add(lease(f"{task_id}-gone", "gpu-gone", 1))

@@ -16,12 +16,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from orchestrator.store import CallReservation, LeaseRecord, Store
+from orchestrator.store import CallReservation, Store
 from sdk import AgentSpec, CheckpointRef, Message, Spend, TaskSpec, TaskState, TaskStatus, ToolSpec
 from sdk.wire.fleet import NODE_SECRET_HEADER
 from sdk.wire.identity import Role, TenantSpec
 from sdk.wire.lease import StepLimits
-from tests.security.parties import SyncAsgi, admitted_node, backdate_prepares, cut_seen, error_of
+from tests.security.parties import SyncAsgi, admitted_node, backdate_prepares, cut_seen, error_of, step_lease
 
 NODE = "gpu-liar"
 MAX_TOKENS, ALLOWANCE = 300, 1200
@@ -54,23 +54,6 @@ def agent(store: Store) -> AgentSpec:
             instructions="Be brief.",
             tools=[ToolSpec(name="lookup", description="Look a word up.")],
         )
-    )
-
-
-def step_lease(
-    lease_id: str, task_id: str, tenant: str, node_id: str, replica_id: str, limits: StepLimits
-) -> LeaseRecord:
-    """A lease of the task's step 1 on `node_id`, under the workflow's `limits`."""
-    return LeaseRecord(
-        lease_id=lease_id,
-        task_id=task_id,
-        step=1,
-        model="llama-3.2-1b",
-        node_id=node_id,
-        replica_id=replica_id,
-        tokens=limits.max_tokens,
-        tenant=tenant,
-        limits=limits,
     )
 
 
@@ -392,19 +375,8 @@ def test_a_pending_node_reads_and_books_nothing(app, store: Store, world) -> Non
             },
         )
         assert joined.status_code == 201 and joined.json()["node"]["status"] == "pending"
-        store.leases.add(
-            LeaseRecord(
-                lease_id="lease-r",
-                task_id="t-b",
-                step=2,
-                model="llama-3.2-1b",
-                node_id="gpu-rogue",
-                replica_id="r-9",
-                tokens=10,
-                tenant="globex",
-                limits=StepLimits(max_tokens=10, token_allowance=100),
-            )
-        )
+        limits = StepLimits(max_tokens=10, token_allowance=100)
+        store.leases.add(step_lease("lease-r", "t-b", "globex", "gpu-rogue", "r-9", limits, step=2))
         refused = http.post(
             "/v1/nodes/gpu-rogue/steps/prepare",
             headers={NODE_SECRET_HEADER: joined.json()["node_secret"]},
